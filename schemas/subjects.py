@@ -1,0 +1,95 @@
+"""The NATS subjects and JetStream streams of a Yeto stack, in one place.
+
+    yeto.cmd.<service>.<Type>          commands      YETO_CMD   work queue: one handler per command
+    yeto.evt.<run_id>.<Type>           events        YETO_EVT   limits retention, de-duplicated by Nats-Msg-Id
+    yeto.frag.<run_id>.<fragment>      learner pushes YETO_FRAG work queue: syncer shards filter by fragment
+    yeto.glob.<run_id>.<fragment>.key  keyframes     YETO_GKEY  the latest keyframe per fragment (and chunk)
+    yeto.glob.<run_id>.<fragment>.d    deltas        YETO_GDELTA recent q4 deltas since the keyframes
+    yeto.ctl.<run_id>.<learner>        control       (core NATS) acknowledgements, heartbeats: not persisted
+    yeto.tape.sql                      request/reply  read-only SQL answered by the tape writer
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CMD_PREFIX = "yeto.cmd"
+EVT_PREFIX = "yeto.evt"
+FRAG_PREFIX = "yeto.frag"
+GLOB_PREFIX = "yeto.glob"
+CTL_PREFIX = "yeto.ctl"
+TAPE_SQL = "yeto.tape.sql"
+
+SERVICES = ("planner", "launcher", "syncer", "finalizer")
+
+MAX_PAYLOAD = 8 * 1024 * 1024          # nats-server max_payload; fragment chunks stay below it
+CHUNK_BYTES = 4 * 1024 * 1024          # payload bytes per fragment chunk (headers ride on top)
+DUPLICATE_WINDOW_S = 600               # JetStream de-duplication window for Nats-Msg-Id
+
+
+def command_subject(service: str, type_: str) -> str:
+    return f"{CMD_PREFIX}.{service}.{type_}"
+
+
+def event_subject(run_id: str, type_: str) -> str:
+    return f"{EVT_PREFIX}.{run_id}.{type_}"
+
+
+def fragment_subject(run_id: str, fragment: int) -> str:
+    return f"{FRAG_PREFIX}.{run_id}.{fragment}"
+
+
+def keyframe_subject(run_id: str, fragment: int, chunk: int = 0) -> str:
+    return f"{GLOB_PREFIX}.{run_id}.{fragment}.key.{chunk}"
+
+
+def delta_subject(run_id: str, fragment: int) -> str:
+    return f"{GLOB_PREFIX}.{run_id}.{fragment}.d"
+
+
+def control_subject(run_id: str, learner: str) -> str:
+    return f"{CTL_PREFIX}.{run_id}.{learner}"
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """What infra turns into a JetStream StreamConfig (kept free of nats-py types)."""
+
+    name: str
+    subjects: tuple[str, ...]
+    retention: str = "limits"            # limits | workqueue | interest
+    max_msgs_per_subject: int = -1
+    max_age_s: float = 0                 # 0 = keep forever
+    duplicate_window_s: float = DUPLICATE_WINDOW_S
+    description: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+STREAMS: tuple[StreamSpec, ...] = (
+    StreamSpec("YETO_CMD", (f"{CMD_PREFIX}.>",), retention="workqueue",
+               description="commands; each is handled by one instance of its owning service"),
+    StreamSpec("YETO_EVT", (f"{EVT_PREFIX}.>",),
+               description="the append-only event log; the tape mirrors it"),
+    StreamSpec("YETO_FRAG", (f"{FRAG_PREFIX}.>",), retention="workqueue", max_age_s=24 * 3600,
+               description="learner fragment pushes (chunked), consumed by the syncer shards"),
+    StreamSpec("YETO_GKEY", (f"{GLOB_PREFIX}.*.*.key.*",), max_msgs_per_subject=1,
+               description="latest keyframe chunk per fragment: a (re)joining learner reads the whole model here"),
+    StreamSpec("YETO_GDELTA", (f"{GLOB_PREFIX}.*.*.d",), max_msgs_per_subject=64, max_age_s=24 * 3600,
+               description="q4 deltas of global versions since the keyframes"),
+)
+
+
+def stream_for(subject: str) -> StreamSpec:
+    for spec in STREAMS:
+        if any(_matches(p, subject) for p in spec.subjects):
+            return spec
+    raise KeyError(subject)
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    pt, st = pattern.split("."), subject.split(".")
+    for i, tok in enumerate(pt):
+        if tok == ">":
+            return len(st) > i
+        if i >= len(st) or (tok != "*" and tok != st[i]):
+            return False
+    return len(pt) == len(st)

@@ -1,0 +1,1 @@
+"""The `yeto` command line: one module per command group, each with `register(subparsers)`."""

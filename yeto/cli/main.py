@@ -1,0 +1,57 @@
+"""Entry point of the `yeto` command: builds the parser from the command modules and maps errors to exit codes."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
+COMMAND_MODULES = ("stack", "launch", "runs", "sql", "tape", "data", "shape", "chaos", "merge")
+
+EPILOG = """\
+Quick start (one machine, no cloud account):
+  yeto launch --gpu local:1xcpu,local:1xcpu --model <model> --data <chat.jsonl> --max-steps 50 --wait
+  yeto status                       # every run: phase, islands, rounds, loss, spend
+  yeto sql "select type, count(*) from events group by 1"
+"""
+
+
+class UserError(Exception):
+    """An error the user can fix; its message says how. Printed without a traceback, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="yeto", description="Fine-tune models across cheap, scattered GPUs with asynchronous DiLoCo.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--state-dir", default=None, help="local stack state (default $YETO_HOME or ~/.yeto)")
+    parser.add_argument("--nats-url", default=None, help="NATS URL of a running stack (default: the local stack's)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"yeto.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"yeto.cli.{name}":
+                continue  # a command group not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, ValueError) as e:
+        print(f"yeto: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
