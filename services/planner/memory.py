@@ -1,0 +1,82 @@
+"""The memory model: what one GPU of an island must hold to fine-tune a model (formula in docs/MEMORY_MODEL.md).
+
+All sizes in decimal GB. The frozen or trained model state is sharded evenly over the island's GPUs (FSDP);
+activations, logits and the runtime overhead are per GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BYTES_PER_PARAM = {
+    ("lora", "none"): 2.0,      # frozen bf16 base
+    ("lora", "nf4"): 0.5625,    # QLoRA NF4 + double-quantised constants (~4.13 bits) + bf16 norms/embeddings
+    ("full", "none"): 16.0,     # x8 of bf16: bf16 weights + bf16 grads + fp32 master + two fp32 Adam moments
+}
+LORA_STATE_BYTES = 16.0         # adapter weights, grads, fp32 master and Adam moments, per adapter parameter
+OVERHEAD_GB = 1.5               # CUDA context, NCCL buffers, allocator fragmentation, per GPU
+USABLE_FRACTION = 0.95          # headroom the allocator cannot hand out
+DEFAULT_VOCAB = 128_000
+HIDDEN_PER_LAYER = 128          # h / L of Llama-style dense models (7B: 4096/32, 8B: 4096/32, 70B: 8192/80)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    weights_gb: float
+    """bf16 footprint of all parameters (2 bytes per parameter)."""
+    tuning: str = "lora"
+    """lora or full."""
+    base_quantization: str = "none"
+    """none, or nf4 (QLoRA; only with lora)."""
+    seq_len: int = 4096
+    """tokens per sequence."""
+    micro_batch: int = 1
+    """sequences per GPU per forward pass."""
+    lora_rank: int = 16
+    """adapter rank on every linear layer."""
+    vocab: int = DEFAULT_VOCAB
+    """vocabulary size (the fp32 logits are materialised per micro-batch)."""
+
+    def __post_init__(self):
+        if (self.tuning, self.base_quantization) not in BYTES_PER_PARAM:
+            raise ValueError(f"--tuning {self.tuning} with --base-quantization {self.base_quantization} is not supported; "
+                             f"use lora with none or nf4, or full with none")
+        if self.weights_gb <= 0 or self.seq_len < 1 or self.micro_batch < 1:
+            raise ValueError("--weights-gb, --seq-len and --micro-batch must be positive")
+
+
+def shape_of(params: float) -> tuple[float, float]:
+    """(hidden size, layers) of a dense transformer with `params` parameters: params = 12 L h^2, h = 128 L."""
+    hidden = (params * HIDDEN_PER_LAYER / 12) ** (1 / 3)
+    return hidden, max(1.0, hidden / HIDDEN_PER_LAYER)
+
+
+@dataclass(frozen=True)
+class Need:
+    """Per-GPU memory need of a workload on an island of `num_gpus`, split by cause."""
+
+    state_gb: float
+    activations_gb: float
+    overhead_gb: float
+
+    @property
+    def total_gb(self) -> float:
+        return self.state_gb + self.activations_gb + self.overhead_gb
+
+
+def per_gpu_need(w: Workload, num_gpus: int) -> Need:
+    params = w.weights_gb * 1e9 / 2
+    hidden, layers = shape_of(params)
+    state = params * BYTES_PER_PARAM[(w.tuning, w.base_quantization)]
+    if w.tuning == "lora":
+        # q,k,v,o add 8h per layer and rank; gate/up/down with a 2.7h MLP add 3 x 3.7h.
+        state += w.lora_rank * layers * 19 * hidden * LORA_STATE_BYTES
+    tokens = w.seq_len * w.micro_batch
+    # Activation checkpointing: a bf16 input per layer, one layer's working set (34 s b h bytes,
+    # Korthikanti et al. 2022, flash attention), and the fp32 logits with their gradient.
+    activations = tokens * hidden * layers * 2 + tokens * hidden * 34 + tokens * w.vocab * 4 * 2
+    return Need(state / num_gpus / 1e9, activations / 1e9, OVERHEAD_GB)
+
+
+def fits(w: Workload, num_gpus: int, gpu_memory_gb: float) -> tuple[bool, Need]:
+    need = per_gpu_need(w, num_gpus)
+    return need.total_gb <= gpu_memory_gb * USABLE_FRACTION, need
