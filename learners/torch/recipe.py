@@ -1,0 +1,111 @@
+"""The training recipe of a causal-LM learner: one frozen record, carried as a dict by LaunchRun."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+TUNINGS = ("lora", "full")
+SCHEDULES = ("cosine", "constant")
+DTYPES = ("auto", "bf16", "f32")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainRecipe:
+    """Everything that decides what a learner computes; identical on every island of a run."""
+
+    model: str
+    """An alias from yeto/models.py, an HF id, a local model directory or a `.gguf` file."""
+    data: str = ""
+    """Training data: a path or dataset id understood by yeto.learners.data (empty: supplied by the caller)."""
+    data_format: str = "auto"
+    """Data format for yeto.learners.data (auto detects chat JSONL, text, parquet, ...)."""
+    train_on: str = "assistant"
+    """Which tokens carry loss: "assistant" (chat replies only) or "all"."""
+    heldout_fraction: float = 0.02
+    """Fraction of examples kept out of training for the held-out loss."""
+    tuning: str = "lora"
+    """"lora" trains low-rank adapters on a frozen base; "full" trains every weight."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (the update is scaled by alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch input (0 keeps every island's steps deterministic)."""
+    target_modules: tuple[str, ...] = ()
+    """Module names LoRA wraps; empty picks them by architecture (learners/torch/tuning.py)."""
+    lr: float = 3e-4
+    """Peak inner AdamW learning rate (3e-4 suits LoRA; full tuning wants ~1e-5 to 5e-5)."""
+    weight_decay: float = 0.01
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW moment decay rates."""
+    warmup_steps: int = 20
+    """Inner steps of linear warmup from 0 to `lr`."""
+    schedule: str = "cosine"
+    """After warmup: "cosine" decays to `min_lr_ratio * lr` at `max_steps`; "constant" stays at `lr`."""
+    min_lr_ratio: float = 0.1
+    """Floor of the cosine schedule as a fraction of `lr`."""
+    max_steps: int = 1000
+    """Inner optimizer steps of one learner (the schedule's horizon and the loop's end)."""
+    clip_norm: float = 1.0
+    """Gradient norm clipping threshold (0 disables)."""
+    micro_batch: int = 4
+    """Sequences per forward pass on one rank."""
+    grad_accum: int = 1
+    """Micro-batches accumulated per optimizer step on one rank."""
+    seq_len: int = 512
+    """Tokens per packed sequence."""
+    seed: int = 0
+    """Shared seed: LoRA / random init (identical on every island) and data order."""
+    dtype: str = "auto"
+    """Compute dtype: "auto" (bf16 on accelerators, f32 on CPU), "bf16" or "f32"."""
+    sync: dict[str, Any] = field(default_factory=dict)
+    """Options of the step-boundary sync (learners/diloco_sync.py), passed through unchanged."""
+
+    def __post_init__(self) -> None:
+        if self.tuning not in TUNINGS:
+            raise ValueError(f"tuning {self.tuning!r} is not one of {', '.join(TUNINGS)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule {self.schedule!r} is not one of {', '.join(SCHEDULES)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        for name in ("max_steps", "micro_batch", "grad_accum", "seq_len", "lora_r"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.warmup_steps < 0 or self.lr <= 0:
+            raise ValueError("warmup_steps must be >= 0 and lr > 0")
+        # Lists from JSON become tuples so the record stays immutable and comparable.
+        object.__setattr__(self, "target_modules", tuple(self.target_modules))
+        object.__setattr__(self, "betas", tuple(self.betas))
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Token slots one rank processes per optimizer step (padding and masked tokens included)."""
+        return self.micro_batch * self.grad_accum * self.seq_len
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainRecipe":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown recipe field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainRecipe":
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes: Any) -> "TrainRecipe":
+        return dataclasses.replace(self, **changes)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
