@@ -1,0 +1,133 @@
+"""Rows of one file with their references: JSON Lines by 1-based line number, JSON/Arrow by 0-based row index."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One raw row: a JSON object, or the reason it is not one."""
+
+    file: str
+    ref: int              # line number (JSON Lines) or row index (everything else)
+    is_line: bool
+    value: dict[str, Any] | None
+    error: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.file} {'line' if self.is_line else 'row'} {self.ref}"
+
+
+def json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def parse_line(raw: bytes, first: bool) -> tuple[dict | None, str | None]:
+    """Decode one JSON Lines line; (None, None) for a blank line, which is not a row."""
+    if first and raw.startswith(BOM):
+        raw = raw[len(BOM):]
+    raw = raw.rstrip(b"\n").rstrip(b"\r")  # Windows line endings
+    if not raw.strip():
+        return None, None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"not valid JSON: {e.msg} at column {e.colno}"
+    if not isinstance(value, dict):
+        return None, f"expected a JSON object, got {json_type(value)}"
+    return value, None
+
+
+class JsonlFile:
+    """A JSON Lines file read as a stream; random access through byte offsets indexed in one pass."""
+
+    def __init__(self, name: str, opener) -> None:
+        self.name, self._open = name, opener
+        self._offsets: list[int] | None = None  # byte offset of each non-blank line
+        self._lines: list[int] = []
+
+    def __iter__(self) -> Iterator[Row]:
+        with self._open() as f:
+            for number, raw in enumerate(f, start=1):
+                value, error = parse_line(raw, number == 1)
+                if value is not None or error is not None:
+                    yield Row(self.name, number, True, value, error)
+
+    def _index(self) -> None:
+        offsets, lines, pos = [], [], 0
+        with self._open() as f:
+            for number, raw in enumerate(f, start=1):
+                if raw.strip(b" \t\r\n") not in (b"", BOM):
+                    offsets.append(pos)
+                    lines.append(number)
+                pos += len(raw)
+        self._offsets, self._lines = offsets, lines
+
+    def __len__(self) -> int:
+        if self._offsets is None:
+            self._index()
+        return len(self._offsets)
+
+    def get_many(self, indices: Sequence[int]) -> list[Row]:
+        len(self)
+        rows = []
+        with self._open() as f:
+            for i in indices:
+                f.seek(self._offsets[i])
+                value, error = parse_line(f.readline(), self._lines[i] == 1)
+                rows.append(Row(self.name, self._lines[i], True, value, error))
+        return rows
+
+
+class TableFile:
+    """Rows of an Arrow table (Parquet, a save_to_disk dataset, a Hub dataset, a JSON array), by row index."""
+
+    def __init__(self, name: str, table) -> None:
+        self.name, self.table = name, table
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __iter__(self) -> Iterator[Row]:
+        index = 0
+        for batch in self.table.to_batches(max_chunksize=1024):
+            for value in batch.to_pylist():
+                yield Row(self.name, index, False, value)
+                index += 1
+
+    def get_many(self, indices: Sequence[int]) -> list[Row]:
+        values = self.table.take(list(indices)).to_pylist()
+        return [Row(self.name, i, False, v) for i, v in zip(indices, values)]
+
+
+class ListFile:
+    """A JSON file holding an array of objects; entries that are not objects are bad rows."""
+
+    def __init__(self, name: str, items: list) -> None:
+        self.name, self.items = name, items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Row]:
+        return iter(self.get_many(range(len(self.items))))
+
+    def get_many(self, indices: Sequence[int]) -> list[Row]:
+        rows = []
+        for i in indices:
+            item = self.items[i]
+            ok = isinstance(item, dict)
+            rows.append(Row(self.name, i, False, item if ok else None,
+                            None if ok else f"expected a JSON object, got {json_type(item)}"))
+        return rows
