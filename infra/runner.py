@@ -163,7 +163,8 @@ async def _tick(ctx: Context) -> None:
             await ctx.perform(ctx.spec.decide(ctx.state, None, ctx.clock()))
 
 
-async def run_service(spec: ServiceSpec, url: str, *, instance: str | None = None) -> None:
+async def run_service(spec: ServiceSpec, url: str, *, instance: str | None = None,
+                      stop: asyncio.Event | None = None) -> None:
     """Run until SIGTERM/SIGINT (or ctx.stop), then publish ServiceStopped and drain."""
     instance = instance or f"{spec.name}-{socket.gethostname()}-{os.getpid()}"
     async with AsyncExitStack() as stack:
@@ -171,9 +172,12 @@ async def run_service(spec: ServiceSpec, url: str, *, instance: str | None = Non
         stack.push_async_callback(bus.close)
         await ensure_streams(bus.js)
         ctx = Context(spec=spec, bus=bus, instance=instance, state=spec.initial())
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, ctx.stop.set)
+        if stop is None:  # a process of its own: signals stop it; embedded (tests) callers pass their own event
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, ctx.stop.set)
+        else:
+            ctx.stop = stop
         await bus.publish(ServiceStarted(service=spec.name, instance=instance, pid=os.getpid(),
                                          host=socket.gethostname(), source=instance))
         caught_up = asyncio.Event()

@@ -1,0 +1,140 @@
+"""The local stack: nats-server, the tape writer and the four services as detached processes.
+
+Everything lives under one state directory; `stack.json` there records what `up` started (pids and
+the NATS URL), so `down` stops exactly those processes and nothing else, and keeps the data.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from yeto.infra.natsserver import NatsServer, ensure_streams
+from yeto.schemas.subjects import SERVICES
+
+
+@dataclass(frozen=True)
+class StackPaths:
+    root: Path
+
+    @property
+    def nats(self) -> Path: return self.root / "nats"
+    @property
+    def db(self) -> Path: return self.root / "tape.duckdb"
+    @property
+    def runs(self) -> Path: return self.root / "runs"
+    @property
+    def logs(self) -> Path: return self.root / "logs"
+    @property
+    def record(self) -> Path: return self.root / "stack.json"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs / run_id
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours counts as dead
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def read_record(paths: StackPaths) -> dict | None:
+    try:
+        return json.loads(paths.record.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def stack_url(state_dir: Path) -> str | None:
+    """The NATS URL of the stack running under state_dir, or None when it is down."""
+    rec = read_record(StackPaths(Path(state_dir)))
+    return rec["url"] if rec and alive(rec["pids"]["nats-server"]) else None
+
+
+def component_commands(url: str, paths: StackPaths) -> dict[str, list[str]]:
+    py = sys.executable
+    cmds = {"tape": [py, "-m", "yeto.infra.tape", "--nats-url", url, "--db", str(paths.db)]}
+    for name in SERVICES:
+        cmds[name] = [py, "-m", f"yeto.services.{name}", "--nats-url", url, "--state-dir", str(paths.root)]
+    return cmds
+
+
+def spawn(cmd: list[str], log_path: Path, env: dict | None = None) -> int:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env={**os.environ, **(env or {})})
+    return proc.pid
+
+
+async def _ensure_streams(url: str) -> None:
+    from yeto.infra.bus import Bus
+
+    bus = await Bus.connect(url, name="stack-up")
+    await ensure_streams(bus.js)
+    await bus.close()
+
+
+def up(state_dir: Path, *, port: int = 0) -> dict:
+    """Start the stack if it is not running (idempotent); returns the record of what runs."""
+    paths = StackPaths(Path(state_dir))
+    rec = read_record(paths)
+    if rec and alive(rec["pids"]["nats-server"]):
+        for name, cmd in component_commands(rec["url"], paths).items():  # restart any component that died
+            if not alive(rec["pids"].get(name, -1)):
+                rec["pids"][name] = spawn(cmd, paths.logs / f"{name}.log")
+        paths.record.write_text(json.dumps(rec, indent=2))
+        return rec
+    paths.root.mkdir(parents=True, exist_ok=True)
+    prev_port = rec["port"] if rec else 0
+    server = NatsServer(paths.nats, port=port or prev_port, log_file=paths.logs / "nats-server.log")
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    server.start(detach=True)
+    asyncio.run(_ensure_streams(server.url))
+    pids = {"nats-server": server.pid}
+    for name, cmd in component_commands(server.url, paths).items():
+        pids[name] = spawn(cmd, paths.logs / f"{name}.log")
+    rec = {"url": server.url, "port": server.port, "pids": pids, "started": time.time()}
+    paths.record.write_text(json.dumps(rec, indent=2))
+    return rec
+
+
+def status(state_dir: Path) -> dict[str, bool] | None:
+    rec = read_record(StackPaths(Path(state_dir)))
+    return None if rec is None else {name: alive(pid) for name, pid in rec["pids"].items()}
+
+
+def down(state_dir: Path, timeout: float = 15.0) -> list[str]:
+    """Stop what `up` started (services first, nats-server last); keeps the data. Returns what was stopped."""
+    paths = StackPaths(Path(state_dir))
+    rec = read_record(paths)
+    if not rec:
+        return []
+    order = [n for n in rec["pids"] if n != "nats-server"] + ["nats-server"]
+    stopped = []
+    for group in (order[:-1], order[-1:]):
+        live = {n: rec["pids"][n] for n in group if alive(rec["pids"][n])}
+        for pid in live.values():
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while any(alive(p) for p in live.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for name, pid in live.items():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+            stopped.append(name)
+    paths.record.unlink(missing_ok=True)
+    return stopped

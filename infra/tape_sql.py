@@ -1,0 +1,104 @@
+"""Read-only SQL over the tape: the statement guard, running a query into a JSON-able reply, and the NATS client.
+
+Only reading statements pass the guard: SELECT (which includes WITH, FROM-first, SHOW, DESCRIBE,
+SUMMARIZE), EXPLAIN of a SELECT, and a few catalogue PRAGMAs. Everything else (INSERT, DROP, ATTACH,
+COPY, SET, CALL, EXPORT, LOAD, transactions, several statements at once) is refused before it runs.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import duckdb
+
+from yeto.schemas.subjects import TAPE_SQL
+
+MAX_ROWS = 100_000
+READ_PRAGMAS = {"table_info", "show_tables", "show_tables_expanded", "database_size", "storage_info", "show"}
+_EXPLAIN = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
+_PRAGMA = re.compile(r"^\s*pragma\s+([a-z_]+)", re.IGNORECASE)
+
+
+class ReadOnlyError(ValueError):
+    """The statement would change the tape or its database; the message says what is allowed."""
+
+
+def check_read_only(sql: str) -> None:
+    """Raise ReadOnlyError unless `sql` is exactly one reading statement."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise ValueError(f"SQL does not parse: {e}") from None
+    if len(statements) != 1:
+        raise ReadOnlyError(f"send exactly one statement (got {len(statements)}); the tape answers one query at a time")
+    st = statements[0]
+    kind = st.type
+    if kind == duckdb.StatementType.SELECT:
+        return
+    if kind == duckdb.StatementType.EXPLAIN:
+        inner = _EXPLAIN.sub("", st.query, count=1)
+        inner_st = duckdb.extract_statements(inner)
+        if len(inner_st) == 1 and inner_st[0].type == duckdb.StatementType.SELECT:
+            return
+    if kind == duckdb.StatementType.PRAGMA:
+        m = _PRAGMA.match(st.query)
+        if m and m.group(1).lower() in READ_PRAGMAS:
+            return
+    name = kind.name if hasattr(kind, "name") else str(kind)
+    raise ReadOnlyError(f"the tape is read-only: {name} statements are refused. Use SELECT / WITH / SHOW / "
+                        f"DESCRIBE / EXPLAIN / PRAGMA table_info('events'); the tape changes only by events "
+                        f"published to the stream")
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)
+
+
+def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
+    """Run one read-only statement; the reply is {columns, types, rows, truncated} with JSON-able values."""
+    check_read_only(sql)
+    rel = con.execute(sql)
+    columns = [d[0] for d in rel.description] if rel.description else []
+    types = [str(d[1]) for d in rel.description] if rel.description else []
+    rows = rel.fetchmany(max_rows + 1)
+    truncated = len(rows) > max_rows
+    return {"columns": columns, "types": types, "rows": [[_jsonable(v) for v in r] for r in rows[:max_rows]],
+            "truncated": truncated}
+
+
+def query_file(path, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
+    """Answer a query from the tape file itself (the stack is down)."""
+    from yeto.infra.tape_store import open_read_only
+
+    con = open_read_only(path)
+    try:
+        return run_query(con, sql, max_rows=max_rows)
+    except duckdb.Error as e:
+        raise ValueError(f"query failed: {e}") from None
+    finally:
+        con.close()
+
+
+async def ask(nc, sql: str, *, timeout: float = 30.0, max_rows: int = MAX_ROWS) -> dict[str, Any]:
+    """Ask the running tape writer over NATS request/reply. Raises ValueError with the writer's error."""
+    import nats.errors
+
+    try:
+        msg = await nc.request(TAPE_SQL, json.dumps({"sql": sql, "max_rows": max_rows}).encode(), timeout=timeout)
+    except nats.errors.NoRespondersError:
+        raise ValueError(f"no tape writer answers on {TAPE_SQL}: is the stack up? (`yeto stack status`)") from None
+    except nats.errors.TimeoutError:
+        raise ValueError(f"the tape writer did not answer within {timeout:.0f}s; narrow the query or add a LIMIT") from None
+    reply = json.loads(msg.data)
+    if "error" in reply:
+        raise ValueError(reply["error"])
+    return reply

@@ -1,0 +1,126 @@
+"""Candidate island shapes from catalog offerings, and a reason for every offering that cannot be one (pure)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from yeto.services.planner.catalog import Offering
+from yeto.services.planner.gpus import GPUS, spot_goodput
+from yeto.services.planner.memory import Need, Workload, fits
+from yeto.services.planner.signals import Signals
+
+# Every reason a shape is rejected, by code (tests reach each one).
+REASONS = {
+    "cloud": "cloud not in --clouds",
+    "region": "region not in --regions",
+    "excluded": "region in --exclude-regions",
+    "unknown_gpu": "no peak TFLOPs on record for this GPU",
+    "no_bf16": "no bf16 tensor cores",
+    "memory": "model does not fit",
+    "quota": "quota minus current usage leaves no room",
+    "stock": "out of stock",
+    "budget": "one island costs more than the budget",
+    "duplicate": "same --gpu entry as a cheaper instance type",
+}
+NODE_OPTIONS = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    offering: Offering
+    spot: bool
+    nodes: int
+    price: float          # $/hr per island at catalog price (all nodes)
+    tflops: float         # effective TFLOPs per island
+    need: Need
+    max_islands: int
+    quotas: tuple[tuple[str, float, float], ...] = ()   # (quota key, room left, units per island)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.offering.count * self.nodes
+
+    @property
+    def entry_key(self) -> tuple:
+        o = self.offering
+        return (o.cloud, o.region, o.gpu, o.count, self.nodes)
+
+    def label(self) -> str:
+        o = self.offering
+        nodes = f"{self.nodes}x" if self.nodes > 1 else ""
+        return f"{o.cloud}:{nodes}{o.count}x{o.gpu.lower()}@{o.region} ({o.instance_type}, {'spot' if self.spot else 'on-demand'})"
+
+
+@dataclass(frozen=True)
+class Rejection:
+    shape: str
+    code: str
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"shape": self.shape, "code": self.code, "reason": self.reason}
+
+
+def _label(o: Offering) -> str:
+    return f"{o.cloud}:{o.count}x{o.gpu.lower()}@{o.region} ({o.instance_type})"
+
+
+def _reject(o: Offering, code: str, detail: str = "") -> Rejection:
+    return Rejection(_label(o), code, REASONS[code] + (f": {detail}" if detail else ""))
+
+
+def screen(o: Offering, req, w: Workload, signals: Signals) -> Candidate | Rejection:
+    """One offering as a candidate (smallest node count that holds the model), or why it cannot be one."""
+    if req.clouds and o.cloud not in req.clouds:
+        return _reject(o, "cloud", o.cloud)
+    if o.region.lower() in {r.lower() for r in req.exclude_regions}:
+        return _reject(o, "excluded", o.region)
+    if req.regions and o.region.lower() not in {r.lower() for r in req.regions}:
+        return _reject(o, "region", o.region)
+    spec = GPUS.get(o.gpu)
+    if spec is None:
+        return _reject(o, "unknown_gpu", o.gpu)
+    if spec.peak_bf16_tflops <= 0:
+        return _reject(o, "no_bf16", o.gpu)
+    for nodes in (n for n in NODE_OPTIONS if n <= req.max_nodes):
+        ok, need = fits(w, o.count * nodes, spec.memory_gb)
+        if ok:
+            break
+    else:
+        return _reject(o, "memory", f"needs {need.total_gb:.1f} GB per GPU on {nodes}x{o.count} GPUs, "
+                                    f"a {o.gpu} holds {spec.memory_gb * 0.95:.1f} GB usable")
+    spot = req.spot and o.spot_price is not None
+    price = (o.spot_price if spot else o.price) * nodes
+    goodput = spot_goodput(o.cloud, placement_score=signals.placement_scores.get((o.cloud, o.region))) if spot else 1.0
+    tflops = o.count * nodes * spec.peak_bf16_tflops * spec.mfu * goodput
+    cap = signals.stock.get((o.cloud, o.gpu), signals.default_stock_cap)
+    if cap <= 0:
+        return _reject(o, "stock", f"{o.cloud} reports no {o.gpu} stock")
+    quotas = []
+    for q in signals.quotas:
+        if (q.cloud == o.cloud and q.region in (None, o.region) and o.instance_type.startswith(q.family)
+                and q.spot == spot):
+            per_island = (o.vcpus or 0) * nodes if q.unit == "vcpus" else o.count * nodes
+            room = q.limit - q.used
+            if room < per_island:
+                return _reject(o, "quota", f"{q.key}: {room:g} left, one island needs {per_island:g}")
+            quotas.append((q.key, room, per_island))
+    return Candidate(o, spot, nodes, price, tflops, need, cap, tuple(quotas))
+
+
+def over_budget(c: Candidate, req) -> Rejection | None:
+    cost = c.price * (1 + req.price_margin)
+    if req.budget is None or cost + req.head_price <= req.budget:
+        return None
+    return Rejection(c.label(), "budget", f"{REASONS['budget']}: ${cost:.2f}/hr with margin + head "
+                                          f"${req.head_price:.2f}/hr > ${req.budget:.2f}/hr")
+
+
+def dedupe(cands: list[Candidate]) -> tuple[list[Candidate], list[Rejection]]:
+    """Keep the cheapest instance type per `--gpu` entry: that entry is all the launcher will be told."""
+    best: dict[tuple, Candidate] = {}
+    for c in sorted(cands, key=lambda c: (c.price, -c.tflops, c.offering.instance_type)):
+        best.setdefault(c.entry_key, c)
+    kept = [c for c in cands if best[c.entry_key] is c]
+    dropped = [Rejection(c.label(), "duplicate", f"{REASONS['duplicate']}: {best[c.entry_key].offering.instance_type}")
+               for c in cands if best[c.entry_key] is not c]
+    return kept, dropped

@@ -1,0 +1,122 @@
+"""`plan_fleet(request, catalog, signals) -> Plan`: screen offerings, solve exactly, explain the result (pure).
+
+The `--json` shape of a plan is `Plan.to_dict()`; its keys are listed in docs/PLANNER.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from yeto.gpuspec import IslandSpec, format_gpu
+from yeto.models import resolve_model
+from yeto.services.planner.candidates import Candidate, dedupe, over_budget, screen
+from yeto.services.planner.catalog import Offering
+from yeto.services.planner.memory import Workload
+from yeto.services.planner.request import PlanRequest
+from yeto.services.planner.signals import Signals
+from yeto.services.planner.solver import Problem, Shape, solve
+
+
+@dataclass(frozen=True)
+class Plan:
+    feasible: bool
+    mode: str                                   # budget or target
+    islands: tuple[dict, ...] = ()
+    islands_price_per_hour: float = 0.0
+    head_price_per_hour: float = 0.0
+    total_tflops: float = 0.0
+    binding: tuple[str, ...] = ()
+    rejected: tuple[dict, ...] = ()
+    warnings: tuple[str, ...] = ()
+    gpu: str = ""
+    launch_command: str = ""
+    status: str = ""
+    gap: float = 0.0
+    solve_seconds: float = 0.0
+    reason: str = ""
+    cheapest: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total_price_per_hour(self) -> float:
+        return self.islands_price_per_hour + self.head_price_per_hour
+
+    def to_dict(self) -> dict:
+        d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k != "extra"}
+        d["total_price_per_hour"] = round(self.total_price_per_hour, 4)
+        return d
+
+
+def island_dict(c: Candidate) -> dict:
+    o = c.offering
+    return {"cloud": o.cloud, "region": o.region, "instance_type": o.instance_type, "gpu": o.gpu,
+            "count": o.count, "nodes": c.nodes, "spot": c.spot, "price_per_hour": round(c.price, 4),
+            "tflops": round(c.tflops, 2), "memory_per_gpu_gb": round(c.need.total_gb, 2)}
+
+
+def launch_line(req: PlanRequest, gpu: str) -> str:
+    parts = ["yeto launch", f"--model {req.model}", f"--gpu {gpu}", f"--data {req.data or '<DATA>'}"]
+    defaults = PlanRequest(model=req.model, budget=1.0)
+    for flag, attr in (("--tuning", "tuning"), ("--base-quantization", "base_quantization"),
+                       ("--seq-len", "seq_len"), ("--micro-batch", "micro_batch")):
+        if getattr(req, attr) != getattr(defaults, attr):
+            parts.append(f"{flag} {getattr(req, attr)}")
+    if not req.spot:
+        parts.append("--on-demand")
+    return " ".join(parts)
+
+
+def workload_of(req: PlanRequest) -> Workload:
+    weights = req.weights_gb if req.weights_gb is not None else resolve_model(req.model).weights_gb
+    if weights is None:
+        raise ValueError(f"the size of {req.model} is resolved from the Hub at plan time; pass --weights-gb "
+                         f"(bf16 GB = 2 x billions of parameters) when planning offline")
+    return Workload(weights_gb=weights, tuning=req.tuning, base_quantization=req.base_quantization,
+                    seq_len=req.seq_len, micro_batch=req.micro_batch)
+
+
+def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> Plan:
+    w = workload_of(req)
+    screened = [screen(o, req, w, signals) for o in catalog]
+    fitting = [c for c in screened if isinstance(c, Candidate)]
+    rejected = [r for r in screened if not isinstance(r, Candidate)]
+    fitting, dupes = dedupe(fitting)
+    priced_out = [(c, over_budget(c, req)) for c in fitting]
+    cands = [c for c, r in priced_out if r is None]
+    rejected += dupes + [r for _, r in priced_out if r is not None]
+    mode = "budget" if req.flops is None else "target"
+    common = dict(mode=mode, rejected=tuple(r.to_dict() for r in rejected), warnings=signals.warnings,
+                  head_price_per_hour=req.head_price)
+    cheapest = min(fitting, key=lambda c: c.price, default=None)
+    cheapest_d = island_dict(cheapest) if cheapest else None
+    groups: dict[str, float] = {}
+    for c in cands:
+        groups.update({k: room for k, room, _ in c.quotas})
+    problem = Problem(
+        shapes=tuple(Shape(c.label(), c.price * (1 + req.price_margin), c.tflops, c.max_islands,
+                           tuple(k for k, _, _ in c.quotas), tuple(u for _, _, u in c.quotas)) for c in cands),
+        budget=None if req.budget is None else req.budget - req.head_price,
+        target_tflops=req.flops, max_islands=req.max_islands, group_caps=groups)
+    sol = solve(problem, time_limit_s=req.time_limit_s) if cands else None
+    if sol is None or sol.status == "INFEASIBLE" or not any(sol.counts):
+        return Plan(feasible=False, reason=_why_not(req, cheapest), cheapest=cheapest_d, **common)
+    chosen = [c for c, n in zip(cands, sol.counts) for _ in range(n)]
+    specs = [IslandSpec(cloud=c.offering.cloud, gpu=c.offering.gpu, count=c.offering.count, nodes=c.nodes,
+                        region=c.offering.region) for c in chosen]
+    gpu = format_gpu(specs)
+    return Plan(feasible=True, islands=tuple(island_dict(c) for c in chosen),
+                islands_price_per_hour=round(sum(c.price for c in chosen), 4),
+                total_tflops=round(sum(c.tflops for c in chosen), 2), binding=sol.binding, gpu=gpu,
+                launch_command=launch_line(req, gpu), status=sol.status, gap=sol.gap,
+                solve_seconds=round(sol.solve_seconds, 4), cheapest=cheapest_d, **common)
+
+
+def _why_not(req: PlanRequest, cheapest: Candidate | None) -> str:
+    if cheapest is None:
+        return (f"no offering in the catalog can hold {req.model} within the filters (see rejected shapes); "
+                f"try --tuning lora --base-quantization nf4, a smaller --seq-len, or more clouds and regions")
+    cost = cheapest.price * (1 + req.price_margin) + req.head_price
+    name = f"{cheapest.label()} at ${cheapest.price:.2f}/hr (+{req.price_margin:.0%} margin, + head ${req.head_price:.2f}/hr)"
+    if req.budget is not None and req.flops is None:
+        return f"budget ${req.budget:.2f}/hr fits no island: the cheapest option is {name} = ${cost:.2f}/hr; raise --budget to at least {cost:.2f}"
+    return (f"no fleet reaches {req.flops:g} effective TFLOPs within the limits (budget, --max-islands, stock, quotas); "
+            f"the cheapest option is {name} with {cheapest.tflops:.0f} TFLOPs")

@@ -1,0 +1,60 @@
+"""The planner's input, as a keyword-only frozen value that round-trips through the PlanFleet command's dict."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    model: str
+    """alias, Hugging Face id or local path (only its size matters to the planner)."""
+    weights_gb: float | None = None
+    """bf16 footprint of the model in GB; None: taken from the alias table."""
+    budget: float | None = None
+    """$/hr for the whole run: islands (with margin) plus the head."""
+    flops: float | None = None
+    """effective TFLOPs to reach at least cost (budget then only caps the cost)."""
+    tuning: str = "lora"
+    """lora or full."""
+    base_quantization: str = "none"
+    """none or nf4 (QLoRA)."""
+    seq_len: int = 4096
+    """tokens per sequence."""
+    micro_batch: int = 1
+    """sequences per GPU per step."""
+    clouds: tuple[str, ...] = ()
+    """clouds allowed (empty: all in the catalog)."""
+    regions: tuple[str, ...] = ()
+    """regions allowed (empty: all)."""
+    exclude_regions: tuple[str, ...] = ()
+    """regions denied."""
+    max_islands: int = 16
+    """most islands in the fleet."""
+    max_nodes: int = 8
+    """most nodes per island when the model needs several."""
+    spot: bool = True
+    """rent spot capacity where the cloud sells it (on-demand otherwise)."""
+    price_margin: float = 0.10
+    """fraction added to catalog prices: spot prices move and catalogs go stale."""
+    head_price: float = 0.19
+    """$/hr of the on-demand head VM (4 vCPU / 16 GB, e.g. m6i.xlarge in us-east-1)."""
+    data: str | None = None
+    """--data for the printed launch line."""
+    time_limit_s: float = 10.0
+    """CP-SAT time limit per phase; past it the plan reports its optimality gap."""
+
+    def __post_init__(self):
+        if self.budget is None and self.flops is None:
+            raise ValueError("give --budget ($/hr) and/or --flops (TFLOPs) so the planner knows what to optimise")
+        if self.budget is not None and self.budget <= 0 or self.flops is not None and self.flops <= 0:
+            raise ValueError("--budget and --flops must be positive")
+        if self.max_islands < 1 or self.max_nodes < 1 or self.price_margin < 0:
+            raise ValueError("--max-islands must be at least 1 and the price margin not negative")
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PlanRequest":
+        names = {f.name for f in fields(cls)}   # tolerant reader: fields a newer sender added are ignored
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names})

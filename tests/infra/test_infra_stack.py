@@ -1,0 +1,45 @@
+"""`yeto stack up|status|down` starts real detached processes and stops exactly those."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from yeto.infra.bus import Bus
+
+from yeto.cli.main import main
+from yeto.infra import stack
+
+pytestmark = pytest.mark.slow
+
+
+def test_stack_up_is_idempotent_and_down_stops_what_it_started(tmp_path, capsys):
+    state = str(tmp_path / "home")
+    assert main(["--state-dir", state, "stack", "up"]) == 0
+    first = stack.read_record(stack.StackPaths(tmp_path / "home"))
+    assert main(["--state-dir", state, "stack", "up"]) == 0
+    again = stack.read_record(stack.StackPaths(tmp_path / "home"))
+    assert first["pids"] == again["pids"] and first["url"] == again["url"]
+    try:
+        assert set(first["pids"]) == {"nats-server", "tape", "planner", "launcher", "syncer", "finalizer"}
+        assert all(stack.alive(p) for p in first["pids"].values())
+        assert asyncio.run(_services_started(first["url"])) == {"planner", "launcher", "syncer", "finalizer"}
+    finally:
+        assert main(["--state-dir", state, "stack", "down"]) == 0
+    assert not any(stack.alive(p) for p in first["pids"].values())
+    assert (tmp_path / "home" / "nats" / "jetstream").is_dir()  # data kept
+    assert main(["--state-dir", state, "stack", "status"]) == 1
+    assert "no stack" in capsys.readouterr().out
+
+
+async def _services_started(url: str) -> set[str]:
+    bus = await Bus.connect(url)
+    sub = await bus.js.subscribe("yeto.evt._.ServiceStarted", ordered_consumer=True)
+    names = set()
+    try:
+        while len(names) < 4:
+            names.add(json.loads((await sub.next_msg(timeout=30)).data)["service"])
+    finally:
+        await bus.close()
+    return names
