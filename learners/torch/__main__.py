@@ -1,0 +1,116 @@
+"""Learner process entry point: `python -m yeto.learners.torch --run-id R --learner L --recipe recipe.json ...`.
+
+One process per rank of an island. Rank 0 talks to the syncer through the sync hook (built by
+learners/torch/hook.py over learners/bus_client.py); `--no-sync` trains locally with no NATS at all.
+Progress goes to stdout as one JSON object per line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from yeto.learners import accel as accel_policy
+from yeto.learners.torch import dist
+from yeto.learners.torch.batches import heldout_batches, train_batches
+from yeto.learners.torch.build import build, resolve_accel
+from yeto.learners.torch.evaluate import evaluate
+from yeto.learners.torch.loop import StepResult, train
+from yeto.learners.torch.recipe import TrainRecipe
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m yeto.learners.torch", description=__doc__.splitlines()[0])
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--learner", required=True, help="learner (island) id")
+    p.add_argument("--generation", type=int, default=0, help="incarnation of this learner (bumped on replacement)")
+    p.add_argument("--nats-url", default=None, help="the stack's NATS URL (not needed with --no-sync)")
+    p.add_argument("--recipe", required=True, help="recipe JSON file, or the JSON itself")
+    p.add_argument("--learner-index", type=int, default=0, help="this island's data shard group")
+    p.add_argument("--num-learners", type=int, default=1, help="islands sharing the data")
+    p.add_argument("--rank", type=int, default=None, help="rank in the island (default $RANK or 0)")
+    p.add_argument("--world-size", type=int, default=None, help="ranks in the island (default $WORLD_SIZE or 1)")
+    p.add_argument("--local-rank", type=int, default=None, help="rank on this host (default $LOCAL_RANK)")
+    p.add_argument("--master-addr", default=None, help="rank 0's host (default $MASTER_ADDR or 127.0.0.1)")
+    p.add_argument("--master-port", type=int, default=None, help="rendezvous port (default $MASTER_PORT or 29500)")
+    p.add_argument("--device", choices=accel_policy.KINDS, default=None, help="force a device kind")
+    p.add_argument("--no-sync", action="store_true", help="train locally, without NATS and without DiLoCo")
+    p.add_argument("--eval-every", type=int, default=0, help="held-out evaluation every N steps (0: at the end)")
+    p.add_argument("--log-every-s", type=float, default=2.0, help="minimum seconds between progress lines")
+    return p.parse_args(argv)
+
+
+def load_recipe(text: str) -> TrainRecipe:
+    return TrainRecipe.from_json(text if text.lstrip().startswith("{") else Path(text).read_text())
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def run(args: argparse.Namespace, *, make_sync=None) -> float:
+    """Train one rank to the recipe's end; return the final held-out loss (rank 0; NaN elsewhere).
+    `make_sync(built, recipe, args) -> SyncHook` injects the step boundary (tests, benchmarks)."""
+    recipe = load_recipe(args.recipe)
+    topology = dist.Topology.from_env(rank=args.rank, world_size=args.world_size, local_rank=args.local_rank,
+                                      master_addr=args.master_addr, master_port=args.master_port)
+    accel = resolve_accel(recipe, local_rank=topology.local_rank, prefer=args.device)
+    accel_policy.set_device(accel)
+    accel_policy.configure_threads(accel, ranks_on_host=topology.world_size)
+    dist.init(topology, accel)
+    try:
+        built = build(recipe, accel=accel, topology=topology)
+        sync = None
+        if not args.no_sync and topology.rank == 0:
+            if make_sync is None:
+                from yeto.learners.torch.hook import connect_sync as make_sync
+            sync = make_sync(built, recipe, args)
+        batches = train_batches(recipe, built.tokenizer, shard=args.learner_index * topology.world_size + topology.rank,
+                                num_shards=args.num_learners * topology.world_size, epoch=args.generation)
+        # DDP replicas evaluate on rank 0 alone, unwrapped (no collectives); FSDP2 shards need every rank.
+        evaluates = topology.rank == 0 or built.sharded
+        eval_model = built.wrapped if built.sharded else built.model
+        heldout = heldout_batches(recipe, built.tokenizer) if evaluates else []
+        last_log = [0.0]
+
+        def on_step(result: StepResult) -> None:
+            held = None
+            if args.eval_every and result.step % args.eval_every == 0 and heldout:
+                held = evaluate(eval_model, heldout, accel=accel)
+            if topology.rank != 0:
+                return
+            if getattr(sync, "progress", None):
+                sync.progress(result)
+            if held is not None or time.monotonic() - last_log[0] >= args.log_every_s:
+                last_log[0] = time.monotonic()
+                emit(event="step", step=result.step, loss=round(result.loss, 5), tokens=result.tokens,
+                     seconds=round(result.seconds, 4), lr=result.lr, synced=result.synced, heldout=held)
+
+        started = time.monotonic()
+        results = train(built.model, batches, recipe, accel=accel, topology=topology, sync=sync,
+                        on_step=on_step, wrapped=built.wrapped)
+        elapsed = time.monotonic() - started
+        held = evaluate(eval_model, heldout, accel=accel) if heldout else float("nan")
+        if topology.rank == 0:
+            emit(event="done", steps=len(results), tokens=sum(r.tokens for r in results),
+                 seconds=round(elapsed, 3), heldout=held)
+        if sync is not None and hasattr(sync, "close"):
+            sync.close()
+        return held
+    finally:
+        dist.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        run(parse_args(argv))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

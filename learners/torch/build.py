@@ -1,0 +1,54 @@
+"""Build one learner rank: model and tokenizer loaded, tuning applied on the CPU, moved and wrapped."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from yeto.learners import accel as accel_policy
+from yeto.learners.torch import dist
+from yeto.learners.torch.model import load_model, load_tokenizer, resolve
+from yeto.learners.torch.recipe import TrainRecipe
+from yeto.learners.torch.tuning import apply_tuning
+
+_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    """A learner rank ready to train."""
+
+    model: torch.nn.Module
+    """The unwrapped (peft) module: the sync adapter reads its trainable parameters."""
+    wrapped: torch.nn.Module
+    """What the loop calls: `model` itself, or its DDP / FSDP2 wrapper."""
+    tokenizer: object
+    """The model's tokenizer, chat template included."""
+    accel: accel_policy.Accel
+    """The hardware policy in force."""
+    sharded: bool
+    """True when FSDP2 shards the model across the island's ranks."""
+
+
+def resolve_accel(recipe: TrainRecipe, *, local_rank: int, prefer: str | None = None) -> accel_policy.Accel:
+    """The hardware policy, with the recipe's dtype overriding the automatic choice."""
+    accel = accel_policy.detect(local_rank=local_rank, prefer=prefer)
+    if recipe.dtype == "auto":
+        return accel
+    return accel_policy.Accel(kind=accel.kind, device=accel.device, dist_backend=accel.dist_backend,
+                              compute_dtype=_DTYPES[recipe.dtype])
+
+
+def build(recipe: TrainRecipe, *, accel: accel_policy.Accel, topology: dist.Topology) -> Built:
+    source = resolve(recipe.model)
+    tokenizer = load_tokenizer(source)
+    model = load_model(source, dtype=accel_policy.weight_dtype(accel, tuning=recipe.tuning))
+    model = apply_tuning(model, recipe)   # on the CPU, from the shared seed: identical on every island
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    sharded = accel_policy.needs_sharding(accel, param_bytes=param_bytes, tuning=recipe.tuning,
+                                          world_size=topology.world_size)
+    if not sharded:
+        model = model.to(accel.device)
+    wrapped = dist.wrap(model, accel, topology, shard=sharded)
+    accel_policy.empty_cache(accel)
+    return Built(model=model, wrapped=wrapped, tokenizer=tokenizer, accel=accel, sharded=sharded)
