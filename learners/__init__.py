@@ -1,1 +1,1 @@
-"""learners"""
+"""Learner backends and the one step-boundary module they share (diloco_sync)."""

@@ -1,18 +1,29 @@
-"""Regenerate the event catalogue in docs/ARCHITECTURE.md from schemas/ (between its markers).
+"""Regenerate the generated parts of the docs: the event catalogue in docs/ARCHITECTURE.md (from schemas/)
+and the README's file tree (one line per file, from each module's docstring), between their markers.
 
-    python scripts/gen_docs.py          # rewrite the catalogue
-    python scripts/gen_docs.py --check  # exit 1 if docs/ARCHITECTURE.md is out of date
+    python scripts/gen_docs.py          # rewrite both
+    python scripts/gen_docs.py --check  # exit 1 if either is out of date
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import subprocess
 import sys
 from pathlib import Path
 
 import yeto.schemas as schemas
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "ARCHITECTURE.md"
+README = ROOT / "README.md"
 BEGIN, END = "<!-- catalogue:begin -->", "<!-- catalogue:end -->"
+TREE_BEGIN, TREE_END = "<!-- tree:begin -->", "<!-- tree:end -->"
+# Files whose purpose no docstring or heading states.
+OTHER = {"Makefile": "setup, test, demo, bench, docs targets", "pyproject.toml": "the one `yeto` distribution, extras, pytest config",
+         ".ci/run": "CI: set up from nothing, then `make test`", ".gitignore": "ignored build and state files",
+         "README.md": "this page"}
+SKIP_PARTS = {"fixtures"}
 BASE_FIELDS = {"type", "version", "id", "run_id", "ts", "causation_id", "source"}
 
 
@@ -28,22 +39,65 @@ def render() -> str:
     return "\n".join(rows)
 
 
+def describe(path: Path) -> str:
+    rel = path.relative_to(ROOT).as_posix()
+    if rel in OTHER:
+        return OTHER[rel]
+    if path.suffix == ".py":
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        return doc.strip().splitlines()[0] if doc.strip() else ""
+    if path.suffix == ".md":
+        for line in path.read_text().splitlines():
+            if line.startswith("#"):
+                return line.lstrip("# ").strip()
+    if path.suffix in {".jsonl", ".json", ".csv", ".png"}:
+        return "data"
+    return ""
+
+
+def tracked_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout.split()
+    return sorted(ROOT / f for f in out if not SKIP_PARTS & set(Path(f).parts) and (ROOT / f).is_file())
+
+
+def render_tree() -> str:
+    lines, seen_dirs = ["```"], set()
+    for path in tracked_files():
+        rel = path.relative_to(ROOT)
+        for depth in range(1, len(rel.parts)):
+            d = rel.parts[:depth]
+            if d not in seen_dirs:
+                seen_dirs.add(d)
+                lines.append(f"{'  ' * (depth - 1)}{d[-1]}/")
+        desc = describe(path)
+        lines.append(f"{'  ' * (len(rel.parts) - 1)}{rel.name:<{max(1, 34 - 2 * (len(rel.parts) - 1))}} {desc}".rstrip())
+    return "\n".join(lines + ["```"])
+
+
+def replace_between(text: str, begin: str, end: str, body: str) -> str:
+    head, rest = text.split(begin, 1)
+    return f"{head}{begin}\n{body}\n{end}{rest.split(end, 1)[1]}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        print(f"{DOC} lacks the markers {BEGIN} ... {END}", file=sys.stderr)
-        return 1
-    head, rest = text.split(BEGIN, 1)
-    new = f"{head}{BEGIN}\n{render()}\n{END}{rest.split(END, 1)[1]}"
-    if args.check:
-        if new != text:
-            print("docs/ARCHITECTURE.md is out of date: run `python scripts/gen_docs.py`", file=sys.stderr)
+    stale = []
+    for doc, begin, end, body in ((DOC, BEGIN, END, render), (README, TREE_BEGIN, TREE_END, render_tree)):
+        text = doc.read_text()
+        if begin not in text or end not in text:
+            print(f"{doc} lacks the markers {begin} ... {end}", file=sys.stderr)
             return 1
-        return 0
-    DOC.write_text(new)
+        new = replace_between(text, begin, end, body())
+        if new != text:
+            stale.append(doc.name)
+            if not args.check:
+                doc.write_text(new)
+    if args.check and stale:
+        print(f"out of date: {', '.join(stale)}; run `python scripts/gen_docs.py`", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,1 +1,1 @@
-"""finalizer"""
+"""The finalizer service: budget cutoff, final cut, checkpoint marking, artifact."""

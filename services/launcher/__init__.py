@@ -1,1 +1,1 @@
-"""launcher"""
+"""The launcher service: fleet controller, backends, island health and replacement."""

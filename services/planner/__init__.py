@@ -1,1 +1,1 @@
-"""planner"""
+"""The planner service: `yeto shape`'s catalog, memory model and exact solver."""

@@ -1,1 +1,1 @@
-"""syncer"""
+"""The syncer service: fragment ingest, merge math, the outer step, broadcast, snapshots."""
