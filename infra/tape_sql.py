@@ -37,10 +37,10 @@ def check_read_only(sql: str) -> None:
     if kind == duckdb.StatementType.SELECT:
         return
     if kind == duckdb.StatementType.EXPLAIN:
-        inner = _EXPLAIN.sub("", st.query, count=1)
-        inner_st = duckdb.extract_statements(inner)
+        inner_st = duckdb.extract_statements(_EXPLAIN.sub("", st.query, count=1))
         if len(inner_st) == 1 and inner_st[0].type == duckdb.StatementType.SELECT:
             return
+        kind = inner_st[0].type if inner_st else kind  # EXPLAIN ANALYZE would run it: name what it explains
     if kind == duckdb.StatementType.PRAGMA:
         m = _PRAGMA.match(st.query)
         if m and m.group(1).lower() in READ_PRAGMAS:

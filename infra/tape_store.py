@@ -57,7 +57,7 @@ class TapeStore:
         self.last_seq = self.max_seq()
 
     def max_seq(self) -> int:
-        return int(self.con.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+        return int(self.con.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0])
 
     def append(self, seqs: list[int], subject_runs: list[str], raws: list[str]) -> int:
         """Store one batch atomically; the caller has filtered it to seqs after `last_seq`. Returns the new last seq."""
@@ -66,7 +66,7 @@ class TapeStore:
                                       pa.array(raws, pa.string())], schema=BATCH_SCHEMA)
         self.con.register("tape_batch", batch)
         try:
-            self.con.execute(_APPEND)
+            self.con.execute(_APPEND).fetchall()  # DuckDB 2 wants the row count consumed before the next statement
         finally:
             self.con.unregister("tape_batch")
         self.last_seq = seqs[-1]

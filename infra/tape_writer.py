@@ -89,10 +89,15 @@ class TapeWriter:
         log.info("tape %s at seq %d", self.cfg.db, self.store.last_seq)
         await self._start_consumer()
         tasks = [asyncio.create_task(self._pull_loop(stop)), asyncio.create_task(self._flush_loop(stop))]
+        stopped = asyncio.create_task(stop.wait())
         try:
-            await stop.wait()
-        finally:
+            # A loop that dies takes the process down (non-zero exit) so the stack restarts it from the tape.
+            await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
             for t in tasks:
+                if t.done() and t.exception():
+                    raise t.exception()
+        finally:
+            for t in (stopped, *tasks):
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._flush()          # commit what arrived; its ack goes out before the drain
