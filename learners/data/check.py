@@ -95,6 +95,10 @@ def check_data(spec: DataSpec, tokenizer=None) -> CheckReport:
             _add_bad(report, row.file, row.ref, row.is_line, reason)
             report.formats[example.format] -= 1
         report.bad_rows.sort(key=lambda b: (b.file, b.ref))
+        num_calls = sum(1 for _, e in examples if any("tool_calls" in m for m in e.messages or []))
+        if num_calls and "tool_calls" not in (tokenizer.chat_template or ""):
+            report.notes.append(f"{num_calls} rows have tool calls, but the model's chat template does not render "
+                                "tool_calls: they would be trained as empty turns; pick a tool-aware model")
     return report
 
 
