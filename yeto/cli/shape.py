@@ -1,0 +1,105 @@
+"""`yeto shape`: plan a fleet in-process (catalog, signals, exact solver) and show it, its rejections and the launch line."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from yeto.models import hub_weights_gb, resolve_model
+from yeto.services.planner.catalog import load_catalog
+from yeto.services.planner.plan import Plan, plan_fleet
+from yeto.services.planner.request import PlanRequest
+from yeto.services.planner.signals import gather_signals
+
+
+def _csv(text: str | None) -> tuple[str, ...]:
+    return tuple(x.strip() for x in (text or "").split(",") if x.strip())
+
+
+def add_plan_arguments(p: argparse.ArgumentParser, *, include_model: bool = True) -> None:
+    """The planner's flags, shared by `yeto shape` and `yeto launch` without --gpu."""
+    if include_model:
+        p.add_argument("--model", required=True, help="alias (see README), Hugging Face id, or local path")
+    p.add_argument("--budget", type=float, help="$/hr for islands plus head; maximise effective TFLOPs under it")
+    p.add_argument("--flops", type=float, help="effective TFLOPs to reach at least cost")
+    p.add_argument("--tuning", choices=("lora", "full"), default="lora")
+    p.add_argument("--base-quantization", choices=("none", "nf4"), default="none", help="nf4 = QLoRA")
+    p.add_argument("--seq-len", type=int, default=4096)
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--weights-gb", type=float, help="bf16 size of the model in GB (for (Hub) models offline)")
+    p.add_argument("--clouds", help="comma-separated clouds allowed (default: all in the catalog)")
+    p.add_argument("--regions", help="comma-separated regions allowed")
+    p.add_argument("--exclude-regions", help="comma-separated regions denied")
+    p.add_argument("--max-islands", type=int, default=16)
+    p.add_argument("--spot", dest="spot", action="store_true", default=True, help="spot where sold (default)")
+    p.add_argument("--on-demand", dest="spot", action="store_false", help="on-demand capacity only")
+    p.add_argument("--price-margin", type=float, default=0.10, help="fraction added to catalog prices")
+    p.add_argument("--head-price", type=float, default=0.19, help="$/hr of the on-demand head VM")
+    p.add_argument("--catalog-dir", help="local copy of SkyPilot's catalog (<dir>/<cloud>/vms.csv), for offline use")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("shape", help="plan a fleet for a budget or TFLOPs target, without launching",
+                       description="Plan the fleet `yeto launch` would rent when --gpu is omitted.")
+    add_plan_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    p.set_defaults(func=run)
+
+
+def request_from_args(args) -> PlanRequest:
+    ref = resolve_model(args.model)
+    weights = args.weights_gb if args.weights_gb is not None else ref.weights_gb
+    if weights is None and ref.hf_id:
+        weights = hub_weights_gb(ref.hf_id)
+    return PlanRequest(
+        model=args.model, weights_gb=weights, budget=args.budget, flops=args.flops, tuning=args.tuning,
+        base_quantization=args.base_quantization, seq_len=args.seq_len, micro_batch=args.micro_batch,
+        clouds=_csv(args.clouds), regions=_csv(args.regions), exclude_regions=_csv(args.exclude_regions),
+        max_islands=args.max_islands, spot=args.spot, price_margin=args.price_margin, head_price=args.head_price,
+        data=getattr(args, "data", None))
+
+
+def plan_from_args(args) -> Plan:
+    """Build the request from parsed flags, read the catalog and live signals, and plan (used by launch too)."""
+    req = request_from_args(args)
+    catalog = load_catalog(catalog_dir=args.catalog_dir, clouds=list(req.clouds) or None)
+    home = Path(getattr(args, "state_dir", None) or os.environ.get("YETO_HOME") or "~/.yeto").expanduser()
+    clouds = sorted({o.cloud for o in catalog})
+    signals = gather_signals(clouds, cache_path=home / "cache" / "signals.json", now=time.time())
+    return plan_fleet(req, catalog, signals)
+
+
+def render(plan: Plan, model: str) -> str:
+    lines = [f"Fleet for {model} ({plan.mode} mode): {plan.status}, solved in {plan.solve_seconds:.3f} s"
+             + (f", gap {plan.gap:.1%}" if plan.gap else "")]
+    lines.append(f"  {'#':>2}  {'entry':<28} {'instance':<26} {'capacity':<9} {'$/hr':>8} {'TFLOPs':>9} {'GB/GPU':>7}")
+    for n, i in enumerate(plan.islands, 1):
+        nodes = f"{i['nodes']}x" if i["nodes"] > 1 else ""
+        entry = f"{i['cloud']}:{nodes}{i['count']}x{i['gpu'].lower()}@{i['region']}"
+        lines.append(f"  {n:>2}  {entry:<28} {i['instance_type']:<26} {'spot' if i['spot'] else 'on-demand':<9} "
+                     f"{i['price_per_hour']:>8.2f} {i['tflops']:>9.1f} {i['memory_per_gpu_gb']:>7.1f}")
+    lines.append(f"      {'head (on-demand)':<64} {plan.head_price_per_hour:>8.2f}")
+    lines.append(f"      {'total':<64} {plan.total_price_per_hour:>8.2f} {plan.total_tflops:>9.1f}  effective")
+    lines += ["Binding constraints:"] + [f"  - {b}" for b in plan.binding or ["none"]]
+    lines += [f"Rejected shapes ({len(plan.rejected)}):"] + [f"  - {r['shape']}: {r['reason']}" for r in plan.rejected]
+    lines += ["Warnings:"] + [f"  - {w}" for w in plan.warnings or ["none"]]
+    lines += ["Launch it with:", f"  {plan.launch_command}"]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    plan = plan_from_args(args)
+    if args.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+    elif plan.feasible:
+        print(render(plan, args.model))
+    else:
+        for r in plan.rejected:
+            print(f"  rejected {r['shape']}: {r['reason']}", file=sys.stderr)
+    if not plan.feasible:
+        print(f"yeto shape: {plan.reason}", file=sys.stderr)
+        return 1
+    return 0
