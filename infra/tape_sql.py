@@ -24,6 +24,10 @@ class ReadOnlyError(ValueError):
     """The statement would change the tape or its database; the message says what is allowed."""
 
 
+class NoTapeWriterError(ValueError):
+    """Nothing answers on the tape's SQL subject: the stack or its tape writer is down."""
+
+
 def check_read_only(sql: str) -> None:
     """Raise ReadOnlyError unless `sql` is exactly one reading statement."""
     try:
@@ -95,7 +99,7 @@ async def ask(nc, sql: str, *, timeout: float = 30.0, max_rows: int = MAX_ROWS) 
     try:
         msg = await nc.request(TAPE_SQL, json.dumps({"sql": sql, "max_rows": max_rows}).encode(), timeout=timeout)
     except nats.errors.NoRespondersError:
-        raise ValueError(f"no tape writer answers on {TAPE_SQL}: is the stack up? (`yeto stack status`)") from None
+        raise NoTapeWriterError(f"no tape writer answers on {TAPE_SQL}: is the stack up? (`yeto stack status`)") from None
     except nats.errors.TimeoutError:
         raise ValueError(f"the tape writer did not answer within {timeout:.0f}s; narrow the query or add a LIMIT") from None
     reply = json.loads(msg.data)
