@@ -19,8 +19,12 @@ def data_spec(recipe: TrainRecipe):
 
 
 def _data():
+    from functools import partial
+
     from yeto.learners.data import collate, iter_blocks
-    return iter_blocks, collate
+    # "packed": transformers derives the block-diagonal causal mask from position_ids restarting at each
+    # document, with no (seq x seq) mask tensor and no mask/compute dtype mismatch under bf16 autocast.
+    return iter_blocks, partial(collate, attention="packed")
 
 
 def train_batches(recipe: TrainRecipe, tokenizer, *, shard: int, num_shards: int,

@@ -64,5 +64,7 @@ def batched(blocks: Iterable[Any], size: int, collate) -> Iterator[dict[str, tor
 def evaluate_blocks(model: torch.nn.Module, blocks: Iterable[Any], *, batch_size: int = 4,
                     accel: accel_policy.Accel | None = None) -> float:
     """`evaluate` over data blocks (yeto.learners.data), collated `batch_size` at a time."""
+    from functools import partial
+
     from yeto.learners.data import collate
-    return evaluate(model, batched(blocks, batch_size, collate), accel=accel)
+    return evaluate(model, batched(blocks, batch_size, partial(collate, attention="packed")), accel=accel)

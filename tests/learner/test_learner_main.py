@@ -1,0 +1,46 @@
+"""The learner entry point trains a tiny model from a chat JSONL with --no-sync (no NATS) and reports
+progress and the held-out loss as JSON lines; bad recipes are refused with exit status 2."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import learner_tiny  # noqa: E402
+
+
+def _learner(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "yeto.learners.torch", "--run-id", "r1", "--learner", "l0", *args],
+                          capture_output=True, text=True, timeout=150, env={"OMP_NUM_THREADS": "1", **_env()})
+
+
+def _env() -> dict:
+    import os
+    return dict(os.environ)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_no_sync_learner_trains_from_chat_jsonl_and_lowers_heldout_loss(tmp_path):
+    model_dir = learner_tiny.write_model_dir(tmp_path / "model")
+    data = learner_tiny.write_chat_jsonl(tmp_path / "chat.jsonl", num_rows=300)
+    recipe = {"model": str(model_dir), "data": str(data), "seq_len": 64, "micro_batch": 4, "max_steps": 40,
+              "lr": 3e-3, "warmup_steps": 5, "heldout_fraction": 0.1, "tuning": "full"}
+    (tmp_path / "recipe.json").write_text(json.dumps(recipe))
+    done = _learner("--no-sync", "--eval-every", "1", "--recipe", str(tmp_path / "recipe.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    steps = [line for line in lines if line["event"] == "step"]
+    assert [s["step"] for s in steps] == list(range(1, 41))   # every step evaluated, so every step logged
+    assert lines[-1]["event"] == "done" and lines[-1]["steps"] == 40
+    assert lines[-1]["heldout"] < 0.8 * steps[0]["heldout"]
+    assert not any(s["synced"] for s in steps)
+
+
+def test_unknown_recipe_field_exits_2_with_the_field_named():
+    done = _learner("--no-sync", "--recipe", '{"model": "x", "lora_rank": 4}')
+    assert done.returncode == 2 and "lora_rank" in done.stderr
