@@ -131,7 +131,7 @@ def _param_count(header: dict) -> int:
 
 def local_weights_gb(path: Path) -> float | None:
     """bf16 footprint of the safetensors under `path` (headers only: 8-byte length + JSON), or None if none."""
-    files = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path] if path.suffix == ".safetensors" else []
     if not files:
         return None
     params = 0

@@ -59,3 +59,9 @@ def test_repository_readme_table_is_in_sync_with_models_py():
     if not readme.exists() or "<!-- models:begin -->" not in readme.read_text():
         pytest.skip("README.md has no <!-- models:begin --> markers yet (the lead adds them)")
     assert subprocess.run([sys.executable, str(ROOT / "scripts/gen_model_table.py"), "--check"]).returncode == 0
+
+
+def test_a_local_non_safetensors_file_resolves_without_a_size(tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 64)
+    assert resolve_model(str(gguf)).weights_gb is None
