@@ -1,0 +1,116 @@
+"""The tape writer as a real process against a real nats-server: exactly once across kill -9, SQL over NATS, replay."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tape_events import scripted_run
+from yeto.cli.main import main
+from yeto.cli.tape import load_run
+from yeto.infra.bus import Bus
+from yeto.infra.tape_sql import ask
+from yeto.projections import fold
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def start_writer(url: str, db, log) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "yeto.infra.tape", "--nats-url", url, "--db", str(db), "--batch", "1000"],
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
+async def count_when(nc, predicate, timeout: float = 60.0) -> int:
+    """Poll the writer until the tape's row count satisfies predicate; return it."""
+    loop = asyncio.get_running_loop()
+    deadline, n = loop.time() + timeout, None
+    while loop.time() < deadline:
+        try:
+            n = (await ask(nc, "SELECT count(*) FROM events", timeout=2))["rows"][0][0]
+            if predicate(n):
+                return n
+        except ValueError:   # the writer is (re)starting
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"tape stuck at {n} rows")
+
+
+@pytest.mark.slow
+async def test_kill_9_mid_publish_then_restart_leaves_every_event_exactly_once(fresh_nats, tmp_path):
+    total, chunk = 10_000, 250
+    bus = await Bus.connect(fresh_nats.url)
+    log = open(tmp_path / "tape.log", "ab")
+    writer = start_writer(fresh_nats.url, tmp_path / "tape.duckdb", log)
+    killed_at = None
+    try:
+        for start in range(0, total, chunk):
+            futures = []
+            for i in range(start, start + chunk):
+                payload = json.dumps({"type": "Tick", "version": 1, "id": f"e{i}", "run_id": "r-kill",
+                                      "ts": "2025-01-01T00:00:00Z", "source": "test", "i": i}).encode()
+                futures.append(await bus.js.publish_async("yeto.evt.r-kill.Tick", payload, headers={"Nats-Msg-Id": f"e{i}"}))
+            await asyncio.gather(*futures)
+            if start == 2500:                        # the writer is mid-stream: kill it hard
+                killed_at = await count_when(bus.nc, lambda n: n > 0)
+                os.kill(writer.pid, signal.SIGKILL)
+                writer.wait()
+            if start == 6000:                        # publishing went on while it was dead
+                writer = start_writer(fresh_nats.url, tmp_path / "tape.duckdb", log)
+        await count_when(bus.nc, lambda n: n >= total)
+        await asyncio.sleep(0.5)                     # room for a duplicate to show up, were there one
+        (rows,) = (await ask(bus.nc, "SELECT count(*), count(DISTINCT payload->>'id'), min(seq), max(seq), "
+                                     "count(DISTINCT seq) FROM events"))["rows"]
+        assert rows == [total, total, 1, total, total]
+        assert 0 < killed_at < total
+    finally:
+        writer.terminate()
+        assert writer.wait(10) == 0                  # SIGTERM: commits what it has, exits cleanly
+        await bus.close()
+
+
+async def test_sql_over_nats_reads_and_refuses_writes_and_unparsable_payloads_land(fresh_nats, tmp_path, capsys):
+    bus = await Bus.connect(fresh_nats.url)
+    writer = start_writer(fresh_nats.url, tmp_path / "tape.duckdb", open(tmp_path / "tape.log", "ab"))
+    try:
+        await bus.publish_raw("yeto.evt.r-bad.Garbage", b"\xff{definitely not json", msg_id="bad-1")
+        await bus.publish(scripted_run("r-ok")[0])
+        await count_when(bus.nc, lambda n: n == 2)
+        reply = await ask(bus.nc, "SELECT seq, run_id, type FROM events ORDER BY seq")
+        assert reply["rows"] == [[1, "r-bad", "unparsable"], [2, "r-ok", "RunLaunched"]]
+        for sql in ("DROP TABLE events", "INSERT INTO events SELECT * FROM events", "ATTACH 'x.db'", "COPY events TO 'x.csv'"):
+            with pytest.raises(ValueError, match="the tape is read-only"):
+                await ask(bus.nc, sql)
+        with pytest.raises(ValueError, match="file system operations are disabled"):
+            await ask(bus.nc, "SELECT * FROM read_text('/etc/hostname')")
+        # the CLI asks the same writer when given the stack's URL
+        assert await asyncio.to_thread(main, ["--nats-url", fresh_nats.url, "sql", "SELECT run_id, type FROM events ORDER BY seq"]) == 0
+        out = capsys.readouterr().out
+        assert out.splitlines()[2].split() == ["r-bad", "unparsable"] and "(2 rows)" in out
+        assert await asyncio.to_thread(main, ["--nats-url", fresh_nats.url, "sql", "DELETE FROM events"]) == 2
+        assert "read-only: DELETE" in capsys.readouterr().err
+    finally:
+        writer.terminate()
+        assert writer.wait(10) == 0
+        await bus.close()
+
+
+async def test_replaying_the_tape_rebuilds_the_live_run_view(fresh_nats, tmp_path):
+    bus = await Bus.connect(fresh_nats.url)
+    writer = start_writer(fresh_nats.url, tmp_path / "tape.duckdb", open(tmp_path / "tape.log", "ab"))
+    try:
+        live = None
+        for event in scripted_run("r-live"):          # the live fold: each event as it is published
+            live = fold(live, event, await bus.publish(event))
+        await count_when(bus.nc, lambda n: n == len(scripted_run()))
+        args = type("Args", (), {"state_dir": str(tmp_path), "nats_url": fresh_nats.url})()
+        replayed = await asyncio.to_thread(load_run, args, "r-live")
+        assert replayed == live and replayed.phase == "finalized"
+    finally:
+        writer.terminate()
+        assert writer.wait(10) == 0
+        await bus.close()
