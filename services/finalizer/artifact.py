@@ -1,0 +1,90 @@
+"""The run's artifact, assembled from the syncer's final f32 state: a peft LoRA adapter or a full model in
+sharded safetensors, with the tokenizer (and its chat template) and a manifest of hashes, recipe and versions."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ADAPTER_NAME = "default"   # peft's name of the one adapter a learner trains
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_adapter(state: dict[str, np.ndarray]) -> bool:
+    return any(".lora_A." in n or ".lora_B." in n for n in state)
+
+
+def adapter_tensors(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Trainable-parameter names -> the names peft saves (without the adapter name)."""
+    return {n.replace(f".{ADAPTER_NAME}.", "."): np.ascontiguousarray(v, dtype=np.float32) for n, v in state.items()}
+
+
+def target_modules(state: dict[str, np.ndarray]) -> list[str]:
+    return sorted({n.split(".lora_")[0].rsplit(".", 1)[-1] for n in state if ".lora_" in n})
+
+
+def _write_adapter(state: dict[str, np.ndarray], train: dict[str, Any], base: str, out: Path) -> list[str]:
+    from peft import LoraConfig
+    from safetensors.numpy import save_file
+
+    config = LoraConfig(r=train.get("lora_r", 16), lora_alpha=train.get("lora_alpha", 32),
+                        lora_dropout=train.get("lora_dropout", 0.0), target_modules=target_modules(state),
+                        bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base)
+    config.save_pretrained(str(out))
+    save_file(adapter_tensors(state), str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    return ["adapter_config.json", "adapter_model.safetensors"]
+
+
+def _write_full(state: dict[str, np.ndarray], source, out: Path, max_shard_size: str) -> list[str]:
+    import torch
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+    from transformers import AutoConfig
+
+    tensors = {n: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for n, v in state.items()}
+    split = split_torch_state_dict_into_shards(tensors, max_shard_size=max_shard_size)
+    for filename, names in split.filename_to_tensors.items():
+        save_file({n: tensors[n] for n in names}, str(out / filename), metadata={"format": "pt"})
+    files = list(split.filename_to_tensors)
+    if split.is_sharded:
+        index = {"metadata": {"total_size": sum(t.numel() * 4 for t in tensors.values())}, "weight_map": split.tensor_to_filename}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+        files.append("model.safetensors.index.json")
+    AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file).save_pretrained(str(out))
+    return files + ["config.json"]
+
+
+def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out: Path, run_id: str,
+                   versions: dict[int, int], acked: list[str], max_shard_size: str = "2GB") -> tuple[str, list[str], str]:
+    """Write the artifact into `out`; returns (kind, files, manifest sha256). Deterministic for the same input."""
+    from yeto.learners.torch.model import load_tokenizer, resolve
+
+    train = recipe.get("train", {})
+    source = resolve(train["model"])
+    out.mkdir(parents=True, exist_ok=True)
+    kind = "adapter" if is_adapter(state) else "full"
+    base = source.location if source.gguf_file is None else str(Path(source.location) / source.gguf_file)
+    files = _write_adapter(state, train, base, out) if kind == "adapter" else _write_full(state, source, out, max_shard_size)
+    before = {p.name for p in out.iterdir()}
+    load_tokenizer(source).save_pretrained(str(out))
+    files += sorted({p.name for p in out.iterdir()} - before - set(files))
+    manifest = {
+        "run_id": run_id, "kind": kind, "base_model": train["model"], "base_location": base,
+        "files": {f: sha256_file(out / f) for f in sorted(set(files))},
+        "versions": {str(k): v for k, v in sorted(versions.items())}, "acked_by": sorted(acked),
+        "recipe": recipe, "data": recipe.get("data_check", {}),
+        "num_parameters": int(sum(v.size for v in state.values())),
+    }
+    text = json.dumps(manifest, indent=2, sort_keys=True)
+    (out / "manifest.json").write_text(text)
+    return kind, sorted(set(files)) + ["manifest.json"], hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,67 @@
+"""The finalizer's I/O: verify the final keyframes are in the keyframe stream, build and deliver the artifact."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from nats.js.errors import NotFoundError
+
+from yeto.infra.runner import Context, Retry
+from yeto.schemas.base import Message
+from yeto.schemas.fleet import ArtifactWritten, BuildArtifact, CheckpointMarkedFinal, MarkFinal
+from yeto.schemas.fragments import FragmentHeader
+from yeto.schemas.subjects import keyframe_subject
+from yeto.services.finalizer.artifact import write_artifact
+from yeto.services.finalizer.output import deliver
+from yeto.services.finalizer.logic import SOURCE
+
+KEY_STREAM = "YETO_GKEY"
+
+
+async def keyframe_versions(bus, run_id: str, fragments: list[int]) -> dict[int, int | None]:
+    """The version of each fragment's latest keyframe in the keyframe stream (None: none there)."""
+    out: dict[int, int | None] = {}
+    for frag in fragments:
+        try:
+            raw = await bus.js.get_last_msg(KEY_STREAM, keyframe_subject(run_id, frag, 0))
+        except NotFoundError:
+            out[frag] = None
+            continue
+        out[frag] = FragmentHeader.from_nats(dict(raw.headers or {})).version
+    return out
+
+
+class Effects:
+    def __init__(self, state_dir: Path):
+        self.state_dir = Path(state_dir)
+
+    def artifact_dir(self, run_id: str) -> Path:
+        return self.state_dir / "runs" / run_id / "artifact"
+
+    async def act(self, cmd, ctx: Context) -> list[Message]:
+        if isinstance(cmd, MarkFinal):
+            return [await self.mark_final(cmd, ctx)]
+        if isinstance(cmd, BuildArtifact):
+            return [await self.build(cmd, ctx)]
+        raise AssertionError(f"unknown finalizer intent {cmd!r}")
+
+    async def mark_final(self, cmd: MarkFinal, ctx: Context) -> Message:
+        found = await keyframe_versions(ctx.bus, cmd.run_id, sorted(cmd.versions))
+        behind = {f: (found[f], v) for f, v in cmd.versions.items() if found[f] is None or found[f] < v}
+        if behind:
+            raise Retry(f"final keyframes not durable yet (fragment: (in stream, final)) {behind}", delay_s=1.0)
+        return cmd.caused(CheckpointMarkedFinal, versions=cmd.versions, snapshot_path=cmd.snapshot_path,
+                          sha256=cmd.sha256, source=SOURCE)
+
+    async def build(self, cmd: BuildArtifact, ctx: Context) -> Message:
+        try:
+            from yeto.infra.globals_reader import read_final_state
+        except ImportError as e:
+            raise Retry(f"no reader of the final state: {e}", delay_s=30) from e
+        state = await read_final_state(ctx.bus, cmd.run_id)
+        out = self.artifact_dir(cmd.run_id)
+        kind, files, manifest_sha = await asyncio.to_thread(
+            write_artifact, state, recipe=cmd.recipe, out=out, run_id=cmd.run_id, versions=cmd.versions, acked=cmd.acked)
+        where, uploaded = await asyncio.to_thread(deliver, out, cmd.recipe.get("output") or "")
+        return cmd.caused(ArtifactWritten, output=where, local_path=str(out), artifact_kind=kind, files=files,
+                          manifest_sha256=manifest_sha, uploaded=uploaded, source=SOURCE)

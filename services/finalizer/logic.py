@@ -1,0 +1,101 @@
+"""The finalizer's decisions (pure): budget and limit cutoff, the final-cut state machine, the run's end.
+
+Every message id derives from (run, what), so the first decision wins and a repeated one publishes once.
+Waits are bounded: the syncer's answer by `final_cut_timeout_s`, learner acknowledgements by
+`final_ack_timeout_s` (a dead learner never blocks the cut).
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from yeto.infra.runner import Publish, Retry
+from yeto.schemas.base import Message, derive_id
+from yeto.schemas.commands import StopRun
+from yeto.schemas.fleet import (BuildArtifact, FinalCutRequested, MarkFinal, RunFailed, RunFinalized, RunStopped,
+                                StopIsland)
+from yeto.services.finalizer.budget import Limits, cut_reason, spend
+from yeto.services.finalizer.state import ENDED, FinalRun
+
+SOURCE = "finalizer"
+DEFAULTS = {"final_ack_timeout_s": 30.0, "final_cut_timeout_s": 900.0, "head_price_per_hour": 0.0}
+
+
+def setting(run: FinalRun, name: str) -> float:
+    value = run.recipe.get(name)
+    return float(DEFAULTS[name] if value is None else value)
+
+
+def run_spend(run: FinalRun, now: datetime) -> float:
+    return spend(run.meters, setting(run, "head_price_per_hour"), run.launched_at, now)
+
+
+def _msg(cls, run: FinalRun, **fields) -> Publish:
+    return Publish(cls(id=derive_id(run.run_id, cls.__name__), run_id=run.run_id, source=SOURCE, **fields))
+
+
+def stop_islands(run: FinalRun, reason: str) -> list[Publish]:
+    """StopIsland for every island still up; the ids match the launcher's, so either may send them."""
+    return [Publish(StopIsland(id=derive_id(run.run_id, "StopIsland", i, g), run_id=run.run_id, source=SOURCE, island=i,
+                               generation=g, spec=run.fleet[i], reason=reason, price_per_hour=run.meters[i].price_per_hour))
+            for i, (g, s) in enumerate(zip(run.generations, run.islands)) if s == "up"]
+
+
+def _training(run: FinalRun, now: datetime, period_s: float) -> list[Publish]:
+    if run.islands and all(s == "dropped" for s in run.islands):
+        return [_msg(RunFailed, run, reason=f"every island was dropped; see `yeto logs {run.run_id}`")]
+    found = cut_reason(limits=Limits.from_recipe(run.recipe), meters=run.meters, head_price=setting(run, "head_price_per_hour"),
+                       launched_at=run.launched_at, now=now, period_s=period_s, tokens=run.total_tokens)
+    if found is None and run.islands and all(s in ("finished", "dropped") for s in run.islands):
+        found = ("max_steps", "every island trained to --max-steps")
+    return [_msg(FinalCutRequested, run, reason=found[0], detail=found[1])] if found else []
+
+
+def reconcile(run: FinalRun, now: datetime, period_s: float) -> list[Publish]:
+    if run.phase == "training":
+        return _training(run, now, period_s)
+    if run.phase == "cutting":
+        waited = (now - run.cut_at).total_seconds()
+        if waited > setting(run, "final_cut_timeout_s"):
+            return [_msg(RunFailed, run, reason=f"the syncer did not finish the final cut within {waited:.0f}s; "
+                                                f"see `yeto logs` of the stack (syncer)")]
+        return []
+    if run.phase == "done":
+        return [_msg(MarkFinal, run, **run.final)]
+    if run.phase == "marked":
+        expected = run.expected_acks()
+        waited = (now - run.marked_at).total_seconds()
+        if expected <= run.acks or waited >= setting(run, "final_ack_timeout_s"):
+            build = _msg(BuildArtifact, run, recipe=run.recipe, versions=run.final["versions"], acked=sorted(run.acks))
+            return [build, *stop_islands(run, "final cut done")]
+        return []
+    if run.phase == "written":
+        expected = {f"island-{i}" for i in range(len(run.fleet))}
+        return [_msg(RunFinalized, run, output=run.artifact["output"], manifest_sha256=run.artifact["manifest_sha256"],
+                     reason=run.cut_reason or "user", spend_usd=round(run_spend(run, now), 6), acked=sorted(run.acks),
+                     missing_acks=sorted(expected - run.acks))]
+    return []
+
+
+def on_stop(run: FinalRun | None, cmd: StopRun) -> list[Publish]:
+    if run is None:   # its RunLaunched is not folded yet (or the run does not exist): ask again later
+        raise Retry(f"run {cmd.run_id} is not known (yet)", delay_s=2.0)
+    if run.phase in ENDED:
+        return []
+    if cmd.now:
+        return [Publish(cmd.caused(RunStopped, reason=f"{cmd.reason}: yeto down --now", source=SOURCE)),
+                *stop_islands(run, "yeto down --now")]
+    if run.phase == "training":
+        return [_msg(FinalCutRequested, run, reason="user", detail="yeto down")]
+    return []
+
+
+def make_decide(period_s: float):
+    """decide(state, msg, now) with the accounting period (the service's tick) bound in."""
+    def decide(state: dict[str, FinalRun], msg: Message | None, now: datetime) -> list:
+        if isinstance(msg, StopRun):
+            return on_stop(state.get(msg.run_id), msg)
+        if msg is not None and msg.kind == "command":
+            return [msg]   # MarkFinal / BuildArtifact: performed by effects
+        runs = list(state.values()) if msg is None else [state[msg.run_id]] if msg.run_id in state else []
+        return [p for run in runs if run.phase not in ENDED for p in reconcile(run, now, period_s)]
+    return decide

@@ -1,0 +1,75 @@
+"""Deliver the artifact to `--output`: a local directory, any fsspec / SkyPilot store URI, or hf://org/repo.
+
+Every upload is verified against the manifest (sizes, and the manifest read back byte-identical) before
+the run is reported uploaded; a failed verification raises, and the finalizer retries.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from yeto.services.finalizer.artifact import sha256_file
+
+# SkyPilot store schemes and their fsspec protocols (r2 and cos speak S3).
+SCHEMES = {"s3": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "abfs", "r2": "s3", "cos": "s3", "oci": "oci",
+           "memory": "memory", "file": "file"}
+
+
+class UploadError(RuntimeError):
+    """The artifact did not arrive intact; the message says where and what differs."""
+
+
+def is_remote(output: str) -> bool:
+    return "://" in output
+
+
+def deliver(local: Path, output: str) -> tuple[str, bool]:
+    """Copy or upload `local` to `output`; returns (where it is, uploaded). Empty output: it stays in `local`."""
+    if not output:
+        return str(local), False
+    if output.startswith("hf://"):
+        _upload_hf(local, output[len("hf://"):])
+        return output, True
+    if is_remote(output):
+        _upload_fsspec(local, output)
+        return output, True
+    dest = Path(output).expanduser().resolve()
+    if dest != local.resolve():
+        shutil.copytree(local, dest, dirs_exist_ok=True)
+        for f in local.iterdir():
+            if sha256_file(dest / f.name) != sha256_file(f):
+                raise UploadError(f"{dest / f.name} differs from the artifact after copying")
+    return str(dest), False
+
+
+def _upload_fsspec(local: Path, uri: str) -> None:
+    import fsspec
+
+    scheme = uri.split("://", 1)[0]
+    if scheme not in SCHEMES:
+        raise ValueError(f"--output {uri}: unknown store scheme {scheme!r}; use one of {', '.join(sorted(SCHEMES))}, hf://org/repo or a local path")
+    fs, root = fsspec.core.url_to_fs(f"{SCHEMES[scheme]}://{uri.split('://', 1)[1]}")
+    root = root.rstrip("/")
+    for f in sorted(local.iterdir()):
+        fs.put_file(str(f), f"{root}/{f.name}")
+    for f in local.iterdir():
+        remote = f"{root}/{f.name}"
+        if not fs.exists(remote) or fs.size(remote) != f.stat().st_size:
+            raise UploadError(f"{uri}/{f.name} is missing or has the wrong size after upload")
+    if fs.cat_file(f"{root}/manifest.json") != (local / "manifest.json").read_bytes():
+        raise UploadError(f"{uri}/manifest.json differs from the artifact's manifest after upload")
+
+
+def _upload_hf(local: Path, repo: str) -> None:
+    from huggingface_hub import HfApi, hf_hub_download
+
+    api = HfApi()
+    api.create_repo(repo, private=True, exist_ok=True)
+    api.upload_folder(repo_id=repo, folder_path=str(local), commit_message="yeto: final artifact")
+    got = Path(hf_hub_download(repo, "manifest.json", force_download=True)).read_bytes()
+    if got != (local / "manifest.json").read_bytes():
+        raise UploadError(f"hf://{repo}/manifest.json differs from the artifact's manifest after upload")
+    remote = set(api.list_repo_files(repo))
+    missing = sorted(f.name for f in local.iterdir() if f.name not in remote)
+    if missing:
+        raise UploadError(f"hf://{repo} lacks {', '.join(missing)} after upload")

@@ -1,0 +1,1 @@
+"""Island backends of the launcher: local processes and SkyPilot managed jobs, behind one interface (base.py)."""

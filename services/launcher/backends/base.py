@@ -1,0 +1,65 @@
+"""The interface every island backend implements: start one island generation, read its status, stop it.
+
+Backends are synchronous (the launcher calls them in a worker thread) and idempotent: starting a
+generation that already runs returns its handle; stopping one that is gone does nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from yeto.schemas.fleet import learner_name
+
+
+@dataclass(frozen=True, kw_only=True)
+class IslandLaunch:
+    """Everything a backend needs to start one generation of one island."""
+
+    run_id: str
+    """The run."""
+    island: int
+    """Index of the island in the run's fleet."""
+    generation: int
+    """Incarnation: 0 at launch, +1 per replacement (the learner's --generation)."""
+    spec: dict[str, Any]
+    """The fleet entry: cloud, gpu, count, nodes, region, spot."""
+    recipe: dict[str, Any]
+    """The run's recipe (LaunchRun.recipe): `train` is the learner's TrainRecipe."""
+    num_islands: int
+    """Islands in the run (the learners' data sharding)."""
+    nats_url: str
+    """The URL learners reach the stack at."""
+
+    @property
+    def learner(self) -> str:
+        return learner_name(self.island)
+
+
+@dataclass(frozen=True)
+class IslandStatus:
+    """What the backend sees: running, or exited with a code (None when killed or lost without one)."""
+
+    running: bool
+    exit_code: int | None = None
+    detail: str = ""
+
+
+class Backend(Protocol):
+    name: str
+
+    def start(self, launch: IslandLaunch) -> str:
+        """Start the island generation (or find it started); return its handle."""
+
+    def status(self, run_id: str, island: int, generation: int, handle: str) -> IslandStatus:
+        """The island generation's status now."""
+
+    def stop(self, run_id: str, island: int, generation: int, handle: str) -> None:
+        """Stop the island generation; nothing if it is already gone."""
+
+
+def learner_args(launch: IslandLaunch, recipe_path: str | Path) -> list[str]:
+    """The learner's flags shared by every backend (ranks and rendezvous are the backend's business)."""
+    return ["--run-id", launch.run_id, "--learner", launch.learner, "--generation", str(launch.generation),
+            "--nats-url", launch.nats_url, "--recipe", str(recipe_path),
+            "--learner-index", str(launch.island), "--num-learners", str(launch.num_islands)]

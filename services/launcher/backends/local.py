@@ -1,0 +1,130 @@
+"""Local islands: one process group per island generation, one learner process per rank, logs captured.
+
+Layout under `<state>/runs/<run>/` (found again by a restarted launcher and by `yeto chaos kill`):
+    recipe.json                           the learners' TrainRecipe
+    logs/island-<i>.log                   every generation's output, appended (what `yeto logs` tails)
+    islands/<i>/g<gen>/group.json         the process group id and the pids of the ranks
+    islands/<i>/g<gen>/rank-<r>.exit      the rank's exit status, written by its shell wrapper on exit
+A group whose ranks are gone without exit files was killed (SIGKILL leaves no status behind).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from yeto.services.launcher.backends.base import IslandLaunch, IslandStatus, learner_args
+
+# `sh -c WRAP exitfile cmd...` runs cmd, then records its status: the one thing a non-parent can read later.
+WRAP = '"$@"; echo $? > "$0"'
+RankArgv = Callable[[IslandLaunch, Path, int, int], list[str]]
+
+
+def torch_learner(launch: IslandLaunch, recipe_path: Path, rank: int, port: int) -> list[str]:
+    """The real learner (learners/torch) for one rank of a local island."""
+    return [sys.executable, "-m", "yeto.learners.torch", *learner_args(launch, recipe_path),
+            "--rank", str(rank), "--world-size", str(launch.spec.get("count", 1)), "--local-rank", str(rank),
+            "--master-addr", "127.0.0.1", "--master-port", str(port),
+            "--device", "cuda" if launch.spec.get("gpu") == "cuda" else "cpu"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # Zombies (exited children of a still-running launcher) are not alive.
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (pid_dir / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, state_dir: Path, *, rank_argv: RankArgv = torch_learner, env: dict[str, str] | None = None):
+        self.state_dir, self.rank_argv, self.env = Path(state_dir), rank_argv, env or {}
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.state_dir / "runs" / run_id
+
+    def gen_dir(self, run_id: str, island: int, generation: int) -> Path:
+        return self.run_dir(run_id) / "islands" / str(island) / f"g{generation}"
+
+    def log_path(self, run_id: str, island: int) -> Path:
+        return self.run_dir(run_id) / "logs" / f"island-{island}.log"
+
+    def start(self, launch: IslandLaunch) -> str:
+        gdir = self.gen_dir(launch.run_id, launch.island, launch.generation)
+        if (gdir / "group.json").exists():     # started before (a redelivered StartIsland): never twice
+            return str(json.loads((gdir / "group.json").read_text())["pgid"])
+        gdir.mkdir(parents=True, exist_ok=True)
+        recipe_path = self.run_dir(launch.run_id) / "recipe.json"
+        recipe_path.write_text(json.dumps(launch.recipe.get("train", {}), indent=2, sort_keys=True))
+        log = self.log_path(launch.run_id, launch.island)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        port, pgid, pids = free_port(), 0, []
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        with open(log, "ab") as out:
+            out.write(f"=== island {launch.island} generation {launch.generation} ===\n".encode())
+            out.flush()
+            for rank in range(int(launch.spec.get("count", 1))):
+                argv = ["sh", "-c", WRAP, str(gdir / f"rank-{rank}.exit"),
+                        *self.rank_argv(launch, recipe_path, rank, port)]
+                proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=env, process_group=pgid)
+                pgid = pgid or proc.pid
+                pids.append(proc.pid)
+        (gdir / "group.json").write_text(json.dumps({"pgid": pgid, "pids": pids}))
+        return str(pgid)
+
+    def status(self, run_id: str, island: int, generation: int, handle: str) -> IslandStatus:
+        gdir = self.gen_dir(run_id, island, generation)
+        try:
+            group = json.loads((gdir / "group.json").read_text())
+        except (OSError, ValueError):
+            return IslandStatus(False, None, "no record of this island's processes")
+        codes = {}
+        for f in gdir.glob("rank-*.exit"):
+            text = f.read_text().strip()
+            if text:
+                codes[int(f.stem.split("-")[1])] = int(text)
+        failed = {r: c for r, c in codes.items() if c != 0}
+        if failed:
+            rank, code = min(failed.items())
+            return IslandStatus(False, code, f"rank {rank} exited with status {code}")
+        if group_alive(group["pgid"]):
+            return IslandStatus(True)
+        if len(codes) == len(group["pids"]):
+            return IslandStatus(False, 0, "every rank finished")
+        return IslandStatus(False, None, "killed: the processes are gone without an exit status")
+
+    def stop(self, run_id: str, island: int, generation: int, handle: str, *, sig: int = signal.SIGTERM) -> None:
+        try:
+            group = json.loads((self.gen_dir(run_id, island, generation) / "group.json").read_text())
+            os.killpg(group["pgid"], sig)
+        except (OSError, ValueError, ProcessLookupError):
+            pass
+
+    def current_generation(self, run_id: str, island: int) -> int | None:
+        """The newest generation started for an island (what `yeto chaos kill` aims at)."""
+        gens = [int(p.name[1:]) for p in (self.run_dir(run_id) / "islands" / str(island)).glob("g*") if p.name[1:].isdigit()]
+        return max(gens) if gens else None

@@ -1,0 +1,102 @@
+"""The launcher's I/O: perform Spawn/Kill through the island's backend, and watch the backends for exits."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Callable
+
+from yeto.infra.runner import Context, Retry
+from yeto.schemas.base import Message, derive_id
+from yeto.schemas.fleet import IslandExited, IslandReplaced, IslandStopped, IslandUp
+from yeto.services.launcher.backends.base import Backend, IslandLaunch
+from yeto.services.launcher.logic import SOURCE, Kill, Spawn
+from yeto.services.launcher.state import Run, backend_of
+
+log = logging.getLogger(__name__)
+
+
+class Effects:
+    """Holds the backends (by name) and the URL learners reach the stack at."""
+
+    def __init__(self, backends: dict[str, Backend], nats_url: str, *, poll_s: float = 1.0):
+        self.backends, self.nats_url, self.poll_s = backends, nats_url, poll_s
+
+    def backend(self, spec: dict) -> Backend:
+        name = backend_of(spec)
+        if name not in self.backends:
+            raise Retry(f"no {name} backend configured on this launcher", delay_s=30)
+        return self.backends[name]
+
+    async def act(self, intent, ctx: Context) -> list[Message]:
+        if isinstance(intent, Spawn):
+            return [await self.spawn(intent)]
+        if isinstance(intent, Kill):
+            return [await self.kill(intent)]
+        raise AssertionError(f"unknown launcher intent {intent!r}")
+
+    async def spawn(self, intent: Spawn) -> Message:
+        c = intent.cmd
+        launch = IslandLaunch(run_id=c.run_id, island=c.island, generation=c.generation, spec=c.spec, recipe=c.recipe,
+                              num_islands=c.num_islands, nats_url=self.nats_url)
+        backend = self.backend(c.spec)
+        try:
+            handle = await asyncio.to_thread(backend.start, launch)
+        except Exception as e:  # noqa: BLE001 - a cloud may say no for now: try again later
+            raise Retry(f"starting island {c.island} generation {c.generation}: {e}", delay_s=10) from e
+        fields = dict(run_id=c.run_id, source=SOURCE, island=c.island, generation=c.generation, spec=c.spec,
+                      price_per_hour=c.price_per_hour, backend=backend.name, handle=handle)
+        if c.generation == 0:
+            return IslandUp(id=derive_id(c.run_id, "IslandUp", c.island, 0), **fields)
+        return IslandReplaced(id=derive_id(c.run_id, "IslandReplaced", c.island, c.generation),
+                              previous_generation=c.generation - 1, **fields)
+
+    async def kill(self, intent: Kill) -> Message:
+        c = intent.cmd
+        backend = self.backend(c.spec)
+        await asyncio.to_thread(backend.stop, c.run_id, c.island, c.generation, "")
+        return IslandStopped(id=derive_id(c.run_id, "IslandStopped", c.island, c.generation), run_id=c.run_id,
+                             source=SOURCE, island=c.island, generation=c.generation, spec=c.spec,
+                             price_per_hour=c.price_per_hour, backend=backend.name, reason=c.reason)
+
+    def exits(self, state: dict[str, Run]) -> list[IslandExited]:
+        """One IslandExited per island generation that is up in the state but no longer runs."""
+        out = []
+        for run in state.values():
+            for isl in run.islands:
+                if isl.phase != "up" or backend_of(isl.spec) not in self.backends:
+                    continue
+                st = self.backends[backend_of(isl.spec)].status(run.run_id, isl.index, isl.generation, isl.handle)
+                if not st.running:
+                    out.append(IslandExited(
+                        id=derive_id(run.run_id, "IslandExited", isl.index, isl.generation), run_id=run.run_id,
+                        source=SOURCE, island=isl.index, generation=isl.generation, spec=isl.spec,
+                        price_per_hour=isl.price_per_hour, backend=isl.backend, handle=isl.handle,
+                        exit_code=st.exit_code, detail=st.detail))
+        return out
+
+    def watcher(self) -> Callable[[Context], asyncio.Future]:
+        async def watch(ctx: Context) -> None:
+            while not ctx.stop.is_set():
+                _reap()
+                try:
+                    for event in await asyncio.to_thread(self.exits, ctx.state):
+                        await ctx.bus.publish(event)
+                except Exception:  # noqa: BLE001 - a backend hiccup: look again next time
+                    log.exception("launcher: island status poll failed")
+                try:
+                    await asyncio.wait_for(ctx.stop.wait(), self.poll_s)
+                except asyncio.TimeoutError:
+                    pass
+        return watch
+
+
+def _reap() -> None:
+    """Collect exited learner children of this process so they do not linger as zombies."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

@@ -1,0 +1,111 @@
+"""The launcher's decisions (pure): launch a run's islands, replace a dead one, drop one that does not come back.
+
+Level-triggered: `reconcile` looks at a run's whole state, so a decision lost to a crash is taken again;
+every message id derives from (run, island, generation, what), so taking it twice publishes once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from yeto.infra.runner import Publish
+from yeto.schemas.base import Event, Message, derive_id
+from yeto.schemas.commands import LaunchRun
+from yeto.schemas.fleet import (IslandDropped, IslandPreempted, IslandRequested, RunLaunched, StartIsland,
+                                StopIsland)
+from yeto.services.launcher.state import Island, Run, backend_of
+
+SOURCE = "launcher"
+DEFAULTS = {"recover_timeout_s": 600.0, "heartbeat_timeout_s": 300.0, "startup_timeout_s": 1800.0, "max_crashes": 3}
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """Start the processes (or the managed job) of one island generation."""
+    cmd: StartIsland
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Stop one island generation."""
+    cmd: StopIsland
+
+
+def setting(recipe: dict, name: str) -> float:
+    value = recipe.get(name)
+    return float(DEFAULTS[name] if value is None else value)
+
+
+def _island_fields(run_id: str, isl: Island, generation: int) -> dict:
+    return dict(run_id=run_id, source=SOURCE, island=isl.index, generation=generation, spec=isl.spec,
+                price_per_hour=isl.price_per_hour, backend=isl.backend)
+
+
+def start(run_id: str, recipe: dict, num_islands: int, isl: Island, generation: int) -> list[Publish]:
+    """StartIsland first, then IslandRequested: a crash between the two leaves the island to be started again."""
+    cmd = StartIsland(id=derive_id(run_id, "StartIsland", isl.index, generation), run_id=run_id, source=SOURCE,
+                      island=isl.index, generation=generation, spec=isl.spec, recipe=recipe, num_islands=num_islands,
+                      price_per_hour=isl.price_per_hour)
+    req = IslandRequested(id=derive_id(run_id, "IslandRequested", isl.index, generation), **_island_fields(run_id, isl, generation))
+    return [Publish(cmd), Publish(req)]
+
+
+def stop(run_id: str, isl: Island, reason: str, generation: int | None = None) -> Publish:
+    gen = isl.generation if generation is None else generation
+    return Publish(StopIsland(id=derive_id(run_id, "StopIsland", isl.index, gen), run_id=run_id, source=SOURCE,
+                              island=isl.index, generation=gen, spec=isl.spec, reason=reason,
+                              price_per_hour=isl.price_per_hour))
+
+
+def launch(cmd: LaunchRun) -> list[Publish]:
+    out = [Publish(cmd.caused(RunLaunched, fleet=cmd.fleet, recipe=cmd.recipe, source=SOURCE))]
+    for i, spec in enumerate(cmd.fleet):
+        isl = Island(index=i, spec=spec, price_per_hour=float(spec.get("price_per_hour") or 0.0), backend=backend_of(spec))
+        out += start(cmd.run_id, cmd.recipe, len(cmd.fleet), isl, 0)
+    return out
+
+
+def _event(cls: type[Event], run_id: str, isl: Island, **fields) -> Publish:
+    return Publish(cls(id=derive_id(run_id, cls.__name__, isl.index, isl.generation), handle=isl.handle,
+                       **_island_fields(run_id, isl, isl.generation), **fields))
+
+
+def reconcile(run: Run, now: datetime) -> list[Publish]:
+    """What the run needs now: replacements, drops, and teardown once it has ended."""
+    if run.ended:
+        return [stop(run.run_id, isl, f"run ended ({run.ended})") for isl in run.islands if isl.phase in ("up", "replacing")]
+    out: list[Publish] = []
+    r = run.recipe
+    for isl in run.islands:
+        age = (now - isl.since).total_seconds() if isl.since else 0.0
+        if isl.phase == "exited" and not run.cutting:
+            out.append(_event(IslandPreempted, run.run_id, isl, reason=isl.exit_detail or "the island's processes ended"))
+        elif isl.phase == "up" and not run.cutting:
+            beat = (now - isl.last_beat).total_seconds() if isl.last_beat else None
+            if beat is not None and beat > setting(r, "heartbeat_timeout_s"):
+                out += [_event(IslandPreempted, run.run_id, isl, reason=f"no heartbeat for {beat:.0f}s"), stop(run.run_id, isl, "silent")]
+            elif beat is None and age > setting(r, "startup_timeout_s"):
+                out += [_event(IslandPreempted, run.run_id, isl, reason=f"no progress {age:.0f}s after start"), stop(run.run_id, isl, "silent")]
+        elif isl.phase == "preempted" and not run.cutting:
+            if isl.crashes >= setting(r, "max_crashes"):
+                out.append(_event(IslandDropped, run.run_id, isl, reason=f"crashed {isl.crashes} times before any progress; see `yeto logs {run.run_id} --island {isl.index}`"))
+            else:
+                out += start(run.run_id, r, len(run.islands), isl, isl.generation + 1)
+        elif isl.phase == "replacing" and age > setting(r, "recover_timeout_s"):
+            out += [_event(IslandDropped, run.run_id, isl, reason=f"not back within --recover-timeout {setting(r, 'recover_timeout_s'):.0f}s"),
+                    stop(run.run_id, isl, "dropped")]
+    return out
+
+
+def decide(state: dict[str, Run], msg: Message | None, now: datetime) -> list:
+    if isinstance(msg, LaunchRun):
+        return launch(msg)
+    if isinstance(msg, StartIsland):
+        run = state.get(msg.run_id)
+        isl = run.islands[msg.island] if run and msg.island < len(run.islands) else None
+        stale = run is not None and (run.ended or (isl is not None and (isl.generation > msg.generation or isl.phase in ("dropped", "stopped"))))
+        return [] if stale else [Spawn(msg)]
+    if isinstance(msg, StopIsland):
+        return [Kill(msg)]
+    runs = [state[msg.run_id]] if msg is not None and msg.run_id in state else list(state.values()) if msg is None else []
+    return [p for run in runs for p in reconcile(run, now)]
