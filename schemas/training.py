@@ -1,4 +1,132 @@
-"""Events and commands of the training area (filled in by its issue)."""
+"""Events of the training area: merged and aborted rounds, rejected pushes, snapshots, learner progress."""
 from __future__ import annotations
 
-EXAMPLES: list = []
+from typing import Literal
+
+from yeto.schemas.base import Event, registry
+
+RejectReason = Literal[
+    "fingerprint",          # the learner's layout fingerprint differs from the run's
+    "replaced_generation",  # a newer generation of this learner id has been seen
+    "duplicate",            # this push (learner, generation, fragment, local_step) was already taken
+    "corrupt_chunk",        # a chunk's size or checksum is wrong
+    "too_large",            # a declared size beyond the cap
+    "bad_header",           # an unparsable header, or a numel that disagrees with the fragment
+    "stale_base",           # base version older than max_base_lag versions
+    "future_base",          # base version newer than the syncer's (the syncer lost state)
+    "non_finite",           # the payload holds NaN or infinity
+    "not_owned",            # this syncer instance does not own the fragment
+    "init_mismatch",        # a learner's initial values differ from the adopted version 0
+]
+
+
+@registry.register
+class RoundMerged(Event):
+    """A fragment's round merged: who contributed, how much, and what the outer step did."""
+
+    type: Literal["RoundMerged"] = "RoundMerged"
+    version: Literal[1] = 1
+    fragment: int
+    global_version: int             # the new global version of the fragment
+    responders: list[str]           # learner ids, in merge order
+    weights: list[float]            # normalised merge weights, one per responder
+    staleness: list[int]            # current version - base version, per responder
+    tokens: int                     # tokens merged (sum of c_tokens)
+    grace_ms: float                 # grace window granted once quorum was reached
+    quorum_ms: float                # time from the round's first push to quorum
+    merge_ms: float                 # time of the merge and outer step
+    delta_norm: float               # L2 norm of the merged pseudo-gradient
+    merge: str                      # rda | avg | avg-fallback (rda directions cancelled)
+
+
+@registry.register
+class RoundAborted(Event):
+    """A round's merge was abandoned all-or-nothing; the fragment keeps its previous version."""
+
+    type: Literal["RoundAborted"] = "RoundAborted"
+    version: Literal[1] = 1
+    fragment: int
+    global_version: int             # the version the fragment keeps
+    responders: list[str]
+    reason: str
+
+
+@registry.register
+class LearnerRejected(Event):
+    """A push (or chunk) from a learner was refused; `reason` is a code, `detail` says what to fix."""
+
+    type: Literal["LearnerRejected"] = "LearnerRejected"
+    version: Literal[1] = 1
+    learner: str
+    generation: int = 0
+    fragment: int | None = None
+    reason: RejectReason
+    detail: str = ""
+
+
+@registry.register
+class SnapshotWritten(Event):
+    """The syncer's state for some fragments is durable at `path`."""
+
+    type: Literal["SnapshotWritten"] = "SnapshotWritten"
+    version: Literal[1] = 1
+    path: str
+    versions: dict[int, int]        # fragment -> global version in the snapshot
+    sha256: str
+
+
+@registry.register
+class LearnerJoined(Event):
+    """The syncer saw a learner (generation) for the first time."""
+
+    type: Literal["LearnerJoined"] = "LearnerJoined"
+    version: Literal[1] = 1
+    learner: str
+    generation: int
+    fingerprint: str
+
+
+@registry.register
+class LearnerProgress(Event):
+    """A learner's training progress, emitted at a bounded rate."""
+
+    type: Literal["LearnerProgress"] = "LearnerProgress"
+    version: Literal[1] = 1
+    learner: str
+    generation: int = 0
+    step: int
+    loss: float
+    tokens: int                     # tokens processed since the learner started
+    tokens_per_s: float
+    step_time_s: float
+    lr: float
+
+
+@registry.register
+class GlobalVersionPublished(Event):
+    """A new global version of a fragment was broadcast (as a delta, and a keyframe when `keyframe`)."""
+
+    type: Literal["GlobalVersionPublished"] = "GlobalVersionPublished"
+    version: Literal[1] = 1
+    fragment: int
+    global_version: int
+    keyframe: bool
+    num_bytes: int
+
+
+EXAMPLES = [
+    RoundMerged(id="ex-round-merged", run_id="r-demo", source="syncer", fragment=3, global_version=12, responders=["l0", "l1"],
+                weights=[0.5, 0.5], staleness=[0, 1], tokens=49152, grace_ms=180.0, quorum_ms=40.0, merge_ms=3.5,
+                delta_norm=0.042, merge="rda"),
+    RoundAborted(id="ex-round-aborted", run_id="r-demo", source="syncer", fragment=3, global_version=12, responders=["l0", "l1"],
+                 reason="non-finite merge result"),
+    LearnerRejected(id="ex-learner-rejected", run_id="r-demo", source="syncer", learner="l2", generation=1, fragment=0,
+                    reason="fingerprint", detail="layout fingerprint 9f2c... differs from the run's 41aa...; start the learner with the run's model and tuning"),
+    SnapshotWritten(id="ex-snapshot-written", run_id="r-demo", source="syncer", path="/state/r-demo/syncer/frag-3.safetensors",
+                    versions={3: 12}, sha256="0" * 64),
+    LearnerJoined(id="ex-learner-joined", run_id="r-demo", source="syncer", learner="l0", generation=0, fingerprint="41aa" * 16),
+    LearnerProgress(id="ex-learner-progress", run_id="r-demo", source="learner", learner="l0", step=120, loss=2.31,
+                    tokens=245760, tokens_per_s=2048.0, step_time_s=1.0, lr=3e-4),
+    GlobalVersionPublished(id="ex-global-version-published", run_id="r-demo", source="syncer", fragment=3, global_version=12,
+                           keyframe=False, num_bytes=1056),
+]

@@ -1,16 +1,18 @@
-"""The merge math: token/staleness weights, avg and RDA as coefficients, and the fused Nesterov outer step.
+"""The merge math: push weights, avg and RDA as coefficients, and the fused Nesterov outer step.
 
 Pushes carry d_m = theta_m - anchor; the pseudo-gradient is Delta_m = -d_m. Both merges are linear
-combinations delta = sum_m k_m Delta_m, so the hot path is one fused, chunked pass for any merge:
+combinations delta = sum_m k_m Delta_m, and the outer step is linear too:
 
-    pass 1 (gram):  G = [<d_i, d_j>] in float64   reads the M pushes; gives norms, RDA and finiteness
-    pass 2 (step):  acc = sum_m k_m d_m; b = mu*b + acc; theta -= eta*(acc + mu*b)
-                    reads M pushes, theta and b once, writes theta and b once
+    b'     = mu*b + delta                       = mu*b - sum k_m d_m
+    theta' = theta - eta*(delta + mu*b')        = theta - eta*mu^2*b + eta*(1+mu)*sum k_m d_m
 
-Both passes walk cache-sized chunks with in-place ufuncs, so no temporary grows with the fragment.
-All-or-nothing: the pushes are checked finite by pass 1 and the outer step's result is bounded from
-G and the running bounds of |theta| and |b| before anything is written; only when the bound cannot
-rule out overflow does a dry pass check the result first (docs/SYNC_MATH.md).
+so a fragment keeps theta, b and its round's pushes as rows of one (2 + slots, n) f32 array and the
+whole step is one small matrix product per cache-sized chunk: [theta'; b'] = C @ rows[:2+M, chunk].
+Each input is read once and theta, b written once; nothing grows with the fragment. The Gram matrix
+G = [<d_i, d_j>] (one read pass, or built row by row as pushes arrive) gives norms, RDA and finiteness.
+All-or-nothing: pushes are checked finite through G, and the result is bounded from G and running
+bounds of |theta|, |b| before anything is written; only when overflow cannot be ruled out does a dry
+pass check the result first (docs/SYNC_MATH.md).
 """
 from __future__ import annotations
 
@@ -19,11 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yeto.services.syncer.backend import to_host, xp
+from yeto.services.syncer.backend import GPU, xp
 
-CHUNK = 1 << 15                    # 32K f32 values = 128 KiB per array: the pass's working set stays in L2
-RDA_MIN_COHERENCE = 1e-2           # |sum of weighted unit directions| below this: directions cancel, use avg
-SAFE_BOUND = 1e30                  # f32 overflows at 3.4e38; below this no outer step can overflow
+CHUNK = 1 << 24 if GPU else 1 << 15   # CPU: 32K values = 128 KiB per row, the working set stays in L2
+GRAM_CHUNK = 1 << 24 if GPU else 1 << 18  # gemv rows reuse the chunk from L2/L3
+RDA_MIN_COHERENCE = 1e-2              # |weighted sum of unit directions| below this: they cancel, use avg
+SAFE_BOUND = 1e30                     # f32 overflows at 3.4e38; below this no outer step can overflow
 
 
 def push_weights(tokens, steps, lags, *, weighting: str = "tokens", staleness_discount: float = 1.0) -> np.ndarray:
@@ -33,17 +36,79 @@ def push_weights(tokens, steps, lags, *, weighting: str = "tokens", staleness_di
     return base * staleness_discount ** lags
 
 
-def gram(pushes: list, chunk: int = CHUNK) -> np.ndarray:
-    """G[i, j] = <d_i, d_j> in float64 over the pushes, one chunked read pass."""
-    num, n = len(pushes), pushes[0].size
+class FragmentRows:
+    """One fragment's f32 state: row 0 theta, row 1 Nesterov momentum b, rows 2.. the round's pushes."""
+
+    def __init__(self, theta, momentum=None, *, slots: int = 4) -> None:
+        n = theta.size
+        self.rows = xp.zeros((2 + slots, n), dtype=xp.float32)
+        self.rows[0] = xp.asarray(theta, dtype=xp.float32).reshape(-1)
+        if momentum is not None:
+            self.rows[1] = xp.asarray(momentum, dtype=xp.float32).reshape(-1)
+        self.theta_bound = self.momentum_bound = math.inf
+
+    @property
+    def numel(self) -> int:
+        return self.rows.shape[1]
+
+    @property
+    def theta(self):
+        return self.rows[0]
+
+    @property
+    def momentum(self):
+        return self.rows[1]
+
+    def push(self, slot: int):
+        """The row push `slot` is decoded into (grown when the round has more pushes than slots)."""
+        if 2 + slot >= self.rows.shape[0]:
+            grown = xp.zeros((2 * (2 + slot), self.numel), dtype=xp.float32)
+            grown[:self.rows.shape[0]] = self.rows
+            self.rows = grown
+        return self.rows[2 + slot]
+
+    def refresh_bounds(self) -> None:
+        self.theta_bound, self.momentum_bound = absmax(self.theta), absmax(self.momentum)
+
+
+def absmax(a, chunk: int = CHUNK) -> float:
+    """max |a| in one chunked pass (no whole-array temporary); inf if `a` holds a NaN."""
+    top = 0.0
+    for start in range(0, a.size, chunk):
+        part = a[start:start + chunk]
+        top = max(top, float(part.max()), -float(part.min()))
+        if top != top:
+            return math.inf
+    return top
+
+
+def gram(pushes, chunk: int = GRAM_CHUNK) -> np.ndarray:
+    """G[i, j] = <d_i, d_j> in float64 over the rows of `pushes` (M, n), one chunked read pass."""
+    num, n = pushes.shape
     g = np.zeros((num, num))
-    stacked = xp.empty((num, min(chunk, n)), dtype=xp.float32)
     for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        block = stacked[:, :stop - start]
-        for m, d in enumerate(pushes):
-            block[m] = d[start:stop]
-        g += to_host(block @ block.T).astype(np.float64)   # one sgemm per chunk; f32 within a chunk only
+        block = pushes[:, start:start + chunk]
+        g += gram_block(block)
+    return g
+
+
+def gram_row(pushes, m: int, chunk: int = GRAM_CHUNK) -> np.ndarray:
+    """<d_m, d_j> for j <= m: the Gram row a newly arrived push adds (computed at ingest, off the merge path)."""
+    out = np.zeros(m + 1)
+    for start in range(0, pushes.shape[1], chunk):
+        block = pushes[:m + 1, start:start + chunk]
+        out += np.asarray([float(xp.dot(block[m], block[j])) for j in range(m + 1)])
+    return out
+
+
+def gram_block(block) -> np.ndarray:
+    if GPU:
+        return (block @ block.T).get().astype(np.float64)
+    num = block.shape[0]
+    g = np.empty((num, num))
+    for i in range(num):      # one gemv per row beats a thin sgemm, which packs (copies) its operands
+        g[i, i:] = block[i:] @ block[i]
+        g[i:, i] = g[i, i:]
     return g
 
 
@@ -52,7 +117,7 @@ class Plan:
     """The linear combination delta = sum_m coeffs[m] * Delta_m, and what the round event reports."""
 
     coeffs: np.ndarray              # float64, applied to Delta_m = -d_m
-    norms: np.ndarray               # ||d_m||, float64
+    norms: np.ndarray               # ||d_m||
     delta_norm: float
     merge: str                      # rda | avg | avg-fallback
 
@@ -72,90 +137,53 @@ def plan(g: np.ndarray, weights, merge: str) -> Plan:
     return Plan(c * (radius / direction), norms, radius, "rda")
 
 
-@dataclass
-class OuterState:
-    """A fragment's f32 global values and Nesterov buffer, with upper bounds of their absolute values."""
-
-    theta: object
-    momentum: object
-    theta_bound: float = math.inf
-    momentum_bound: float = math.inf
-
-    def refresh_bounds(self) -> None:
-        self.theta_bound, self.momentum_bound = absmax(self.theta), absmax(self.momentum)
-
-
-def absmax(a, chunk: int = CHUNK) -> float:
-    """max |a| in one chunked pass (no whole-array temporary); inf if a holds a NaN."""
-    top = 0.0
-    for start in range(0, a.size, chunk):
-        part = a[start:start + chunk]
-        top = max(top, float(part.max()), -float(part.min()))
-        if top != top:
-            return math.inf
-    return top
-
-
-def merge_round(state: OuterState, pushes: list, weights, *, merge: str, lr: float, momentum: float,
-                chunk: int = CHUNK) -> Plan | None:
-    """Merge the pushes into the fragment with one outer step; None (state untouched) if not finite."""
-    g = gram(pushes, chunk)
+def merge_round(frag: FragmentRows, num_pushes: int, weights, *, merge: str, lr: float, momentum: float,
+                g: np.ndarray | None = None, chunk: int = CHUNK) -> Plan | None:
+    """Merge pushes 0..num_pushes-1 into the fragment with one outer step; None, state untouched, if not finite."""
+    g = gram(frag.rows[2:2 + num_pushes]) if g is None else g
     if not np.isfinite(g).all():
         return None
     p = plan(g, weights, merge)
-    return p if outer_step(state, pushes, p, lr=lr, momentum=momentum, chunk=chunk) else None
+    return p if outer_step(frag, p, lr=lr, momentum=momentum, chunk=chunk) else None
 
 
-def outer_step(state: OuterState, pushes: list, p: Plan, *, lr: float, momentum: float, chunk: int = CHUNK) -> bool:
-    """Apply delta = sum k_m Delta_m with Nesterov: b <- mu b + delta; theta <- theta - lr (delta + mu b).
-
-    Returns False, touching nothing, when the result would not be finite."""
-    delta_bound = float(np.sum(np.abs(p.coeffs) * p.norms))       # |delta_i| <= sum |k_m| ||d_m||_2
+def outer_step(frag: FragmentRows, p: Plan, *, lr: float, momentum: float, chunk: int = CHUNK) -> bool:
+    """Nesterov on delta = sum k_m Delta_m; False, touching nothing, when the result would not be finite."""
+    k = np.asarray(p.coeffs, dtype=np.float64)
+    c = np.zeros((2, 2 + k.size))
+    c[0, 0], c[0, 1], c[0, 2:] = 1.0, -lr * momentum ** 2, lr * (1 + momentum) * k
+    c[1, 1], c[1, 2:] = momentum, -k
+    delta_bound = float(np.sum(np.abs(k) * p.norms))          # |delta_i| <= sum |k_m| ||d_m||_2
 
     def bounds() -> tuple[float, float]:
-        b = momentum * state.momentum_bound + delta_bound
-        return state.theta_bound + lr * (delta_bound + momentum * b), b
+        b = momentum * frag.momentum_bound + delta_bound
+        return frag.theta_bound + lr * (delta_bound + momentum * b), b
 
     new_theta, new_b = bounds()
     if not (new_theta < SAFE_BOUND and new_b < SAFE_BOUND):
-        state.refresh_bounds()                      # the running bounds may just be loose
+        frag.refresh_bounds()                       # the running bounds may only be loose
         new_theta, new_b = bounds()
-        if not (new_theta < SAFE_BOUND and new_b < SAFE_BOUND):
-            if not _fused(state, pushes, p.coeffs, lr, momentum, chunk, commit=False):
-                return False
-            _fused(state, pushes, p.coeffs, lr, momentum, chunk, commit=True)
-            state.refresh_bounds()
-            return True
-    _fused(state, pushes, p.coeffs, lr, momentum, chunk, commit=True)
-    state.theta_bound, state.momentum_bound = new_theta, new_b
+    if not (new_theta < SAFE_BOUND and new_b < SAFE_BOUND):
+        if not _apply(frag, c, chunk, commit=False):
+            return False
+        _apply(frag, c, chunk, commit=True)
+        frag.refresh_bounds()
+        return True
+    _apply(frag, c, chunk, commit=True)
+    frag.theta_bound, frag.momentum_bound = new_theta, new_b
     return True
 
 
-def _fused(state: OuterState, pushes, coeffs, lr: float, momentum: float, chunk: int, *, commit: bool) -> bool:
-    theta, b, n = state.theta, state.momentum, state.theta.size
-    k = [np.float32(-c) for c in coeffs]           # Delta_m = -d_m: fold the sign into the coefficients
-    acc, tmp, new_b = (xp.empty(min(chunk, n), dtype=xp.float32) for _ in range(3))
-    mu, eta = np.float32(momentum), np.float32(lr)
+def _apply(frag: FragmentRows, c: np.ndarray, chunk: int, *, commit: bool) -> bool:
+    rows, n = frag.rows[:c.shape[1]], frag.numel
+    cmat = xp.asarray(c, dtype=xp.float32)
+    out = xp.empty((2, min(chunk, n)), dtype=xp.float32)
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
-        a, t, s = acc[:stop - start], tmp[:stop - start], slice(start, stop)
-        xp.multiply(pushes[0][s], k[0], out=a)
-        for d, km in zip(pushes[1:], k[1:]):
-            xp.multiply(d[s], km, out=t)
-            a += t
-        bs = b[s] if commit else new_b[:stop - start]
+        o = out[:, :stop - start]
+        xp.matmul(cmat, rows[:, start:stop], out=o)
         if commit:
-            bs *= mu
-        else:
-            xp.multiply(b[s], mu, out=bs)
-        bs += a                                     # b <- mu b + delta
-        xp.multiply(bs, mu, out=t)
-        t += a
-        t *= eta
-        if commit:
-            theta[s] -= t                           # theta <- theta - eta (delta + mu b)
-        else:
-            xp.subtract(theta[s], t, out=t)
-            if not (bool(xp.isfinite(t).all()) and bool(xp.isfinite(bs).all())):
-                return False
+            rows[:2, start:stop] = o
+        elif not bool(xp.isfinite(o).all()):
+            return False
     return True

@@ -1,0 +1,109 @@
+"""Merge plus Nesterov outer step for 4 learners over 256 MiB of fragments, against memcpy in the same run.
+
+Throughput is counted in logical bytes: each push, theta and momentum read once, theta and momentum
+written once ((M + 4) * 4 bytes per value), whatever the implementation really moves; memcpy is counted
+as read + write. Extra passes (the Gram pass that RDA and the finiteness check need) cost time but add
+no bytes. Variants run interleaved and the best of the repetitions is kept, so a noisy shared machine
+disturbs them alike.
+
+    .venv/bin/python benchmarks/merge.py [--mib 256] [--learners 4] [--fragments 8] [--reps 5]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # single-threaded, like memcpy: a fair ratio
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from yeto.services.syncer import backend, merge  # noqa: E402
+
+LR, MU = 0.7, 0.9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--learners", type=int, default=4)
+    ap.add_argument("--fragments", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    m, n = args.learners, (args.mib << 20) // 4 // args.fragments
+    rng = np.random.default_rng(0)
+    frags = []
+    for _ in range(args.fragments):
+        f = merge.FragmentRows(rng.standard_normal(n, dtype=np.float32), slots=m)
+        for i in range(m):
+            f.push(i)[:] = rng.standard_normal(n, dtype=np.float32) * 1e-3
+        f.refresh_bounds()
+        frags.append(f)
+    weights = np.arange(1, m + 1, dtype=np.float64)
+    grams = [merge.gram(f.rows[2:2 + m]) for f in frags]
+    dst = np.empty(n, dtype=np.float32)
+
+    def memcpy():
+        for f in frags:
+            np.copyto(dst, f.theta)
+
+    def yeto(kind):
+        def run():
+            for f, g in zip(frags, grams):
+                assert merge.merge_round(f, m, weights, merge=kind, lr=LR, momentum=MU) is not None
+        return run
+
+    def yeto_step_only():        # the Gram matrix built row by row at ingest, off the merge's critical path
+        for f, g in zip(frags, grams):
+            assert merge.merge_round(f, m, weights, merge="rda", lr=LR, momentum=MU, g=g) is not None
+
+    def naive_numpy():
+        w = weights / weights.sum()
+        for f in frags:
+            delta = -sum(wi * f.rows[2 + i] for i, wi in enumerate(w.astype(np.float32)))
+            b = f.momentum
+            b *= MU
+            b += delta
+            f.theta[:] = f.theta - LR * (delta + MU * b)
+
+    variants = {"memcpy": memcpy, "yeto_rda": yeto("rda"), "yeto_avg": yeto("avg"),
+                "yeto_rda_step_only": yeto_step_only, "naive_numpy": naive_numpy}
+    try:
+        import torch
+        torch.set_num_threads(1)
+        views = [torch.from_numpy(f.rows) for f in frags]
+
+        def naive_torch():
+            w = (weights / weights.sum()).tolist()
+            for r in views:
+                delta = torch.zeros_like(r[0])
+                for i, wi in enumerate(w):
+                    delta.add_(r[2 + i], alpha=-wi)
+                r[1].mul_(MU).add_(delta)
+                r[0].sub_(delta.add_(r[1], alpha=MU), alpha=LR)
+        variants["naive_torch"] = naive_torch
+    except ImportError:
+        print("torch not installed: naive torch variant skipped")
+    best = dict.fromkeys(variants, float("inf"))
+    for _ in range(args.reps):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    total = 4 * n * args.fragments
+    memcpy_bps = 2 * total / best["memcpy"]
+    print(f"backend={backend.NAME} fragments={args.fragments}x{n * 4 >> 20} MiB learners={m} reps={args.reps}")
+    print(f"memcpy: {memcpy_bps / 1e9:.2f} GB/s (read + write)")
+    for name, seconds in best.items():
+        if name != "memcpy":
+            bps = (m + 4) * total / seconds
+            print(f"{name:>20}: {seconds * 1e3:8.1f} ms  {bps / 1e9:6.2f} GB/s  {bps / memcpy_bps:.3f} x memcpy")
+    if backend.GPU:
+        print("CuPy backend active: the numbers above are device memory throughput")
+    else:
+        print("no CUDA device (or no cupy): the CuPy variant is skipped")
+    print(f"merge_vs_memcpy={(m + 4) * total / best['yeto_rda'] / memcpy_bps:.3f}")
+
+
+if __name__ == "__main__":
+    main()

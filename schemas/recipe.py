@@ -1,0 +1,84 @@
+"""The synchronization recipe shared by learners and syncer: every ALGORITHM.md default, one frozen dataclass."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+MERGES = ("rda", "avg")
+WEIGHTINGS = ("tokens", "tokens_sq_per_step")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyncConfig:
+    """How learners push and how the syncer merges; part of a run's recipe, identical on every process."""
+
+    num_fragments: int = 8
+    """P: trainable tensors are split into this many fragments, synchronized independently."""
+    inner_steps: int = 24
+    """H: inner steps between two pushes of the same fragment; fragment p is pushed at offset p*H/P."""
+    quorum: int | None = None
+    """K: pushes needed before a fragment may merge; None = majority of live learners (1 is allowed)."""
+    grace_gamma: float = 0.8
+    """gamma in the adaptive grace window (Decoupled DiLoCo Eq. 3)."""
+    grace_tau_steps: float = 2.0
+    """tau: the grace budget in inner steps of the slowest live learner."""
+    grace_max_s: float = 1.0
+    """Upper bound of the grace window in seconds (WAN runs want more)."""
+    step_time_ema: float = 0.8
+    """Weight of the previous value in the syncer's EMA of each learner's step time."""
+    learner_timeout_s: float = 60.0
+    """A learner not heard from for this long stops counting as live (for quorum and grace)."""
+    outer_lr: float = 0.7
+    """eta of the Nesterov outer step."""
+    momentum: float = 0.9
+    """mu of the Nesterov outer step (0 disables momentum)."""
+    merge: str = "rda"
+    """rda (radial-directional average) or avg; embedding fragments always use avg."""
+    weighting: str = "tokens"
+    """Push weight: tokens (c_tokens) or tokens_sq_per_step (c_tokens**2 / c_steps)."""
+    alpha: float = 0.5
+    """Merge alpha of the learner's blend theta <- alpha*theta + (1-alpha)*global (0 = overwrite)."""
+    max_base_lag: int = 4
+    """A push whose base version is more than this many versions old is rejected as stale."""
+    staleness_discount: float = 1.0
+    """s: a push's weight is multiplied by s**lag, lag = current version - base version (1 = no discount)."""
+    keyframe_every: int = 16
+    """K: a full f32 keyframe of the broadcast shadow every K versions (for joining learners)."""
+    codec_up: str = "q4"
+    """Codec of learner pushes (f32, bf16, q4); q4 uses error feedback on the learner."""
+    codec_down: str = "q4"
+    """Codec of broadcast deltas between keyframes (f32, bf16, q4)."""
+    snapshot_every: int = 1
+    """Write a fragment's snapshot every N of its merges (1 = before every publish: no version is ever lost)."""
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.num_fragments >= 1, "num_fragments must be >= 1"),
+            (self.inner_steps >= 1, "inner_steps (H) must be >= 1"),
+            (self.quorum is None or self.quorum >= 1, "quorum must be >= 1 or None (majority)"),
+            (self.grace_gamma >= 0 and self.grace_tau_steps >= 0 and self.grace_max_s >= 0, "grace parameters must be >= 0"),
+            (0 <= self.step_time_ema < 1, "step_time_ema must be in [0, 1)"),
+            (self.learner_timeout_s > 0, "learner_timeout_s must be > 0"),
+            (self.outer_lr > 0, "outer_lr must be > 0"),
+            (0 <= self.momentum < 1, "momentum must be in [0, 1)"),
+            (self.merge in MERGES, f"merge must be one of {', '.join(MERGES)}"),
+            (self.weighting in WEIGHTINGS, f"weighting must be one of {', '.join(WEIGHTINGS)}"),
+            (0 <= self.alpha < 1, "alpha must be in [0, 1)"),
+            (self.max_base_lag >= 0, "max_base_lag must be >= 0"),
+            (0 < self.staleness_discount <= 1, "staleness_discount must be in (0, 1]"),
+            (self.keyframe_every >= 1, "keyframe_every must be >= 1"),
+            (self.codec_up in ("f32", "bf16", "q4") and self.codec_down in ("f32", "bf16", "q4"), "codecs must be f32, bf16 or q4"),
+            (self.snapshot_every >= 1, "snapshot_every must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"invalid sync recipe: {message}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SyncConfig:
+        """Tolerant reader: unknown keys (from a newer recipe) are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
