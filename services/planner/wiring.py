@@ -1,8 +1,48 @@
-"""Wiring of the planner service onto the shared runner (its real handlers arrive with its issue)."""
+"""Wiring of the planner service: a PlanFleet command in, a FleetPlanned or FleetPlanFailed event out.
+
+The catalog is read through SkyPilot (a child process, seconds) once per catalog directory and kept;
+live signals are gathered per command (they carry their own TTL cache under the state dir).
+"""
 from __future__ import annotations
 
-from yeto.infra.runner import ServiceSpec
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from yeto.infra.runner import Context, ServiceSpec
+from yeto.schemas.commands import PlanFleet
+from yeto.services.planner.catalog import load_catalog
+from yeto.services.planner.logic import handle
+from yeto.services.planner.signals import gather_signals
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Intent: plan the fleet this command asks for."""
+
+    cmd: PlanFleet
+
+
+def decide(state, msg, now) -> list:
+    return [Plan(msg)] if isinstance(msg, PlanFleet) else []
 
 
 def build(args) -> ServiceSpec:
-    return ServiceSpec(name="planner")
+    state_dir: Path = args.settings.state_dir
+    catalogs: dict[str | None, list] = {}
+
+    def plan_blocking(cmd: PlanFleet):
+        catalog_dir = cmd.request.get("catalog_dir") or os.environ.get("YETO_CATALOG_DIR")
+        if catalog_dir not in catalogs:
+            catalogs[catalog_dir] = load_catalog(catalog_dir=catalog_dir)
+        catalog = catalogs[catalog_dir]
+        signals = gather_signals(sorted({o.cloud for o in catalog}), cache_path=state_dir / "cache" / "signals.json",
+                                 now=time.time())
+        return handle(cmd, catalog, signals)
+
+    async def act(intent: Plan, ctx: Context):
+        return [await asyncio.to_thread(plan_blocking, intent.cmd)]
+
+    return ServiceSpec(name="planner", decide=decide, act=act, event_subjects=("yeto.evt._.ServiceStarted",))

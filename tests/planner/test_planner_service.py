@@ -1,0 +1,37 @@
+"""The planner service as a real process: PlanFleet over NATS in, FleetPlanned / FleetPlanFailed out."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from yeto.schemas.commands import PlanFleet
+
+pytestmark = pytest.mark.slow
+CATALOG = Path(__file__).resolve().parents[2] / "services" / "planner" / "fixtures" / "catalog"
+
+
+async def _answer(bus, run_id: str) -> dict:
+    sub = await bus.js.subscribe(f"yeto.evt.{run_id}.>", ordered_consumer=True)
+    msg = await sub.next_msg(timeout=90)
+    await sub.unsubscribe()
+    return json.loads(msg.data)
+
+
+async def test_planner_process_answers_plan_fleet_over_nats(nats_server, bus, run_id, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "yeto.services.planner", "--nats-url", nats_server.url,
+                             "--state-dir", str(tmp_path)], env={**os.environ, "YETO_CATALOG_DIR": str(CATALOG)})
+    try:
+        await bus.publish(PlanFleet(run_id=run_id, source="test", request={"model": "qwen35-9b", "budget": 40.0}))
+        ok = await _answer(bus, run_id)
+        assert ok["type"] == "FleetPlanned" and ok["plan"]["total_price_per_hour"] <= 40.0 and ok["plan"]["islands"]
+        await bus.publish(PlanFleet(run_id=run_id + "-x", source="test", request={"model": "qwen35-9b", "budget": 0.5}))
+        bad = await _answer(bus, run_id + "-x")
+        assert bad["type"] == "FleetPlanFailed" and "cheapest" in bad["reason"]
+    finally:
+        proc.terminate()
+        proc.wait(10)
