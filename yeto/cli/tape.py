@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime
 from typing import Any, Callable, Iterator
 
 from yeto.cli.sql import format_table, tape_query
@@ -52,10 +53,17 @@ def run_show(args) -> int:
     cond = f"WHERE {' AND '.join(where)}" if where else ""
     sql = f"SELECT seq, ts, run_id, type, source, payload FROM events {cond} ORDER BY seq DESC LIMIT {int(args.limit)}"
     result = tape_query(args, sql)
-    rows = [[seq, str(ts)[:23], run, type_, source, _summary(payload)]
+    rows = [[seq, clock(ts, "%Y-%m-%d %H:%M:%S.%f"), run, type_, source, _summary(payload)]
             for seq, ts, run, type_, source, payload in reversed(result["rows"])]
     print(format_table(["seq", "ts", "run", "type", "source", "fields"], rows), end="")
     return 0
+
+
+def clock(ts: Any, fmt: str = "%H:%M:%S.%f") -> str:
+    """A timestamp (datetime, or ISO text from the bus) to the millisecond."""
+    if isinstance(ts, str):
+        ts = datetime.fromisoformat(ts)
+    return ts.strftime(fmt)[:-3] if ts else ""
 
 
 def _summary(payload: Any) -> str:
@@ -94,7 +102,7 @@ def load_run(args, run: str, until: int | None = None, each: Callable[[int, Any,
 def timeline_row(seq: int, event: Any, v: RunView) -> list[Any]:
     up = sum(1 for i in v.islands.values() if i.status == "up")
     loss = sum(v.losses.values()) / len(v.losses) if v.losses else None
-    return [seq, str(v.last_ts)[11:23], getattr(event, "type", None) or event.get("type"), v.phase,
+    return [seq, clock(v.last_ts), getattr(event, "type", None) or event.get("type"), v.phase,
             f"{up}/{len(v.islands)}", v.rounds_merged, v.num_tokens, loss, round(v.spend_usd, 4)]
 
 

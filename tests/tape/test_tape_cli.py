@@ -1,0 +1,104 @@
+"""The read side of the CLI with the stack down: `yeto sql`, `tape show|replay`, `status`, `logs` read the files."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import threading
+import time
+
+import pytest
+
+from tape_events import scripted_run
+from yeto.cli.main import main
+from yeto.cli.runs import follow_logs, log_files
+from yeto.infra.stack import StackPaths
+from yeto.infra.tape_store import TapeStore
+from yeto.schemas.base import to_bytes
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    """A state directory whose tape holds two scripted runs, with no stack running."""
+    monkeypatch.delenv("YETO_NATS_URL", raising=False)
+    events = scripted_run("r-one") + scripted_run("r-two")[:6]
+    store = TapeStore(StackPaths(tmp_path).db)
+    store.append(list(range(1, len(events) + 1)), [e.run_id for e in events], [to_bytes(e).decode() for e in events])
+    store.close()
+    return tmp_path
+
+
+def yeto(state, *argv) -> int:
+    return main(["--state-dir", str(state), *argv])
+
+
+def test_sql_prints_an_aligned_table_csv_and_json(state, capsys):
+    sql = "SELECT run_id, count(*) AS n FROM events GROUP BY 1 ORDER BY 1"
+    assert yeto(state, "sql", sql) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["run_id", "n"] and lines[2].split() == ["r-one", "15"] and lines[-1] == "(2 rows)"
+    assert lines[2].index("15") + 2 == len(lines[0]) or lines[2].endswith("15")   # numbers right-aligned
+    assert yeto(state, "sql", sql, "--format", "csv") == 0
+    assert list(csv.reader(io.StringIO(capsys.readouterr().out))) == [["run_id", "n"], ["r-one", "15"], ["r-two", "6"]]
+    assert yeto(state, "sql", sql, "--format", "json") == 0
+    assert json.loads(capsys.readouterr().out) == [{"run_id": "r-one", "n": 15}, {"run_id": "r-two", "n": 6}]
+
+
+def test_sql_refuses_writes_and_says_why(state, capsys):
+    assert yeto(state, "sql", "DROP TABLE events") == 2
+    assert "read-only: DROP" in capsys.readouterr().err
+
+
+def test_sql_without_a_tape_tells_what_to_do(tmp_path, capsys):
+    assert main(["--state-dir", str(tmp_path), "sql", "SELECT 1"]) == 2
+    assert "no tape at" in capsys.readouterr().err
+
+
+def test_tape_show_filters_by_run_and_type(state, capsys):
+    assert yeto(state, "tape", "show", "r-one", "--type", "RoundMerged", "--limit", "2") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[2:-1]] == ["8", "13"]
+    assert "global_version=2" in lines[3] and lines[-1] == "(2 rows)"
+
+
+def test_tape_replay_prints_the_timeline_and_the_final_state(state, capsys):
+    assert yeto(state, "tape", "replay", "r-one", "--until", "8") == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines()[2:10]]
+    assert [r[2] for r in rows][:4] == ["RunLaunched", "IslandRequested", "IslandRequested", "IslandUp"]
+    assert rows[-1][:6] == ["8", "12:13:00.000", "RoundMerged", "running", "2/2", "2"]
+    assert "run r-one: running" in out
+
+
+def test_status_lists_runs_and_details_one(state, capsys):
+    assert yeto(state, "status") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].split()[:2] == ["r-one", "finalized"] and lines[3].split()[:2] == ["r-two", "running"]
+    assert yeto(state, "status", "r-one") == 0
+    out = capsys.readouterr().out
+    assert "run r-one: finalized (max_steps)" in out and "spend so far $4.5000" in out and "versions 0:v2 1:v1" in out
+    assert yeto(state, "status", "r-nope") == 2
+    assert "no events of run 'r-nope'" in capsys.readouterr().err
+
+
+def test_logs_print_the_tail_and_follow_appended_lines(state, capsys):
+    logs = StackPaths(state).run_dir("r-one") / "logs"
+    logs.mkdir(parents=True)
+    (logs / "island-0.log").write_text("".join(f"line {i}\n" for i in range(100)))
+    (logs / "island-1.log").write_text("other\n")
+    assert yeto(state, "logs", "r-one", "--island", "0", "-n", "3") == 0
+    assert capsys.readouterr().out == "line 97\nline 98\nline 99\n"
+    out, stop = io.StringIO(), threading.Event()
+    follower = threading.Thread(target=follow_logs, args=(lambda: log_files(state, "r-one", None), out),
+                                kwargs=dict(lines=1, follow=True, stop=stop.is_set, interval=0.02))
+    follower.start()
+    with open(logs / "island-1.log", "a") as f:
+        f.write("half a li")
+        f.flush()
+        time.sleep(0.1)
+        f.write("ne\n")
+    time.sleep(0.1)
+    stop.set()
+    follower.join(5)
+    assert out.getvalue().splitlines() == ["[island-0] line 99", "[island-1] other", "[island-1] half a line"]
+    assert yeto(state, "logs", "r-two") == 2
