@@ -1,0 +1,76 @@
+"""Follow one run's events from its first and print a live progress line per event worth a human's attention."""
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+from nats.js.api import DeliverPolicy
+
+from yeto.infra.bus import Bus
+from yeto.schemas.base import SchemaError, parse
+from yeto.schemas.subjects import EVT_PREFIX
+
+TERMINAL = {"RunFinalized": 0, "RunFailed": 1, "RunStopped": 1}
+
+
+class Progress:
+    """Renders events as lines; LearnerProgress at most once per `every_s` per learner."""
+
+    def __init__(self, every_s: float = 5.0):
+        self.every_s, self.last, self.rounds = every_s, {}, 0
+
+    def line(self, e) -> str | None:
+        t = e.type
+        if t == "LearnerProgress":
+            now = time.monotonic()
+            if now - self.last.get(e.learner, -1e9) < self.every_s:
+                return None
+            self.last[e.learner] = now
+            return f"  {e.learner} g{e.generation}: step {e.step} loss {e.loss:.4f} ({e.tokens_per_s:.0f} tok/s), rounds merged {self.rounds}"
+        if t == "RoundMerged":
+            self.rounds += 1
+            return None
+        if t.startswith("Island"):
+            extra = getattr(e, "reason", "") or getattr(e, "detail", "")
+            return f"  island {e.island} g{e.generation}: {t[len('Island'):].lower()}" + (f" ({extra})" if extra else "")
+        if t == "FinalCutRequested":
+            return f"final cut requested: {e.reason} ({e.detail})"
+        if t in ("FinalCutDone", "CheckpointMarkedFinal"):
+            return f"{t}: versions {dict(e.versions)}"
+        if t == "ArtifactWritten":
+            return f"artifact ({e.artifact_kind}) written to {e.output}"
+        if t == "RunFinalized":
+            return f"run finalized ({e.reason}): {e.output}, spend ${e.spend_usd:.4f}, acks {e.acked or 'none'}"
+        if t in ("RunFailed", "RunStopped", "LearnerRejected", "MessageRejected", "RunLaunched", "RoundAborted"):
+            return f"{t}: {getattr(e, 'reason', '') or getattr(e, 'detail', '')}".rstrip(": ")
+        return None
+
+
+async def follow(url: str, run_id: str, *, out=sys.stdout) -> int:
+    """Print the run's progress until it ends; 0 when finalized, 1 when it failed or was stopped."""
+    bus = await Bus.connect(url, name=f"follow-{run_id}")
+    try:
+        sub = await bus.js.subscribe(f"{EVT_PREFIX}.{run_id}.>", ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+        progress = Progress()
+        async for raw in sub.messages:
+            try:
+                event = parse(raw.data)
+            except SchemaError:
+                continue
+            text = progress.line(event)
+            if text:
+                print(text, file=out, flush=True)
+            if event.type in TERMINAL:
+                return TERMINAL[event.type]
+    finally:
+        await bus.close()
+    return 1
+
+
+def follow_or_detach(url: str, run_id: str) -> int:
+    try:
+        return asyncio.run(follow(url, run_id))
+    except KeyboardInterrupt:
+        print(f"\ndetached; the run goes on (`yeto status {run_id}`, `yeto down {run_id}`)")
+        return 0

@@ -1,0 +1,149 @@
+"""`yeto launch` (validate, publish LaunchRun, detach or --wait) and `yeto down RUN [--now]`."""
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+
+from yeto.cli import launch_checks as checks
+from yeto.cli.common import conf, url_or_none
+from yeto.cli.follow import follow_or_detach
+from yeto.cli.shape import add_plan_arguments
+from yeto.infra.bus import Bus
+from yeto.schemas.base import derive_id
+from yeto.schemas.commands import LaunchRun, StopRun
+from yeto.schemas.subjects import event_subject
+
+
+def register(sub) -> None:
+    p = sub.add_parser("launch", help="start a fine-tuning run (detaches; --wait follows it)",
+                       description="Validate everything that can be checked before renting, publish LaunchRun, "
+                                   "print the run id and detach. Ctrl-C never kills a run.")
+    add_plan_arguments(p)
+    p.set_defaults(seq_len=1024)
+    a = p.add_argument
+    a("--gpu", help="islands: cloud:[nodes x]<count>x<gpu>[@region],... or local:<count>x<cpu|cuda>,... (omit: the planner picks)")
+    a("--data", required=True, help="HF dataset id, local jsonl/json/parquet/save_to_disk dir, or a store URI")
+    a("--data-format", default="auto", help="auto, openai, sharegpt, alpaca, text, prompt-completion")
+    a("--on-bad-rows", choices=("error", "skip"), default="error")
+    a("--shard", choices=("auto", "ddp", "fsdp"), default="auto", help="inside an island: DDP replicas or FSDP2 shards")
+    a("--confirm", action="store_true", help="launch the planner's fleet without asking")
+    a("--output", default="", help="local path, store URI (s3://, gs://, ...) or hf://org/repo (default: the run folder)")
+    a("--max-steps", type=int, help="inner steps per learner")
+    a("--max-tokens", type=int, help="tokens trained over all learners")
+    a("--max-time", help="wall time since launch: 90s, 30m, 2h")
+    a("--max-spend", type=float, help="USD, islands plus head; the run is finalized before it passes this")
+    a("--recover-timeout", default="10m", help="a lost island not back within this is dropped (default 10m)")
+    a("--lr", type=float, help="peak inner learning rate")
+    a("--lora-r", type=int, help="LoRA rank")
+    a("--warmup-steps", type=int)
+    a("--seed", type=int, default=0)
+    for flag in checks.SYNC_FLAGS:
+        a(f"--{flag.replace('_', '-')}", type=float if "lr" in flag or "alpha" in flag or "momentum" in flag else int)
+    a("--run-id", help="run id (default: generated)")
+    a("--wait", action="store_true", help="follow the run; exit 0 when finalized, non-zero otherwise")
+    p.set_defaults(func=cmd_launch)
+
+    d = sub.add_parser("down", help="stop a run: final cut, artifact, teardown (--now aborts)")
+    d.add_argument("run", help="run id")
+    d.add_argument("--now", action="store_true", help="abort at once: no final cut, no artifact")
+    d.set_defaults(func=cmd_down)
+
+
+def new_run_id() -> str:
+    return f"r-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def build_launch(args, run_id: str, fleet: list[dict]) -> LaunchRun:
+    from yeto.learners.torch.model import resolve
+
+    source = resolve(args.model)
+    data_check = checks.check_data(args, source)
+    sync = checks.sync_settings(args)
+    train = checks.train_recipe(args, sync)
+    cloud = any(f["cloud"] != "local" for f in fleet)
+    recipe = {"train": train, "data_check": data_check, "output": args.output, "shard": args.shard,
+              "base_quantization": args.base_quantization,
+              "recover_timeout_s": checks.duration_s(args.recover_timeout, "--recover-timeout"),
+              "head_price_per_hour": args.head_price if cloud else 0.0,
+              "limits": {"max_steps": args.max_steps, "max_tokens": args.max_tokens,
+                         "max_time_s": checks.duration_s(args.max_time, "--max-time"), "max_spend": args.max_spend}}
+    if args.max_spend is not None and any(f["price_per_hour"] is None for f in fleet):
+        raise ValueError("--max-spend needs each island's price, and the catalog has none for some --gpu entry; "
+                         "pass --catalog-dir with SkyPilot's catalog, or let the planner pick the fleet")
+    return LaunchRun(id=derive_id(run_id, "LaunchRun"), run_id=run_id, source="cli", fleet=fleet, recipe=recipe)
+
+
+def catalog_prices(args, islands) -> list[float | None]:
+    """$/hr per island from the catalog (cheapest matching offering); None where unknown. Local islands are free."""
+    if all(i.cloud == "local" for i in islands):
+        return [0.0] * len(islands)
+    from yeto.services.planner.catalog import load_catalog
+    try:
+        offers = load_catalog(catalog_dir=args.catalog_dir, clouds=sorted({i.cloud for i in islands}))
+    except Exception:  # noqa: BLE001 - no catalog here: prices stay unknown (--max-spend then refuses)
+        return [None] * len(islands)
+    out = []
+    for i in islands:
+        prices = [(o.spot_price if args.spot and o.spot_price else o.price) * i.nodes for o in offers
+                  if o.cloud == i.cloud and o.gpu == i.gpu and o.count == i.count and (i.region is None or o.region == i.region)]
+        out.append(min(prices) if prices else None)
+    return out
+
+
+async def _run_exists(url: str, run_id: str) -> bool:
+    bus = await Bus.connect(url, name="launch-check")
+    try:
+        await bus.js.get_last_msg("YETO_EVT", event_subject(run_id, "RunLaunched"))
+        return True
+    except Exception:  # noqa: BLE001 - NotFound: the id is free
+        return False
+    finally:
+        await bus.close()
+
+
+async def _publish(url: str, msg) -> None:
+    bus = await Bus.connect(url, name="cli")
+    try:
+        await bus.publish(msg)
+    finally:
+        await bus.close()
+
+
+def cmd_launch(args) -> int:
+    from yeto.cli.launch_plan import fleet_from_planner, local_stack_url
+
+    run_id = args.run_id or new_run_id()
+    if args.gpu:
+        islands = checks.parse_fleet(args.gpu)
+        checks.check_memory_fit(islands, weights_gb=args.weights_gb or checks.known_weights_gb(args.model), tuning=args.tuning,
+                                base_quantization=args.base_quantization, seq_len=args.seq_len, micro_batch=args.micro_batch)
+        fleet = checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands))
+    else:
+        fleet = None
+    local = fleet is not None and all(f["cloud"] == "local" for f in fleet)
+    url = url_or_none(args) or (local_stack_url(args) if local else None)
+    if url is None:
+        raise ValueError("cloud islands need a reachable stack: bring up a head with `yeto stack up --head` on a VM "
+                         "(or `yeto stack up` here for testing) and pass --nats-url / set YETO_NATS_URL")
+    if fleet is None:
+        fleet = fleet_from_planner(args, url, run_id)
+        if fleet is None:
+            return 1
+    launch = build_launch(args, run_id, fleet)
+    if asyncio.run(_run_exists(url, run_id)):
+        raise ValueError(f"run {run_id} exists already; pick another --run-id")
+    asyncio.run(_publish(url, launch))
+    print(f"launched {run_id}: {len(fleet)} island(s)\n  follow: yeto status {run_id} | yeto logs {run_id} --follow\n"
+          f"  stop:   yeto down {run_id}   (abort: yeto down {run_id} --now)")
+    return follow_or_detach(url, run_id) if args.wait else 0
+
+
+def cmd_down(args) -> int:
+    url = url_or_none(args)
+    if url is None:
+        raise ValueError(f"no stack is running under {conf(args).state_dir}; nothing to stop")
+    msg = StopRun(id=derive_id(args.run, "StopRun", args.now, time.time()), run_id=args.run, source="cli", now=args.now)
+    asyncio.run(_publish(url, msg))
+    print(f"{'abort' if args.now else 'graceful stop (final cut, artifact, teardown)'} requested for {args.run}")
+    return 0

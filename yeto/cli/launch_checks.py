@@ -1,0 +1,101 @@
+"""What `yeto launch` checks before anything is rented, and the LaunchRun payload (fleet + recipe) it builds."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from yeto.gpuspec import IslandSpec, parse_gpu
+
+_DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd]?)$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+SYNC_FLAGS = {"fragments": "num_fragments", "sync_every": "inner_steps", "outer_lr": "outer_lr",
+              "outer_momentum": "momentum", "merge_alpha": "alpha", "quorum": "quorum"}
+
+
+def duration_s(text: str | None, flag: str) -> float | None:
+    """`90`, `90s`, `30m`, `2h`, `1d` -> seconds."""
+    if text is None:
+        return None
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise ValueError(f"{flag} {text!r}: write a duration like 90s, 30m, 2h or 1d")
+    return float(m["n"]) * _UNITS[m["unit"]]
+
+
+def fleet_entries(islands: list[IslandSpec], *, spot: bool, prices: list[float | None]) -> list[dict[str, Any]]:
+    return [{**i.to_dict(), "spot": spot and i.cloud != "local", "price_per_hour": 0.0 if i.cloud == "local" else p}
+            for i, p in zip(islands, prices)]
+
+
+def known_weights_gb(model: str) -> float | None:
+    """The model's bf16 size when the alias table or local safetensors tell it (no network)."""
+    from yeto.models import resolve_model
+    try:
+        return resolve_model(model).weights_gb
+    except ValueError:
+        return None
+
+
+def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tuning: str, base_quantization: str,
+                     seq_len: int, micro_batch: int) -> None:
+    """Refuse a cloud island whose GPUs cannot hold the model (when its size is known)."""
+    if weights_gb is None:
+        return
+    from yeto.services.planner.gpus import GPUS
+    from yeto.services.planner.memory import Workload, fits
+
+    w = Workload(weights_gb=weights_gb, tuning=tuning, base_quantization=base_quantization, seq_len=seq_len,
+                 micro_batch=micro_batch)
+    for i in islands:
+        if i.cloud == "local" or i.gpu not in GPUS:
+            continue
+        ok, need = fits(w, i.num_gpus, GPUS[i.gpu].memory_gb)
+        if not ok:
+            raise ValueError(f"--gpu entry {i.cloud}:{i.count}x{i.gpu.lower()}: the model needs {need.total_gb:.1f} GB per GPU "
+                             f"on {i.num_gpus} GPUs, more than a {i.gpu} holds ({GPUS[i.gpu].memory_gb:.0f} GB); "
+                             f"add GPUs or nodes, use --base-quantization nf4, or a smaller --seq-len")
+
+
+def check_data(args, source) -> dict[str, Any]:
+    """Read every row as training will; refuse bad data with the report. Returns what the manifest records."""
+    from yeto.learners.data import DataSpec, check_data as run_check
+
+    tokenizer = None
+    if source.is_local:   # token statistics when the tokenizer is at hand (no download before renting)
+        from yeto.learners.torch.model import load_tokenizer
+        tokenizer = load_tokenizer(source)
+    spec = DataSpec(source=args.data, data_format=args.data_format, seq_len=args.seq_len,
+                    on_bad_rows=args.on_bad_rows)
+    report = run_check(spec, tokenizer)
+    if not report.ok:
+        raise ValueError(f"--data {args.data} is not usable:\n{report.render()}")
+    return {"source": args.data, "revision": report.revision, "fingerprint": report.fingerprint,
+            "num_rows": report.num_rows, "num_bad": report.num_bad}
+
+
+def sync_settings(args) -> dict[str, Any]:
+    from yeto.schemas.recipe import SyncConfig
+
+    given = {field: getattr(args, flag) for flag, field in SYNC_FLAGS.items() if getattr(args, flag) is not None}
+    SyncConfig(**given)   # ValueError names the bad setting
+    return given
+
+
+def train_recipe(args, sync: dict[str, Any]) -> dict[str, Any]:
+    from yeto.learners.torch.recipe import TrainRecipe
+
+    fields = dict(model=args.model, data=args.data, data_format=args.data_format, tuning=args.tuning,
+                  seq_len=args.seq_len, micro_batch=args.micro_batch, sync=sync, seed=args.seed)
+    for name in ("lr", "max_steps", "lora_r", "warmup_steps"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    return TrainRecipe(**fields).to_dict()
+
+
+def parse_fleet(text: str) -> list[IslandSpec]:
+    islands = parse_gpu(text)
+    kinds = {i.cloud == "local" for i in islands}
+    if len(kinds) > 1:
+        raise ValueError("--gpu mixes local and cloud islands: cloud learners cannot reach a stack on this machine; "
+                         "use local islands alone, or cloud islands with a head (`yeto stack up --head`)")
+    return islands

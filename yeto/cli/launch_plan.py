@@ -1,0 +1,62 @@
+"""`yeto launch` without --gpu asks the planner service for a fleet; with local islands it starts a stack if none runs."""
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from nats.js.api import DeliverPolicy
+
+from yeto.cli.common import state_dir
+from yeto.infra import stack
+from yeto.infra.bus import Bus
+from yeto.schemas.base import derive_id, parse
+from yeto.schemas.commands import PlanFleet
+from yeto.schemas.subjects import EVT_PREFIX
+
+
+def local_stack_url(args) -> str:
+    rec = stack.up(state_dir(args))
+    print(f"started the local stack at {rec['url']} (state {state_dir(args)}; `yeto stack down` stops it)")
+    return rec["url"]
+
+
+async def ask_planner(url: str, run_id: str, request: dict, timeout_s: float = 120.0) -> dict:
+    """Publish PlanFleet and wait for the planner's FleetPlanned / FleetPlanFailed answer."""
+    cmd = PlanFleet(id=derive_id(run_id, "PlanFleet"), run_id=run_id, source="cli", request=request)
+    bus = await Bus.connect(url, name="launch-plan")
+    try:
+        sub = await bus.js.subscribe(f"{EVT_PREFIX}.{run_id}.>", ordered_consumer=True, deliver_policy=DeliverPolicy.NEW)
+        await bus.publish(cmd)
+        async def answer() -> dict:
+            async for raw in sub.messages:
+                e = parse(raw.data)
+                if e.causation_id == cmd.id and e.type in ("FleetPlanned", "FleetPlanFailed"):
+                    return e.model_dump()
+        try:
+            return await asyncio.wait_for(answer(), timeout_s)
+        except asyncio.TimeoutError:
+            raise ValueError(f"the planner did not answer within {timeout_s:.0f}s; is the stack's planner up "
+                             f"(`yeto stack status`)? Or pass --gpu") from None
+    finally:
+        await bus.close()
+
+
+def fleet_from_planner(args, url: str, run_id: str) -> list[dict] | None:
+    from yeto.cli.shape import render, request_from_args
+    from yeto.services.planner.plan import Plan
+
+    answer = asyncio.run(ask_planner(url, run_id, request_from_args(args).to_dict()))
+    if answer["type"] == "FleetPlanFailed":
+        print(f"yeto launch: no fleet: {answer['reason']}", file=sys.stderr)
+        return None
+    plan = answer["plan"]
+    try:
+        print(render(Plan(**{k: v for k, v in plan.items() if k in Plan.__dataclass_fields__}), args.model))
+    except TypeError:
+        print(f"planned fleet: {plan.get('gpu')} at ${plan.get('total_price_per_hour', 0):.2f}/hr")
+    if not args.confirm and input("Launch this fleet? [y/N] ").strip().lower() not in ("y", "yes"):
+        print("not launched")
+        return None
+    return [{"cloud": i["cloud"], "gpu": i["gpu"], "count": i["count"], "nodes": i["nodes"], "region": i["region"],
+             "spot": i["spot"], "price_per_hour": i["price_per_hour"], "instance_type": i.get("instance_type")}
+            for i in plan["islands"]]
