@@ -1,0 +1,90 @@
+"""The local backend with real processes: one group per island generation, exit statuses, SIGKILL, chaos kill.
+
+The learner is replaced by a tiny stand-in command behind the backend interface (its rank_argv seam); the
+real learner runs in the end-to-end test.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from yeto.services.launcher.backends.base import IslandLaunch
+from yeto.services.launcher.backends.local import LocalBackend
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def stand_in(code: str):
+    def argv(launch, recipe_path, rank, port):
+        return [sys.executable, "-c", code, launch.learner, str(rank)]
+    return argv
+
+
+def launch(count: int = 2, generation: int = 0) -> IslandLaunch:
+    return IslandLaunch(run_id="r1", island=0, generation=generation, num_islands=1, nats_url="nats://x",
+                        spec={"cloud": "local", "gpu": "cpu", "count": count}, recipe={"train": {"model": "m"}})
+
+
+def wait_for(pred, timeout: float = 15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (got := pred()):
+            return got
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+def ended(be: LocalBackend, handle: str, generation: int = 0):
+    def check():
+        st = be.status("r1", 0, generation, handle)
+        return None if st.running else st
+    return wait_for(check)
+
+
+def test_ranks_run_in_one_group_log_to_the_island_log_and_finish_with_status_zero(tmp_path):
+    be = LocalBackend(tmp_path, rank_argv=stand_in("import sys; print('rank', sys.argv[2], 'of', sys.argv[1])"))
+    handle = be.start(launch(count=2))
+    st = ended(be, handle)
+    assert (st.running, st.exit_code) == (False, 0)
+    log = be.log_path("r1", 0).read_text()
+    assert "=== island 0 generation 0 ===" in log and "rank 0 of island-0" in log and "rank 1 of island-0" in log
+    assert (be.run_dir("r1") / "recipe.json").read_text().strip().startswith("{")
+
+
+def test_a_crashing_rank_reports_its_status(tmp_path):
+    be = LocalBackend(tmp_path, rank_argv=stand_in("import sys; sys.exit(3 if sys.argv[2] == '1' else 0)"))
+    handle = be.start(launch(count=2))
+    st = ended(be, handle)
+    assert (st.exit_code, st.detail) == (3, "rank 1 exited with status 3")
+
+
+def test_sigkill_leaves_no_status_and_reads_as_killed_and_start_is_idempotent(tmp_path):
+    be = LocalBackend(tmp_path, rank_argv=stand_in("import time; time.sleep(60)"))
+    handle = be.start(launch(count=2))
+    assert be.start(launch(count=2)) == handle                       # a redelivered start spawns nothing
+    assert be.status("r1", 0, 0, handle).running
+    from yeto.cli.main import main
+    assert main(["--state-dir", str(tmp_path), "chaos", "kill", "r1", "0"]) == 0
+    st = ended(be, handle)
+    assert (st.exit_code, st.detail.split(":")[0]) == (None, "killed")
+
+
+def test_a_new_generation_is_a_new_group_and_chaos_kill_aims_at_the_newest(tmp_path):
+    be = LocalBackend(tmp_path, rank_argv=stand_in("import time; time.sleep(60)"))
+    first = be.start(launch(count=1, generation=0))
+    second = be.start(launch(count=1, generation=1))
+    assert first != second and be.current_generation("r1", 0) == 1
+    be.stop("r1", 0, 0, first)
+    wait_for(lambda: not be.status("r1", 0, 0, first).running)
+    assert be.status("r1", 0, 1, second).running
+    be.stop("r1", 0, 1, second)
+    wait_for(lambda: not be.status("r1", 0, 1, second).running)
+
+
+def test_chaos_kill_of_an_unknown_island_says_how_islands_are_numbered(tmp_path, capsys):
+    from yeto.cli.main import main
+
+    assert main(["--state-dir", str(tmp_path), "chaos", "kill", "r1", "4"]) == 2
+    assert "numbered from 0" in capsys.readouterr().err
