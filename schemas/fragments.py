@@ -13,6 +13,7 @@ import hashlib
 from collections import OrderedDict
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from yeto.schemas import codecs, subjects
@@ -144,3 +145,12 @@ def _checked(header: FragmentHeader, payload: bytes) -> bytes:
     if sha256(payload) != header.sha256:
         raise FragmentError("corrupt_chunk", "the reassembled payload fails its SHA-256 checksum")
     return payload
+
+
+def apply_global(shadow: np.ndarray | None, header: FragmentHeader, payload: bytes) -> np.ndarray:
+    """The shadow after one keyframe or delta: exactly the arithmetic learners and syncer both run."""
+    if header.kind == "keyframe":
+        return codecs.decode(header.codec, payload, header.numel)
+    assert header.kind == "delta" and shadow is not None, "a delta applies on top of the previous version"
+    shadow += codecs.decode(header.codec, payload, header.numel)
+    return shadow

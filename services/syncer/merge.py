@@ -9,7 +9,7 @@ combinations delta = sum_m k_m Delta_m, and the outer step is linear too:
 so a fragment keeps theta, b and its round's pushes as rows of one (2 + slots, n) f32 array and the
 whole step is one small matrix product per cache-sized chunk: [theta'; b'] = C @ rows[:2+M, chunk].
 Each input is read once and theta, b written once; nothing grows with the fragment. The Gram matrix
-G = [<d_i, d_j>] (one read pass, or built row by row as pushes arrive) gives norms, RDA and finiteness.
+G = [<d_i, d_j>] (one read pass) gives norms, RDA and finiteness.
 All-or-nothing: pushes are checked finite through G, and the result is bounded from G and running
 bounds of |theta|, |b| before anything is written; only when overflow cannot be ruled out does a dry
 pass check the result first (docs/SYNC_MATH.md).
@@ -90,15 +90,6 @@ def gram(pushes, chunk: int = GRAM_CHUNK) -> np.ndarray:
         block = pushes[:, start:start + chunk]
         g += gram_block(block)
     return g
-
-
-def gram_row(pushes, m: int, chunk: int = GRAM_CHUNK) -> np.ndarray:
-    """<d_m, d_j> for j <= m: the Gram row a newly arrived push adds (computed at ingest, off the merge path)."""
-    out = np.zeros(m + 1)
-    for start in range(0, pushes.shape[1], chunk):
-        block = pushes[:m + 1, start:start + chunk]
-        out += np.asarray([float(xp.dot(block[m], block[j])) for j in range(m + 1)])
-    return out
 
 
 def gram_block(block) -> np.ndarray:
