@@ -63,7 +63,7 @@ class Packer:
         block.labels += [IGNORE] * pad
         block.position_ids += range(pad)  # padding restarts positions too: it is its own segment 0
         block.segment_ids += [0] * pad
-        block.num_tokens = sum(1 for x in block.labels if x != IGNORE)
+        block.num_tokens = len(block.labels) - block.labels.count(IGNORE)
         self._new()
         return block
 

@@ -13,7 +13,7 @@ from yeto.learners.data.sources import Source, open_source
 from yeto.learners.data.spec import DataSpec
 from yeto.learners.data.tokenize import ChatEncoder, Encoded
 
-BATCH = 512  # rows tokenized together: big enough for Rust batch encoding to pay off
+BATCH = 2048  # rows tokenized together: big enough for Rust batch encoding to pay off
 
 
 class BadRowError(ValueError):
