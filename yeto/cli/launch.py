@@ -114,27 +114,27 @@ def cmd_launch(args) -> int:
     from yeto.cli.launch_plan import fleet_from_planner, local_stack_url
 
     run_id = args.run_id or new_run_id()
-    if args.gpu:
+    launch = None
+    if args.gpu:   # everything is checked before a stack is started or anything rented
         islands = checks.parse_fleet(args.gpu)
-        checks.check_memory_fit(islands, weights_gb=args.weights_gb or checks.known_weights_gb(args.model), tuning=args.tuning,
-                                base_quantization=args.base_quantization, seq_len=args.seq_len, micro_batch=args.micro_batch)
-        fleet = checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands))
-    else:
-        fleet = None
-    local = fleet is not None and all(f["cloud"] == "local" for f in fleet)
+        checks.check_memory_fit(islands, weights_gb=args.weights_gb or checks.known_weights_gb(args.model),
+                                tuning=args.tuning, base_quantization=args.base_quantization, seq_len=args.seq_len,
+                                micro_batch=args.micro_batch)
+        launch = build_launch(args, run_id, checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands)))
+    local = launch is not None and all(f["cloud"] == "local" for f in launch.fleet)
     url = url_or_none(args) or (local_stack_url(args) if local else None)
     if url is None:
         raise ValueError("cloud islands need a reachable stack: bring up a head with `yeto stack up --head` on a VM "
                          "(or `yeto stack up` here for testing) and pass --nats-url / set YETO_NATS_URL")
-    if fleet is None:
+    if launch is None:
         fleet = fleet_from_planner(args, url, run_id)
         if fleet is None:
             return 1
-    launch = build_launch(args, run_id, fleet)
+        launch = build_launch(args, run_id, fleet)
     if asyncio.run(_run_exists(url, run_id)):
         raise ValueError(f"run {run_id} exists already; pick another --run-id")
     asyncio.run(_publish(url, launch))
-    print(f"launched {run_id}: {len(fleet)} island(s)\n  follow: yeto status {run_id} | yeto logs {run_id} --follow\n"
+    print(f"launched {run_id}: {len(launch.fleet)} island(s)\n  follow: yeto status {run_id} | yeto logs {run_id} --follow\n"
           f"  stop:   yeto down {run_id}   (abort: yeto down {run_id} --now)")
     return follow_or_detach(url, run_id) if args.wait else 0
 

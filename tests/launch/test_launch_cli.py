@@ -1,0 +1,96 @@
+"""`yeto launch` refuses what it can check before renting, with messages that say what to fix; and what it builds."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
+from learner_tiny import write_chat_jsonl, write_model_dir  # noqa: E402
+
+from yeto.cli import launch_checks as checks  # noqa: E402
+from yeto.cli.launch import build_launch  # noqa: E402
+from yeto.cli.main import build_parser, main  # noqa: E402
+from yeto.gpuspec import parse_gpu  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def material(tmp_path_factory):
+    root = tmp_path_factory.mktemp("launch-cli")
+    return write_model_dir(root / "model"), write_chat_jsonl(root / "chat.jsonl", 40)
+
+
+def run(capsys, tmp_path, *argv) -> tuple[int, str]:
+    code = main(["--state-dir", str(tmp_path / "state"), "launch", *argv])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gpu, says", [
+    ("aws:8xa1000", "unknown GPU 'a1000'"),
+    ("moon:8xh100", "unknown cloud 'moon'"),
+    ("local:1xtpu", "a local island runs on 'cpu' or 'cuda'"),
+    ("local:1xcpu,aws:8xh100", "mixes local and cloud islands"),
+])
+def test_bad_gpu_entries_are_refused_naming_the_entry(capsys, tmp_path, material, gpu, says):
+    model, data = material
+    code, err = run(capsys, tmp_path, "--gpu", gpu, "--model", str(model), "--data", str(data))
+    assert code == 2 and says in err
+    assert not (tmp_path / "state" / "stack.json").exists()            # nothing was started
+
+
+def test_bad_data_is_refused_with_its_row_before_a_stack_starts(capsys, tmp_path, material):
+    model, _ = material
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n')
+    code, err = run(capsys, tmp_path, "--gpu", "local:1xcpu", "--model", str(model), "--data", str(bad))
+    assert code == 2 and "bad.jsonl" in err and "line 2" in err
+    assert not (tmp_path / "state" / "stack.json").exists()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--model", "/no/such/model"], "no such directory"),
+    (["--max-time", "soon"], "--max-time 'soon'"),
+    (["--merge-alpha", "1.5"], "alpha must be in [0, 1)"),
+    (["--recover-timeout", "x"], "--recover-timeout"),
+])
+def test_bad_model_limits_and_sync_settings_are_refused(capsys, tmp_path, material, flags, says):
+    model, data = material
+    argv = ["--gpu", "local:1xcpu", "--model", str(model), "--data", str(data), *flags]
+    code, err = run(capsys, tmp_path, *argv)
+    assert code == 2 and says in err
+
+
+def test_an_island_too_small_for_the_model_is_refused_before_renting():
+    with pytest.raises(ValueError, match="needs .* GB per GPU"):
+        checks.check_memory_fit(parse_gpu("aws:1xt4"), weights_gb=140.0, tuning="lora", base_quantization="none",
+                                seq_len=4096, micro_batch=1)
+    checks.check_memory_fit(parse_gpu("aws:8xh100"), weights_gb=16.0, tuning="lora", base_quantization="none",
+                            seq_len=4096, micro_batch=1)
+
+
+def test_durations_read_seconds_minutes_hours_and_days():
+    assert [checks.duration_s(t, "--max-time") for t in ("90", "90s", "30m", "2h", "1d", None)] == [90, 90, 1800, 7200, 86400, None]
+
+
+def test_the_launch_command_carries_fleet_recipe_limits_and_the_data_fingerprint(material):
+    model, data = material
+    args = build_parser().parse_args(["launch", "--gpu", "local:1xcpu,local:1xcpu", "--model", str(model), "--data", str(data),
+                                      "--max-steps", "30", "--max-spend", "2", "--max-time", "1h", "--fragments", "2",
+                                      "--sync-every", "4", "--seq-len", "64", "--output", "/tmp/x"])
+    fleet = checks.fleet_entries(checks.parse_fleet(args.gpu), spot=args.spot, prices=[0.0, 0.0])
+    cmd = build_launch(args, "r-test", fleet)
+    assert [f["cloud"] for f in cmd.fleet] == ["local", "local"] and all(f["price_per_hour"] == 0.0 for f in cmd.fleet)
+    assert cmd.recipe["limits"] == {"max_steps": 30, "max_tokens": None, "max_time_s": 3600.0, "max_spend": 2.0}
+    assert cmd.recipe["train"]["max_steps"] == 30 and cmd.recipe["train"]["seq_len"] == 64
+    assert cmd.recipe["train"]["sync"] == {"num_fragments": 2, "inner_steps": 4}
+    assert len(cmd.recipe["data_check"]["fingerprint"]) == 64 and cmd.recipe["output"] == "/tmp/x"
+    assert cmd.id == build_launch(args, "r-test", fleet).id                       # derived: a re-run publishes once
+
+
+def test_down_and_chaos_are_commands(capsys):
+    parser = build_parser()
+    assert parser.parse_args(["down", "r1", "--now"]).now is True
+    assert parser.parse_args(["chaos", "kill", "r1", "1"]).island == 1
