@@ -105,3 +105,22 @@ def test_adapter_uses_a_host_buffer_for_non_f32_parameters():
     np.testing.assert_array_equal(arrays.read("w"), np.arange(6, dtype=np.float32).reshape(2, 3))
     arrays.write("w", np.full((2, 3), 0.5, np.float32))
     assert param.dtype == torch.bfloat16 and torch.equal(param.detach(), torch.full((2, 3), 0.5, dtype=torch.bfloat16))
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: checks the bf16 base, f32 adapters and pinned reads")
+def test_cuda_lora_trains_under_bf16_autocast_and_adapter_reads_through_pinned_buffers(model_dir):
+    from yeto.learners.torch import dist
+    from yeto.learners.torch.build import build, resolve_accel
+    recipe = TrainRecipe(model=str(model_dir), lr=3e-3, warmup_steps=2, max_steps=20, micro_batch=4, seq_len=64)
+    policy = resolve_accel(recipe, local_rank=0, prefer="cuda")
+    built = build(recipe, accel=policy, topology=dist.Topology())
+    base = [p for n, p in built.model.named_parameters() if not p.requires_grad]
+    assert base[0].dtype == torch.bfloat16 and base[0].device.type == "cuda"
+    batches = learner_tiny.packed_batches(built.tokenizer, learner_tiny.chat_rows(200), seq_len=64, micro_batch=4)
+    results = train(built.model, batches, recipe, accel=policy)
+    assert results[-1].loss < results[0].loss
+    arrays = TorchArrays.of(built.model)
+    name = arrays.names()[0]
+    np.testing.assert_array_equal(arrays.read(name), dict(built.model.named_parameters())[name].detach().cpu().numpy())

@@ -1,0 +1,83 @@
+"""The torch learner's step boundary: learners/diloco_sync.py over the module's trainable parameters and
+an injected Transport, shaped as the loop's SyncHook (returns whether parameters changed)."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from yeto.learners.diloco_sync import DilocoSync, Transport
+from yeto.learners.torch.adapter import TorchArrays
+from yeto.schemas.recipe import SyncConfig
+
+
+class DilocoHook:
+    """Rank 0's side of the protocol: initial pushes, joining from the latest globals, then per step
+    poll -> apply -> push. Nothing here waits on the network except `catch_up`'s bounded join wait."""
+
+    def __init__(self, sync: DilocoSync, transport: Transport, *, join_wait_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.sync, self.transport, self.join_wait_s = sync, transport, join_wait_s
+        self.clock, self.sleep = clock, sleep
+        self._last_step_at: float | None = None
+
+    def _poll(self) -> None:
+        for header, chunk in self.transport.poll_globals():
+            self.sync.offer(header, chunk)
+
+    def catch_up(self) -> bool:
+        """Offer our initial values (the syncer adopts the first as version 0), then wait up to
+        `join_wait_s` for a global version of every fragment: a (re)started learner begins from the
+        run's latest globals, a fresh run's learners from the same seeded values anyway."""
+        for push in self.sync.init_pushes():
+            self.transport.send_push(push.header, push.payload)
+        deadline = self.clock() + self.join_wait_s
+        changed = False
+        while True:
+            self._poll()
+            changed = self.sync.catch_up() or changed
+            if all(v is not None for v in self.sync.versions.values()) or self.clock() >= deadline:
+                break
+            self.sleep(0.05)
+        self._last_step_at = self.clock()
+        return changed
+
+    def after_step(self, step: int, tokens: int) -> bool:
+        now = self.clock()
+        step_time = None if self._last_step_at is None else now - self._last_step_at
+        self._last_step_at = now
+        self._poll()
+        before = dict(self.sync.versions)
+        for push in self.sync.after_step(step, tokens, step_time_s=step_time):
+            self.transport.send_push(push.header, push.payload)
+        return self.sync.versions != before
+
+    def progress(self, result) -> None:
+        """Forward a step's progress to the transport when it publishes progress events."""
+        report = getattr(self.transport, "progress", None)
+        if report is not None:
+            report(result)
+
+    def close(self) -> None:
+        close = getattr(self.transport, "close", None)
+        if close is not None:
+            close()
+
+
+def make_hook(model, recipe, transport: Transport, *, run_id: str, learner: str, generation: int,
+              join_wait_s: float = 10.0) -> DilocoHook:
+    """DilocoSync over `model`'s trainable parameters (the unwrapped module) with the recipe's sync options."""
+    sync = DilocoSync(TorchArrays.of(model), SyncConfig.from_dict(recipe.sync), run_id=run_id, learner=learner,
+                      generation=generation)
+    return DilocoHook(sync, transport, join_wait_s=join_wait_s)
+
+
+def connect_sync(built, recipe, args) -> DilocoHook:
+    """The production hook: the NATS transport of learners/bus_client.py (connect, reconnect with
+    backoff, buffer while disconnected, LearnerProgress events)."""
+    if not args.nats_url:
+        raise ValueError("--nats-url is required unless --no-sync is given")
+    from yeto.learners import bus_client
+    transport = bus_client.connect(nats_url=args.nats_url, run_id=args.run_id, learner=args.learner,
+                                   generation=args.generation)
+    return make_hook(built.model, recipe, transport, run_id=args.run_id, learner=args.learner,
+                     generation=args.generation)

@@ -1,0 +1,58 @@
+"""An in-process stand-in for NATS between torch learners and the real SyncerCore: pushes and globals
+are chunked exactly as on the wire (split_chunks, header round trip through NATS headers)."""
+from __future__ import annotations
+
+import threading
+import time
+
+from yeto.schemas.fragments import FragmentHeader, split_chunks
+from yeto.services.syncer.core import Publish, SaveSnapshot, SyncerCore
+
+
+class Loopback:
+    """One syncer core, many learners' inboxes; thread-safe. `syncer_s` is time spent in the core."""
+
+    def __init__(self, core: SyncerCore, chunk_bytes: int = 64 * 1024) -> None:
+        self.core, self.chunk_bytes = core, chunk_bytes
+        self.lock = threading.Lock()
+        self.inboxes: dict[str, list] = {}
+        self.events: list = []
+        self.syncer_s = 0.0
+        self.bytes_up = self.bytes_down = 0
+
+    def _wire(self, header: FragmentHeader, payload: bytes):
+        for h, chunk in split_chunks(header, payload, self.chunk_bytes):
+            yield FragmentHeader.from_nats(h.to_nats()), bytes(chunk)
+
+    def _handle(self, outputs) -> None:
+        for o in outputs:
+            if isinstance(o, Publish):
+                self.bytes_down += len(o.payload)
+                for h, chunk in self._wire(o.header, o.payload):
+                    for inbox in self.inboxes.values():
+                        inbox.append((h, chunk))
+            elif not isinstance(o, SaveSnapshot) and not hasattr(o, "at"):
+                self.events.append(o)
+
+    def transport(self, learner: str):
+        loop = self
+        inbox = self.inboxes.setdefault(learner, [])
+
+        class Transport:
+            def send_push(self, header, payload):
+                with loop.lock:
+                    loop.bytes_up += len(payload)
+                    started = time.perf_counter()
+                    for h, chunk in loop._wire(header, payload):
+                        loop._handle(loop.core.receive(h, chunk, time.perf_counter()))
+                    loop.syncer_s += time.perf_counter() - started
+
+            def poll_globals(self):
+                with loop.lock:
+                    started = time.perf_counter()
+                    loop._handle(loop.core.tick(time.perf_counter()))
+                    loop.syncer_s += time.perf_counter() - started
+                    out = list(inbox)
+                    inbox.clear()
+                return out
+        return Transport()
