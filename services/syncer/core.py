@@ -57,8 +57,8 @@ class SyncerCore:
     def receive(self, h: FragmentHeader, chunk: bytes, now: float) -> list:
         if h.kind not in ("push", "init"):
             return []
-        if self.owned is not None and h.fragment not in self.owned:
-            return [self._reject(h, "not_owned", f"fragment {h.fragment} belongs to another syncer instance")]
+        if self.owned is not None and h.fragment not in self.owned:   # one event per message, not per chunk
+            return [self._reject(h, "not_owned", f"fragment {h.fragment} belongs to another syncer instance")] if h.chunk == 0 else []
         try:
             payload = self.assembler.add(h, chunk)
         except FragmentError as e:

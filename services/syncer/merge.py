@@ -86,9 +86,9 @@ def gram(pushes, chunk: int = GRAM_CHUNK) -> np.ndarray:
     """G[i, j] = <d_i, d_j> in float64 over the rows of `pushes` (M, n), one chunked read pass."""
     num, n = pushes.shape
     g = np.zeros((num, num))
-    for start in range(0, n, chunk):
-        block = pushes[:, start:start + chunk]
-        g += gram_block(block)
+    with np.errstate(over="ignore", invalid="ignore"):   # a non-finite G is the answer, not an error
+        for start in range(0, n, chunk):
+            g += gram_block(pushes[:, start:start + chunk])
     return g
 
 
@@ -169,12 +169,13 @@ def _apply(frag: FragmentRows, c: np.ndarray, chunk: int, *, commit: bool) -> bo
     rows, n = frag.rows[:c.shape[1]], frag.numel
     cmat = xp.asarray(c, dtype=xp.float32)
     out = xp.empty((2, min(chunk, n)), dtype=xp.float32)
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        o = out[:, :stop - start]
-        xp.matmul(cmat, rows[:, start:stop], out=o)
-        if commit:
-            rows[:2, start:stop] = o
-        elif not bool(xp.isfinite(o).all()):
-            return False
+    with np.errstate(over="ignore", invalid="ignore"):   # the dry pass looks for overflow on purpose
+        for start in range(0, n, chunk):
+            stop = min(start + chunk, n)
+            o = out[:, :stop - start]
+            xp.matmul(cmat, rows[:, start:stop], out=o)
+            if commit:
+                rows[:2, start:stop] = o
+            elif not bool(xp.isfinite(o).all()):
+                return False
     return True

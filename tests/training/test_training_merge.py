@@ -1,0 +1,90 @@
+"""Merge math against a float64 reference (avg, RDA, weights, staleness), the outer step against
+torch.optim.SGD(nesterov=True), and all-or-nothing aborts."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from yeto.services.syncer import merge
+
+torch.set_num_threads(1)
+
+
+def reference(pushes: np.ndarray, weights: np.ndarray, mode: str) -> np.ndarray:
+    deltas = -pushes.astype(np.float64)                      # Delta_m = anchor - local = -d_m
+    w = weights / weights.sum()
+    avg = (w[:, None] * deltas).sum(0)
+    if mode == "avg":
+        return avg
+    norms = np.linalg.norm(deltas, axis=1)
+    direction = (w[:, None] * deltas / norms[:, None]).sum(0)
+    return (w @ norms) * direction / np.linalg.norm(direction)
+
+
+def fragment(rng, n, m):
+    f = merge.FragmentRows(rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32) * 0.1, slots=2)
+    pushes = (rng.standard_normal((m, n)) * rng.uniform(0.01, 1.0, size=(m, 1)) + rng.standard_normal(n) * 0.5).astype(np.float32)
+    for i in range(m):
+        f.push(i)[:] = pushes[i]
+    return f, pushes
+
+
+@pytest.mark.parametrize("mode", ["avg", "rda"])
+@pytest.mark.parametrize("seed", range(4))
+def test_merge_and_nesterov_step_match_float64_reference(mode, seed):
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 200_000)), int(rng.integers(1, 6))
+    f, pushes = fragment(rng, n, m)
+    theta0, b0 = f.theta.astype(np.float64), f.momentum.astype(np.float64)
+    tokens, steps, lags = rng.integers(1, 5000, m), rng.integers(1, 30, m), rng.integers(0, 4, m)
+    weights = merge.push_weights(tokens, steps, lags, weighting="tokens", staleness_discount=0.7)
+    np.testing.assert_allclose(weights, tokens * 0.7 ** lags)
+    plan = merge.merge_round(f, m, weights, merge=mode, lr=0.7, momentum=0.9, chunk=4096)
+    delta = reference(pushes, weights, mode)
+    assert plan is not None and plan.merge == mode
+    assert math.isclose(plan.delta_norm, np.linalg.norm(delta), rel_tol=1e-4)
+    b = 0.9 * b0 + delta
+    theta = theta0 - 0.7 * (delta + 0.9 * b)
+    np.testing.assert_allclose(f.momentum, b, rtol=1e-4, atol=1e-5 * np.abs(b).max())
+    np.testing.assert_allclose(f.theta, theta, rtol=1e-4, atol=1e-5 * np.abs(theta).max())
+
+
+def test_token_squared_weighting_and_rda_fallback_when_directions_cancel():
+    w = merge.push_weights([100, 400], [10, 20], [0, 0], weighting="tokens_sq_per_step")
+    np.testing.assert_allclose(w, [1000.0, 8000.0])
+    d = np.random.default_rng(0).standard_normal(1000)
+    g = np.array([[d @ d, -(d @ d)], [-(d @ d), d @ d]])     # two opposite pushes
+    assert merge.plan(g, [1.0, 1.0], "rda").merge == "avg-fallback"
+
+
+def test_outer_step_equals_torch_sgd_nesterov_on_the_pseudo_gradient():
+    rng = np.random.default_rng(3)
+    n = 5000
+    f = merge.FragmentRows(rng.standard_normal(n).astype(np.float32), slots=1)
+    param = torch.nn.Parameter(torch.from_numpy(f.theta.copy()))
+    sgd = torch.optim.SGD([param], lr=0.7, momentum=0.9, nesterov=True)
+    for _ in range(5):
+        d = (rng.standard_normal(n) * 0.01).astype(np.float32)
+        f.push(0)[:] = d
+        assert merge.merge_round(f, 1, [1.0], merge="avg", lr=0.7, momentum=0.9) is not None
+        param.grad = torch.from_numpy(-d)                    # the pseudo-gradient Delta = -d
+        sgd.step()
+        np.testing.assert_allclose(f.theta, param.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("error")
+def test_non_finite_push_or_overflow_aborts_without_touching_state():
+    rng = np.random.default_rng(5)
+    f, _ = fragment(rng, 70_000, 3)
+    before = f.rows[:2].copy()
+    f.push(1)[12345] = np.nan
+    assert merge.merge_round(f, 3, [1, 1, 1], merge="rda", lr=0.7, momentum=0.9) is None
+    assert f.rows[:2].tobytes() == before.tobytes()
+    f.push(1)[12345] = 0.0
+    f.rows[0, 50_000], f.rows[1, 50_000] = -3e38, 3e38      # the step overflows only there, late in the pass
+    before = f.rows[:2].copy()
+    assert merge.merge_round(f, 3, [1, 1, 1], merge="avg", lr=0.7, momentum=0.9, chunk=4096) is None
+    assert f.rows[:2].tobytes() == before.tobytes()
