@@ -16,15 +16,15 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-import duckdb
 from nats.js import api
 from nats.js.errors import NotFoundError
 
 from yeto.infra.bus import Bus
 from yeto.infra.natsserver import ensure_streams
-from yeto.infra.tape_sql import MAX_ROWS, run_query
+from yeto.infra.tape_responder import answer
 from yeto.infra.tape_store import TapeStore, subject_run
 from yeto.schemas.subjects import EVT_PREFIX, TAPE_SQL
 
@@ -56,13 +56,6 @@ def stream_seq(reply: str) -> int:
     return int(tokens[5] if len(tokens) == 9 else tokens[7])
 
 
-def _query_then_close(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int) -> dict:
-    try:
-        return run_query(cur, sql, max_rows=max_rows)
-    finally:
-        cur.close()
-
-
 class TapeWriter:
     def __init__(self, cfg: TapeConfig):
         self.cfg = cfg
@@ -81,7 +74,8 @@ class TapeWriter:
         self.store = await asyncio.to_thread(TapeStore, self.cfg.db)
         self.bus = await Bus.connect(self.cfg.nats_url, name=f"tape-{self.cfg.consumer}")
         await ensure_streams(self.bus.js)
-        sql_sub = await self.bus.nc.subscribe(TAPE_SQL, queue="tape", cb=self._on_sql)
+        sql_sub = await self.bus.nc.subscribe(TAPE_SQL, queue="tape", cb=partial(
+            answer, store=self.store, timeout_s=self.cfg.query_timeout_s, max_payload=self.bus.nc.max_payload))
         info = await self.bus.js.stream_info(STREAM)
         if info.state.last_seq < self.store.last_seq:
             log.warning("the tape is at seq %d but the stream only at %d: was the nats store reset? new events "
@@ -201,21 +195,3 @@ class TapeWriter:
                 await self.bus.nc.publish(acked.reply, b"+ACK")
             except Exception as e:  # noqa: BLE001 - a lost ack only means redelivery, which is skipped
                 log.warning("ack failed: %r", e)
-
-    async def _on_sql(self, msg) -> None:
-        try:
-            req = json.loads(msg.data)
-            sql, max_rows = req["sql"], min(int(req.get("max_rows", MAX_ROWS)), MAX_ROWS)
-            cur = self.store.reader()
-            try:
-                reply = await asyncio.wait_for(asyncio.to_thread(_query_then_close, cur, sql, max_rows),
-                                               self.cfg.query_timeout_s)
-            except asyncio.TimeoutError:
-                cur.interrupt()
-                raise ValueError(f"query ran longer than {self.cfg.query_timeout_s:.0f}s and was interrupted") from None
-            data = json.dumps(reply).encode()
-            if len(data) > self.bus.nc.max_payload:
-                raise ValueError(f"result is {len(data)} bytes, over the bus limit; add a LIMIT or aggregate")
-        except (ValueError, KeyError, TypeError, duckdb.Error) as e:
-            data = json.dumps({"error": str(e) if not isinstance(e, KeyError) else "request needs an 'sql' field"}).encode()
-        await msg.respond(data)
