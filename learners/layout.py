@@ -41,6 +41,10 @@ class Layout:
     def numel(self, fragment: int) -> int:
         return sum(t.numel for t in self.fragments[fragment])
 
+    def entries(self) -> list[dict]:
+        """Tensors in fragment order as (name, shape, dtype, fragment) dicts: schemas.layout.LayoutDeclared's tensors."""
+        return [dict(name=t.name, shape=list(t.shape), dtype=t.dtype, fragment=p) for p, frag in enumerate(self.fragments) for t in frag]
+
     @property
     def active(self) -> list[int]:
         """Fragments that hold at least one value (small models leave some empty)."""

@@ -82,9 +82,12 @@ def _q4_encode(x: np.ndarray) -> bytes:
         mag = np.abs(rows)
         scale = mag.max(axis=1)
         scales[start:stop] = scale
-        inv = np.divide(np.float32(Q4_LEVELS), scale, out=np.zeros_like(scale), where=scale > 0)
-        mag *= inv[:, None]
-        q = np.rint(mag, out=mag).astype(np.uint8)
+        # divide rather than multiply by 7/scale: that overflows for subnormal scales. A NaN keeps its
+        # block's scale NaN, so the receiver decodes NaN and refuses the push instead of garbage.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            np.divide(mag, scale[:, None], out=mag, where=scale[:, None] > 0)
+            mag *= np.float32(Q4_LEVELS)
+            q = np.rint(mag, out=mag).astype(np.uint8)
         q |= ((rows < 0) & (q > 0)).view(np.uint8) << 3       # no negative zero: one code per value
         codes[start:stop] = q[:, 0::2] | (q[:, 1::2] << 4)
     return scales.tobytes() + codes.tobytes()

@@ -19,7 +19,7 @@ from yeto.schemas.base import Event, derive_id
 from yeto.schemas.fragments import ChunkAssembler, FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import GlobalVersionPublished, LearnerJoined, LearnerRejected, RoundAborted, RoundMerged
-from yeto.services.syncer import backend, merge
+from yeto.services.syncer import backend, merge, resume
 from yeto.services.syncer.admission import LearnerRecord, admit, note_admitted
 from yeto.services.syncer.broadcast import BroadcastShadow
 from yeto.services.syncer.logic import MergeNow, Round, WakeAt, decide
@@ -162,11 +162,8 @@ class SyncerCore:
         return [event] + self._publish(p, now)
 
     def _publish(self, p: int, now: float) -> list:
-        if self.broadcast is None:
-            self.broadcast = BroadcastShadow(run_id=self.run_id, fingerprint=self.fingerprint,
-                                             keyframe_every=self.config.keyframe_every, codec_down=self.config.codec_down)
         version = self.rounds[p].version
-        messages = self.broadcast.publish(p, version, backend.to_host(self.frags[p].theta), self.roles[p])
+        messages = self.ensure_broadcast().publish(p, version, backend.to_host(self.frags[p].theta), self.roles[p])
         out: list = []
         self.since_snapshot[p] = self.since_snapshot.get(p, 0) + 1
         if version == 0 or self.since_snapshot[p] >= self.config.snapshot_every:
@@ -179,31 +176,19 @@ class SyncerCore:
                                           num_bytes=sum(len(payload) for _, payload in messages)))
         return out
 
-    # -- snapshots ------------------------------------------------------------------------------------
+    # -- snapshots (services/syncer/resume.py) -------------------------------------------------------
     def snapshot(self, p: int) -> FragmentSnapshot:
-        ledger = {name: {"generation": rec.generation, "last_step": rec.last_step.get(p, -1)} for name, rec in self.learners.items()}
-        return FragmentSnapshot(fragment=p, version=self.rounds[p].version, fingerprint=self.fingerprint,
-                                theta=backend.to_host(self.frags[p].theta).copy(), momentum=backend.to_host(self.frags[p].momentum).copy(),
-                                shadow=self.broadcast.shadows[p].copy(), role=self.roles[p], ledger=ledger)
+        return resume.snapshot_of(self, p)
 
     def restore(self, snaps: dict[int, FragmentSnapshot], now: float) -> None:
         """Resume from snapshots; learners in the ledgers count as live until they time out."""
-        for p, s in snaps.items():
-            self.fingerprint = self.fingerprint or s.fingerprint
-            if s.fingerprint != self.fingerprint:
-                raise ValueError(f"snapshot of fragment {p} has another layout fingerprint; it belongs to another run")
-            self.frags[p], self.roles[p] = merge.FragmentRows(s.theta, s.momentum), s.role
-            self.rounds[p] = Round(p, version=s.version)
-            if self.broadcast is None:
-                self.broadcast = BroadcastShadow(run_id=self.run_id, fingerprint=self.fingerprint,
-                                                 keyframe_every=self.config.keyframe_every, codec_down=self.config.codec_down)
-            self.broadcast.restore(p, s.version, s.shadow)
-            for name, entry in s.ledger.items():
-                rec = self.learners.get(name)
-                if rec is None or entry["generation"] > rec.generation:
-                    rec = self.learners[name] = LearnerRecord(generation=entry["generation"], last_seen=now)
-                if entry["generation"] == rec.generation and entry["last_step"] >= 0:
-                    rec.last_step[p] = entry["last_step"]
+        resume.restore(self, snaps, now)
+
+    def ensure_broadcast(self) -> BroadcastShadow:
+        if self.broadcast is None:
+            self.broadcast = BroadcastShadow(run_id=self.run_id, fingerprint=self.fingerprint,
+                                             keyframe_every=self.config.keyframe_every, codec_down=self.config.codec_down)
+        return self.broadcast
 
     def _reject(self, h: FragmentHeader, reason: str, detail: str) -> LearnerRejected:
         return LearnerRejected(id=derive_id(self.run_id, "LearnerRejected", h.learner, h.generation, h.fragment, h.kind,

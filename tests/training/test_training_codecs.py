@@ -67,3 +67,13 @@ def test_error_feedback_sum_of_decoded_tracks_true_sum_within_one_quantum(seed, 
         quantum = np.repeat(pad.reshape(-1, 256).max(axis=1) / codecs.Q4_LEVELS, 256)[:n]   # one step of each block
         # no drift: after 40 rounds the decoded sum is within one quantum (half a step, plus f32 rounding)
         assert np.all(np.abs(true_sum - sent_sum) <= 0.5 * quantum + 1e-5 * scale * 40)
+
+
+@pytest.mark.filterwarnings("error")
+def test_q4_handles_subnormal_scales_and_keeps_nan_detectable():
+    tiny = np.array([1e-45, -3e-45, 0.0, 2e-45] * 64, dtype=np.float32)
+    assert np.array_equal(codecs.decode("q4", codecs.encode("q4", tiny), tiny.size), tiny)
+    x = np.ones(300, dtype=np.float32)
+    x[5] = np.nan
+    y = codecs.decode("q4", codecs.encode("q4", x), 300)
+    assert np.isnan(y[:256]).all() and np.isfinite(y[256:]).all()    # the block with the NaN decodes as NaN
