@@ -59,7 +59,7 @@ class DilocoSync:
         self.versions: dict[int, int | None] = dict.fromkeys(self.active)
         self.c_tokens = dict.fromkeys(self.active, 0)
         self.c_steps = dict.fromkeys(self.active, 0)
-        self.step, self.step_time_s, self.num_dropped = 0, 0.0, 0
+        self.step, self.step_time_s, self.num_dropped, self.changed = 0, 0.0, 0, False
         self.feedback = codecs.ErrorFeedback(config.codec_up) if config.codec_up == "q4" else None
         self.assembler = ChunkAssembler(max_pending=4 * max(1, len(self.active)))
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
@@ -96,15 +96,17 @@ class DilocoSync:
         for p in self.active:
             self.c_tokens[p] += tokens
             self.c_steps[p] += 1
-        self.catch_up()
+        self.changed = self.catch_up()
         cfg = self.config
         return [self._push(p) for p in self.active if push_due(step, p, cfg.inner_steps, cfg.num_fragments)]
 
-    def sync(self, step: int, tokens: int, transport: Transport, *, step_time_s: float | None = None) -> None:
+    def sync(self, step: int, tokens: int, transport: Transport, *, step_time_s: float | None = None) -> bool:
+        """Poll globals, run the step boundary, hand the pushes to the transport; True if parameters changed."""
         for header, chunk in transport.poll_globals():
             self.offer(header, chunk)
         for push in self.after_step(step, tokens, step_time_s=step_time_s):
             transport.send_push(push.header, push.payload)
+        return self.changed
 
     # -- internals ------------------------------------------------------------------------------------
     def _flat(self, p: int) -> np.ndarray:
