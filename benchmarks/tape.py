@@ -57,9 +57,13 @@ async def drain(url: str, db: Path, target: int) -> float:
     task = asyncio.create_task(writer.run(stop))
     while writer.sub is None:
         await asyncio.sleep(0.001)
+        if task.done():
+            task.result()      # the writer failed to start: raise its error rather than wait forever
     t0 = time.perf_counter()
     while writer.store.last_seq < target:
         await asyncio.sleep(0.002)
+        if task.done():
+            task.result()
     dt = time.perf_counter() - t0
     stop.set()
     await task
