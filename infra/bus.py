@@ -40,10 +40,17 @@ class Bus:
     @classmethod
     async def connect(cls, url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> "Bus":
         deadline = asyncio.get_running_loop().time() + connect_timeout
+        tls = None
+        if url.startswith("tls://"):  # a head VM's self-signed certificate, pinned through $YETO_NATS_CA
+            import os
+            import ssl
+
+            tls = ssl.create_default_context(cafile=os.environ.get("YETO_NATS_CA") or None)
+            tls.check_hostname = False
         while True:
             try:
                 nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-                                        connect_timeout=2, allow_reconnect=True, error_cb=_log_error)
+                                        connect_timeout=2, allow_reconnect=True, error_cb=_log_error, tls=tls)
                 return cls(nc, name)
             except (OSError, NatsTimeout, nats.errors.NoServersError):
                 if asyncio.get_running_loop().time() > deadline:

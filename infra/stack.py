@@ -88,8 +88,19 @@ async def _ensure_streams(url: str) -> None:
     await bus.close()
 
 
-def up(state_dir: Path, *, port: int = 0) -> dict:
-    """Start the stack if it is not running (idempotent); returns the record of what runs."""
+def head_server(paths: StackPaths, *, port: int, run_id: str, hosts: list[str]) -> NatsServer:
+    """A head VM's nats-server: all interfaces, TLS with a self-signed certificate, per-run credentials."""
+    from yeto.infra.natsserver import TlsConfig
+    from yeto.infra.tls import credentials, self_signed
+
+    cert, key = self_signed(paths.root / "tls", hosts)
+    return NatsServer(paths.nats, host="0.0.0.0", port=port or 4222, tls=TlsConfig(cert_file=cert, key_file=key),
+                      auth=credentials(paths.root / "tls", run_id), log_file=paths.logs / "nats-server.log")
+
+
+def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: list[str] | None = None) -> dict:
+    """Start the stack if it is not running (idempotent); returns the record of what runs.
+    `head_run` starts a head VM's stack instead: TLS and credentials for that run, on all interfaces."""
     paths = StackPaths(Path(state_dir))
     rec = read_record(paths)
     if rec and alive(rec["pids"]["nats-server"]):
@@ -100,16 +111,27 @@ def up(state_dir: Path, *, port: int = 0) -> dict:
         return rec
     paths.root.mkdir(parents=True, exist_ok=True)
     prev_port = rec["port"] if rec else 0
-    server = NatsServer(paths.nats, port=port or prev_port, log_file=paths.logs / "nats-server.log")
     paths.logs.mkdir(parents=True, exist_ok=True)
+    if head_run:
+        server = head_server(paths, port=port or prev_port, run_id=head_run, hosts=hosts or ["127.0.0.1", "localhost"])
+    else:
+        server = NatsServer(paths.nats, port=port or prev_port, log_file=paths.logs / "nats-server.log")
     server.start(detach=True)
-    asyncio.run(_ensure_streams(server.url))
+    env = {"YETO_NATS_CA": str(server.tls.cert_file)} if server.tls else {}
+    os.environ.update(env)
+    asyncio.run(_ensure_streams(local_url(server)))
     pids = {"nats-server": server.pid}
-    for name, cmd in component_commands(server.url, paths).items():
-        pids[name] = spawn(cmd, paths.logs / f"{name}.log")
-    rec = {"url": server.url, "port": server.port, "pids": pids, "started": time.time()}
+    for name, cmd in component_commands(local_url(server), paths).items():
+        pids[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
+    rec = {"url": local_url(server), "port": server.port, "pids": pids, "started": time.time(),
+           "ca_file": str(server.tls.cert_file) if server.tls else None}
     paths.record.write_text(json.dumps(rec, indent=2))
     return rec
+
+
+def local_url(server: NatsServer) -> str:
+    """How processes on this machine reach the server (a head binds 0.0.0.0; locally it is 127.0.0.1)."""
+    return server.url.replace("@0.0.0.0:", "@127.0.0.1:").replace("//0.0.0.0:", "//127.0.0.1:")
 
 
 def status(state_dir: Path) -> dict[str, bool] | None:

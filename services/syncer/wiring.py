@@ -1,8 +1,39 @@
-"""Wiring of the syncer service onto the shared runner (its real handlers arrive with its issue)."""
+"""Wiring of the syncer service: the run fold and final cut on the runner, the fragment data plane beside it."""
 from __future__ import annotations
 
-from yeto.infra.runner import ServiceSpec
+from yeto.infra.runner import Context, ServiceSpec
+from yeto.services.syncer import runs
+from yeto.services.syncer.dataplane import DataPlane
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard {text!r}: expected K/N, e.g. 0/2 (this instance owns fragments p with p % N == K)") from None
+    if not 0 <= k < n:
+        raise ValueError(f"--shard {text!r}: K must be in [0, N)")
+    return k, n
+
+
+def spec(plane: DataPlane) -> ServiceSpec:
+    async def act(intent: runs.FinalCut, ctx: Context):
+        info = ctx.state.runs[intent.request.run_id]
+        await plane.final_cut(ctx.bus, intent.request, info.sync)
+        return []
+
+    async def data_plane(ctx: Context) -> None:
+        await plane.consume(ctx.bus, lambda: ctx.state.runs, ctx.stop)
+
+    return ServiceSpec(name="syncer", initial=runs.SyncerState, evolve=runs.evolve, decide=runs.decide, act=act,
+                       event_subjects=("yeto.evt.*.RunLaunched", "yeto.evt.*.FinalCutRequested", "yeto.evt.*.FinalCutDone"),
+                       background=(data_plane,))
+
+
+def flags(parser) -> None:
+    parser.add_argument("--shard", default="0/1", help="K/N: own fragments p with p %% N == K (default 0/1: all)")
 
 
 def build(args) -> ServiceSpec:
-    return ServiceSpec(name="syncer")
+    return spec(DataPlane(state_dir=args.settings.state_dir, shard=parse_shard(args.shard),
+                          instance=args.instance or "syncer"))

@@ -43,3 +43,27 @@ async def _services_started(url: str) -> set[str]:
     finally:
         await bus.close()
     return names
+
+
+def test_head_stack_serves_tls_with_credentials_and_refuses_anonymous_clients(tmp_path, monkeypatch):
+    import os
+
+    import nats
+
+    state = tmp_path / "head"
+    rec = stack.up(state, head_run="r-head", hosts=["127.0.0.1"])
+    try:
+        assert rec["url"].startswith("tls://yeto-r-head:") and rec["ca_file"]
+        assert "0.0.0.0" in (state / "nats" / "nats-server.conf").read_text()
+        monkeypatch.setenv("YETO_NATS_CA", rec["ca_file"])
+        assert asyncio.run(_services_started(rec["url"])) == {"planner", "launcher", "syncer", "finalizer"}
+
+        async def anonymous():
+            await nats.connect(f"tls://127.0.0.1:{rec['port']}", connect_timeout=2, max_reconnect_attempts=0,
+                               allow_reconnect=False)
+
+        with pytest.raises(Exception):
+            asyncio.run(anonymous())
+        assert oct(os.stat(state / "tls" / "credentials.json").st_mode & 0o777) == "0o600"
+    finally:
+        stack.down(state)

@@ -1,6 +1,9 @@
 """`yeto stack up|status|down`: the local stack (nats-server, tape writer, services) under the state dir."""
 from __future__ import annotations
 
+import signal
+import threading
+
 from yeto.cli.common import state_dir
 from yeto.infra import stack
 
@@ -11,17 +14,35 @@ def register(sub) -> None:
                                    "nats-server (127.0.0.1, JetStream on disk), the tape writer and the four services.")
     s = p.add_subparsers(dest="stack_cmd", metavar="ACTION", required=True)
     up = s.add_parser("up", help="start the stack if it is not running (idempotent)")
-    up.add_argument("--port", type=int, default=0, help="nats-server port (default: a free one, kept across restarts)")
+    up.add_argument("--port", type=int, default=0, help="nats-server port (default: a free one, kept across restarts; "
+                    "4222 with --head)")
+    up.add_argument("--head", action="store_true", help="a head VM's stack: all interfaces, TLS (self-signed, pinned "
+                    "by learners through $YETO_NATS_CA) and per-run credentials; needs --run-id")
+    up.add_argument("--run-id", default=None, help="the run whose credentials the head issues (with --head)")
+    up.add_argument("--host", action="append", default=[], help="a name or IP the certificate is valid for (repeat)")
+    up.add_argument("--foreground", action="store_true", help="stay attached; SIGTERM or Ctrl-C stops the stack")
     up.set_defaults(func=cmd_up)
     s.add_parser("status", help="which stack processes are alive").set_defaults(func=cmd_status)
     s.add_parser("down", help="stop what `up` started; the data stays").set_defaults(func=cmd_down)
 
 
 def cmd_up(args) -> int:
-    rec = stack.up(state_dir(args), port=args.port)
+    if args.head and not args.run_id:
+        raise ValueError("--head needs --run-id: the head issues credentials for one run")
+    rec = stack.up(state_dir(args), port=args.port, head_run=args.run_id if args.head else None,
+                   hosts=["127.0.0.1", "localhost", *args.host])
     print(f"stack up at {rec['url']} (state {state_dir(args)})")
     for name, pid in rec["pids"].items():
         print(f"  {name:<12} pid {pid}")
+    if rec.get("ca_file"):
+        print(f"  learners pin the certificate with YETO_NATS_CA={rec['ca_file']}")
+    if args.foreground:
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        while not stop.wait(1.0):
+            pass
+        print(f"stopped: {', '.join(stack.down(state_dir(args)))}")
     return 0
 
 

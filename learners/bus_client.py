@@ -1,0 +1,173 @@
+"""The learner's one way to the bus: a NATS connection on a background thread, never blocking a step.
+
+The training thread calls `send_push` (queues the chunks and returns), `poll_globals` (takes what
+arrived) and `progress` (rate-limited LearnerProgress events). The background thread publishes with
+JetStream acks and reconnects with backoff; while the server is away training goes on, and of the
+pushes of one fragment only the newest is kept (a push carries everything since the anchor, so a newer
+one supersedes an older one). Globals come from two ordered consumers: the latest keyframe of every
+fragment (so a (re)started learner gets the whole model at once) and the recent deltas.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+
+from nats.js.api import DeliverPolicy
+
+from yeto.infra.bus import Bus
+from yeto.schemas.base import Event, derive_id
+from yeto.schemas.fragments import FragmentHeader, split_chunks
+from yeto.schemas.layout import LayoutDeclared, TensorEntry
+from yeto.schemas.subjects import GLOB_PREFIX, fragment_subject
+from yeto.schemas.training import LearnerProgress
+
+log = logging.getLogger(__name__)
+
+
+class NatsTransport:
+    """diloco_sync's Transport over NATS JetStream, plus learner events."""
+
+    def __init__(self, nats_url: str, *, run_id: str, learner: str, generation: int, progress_every_s: float = 2.0):
+        self.url, self.run_id, self.learner, self.generation = nats_url, run_id, learner, generation
+        self.progress_every_s = progress_every_s
+        self._pushes: OrderedDict[int, tuple[FragmentHeader, bytes]] = OrderedDict()   # fragment -> newest push
+        self._events: deque[Event] = deque(maxlen=1000)
+        self._inbox: deque[tuple[FragmentHeader, bytes]] = deque()
+        self._lock = threading.Lock()
+        self._wake: asyncio.Event | None = None
+        self._stop = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._tokens, self._last_progress, self._started = 0, 0.0, time.monotonic()
+        self.bytes_sent = 0
+        self._thread = threading.Thread(target=self._run, name=f"bus-{learner}", daemon=True)
+        self._thread.start()
+
+    # -- the training thread's side -------------------------------------------------------------------
+    def send_push(self, header: FragmentHeader, payload: bytes) -> None:
+        with self._lock:
+            self._pushes.pop((header.fragment, header.kind), None)
+            self._pushes[(header.fragment, header.kind)] = (header, payload)
+        self._kick()
+
+    def poll_globals(self) -> list[tuple[FragmentHeader, bytes]]:
+        with self._lock:
+            out = list(self._inbox)
+            self._inbox.clear()
+        return out
+
+    def publish_event(self, event: Event) -> None:
+        with self._lock:
+            self._events.append(event)
+        self._kick()
+
+    def declare_layout(self, layout) -> None:
+        """Publish the fragment layout (learners/layout.py's Layout) once per generation."""
+        tensors = [TensorEntry(name=t.name, shape=list(t.shape), dtype=t.dtype, fragment=p)
+                   for p, frag in enumerate(layout.fragments) for t in frag]
+        self.publish_event(LayoutDeclared(
+            id=derive_id(self.run_id, "LayoutDeclared", self.learner, self.generation), run_id=self.run_id,
+            source=self.learner, learner=self.learner, generation=self.generation, fingerprint=layout.fingerprint,
+            num_fragments=layout.num_fragments, tensors=tensors))
+
+    def progress(self, result) -> None:
+        self._tokens += result.tokens
+        now = time.monotonic()
+        if now - self._last_progress < self.progress_every_s:
+            return
+        self._last_progress = now
+        self.publish_event(LearnerProgress(
+            id=derive_id(self.run_id, "LearnerProgress", self.learner, self.generation, result.step), run_id=self.run_id,
+            source=self.learner, learner=self.learner, generation=self.generation, step=result.step, loss=result.loss,
+            tokens=self._tokens, tokens_per_s=self._tokens / max(now - self._started, 1e-9),
+            step_time_s=result.seconds, lr=result.lr))
+
+    def close(self, flush_s: float = 30.0) -> None:
+        """Publish what is queued (bounded wait), then disconnect."""
+        deadline = time.monotonic() + flush_s
+        while self._pending() and time.monotonic() < deadline and self._thread.is_alive():
+            time.sleep(0.05)
+        self._stop.set()
+        self._kick()
+        self._thread.join(10)
+
+    # -- the background thread ------------------------------------------------------------------------
+    def _pending(self) -> bool:
+        with self._lock:
+            return bool(self._pushes or self._events)
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        self._wake = asyncio.Event()
+        bus = await Bus.connect(self.url, name=f"learner-{self.learner}-{self.generation}", connect_timeout=3600)
+        subs = [await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.key.*", ordered_consumer=True,
+                                       deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, cb=self._on_global),
+                await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.d", ordered_consumer=True,
+                                       deliver_policy=DeliverPolicy.ALL, cb=self._on_global)]
+        self._ready.set()
+        delay = 0.1
+        while not self._stop.is_set() or self._pending():
+            if not await self._send_one(bus):
+                if self._stop.is_set() and not self._pending():
+                    break
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay if self._pending() else 1.0)
+                except asyncio.TimeoutError:
+                    pass
+                delay = min(delay * 2, 5.0) if self._pending() else 0.1
+            else:
+                delay = 0.1
+        for sub in subs:
+            await sub.unsubscribe()
+        await bus.close()
+
+    async def _send_one(self, bus: Bus) -> bool:
+        """Publish the oldest queued item; True if something was published."""
+        with self._lock:
+            event = self._events[0] if self._events else None
+            key, item = next(iter(self._pushes.items())) if self._pushes and event is None else (None, None)
+        try:
+            if event is not None:
+                await bus.publish(event, retry_for=2)
+                with self._lock:
+                    self._events.popleft()
+                return True
+            if item is None:
+                return False
+            header, payload = item
+            for h, chunk in split_chunks(header, payload):
+                msg_id = f"{self.learner}.{self.generation}.{h.fragment}.{h.kind}.{h.local_step}.{h.chunk}"
+                await bus.publish_raw(fragment_subject(self.run_id, h.fragment), chunk, msg_id=msg_id,
+                                      headers=h.to_nats(), retry_for=2)
+                self.bytes_sent += len(chunk)
+            with self._lock:
+                if self._pushes.get(key) is item:
+                    del self._pushes[key]
+            return True
+        except ConnectionError as e:  # the server is away: keep training, try again with backoff
+            log.info("learner %s: publish failed, will retry: %s", self.learner, e)
+            return False
+
+    async def _on_global(self, msg) -> None:
+        try:
+            header = FragmentHeader.from_nats(dict(msg.headers or {}))
+        except ValueError as e:
+            log.warning("learner %s: ignoring a global message: %s", self.learner, e)
+            return
+        with self._lock:
+            self._inbox.append((header, msg.data))
+
+
+def connect(*, nats_url: str, run_id: str, learner: str, generation: int) -> NatsTransport:
+    return NatsTransport(nats_url, run_id=run_id, learner=learner, generation=generation)

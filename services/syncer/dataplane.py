@@ -1,0 +1,162 @@
+"""The syncer's data plane: consume fragment chunks, drive one SyncerCore per run, publish what it decides.
+
+A fragment message is acknowledged only after its effects: when the round it joined has merged (the
+new version snapshotted and published) or when it was refused. A killed syncer therefore gets every
+push of an open round redelivered, and a push it had already merged is refused by the ledger of its
+snapshot as a duplicate. Several instances share a run by owning disjoint fragment sets
+(`--shard k/n`: fragments p with p % n == k), each on its own durable consumer.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from pathlib import Path
+
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from yeto.infra.bus import Bus
+from yeto.schemas.base import Event, derive_id
+from yeto.schemas.fleet import FinalCutDone, FinalCutRequested
+from yeto.schemas.fragments import FragmentError, FragmentHeader, split_chunks
+from yeto.schemas.recipe import SyncConfig
+from yeto.schemas.subjects import FRAG_PREFIX, delta_subject, keyframe_subject
+from yeto.schemas.training import LearnerRejected, RoundAborted, RoundMerged
+from yeto.services.syncer import snapshot
+from yeto.services.syncer.core import Publish, SaveSnapshot, SyncerCore
+from yeto.services.syncer.logic import WakeAt
+
+log = logging.getLogger(__name__)
+MAX_FRAGMENTS = 256
+
+
+class DataPlane:
+    def __init__(self, *, state_dir: Path, shard: tuple[int, int] = (0, 1), instance: str = "syncer"):
+        self.dir, self.shard, self.instance = Path(state_dir) / "syncer", shard, instance
+        self.cores: dict[str, SyncerCore] = {}
+        self.held: dict[tuple[str, int], list] = {}        # (run, fragment) -> messages awaiting their round
+        self.cutting: set[str] = set()
+        self.wake_at: float | None = None
+        self.lock = asyncio.Lock()
+
+    def owned(self) -> list[int]:
+        k, n = self.shard
+        return list(range(k, MAX_FRAGMENTS, n))
+
+    def core(self, run_id: str, sync: dict) -> SyncerCore:
+        if run_id not in self.cores:
+            core = SyncerCore(SyncConfig.from_dict(sync), run_id=run_id, fragments=self.owned() if self.shard[1] > 1 else None,
+                              source=self.instance)
+            snaps = snapshot.read_all(self.dir / run_id)
+            if snaps:
+                core.restore(snaps, time.monotonic())
+                log.info("run %s: resumed %d fragments from snapshots (versions %s)", run_id, len(snaps),
+                         {p: s.version for p, s in snaps.items()})
+            self.cores[run_id] = core
+        return self.cores[run_id]
+
+    async def consume(self, bus: Bus, runs, stop: asyncio.Event) -> None:
+        """Pull fragment chunks until stopped; `runs()` returns the current {run_id: RunInfo}."""
+        k, n = self.shard
+        subjects = [f"{FRAG_PREFIX}.>"] if n == 1 else [f"{FRAG_PREFIX}.*.{p}" for p in self.owned()]
+        durable = "syncer" if n == 1 else f"syncer-{k}of{n}"
+        sub = await bus.js.pull_subscribe(subjects[0] if n == 1 else "", durable=durable, config=ConsumerConfig(
+            ack_policy=AckPolicy.EXPLICIT, ack_wait=600, max_ack_pending=100_000,
+            filter_subjects=None if n == 1 else subjects))
+        while not stop.is_set():
+            await self.tick(bus)
+            try:
+                batch = await sub.fetch(256, timeout=self.timeout())
+            except asyncio.TimeoutError:
+                continue
+            except Exception as e:  # noqa: BLE001 - reconnecting; fetch again
+                log.debug("fetch: %r", e)
+                await asyncio.sleep(0.2)
+                continue
+            for raw in batch:
+                await self.receive(bus, raw, runs())
+
+    def timeout(self) -> float:
+        if self.wake_at is None:
+            return 1.0
+        return min(1.0, max(0.005, self.wake_at - time.monotonic()))
+
+    async def receive(self, bus: Bus, raw, runs: dict) -> None:
+        run_id = raw.subject.split(".")[2]
+        info = runs.get(run_id)
+        if info is None:                    # the RunLaunched event has not reached us yet
+            await raw.nak(delay=1.0)
+            return
+        if run_id in self.cutting or info.cut_done:
+            await raw.ack()                 # the run is being finalized: no more rounds
+            return
+        try:
+            header = FragmentHeader.from_nats(dict(raw.headers or {}))
+        except FragmentError as e:
+            await bus.publish(LearnerRejected(id=derive_id(self.instance, raw.metadata.sequence.stream, "bad_header"),
+                                              run_id=run_id, source=self.instance, learner="?", fragment=-1,
+                                              reason=e.reason, detail=e.detail))
+            await raw.term()
+            return
+        async with self.lock:
+            outputs = self.core(run_id, info.sync).receive(header, raw.data, time.monotonic())
+            refused = any(isinstance(o, LearnerRejected) for o in outputs)
+            if not refused:
+                self.held.setdefault((run_id, header.fragment), []).append(raw)
+            await self.perform(bus, run_id, outputs)
+        if refused:
+            await raw.ack()
+
+    async def tick(self, bus: Bus) -> None:
+        if self.wake_at is None or time.monotonic() < self.wake_at:
+            return
+        self.wake_at = None
+        async with self.lock:
+            for run_id, core in list(self.cores.items()):
+                await self.perform(bus, run_id, core.tick(time.monotonic()))
+
+    async def perform(self, bus: Bus, run_id: str, outputs: list) -> None:
+        closed: set[int] = set()
+        for out in outputs:
+            if isinstance(out, SaveSnapshot):
+                await asyncio.to_thread(snapshot.write, self.dir / run_id, out.snapshot)
+            elif isinstance(out, Publish):
+                await self.publish_global(bus, out)
+            elif isinstance(out, WakeAt):
+                self.wake_at = out.at if self.wake_at is None else min(self.wake_at, out.at)
+            elif isinstance(out, Event):
+                await bus.publish(out)
+                if isinstance(out, (RoundMerged, RoundAborted)):
+                    closed.add(out.fragment)
+        for p in closed:                    # effects done: the round's messages can go
+            for raw in self.held.pop((run_id, p), []):
+                await raw.ack()
+
+    async def publish_global(self, bus: Bus, out: Publish) -> None:
+        h = out.header
+        for ch, chunk in split_chunks(h, out.payload):
+            subject = keyframe_subject(h.run_id, h.fragment, ch.chunk) if h.kind == "keyframe" else delta_subject(h.run_id, h.fragment)
+            await bus.publish_raw(subject, chunk, msg_id=f"g.{h.run_id}.{h.fragment}.{h.kind}.{h.version}.{ch.chunk}",
+                                  headers=ch.to_nats())
+
+    async def final_cut(self, bus: Bus, request: FinalCutRequested, sync: dict) -> None:
+        """Merge what is in, snapshot every fragment, broadcast exact f32 keyframes of Θ, report FinalCutDone."""
+        run_id = request.run_id
+        if run_id in self.cutting:
+            return
+        self.cutting.add(run_id)
+        async with self.lock:
+            core = self.core(run_id, sync)
+            await self.perform(bus, run_id, core.final_cut(time.monotonic()))
+            digest, versions = hashlib.sha256(), {}
+            for p in sorted(core.frags):
+                _, sha = await asyncio.to_thread(snapshot.write, self.dir / run_id, core.snapshot(p))
+                digest.update(sha.encode())
+                versions[p] = core.rounds[p].version
+                await self.publish_global(bus, Publish(*core.exact_keyframe(p)))
+            for key in [k for k in self.held if k[0] == run_id]:
+                for raw in self.held.pop(key):
+                    await raw.ack()
+        await bus.publish(request.caused(FinalCutDone, versions=versions, snapshot_path=str(self.dir / run_id),
+                                         sha256=digest.hexdigest(), keyframe_versions=versions, source=self.instance))

@@ -1,0 +1,50 @@
+"""The syncer's control-plane state: which runs exist, their sync recipe, and where their final cut stands.
+
+Pure fold over events; `decide` asks for a final cut once per run (level-triggered: after a restart a
+requested but unfinished cut is taken again).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from yeto.schemas.base import Event
+from yeto.schemas.fleet import FinalCutDone, FinalCutRequested, RunLaunched
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    sync: dict
+    cut_requested: FinalCutRequested | None = None
+    cut_done: bool = False
+
+
+@dataclass(frozen=True)
+class SyncerState:
+    runs: dict[str, RunInfo] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FinalCut:
+    """Intent: stop rounds of this run, merge what is in, snapshot, broadcast f32 keyframes, report."""
+
+    request: FinalCutRequested
+
+
+def evolve(state: SyncerState, event: Event) -> SyncerState:
+    runs = state.runs
+    if isinstance(event, RunLaunched):
+        sync = (event.recipe.get("train") or {}).get("sync") or event.recipe.get("sync") or {}
+        runs = {**runs, event.run_id: RunInfo(sync=sync)}
+    elif isinstance(event, FinalCutRequested) and event.run_id in runs:
+        runs = {**runs, event.run_id: replace(runs[event.run_id], cut_requested=runs[event.run_id].cut_requested or event)}
+    elif isinstance(event, FinalCutDone) and event.run_id in runs:
+        runs = {**runs, event.run_id: replace(runs[event.run_id], cut_done=True)}
+    else:
+        return state
+    return SyncerState(runs=runs)
+
+
+def decide(state: SyncerState, msg, now) -> list:
+    if msg is not None and not isinstance(msg, FinalCutRequested):
+        return []
+    return [FinalCut(info.cut_requested) for info in state.runs.values() if info.cut_requested and not info.cut_done]
