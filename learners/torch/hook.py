@@ -79,5 +79,7 @@ def connect_sync(built, recipe, args) -> DilocoHook:
     from yeto.learners import bus_client
     transport = bus_client.connect(nats_url=args.nats_url, run_id=args.run_id, learner=args.learner,
                                    generation=args.generation)
-    return make_hook(built.model, recipe, transport, run_id=args.run_id, learner=args.learner,
+    hook = make_hook(built.model, recipe, transport, run_id=args.run_id, learner=args.learner,
                      generation=args.generation)
+    transport.declare_layout(hook.sync.layout)   # on the tape, and how the finalizer names the final tensors
+    return hook
