@@ -99,25 +99,45 @@ async def _reject(ctx: Context, raw, reason: str) -> None:
     await raw.term()
 
 
+async def _event_consumer(ctx: Context, after_seq: int):
+    """An ephemeral pull consumer over the service's event subjects, from `after_seq` + 1."""
+    policy = dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1) if after_seq \
+        else dict(deliver_policy=DeliverPolicy.ALL)
+    return await ctx.bus.js.pull_subscribe("", stream="YETO_EVT", config=ConsumerConfig(
+        filter_subjects=list(ctx.spec.event_subjects), ack_policy=AckPolicy.NONE, inactive_threshold=120,
+        mem_storage=True, **policy))
+
+
 async def _fold_events(ctx: Context, caught_up: asyncio.Event) -> None:
-    spec = ctx.spec
-    sub = await ctx.bus.js.subscribe(spec.event_subjects[0] if len(spec.event_subjects) == 1 else None,
-                                     ordered_consumer=True, deliver_policy=DeliverPolicy.ALL,
-                                     config=ConsumerConfig(filter_subjects=list(spec.event_subjects))
-                                     if len(spec.event_subjects) > 1 else None)
+    spec, last_seq = ctx.spec, 0
+    sub = await _event_consumer(ctx, last_seq)
     if (await sub.consumer_info()).num_pending == 0:
         caught_up.set()
-    async for raw in sub.messages:
+    while not ctx.stop.is_set():
         try:
-            event = parse(raw.data)
-        except SchemaError as e:  # the tape keeps it; a fold cannot use it
-            log.warning("%s: skipping unparsable event seq %s: %s", spec.name, raw.metadata.sequence.stream, e)
-            event = None
-        if isinstance(event, Event):
-            ctx.state = spec.evolve(ctx.state, event)
-            if ctx.live:
-                await ctx.perform(spec.decide(ctx.state, event, ctx.clock()))
-        if not caught_up.is_set() and raw.metadata.num_pending == 0:
+            batch = await sub.fetch(500, timeout=1.0)
+        except asyncio.TimeoutError:
+            continue
+        except Exception as e:  # noqa: BLE001 - the server restarted and forgot the consumer: resume after last_seq
+            log.info("%s: event consumer lost (%r); resuming after seq %d", spec.name, e, last_seq)
+            await asyncio.sleep(0.5)
+            try:
+                sub = await _event_consumer(ctx, last_seq)
+            except Exception:  # noqa: BLE001 - still reconnecting
+                pass
+            continue
+        for raw in batch:
+            last_seq = raw.metadata.sequence.stream
+            try:
+                event = parse(raw.data)
+            except SchemaError as e:  # the tape keeps it; a fold cannot use it
+                log.warning("%s: skipping unparsable event seq %s: %s", spec.name, last_seq, e)
+                continue
+            if isinstance(event, Event):
+                ctx.state = spec.evolve(ctx.state, event)
+                if ctx.live:
+                    await ctx.perform(spec.decide(ctx.state, event, ctx.clock()))
+        if batch and not caught_up.is_set() and batch[-1].metadata.num_pending == 0:
             caught_up.set()
 
 

@@ -176,6 +176,22 @@ class SyncerCore:
                                           num_bytes=sum(len(payload) for _, payload in messages)))
         return out
 
+    # -- final cut ------------------------------------------------------------------------------------
+    def final_cut(self, now: float) -> list:
+        """Merge whatever pushes are in, quorum or not: the run's last round of every fragment."""
+        out: list = []
+        for p in sorted(self.rounds):
+            r = self.rounds[p]
+            if r.pending:
+                out += self._merge(MergeNow(fragment=p, pushes=tuple(r.pending.values()), grace_ms=0.0, quorum_ms=0.0), now)
+        return out
+
+    def exact_keyframe(self, p: int) -> tuple[FragmentHeader, bytes]:
+        """An f32 keyframe of Θ itself (not the q4-tracked shadow): the authoritative final values."""
+        broadcast = self.ensure_broadcast()
+        broadcast.restore(p, self.rounds[p].version, backend.to_host(self.frags[p].theta))
+        return broadcast.keyframe(p, self.roles[p])
+
     # -- snapshots (services/syncer/resume.py) -------------------------------------------------------
     def snapshot(self, p: int) -> FragmentSnapshot:
         return resume.snapshot_of(self, p)

@@ -22,7 +22,7 @@ from yeto.schemas.fleet import FinalCutDone, FinalCutRequested
 from yeto.schemas.fragments import FragmentError, FragmentHeader, split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import FRAG_PREFIX, delta_subject, keyframe_subject
-from yeto.schemas.training import LearnerRejected, RoundAborted, RoundMerged
+from yeto.schemas.training import LearnerRejected, RoundAborted, RoundMerged, SnapshotWritten
 from yeto.services.syncer import snapshot
 from yeto.services.syncer.core import Publish, SaveSnapshot, SyncerCore
 from yeto.services.syncer.logic import WakeAt
@@ -120,7 +120,11 @@ class DataPlane:
         closed: set[int] = set()
         for out in outputs:
             if isinstance(out, SaveSnapshot):
-                await asyncio.to_thread(snapshot.write, self.dir / run_id, out.snapshot)
+                snap = out.snapshot
+                path, sha = await asyncio.to_thread(snapshot.write, self.dir / run_id, snap)
+                await bus.publish(SnapshotWritten(id=derive_id(run_id, "SnapshotWritten", snap.fragment, snap.version),
+                                                  run_id=run_id, source=self.instance, path=str(path),
+                                                  versions={snap.fragment: snap.version}, sha256=sha))
             elif isinstance(out, Publish):
                 await self.publish_global(bus, out)
             elif isinstance(out, WakeAt):
