@@ -64,7 +64,9 @@ def loss_curve(state: Path, run_id: str, png: Path) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=str(ROOT / "demo-output"), help="where the adapter, merged model and PNG go")
+    home = Path(os.environ.get("YETO_HOME") or Path.home() / ".yeto").expanduser()
+    p.add_argument("--out", default=str(home / "demo"), help="where the stack state, adapter, merged model and PNG go "
+                   "(default $YETO_HOME/demo, i.e. ~/.yeto/demo)")
     p.add_argument("--max-steps", type=int, default=60)
     p.add_argument("--keep-stack", action="store_true", help="leave the demo's stack running afterwards")
     args = p.parse_args()

@@ -88,6 +88,22 @@ def test_the_launch_command_carries_fleet_recipe_limits_and_the_data_fingerprint
     assert cmd.recipe["train"]["sync"] == {"num_fragments": 2, "inner_steps": 4}
     assert len(cmd.recipe["data_check"]["fingerprint"]) == 64 and cmd.recipe["output"] == "/tmp/x"
     assert cmd.id == build_launch(args, "r-test", fleet).id                       # derived: a re-run publishes once
+    (checked,) = checks.data_events(cmd)                                          # the data check goes on the tape
+    assert checked.type == "DataChecked" and checked.causation_id == cmd.id and checked.run_id == "r-test"
+    assert checked.fingerprint == cmd.recipe["data_check"]["fingerprint"] and checked.num_rows > 0
+
+
+def test_skipped_bad_rows_are_recorded_on_the_tape(material, tmp_path):
+    model, data = material
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(data.read_text() + '{"messages": []}\n[1, 2]\n')
+    argv = ["launch", "--gpu", "local:1xcpu", "--model", str(model), "--data", str(bad), "--max-steps", "3", "--seq-len", "64"]
+    with pytest.raises(ValueError, match="is not usable"):
+        build_launch(build_parser().parse_args(argv), "r-bad", [])
+    cmd = build_launch(build_parser().parse_args(argv + ["--on-bad-rows", "skip"]), "r-bad", [])
+    checked, skipped = checks.data_events(cmd)
+    assert checked.num_bad == 2 and skipped.num_skipped == 2
+    assert any("line" in row for row in skipped.rows), skipped.rows
 
 
 def test_down_and_chaos_are_commands(capsys):

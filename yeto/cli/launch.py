@@ -102,10 +102,11 @@ async def _run_exists(url: str, run_id: str) -> bool:
         await bus.close()
 
 
-async def _publish(url: str, msg) -> None:
+async def _publish(url: str, *msgs) -> None:
     bus = await Bus.connect(url, name="cli")
     try:
-        await bus.publish(msg)
+        for msg in msgs:
+            await bus.publish(msg)
     finally:
         await bus.close()
 
@@ -133,7 +134,7 @@ def cmd_launch(args) -> int:
         launch = build_launch(args, run_id, fleet)
     if asyncio.run(_run_exists(url, run_id)):
         raise ValueError(f"run {run_id} exists already; pick another --run-id")
-    asyncio.run(_publish(url, launch))
+    asyncio.run(_publish(url, *checks.data_events(launch), launch))
     print(f"launched {run_id}: {len(launch.fleet)} island(s)\n  follow: yeto status {run_id} | yeto logs {run_id} --follow\n"
           f"  stop:   yeto down {run_id}   (abort: yeto down {run_id} --now)")
     return follow_or_detach(url, run_id) if args.wait else 0

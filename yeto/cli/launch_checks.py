@@ -69,8 +69,26 @@ def check_data(args, source) -> dict[str, Any]:
     report = run_check(spec, tokenizer)
     if not report.ok:
         raise ValueError(f"--data {args.data} is not usable:\n{report.render()}")
+    t = report.tokens
     return {"source": args.data, "revision": report.revision, "fingerprint": report.fingerprint,
-            "num_rows": report.num_rows, "num_bad": report.num_bad}
+            "num_rows": report.num_rows, "num_bad": report.num_bad, "data_format": args.data_format,
+            "on_bad_rows": args.on_bad_rows, "formats": dict(report.formats),
+            "num_tokens": t.num_tokens if t else None, "num_over_seq_len": t.num_over_seq_len if t else None,
+            "masking": t.masking if t else None, "skipped": [f"{b.where}: {b.reason}" for b in report.bad_rows]}
+
+
+def data_events(launch) -> list:
+    """The data check on the run's tape: DataChecked, and BadRowsSkipped under --on-bad-rows skip."""
+    from yeto.schemas.data import BadRowsSkipped, DataChecked
+
+    c = launch.recipe["data_check"]
+    events = [launch.caused(DataChecked, c["source"], data=c["source"], revision=c["revision"], fingerprint=c["fingerprint"],
+                            data_format=c["data_format"], num_rows=c["num_rows"], num_bad=c["num_bad"], formats=c["formats"],
+                            num_tokens=c["num_tokens"], num_over_seq_len=c["num_over_seq_len"], masking=c["masking"],
+                            source="cli")]
+    if c["num_bad"] and c["on_bad_rows"] == "skip":
+        events.append(launch.caused(BadRowsSkipped, c["source"], num_skipped=c["num_bad"], rows=c["skipped"], source="cli"))
+    return events
 
 
 def sync_settings(args) -> dict[str, Any]:
