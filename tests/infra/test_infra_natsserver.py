@@ -52,3 +52,29 @@ async def test_restarted_server_keeps_acknowledged_events(fresh_nats, run_id):
     info = await bus.js.stream_info("YETO_EVT")
     assert info.state.messages == 51 and seqs == list(range(1, 52))
     await bus.close()
+
+
+async def test_nats_server_killed_under_load_loses_no_acknowledged_event(fresh_nats, run_id):
+    import asyncio
+
+    from yeto.schemas.events import ServiceStarted
+
+    bus = await Bus.connect(fresh_nats.url)
+    acked: dict[str, int] = {}
+
+    async def publisher(worker: int) -> None:
+        for k in range(150):
+            msg = ServiceStarted(id=f"{run_id}-{worker}-{k}", run_id=run_id, service="s", instance=f"{worker}", pid=k, host="h")
+            acked[msg.id] = await bus.publish(msg)
+
+    tasks = [asyncio.create_task(publisher(w)) for w in range(4)]
+    while len(acked) < 200:
+        await asyncio.sleep(0.01)
+    fresh_nats.kill()                     # kill -9 mid-stream, with publishes in flight
+    await asyncio.sleep(0.5)
+    fresh_nats.start()
+    await asyncio.gather(*tasks)
+    info = await bus.js.stream_info("YETO_EVT")
+    assert len(acked) == 600 and info.state.messages == 600          # every acknowledged event, none twice
+    assert sorted(acked.values()) == list(range(1, 601))
+    await bus.close()
