@@ -1,6 +1,7 @@
 """`yeto stack up|status|down`: the local stack (nats-server, tape writer, services) under the state dir."""
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 
@@ -40,10 +41,30 @@ def cmd_up(args) -> int:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        while not stop.wait(1.0):
-            pass
+        while not stop.wait(5.0):
+            if args.head and asyncio.run(uploaded_and_finalized(rec["url"], args.run_id)):
+                print(f"run {args.run_id} is finalized and its artifact uploaded: the head cleans itself up")
+                break
         print(f"stopped: {', '.join(stack.down(state_dir(args)))}")
     return 0
+
+
+async def uploaded_and_finalized(url: str, run_id: str) -> bool:
+    """True once the run ended in RunFinalized with its artifact uploaded (then the head has nothing to keep)."""
+    import json
+
+    from yeto.infra.bus import Bus
+    from yeto.schemas.subjects import event_subject
+
+    bus = await Bus.connect(url, name="head-watch")
+    try:
+        await bus.js.get_last_msg("YETO_EVT", event_subject(run_id, "RunFinalized"))
+        artifact = await bus.js.get_last_msg("YETO_EVT", event_subject(run_id, "ArtifactWritten"))
+        return bool(json.loads(artifact.data).get("uploaded"))
+    except Exception:  # noqa: BLE001 - not there yet
+        return False
+    finally:
+        await bus.close()
 
 
 def cmd_status(args) -> int:
