@@ -147,7 +147,9 @@ class NatsTransport:
                 return False
             header, payload = item
             for h, chunk in split_chunks(header, payload):
-                msg_id = f"{self.learner}.{self.generation}.{h.fragment}.{h.kind}.{h.local_step}.{h.chunk}"
+                # The run belongs in the id: JetStream de-duplicates across the whole stream for 10 minutes,
+                # and the next run on the same stack reuses the learner names.
+                msg_id = f"{self.run_id}.{self.learner}.{self.generation}.{h.fragment}.{h.kind}.{h.local_step}.{h.chunk}"
                 await bus.publish_raw(fragment_subject(self.run_id, h.fragment), chunk, msg_id=msg_id,
                                       headers=h.to_nats(), retry_for=2)
                 self.bytes_sent += len(chunk)
