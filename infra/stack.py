@@ -158,5 +158,37 @@ def down(state_dir: Path, timeout: float = 15.0) -> list[str]:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
             stopped.append(name)
+    stopped += stop_local_islands(paths, timeout)
     paths.record.unlink(missing_ok=True)
     return stopped
+
+
+def stop_local_islands(paths: StackPaths, timeout: float = 15.0) -> list[str]:
+    """Stop the learner process groups the local launcher started (recorded in each island's group.json):
+    without the stack they can no longer sync, and nothing else would stop them."""
+    groups = {}
+    for record in paths.runs.glob("*/islands/*/g*/group.json"):
+        try:
+            pgid = json.loads(record.read_text())["pgid"]
+        except (OSError, ValueError, KeyError):
+            continue
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            continue
+        groups[f"{record.parts[-5]}/island-{record.parts[-3]}"] = pgid
+    deadline = time.monotonic() + timeout
+    while groups and time.monotonic() < deadline and any(_group_exists(g) for g in groups.values()):
+        time.sleep(0.05)
+    for pgid in groups.values():
+        if _group_exists(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+    return sorted(groups)
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False

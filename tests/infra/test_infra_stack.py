@@ -96,3 +96,16 @@ def _finalized_fields() -> dict:
 
     example = next(e for e in EXAMPLES if e.type == "RunFinalized")
     return {k: v for k, v in example.model_dump().items() if k not in {"id", "run_id", "ts", "type", "version"}}
+
+
+def test_stack_down_also_stops_the_local_islands_it_launched(tmp_path):
+    import subprocess
+
+    rec = stack.up(tmp_path / "s")
+    island = subprocess.Popen(["sleep", "300"], start_new_session=True)   # stands in for a learner process group
+    group = tmp_path / "s" / "runs" / "r1" / "islands" / "0" / "g0" / "group.json"
+    group.parent.mkdir(parents=True)
+    group.write_text(json.dumps({"pgid": island.pid, "pids": [island.pid]}))
+    stopped = stack.down(tmp_path / "s")
+    assert island.wait(5) is not None and "r1/island-0" in stopped and "nats-server" in stopped
+    assert not any(stack.alive(p) for p in rec["pids"].values())
