@@ -83,6 +83,10 @@ class LocalBackend:
         log.parent.mkdir(parents=True, exist_ok=True)
         port, pgid, pids = free_port(), 0, []
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        if launch.spec.get("gpu", "cpu") == "cpu" and "OMP_NUM_THREADS" not in env:
+            # every local island shares this host: split its cores instead of oversubscribing them
+            ranks_here = max(1, launch.num_islands * int(launch.spec.get("count", 1)))
+            env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // ranks_here))
         with open(log, "ab") as out:
             out.write(f"=== island {launch.island} generation {launch.generation} ===\n".encode())
             out.flush()
