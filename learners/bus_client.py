@@ -5,7 +5,9 @@ arrived) and `progress` (rate-limited LearnerProgress events). The background th
 JetStream acks and reconnects with backoff; while the server is away training goes on, and of the
 pushes of one fragment only the newest is kept (a push carries everything since the anchor, so a newer
 one supersedes an older one). Globals come from two ordered consumers: the latest keyframe of every
-fragment (so a (re)started learner gets the whole model at once) and the recent deltas.
+fragment (so a (re)started learner gets the whole model at once) and the recent deltas; a third watches
+for the run's CheckpointMarkedFinal, which the learner acknowledges with LearnerFinalAck once it holds
+those versions.
 """
 from __future__ import annotations
 
@@ -18,10 +20,11 @@ from collections import OrderedDict, deque
 from nats.js.api import DeliverPolicy
 
 from yeto.infra.bus import Bus
-from yeto.schemas.base import Event, derive_id
+from yeto.schemas.base import Event, derive_id, parse
+from yeto.schemas.fleet import LearnerFinalAck
 from yeto.schemas.fragments import FragmentHeader, split_chunks
 from yeto.schemas.layout import LayoutDeclared, TensorEntry
-from yeto.schemas.subjects import GLOB_PREFIX, fragment_subject
+from yeto.schemas.subjects import GLOB_PREFIX, event_subject, fragment_subject
 from yeto.schemas.training import LearnerProgress
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,7 @@ class NatsTransport:
         self._ready = threading.Event()
         self._tokens, self._last_progress, self._started = 0, 0.0, time.monotonic()
         self.bytes_sent = 0
+        self._final: dict[int, int] | None = None      # the run's final versions, once CheckpointMarkedFinal is out
         self._thread = threading.Thread(target=self._run, name=f"bus-{learner}", daemon=True)
         self._thread.start()
 
@@ -63,6 +67,17 @@ class NatsTransport:
         with self._lock:
             self._events.append(event)
         self._kick()
+
+    def final_versions(self) -> dict[int, int] | None:
+        """The versions the finalizer marked final (None while the run trains)."""
+        with self._lock:
+            return self._final
+
+    def ack_final(self, versions: dict[int, int]) -> None:
+        """Tell the finalizer this learner holds the final versions (it then stops waiting for us)."""
+        self.publish_event(LearnerFinalAck(
+            id=derive_id(self.run_id, "LearnerFinalAck", self.learner, self.generation), run_id=self.run_id,
+            source=self.learner, learner=self.learner, generation=self.generation, versions=versions))
 
     def declare_layout(self, layout) -> None:
         """Publish the fragment layout (learners/layout.py's Layout) once per generation."""
@@ -113,7 +128,9 @@ class NatsTransport:
         subs = [await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.key.*", ordered_consumer=True,
                                        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, cb=self._on_global),
                 await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.d", ordered_consumer=True,
-                                       deliver_policy=DeliverPolicy.ALL, cb=self._on_global)]
+                                       deliver_policy=DeliverPolicy.ALL, cb=self._on_global),
+                await bus.js.subscribe(event_subject(self.run_id, "CheckpointMarkedFinal"), ordered_consumer=True,
+                                       deliver_policy=DeliverPolicy.ALL, cb=self._on_final)]
         self._ready.set()
         delay = 0.1
         while not self._stop.is_set() or self._pending():
@@ -169,6 +186,11 @@ class NatsTransport:
             return
         with self._lock:
             self._inbox.append((header, msg.data))
+
+    async def _on_final(self, msg) -> None:
+        marked = parse(msg.data)
+        with self._lock:
+            self._final = dict(marked.versions)
 
 
 def connect(*, nats_url: str, run_id: str, learner: str, generation: int) -> NatsTransport:

@@ -19,6 +19,7 @@ class DilocoHook:
         self.sync, self.transport, self.join_wait_s = sync, transport, join_wait_s
         self.clock, self.sleep = clock, sleep
         self._last_step_at: float | None = None
+        self._acked = False
 
     def _poll(self) -> None:
         for header, chunk in self.transport.poll_globals():
@@ -49,7 +50,19 @@ class DilocoHook:
         before = dict(self.sync.versions)
         for push in self.sync.after_step(step, tokens, step_time_s=step_time):
             self.transport.send_push(push.header, push.payload)
+        self._ack_final()
         return self.sync.versions != before
+
+    def _ack_final(self) -> None:
+        """Once the run's final versions are marked and applied here, acknowledge them (once): the finalizer
+        then tears the island down at once instead of waiting out its acknowledgement timeout."""
+        final = getattr(self.transport, "final_versions", lambda: None)()
+        if self._acked or not final:
+            return
+        mine = {p: v for p, v in final.items() if p in self.sync.versions}
+        if all(self.sync.versions[p] is not None and self.sync.versions[p] >= v for p, v in mine.items()):
+            self._acked = True
+            self.transport.ack_final(mine)
 
     def progress(self, result) -> None:
         """Forward a step's progress to the transport when it publishes progress events."""
