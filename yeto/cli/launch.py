@@ -33,6 +33,8 @@ def register(sub) -> None:
     a("--max-tokens", type=int, help="tokens trained over all learners")
     a("--max-time", help="wall time since launch: 90s, 30m, 2h")
     a("--max-spend", type=float, help="USD, islands plus head; the run is finalized before it passes this")
+    a("--local-price", type=float, default=0.0,
+      help="$/hr to charge per local island (default 0: your own machine is free); makes --max-spend testable locally")
     a("--recover-timeout", default="10m", help="a lost island not back within this is dropped (default 10m)")
     a("--lr", type=float, help="peak inner learning rate")
     a("--lora-r", type=int, help="LoRA rank")
@@ -121,7 +123,8 @@ def cmd_launch(args) -> int:
         checks.check_memory_fit(islands, weights_gb=args.weights_gb or checks.known_weights_gb(args.model),
                                 tuning=args.tuning, base_quantization=args.base_quantization, seq_len=args.seq_len,
                                 micro_batch=args.micro_batch)
-        launch = build_launch(args, run_id, checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands)))
+        launch = build_launch(args, run_id, checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands),
+                                                                local_price=args.local_price))
     local = launch is not None and all(f["cloud"] == "local" for f in launch.fleet)
     url = url_or_none(args) or (local_stack_url(args) if local else None)
     if url is None:

@@ -22,8 +22,10 @@ def duration_s(text: str | None, flag: str) -> float | None:
     return float(m["n"]) * _UNITS[m["unit"]]
 
 
-def fleet_entries(islands: list[IslandSpec], *, spot: bool, prices: list[float | None]) -> list[dict[str, Any]]:
-    return [{**i.to_dict(), "spot": spot and i.cloud != "local", "price_per_hour": 0.0 if i.cloud == "local" else p}
+def fleet_entries(islands: list[IslandSpec], *, spot: bool, prices: list[float | None],
+                  local_price: float = 0.0) -> list[dict[str, Any]]:
+    """The fleet of LaunchRun; a local island costs `local_price` $/hr (0 by default: your own machine)."""
+    return [{**i.to_dict(), "spot": spot and i.cloud != "local", "price_per_hour": local_price if i.cloud == "local" else p}
             for i, p in zip(islands, prices)]
 
 
