@@ -104,9 +104,10 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     paths = StackPaths(Path(state_dir))
     rec = read_record(paths)
     if rec and alive(rec["pids"]["nats-server"]):
+        env = {"YETO_NATS_CA": rec["ca_file"]} if rec.get("ca_file") else {}
         for name, cmd in component_commands(rec["url"], paths).items():  # restart any component that died
             if not alive(rec["pids"].get(name, -1)):
-                rec["pids"][name] = spawn(cmd, paths.logs / f"{name}.log")
+                rec["pids"][name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
         paths.record.write_text(json.dumps(rec, indent=2))
         return rec
     paths.root.mkdir(parents=True, exist_ok=True)
@@ -121,8 +122,15 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     os.environ.update(env)
     asyncio.run(_ensure_streams(local_url(server)))
     pids = {"nats-server": server.pid}
+    # Only nats-server died (killed, crashed): the components still run and reconnect to the same URL, so
+    # keep them. Starting them again would put two tape writers on one DuckDB file and two syncers on one run.
+    survivors = {n: p for n, p in (rec or {}).get("pids", {}).items() if n != "nats-server" and alive(p)}
+    if rec and rec["url"] != local_url(server):
+        for pid in survivors.values():      # connected to an address that is gone: replace them
+            os.kill(pid, signal.SIGTERM)
+        survivors = {}
     for name, cmd in component_commands(local_url(server), paths).items():
-        pids[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
+        pids[name] = survivors.get(name) or spawn(cmd, paths.logs / f"{name}.log", env=env)
     rec = {"url": local_url(server), "port": server.port, "pids": pids, "started": time.time(),
            "ca_file": str(server.tls.cert_file) if server.tls else None}
     paths.record.write_text(json.dumps(rec, indent=2))
