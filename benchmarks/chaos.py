@@ -1,0 +1,143 @@
+"""Preemption: real local learners killed (SIGKILL) on a random schedule and replaced by the launcher.
+
+Two runs on one local stack, side by side: fault-free, then the same recipe with `--kills` kills of a
+random island at random times (`yeto chaos kill`). From the tape:
+  goodput  = tokens merged / tokens computed, where tokens merged = Σ RoundMerged.tokens / fragments
+             (each token is merged once per fragment) and tokens computed = Σ over (learner, generation)
+             of its last LearnerProgress.tokens (progress is rate-limited, so the last seconds before a
+             kill are not counted: goodput is slightly optimistic by that much)
+  rejoin_s = from a replacement's IslandReplaced to the first RoundMerged that lists its learner
+  quality  = held-out masked CE of each run's artifact (the finalizer's export of the syncer's state)
+Targets (issue 7): goodput >= 0.88, rejoin <= 30 s on CPU. Last line: goodput=<value>.
+
+    .venv/bin/python benchmarks/chaos.py [--steps 400] [--kills 2] [--seed 0] [--dry-run]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+YETO = str(ROOT / ".venv" / "bin" / "yeto")
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def yeto(env, *argv, check=True) -> str:
+    out = subprocess.run([YETO, *argv], env=env, capture_output=True, text=True, timeout=300)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"yeto {' '.join(argv)} failed: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout
+
+
+def sql(env, query: str) -> list[list]:
+    return [list(row.values()) for row in json.loads(yeto(env, "sql", "--format", "json", query))]
+
+
+def finished(env, run: str) -> str | None:
+    rows = sql(env, f"select type from events where run_id = '{run}' and type in "
+                    "('RunFinalized','RunFailed','RunStopped') limit 1")
+    return rows[0][0] if rows else None
+
+
+def launch(env, args, model: Path, data: Path, run: str) -> None:
+    yeto(env, "launch", "--gpu", ",".join(["local:1xcpu"] * args.islands), "--model", str(model), "--data", str(data),
+         "--tuning", "full", "--lr", "3e-3", "--max-steps", str(args.steps), "--seq-len", "128",
+         "--micro-batch", "4", "--sync-every", str(args.sync_every), "--seed", str(args.seed), "--run-id", run)
+
+
+def metrics(env, run: str) -> dict:
+    frags = sql(env, f"select count(distinct fragment) from rounds where run_id = '{run}'")[0][0] or 1
+    merged = sql(env, f"select coalesce(sum(tokens), 0) from rounds where run_id = '{run}'")[0][0] / frags
+    computed = sql(env, f"select coalesce(sum(t), 0) from (select max(tokens) t from learner_progress "
+                        f"where run_id = '{run}' group by learner, generation)")[0][0]
+    rejoin = sql(env, f"""select r.learner, r.generation, epoch(min(m.ts) - r.ts) from
+        (select ts, 'island-' || (payload->>'island') learner, cast(payload->>'generation' as int) generation
+         from events where run_id = '{run}' and type = 'IslandReplaced') r
+        left join rounds m on m.run_id = '{run}' and m.ts > r.ts and cast(m.responders as varchar) like '%"' || r.learner || '"%'
+        group by r.learner, r.generation, r.ts order by r.ts""")
+    return {"fragments": frags, "tokens_merged": merged, "tokens_computed": computed,
+            "goodput": merged / max(1, computed), "rejoin_s": [row[2] for row in rejoin]}
+
+
+def artifact_ce(env, run: str, data: Path) -> float:
+    import torch
+    from yeto.learners.torch.batches import heldout_batches
+    from yeto.learners.torch.evaluate import evaluate
+    from yeto.learners.torch.model import load_model, load_tokenizer, resolve
+    from yeto.learners.torch.recipe import TrainRecipe
+    path = Path(env["YETO_HOME"]) / "runs" / run / "artifact"
+    torch.set_num_threads(1)
+    source = resolve(str(path))
+    recipe = TrainRecipe(model=str(path), data=str(data), seq_len=128, micro_batch=4)
+    return evaluate(load_model(source), heldout_batches(recipe, load_tokenizer(source)))
+
+
+def run_one(env, args, model, data, run: str, kills: list[tuple[float, int]]) -> dict:
+    launch(env, args, model, data, run)
+    started, pending, outcome = time.monotonic(), list(kills), None
+    while outcome is None:
+        now = time.monotonic() - started
+        if now > args.timeout_s:
+            raise RuntimeError(f"run {run} did not finish within {args.timeout_s} s")
+        if pending and now >= pending[0][0]:
+            at, island = pending.pop(0)
+            print(f"{run}: t={now:.0f}s kill island {island}: "
+                  f"{yeto(env, 'chaos', 'kill', run, str(island), check=False).strip()}", flush=True)
+        time.sleep(2.0)
+        outcome = finished(env, run)
+    out = {"outcome": outcome, "wall_s": time.monotonic() - started, **metrics(env, run)}
+    out["heldout_ce"] = artifact_ce(env, run, data) if outcome == "RunFinalized" else float("nan")
+    print(f"{run}: {json.dumps(out)}", flush=True)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--islands", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=400, help="inner steps per learner")
+    ap.add_argument("--sync-every", type=int, default=24)
+    ap.add_argument("--kills", type=int, default=2)
+    ap.add_argument("--first-kill-s", type=float, default=40.0, help="earliest kill, seconds after launch")
+    ap.add_argument("--gap-s", type=float, default=45.0, help="mean seconds between kills (exponential)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    rng = random.Random(args.seed)
+    t, kills = args.first_kill_s, []
+    for _ in range(args.kills):
+        kills.append((round(t, 1), rng.randrange(args.islands)))
+        t += rng.expovariate(1.0 / args.gap_s)
+    print(f"islands={args.islands} steps={args.steps} H={args.sync_every} kills (s after launch, island)={kills}")
+    if args.dry_run:
+        print("dry_run=ok")
+        return 0
+    import lib_task
+    home = Path(tempfile.mkdtemp(prefix="yeto-chaos-"))
+    env = {**os.environ, "YETO_HOME": str(home / "home"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    model = lib_task.write_tiny_model(home / "model", seed=args.seed)
+    data = lib_task.write_markov_chat(home / "chat.jsonl")
+    try:
+        clean = run_one(env, args, model, data, f"chaos-clean-{args.seed}", [])
+        faulty = run_one(env, args, model, data, f"chaos-kill-{args.seed}", kills)
+    finally:
+        yeto(env, "stack", "down", check=False)
+    rejoin = [s for s in faulty["rejoin_s"] if s is not None]
+    print(f"fault-free: goodput={clean['goodput']:.3f} ce={clean['heldout_ce']:.4f} wall={clean['wall_s']:.0f}s")
+    print(f"with kills: goodput={faulty['goodput']:.3f} ce={faulty['heldout_ce']:.4f} wall={faulty['wall_s']:.0f}s "
+          f"rejoin_s={rejoin} (replacements never merged: {len(faulty['rejoin_s']) - len(rejoin)})")
+    print(f"quality_delta_pct={100 * (faulty['heldout_ce'] - clean['heldout_ce']) / clean['heldout_ce']:+.2f} "
+          f"max_rejoin_s={max(rejoin, default=float('nan')):.1f}")
+    print(f"goodput={faulty['goodput']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
