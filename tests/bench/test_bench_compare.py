@@ -59,7 +59,7 @@ def test_islands_are_deterministic_and_export_the_syncer_state(recipe):
     assert stats["rounds"] >= 2 * (16 // 4) - 2 and stats["responders"] == 2.0 and stats["rejected"] == 0
     assert 0.5 < stats["goodput"] <= 1.0
     base = lib_arms.run_sync(recipe.replace(max_steps=1, lr=1e-9), 2, heldout_blocks=8).heldout_ce
-    assert runs[0].heldout_ce < base - 0.1                     # the exported state is the trained model
+    assert runs[0].heldout_ce < base - 0.02                    # the exported state is the trained model
     assert runs[0].tokens == lib_arms.run_sync(recipe, 2, heldout_blocks=8).tokens   # equal tokens
 
 
