@@ -125,11 +125,15 @@ class NatsTransport:
     async def _main(self) -> None:
         self._wake = asyncio.Event()
         bus = await Bus.connect(self.url, name=f"learner-{self.learner}-{self.generation}", connect_timeout=3600)
-        subs = [await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.key.*", ordered_consumer=True,
+        # Ordered consumers live in the server's memory: after a server restart nats-py re-creates them only
+        # once two idle heartbeats are missed. At its default 5 s heartbeat every push meanwhile is based on
+        # versions that age past max_base_lag and is refused, so listen for a 1 s heartbeat.
+        ordered = dict(ordered_consumer=True, idle_heartbeat=1.0)
+        subs = [await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.key.*", **ordered,
                                        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, cb=self._on_global),
-                await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.d", ordered_consumer=True,
+                await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.d", **ordered,
                                        deliver_policy=DeliverPolicy.ALL, cb=self._on_global),
-                await bus.js.subscribe(event_subject(self.run_id, "CheckpointMarkedFinal"), ordered_consumer=True,
+                await bus.js.subscribe(event_subject(self.run_id, "CheckpointMarkedFinal"), **ordered,
                                        deliver_policy=DeliverPolicy.ALL, cb=self._on_final)]
         self._ready.set()
         delay = 0.1
