@@ -63,6 +63,7 @@ class DilocoSync:
         self.feedback = codecs.ErrorFeedback(config.codec_up) if config.codec_up == "q4" else None
         self.assembler = ChunkAssembler(max_pending=4 * max(1, len(self.active)))
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
+        self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried
 
     @property
     def fingerprint(self) -> str:
@@ -113,7 +114,12 @@ class DilocoSync:
         parts = [np.asarray(self.arrays.read(t.name), dtype=np.float32).reshape(-1) for t in self.layout.fragments[p]]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
+    def final_pushes(self) -> list[Push]:
+        """At the end of training: push every fragment with progress not pushed yet (the last partial interval)."""
+        return [self._push(p) for p in self.active if self.c_steps[p] > self.pushed.get(p, (0, 0))[1]]
+
     def _push(self, p: int) -> Push:
+        self.pushed[p] = (self.c_tokens[p], self.c_steps[p])
         d = self._flat(p) - self.anchors[p]
         payload = self.feedback.encode(p, d) if self.feedback else codecs.encode(self.config.codec_up, d)
         return self._message(p, "push", self.config.codec_up, payload)
@@ -143,7 +149,11 @@ class DilocoSync:
         if self.versions[p] == start:
             return False
         self._blend(p)
-        self.c_tokens[p] = self.c_steps[p] = 0
+        # The counts a push carried are now in the global; what was trained since that push is not and
+        # still belongs to the next push (zeroing here lost it from the merge weight and from goodput).
+        tokens, steps = self.pushed.pop(p, (0, 0))
+        self.c_tokens[p] = max(0, self.c_tokens[p] - tokens)
+        self.c_steps[p] = max(0, self.c_steps[p] - steps)
         return True
 
     def _blend(self, p: int) -> None:

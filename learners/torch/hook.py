@@ -71,6 +71,9 @@ class DilocoHook:
             report(result)
 
     def close(self) -> None:
+        """Push the last partial interval of every fragment, then let the transport flush (bounded) and close."""
+        for push in self.sync.final_pushes():
+            self.transport.send_push(push.header, push.payload)
         close = getattr(self.transport, "close", None)
         if close is not None:
             close()

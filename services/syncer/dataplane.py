@@ -36,6 +36,7 @@ class DataPlane:
         self.dir, self.shard, self.instance = Path(state_dir) / "syncer", shard, instance
         self.cores: dict[str, SyncerCore] = {}
         self.held: dict[tuple[str, int], list] = {}        # (run, fragment) -> messages awaiting their round
+        self.cut_started: set[str] = set()
         self.cutting: set[str] = set()
         self.wake_at: float | None = None
         self.lock = asyncio.Lock()
@@ -144,11 +145,25 @@ class DataPlane:
             await bus.publish_raw(subject, chunk, msg_id=f"g.{h.run_id}.{h.fragment}.{h.kind}.{h.version}.{ch.chunk}",
                                   headers=ch.to_nats())
 
+    async def drain(self, bus: Bus, run_id: str, timeout_s: float = 15.0) -> None:
+        """Wait (bounded) until every push of the run still in the fragment stream has reached a round: the
+        learners' last pushes, sent as they finished, belong in the final cut."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            info = await bus.js.stream_info("YETO_FRAG", subjects_filter=f"{FRAG_PREFIX}.{run_id}.>")
+            in_stream = sum((info.state.subjects or {}).values())
+            if in_stream <= sum(len(v) for k, v in self.held.items() if k[0] == run_id):
+                return
+            await asyncio.sleep(0.1)
+        log.warning("run %s: final cut after %.0fs with pushes still unread", run_id, timeout_s)
+
     async def final_cut(self, bus: Bus, request: FinalCutRequested, sync: dict) -> None:
         """Merge what is in, snapshot every fragment, broadcast exact f32 keyframes of Θ, report FinalCutDone."""
         run_id = request.run_id
-        if run_id in self.cutting:
+        if run_id in self.cut_started:
             return
+        self.cut_started.add(run_id)
+        await self.drain(bus, run_id)
         self.cutting.add(run_id)
         async with self.lock:
             core = self.core(run_id, sync)
