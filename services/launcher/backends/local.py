@@ -106,6 +106,7 @@ class LocalBackend:
             group = json.loads((gdir / "group.json").read_text())
         except (OSError, ValueError):
             return IslandStatus(False, None, "no record of this island's processes")
+        alive = group_alive(group["pgid"])    # before reading exit files: a rank that ends in between has written its file
         codes = {}
         for f in gdir.glob("rank-*.exit"):
             text = f.read_text().strip()
@@ -115,7 +116,7 @@ class LocalBackend:
         if failed:
             rank, code = min(failed.items())
             return IslandStatus(False, code, f"rank {rank} exited with status {code}")
-        if group_alive(group["pgid"]):
+        if alive:
             return IslandStatus(True)
         if len(codes) == len(group["pids"]):
             return IslandStatus(False, 0, "every rank finished")
