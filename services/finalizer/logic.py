@@ -60,6 +60,10 @@ def reconcile(run: FinalRun, now: datetime, period_s: float) -> list[Publish]:
                                                 f"see `yeto logs` of the stack (syncer)")]
         return []
     if run.phase == "done":
+        if not run.final["versions"]:   # cut before any learner's values reached the syncer: no artifact can come
+            return [_msg(RunFailed, run, reason=f"the run was cut ({run.cut_reason}) before any learner synced with "
+                                                f"the syncer, so there is no model to write; raise the limit or see "
+                                                f"`yeto logs {run.run_id}`")]
         return [_msg(MarkFinal, run, **run.final)]
     if run.phase == "marked":
         expected = run.expected_acks()
