@@ -31,6 +31,12 @@ class Progress:
         if t == "RoundMerged":
             self.rounds += 1
             return None
+        if t == "LearnerRejected":      # a refused learner is refused at every push: say so once per period
+            now, key = time.monotonic(), (e.learner, e.reason)
+            if now - self.last.get(key, -1e9) < self.every_s:
+                return None
+            self.last[key] = now
+            return f"  {e.learner} g{e.generation} refused ({e.reason}): {e.detail}"
         if t.startswith("Island"):
             extra = getattr(e, "reason", "") or getattr(e, "detail", "")
             return f"  island {e.island} g{e.generation}: {t[len('Island'):].lower()}" + (f" ({extra})" if extra else "")
@@ -42,7 +48,7 @@ class Progress:
             return f"artifact ({e.artifact_kind}) written to {e.output}"
         if t == "RunFinalized":
             return f"run finalized ({e.reason}): {e.output}, spend ${e.spend_usd:.4f}, acks {e.acked or 'none'}"
-        if t in ("RunFailed", "RunStopped", "LearnerRejected", "MessageRejected", "RunLaunched", "RoundAborted"):
+        if t in ("RunFailed", "RunStopped", "MessageRejected", "RunLaunched", "RoundAborted"):
             return f"{t}: {getattr(e, 'reason', '') or getattr(e, 'detail', '')}".rstrip(": ")
         return None
 
@@ -51,7 +57,9 @@ async def follow(url: str, run_id: str, *, out=sys.stdout) -> int:
     """Print the run's progress until it ends; 0 when finalized, 1 when it failed or was stopped."""
     bus = await Bus.connect(url, name=f"follow-{run_id}")
     try:
-        sub = await bus.js.subscribe(f"{EVT_PREFIX}.{run_id}.>", ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+        # A 1 s heartbeat: after a nats-server restart the ordered consumer is re-created after two missed ones.
+        sub = await bus.js.subscribe(f"{EVT_PREFIX}.{run_id}.>", ordered_consumer=True, idle_heartbeat=1.0,
+                                     deliver_policy=DeliverPolicy.ALL)
         progress = Progress()
         async for raw in sub.messages:
             try:
