@@ -1,0 +1,107 @@
+"""The DDP and Yeto arms of benchmarks/wan.py: the same learner program, the same recipe, over the shaped links.
+
+ddp:  `python -m yeto.learners.torch --no-sync` as a 2-rank island whose ranks sit in different
+      namespaces: gloo all-reduces every step's gradients through the hub (GLOO_SOCKET_IFNAME = the veth).
+yeto: the real stack (nats-server, tape, syncer, finalizer, planner) on the hub; the run is published as
+      `yeto launch` builds it (LaunchRun -> the launcher's RunLaunched), but the launcher process is stopped
+      first so that the two learners are started here, one per namespace, reaching nats through the links.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lib_wan_net import Wan
+from lib_wan_proc import LEARNER, Proc
+
+HERE = Path(__file__).resolve().parent
+
+
+def build_launch(run_id: str, model: Path, data: Path, *, steps: int, learners: int, extra: list[str]):
+    """The LaunchRun `yeto launch` would publish for `learners` local CPU islands."""
+    from yeto.cli import launch as cli_launch
+    from yeto.cli import launch_checks as checks
+    from yeto.cli.main import build_parser
+    args = build_parser().parse_args(
+        ["launch", "--gpu", ",".join(["local:1xcpu"] * learners), "--model", str(model), "--data", str(data),
+         "--tuning", "full", "--lr", "3e-3", "--max-steps", str(steps), "--seq-len", "128", "--micro-batch", "4",
+         "--run-id", run_id, *extra])
+    islands = checks.parse_fleet(args.gpu)
+    return args, cli_launch.build_launch(args, run_id, checks.fleet_entries(islands, spot=False, prices=[0.0] * learners))
+
+
+def learner_flags(eval_every: int) -> list[str]:
+    return ["--device", "cpu", "--eval-every", str(eval_every), "--log-every-s", "0"]
+
+
+def run_ddp(wan: Wan, recipe: dict, work: Path, *, eval_every: int, timeout: float) -> tuple[list[Proc], int]:
+    """Two ranks, one per namespace; returns the processes (rank 0 first) and bytes on the links."""
+    path = work / "ddp-recipe.json"
+    path.write_text(json.dumps({k: v for k, v in recipe.items() if k != "sync"}))
+    before, t0 = wan.bytes(), time.monotonic()
+    procs = [Proc([*link.prefix(), *LEARNER, "--run-id", "ddp", "--learner", "ddp", "--recipe", str(path), "--no-sync",
+                   "--rank", str(r), "--world-size", str(len(wan.links)), "--local-rank", "0",
+                   "--master-addr", wan.links[0].ns_ip, "--master-port", "29611", *learner_flags(eval_every)],
+                  log=work / f"ddp-{r}.log", env={"GLOO_SOCKET_IFNAME": link.ns_if}, t0=t0)
+             for r, link in enumerate(wan.links)]
+    from lib_wan_proc import wait_all
+    wait_all(procs, timeout)
+    return procs, wan.bytes() - before
+
+
+class YetoHub:
+    """The stack under `home` with the launcher stopped, and a forwarder onto each link's hub address."""
+
+    def __init__(self, wan: Wan, home: Path) -> None:
+        from yeto.infra import stack
+        self.wan, self.home = wan, home
+        self.rec = stack.up(home)
+        os.kill(self.rec["pids"]["launcher"], signal.SIGTERM)    # learners are started here, in namespaces
+        self.port = int(self.rec["port"])
+        self.proxy = subprocess.Popen([sys.executable, str(HERE / "lib_wan_proxy.py"), f"127.0.0.1:{self.port}",
+                                       *(f"{link.hub_ip}:{self.port}" for link in wan.links)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert self.proxy.stdout.readline().strip() == b"listening", "the forwarder did not start"
+
+    def url(self, i: int) -> str:
+        return f"nats://{self.wan.links[i].hub_ip}:{self.port}"
+
+    def publish(self, launch) -> None:
+        from yeto.cli import launch_checks as checks
+        from yeto.infra.bus import Bus
+        from yeto.services.launcher.logic import launch as launcher_decides
+
+        async def go():
+            bus = await Bus.connect(self.rec["url"], name="wan-bench")
+            try:
+                for msg in [*checks.data_events(launch), launcher_decides(launch)[0].msg]:   # RunLaunched only
+                    await bus.publish(msg)
+            finally:
+                await bus.close()
+        asyncio.run(go())
+
+    def close(self) -> None:
+        from yeto.infra import stack
+        if self.proxy.poll() is None:
+            self.proxy.kill()
+            self.proxy.wait()
+        stack.down(self.home)
+
+
+def start_yeto(hub: YetoHub, launch, work: Path, *, eval_every: int) -> list[Proc]:
+    """Publish the run and start one learner per namespace; returns the learner processes."""
+    from yeto.schemas.fleet import learner_name
+    hub.publish(launch)
+    path = work / f"{launch.run_id}-recipe.json"
+    path.write_text(json.dumps(launch.recipe["train"]))
+    t0, n = time.monotonic(), len(hub.wan.links)
+    return [Proc([*link.prefix(), *LEARNER, "--run-id", launch.run_id, "--learner", learner_name(i), "--generation", "0",
+                  "--nats-url", hub.url(i), "--recipe", str(path), "--learner-index", str(i), "--num-learners", str(n),
+                  *learner_flags(eval_every)], log=work / f"{launch.run_id}-{i}.log", t0=t0)
+            for i, link in enumerate(hub.wan.links)]

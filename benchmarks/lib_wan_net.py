@@ -1,0 +1,103 @@
+"""Slow links for benchmarks/wan.py: one network namespace per learner, a tbf-shaped veth pair to the hub.
+
+The hub is the root namespace (nats-server, the services, torchft's lighthouse). Learner i lives in
+namespace `yeto-wan-<pid>-<i>` at 10.231.<i>.2, its hub side at 10.231.<i>.1; learners reach each other
+through the hub (ip_forward), so every byte between islands crosses the shaped links, as in a star WAN.
+netem is not in this kernel: tbf shapes rate only, on both ends of each pair. Everything is removed by name.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def sh(*argv: str, check: bool = True) -> str:
+    out = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def available() -> str | None:
+    """None when namespaces and tbf can be used here; otherwise why not (the dry-run/test skip reason)."""
+    import os
+    if os.geteuid() != 0:
+        return "needs root (ip netns add)"
+    if not shutil.which("ip") or not shutil.which("tc"):
+        return "needs iproute2 (ip, tc)"
+    probe = f"yeto-wan-probe-{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", probe], capture_output=True).returncode != 0:
+        return "ip netns add is not permitted here"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+@dataclass
+class Link:
+    """One learner's namespace and its veth pair."""
+
+    ns: str
+    hub_if: str
+    ns_if: str
+    hub_ip: str
+    ns_ip: str
+
+    def counters(self) -> tuple[int, int]:
+        """(bytes learner->hub, bytes hub->learner), read on the hub end of the pair."""
+        base = Path("/sys/class/net") / self.hub_if / "statistics"
+        return int((base / "rx_bytes").read_text()), int((base / "tx_bytes").read_text())
+
+    def prefix(self) -> list[str]:
+        """argv prefix that runs a command inside this learner's namespace."""
+        return ["ip", "netns", "exec", self.ns]
+
+
+@dataclass
+class Wan:
+    """The star of shaped links; `up` builds it, `down` removes exactly what `up` made."""
+
+    learners: int
+    rate: str = "20mbit"
+    tag: str = ""
+    links: list[Link] = field(default_factory=list)
+    _forward: str | None = None
+
+    def up(self) -> "Wan":
+        import os
+        tag = self.tag or str(os.getpid() % 100000)
+        fwd = Path("/proc/sys/net/ipv4/ip_forward")
+        self._forward = fwd.read_text().strip()
+        fwd.write_text("1")
+        for i in range(self.learners):
+            link = Link(ns=f"yeto-wan-{tag}-{i}", hub_if=f"ywh{tag}{i}"[:15], ns_if=f"ywl{tag}{i}"[:15],
+                        hub_ip=f"10.231.{i}.1", ns_ip=f"10.231.{i}.2")
+            self.links.append(link)
+            sh("ip", "netns", "add", link.ns)
+            sh("ip", "link", "add", link.hub_if, "type", "veth", "peer", "name", link.ns_if)
+            sh("ip", "link", "set", link.ns_if, "netns", link.ns)
+            sh("ip", "addr", "add", f"{link.hub_ip}/24", "dev", link.hub_if)
+            sh("ip", "link", "set", link.hub_if, "up")
+            inside = link.prefix()
+            sh(*inside, "ip", "addr", "add", f"{link.ns_ip}/24", "dev", link.ns_if)
+            sh(*inside, "ip", "link", "set", link.ns_if, "up")
+            sh(*inside, "ip", "link", "set", "lo", "up")
+            sh(*inside, "ip", "route", "add", "default", "via", link.hub_ip)
+            for dev, pre in ((link.hub_if, []), (link.ns_if, inside)):
+                sh(*pre, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate, "burst", "32kbit",
+                   "latency", "50ms")
+        return self
+
+    def down(self) -> None:
+        for link in self.links:
+            sh("ip", "link", "del", link.hub_if, check=False)       # removes both ends of the pair
+            sh("ip", "netns", "del", link.ns, check=False)
+        self.links = []
+        if self._forward is not None:
+            Path("/proc/sys/net/ipv4/ip_forward").write_text(self._forward)
+            self._forward = None
+
+    def bytes(self) -> int:
+        """Bytes on every learner link so far, both directions."""
+        return sum(sum(link.counters()) for link in self.links)

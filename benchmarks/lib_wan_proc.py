@@ -1,0 +1,86 @@
+"""Learner processes inside namespaces: start, timestamp every JSON progress line on arrival, kill by pid.
+
+Each arm's numbers come from these lines (`python -m yeto.learners.torch` prints one per step with
+--log-every-s 0, and `heldout` on --eval-every steps), stamped with this process's monotonic clock, so
+every arm is timed the same way, from the moment its processes are started.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+LEARNER = [sys.executable, "-m", "yeto.learners.torch"]
+
+
+class Proc:
+    """One process; `lines` holds (seconds since `t0`, parsed JSON) for every JSON line it printed."""
+
+    def __init__(self, argv: list[str], *, log: Path, env: dict | None = None, t0: float | None = None) -> None:
+        self.t0 = t0 if t0 is not None else time.monotonic()
+        self.log = log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})})
+        self.lines: list[tuple[float, dict]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        with open(self.log, "w") as out:
+            for raw in self.proc.stdout:
+                text = raw.decode(errors="replace")
+                out.write(text)
+                if text.startswith("{"):
+                    try:
+                        self.lines.append((time.monotonic() - self.t0, json.loads(text)))
+                    except ValueError:
+                        pass
+
+    def steps(self) -> list[tuple[float, dict]]:
+        return [(t, d) for t, d in self.lines if d.get("event") == "step"]
+
+    def done(self) -> dict | None:
+        return next((d for _, d in self.lines if d.get("event") == "done"), None)
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+def curve(proc: Proc) -> list[tuple[float, int, float]]:
+    """(seconds, step, held-out loss) at every evaluated step."""
+    return [(t, d["step"], d["heldout"]) for t, d in proc.steps() if d.get("heldout") is not None]
+
+
+def time_to(curve_: list[tuple[float, int, float]], target: float) -> float | None:
+    return next((t for t, _, loss in curve_ if loss <= target), None)
+
+
+def stall(proc: Proc, kill_at: float) -> tuple[float, float]:
+    """(median step interval before `kill_at`, longest step interval after it), from line arrival times."""
+    times = [t for t, _ in proc.steps()]
+    gaps = [(b, b - a) for a, b in zip(times, times[1:])]
+    before = [g for t, g in gaps if t < kill_at]
+    after = [g for t, g in gaps if t >= kill_at]
+    return (statistics.median(before) if before else float("nan")), max(after, default=float("nan"))
+
+
+def wait_all(procs: list[Proc], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        code = p.wait(max(1.0, deadline - time.monotonic()))
+        if code != 0:
+            raise RuntimeError(f"{p.proc.args[-1]!r}... exited {code}; see {p.log}")

@@ -1,0 +1,66 @@
+"""benchmarks/wan.py's numbers: per-arm curves, time to target, the table and which issue-7 targets were met."""
+from __future__ import annotations
+
+import math
+
+from lib_wan_proc import Proc, curve, stall, time_to
+
+
+def mean_curve(procs: list[Proc]) -> list[tuple[float, int, float]]:
+    """The learners' held-out losses averaged per evaluated step, at the time the last of them got there."""
+    by_step: dict[int, list[tuple[float, float]]] = {}
+    for p in procs:
+        for t, step, loss in curve(p):
+            by_step.setdefault(step, []).append((t, loss))
+    return [(max(t for t, _ in v), s, sum(x for _, x in v) / len(v)) for s, v in sorted(by_step.items())
+            if len(v) == len(procs)]
+
+
+def arm(procs: list[Proc], nbytes: int) -> dict:
+    done = [p.done() for p in procs]
+    finals = [d["heldout"] for d in done if d and d.get("heldout") is not None]
+    ends = [max((t for t, _ in p.lines), default=math.nan) for p in procs]
+    return {"curve": mean_curve(procs), "final": sum(finals) / len(finals) if finals else math.nan,
+            "wall_s": max(ends), "bytes": nbytes, "tokens": sum(d["tokens"] for d in done if d)}
+
+
+def stall_of(survivor: Proc, kill_at: float) -> dict:
+    median, longest = stall(survivor, kill_at)
+    return {"median_step_s": median, "max_step_after_kill_s": longest, "stall_s": longest - median}
+
+
+def target_of(ddp: dict, frac: float, steps: int) -> float:
+    want = frac * steps
+    return min(ddp["curve"], key=lambda c: abs(c[1] - want))[2]
+
+
+def table(results: dict, args) -> list[str]:
+    ddp = results["ddp"]
+    target = target_of(ddp, args.target_frac, args.steps)
+    lines = [f"target held-out loss {target:.4f} (DDP at step ~{int(args.target_frac * args.steps)})",
+             f"{'arm':8} {'to target s':>12} {'wall s':>8} {'final CE':>9} {'vs DDP':>8} {'MB on links':>12} {'stall s':>8}"]
+    row = {}
+    for name, r in results.items():
+        tt = time_to(r["curve"], target)
+        row[name] = tt
+        st = r.get("stall", {}).get("stall_s")
+        lines.append(f"{name:8} {tt if tt is not None else float('nan'):12.1f} {r['wall_s']:8.1f} {r['final']:9.4f} "
+                     f"{100 * (r['final'] - ddp['final']) / ddp['final']:+7.2f}% {r['bytes'] / 1e6:12.2f} "
+                     f"{st if st is not None else float('nan'):8.2f}")
+    yeto, ft = results["yeto"], results.get("torchft")
+    ratio = row["yeto"] / row["ddp"] if row.get("yeto") and row.get("ddp") else math.nan
+    quality = 100 * (yeto["final"] - ddp["final"]) / ddp["final"]
+    stall_s = yeto.get("stall", {}).get("stall_s", math.nan)
+    lines.append(f"target quality (final CE within 1% of DDP): {'MET' if abs(quality) <= 1.0 or quality < 0 else 'NOT MET'} "
+                 f"({quality:+.2f}%)")
+    lines.append(f"target no stall (surviving learner's longest step after the kill <= 2x median): "
+                 f"{'MET' if yeto.get('stall', {}).get('max_step_after_kill_s', math.inf) <= 2 * yeto.get('stall', {}).get('median_step_s', 0) else 'NOT MET'} "
+                 f"(stall {stall_s:.2f} s)")
+    if ft:
+        lines.append(f"target time <= torchft: {'MET' if row.get('yeto') and row.get('torchft') and row['yeto'] <= row['torchft'] else 'NOT MET'}")
+        lines.append(f"target bytes <= 0.15x torchft: {'MET' if yeto['bytes'] <= 0.15 * ft['bytes'] else 'NOT MET'} "
+                     f"({yeto['bytes'] / max(1, ft['bytes']):.3f}x)")
+    else:
+        lines.append("targets against torchft: not measured (run with --torchft)")
+    lines.append(f"yeto_time_to_target_over_ddp={ratio:.3f}")
+    return lines
