@@ -69,13 +69,15 @@ def time_to(curve_: list[tuple[float, int, float]], target: float) -> float | No
     return next((t for t, _, loss in curve_ if loss <= target), None)
 
 
-def stall(proc: Proc, kill_at: float) -> tuple[float, float]:
-    """(median step interval before `kill_at`, longest step interval after it), from line arrival times."""
-    times = [t for t, _ in proc.steps()]
-    gaps = [(b, b - a) for a, b in zip(times, times[1:])]
+def stall(proc: Proc, kill_at: float) -> tuple[float, float, float]:
+    """(median and longest step interval before `kill_at`, longest after it), from line arrival times;
+    intervals ending in a held-out evaluation are left out (they time the evaluation, not the step)."""
+    steps = proc.steps()
+    gaps = [(b, b - a) for (a, _), (b, d) in zip(steps, steps[1:]) if d.get("heldout") is None]
     before = [g for t, g in gaps if t < kill_at]
     after = [g for t, g in gaps if t >= kill_at]
-    return (statistics.median(before) if before else float("nan")), max(after, default=float("nan"))
+    nan = float("nan")
+    return (statistics.median(before) if before else nan), max(before, default=nan), max(after, default=nan)
 
 
 def wait_all(procs: list[Proc], timeout: float) -> None:

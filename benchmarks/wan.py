@@ -53,6 +53,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target-frac", type=float, default=0.6)
     ap.add_argument("--kill-frac", type=float, default=0.4)
     ap.add_argument("--torchft", action="store_true", help="add the torchft DiLoCo arm (needs torchft-nightly)")
+    ap.add_argument("--ft-sync-every", type=int, default=24, help="torchft DiLoCo's H (whole model, fp32)")
     ap.add_argument("--yeto-flag", dest="yeto_flags", action="append", default=[],
                     help="extra `yeto launch` flag for the Yeto arm, e.g. --yeto-flag=--sync-every=24")
     ap.add_argument("--timeout-s", type=float, default=600.0)
@@ -95,6 +96,9 @@ def main(argv=None) -> int:
             from lib_wan_torchft import run_torchft
             results["torchft"] = run_torchft(wan, clean.recipe["train"], work, args)
             print(f"torchft: {results['torchft']}", flush=True)
+            results["torchft"]["stall"] = run_torchft(wan, clean.recipe["train"], work, args,
+                                                      kill_step=int(args.kill_frac * args.steps))
+            print(f"torchft fault: {results['torchft']['stall']}", flush=True)
     finally:
         if hub is not None:
             hub.close()

@@ -1,0 +1,54 @@
+"""benchmarks/wan.py: the dry-run plan, and a tiny real run over shaped namespaces (root only)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "wan.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def test_wan_dry_run_prints_the_plan():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--steps", "100", "--rate", "5mbit"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert "tbf rate 5mbit" in lines[0] and "step 60" in out.stdout and "step 40" in out.stdout
+    assert lines[-1] == "dry_run=ok"
+
+
+def test_wan_report_targets_follow_the_numbers():
+    import argparse
+
+    import lib_wan_report as report
+    ddp = {"curve": [(10.0, 10, 5.0), (20.0, 20, 4.0)], "final": 4.0, "wall_s": 20.0, "bytes": 1000, "tokens": 1}
+    yeto = {"curve": [(3.0, 10, 4.5), (6.0, 20, 3.99)], "final": 4.1, "wall_s": 6.0, "bytes": 10, "tokens": 1,
+            "stall": {"median_step_s": 0.1, "max_step_before_kill_s": 0.2, "max_step_after_kill_s": 0.15, "stall_s": 0.05}}
+    lines = report.table({"ddp": ddp, "yeto": yeto}, argparse.Namespace(target_frac=1.0, steps=20))
+    assert lines[-1] == "yeto_time_to_target_over_ddp=0.300"
+    assert any("NOT MET (+2.50%)" in line for line in lines)          # 4.1 vs 4.0: outside 1%
+    assert any("no stall" in line and ": MET" in line for line in lines)
+
+
+def _why_not() -> str | None:
+    import lib_wan_net
+    return lib_wan_net.available()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_wan_tiny_real_run_over_shaped_links():
+    why = _why_not()
+    if why:
+        pytest.skip(f"benchmarks/wan.py {why}")
+    out = subprocess.run([sys.executable, str(SCRIPT), "--steps", "24", "--eval-every", "8", "--rate", "50mbit"],
+                         capture_output=True, text=True, timeout=580)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    last = out.stdout.strip().splitlines()[-1]
+    name, value = last.split("=")
+    assert name == "yeto_time_to_target_over_ddp" and float(value) > 0
+    assert "yeto-wan-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
