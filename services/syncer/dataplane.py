@@ -40,6 +40,8 @@ class DataPlane:
         self.cutting: set[str] = set()
         self.wake_at: float | None = None
         self.lock = asyncio.Lock()
+        self.sub = None                  # the fragment consumer, once consume() runs
+        self.busy = False                # a fetched batch is being taken in
 
     def owned(self) -> list[int]:
         k, n = self.shard
@@ -65,6 +67,7 @@ class DataPlane:
         sub = await bus.js.pull_subscribe(subjects[0] if n == 1 else "", durable=durable, config=ConsumerConfig(
             ack_policy=AckPolicy.EXPLICIT, ack_wait=600, max_ack_pending=100_000,
             filter_subjects=None if n == 1 else subjects))
+        self.sub = sub
         while not stop.is_set():
             await self.tick(bus)
             try:
@@ -75,8 +78,12 @@ class DataPlane:
                 log.debug("fetch: %r", e)
                 await asyncio.sleep(0.2)
                 continue
-            for raw in batch:
-                await self.receive(bus, raw, runs())
+            self.busy = True
+            try:
+                for raw in batch:
+                    await self.receive(bus, raw, runs())
+            finally:
+                self.busy = False
 
     def timeout(self) -> float:
         if self.wake_at is None:
@@ -146,13 +153,18 @@ class DataPlane:
                                   headers=ch.to_nats())
 
     async def drain(self, bus: Bus, run_id: str, timeout_s: float = 15.0) -> None:
-        """Wait (bounded) until every push of the run still in the fragment stream has reached a round: the
-        learners' last pushes, sent as they finished, belong in the final cut."""
+        """Wait (bounded) until every push in the fragment stream has been delivered here and taken in: the
+        learners' last pushes, sent as they finished, belong in the final cut. Not by counting the run's
+        messages left in the stream: those a killed predecessor had taken stay there until the consumer's
+        ack_wait (10 min), and each cut after a syncer crash waited out the whole timeout."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            info = await bus.js.stream_info("YETO_FRAG", subjects_filter=f"{FRAG_PREFIX}.{run_id}.>")
-            in_stream = sum((info.state.subjects or {}).values())
-            if in_stream <= sum(len(v) for k, v in self.held.items() if k[0] == run_id):
+            try:
+                undelivered = (await self.sub.consumer_info()).num_pending if self.sub else None
+            except Exception as e:  # noqa: BLE001 - reconnecting: ask again
+                log.debug("consumer info: %r", e)
+                undelivered = None
+            if undelivered == 0 and not self.busy:
                 return
             await asyncio.sleep(0.1)
         log.warning("run %s: final cut after %.0fs with pushes still unread", run_id, timeout_s)
