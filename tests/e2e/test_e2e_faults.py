@@ -161,3 +161,5 @@ def test_nats_server_killed_and_restarted_loses_nothing_and_yeto_down_still_fina
     for p, vs in round_versions(run.events(RUN, "GlobalVersionPublished")).items():
         assert vs == list(range(len(vs))), f"fragment {p}: published versions {vs}"
     assert [e["type"] for e in run.events(RUN, "RunFinalized", "RunFailed", "RunStopped")] == ["RunFinalized"]
+    log = (run.home / "logs" / "syncer.log").read_text()
+    assert "pushes still unread" not in log, "the final cut waited out its drain timeout: " + log[-1500:]
