@@ -17,7 +17,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def worker(argv: list[str]) -> None:
     import argparse
+    import socket
     from datetime import timedelta
+
+    # torchft advertises socket.gethostname() for its per-quorum store and checkpoint server; in a
+    # namespace the machine's name does not resolve to this replica: pin it to the replica's address.
+    host = argv[argv.index("--host") + 1]
+    socket.gethostname = lambda: host
 
     import torch
     from torch.distributed import TCPStore
@@ -67,7 +73,7 @@ def worker(argv: list[str]) -> None:
             tokens += int(n)
             held = evaluate(model, heldout) if (step + 1) % a.eval_every == 0 else None
             model.train()
-            print(json.dumps({"event": "step", "step": step + 1, "loss": float(total) / max(1, int(n)),
+            print(json.dumps({"event": "step", "step": step + 1, "loss": float(total.detach()) / max(1, int(n)),
                               "tokens": int(n), "heldout": held}), flush=True)
     print(json.dumps({"event": "done", "steps": recipe.max_steps, "tokens": tokens, "heldout": evaluate(model, heldout),
                       "seconds": time.monotonic() - started}), flush=True)
