@@ -46,7 +46,7 @@ def check_run(s: Stack, run_id: str, output: str, material: dict, *, kind: str) 
 @pytest.mark.timeout(240)
 def test_lora_two_local_islands_finalize_with_both_learners_merged_and_a_better_adapter(shared, material):
     started = time.monotonic()
-    shared.launch("accept-lora", "--max-steps", "200")
+    shared.launch("accept-lora", "--max-steps", "300")
     output = shared.finish("accept-lora", timeout=200)
     print(f"accept-lora: launch to exit {time.monotonic() - started:.0f}s")
     check_run(shared, "accept-lora", output, material, kind="adapter")
@@ -60,7 +60,7 @@ def test_lora_two_local_islands_finalize_with_both_learners_merged_and_a_better_
 @pytest.mark.timeout(200)
 def test_full_tuning_second_run_on_the_same_stack_finalizes_with_a_better_full_model(shared, material):
     started = time.monotonic()
-    shared.launch("accept-full", "--tuning", "full", "--max-steps", "100", "--lr", "1e-3")
+    shared.launch("accept-full", "--tuning", "full", "--max-steps", "150", "--lr", "1e-3")
     output = shared.finish("accept-full", timeout=170)
     print(f"accept-full: launch to exit {time.monotonic() - started:.0f}s")
     check_run(shared, "accept-full", output, material, kind="full")
