@@ -29,6 +29,7 @@ from yeto.services.syncer.logic import WakeAt
 
 log = logging.getLogger(__name__)
 MAX_FRAGMENTS = 256
+ACK_WAIT_S = 30.0          # a dead syncer's unacknowledged pushes reach its successor this soon
 
 
 class DataPlane:
@@ -65,11 +66,15 @@ class DataPlane:
         subjects = [f"{FRAG_PREFIX}.>"] if n == 1 else [f"{FRAG_PREFIX}.*.{p}" for p in self.owned()]
         durable = "syncer" if n == 1 else f"syncer-{k}of{n}"
         sub = await bus.js.pull_subscribe(subjects[0] if n == 1 else "", durable=durable, config=ConsumerConfig(
-            ack_policy=AckPolicy.EXPLICIT, ack_wait=600, max_ack_pending=100_000,
+            ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S, max_ack_pending=100_000,
             filter_subjects=None if n == 1 else subjects))
         self.sub = sub
+        kept_alive = time.monotonic()
         while not stop.is_set():
             await self.tick(bus)
+            if time.monotonic() - kept_alive > ACK_WAIT_S / 3:
+                kept_alive = time.monotonic()
+                await self.keep_alive()
             try:
                 batch = await sub.fetch(256, timeout=self.timeout())
             except asyncio.TimeoutError:
@@ -84,6 +89,17 @@ class DataPlane:
                     await self.receive(bus, raw, runs())
             finally:
                 self.busy = False
+
+    async def keep_alive(self) -> None:
+        """Tell the server the held pushes are still being worked on (their round is open), so the short
+        ack_wait only runs out for pushes whose syncer died, which then reach its successor within it."""
+        for msgs in list(self.held.values()):
+            for raw in msgs:
+                try:
+                    await raw.in_progress()
+                except Exception as e:  # noqa: BLE001 - reconnecting: redelivery is harmless (duplicates are refused)
+                    log.debug("in_progress: %r", e)
+                    return
 
     def timeout(self) -> float:
         if self.wake_at is None:
@@ -156,7 +172,7 @@ class DataPlane:
         """Wait (bounded) until every push in the fragment stream has been delivered here and taken in: the
         learners' last pushes, sent as they finished, belong in the final cut. Not by counting the run's
         messages left in the stream: those a killed predecessor had taken stay there until the consumer's
-        ack_wait (10 min), and each cut after a syncer crash waited out the whole timeout."""
+        ack_wait, and each cut after a syncer crash waited out the whole timeout."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
