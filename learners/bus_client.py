@@ -45,6 +45,7 @@ class NatsTransport:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._tokens, self._last_progress, self._started = 0, 0.0, time.monotonic()
+        self._last_result = self._reported = None
         self.bytes_sent = 0
         self._final: dict[int, int] | None = None      # the run's final versions, once CheckpointMarkedFinal is out
         self._thread = threading.Thread(target=self._run, name=f"bus-{learner}", daemon=True)
@@ -88,12 +89,15 @@ class NatsTransport:
             source=self.learner, learner=self.learner, generation=self.generation, fingerprint=layout.fingerprint,
             num_fragments=layout.num_fragments, tensors=tensors))
 
-    def progress(self, result) -> None:
-        self._tokens += result.tokens
+    def progress(self, result, *, force: bool = False) -> None:
+        """A LearnerProgress event at most every `progress_every_s` (always with `force`); tokens accumulate."""
+        if not force:
+            self._tokens += result.tokens
+            self._last_result = result
         now = time.monotonic()
-        if now - self._last_progress < self.progress_every_s:
+        if not force and now - self._last_progress < self.progress_every_s:
             return
-        self._last_progress = now
+        self._last_progress, self._reported = now, result
         self.publish_event(LearnerProgress(
             id=derive_id(self.run_id, "LearnerProgress", self.learner, self.generation, result.step), run_id=self.run_id,
             source=self.learner, learner=self.learner, generation=self.generation, step=result.step, loss=result.loss,
@@ -101,7 +105,10 @@ class NatsTransport:
             step_time_s=result.seconds, lr=result.lr))
 
     def close(self, flush_s: float = 30.0) -> None:
-        """Publish what is queued (bounded wait), then disconnect."""
+        """Report the last step (the rate limit may have held it back), publish what is queued (bounded wait),
+        then disconnect."""
+        if self._last_result is not None and self._last_result is not self._reported:
+            self.progress(self._last_result, force=True)
         deadline = time.monotonic() + flush_s
         while self._pending() and time.monotonic() < deadline and self._thread.is_alive():
             time.sleep(0.05)
