@@ -70,12 +70,12 @@ def time_to(curve_: list[tuple[float, int, float]], target: float) -> float | No
 
 
 def stall(proc: Proc, kill_at: float) -> tuple[float, float, float]:
-    """(median and longest step interval before `kill_at`, longest after it), from line arrival times;
-    intervals ending in a held-out evaluation are left out (they time the evaluation, not the step)."""
-    steps = proc.steps()
-    gaps = [(b, b - a) for (a, _), (b, d) in zip(steps, steps[1:]) if d.get("heldout") is None]
-    before = [g for t, g in gaps if t < kill_at]
-    after = [g for t, g in gaps if t >= kill_at]
+    """(median and longest step time before `kill_at`, longest after it): each step's own `seconds`
+    (forward, backward, optimizer and the sync at the step boundary; not the held-out evaluation).
+    The first step is left out (warm-up)."""
+    steps = [(t, d["seconds"]) for t, d in proc.steps()[1:]]
+    before = [s for t, s in steps if t < kill_at]
+    after = [s for t, s in steps if t >= kill_at]
     nan = float("nan")
     return (statistics.median(before) if before else nan), max(before, default=nan), max(after, default=nan)
 

@@ -63,7 +63,7 @@ def worker(argv: list[str]) -> None:
     model.train()
     with DiLoCo(manager, [model], inner, outer, sync_every=a.sync_every, pin_memory=False):
         for step in range(recipe.max_steps):
-            batch = next(batches)
+            batch, t_step = next(batches), time.perf_counter()
             set_lr(inner, lr_at(step, recipe))
             total, n = loss_sum(model, batch)
             (total / max(1, int(n))).backward()
@@ -71,10 +71,12 @@ def worker(argv: list[str]) -> None:
             inner.step()            # DiLoCo's post-step hook syncs every sync_every steps
             inner.zero_grad(set_to_none=True)
             tokens += int(n)
+            seconds = time.perf_counter() - t_step
             held = evaluate(model, heldout) if (step + 1) % a.eval_every == 0 else None
             model.train()
             print(json.dumps({"event": "step", "step": step + 1, "loss": float(total.detach()) / max(1, int(n)),
-                              "tokens": int(n), "heldout": held}), flush=True)
+                              "tokens": int(n), "seconds": seconds,
+                              "heldout": held}), flush=True)
     print(json.dumps({"event": "done", "steps": recipe.max_steps, "tokens": tokens, "heldout": evaluate(model, heldout),
                       "seconds": time.monotonic() - started}), flush=True)
     manager.shutdown()
