@@ -6,7 +6,7 @@ PYTEST := $(BIN)/python -m pytest
 # CPU machines take the CPU wheel of torch first; GPU machines set TORCH_SPEC to their own build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup test test-unit test-integration test-e2e demo bench docs clean
+.PHONY: setup test test-unit test-e2e demo bench docs clean
 
 setup: $(BIN)/yeto
 
@@ -30,8 +30,10 @@ test-e2e: setup
 demo: setup
 	$(BIN)/python scripts/demo.py
 
+BENCHMARKS := $(filter-out benchmarks/lib_%,$(wildcard benchmarks/*.py))
+
 bench: setup
-	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	for b in $(BENCHMARKS); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 docs: setup
 	$(BIN)/python scripts/gen_docs.py
