@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from lib_wan_net import Wan
+from lib_wan_net import Wan, since
 from lib_wan_proc import LEARNER, Proc
 
 HERE = Path(__file__).resolve().parent
@@ -40,8 +40,8 @@ def learner_flags(eval_every: int) -> list[str]:
     return ["--device", "cpu", "--eval-every", str(eval_every), "--log-every-s", "0"]
 
 
-def run_ddp(wan: Wan, recipe: dict, work: Path, *, eval_every: int, timeout: float) -> tuple[list[Proc], int]:
-    """Two ranks, one per namespace; returns the processes (rank 0 first) and bytes on the links."""
+def run_ddp(wan: Wan, recipe: dict, work: Path, *, eval_every: int, timeout: float) -> tuple[list[Proc], tuple[int, int]]:
+    """Two ranks, one per namespace; returns the processes (rank 0 first) and bytes (up, down) on the links."""
     path = work / "ddp-recipe.json"
     path.write_text(json.dumps({k: v for k, v in recipe.items() if k != "sync"}))
     before, t0 = wan.bytes(), time.monotonic()
@@ -52,7 +52,7 @@ def run_ddp(wan: Wan, recipe: dict, work: Path, *, eval_every: int, timeout: flo
              for r, link in enumerate(wan.links)]
     from lib_wan_proc import wait_all
     wait_all(procs, timeout)
-    return procs, wan.bytes() - before
+    return procs, since(wan, before)
 
 
 class YetoHub:

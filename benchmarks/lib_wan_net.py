@@ -98,6 +98,12 @@ class Wan:
             Path("/proc/sys/net/ipv4/ip_forward").write_text(self._forward)
             self._forward = None
 
-    def bytes(self) -> int:
-        """Bytes on every learner link so far, both directions."""
-        return sum(sum(link.counters()) for link in self.links)
+    def bytes(self) -> tuple[int, int]:
+        """Bytes on every learner link so far: (learners -> hub, hub -> learners)."""
+        pairs = [link.counters() for link in self.links]
+        return sum(up for up, _ in pairs), sum(down for _, down in pairs)
+
+
+def since(wan: Wan, before: tuple[int, int]) -> tuple[int, int]:
+    up, down = wan.bytes()
+    return up - before[0], down - before[1]

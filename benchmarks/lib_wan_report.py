@@ -20,12 +20,13 @@ def mean_curve(procs: list[Proc]) -> list[tuple[float, int, float]]:
             if len(v) == len(procs)]
 
 
-def arm(procs: list[Proc], nbytes: int) -> dict:
+def arm(procs: list[Proc], nbytes: tuple[int, int]) -> dict:
+    """One arm's curve, final held-out loss (mean over learners), wall time and bytes (up, down)."""
     done = [p.done() for p in procs]
     finals = [d["heldout"] for d in done if d and d.get("heldout") is not None]
     ends = [max((t for t, _ in p.lines), default=math.nan) for p in procs]
     return {"curve": mean_curve(procs), "final": sum(finals) / len(finals) if finals else math.nan,
-            "wall_s": max(ends), "bytes": nbytes, "tokens": sum(d["tokens"] for d in done if d)}
+            "wall_s": max(ends), "bytes": sum(nbytes), "up": nbytes[0], "down": nbytes[1], "tokens": sum(d["tokens"] for d in done if d)}
 
 
 def stall_of(survivor: Proc, kill_at: float) -> dict:
@@ -43,14 +44,14 @@ def table(results: dict, args) -> list[str]:
     ddp = results["ddp"]
     target = target_of(ddp, args.target_frac, args.steps)
     lines = [f"target held-out loss {target:.4f} (DDP at step ~{int(args.target_frac * args.steps)})",
-             f"{'arm':8} {'to target s':>12} {'wall s':>8} {'final CE':>9} {'vs DDP':>8} {'MB on links':>12} {'stall s':>8}"]
+             f"{'arm':8} {'to target s':>12} {'wall s':>8} {'final CE':>9} {'vs DDP':>8} {'MB on links':>12} {'up/down MB':>12} {'stall s':>8}"]
     row = {}
     for name, r in results.items():
         tt = time_to(r["curve"], target)
         row[name] = tt
         st = r.get("stall", {}).get("stall_s")
         lines.append(f"{name:8} {tt if tt is not None else float('nan'):12.1f} {r['wall_s']:8.1f} {r['final']:9.4f} "
-                     f"{100 * (r['final'] - ddp['final']) / ddp['final']:+7.2f}% {r['bytes'] / 1e6:12.2f} "
+                     f"{100 * (r['final'] - ddp['final']) / ddp['final']:+7.2f}% {r['bytes'] / 1e6:12.2f} {r.get('up', 0) / 1e6:5.2f}/{r.get('down', 0) / 1e6:<6.2f} "
                      f"{st if st is not None else float('nan'):8.2f}")
     yeto, ft = results["yeto"], results.get("torchft")
     ratio = row["yeto"] / row["ddp"] if row.get("yeto") and row.get("ddp") else math.nan

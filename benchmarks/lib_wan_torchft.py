@@ -88,6 +88,7 @@ def run_torchft(wan, recipe: dict, work: Path, args, *, kill_step: int | None = 
     import subprocess
 
     import lib_wan_report as report
+    from lib_wan_net import since
     from lib_wan_proc import Proc, wait_all
     path = work / "torchft-recipe.json"
     path.write_text(json.dumps({k: v for k, v in recipe.items() if k != "sync"}))
@@ -104,7 +105,7 @@ def run_torchft(wan, recipe: dict, work: Path, args, *, kill_step: int | None = 
                  for i, link in enumerate(wan.links)]
         if kill_step is None:
             wait_all(procs, args.timeout_s)
-            return report.arm(procs, wan.bytes() - before)
+            return report.arm(procs, since(wan, before))
         deadline = time.monotonic() + args.timeout_s
         while not any(d["step"] >= kill_step for _, d in procs[0].steps()):
             if time.monotonic() > deadline or procs[0].proc.poll() is not None:

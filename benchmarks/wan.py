@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         print("dry_run=ok")
         return 0
     import lib_task
-    from lib_wan_net import Wan, available
+    from lib_wan_net import Wan, available, since
     why = available()
     if why:
         raise SystemExit(f"benchmarks/wan.py {why}")
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         before = wan.bytes()
         procs = start_yeto(hub, clean, work, eval_every=args.eval_every)
         wait_all(procs, args.timeout_s)
-        results["yeto"] = report.arm(procs, wan.bytes() - before)
+        results["yeto"] = report.arm(procs, since(wan, before))
         print(f"yeto: {results['yeto']}", flush=True)
         _, faulty = build_launch("wan-kill", model, data, steps=args.steps, learners=args.learners, extra=args.yeto_flags)
         procs, kill_at = run_fault(hub, faulty, work, args)
