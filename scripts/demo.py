@@ -101,13 +101,12 @@ def main() -> int:
     finally:
         if not args.keep_stack:
             yeto(state, "stack", "down")
-    from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    merged_dir = out / "merged"
-    merged = PeftModel.from_pretrained(load_model(source), adapter).merge_and_unload()
-    merged.save_pretrained(merged_dir)
-    tokenizer.save_pretrained(merged_dir)
+    merged_dir = out / f"merged-{run_id}"
+    merged = yeto(state, "merge", str(adapter), "--out", str(merged_dir))
+    if merged.returncode != 0:
+        raise SystemExit(f"yeto merge failed (exit {merged.returncode})")
     reloaded = AutoModelForCausalLM.from_pretrained(merged_dir).eval()
     say(f"merged model (transformers loads it): {merged_dir}")
     after = answer(reloaded, tokenizer)

@@ -88,4 +88,10 @@ def load_model(source: ModelSource, *, dtype: torch.dtype = torch.float32):
     except OSError as err:
         raise _hub_error(source, err) from err
     model.config.use_cache = False      # training never reuses the KV cache
+    if source.gguf_file is not None:
+        # The GGUF weights are dequantized to `dtype` on load: what remains is a plain model, and without its
+        # (non-serializable) GGUF quantizer it can be saved, merged and exported like any other.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     return model
