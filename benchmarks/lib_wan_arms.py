@@ -66,8 +66,15 @@ class YetoHub:
         self.port = int(self.rec["port"])
         self.proxy = subprocess.Popen([sys.executable, str(HERE / "lib_wan_proxy.py"), f"127.0.0.1:{self.port}",
                                        *(f"{link.hub_ip}:{self.port}" for link in wan.links)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert self.proxy.stdout.readline().strip() == b"listening", "the forwarder did not start"
+
+    def app_bytes(self) -> tuple[int, int]:
+        """NATS bytes the forwarder carried so far (learners -> server, server -> learners)."""
+        self.proxy.stdin.write(b"totals\n")
+        self.proxy.stdin.flush()
+        up, down = self.proxy.stdout.readline().split()
+        return int(up), int(down)
 
     def url(self, i: int) -> str:
         return f"nats://{self.wan.links[i].hub_ip}:{self.port}"

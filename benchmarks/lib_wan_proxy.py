@@ -10,9 +10,15 @@ import asyncio
 import sys
 
 
-async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+TOTALS = {"up": 0, "down": 0}
+"""Application bytes forwarded, learners -> server ("up") and back: compared with the link counters,
+the difference is TCP/IP overhead."""
+
+
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, way: str) -> None:
     try:
         while chunk := await reader.read(1 << 16):
+            TOTALS[way] += len(chunk)
             writer.write(chunk)
             await writer.drain()
     except (ConnectionError, asyncio.IncompleteReadError):
@@ -30,14 +36,22 @@ async def main(target: str, listens: list[str]) -> None:
         except OSError:
             writer.close()
             return
-        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+        await asyncio.gather(pipe(reader, up_w, "up"), pipe(up_r, writer, "down"))
 
     servers = []
     for spec in listens:
         lhost, lport = spec.rsplit(":", 1)
         servers.append(await asyncio.start_server(handle, lhost, int(lport)))
+    for server in servers:
+        await server.start_serving()
     print("listening", flush=True)
-    await asyncio.gather(*(s.serve_forever() for s in servers))
+    loop = asyncio.get_running_loop()
+    # `totals` on stdin answers with the counts so far (the parent asks before and after each run)
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := await reader.readline():
+        if line.strip() == b"totals":
+            print(f"{TOTALS['up']} {TOTALS['down']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -83,10 +83,11 @@ def main(argv=None) -> int:
         results["ddp"] = report.arm(procs[:1], nbytes)
         print(f"ddp: {results['ddp']}", flush=True)
         hub = YetoHub(wan, work / "home")
-        before = wan.bytes()
+        before, app = wan.bytes(), hub.app_bytes()
         procs = start_yeto(hub, clean, work, eval_every=args.eval_every)
         wait_all(procs, args.timeout_s)
         results["yeto"] = report.arm(procs, since(wan, before))
+        results["yeto"]["nats_up_down"] = tuple(b - a for a, b in zip(app, hub.app_bytes()))   # without TCP/IP
         print(f"yeto: {results['yeto']}", flush=True)
         _, faulty = build_launch("wan-kill", model, data, steps=args.steps, learners=args.learners, extra=args.yeto_flags)
         procs, kill_at = run_fault(hub, faulty, work, args)
