@@ -6,9 +6,10 @@ model's logits on a probe are compared with base+adapter before anything is writ
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
+
+from yeto.services.finalizer.artifact import sha256_file
 
 PROBE = "Yeto merges adapters into their base model."
 
@@ -23,14 +24,6 @@ def register(sub) -> None:
     p.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard, e.g. 500MB, 2GB (default 2GB)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32", help="dtype of the written weights")
     p.set_defaults(func=cmd_merge)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_manifest(adapter: Path) -> dict:
