@@ -198,10 +198,16 @@ class StartIsland(IslandCommand):
     """Start one generation of an island (spawning happens once, in the launcher's command handler)."""
 
     type: Literal["StartIsland"] = "StartIsland"
-    version: Literal[1] = 1
+    version: Literal[2] = 2
     recipe: dict[str, Any]
     num_islands: int
     price_per_hour: float = 0.0
+    start_step: int = 0             # v2: a replacement resumes where its predecessor stopped (step and data shard)
+
+
+@registry.upcaster("StartIsland", 1)
+def _start_island_v1(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "start_step": 0}
 
 
 @registry.register

@@ -7,6 +7,7 @@ Progress goes to stdout as one JSON object per line.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -30,6 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--recipe", required=True, help="recipe JSON file, or the JSON itself")
     p.add_argument("--learner-index", type=int, default=0, help="this island's data shard group")
     p.add_argument("--num-learners", type=int, default=1, help="islands sharing the data")
+    p.add_argument("--start-step", type=int, default=0, help="resume at this inner step, and at the matching place "
+                   "in this learner's data shard (a replacement continues its predecessor)")
     p.add_argument("--rank", type=int, default=None, help="rank in the island (default $RANK or 0)")
     p.add_argument("--world-size", type=int, default=None, help="ranks in the island (default $WORLD_SIZE or 1)")
     p.add_argument("--local-rank", type=int, default=None, help="rank on this host (default $LOCAL_RANK)")
@@ -68,7 +71,9 @@ def run(args: argparse.Namespace, *, make_sync=None) -> float:
                 from yeto.learners.torch.hook import connect_sync as make_sync
             sync = make_sync(built, recipe, args)
         batches = train_batches(recipe, built.tokenizer, shard=args.learner_index * topology.world_size + topology.rank,
-                                num_shards=args.num_learners * topology.world_size, epoch=args.generation)
+                                num_shards=args.num_learners * topology.world_size)
+        # A replacement continues its predecessor: same shard order, past the micro-batches already trained on.
+        batches = itertools.islice(batches, args.start_step * recipe.grad_accum, None)
         # DDP replicas evaluate on rank 0 alone, unwrapped (no collectives); FSDP2 shards need every rank.
         evaluates = topology.rank == 0 or built.sharded
         eval_model = built.wrapped if built.sharded else built.model
@@ -90,7 +95,7 @@ def run(args: argparse.Namespace, *, make_sync=None) -> float:
 
         started = time.monotonic()
         results = train(built.model, batches, recipe, accel=accel, topology=topology, sync=sync,
-                        on_step=on_step, wrapped=built.wrapped)
+                        on_step=on_step, wrapped=built.wrapped, start_step=args.start_step)
         elapsed = time.monotonic() - started
         held = evaluate(eval_model, heldout, accel=accel) if heldout else float("nan")
         if topology.rank == 0:

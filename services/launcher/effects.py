@@ -38,7 +38,7 @@ class Effects:
     async def spawn(self, intent: Spawn) -> Message:
         c = intent.cmd
         launch = IslandLaunch(run_id=c.run_id, island=c.island, generation=c.generation, spec=c.spec, recipe=c.recipe,
-                              num_islands=c.num_islands, nats_url=self.nats_url)
+                              num_islands=c.num_islands, nats_url=self.nats_url, start_step=c.start_step)
         backend = self.backend(c.spec)
         try:
             handle = await asyncio.to_thread(backend.start, launch)

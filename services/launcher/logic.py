@@ -45,7 +45,7 @@ def start(run_id: str, recipe: dict, num_islands: int, isl: Island, generation: 
     """StartIsland first, then IslandRequested: a crash between the two leaves the island to be started again."""
     cmd = StartIsland(id=derive_id(run_id, "StartIsland", isl.index, generation), run_id=run_id, source=SOURCE,
                       island=isl.index, generation=generation, spec=isl.spec, recipe=recipe, num_islands=num_islands,
-                      price_per_hour=isl.price_per_hour)
+                      price_per_hour=isl.price_per_hour, start_step=isl.last_step if generation else 0)
     req = IslandRequested(id=derive_id(run_id, "IslandRequested", isl.index, generation), **_island_fields(run_id, isl, generation))
     return [Publish(cmd), Publish(req)]
 

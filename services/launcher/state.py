@@ -28,6 +28,7 @@ class Island:
     last_beat: datetime | None = None   # last LearnerProgress of the current generation
     crashes: int = 0                    # consecutive generations that died before any progress
     exit_detail: str = ""
+    last_step: int = 0                  # the island's furthest reported step, any generation: where a replacement resumes
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def evolve(state: dict[str, Run], event: Event) -> dict[str, Run]:
     elif isinstance(event, LearnerProgress):
         i = island_index(event.learner)
         ok = i is not None and i < len(run.islands) and run.islands[i].generation == event.generation
-        new = _set(run, i, last_beat=event.ts, crashes=0) if ok else run
+        new = _set(run, i, last_beat=event.ts, crashes=0, last_step=max(run.islands[i].last_step, event.step)) if ok else run
     elif isinstance(event, FinalCutRequested):
         new = replace(run, cutting=True)
     elif isinstance(event, (RunFinalized, RunFailed, RunStopped)):

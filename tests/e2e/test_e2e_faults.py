@@ -88,6 +88,12 @@ def test_learner_island_killed_is_replaced_and_its_new_generation_contributes_wi
     print(f"island 1: killed -> replaced {seconds(exited['ts'], replaced['ts']):.1f}s, "
           f"replaced -> first merged contribution {ttfc:.1f}s (RoundMerged v{merged['global_version']} of fragment {merged['fragment']})")
     assert ttfc < 60, f"time to first merged contribution {ttfc:.1f}s"
+    # the new generation continues its predecessor (step and data shard), it does not start over at step 0
+    before = max(e["step"] for e in run.events(RUN, "LearnerProgress")
+                 if e["learner"] == "island-1" and e["generation"] == 0)
+    first = min(e["step"] for e in evs if e["type"] == "LearnerProgress" and e["learner"] == "island-1"
+                and e["generation"] == 1)
+    assert first > before > 0, (before, first)
 
 
 def _rejoined(evs: list[dict], learner: str):

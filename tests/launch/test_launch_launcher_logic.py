@@ -65,6 +65,16 @@ def test_a_killed_island_is_preempted_then_its_next_generation_started():
     preempted = out[0].model_copy(update={"ts": at(10)})
     out = published(decide(fold(events + [exited, preempted]), preempted, at(10)))
     assert [(type(m), m.island, m.generation) for m in out] == [(StartIsland, 0, 1), (IslandRequested, 0, 1)]
+    assert out[0].start_step == 3            # the replacement resumes where its predecessor last reported
+
+
+def test_start_island_v1_is_upcast_to_start_from_step_zero():
+    from yeto.schemas import parse
+
+    v1 = {"type": "StartIsland", "version": 1, "run_id": "r1", "island": 0, "generation": 0, "spec": SPEC,
+          "recipe": RECIPE, "num_islands": 2}
+    msg = parse(v1)
+    assert isinstance(msg, StartIsland) and msg.version == 2 and msg.start_step == 0
 
 
 def test_an_island_not_back_within_recover_timeout_is_dropped_and_stopped():

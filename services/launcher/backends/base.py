@@ -30,6 +30,8 @@ class IslandLaunch:
     """Islands in the run (the learners' data sharding)."""
     nats_url: str
     """The URL learners reach the stack at."""
+    start_step: int = 0
+    """Where this generation resumes: its predecessor's last reported step (0 for generation 0)."""
 
     @property
     def learner(self) -> str:
@@ -62,4 +64,5 @@ def learner_args(launch: IslandLaunch, recipe_path: str | Path) -> list[str]:
     """The learner's flags shared by every backend (ranks and rendezvous are the backend's business)."""
     return ["--run-id", launch.run_id, "--learner", launch.learner, "--generation", str(launch.generation),
             "--nats-url", launch.nats_url, "--recipe", str(recipe_path),
-            "--learner-index", str(launch.island), "--num-learners", str(launch.num_islands)]
+            "--learner-index", str(launch.island), "--num-learners", str(launch.num_islands),
+            "--start-step", str(launch.start_step)]
