@@ -11,6 +11,12 @@ import pytest
 from yeto.infra.bus import Bus
 from yeto.infra.natsserver import NatsServer, ensure_streams
 
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+# No example database in the repository root: property tests start from their seeds every run.
+hypothesis_settings.register_profile("yeto", database=None)
+hypothesis_settings.load_profile("yeto")
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
