@@ -11,9 +11,13 @@ import pytest
 from yeto.infra.bus import Bus
 from yeto.infra.natsserver import NatsServer, ensure_streams
 
+import tempfile  # noqa: E402
+
+from hypothesis import configuration as hypothesis_configuration  # noqa: E402
 from hypothesis import settings as hypothesis_settings  # noqa: E402
 
-# No example database in the repository root: property tests start from their seeds every run.
+# Nothing of hypothesis's in the repository root: no example database, its caches in a temporary folder.
+hypothesis_configuration.set_hypothesis_home_dir(tempfile.mkdtemp(prefix="yeto-hypothesis-"))
 hypothesis_settings.register_profile("yeto", database=None)
 hypothesis_settings.load_profile("yeto")
 
