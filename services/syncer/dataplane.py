@@ -168,7 +168,7 @@ class DataPlane:
             await bus.publish_raw(subject, chunk, msg_id=f"g.{h.run_id}.{h.fragment}.{h.kind}.{h.version}.{ch.chunk}",
                                   headers=ch.to_nats())
 
-    async def drain(self, bus: Bus, run_id: str, timeout_s: float = 15.0) -> None:
+    async def drain(self, run_id: str, timeout_s: float = 15.0) -> None:
         """Wait (bounded) until every push in the fragment stream has been delivered here and taken in: the
         learners' last pushes, sent as they finished, belong in the final cut. Not by counting the run's
         messages left in the stream: those a killed predecessor had taken stay there until the consumer's
@@ -191,7 +191,7 @@ class DataPlane:
         if run_id in self.cut_started:
             return
         self.cut_started.add(run_id)
-        await self.drain(bus, run_id)
+        await self.drain(run_id)
         self.cutting.add(run_id)
         async with self.lock:
             core = self.core(run_id, sync)
