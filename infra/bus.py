@@ -78,6 +78,19 @@ class Bus:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
+    async def direct_get(self, stream: str, seq: int, *, timeout: float = 120.0) -> tuple[dict[str, str], bytes] | None:
+        """One stored message by sequence, payload raw (not base64 as the STREAM.MSG.GET API sends it); None
+        if the stream no longer holds it. The timeout is long: a 4 MiB chunk over a slow link takes seconds."""
+        import json
+
+        resp = await self.nc.request(f"$JS.API.DIRECT.GET.{stream}", json.dumps({"seq": seq}).encode(), timeout=timeout)
+        headers = dict(resp.headers or {})
+        if not resp.data and headers.get("Status"):
+            if headers["Status"] == "404":
+                return None
+            raise ConnectionError(f"direct get of {stream} #{seq}: {headers.get('Status')} {headers.get('Description', '')}")
+        return headers, resp.data
+
     async def close(self) -> None:
         # Not drain(): every publish was acknowledged already and every consumed message acked or left
         # for redelivery, so there is nothing to wait for (drain waits on idle ordered consumers).

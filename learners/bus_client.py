@@ -4,8 +4,11 @@ The training thread calls `send_push` (queues the chunks and returns), `poll_glo
 arrived) and `progress` (rate-limited LearnerProgress events). The background thread publishes with
 JetStream acks and reconnects with backoff; while the server is away training goes on, and of the
 pushes of one fragment only the newest is kept (a push carries everything since the anchor, so a newer
-one supersedes an older one). Globals come from two ordered consumers: the latest keyframe of every
-fragment (so a (re)started learner gets the whole model at once) and the recent deltas; a third watches
+one supersedes an older one). Globals come from two ordered consumers: the recent deltas, and the
+headers only of the latest keyframe of every fragment; a keyframe's payload (f32, 4 bytes a parameter)
+crosses the link only when the learner asks for it (`fetch`: a direct get by stream sequence), so a
+learner following the deltas pays nothing for periodic keyframes and a joining one reads the whole
+model once. A third consumer watches
 for the run's CheckpointMarkedFinal, which the learner acknowledges with LearnerFinalAck once it holds
 those versions.
 """
@@ -24,7 +27,7 @@ from yeto.schemas.base import Event, derive_id, parse
 from yeto.schemas.fleet import LearnerFinalAck
 from yeto.schemas.fragments import FragmentHeader, split_chunks
 from yeto.schemas.layout import LayoutDeclared, TensorEntry
-from yeto.schemas.subjects import GLOB_PREFIX, event_subject, fragment_subject
+from yeto.schemas.subjects import GLOB_PREFIX, event_subject, fragment_subject, stream_for
 from yeto.schemas.training import LearnerProgress
 
 log = logging.getLogger(__name__)
@@ -46,7 +49,11 @@ class NatsTransport:
         self._ready = threading.Event()
         self._tokens, self._last_progress, self._started = 0, 0.0, time.monotonic()
         self._last_result = self._reported = None
-        self.bytes_sent = 0
+        self.bytes_sent = self.bytes_fetched = 0
+        self._bus: Bus | None = None
+        self._keyseqs: dict[tuple[int, int], dict[int, int]] = {}   # announced keyframes: (fragment, version) -> {chunk: seq}
+        self._numchunks: dict[tuple[int, int], int] = {}
+        self._wanted: set[tuple[int, int]] = set()                   # asked for, not fetched yet
         self._final: dict[int, int] | None = None      # the run's final versions, once CheckpointMarkedFinal is out
         self._thread = threading.Thread(target=self._run, name=f"bus-{learner}", daemon=True)
         self._thread.start()
@@ -58,7 +65,11 @@ class NatsTransport:
             self._pushes[(header.fragment, header.kind)] = (header, payload)
         self._kick()
 
-    def poll_globals(self) -> list[tuple[FragmentHeader, bytes]]:
+    def fetch(self, header: FragmentHeader) -> None:
+        """Download an announced keyframe (all its chunks); they arrive through `poll_globals`."""
+        self._loop.call_soon_threadsafe(self._want, (header.fragment, header.version))
+
+    def poll_globals(self) -> list[tuple[FragmentHeader, bytes | None]]:
         with self._lock:
             out = list(self._inbox)
             self._inbox.clear()
@@ -131,13 +142,13 @@ class NatsTransport:
 
     async def _main(self) -> None:
         self._wake = asyncio.Event()
-        bus = await Bus.connect(self.url, name=f"learner-{self.learner}-{self.generation}", connect_timeout=3600)
+        bus = self._bus = await Bus.connect(self.url, name=f"learner-{self.learner}-{self.generation}", connect_timeout=3600)
         # Ordered consumers live in the server's memory: after a server restart nats-py re-creates them only
         # once two idle heartbeats are missed. At its default 5 s heartbeat every push meanwhile is based on
         # versions that age past max_base_lag and is refused, so listen for a 1 s heartbeat.
         ordered = dict(ordered_consumer=True, idle_heartbeat=1.0)
         subs = [await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.key.*", **ordered,
-                                       deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, cb=self._on_global),
+                                       deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, headers_only=True, cb=self._on_global),
                 await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.d", **ordered,
                                        deliver_policy=DeliverPolicy.ALL, cb=self._on_global),
                 await bus.js.subscribe(event_subject(self.run_id, "CheckpointMarkedFinal"), **ordered,
@@ -190,13 +201,52 @@ class NatsTransport:
             return False
 
     async def _on_global(self, msg) -> None:
+        headers = dict(msg.headers or {})
         try:
-            header = FragmentHeader.from_nats(dict(msg.headers or {}))
+            header = FragmentHeader.from_nats(headers)
         except ValueError as e:
             log.warning("learner %s: ignoring a global message: %s", self.learner, e)
             return
+        announced = "Nats-Msg-Size" in headers       # a headers-only delivery: the payload stays in the stream
+        if announced:
+            key = (header.fragment, header.version)
+            for old in [k for k in self._keyseqs if k[0] == key[0] and k[1] < key[1]]:
+                del self._keyseqs[old]
+                self._numchunks.pop(old, None)
+            self._keyseqs.setdefault(key, {})[header.chunk] = msg.metadata.sequence.stream
+            self._numchunks[key] = header.num_chunks
+            self._maybe_fetch(key)
         with self._lock:
-            self._inbox.append((header, msg.data))
+            self._inbox.append((header, None if announced else msg.data))
+
+    def _want(self, key: tuple[int, int]) -> None:
+        self._wanted.add(key)
+        self._maybe_fetch(key)
+
+    def _maybe_fetch(self, key: tuple[int, int]) -> None:
+        seqs = self._keyseqs.get(key, {})
+        if key in self._wanted and len(seqs) == self._numchunks.get(key) and self._bus is not None:
+            self._wanted.discard(key)
+            self._loop.create_task(self._fetch(key, dict(seqs)))
+
+    async def _fetch(self, key: tuple[int, int], seqs: dict[int, int]) -> None:
+        stream = stream_for(f"{GLOB_PREFIX}.{self.run_id}.{key[0]}.key.0").name
+        for chunk, seq in sorted(seqs.items()):
+            for attempt in range(6):          # a server restart or a slow link: back off, then give up until the next keyframe
+                try:
+                    got = await self._bus.direct_get(stream, seq)
+                    break
+                except Exception as e:       # noqa: BLE001 -- timeouts and connection errors alike
+                    log.info("learner %s: keyframe %s chunk %d not fetched (try %d): %s", self.learner, key, chunk, attempt + 1, e)
+                    await asyncio.sleep(min(0.5 * 2 ** attempt, 8.0))
+            else:
+                return
+            if got is None:                   # replaced by a newer keyframe, which is announced in turn
+                return
+            headers, data = got
+            self.bytes_fetched += len(data)
+            with self._lock:
+                self._inbox.append((FragmentHeader.from_nats(headers), data))
 
     async def _on_final(self, msg) -> None:
         marked = parse(msg.data)

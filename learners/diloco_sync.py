@@ -9,9 +9,17 @@ injected by the caller (learners/bus_client.py over NATS, an in-memory fake in t
 blocks: pushes are handed to the transport, incoming globals are queued and applied, in version order,
 at the next step boundary. The anchor of a fragment is the broadcast shadow itself: the exact values
 of its newest applied global version, bit-identical on every learner.
+
+Keyframes (f32, 4 bytes a parameter) may arrive as announcements only: a header with no payload. A
+learner then fetches one (`Transport.fetch`) only when it needs it: to join (no version yet, and the
+keyframe is not version 0 equal to its own initial values, which it adopts by checksum) or when it stays
+behind a keyframe's version for `keyframe_patience_s` because a delta never came. Periodic keyframes
+cost a learner that follows the deltas nothing but their headers.
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,7 +41,8 @@ class ArrayAdapter(Protocol):
 
 class Transport(Protocol):
     def send_push(self, header: FragmentHeader, payload: bytes) -> None: ...   # non-blocking: queue and return
-    def poll_globals(self) -> list[tuple[FragmentHeader, bytes]]: ...        # chunks received since the last poll
+    def poll_globals(self) -> list[tuple[FragmentHeader, bytes | None]]: ... # chunks since the last poll (None: announced only)
+    # optional: def fetch(self, header: FragmentHeader) -> None   # ask for an announced keyframe's payload
 
 
 @dataclass(frozen=True)
@@ -50,8 +59,10 @@ def push_due(step: int, fragment: int, inner_steps: int, num_fragments: int) -> 
 class DilocoSync:
     """One learner's side of the protocol: counters, anchors (= shadows), error feedback, the globals queue."""
 
-    def __init__(self, arrays: ArrayAdapter, config: SyncConfig, *, run_id: str, learner: str, generation: int = 0) -> None:
+    def __init__(self, arrays: ArrayAdapter, config: SyncConfig, *, run_id: str, learner: str, generation: int = 0,
+                 keyframe_patience_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.arrays, self.config, self.run_id, self.learner, self.generation = arrays, config, run_id, learner, generation
+        self.keyframe_patience_s, self.clock = keyframe_patience_s, clock
         specs = [TensorSpec(n, tuple(arrays.shape(n)), arrays.dtype(n)) for n in arrays.names()]
         self.layout: Layout = plan_layout(specs, config.num_fragments)
         self.active = self.layout.active
@@ -64,6 +75,10 @@ class DilocoSync:
         self.assembler = ChunkAssembler(max_pending=4 * max(1, len(self.active)))
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
         self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried
+        self.announced: dict[int, tuple[FragmentHeader, float]] = {}   # fragment -> newest keyframe header, when seen
+        self.requested: set[tuple[int, int]] = set()  # (fragment, version) keyframes asked for
+        self._own_sha: dict[int, str] = {}             # sha256 of the f32 initial values (while no global landed)
+        self.num_adopted = 0                           # keyframes adopted by checksum, never downloaded
 
     @property
     def fingerprint(self) -> str:
@@ -73,9 +88,19 @@ class DilocoSync:
         """f32 version-0 candidates of fragments with no global yet (the syncer adopts the first)."""
         return [self._message(p, "init", "f32", codecs.encode("f32", self.anchors[p])) for p in self.active if self.versions[p] is None]
 
-    def offer(self, header: FragmentHeader, chunk: bytes) -> None:
-        """Queue one chunk of a keyframe or delta; applied at the next step boundary. Never raises on bad input."""
+    def missing(self) -> list[int]:
+        """Fragments with no global version and no keyframe announced (what a joining learner still waits for)."""
+        return [p for p in self.active if self.versions[p] is None and p not in self.announced]
+
+    def offer(self, header: FragmentHeader, chunk: bytes | None) -> None:
+        """Queue one chunk of a keyframe or delta (chunk None: a keyframe announced, payload not sent);
+        applied at the next step boundary. Never raises on bad input."""
         if header.kind not in ("keyframe", "delta") or header.fingerprint != self.fingerprint or header.fragment not in self.queue:
+            return
+        if chunk is None:
+            seen = self.announced.get(header.fragment)
+            if header.kind == "keyframe" and header.chunk == 0 and (seen is None or seen[0].version < header.version):
+                self.announced[header.fragment] = (header, self.clock())
             return
         try:
             payload = self.assembler.add(header, chunk)
@@ -86,8 +111,34 @@ class DilocoSync:
             self.queue[header.fragment][(header.kind, header.version)] = (header, payload)
 
     def catch_up(self) -> bool:
-        """Apply every queued global version; True if parameters changed."""
-        return any([self._apply(p) for p in self.active])
+        """Adopt an announced version 0 equal to our own values, apply every queued global version; True if
+        parameters changed. (Announced keyframes that must be downloaded are `keyframes_wanted`.)"""
+        adopted = self._adopt()
+        return any([self._apply(p, landed=p in adopted) for p in self.active])
+
+    def keyframes_wanted(self) -> list[FragmentHeader]:
+        """Announced keyframes to fetch now (each asked for once): no version yet, or stuck behind one."""
+        now, out = self.clock(), []
+        for p, (h, seen_at) in self.announced.items():
+            v = self.versions[p]
+            stuck = v is not None and v < h.version and now - seen_at >= self.keyframe_patience_s
+            if (v is None or stuck) and (p, h.version) not in self.requested:
+                self.requested.add((p, h.version))
+                out.append(h)
+        return out
+
+    def _adopt(self) -> set[int]:
+        """A fresh run's version 0 is some learner's initial values: equal to ours, it needs no download."""
+        adopted = set()
+        for p, (h, _) in list(self.announced.items()):
+            if self.versions[p] is None and h.version == 0 and h.codec == "f32" and h.numel == self.layout.numel(p):
+                if p not in self._own_sha:
+                    self._own_sha[p] = sha256(codecs.encode("f32", self.anchors[p]))
+                if self._own_sha[p] == h.sha256:
+                    self.versions[p] = 0
+                    self.num_adopted += 1
+                    adopted.add(p)
+        return adopted
 
     def after_step(self, step: int, tokens: int, *, step_time_s: float | None = None) -> list[Push]:
         """The step boundary after inner step `step`: count, apply newer globals, return the pushes due."""
@@ -107,6 +158,7 @@ class DilocoSync:
             self.offer(header, chunk)
         for push in self.after_step(step, tokens, step_time_s=step_time_s):
             transport.send_push(push.header, push.payload)
+        request(transport, self.keyframes_wanted())
         return self.changed
 
     # -- internals ------------------------------------------------------------------------------------
@@ -131,8 +183,8 @@ class DilocoSync:
                                 fingerprint=self.fingerprint, codec=codec, numel=self.layout.numel(p), sha256=sha256(payload))
         return Push(header, payload)
 
-    def _apply(self, p: int) -> bool:
-        queue, start = self.queue[p], self.versions[p]
+    def _apply(self, p: int, *, landed: bool = False) -> bool:
+        queue, start = self.queue[p], None if landed else self.versions[p]
         while True:
             v = self.versions[p]
             if v is not None and ("delta", v + 1) in queue:
@@ -148,13 +200,20 @@ class DilocoSync:
             del queue[key]
         if self.versions[p] == start:
             return False
+        self._after_apply(p)
+        return True
+
+    def _after_apply(self, p: int) -> None:
+        """A newer global version of fragment p landed: blend it in and keep the progress not pushed yet."""
+        seen = self.announced.get(p)
+        if seen is not None and seen[0].version <= self.versions[p]:
+            del self.announced[p]
         self._blend(p)
         # The counts a push carried are now in the global; what was trained since that push is not and
         # still belongs to the next push (zeroing here lost it from the merge weight and from goodput).
         tokens, steps = self.pushed.pop(p, (0, 0))
         self.c_tokens[p] = max(0, self.c_tokens[p] - tokens)
         self.c_steps[p] = max(0, self.c_steps[p] - steps)
-        return True
 
     def _blend(self, p: int) -> None:
         alpha, offset, shadow = self.config.alpha, 0, self.anchors[p]
@@ -163,3 +222,11 @@ class DilocoSync:
             offset += t.numel
             value = global_part.copy() if alpha == 0 else alpha * np.asarray(self.arrays.read(t.name), dtype=np.float32) + (1 - alpha) * global_part
             self.arrays.write(t.name, value.astype(np.float32, copy=False))
+
+
+def request(transport: Transport, headers: list[FragmentHeader]) -> None:
+    """Ask the transport for announced keyframes' payloads (a transport that sends them whole has no `fetch`)."""
+    fetch = getattr(transport, "fetch", None)
+    if fetch is not None:
+        for h in headers:
+            fetch(h)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from yeto.learners.diloco_sync import DilocoSync, Transport
+from yeto.learners.diloco_sync import DilocoSync, Transport, request
 from yeto.learners.torch.adapter import TorchArrays
 from yeto.schemas.recipe import SyncConfig
 
@@ -14,9 +14,9 @@ class DilocoHook:
     """Rank 0's side of the protocol: initial pushes, joining from the latest globals, then per step
     poll -> apply -> push. Nothing here waits on the network except `catch_up`'s bounded join wait."""
 
-    def __init__(self, sync: DilocoSync, transport: Transport, *, join_wait_s: float = 10.0,
+    def __init__(self, sync: DilocoSync, transport: Transport, *, join_wait_s: float = 10.0, sends_init: bool = True,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.sync, self.transport, self.join_wait_s = sync, transport, join_wait_s
+        self.sync, self.transport, self.join_wait_s, self.sends_init = sync, transport, join_wait_s, sends_init
         self.clock, self.sleep = clock, sleep
         self._last_step_at: float | None = None
         self._acked = False
@@ -26,21 +26,35 @@ class DilocoHook:
             self.sync.offer(header, chunk)
 
     def catch_up(self) -> bool:
-        """Offer our initial values (the syncer adopts the first as version 0), then wait up to
-        `join_wait_s` for a global version of every fragment: a (re)started learner begins from the
-        run's latest globals, a fresh run's learners from the same seeded values anyway."""
-        for push in self.sync.init_pushes():
+        """Join the run: the learner that `sends_init` (island 0 of a fresh run) offers its initial values at
+        once (the syncer adopts the first as version 0); the others wait up to `join_wait_s` for a global
+        version of every fragment (version 0 equal to their own values is adopted by checksum, with no
+        download) and offer their own values only for fragments still without one, then wait as long
+        again. A (re)started learner begins from the run's latest globals, a fresh run's learners from the
+        same seeded values anyway; either way training starts when the waits end."""
+        if self.sends_init:
+            self._send(self.sync.init_pushes())
+        changed = self._wait()
+        if not self.sends_init and self.sync.missing():
+            missing = set(self.sync.missing())
+            self._send([push for push in self.sync.init_pushes() if push.header.fragment in missing])
+            changed = self._wait() or changed
+        self._last_step_at = self.clock()
+        return changed
+
+    def _send(self, pushes) -> None:
+        for push in pushes:
             self.transport.send_push(push.header, push.payload)
-        deadline = self.clock() + self.join_wait_s
-        changed = False
+
+    def _wait(self) -> bool:
+        deadline, changed = self.clock() + self.join_wait_s, False
         while True:
             self._poll()
             changed = self.sync.catch_up() or changed
+            request(self.transport, self.sync.keyframes_wanted())
             if all(v is not None for v in self.sync.versions.values()) or self.clock() >= deadline:
-                break
+                return changed
             self.sleep(0.05)
-        self._last_step_at = self.clock()
-        return changed
 
     def after_step(self, step: int, tokens: int) -> bool:
         now = self.clock()
@@ -48,8 +62,8 @@ class DilocoHook:
         self._last_step_at = now
         self._poll()
         before = dict(self.sync.versions)
-        for push in self.sync.after_step(step, tokens, step_time_s=step_time):
-            self.transport.send_push(push.header, push.payload)
+        self._send(self.sync.after_step(step, tokens, step_time_s=step_time))
+        request(self.transport, self.sync.keyframes_wanted())
         self._ack_final()
         return self.sync.versions != before
 
@@ -72,19 +86,18 @@ class DilocoHook:
 
     def close(self) -> None:
         """Push the last partial interval of every fragment, then let the transport flush (bounded) and close."""
-        for push in self.sync.final_pushes():
-            self.transport.send_push(push.header, push.payload)
+        self._send(self.sync.final_pushes())
         close = getattr(self.transport, "close", None)
         if close is not None:
             close()
 
 
 def make_hook(model, recipe, transport: Transport, *, run_id: str, learner: str, generation: int,
-              join_wait_s: float = 10.0) -> DilocoHook:
+              join_wait_s: float = 10.0, sends_init: bool = True) -> DilocoHook:
     """DilocoSync over `model`'s trainable parameters (the unwrapped module) with the recipe's sync options."""
     sync = DilocoSync(TorchArrays.of(model), SyncConfig.from_dict(recipe.sync), run_id=run_id, learner=learner,
                       generation=generation)
-    return DilocoHook(sync, transport, join_wait_s=join_wait_s)
+    return DilocoHook(sync, transport, join_wait_s=join_wait_s, sends_init=sends_init)
 
 
 def connect_sync(built, recipe, args) -> DilocoHook:
@@ -95,7 +108,9 @@ def connect_sync(built, recipe, args) -> DilocoHook:
     from yeto.learners import bus_client
     transport = bus_client.connect(nats_url=args.nats_url, run_id=args.run_id, learner=args.learner,
                                    generation=args.generation)
+    # Version 0 needs one copy of the initial values on the wire: island 0 of the run's first generation
+    # sends it; everyone else adopts it by checksum (or, if it never comes, sends its own after the wait).
     hook = make_hook(built.model, recipe, transport, run_id=args.run_id, learner=args.learner,
-                     generation=args.generation)
+                     generation=args.generation, sends_init=args.learner_index == 0 and args.generation == 0)
     transport.declare_layout(hook.sync.layout)   # on the tape, and how the finalizer names the final tensors
     return hook

@@ -1,0 +1,218 @@
+"""Keyframes on demand: learners receive keyframe headers only, adopt a version 0 equal to their own values
+by checksum, download a keyframe only to join or when stuck behind one, and only island 0 sends the f32
+initial values. Unit tests over DilocoSync with a fake clock; then the real NatsTransport on a real
+nats-server (headers-only delivery, direct get by sequence, several chunks)."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from yeto.learners.bus_client import NatsTransport
+from yeto.learners.diloco_sync import DilocoSync
+from yeto.learners.torch.hook import DilocoHook
+from yeto.schemas.fragments import split_chunks
+from yeto.schemas.recipe import SyncConfig
+from yeto.schemas.subjects import delta_subject, keyframe_subject
+from yeto.services.syncer.broadcast import BroadcastShadow
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+from test_training_simulation import SHAPES, DictArrays  # noqa: E402
+
+CONFIG = SyncConfig(num_fragments=2, inner_steps=4, alpha=0.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def values(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+
+
+def learner(seed: int, clock: Clock | None = None, name: str = "l0") -> DilocoSync:
+    return DilocoSync(DictArrays(values(seed)), CONFIG, run_id="r", learner=name, clock=clock or Clock())
+
+
+def keyframes_of(sync: DilocoSync, shadow: BroadcastShadow, version: int, thetas: dict[int, np.ndarray]):
+    """What the syncer publishes for `version` of every fragment: (header, payload) pairs, keyframes included."""
+    out = []
+    for p in sync.active:
+        out += shadow.publish(p, version, thetas[p], sync.layout.roles[p])
+    return out
+
+
+def test_version_zero_equal_to_own_values_is_adopted_without_its_payload():
+    a, b = learner(0), learner(0, name="l1")                    # same seed: same initial values
+    shadow = BroadcastShadow(run_id="r", fingerprint=a.fingerprint, keyframe_every=16, codec_down="q4")
+    before = {k: v.copy() for k, v in b.arrays.values.items()}
+    for h, payload in keyframes_of(a, shadow, 0, {p: a.anchors[p] for p in a.active}):
+        for hc, _ in split_chunks(h, payload, 256):
+            b.offer(hc, None)                                   # announced: headers only
+    assert b.missing() == []
+    assert b.catch_up() is True
+    assert all(v == 0 for v in b.versions.values())
+    assert b.num_adopted == len(b.active)
+    assert b.keyframes_wanted() == []
+    for k, v in before.items():
+        np.testing.assert_array_equal(b.arrays.values[k], v)
+
+
+def test_a_learner_with_other_values_fetches_version_zero_and_ends_bit_identical():
+    a, b = learner(0), learner(1, name="l1")
+    shadow = BroadcastShadow(run_id="r", fingerprint=a.fingerprint, keyframe_every=16, codec_down="q4")
+    published = keyframes_of(a, shadow, 0, {p: a.anchors[p] for p in a.active})
+    for h, payload in published:
+        for hc, _ in split_chunks(h, payload, 256):
+            b.offer(hc, None)
+    assert b.catch_up() is False and b.num_adopted == 0
+    wanted = b.keyframes_wanted()
+    assert sorted(h.fragment for h in wanted) == sorted(b.active)
+    assert b.keyframes_wanted() == [], "each keyframe is asked for once"
+    for h, payload in published:                                # the transport delivers what was fetched
+        for hc, chunk in split_chunks(h, payload, 256):
+            b.offer(hc, chunk)
+    assert b.catch_up() is True
+    for p in b.active:
+        np.testing.assert_array_equal(b.anchors[p], a.anchors[p])
+
+
+def test_a_learner_following_deltas_never_fetches_periodic_keyframes_but_does_when_stuck():
+    clock = Clock()
+    a, b = learner(0), learner(0, clock, name="l1")
+    shadow = BroadcastShadow(run_id="r", fingerprint=a.fingerprint, keyframe_every=2, codec_down="q4")
+    rng = np.random.default_rng(5)
+    thetas = {p: a.anchors[p].copy() for p in a.active}
+    held_back = []
+    for version in range(0, 5):
+        if version:
+            thetas = {p: t + 0.01 * rng.standard_normal(t.size).astype(np.float32) for p, t in thetas.items()}
+        for h, payload in keyframes_of(a, shadow, version, thetas):
+            for hc, chunk in split_chunks(h, payload, 256):
+                if h.kind == "keyframe":
+                    b.offer(hc, None)
+                elif version == 4 and h.fragment == b.active[0]:
+                    held_back.append((hc, chunk))                # this delta is lost on the way
+                else:
+                    b.offer(hc, chunk)
+        b.catch_up()
+        clock.t += 10.0 if version == 4 else 0.1
+        if version < 4:
+            assert b.keyframes_wanted() == [], f"version {version}: deltas suffice"
+    first, second = b.active
+    assert b.versions[second] == 4 and b.versions[first] == 3
+    wanted = b.keyframes_wanted()
+    assert [(h.fragment, h.version) for h in wanted] == [(first, 4)], "stuck behind keyframe 4 for 10 s"
+    header, payload = shadow.keyframe(first, a.layout.roles[first])      # what the fetch brings back
+    assert header.version == 4
+    for hc, chunk in split_chunks(header, payload, 256):
+        b.offer(hc, chunk)
+    assert b.catch_up() is True and b.versions[first] == 4
+    np.testing.assert_array_equal(b.anchors[first], shadow.shadows[first])
+    assert first not in b.announced
+
+
+class Recorder:
+    """A transport that records pushes and hands out scripted globals."""
+
+    def __init__(self) -> None:
+        self.pushes, self.inbox, self.fetched = [], [], []
+
+    def send_push(self, header, payload):
+        self.pushes.append(header)
+
+    def poll_globals(self):
+        out, self.inbox = self.inbox, []
+        return out
+
+    def fetch(self, header):
+        self.fetched.append((header.fragment, header.version))
+
+
+def test_only_the_island_that_sends_init_offers_initial_values_others_adopt():
+    clock = Clock()
+    a = learner(0)
+    shadow = BroadcastShadow(run_id="r", fingerprint=a.fingerprint, keyframe_every=16, codec_down="q4")
+    announced = [(h, None) for h, _ in keyframes_of(a, shadow, 0, {p: a.anchors[p] for p in a.active})]
+    first = DilocoHook(a, t0 := Recorder(), join_wait_s=1.0, sends_init=True, clock=clock, sleep=lambda s: None)
+    t0.inbox = list(announced)
+    first.catch_up()
+    assert {h.kind for h in t0.pushes} == {"init"} and len(t0.pushes) == len(a.active)
+
+    b = learner(0, clock, name="l1")
+    other = DilocoHook(b, t1 := Recorder(), join_wait_s=1.0, sends_init=False, clock=clock, sleep=lambda s: None)
+    t1.inbox = list(announced)
+    other.catch_up()
+    assert t1.pushes == [] and t1.fetched == [] and all(v == 0 for v in b.versions.values())
+
+
+def test_without_version_zero_a_non_init_island_offers_its_own_after_the_wait():
+    clock = Clock()
+
+    def sleep(s):
+        clock.t += s
+
+    b = learner(0, clock, name="l1")
+    hook = DilocoHook(b, t := Recorder(), join_wait_s=1.0, sends_init=False, clock=clock, sleep=sleep)
+    hook.catch_up()
+    assert {h.kind for h in t.pushes} == {"init"} and len(t.pushes) == len(b.active)
+    assert clock.t >= 2.0, "waited for version 0, offered its own, waited again"
+
+
+def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand(nats_server, run_id):
+    import asyncio
+
+    from yeto.infra.bus import Bus
+
+    a = learner(3)
+    shadow = BroadcastShadow(run_id=run_id, fingerprint=a.fingerprint, keyframe_every=16, codec_down="q4")
+    published = keyframes_of(a, shadow, 0, {p: a.anchors[p] for p in a.active})
+    theta1 = {p: a.anchors[p] + 0.5 for p in a.active}
+    published += keyframes_of(a, shadow, 1, theta1)              # deltas of version 1 (not keyframes)
+
+    async def publish():
+        bus = await Bus.connect(nats_server.url, name="test-syncer")
+        for h, payload in published:
+            for hc, chunk in split_chunks(h, payload, 300):     # several chunks per keyframe
+                subject = keyframe_subject(run_id, hc.fragment, hc.chunk) if hc.kind == "keyframe" else delta_subject(run_id, hc.fragment)
+                await bus.publish_raw(subject, chunk, headers=hc.to_nats())
+        await bus.close()
+    asyncio.run(publish())
+
+    t = NatsTransport(nats_server.url, run_id=run_id, learner="l0", generation=0)
+    try:
+        b = DilocoSync(DictArrays(values(4)), CONFIG, run_id=run_id, learner="l0")     # other values: must fetch
+        assert b.fingerprint == a.fingerprint
+        got, deadline = [], time.monotonic() + 20
+        while time.monotonic() < deadline and len({h.fragment for h, c in got if h.kind == "keyframe"}) < len(a.active):
+            got += t.poll_globals()
+            time.sleep(0.05)
+        keys = [(h, c) for h, c in got if h.kind == "keyframe"]
+        assert keys and all(c is None for _, c in keys), "keyframes arrive as headers only"
+        assert t.bytes_fetched == 0
+        for h, c in got:
+            b.offer(h, c)
+        b.catch_up()
+        wanted = b.keyframes_wanted()
+        assert sorted(h.fragment for h in wanted) == sorted(a.active)
+        for h in wanted:
+            t.fetch(h)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(v != 1 for v in b.versions.values()):
+            for h, c in t.poll_globals():
+                b.offer(h, c)
+            b.catch_up()
+            time.sleep(0.05)
+        assert all(v == 1 for v in b.versions.values()), b.versions
+        assert t.bytes_fetched == sum(len(p) for h, p in published if h.kind == "keyframe")
+        for p in a.active:
+            np.testing.assert_array_equal(b.anchors[p], shadow.shadows[p])
+    finally:
+        t.close(flush_s=1)
