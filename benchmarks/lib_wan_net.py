@@ -3,12 +3,15 @@
 The hub is the root namespace (nats-server, the services, torchft's lighthouse). Learner i lives in
 namespace `yeto-wan-<pid>-<i>` at 10.231.<i>.2, its hub side at 10.231.<i>.1; learners reach each other
 through the hub (ip_forward), so every byte between islands crosses the shaped links, as in a star WAN.
-netem is not in this kernel: tbf shapes rate only, on both ends of each pair. Everything is removed by name.
+netem is not in this kernel: without delay, a veth pair with tbf (rate only) on both ends; with
+`delay_ms`, a pair of TUN devices joined by lib_wan_tun.py (rate and one-way delay in user space, one
+process per link). Everything is removed by name.
 """
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,9 +63,12 @@ class Wan:
 
     learners: int
     rate: str = "20mbit"
+    delay_ms: float = 0.0
     tag: str = ""
+    net: int = 231                      # learner i's /24 is 10.<net>.<i>.0
     links: list[Link] = field(default_factory=list)
     _forward: str | None = None
+    _emulators: list = field(default_factory=list)
 
     def up(self) -> "Wan":
         import os
@@ -72,10 +78,13 @@ class Wan:
         fwd.write_text("1")
         for i in range(self.learners):
             link = Link(ns=f"yeto-wan-{tag}-{i}", hub_if=f"ywh{tag}{i}"[:15], ns_if=f"ywl{tag}{i}"[:15],
-                        hub_ip=f"10.231.{i}.1", ns_ip=f"10.231.{i}.2")
+                        hub_ip=f"10.{self.net}.{i}.1", ns_ip=f"10.{self.net}.{i}.2")
             self.links.append(link)
             sh("ip", "netns", "add", link.ns)
-            sh("ip", "link", "add", link.hub_if, "type", "veth", "peer", "name", link.ns_if)
+            if self.delay_ms > 0:
+                self._emulate(link)
+            else:
+                sh("ip", "link", "add", link.hub_if, "type", "veth", "peer", "name", link.ns_if)
             sh("ip", "link", "set", link.ns_if, "netns", link.ns)
             sh("ip", "addr", "add", f"{link.hub_ip}/24", "dev", link.hub_if)
             sh("ip", "link", "set", link.hub_if, "up")
@@ -85,11 +94,26 @@ class Wan:
             sh(*inside, "ip", "link", "set", "lo", "up")
             sh(*inside, "ip", "route", "add", "default", "via", link.hub_ip)
             for dev, pre in ((link.hub_if, []), (link.ns_if, inside)):
-                sh(*pre, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate, "burst", "32kbit",
-                   "latency", "50ms")
+                if self.delay_ms <= 0:
+                    sh(*pre, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate, "burst", "32kbit",
+                       "latency", "50ms")
         return self
 
+    def _emulate(self, link: Link) -> None:
+        """Both TUN devices, created by the emulator process in the hub namespace (it holds them open)."""
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("lib_wan_tun.py")), link.hub_if,
+                                 link.ns_if, self.rate, str(self.delay_ms)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self._emulators.append(proc)
+        line = proc.stdout.readline().strip()
+        if line != b"ready":
+            raise RuntimeError(f"the link emulator for {link.ns} did not start: {line.decode(errors='replace')}")
+
     def down(self) -> None:
+        for proc in self._emulators:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self._emulators = []
         for link in self.links:
             sh("ip", "link", "del", link.hub_if, check=False)       # removes both ends of the pair
             sh("ip", "netns", "del", link.ns, check=False)

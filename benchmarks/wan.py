@@ -8,7 +8,7 @@ of its steps), final held-out loss, bytes on the learner links; fault run: learn
 --kill-frac of the steps and learner 0's longest step interval afterwards is compared to its median before.
 Needs root (namespaces). Last line: yeto_time_to_target_over_ddp=<value>.
 
-    .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--torchft] [--dry-run]
+    .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--latency-ms 0] [--seed 0] [--torchft] [--dry-run]
 """
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def plan(args) -> list[str]:
-    return [f"link: {args.learners} learner namespaces, veth pairs to the hub, tbf rate {args.rate} both ends",
-            f"task: tiny Llama (4x64) on Markov chat, {args.steps} steps x micro-batch 4 x seq 128 per learner, lr 3e-3",
+    link = (f"TUN pairs to the hub, rate {args.rate} and {args.latency_ms:g} ms one-way delay each direction (lib_wan_tun)"
+            if args.latency_ms > 0 else f"veth pairs to the hub, tbf rate {args.rate} both ends")
+    return [f"link: {args.learners} learner namespaces, {link}",
+            f"task: tiny Llama (4x64, seed {args.seed}) on Markov chat, {args.steps} steps x micro-batch 4 x seq 128 per learner, lr 3e-3",
             f"arms: ddp (gloo all-reduce every step), yeto (default recipe{' ' + ' '.join(args.yeto_flags) if args.yeto_flags else ''})"
             + (", torchft DiLoCo" if args.torchft else ""),
             f"target: DDP held-out loss at step {int(args.target_frac * args.steps)}; eval every {args.eval_every} steps",
@@ -49,6 +51,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=240, help="inner steps per learner (DDP: steps per rank)")
     ap.add_argument("--learners", type=int, default=2)
     ap.add_argument("--rate", default="20mbit", help="tbf rate of every link, each direction")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="one-way delay of every link (user-space emulator on TUN devices; RTT between learners is 4x)")
+    ap.add_argument("--seed", type=int, default=0, help="model initialisation and the recipe's seed (data order), every arm")
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--target-frac", type=float, default=0.6)
     ap.add_argument("--kill-frac", type=float, default=0.4)
@@ -73,12 +78,13 @@ def main(argv=None) -> int:
     from lib_wan_arms import YetoHub, build_launch, run_ddp, start_yeto
     from lib_wan_proc import wait_all
     work = Path(tempfile.mkdtemp(prefix="yeto-wan-"))
-    model = lib_task.write_tiny_model(work / "model")
+    model = lib_task.write_tiny_model(work / "model", seed=args.seed)
     data = lib_task.write_markov_chat(work / "chat.jsonl")
-    wan, hub, results = Wan(args.learners, rate=args.rate), None, {}
+    wan, hub, results = Wan(args.learners, rate=args.rate, delay_ms=args.latency_ms), None, {}
     try:
         wan.up()
-        _, clean = build_launch("wan-clean", model, data, steps=args.steps, learners=args.learners, extra=args.yeto_flags)
+        _, clean = build_launch("wan-clean", model, data, steps=args.steps, learners=args.learners,
+                                extra=[f"--seed={args.seed}", *args.yeto_flags])
         procs, nbytes = run_ddp(wan, clean.recipe["train"], work, eval_every=args.eval_every, timeout=args.timeout_s)
         results["ddp"] = report.arm(procs[:1], nbytes)
         print(f"ddp: {results['ddp']}", flush=True)
@@ -89,7 +95,8 @@ def main(argv=None) -> int:
         results["yeto"] = report.arm(procs, since(wan, before))
         results["yeto"]["nats_up_down"] = tuple(b - a for a, b in zip(app, hub.app_bytes()))   # without TCP/IP
         print(f"yeto: {results['yeto']}", flush=True)
-        _, faulty = build_launch("wan-kill", model, data, steps=args.steps, learners=args.learners, extra=args.yeto_flags)
+        _, faulty = build_launch("wan-kill", model, data, steps=args.steps, learners=args.learners,
+                                extra=[f"--seed={args.seed}", *args.yeto_flags])
         procs, kill_at = run_fault(hub, faulty, work, args)
         results["yeto"]["stall"] = report.stall_of(procs[0], kill_at)
         print(f"yeto fault: {results['yeto']['stall']}", flush=True)

@@ -64,11 +64,17 @@ def stack_url(state_dir: Path) -> str | None:
     return rec["url"] if rec and alive(rec["pids"]["nats-server"]) else None
 
 
-def component_commands(url: str, paths: StackPaths) -> dict[str, list[str]]:
+def component_commands(url: str, paths: StackPaths, syncers: int = 1) -> dict[str, list[str]]:
+    """Every process of the stack; with `syncers` > 1 the syncer runs as that many shards (syncer-K, `--shard K/N`)."""
     py = sys.executable
     cmds = {"tape": [py, "-m", "yeto.infra.tape", "--nats-url", url, "--db", str(paths.db)]}
     for name in SERVICES:
-        cmds[name] = [py, "-m", f"yeto.services.{name}", "--nats-url", url, "--state-dir", str(paths.root)]
+        base = [py, "-m", f"yeto.services.{name}", "--nats-url", url, "--state-dir", str(paths.root)]
+        if name == "syncer" and syncers > 1:
+            for k in range(syncers):
+                cmds[f"syncer-{k}"] = [*base, "--shard", f"{k}/{syncers}", "--instance", f"syncer-{k}"]
+        else:
+            cmds[name] = base
     return cmds
 
 
@@ -98,14 +104,22 @@ def head_server(paths: StackPaths, *, port: int, run_id: str, hosts: list[str]) 
                       auth=credentials(paths.root / "tls", run_id), log_file=paths.logs / "nats-server.log")
 
 
-def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: list[str] | None = None) -> dict:
+def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: list[str] | None = None,
+       syncers: int | None = None) -> dict:
     """Start the stack if it is not running (idempotent); returns the record of what runs.
-    `head_run` starts a head VM's stack instead: TLS and credentials for that run, on all interfaces."""
+    `head_run` starts a head VM's stack instead: TLS and credentials for that run, on all interfaces.
+    `syncers` > 1 runs the syncer as that many shards, each owning the fragments p with p % N == K (None:
+    as the stack under state_dir last ran, else 1)."""
+    if syncers is not None and syncers < 1:
+        raise ValueError(f"--syncers {syncers}: need at least one syncer")
     paths = StackPaths(Path(state_dir))
     rec = read_record(paths)
     if rec and alive(rec["pids"]["nats-server"]):
+        if syncers is not None and syncers != rec.get("syncers", 1):
+            raise ValueError(f"the stack under {state_dir} runs {rec.get('syncers', 1)} syncer(s); "
+                             f"`yeto stack down` first to change --syncers")
         env = {"YETO_NATS_CA": rec["ca_file"]} if rec.get("ca_file") else {}
-        for name, cmd in component_commands(rec["url"], paths).items():  # restart any component that died
+        for name, cmd in component_commands(rec["url"], paths, rec.get("syncers", 1)).items():  # restart any component that died
             if not alive(rec["pids"].get(name, -1)):
                 rec["pids"][name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
         paths.record.write_text(json.dumps(rec, indent=2))
@@ -129,9 +143,10 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
         for pid in survivors.values():      # connected to an address that is gone: replace them
             os.kill(pid, signal.SIGTERM)
         survivors = {}
-    for name, cmd in component_commands(local_url(server), paths).items():
+    syncers = syncers or (rec or {}).get("syncers", 1)
+    for name, cmd in component_commands(local_url(server), paths, syncers).items():
         pids[name] = survivors.get(name) or spawn(cmd, paths.logs / f"{name}.log", env=env)
-    rec = {"url": local_url(server), "port": server.port, "pids": pids, "started": time.time(),
+    rec = {"url": local_url(server), "port": server.port, "pids": pids, "started": time.time(), "syncers": syncers,
            "ca_file": str(server.tls.cert_file) if server.tls else None}
     paths.record.write_text(json.dumps(rec, indent=2))
     return rec

@@ -112,14 +112,22 @@ class FinalCutRequested(Event):
 
 @registry.register
 class FinalCutDone(Event):
-    """Published by the syncer: rounds stopped, terminal snapshot written, f32 keyframes broadcast."""
+    """Published by each syncer shard: its rounds stopped, terminal snapshot written, f32 keyframes broadcast.
+    The cut is done when every shard of `num_shards` has reported (the finalizer combines them)."""
 
     type: Literal["FinalCutDone"] = "FinalCutDone"
-    version: Literal[1] = 1
-    versions: dict[int, int]                  # fragment -> final global version
+    version: Literal[2] = 2
+    versions: dict[int, int]                  # fragment -> final global version (this shard's fragments)
     snapshot_path: str
     sha256: str
     keyframe_versions: dict[int, int] = Field(default_factory=dict)  # fragment -> version of its f32 keyframe
+    shard: int = 0                            # v2: which syncer instance (`--shard K/N`) ...
+    num_shards: int = 1                       # ... of how many
+
+
+@registry.upcaster("FinalCutDone", 1)
+def _final_cut_done_v1(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "shard": 0, "num_shards": 1}
 
 
 @registry.register

@@ -1,6 +1,6 @@
 """The finalizer's projection of a run (pure fold): meters, progress, island ends, and the final-cut state machine.
 
-Phases: training -> cutting (FinalCutRequested) -> done (FinalCutDone) -> marked (CheckpointMarkedFinal)
+Phases: training -> cutting (FinalCutRequested) -> done (FinalCutDone of every syncer shard) -> marked (CheckpointMarkedFinal)
 -> written (ArtifactWritten) -> finalized; or failed / stopped from any phase before finalized.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ class FinalRun:
     cut_reason: str = ""
     cut_at: datetime | None = None
     final: dict[str, Any] = field(default_factory=dict)                # versions, snapshot_path, sha256
+    cut_parts: dict[int, dict[str, Any]] = field(default_factory=dict)  # syncer shard -> its FinalCutDone, until all are in
     marked_at: datetime | None = None
     acks: frozenset[str] = frozenset()
     artifact: dict[str, Any] = field(default_factory=dict)
@@ -69,6 +70,18 @@ def _fold_island(run: FinalRun, e: Event) -> FinalRun:
     return _island(run, i, gen=e.generation, status=status, meter=m.stop(e.ts))
 
 
+def combine_cut(parts: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """One final cut from the shards' reports: every fragment's version, the snapshot folders, one digest."""
+    import hashlib
+
+    ordered = [parts[k] for k in sorted(parts)]
+    if len(ordered) == 1:
+        return dict(ordered[0])
+    paths = list(dict.fromkeys(part["snapshot_path"] for part in ordered))
+    return dict(versions={p: v for part in ordered for p, v in part["versions"].items()}, snapshot_path=",".join(paths),
+                sha256=hashlib.sha256("".join(part["sha256"] for part in ordered).encode()).hexdigest())
+
+
 def evolve(state: dict[str, FinalRun], e: Event) -> dict[str, FinalRun]:
     if isinstance(e, RunLaunched):
         if e.run_id in state:
@@ -86,8 +99,10 @@ def evolve(state: dict[str, FinalRun], e: Event) -> dict[str, FinalRun]:
     elif isinstance(e, FinalCutRequested) and run.phase == "training":
         new = replace(run, phase="cutting", cut_reason=e.reason, cut_at=e.ts)
     elif isinstance(e, FinalCutDone) and run.phase in ("training", "cutting"):
-        new = replace(run, phase="done", final=dict(versions=e.versions, snapshot_path=e.snapshot_path, sha256=e.sha256),
-                      cut_reason=run.cut_reason or "user")
+        parts = {**run.cut_parts, e.shard: dict(versions=e.versions, snapshot_path=e.snapshot_path, sha256=e.sha256)}
+        new = replace(run, cut_parts=parts)
+        if len(parts) >= e.num_shards:
+            new = replace(new, phase="done", final=combine_cut(parts), cut_reason=run.cut_reason or "user")
     elif isinstance(e, CheckpointMarkedFinal) and run.phase == "done":
         new = replace(run, phase="marked", marked_at=e.ts)
     elif isinstance(e, LearnerFinalAck):

@@ -48,6 +48,7 @@ class SyncerCore:
         self.learners: dict[str, LearnerRecord] = {}
         self.rounds: dict[int, Round] = {}
         self.frags: dict[int, merge.FragmentRows] = {}
+        self.grams: dict[int, merge.RoundGram] = {}
         self.roles: dict[int, str] = {}
         self.init_sha: dict[int, str] = {}
         self.since_snapshot: dict[int, int] = {}
@@ -83,15 +84,17 @@ class SyncerCore:
         rejection = admit(h, fingerprint=self.fingerprint, version=r.version, numel=frag.numel, record=record, config=self.config)
         if rejection is not None:
             return [self._reject(h, rejection.reason, rejection.detail)]
-        row = frag.push(len(r.pending))                 # a free row: a superseded push stays intact until this one checks out
+        k = len(r.pending)
+        row = frag.push(k)                              # a free row: a superseded push stays intact until this one checks out
         codecs.decode(h.codec, payload, h.numel, out=row) if not backend.GPU else row.set(codecs.decode(h.codec, payload, h.numel))
-        if not np.isfinite(float(backend.xp.dot(row, row))):
+        products = merge.gram_row(frag.rows[2:2 + k + 1], row)   # this push's row of G: off the merge's critical path
+        if not np.isfinite(products[k]):
             return [self._reject(h, "non_finite", f"push of fragment {h.fragment} at step {h.local_step} holds NaN or infinity")]
         out = self._note_learner(h, record, now)
         old = r.pending.get(h.learner)
         if old is not None:
             frag.push(old.slot)[:] = row
-        r.add(h, now)
+        self.grams.setdefault(h.fragment, merge.RoundGram()).admit(r.add(h, now).slot, products)
         return out + self._decide(h.fragment, now)
 
     def _init(self, h: FragmentHeader, payload: bytes, now: float) -> list:
@@ -143,7 +146,8 @@ class SyncerCore:
             weights = np.ones(len(hs))
         mode = "avg" if self.roles[p] == "embed" else cfg.merge
         started = self.clock()
-        result = merge.merge_round(frag, len(hs), weights, merge=mode, lr=cfg.outer_lr, momentum=cfg.momentum)
+        g = self.grams.setdefault(p, merge.RoundGram()).take(len(hs))
+        result = merge.merge_round(frag, len(hs), weights, merge=mode, lr=cfg.outer_lr, momentum=cfg.momentum, g=g)
         backend.synchronize()
         elapsed = self.clock() - started
         r.close(merged=result is not None, sync_s=elapsed)

@@ -21,7 +21,7 @@ from yeto.schemas.base import Event, derive_id
 from yeto.schemas.fleet import FinalCutDone, FinalCutRequested
 from yeto.schemas.fragments import FragmentError, FragmentHeader, split_chunks
 from yeto.schemas.recipe import SyncConfig
-from yeto.schemas.subjects import FRAG_PREFIX, delta_subject, keyframe_subject
+from yeto.schemas.subjects import FRAG_PREFIX, delta_subject, keyframe_subject, stream_for
 from yeto.schemas.training import LearnerRejected, RoundAborted, RoundMerged, SnapshotWritten
 from yeto.services.syncer import snapshot
 from yeto.services.syncer.core import Publish, SaveSnapshot, SyncerCore
@@ -52,7 +52,8 @@ class DataPlane:
         if run_id not in self.cores:
             core = SyncerCore(SyncConfig.from_dict(sync), run_id=run_id, fragments=self.owned() if self.shard[1] > 1 else None,
                               source=self.instance)
-            snaps = snapshot.read_all(self.dir / run_id)
+            # Shards share the run's snapshot folder: restore only this shard's fragments.
+            snaps = {p: s for p, s in snapshot.read_all(self.dir / run_id).items() if core.owned is None or p in core.owned}
             if snaps:
                 core.restore(snaps, time.monotonic())
                 log.info("run %s: resumed %d fragments from snapshots (versions %s)", run_id, len(snaps),
@@ -65,7 +66,8 @@ class DataPlane:
         k, n = self.shard
         subjects = [f"{FRAG_PREFIX}.>"] if n == 1 else [f"{FRAG_PREFIX}.*.{p}" for p in self.owned()]
         durable = "syncer" if n == 1 else f"syncer-{k}of{n}"
-        sub = await bus.js.pull_subscribe(subjects[0] if n == 1 else "", durable=durable, config=ConsumerConfig(
+        # The stream is named: nats-py would look it up by subject, and a sharded consumer has no single one.
+        sub = await bus.js.pull_subscribe(subjects[0] if n == 1 else "", durable=durable, stream=stream_for(subjects[0]).name, config=ConsumerConfig(
             ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S, max_ack_pending=100_000,
             filter_subjects=None if n == 1 else subjects))
         self.sub = sub
@@ -205,5 +207,7 @@ class DataPlane:
             for key in [k for k in self.held if k[0] == run_id]:
                 for raw in self.held.pop(key):
                     await raw.ack()
-        await bus.publish(request.caused(FinalCutDone, versions=versions, snapshot_path=str(self.dir / run_id),
-                                         sha256=digest.hexdigest(), keyframe_versions=versions, source=self.instance))
+        k, n = self.shard
+        await bus.publish(request.caused(FinalCutDone, f"{k}/{n}", versions=versions, snapshot_path=str(self.dir / run_id),
+                                         sha256=digest.hexdigest(), keyframe_versions=versions, source=self.instance,
+                                         shard=k, num_shards=n))

@@ -21,6 +21,7 @@ class RunInfo:
 @dataclass(frozen=True)
 class SyncerState:
     runs: dict[str, RunInfo] = field(default_factory=dict)
+    shard: tuple[int, int] = (0, 1)          # this instance's K/N: only its own FinalCutDone ends its cut
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,11 @@ def evolve(state: SyncerState, event: Event) -> SyncerState:
         runs = {**runs, event.run_id: RunInfo(sync=sync)}
     elif isinstance(event, FinalCutRequested) and event.run_id in runs:
         runs = {**runs, event.run_id: replace(runs[event.run_id], cut_requested=runs[event.run_id].cut_requested or event)}
-    elif isinstance(event, FinalCutDone) and event.run_id in runs:
+    elif isinstance(event, FinalCutDone) and event.run_id in runs and (event.shard, event.num_shards) == state.shard:
         runs = {**runs, event.run_id: replace(runs[event.run_id], cut_done=True)}
     else:
         return state
-    return SyncerState(runs=runs)
+    return replace(state, runs=runs)
 
 
 def decide(state: SyncerState, msg, now) -> list:

@@ -25,7 +25,7 @@ def spec(plane: DataPlane) -> ServiceSpec:
     async def data_plane(ctx: Context) -> None:
         await plane.consume(ctx.bus, lambda: ctx.state.runs, ctx.stop)
 
-    return ServiceSpec(name="syncer", initial=runs.SyncerState, evolve=runs.evolve, decide=runs.decide, act=act,
+    return ServiceSpec(name="syncer", initial=lambda: runs.SyncerState(shard=plane.shard), evolve=runs.evolve, decide=runs.decide, act=act,
                        event_subjects=("yeto.evt.*.RunLaunched", "yeto.evt.*.FinalCutRequested", "yeto.evt.*.FinalCutDone"),
                        background=(data_plane,))
 

@@ -1,6 +1,7 @@
 """benchmarks/wan.py: the dry-run plan, and a tiny real run over shaped namespaces (root only)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,47 @@ def test_wan_tiny_real_run_over_shaped_links():
     # every arm moved bytes over the shaped links, and DDP (a full gradient every step) moved the most
     assert 0 < float(rows["yeto"][5]) < float(rows["ddp"][5])
     assert "yeto-wan-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+ECHO = """
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+rtts = []
+for _ in range(5):
+    t = time.monotonic(); s.sendall(b"x"); s.recv(1); rtts.append(time.monotonic() - t)
+print(min(rtts))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_tun_link_emulator_adds_the_delay_both_ways_and_counts_bytes():
+    why = _why_not()
+    if why:
+        pytest.skip(f"benchmarks/wan.py {why}")
+    import socket
+    import threading
+
+    import lib_wan_net
+    wan = lib_wan_net.Wan(1, rate="20mbit", delay_ms=60, tag=f"t{os.getpid() % 1000}", net=232).up()
+    try:
+        link = wan.links[0]
+        server = socket.create_server((link.hub_ip, 0))
+        port = server.getsockname()[1]
+
+        def echo():
+            conn, _ = server.accept()
+            while data := conn.recv(1):
+                conn.sendall(data)
+        threading.Thread(target=echo, daemon=True).start()
+        before = wan.bytes()
+        out = subprocess.run([*link.prefix(), sys.executable, "-c", ECHO, link.hub_ip, str(port)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        rtt = float(out.stdout)
+        assert 0.120 <= rtt < 1.0, f"round trip {rtt:.3f} s over a link with 60 ms each way"
+        up, down = lib_wan_net.since(wan, before)
+        assert up > 0 and down > 0
+        server.close()
+    finally:
+        wan.down()
+    assert link.ns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

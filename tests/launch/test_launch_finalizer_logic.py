@@ -139,3 +139,16 @@ def test_replaying_the_events_rebuilds_the_same_projection():
     events = _through_mark([LearnerFinalAck(run_id="r1", learner="island-1", versions={}, ts=at(13))])
     assert fold(events) == fold(list(events))
     assert fold(events)["r1"].phase == "done" and fold(events)["r1"].acks == {"island-1"}
+
+
+def test_a_sharded_syncers_cut_is_done_only_when_every_shard_reported_and_combines_them():
+    start = launched({}) + [up(0, 0.0), up(1, 0.0), FinalCutRequested(run_id="r1", reason="user", ts=at(10))]
+    half = FinalCutDone(run_id="r1", versions={0: 5, 2: 4}, snapshot_path="/s", sha256="a", shard=0, num_shards=2, ts=at(11))
+    other = FinalCutDone(run_id="r1", versions={1: 6}, snapshot_path="/s", sha256="b", shard=1, num_shards=2, ts=at(12))
+    assert fold(start + [half])["r1"].phase == "cutting"
+    assert published(decide(fold(start + [half]), None, at(12))) == []          # no MarkFinal on half the model
+    run = fold(start + [half, half, other])["r1"]                                # a redelivered report counts once
+    assert run.phase == "done" and run.final["versions"] == {0: 5, 1: 6, 2: 4} and run.final["snapshot_path"] == "/s"
+    (mark,) = published(decide(fold(start + [other, half]), None, at(13)))
+    assert isinstance(mark, MarkFinal) and mark.versions == {0: 5, 1: 6, 2: 4}
+    assert mark.sha256 == fold(start + [half, other])["r1"].final["sha256"] not in ("a", "b")

@@ -22,6 +22,9 @@ def register(sub) -> None:
     up.add_argument("--run-id", default=None, help="the run whose credentials the head issues (with --head)")
     up.add_argument("--host", action="append", default=[], help="a name or IP the certificate is valid for (repeat)")
     up.add_argument("--foreground", action="store_true", help="stay attached; SIGTERM or Ctrl-C stops the stack")
+    up.add_argument("--syncers", type=int, default=None, metavar="N",
+                    help="run the syncer as N shards (syncer-K owns fragments p with p %% N == K); default 1, "
+                         "or what the stack under the state dir last ran")
     up.set_defaults(func=cmd_up)
     s.add_parser("status", help="which stack processes are alive").set_defaults(func=cmd_status)
     s.add_parser("down", help="stop what `up` started; the data stays").set_defaults(func=cmd_down)
@@ -31,7 +34,7 @@ def cmd_up(args) -> int:
     if args.head and not args.run_id:
         raise ValueError("--head needs --run-id: the head issues credentials for one run")
     rec = stack.up(state_dir(args), port=args.port, head_run=args.run_id if args.head else None,
-                   hosts=["127.0.0.1", "localhost", *args.host])
+                   hosts=["127.0.0.1", "localhost", *args.host], syncers=args.syncers)
     print(f"stack up at {rec['url']} (state {state_dir(args)})")
     for name, pid in rec["pids"].items():
         print(f"  {name:<12} pid {pid}")
