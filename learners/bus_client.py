@@ -24,7 +24,7 @@ from nats.js.api import DeliverPolicy
 
 from yeto.infra.bus import Bus
 from yeto.schemas.base import Event, derive_id, parse
-from yeto.schemas.fleet import LearnerFinalAck
+from yeto.schemas.final import LearnerFinalAck
 from yeto.schemas.fragments import FragmentHeader, split_chunks
 from yeto.schemas.layout import LayoutDeclared, TensorEntry
 from yeto.schemas.subjects import GLOB_PREFIX, event_subject, fragment_subject, stream_for

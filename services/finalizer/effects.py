@@ -8,7 +8,7 @@ from nats.js.errors import NotFoundError
 
 from yeto.infra.runner import Context, Retry
 from yeto.schemas.base import Message
-from yeto.schemas.fleet import ArtifactWritten, BuildArtifact, CheckpointMarkedFinal, MarkFinal
+from yeto.schemas.final import ArtifactWritten, BuildArtifact, CheckpointMarkedFinal, MarkFinal
 from yeto.schemas.fragments import FragmentHeader
 from yeto.schemas.subjects import keyframe_subject
 from yeto.services.finalizer.artifact import write_artifact

@@ -11,8 +11,8 @@ from datetime import datetime
 from yeto.infra.runner import Publish, Retry
 from yeto.schemas.base import Message, derive_id
 from yeto.schemas.commands import StopRun
-from yeto.schemas.fleet import (BuildArtifact, FinalCutRequested, MarkFinal, RunFailed, RunFinalized, RunStopped,
-                                StopIsland)
+from yeto.schemas.fleet import StopIsland
+from yeto.schemas.final import BuildArtifact, FinalCutRequested, MarkFinal, RunFailed, RunFinalized, RunStopped
 from yeto.services.finalizer.budget import Limits, cut_reason, spend
 from yeto.services.finalizer.state import ENDED, FinalRun
 

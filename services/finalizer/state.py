@@ -10,9 +10,10 @@ from datetime import datetime
 from typing import Any
 
 from yeto.schemas.base import Event
-from yeto.schemas.fleet import (ArtifactWritten, CheckpointMarkedFinal, FinalCutDone, FinalCutRequested, IslandDropped,
-                                IslandExited, IslandPreempted, IslandReplaced, IslandStopped, IslandUp,
-                                LearnerFinalAck, RunFailed, RunFinalized, RunLaunched, RunStopped, learner_name)
+from yeto.schemas.fleet import (IslandDropped, IslandExited, IslandPreempted, IslandReplaced, IslandStopped, IslandUp,
+                                RunLaunched, learner_name)
+from yeto.schemas.final import (ArtifactWritten, CheckpointMarkedFinal, FinalCutDone, FinalCutRequested,
+                                LearnerFinalAck, RunFailed, RunFinalized, RunStopped)
 from yeto.schemas.training import LearnerProgress
 from yeto.services.finalizer.budget import Meter
 

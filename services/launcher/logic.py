@@ -11,8 +11,7 @@ from datetime import datetime
 from yeto.infra.runner import Publish
 from yeto.schemas.base import Event, Message, derive_id
 from yeto.schemas.commands import LaunchRun
-from yeto.schemas.fleet import (IslandDropped, IslandPreempted, IslandRequested, RunLaunched, StartIsland,
-                                StopIsland)
+from yeto.schemas.fleet import IslandDropped, IslandPreempted, IslandRequested, RunLaunched, StartIsland, StopIsland
 from yeto.services.launcher.state import Island, Run, backend_of
 
 SOURCE = "launcher"

@@ -7,8 +7,8 @@ from typing import Any
 
 from yeto.schemas.base import Event
 from yeto.schemas.fleet import (IslandDropped, IslandExited, IslandPreempted, IslandReplaced, IslandRequested,
-                                IslandStopped, IslandUp, RunFailed, RunFinalized, RunLaunched, RunStopped,
-                                FinalCutRequested)
+                                IslandStopped, IslandUp, RunLaunched)
+from yeto.schemas.final import RunFailed, RunFinalized, RunStopped, FinalCutRequested
 from yeto.schemas.training import LearnerProgress
 
 # Island phases: requested -> up -> (exited -> preempted -> replacing -> up ...) | finished | dropped | stopped

@@ -18,7 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from yeto.infra.bus import Bus
 from yeto.schemas.base import Event, derive_id
-from yeto.schemas.fleet import FinalCutDone, FinalCutRequested
+from yeto.schemas.final import FinalCutDone, FinalCutRequested
 from yeto.schemas.fragments import FragmentError, FragmentHeader, split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import FRAG_PREFIX, delta_subject, keyframe_subject, stream_for

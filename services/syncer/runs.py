@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from yeto.schemas.base import Event
-from yeto.schemas.fleet import FinalCutDone, FinalCutRequested, RunLaunched
+from yeto.schemas.fleet import RunLaunched
+from yeto.schemas.final import FinalCutDone, FinalCutRequested
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def test_head_stack_serves_tls_with_credentials_and_refuses_anonymous_clients(tm
 
 def test_head_cleans_itself_up_only_after_the_run_is_finalized_and_uploaded(tmp_path):
     from yeto.cli.stack import uploaded_and_finalized
-    from yeto.schemas.fleet import ArtifactWritten, RunFinalized
+    from yeto.schemas.final import ArtifactWritten, RunFinalized
 
     rec = stack.up(tmp_path / "s")
     try:
@@ -92,7 +92,7 @@ def test_head_cleans_itself_up_only_after_the_run_is_finalized_and_uploaded(tmp_
 
 
 def _finalized_fields() -> dict:
-    from yeto.schemas.fleet import EXAMPLES
+    from yeto.schemas.final import EXAMPLES
 
     example = next(e for e in EXAMPLES if e.type == "RunFinalized")
     return {k: v for k, v in example.model_dump().items() if k not in {"id", "run_id", "ts", "type", "version"}}

@@ -8,9 +8,9 @@ import pytest
 
 from yeto.infra.runner import Publish, Retry
 from yeto.schemas.commands import StopRun
-from yeto.schemas.fleet import (ArtifactWritten, BuildArtifact, CheckpointMarkedFinal, FinalCutDone, FinalCutRequested,
-                                IslandDropped, IslandExited, IslandStopped, IslandUp, LearnerFinalAck, MarkFinal,
-                                RunFailed, RunFinalized, RunLaunched, RunStopped, StopIsland)
+from yeto.schemas.fleet import IslandDropped, IslandExited, IslandStopped, IslandUp, RunLaunched, StopIsland
+from yeto.schemas.final import (ArtifactWritten, BuildArtifact, CheckpointMarkedFinal, FinalCutDone, FinalCutRequested,
+                                LearnerFinalAck, MarkFinal, RunFailed, RunFinalized, RunStopped)
 from yeto.services.finalizer.logic import make_decide, run_spend
 from yeto.services.finalizer.state import evolve
 

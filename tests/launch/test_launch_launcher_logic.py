@@ -7,7 +7,8 @@ from functools import reduce
 from yeto.infra.runner import Publish
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import (IslandDropped, IslandExited, IslandPreempted, IslandReplaced, IslandRequested, IslandUp,
-                                RunFinalized, RunLaunched, StartIsland, StopIsland)
+                                RunLaunched, StartIsland, StopIsland)
+from yeto.schemas.final import RunFinalized
 from yeto.schemas.training import LearnerProgress
 from yeto.services.launcher.logic import Spawn, decide
 from yeto.services.launcher.state import evolve

@@ -16,7 +16,7 @@ from yeto.infra.runner import run_service
 from yeto.schemas import codecs
 from yeto.schemas.base import parse
 from yeto.schemas.commands import LaunchRun, StopRun
-from yeto.schemas.fleet import FinalCutDone, LearnerFinalAck
+from yeto.schemas.final import FinalCutDone, LearnerFinalAck
 from yeto.schemas.fragments import FragmentHeader
 from yeto.schemas.subjects import keyframe_subject
 from yeto.services.finalizer import wiring as finalizer_wiring

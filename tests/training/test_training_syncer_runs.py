@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from functools import reduce
 
-from yeto.schemas.fleet import FinalCutDone, FinalCutRequested, RunLaunched
+from yeto.schemas.fleet import RunLaunched
+from yeto.schemas.final import FinalCutDone, FinalCutRequested
 from yeto.services.syncer import runs
 
 SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": "", "spot": False}
