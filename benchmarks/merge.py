@@ -3,7 +3,7 @@
 Throughput is counted in logical bytes: each push, theta and momentum read once, theta and momentum
 written once ((M + 4) * 4 bytes per value), whatever the implementation really moves; memcpy is counted
 as read + write. Extra passes (the Gram pass that RDA and the finiteness check need) cost time but add
-no bytes. The syncer builds the Gram matrix one row per push as pushes arrive (merge.gram_row), so the
+no bytes. The syncer builds the Gram matrix one row per push as pushes arrive (gram.gram_row), so the
 round's merge is the fused step alone: that is the headline; the Gram work at ingest is timed apart, and
 `yeto_rda_gram_at_merge` is the older way (a Gram pass inside the merge). Variants run interleaved and
 the best of the repetitions is kept, so a noisy shared machine disturbs them alike.
@@ -20,7 +20,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from yeto.services.syncer import backend, merge  # noqa: E402
+from yeto.services.syncer import backend, gram, merge  # noqa: E402
 
 LR, MU = 0.7, 0.9
 
@@ -42,7 +42,7 @@ def main() -> None:
         f.refresh_bounds()
         frags.append(f)
     weights = np.arange(1, m + 1, dtype=np.float64)
-    grams = [merge.gram(f.rows[2:2 + m]) for f in frags]
+    grams = [gram.gram(f.rows[2:2 + m]) for f in frags]
     dst = np.empty(n, dtype=np.float32)
 
     def memcpy():
@@ -62,7 +62,7 @@ def main() -> None:
     def ingest_gram():           # what the pushes cost as they arrive: push k's row of G over rows 0..k
         for f in frags:
             for k in range(m):
-                merge.gram_row(f.rows[2:2 + k + 1], f.rows[2 + k])
+                gram.gram_row(f.rows[2:2 + k + 1], f.rows[2 + k])
 
     def naive_numpy():
         w = weights / weights.sum()

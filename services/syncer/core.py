@@ -19,7 +19,7 @@ from yeto.schemas.base import Event, derive_id
 from yeto.schemas.fragments import ChunkAssembler, FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import GlobalVersionPublished, LearnerJoined, LearnerRejected, RoundAborted, RoundMerged
-from yeto.services.syncer import backend, merge, resume
+from yeto.services.syncer import backend, gram, merge, resume
 from yeto.services.syncer.admission import LearnerRecord, admit, note_admitted
 from yeto.services.syncer.broadcast import BroadcastShadow
 from yeto.services.syncer.logic import MergeNow, Round, WakeAt, decide
@@ -48,7 +48,7 @@ class SyncerCore:
         self.learners: dict[str, LearnerRecord] = {}
         self.rounds: dict[int, Round] = {}
         self.frags: dict[int, merge.FragmentRows] = {}
-        self.grams: dict[int, merge.RoundGram] = {}
+        self.grams: dict[int, gram.RoundGram] = {}
         self.roles: dict[int, str] = {}
         self.init_sha: dict[int, str] = {}
         self.since_snapshot: dict[int, int] = {}
@@ -87,14 +87,14 @@ class SyncerCore:
         k = len(r.pending)
         row = frag.push(k)                              # a free row: a superseded push stays intact until this one checks out
         codecs.decode(h.codec, payload, h.numel, out=row) if not backend.GPU else row.set(codecs.decode(h.codec, payload, h.numel))
-        products = merge.gram_row(frag.rows[2:2 + k + 1], row)   # this push's row of G: off the merge's critical path
+        products = gram.gram_row(frag.rows[2:2 + k + 1], row)   # this push's row of G: off the merge's critical path
         if not np.isfinite(products[k]):
             return [self._reject(h, "non_finite", f"push of fragment {h.fragment} at step {h.local_step} holds NaN or infinity")]
         out = self._note_learner(h, record, now)
         old = r.pending.get(h.learner)
         if old is not None:
             frag.push(old.slot)[:] = row
-        self.grams.setdefault(h.fragment, merge.RoundGram()).admit(r.add(h, now).slot, products)
+        self.grams.setdefault(h.fragment, gram.RoundGram()).admit(r.add(h, now).slot, products)
         return out + self._decide(h.fragment, now)
 
     def _init(self, h: FragmentHeader, payload: bytes, now: float) -> list:
@@ -146,7 +146,7 @@ class SyncerCore:
             weights = np.ones(len(hs))
         mode = "avg" if self.roles[p] == "embed" else cfg.merge
         started = self.clock()
-        g = self.grams.setdefault(p, merge.RoundGram()).take(len(hs))
+        g = self.grams.setdefault(p, gram.RoundGram()).take(len(hs))
         result = merge.merge_round(frag, len(hs), weights, merge=mode, lr=cfg.outer_lr, momentum=cfg.momentum, g=g)
         backend.synchronize()
         elapsed = self.clock() - started

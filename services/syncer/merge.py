@@ -9,7 +9,7 @@ combinations delta = sum_m k_m Delta_m, and the outer step is linear too:
 so a fragment keeps theta, b and its round's pushes as rows of one (2 + slots, n) f32 array and the
 whole step is one small matrix product per cache-sized chunk: [theta'; b'] = C @ rows[:2+M, chunk].
 Each input is read once and theta, b written once; nothing grows with the fragment. The Gram matrix
-G = [<d_i, d_j>] (one read pass) gives norms, RDA and finiteness.
+G = [<d_i, d_j>] (services/syncer/gram.py, built row by row as pushes arrive) gives norms, RDA and finiteness.
 All-or-nothing: pushes are checked finite through G, and the result is bounded from G and running
 bounds of |theta|, |b| before anything is written; only when overflow cannot be ruled out does a dry
 pass check the result first (docs/SYNC_MATH.md).
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from yeto.services.syncer.backend import GPU, xp
+from yeto.services.syncer.gram import gram
 
 CHUNK = 1 << 24 if GPU else 1 << 15   # CPU: 32K values = 128 KiB per row, the working set stays in L2
-GRAM_CHUNK = 1 << 24 if GPU else 1 << 18  # gemv rows reuse the chunk from L2/L3
 RDA_MIN_COHERENCE = 1e-2              # |weighted sum of unit directions| below this: they cancel, use avg
 SAFE_BOUND = 1e30                     # f32 overflows at 3.4e38; below this no outer step can overflow
 
@@ -80,62 +80,6 @@ def absmax(a, chunk: int = CHUNK) -> float:
         if top != top:
             return math.inf
     return top
-
-
-def gram(pushes, chunk: int = GRAM_CHUNK) -> np.ndarray:
-    """G[i, j] = <d_i, d_j> in float64 over the rows of `pushes` (M, n), one chunked read pass."""
-    num, n = pushes.shape
-    g = np.zeros((num, num))
-    with np.errstate(over="ignore", invalid="ignore"):   # a non-finite G is the answer, not an error
-        for start in range(0, n, chunk):
-            g += gram_block(pushes[:, start:start + chunk])
-    return g
-
-
-def gram_row(rows, row, chunk: int = GRAM_CHUNK) -> np.ndarray:
-    """[<rows[i], row>] in float64, chunked like `gram`: one row of G, computed as a push arrives so that the
-    round's merge is left with the fused step alone."""
-    out = np.zeros(rows.shape[0])
-    with np.errstate(over="ignore", invalid="ignore"):
-        for start in range(0, row.size, chunk):
-            part = rows[:, start:start + chunk] @ row[start:start + chunk]
-            out += part.get() if GPU else part
-    return out
-
-
-class RoundGram:
-    """G of one round's pushes, by slot, grown one row per admitted push (a superseding push replaces its slot's)."""
-
-    def __init__(self) -> None:
-        self.g = np.zeros((0, 0))
-
-    def admit(self, slot: int, products: np.ndarray) -> None:
-        """`products` = gram_row over rows 0..k of the push buffer for a push decoded into row k; it lands in `slot`."""
-        k = products.size - 1
-        size = max(slot + 1, self.g.shape[0])
-        if size > self.g.shape[0]:
-            grown = np.zeros((size, size))
-            grown[:self.g.shape[0], :self.g.shape[0]] = self.g
-            self.g = grown
-        others = [j for j in range(k) if j != slot]
-        self.g[slot, others] = self.g[others, slot] = products[others]
-        self.g[slot, slot] = products[k]
-
-    def take(self, num: int) -> np.ndarray:
-        """The matrix of slots 0..num-1 for the merge; the round's Gram starts over."""
-        g, self.g = self.g[:num, :num], np.zeros((0, 0))
-        return g
-
-
-def gram_block(block) -> np.ndarray:
-    if GPU:
-        return (block @ block.T).get().astype(np.float64)
-    num = block.shape[0]
-    g = np.empty((num, num))
-    for i in range(num):      # one gemv per row beats a thin sgemm, which packs (copies) its operands
-        g[i, i:] = block[i:] @ block[i]
-        g[i:, i] = g[i, i:]
-    return g
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from yeto.services.syncer import merge
+from yeto.services.syncer import gram, merge
 
 torch.set_num_threads(1)
 
@@ -94,16 +94,16 @@ def test_round_gram_built_push_by_push_equals_the_full_gram_pass_even_with_super
     rng = np.random.default_rng(11)
     n = 3000
     frag = merge.FragmentRows(rng.standard_normal(n, dtype=np.float32), slots=2)
-    rg, slots = merge.RoundGram(), {}
+    rg, slots = gram.RoundGram(), {}
     for learner in ["a", "b", "a", "c", "b", "a"]:            # a and b push again before the merge
         k = len(slots)
         row = frag.push(k)
         row[:] = rng.standard_normal(n, dtype=np.float32)
-        products = merge.gram_row(frag.rows[2:2 + k + 1], row, chunk=512)
+        products = gram.gram_row(frag.rows[2:2 + k + 1], row, chunk=512)
         slot = slots.setdefault(learner, k)
         if slot != k:
             frag.push(slot)[:] = row
         rg.admit(slot, products)
     g = rg.take(len(slots))
-    np.testing.assert_allclose(g, merge.gram(frag.rows[2:2 + len(slots)]), rtol=1e-6)
+    np.testing.assert_allclose(g, gram.gram(frag.rows[2:2 + len(slots)]), rtol=1e-6)
     assert rg.take(0).shape == (0, 0), "the next round starts over"

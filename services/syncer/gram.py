@@ -1,0 +1,69 @@
+"""The Gram matrix of a round's pushes, G = [<d_i, d_j>] in float64: norms, RDA coefficients and finiteness.
+
+The syncer builds it one row per admitted push (`gram_row` over the rows already in, kept by `RoundGram`),
+so by the time a round merges only the fused outer step is left (services/syncer/merge.py); `gram` is the
+one-pass form over all rows at once.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from yeto.services.syncer.backend import GPU
+
+GRAM_CHUNK = 1 << 24 if GPU else 1 << 18  # gemv rows reuse the chunk from L2/L3
+
+
+def gram(pushes, chunk: int = GRAM_CHUNK) -> np.ndarray:
+    """G[i, j] = <d_i, d_j> in float64 over the rows of `pushes` (M, n), one chunked read pass."""
+    num, n = pushes.shape
+    g = np.zeros((num, num))
+    with np.errstate(over="ignore", invalid="ignore"):   # a non-finite G is the answer, not an error
+        for start in range(0, n, chunk):
+            g += gram_block(pushes[:, start:start + chunk])
+    return g
+
+
+def gram_row(rows, row, chunk: int = GRAM_CHUNK) -> np.ndarray:
+    """[<rows[i], row>] in float64, chunked like `gram`: one row of G, computed as a push arrives so that the
+    round's merge is left with the fused step alone."""
+    out = np.zeros(rows.shape[0])
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, row.size, chunk):
+            part = rows[:, start:start + chunk] @ row[start:start + chunk]
+            out += part.get() if GPU else part
+    return out
+
+
+class RoundGram:
+    """G of one round's pushes, by slot, grown one row per admitted push (a superseding push replaces its slot's)."""
+
+    def __init__(self) -> None:
+        self.g = np.zeros((0, 0))
+
+    def admit(self, slot: int, products: np.ndarray) -> None:
+        """`products` = gram_row over rows 0..k of the push buffer for a push decoded into row k; it lands in `slot`."""
+        k = products.size - 1
+        size = max(slot + 1, self.g.shape[0])
+        if size > self.g.shape[0]:
+            grown = np.zeros((size, size))
+            grown[:self.g.shape[0], :self.g.shape[0]] = self.g
+            self.g = grown
+        others = [j for j in range(k) if j != slot]
+        self.g[slot, others] = self.g[others, slot] = products[others]
+        self.g[slot, slot] = products[k]
+
+    def take(self, num: int) -> np.ndarray:
+        """The matrix of slots 0..num-1 for the merge; the round's Gram starts over."""
+        g, self.g = self.g[:num, :num], np.zeros((0, 0))
+        return g
+
+
+def gram_block(block) -> np.ndarray:
+    if GPU:
+        return (block @ block.T).get().astype(np.float64)
+    num = block.shape[0]
+    g = np.empty((num, num))
+    for i in range(num):      # one gemv per row beats a thin sgemm, which packs (copies) its operands
+        g[i, i:] = block[i:] @ block[i]
+        g[i:, i] = g[i, i:]
+    return g
