@@ -73,7 +73,7 @@ def train(model: torch.nn.Module, batches: Iterator[dict[str, torch.Tensor]], re
         # average exactly like one big batch (DDP divides gradients by the world size).
         (island_tokens,) = dist.all_reduce_sum([float(sum(_labelled(b) for b in micro))], accel)
         scale = topology.world_size / max(1.0, island_tokens)
-        lr = lr_at(step, recipe)
+        lr = lr_at(step, recipe, resumed_at=start_step)
         set_lr(optimizer, lr)
         loss_total = torch.zeros((), dtype=torch.float64, device=accel.device)
         for i, batch in enumerate(micro):

@@ -57,3 +57,13 @@ def test_schedule_warms_up_linearly_then_follows_cosine_to_the_floor_or_stays_co
     constant = recipe.replace(schedule="constant")
     assert {lr_at(s, constant) for s in range(10, 200)} == {1e-3}
     assert not math.isnan(lr_at(0, recipe.replace(warmup_steps=0)))
+
+
+def test_a_resumed_replacement_warms_up_again_to_the_schedule():
+    recipe = TrainRecipe(model="m", lr=1e-3, warmup_steps=10, max_steps=110, min_lr_ratio=0.1)
+    assert lr_at(60, recipe, resumed_at=60) == pytest.approx(lr_at(60, recipe) / 10)
+    assert lr_at(64, recipe, resumed_at=60) == pytest.approx(lr_at(64, recipe) * 5 / 10)
+    assert [lr_at(s, recipe, resumed_at=60) for s in (69, 70, 100)] == pytest.approx([lr_at(s, recipe) for s in (69, 70, 100)])
+    assert lr_at(5, recipe, resumed_at=5) == lr_at(5, recipe), "inside the first warmup the schedule already warms up"
+    constant = TrainRecipe(model="m", lr=1e-3, warmup_steps=10, schedule="constant")
+    assert lr_at(40, constant, resumed_at=40) == pytest.approx(1e-4)
