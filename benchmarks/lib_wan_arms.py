@@ -93,6 +93,31 @@ class YetoHub:
                 await bus.close()
         asyncio.run(go())
 
+    def finalize(self, run_id: str, *, timeout: float = 180.0) -> Path:
+        """FinalCutRequested (reason max_steps) for a run whose learners finished; returns the artifact directory
+        once ArtifactWritten is on the event stream."""
+        from yeto.infra.bus import Bus
+        from yeto.schemas.base import derive_id, parse
+        from yeto.schemas.final import FinalCutRequested
+        from yeto.schemas.subjects import event_subject
+
+        async def go() -> Path:
+            bus = await Bus.connect(self.rec["url"], name="wan-bench")
+            try:
+                await bus.publish(FinalCutRequested(id=derive_id(run_id, "wan-final-cut"), run_id=run_id, source="wan-bench",
+                                                    reason="max_steps", detail="the benchmark's learners finished"))
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    try:
+                        msg = await bus.js.get_last_msg("YETO_EVT", event_subject(run_id, "ArtifactWritten"))
+                        return Path(parse(msg.data).local_path)
+                    except Exception:   # noqa: BLE001 -- not written yet
+                        await asyncio.sleep(0.5)
+                raise RuntimeError(f"no ArtifactWritten for {run_id} within {timeout:.0f}s; see {self.home}/logs/finalizer.log")
+            finally:
+                await bus.close()
+        return asyncio.run(go())
+
     def close(self) -> None:
         from yeto.infra import stack
         if self.proxy.poll() is None:
@@ -112,3 +137,17 @@ def start_yeto(hub: YetoHub, launch, work: Path, *, eval_every: int) -> list[Pro
                   "--nats-url", hub.url(i), "--recipe", str(path), "--learner-index", str(i), "--num-learners", str(n),
                   *learner_flags(eval_every)], log=work / f"{launch.run_id}-{i}.log", t0=t0)
             for i, link in enumerate(hub.wan.links)]
+
+
+def eval_artifact(recipe: dict, artifact: Path, work: Path) -> float:
+    """Held-out loss of a full-model artifact, measured as the learners measure theirs (the learner program
+    with no steps left: `--start-step max_steps --no-sync` evaluates the model it loaded)."""
+    path = work / f"eval-{artifact.parent.name}-recipe.json"
+    path.write_text(json.dumps({**{k: v for k, v in recipe.items() if k != "sync"}, "model": str(artifact)}))
+    proc = Proc([*LEARNER, "--run-id", "eval", "--learner", "eval", "--recipe", str(path), "--no-sync",
+                 "--start-step", str(recipe["max_steps"]), "--device", "cpu"], log=work / f"eval-{artifact.parent.name}.log")
+    proc.wait(600)
+    done = proc.done()
+    if not done or done.get("heldout") is None:
+        raise RuntimeError(f"evaluating {artifact} printed no held-out loss; see {proc.log}")
+    return float(done["heldout"])

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     if why:
         raise SystemExit(f"benchmarks/wan.py {why}")
     import lib_wan_report as report
-    from lib_wan_arms import YetoHub, build_launch, run_ddp, start_yeto
+    from lib_wan_arms import YetoHub, build_launch, eval_artifact, run_ddp, start_yeto
     from lib_wan_proc import wait_all
     work = Path(tempfile.mkdtemp(prefix="yeto-wan-"))
     model = lib_task.write_tiny_model(work / "model", seed=args.seed)
@@ -94,6 +94,7 @@ def main(argv=None) -> int:
         wait_all(procs, args.timeout_s)
         results["yeto"] = report.arm(procs, since(wan, before))
         results["yeto"]["nats_up_down"] = tuple(b - a for a, b in zip(app, hub.app_bytes()))   # without TCP/IP
+        results["yeto"]["artifact"] = eval_artifact(clean.recipe["train"], hub.finalize(clean.run_id), work)
         print(f"yeto: {results['yeto']}", flush=True)
         _, faulty = build_launch("wan-kill", model, data, steps=args.steps, learners=args.learners,
                                 extra=[f"--seed={args.seed}", *args.yeto_flags])

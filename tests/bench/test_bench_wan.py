@@ -33,6 +33,9 @@ def test_wan_report_targets_follow_the_numbers():
     assert lines[-1] == "yeto_time_to_target_over_ddp=0.300"
     assert any("NOT MET (+2.50%)" in line for line in lines)          # 4.1 vs 4.0: outside 1%
     assert any("no stall" in line and ": MET" in line for line in lines)
+    finalized = report.table({"ddp": ddp, "yeto": {**yeto, "artifact": 4.02}}, argparse.Namespace(target_frac=1.0, steps=20))
+    assert any("the artifact within 1% of DDP): MET (+0.50%)" in line for line in finalized)
+    assert any(line.startswith("yeto artifact") and "4.0200" in line for line in finalized)
 
 
 def _why_not() -> str | None:
@@ -57,6 +60,7 @@ def test_wan_tiny_real_run_over_shaped_links():
     assert set(rows) == {"ddp", "yeto"}
     # every arm moved bytes over the shaped links, and DDP (a full gradient every step) moved the most
     assert 0 < float(rows["yeto"][5]) < float(rows["ddp"][5])
+    assert any(line.startswith("yeto artifact") for line in lines), "the run was finalized and its artifact scored"
     assert "yeto-wan-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
