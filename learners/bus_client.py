@@ -149,7 +149,7 @@ class NatsTransport:
         ordered = dict(ordered_consumer=True, idle_heartbeat=1.0)
         subs = [await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.key.*", **ordered,
                                        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, headers_only=True, cb=self._on_global),
-                await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.d", **ordered,
+                await bus.js.subscribe(f"{GLOB_PREFIX}.{self.run_id}.*.d.*", **ordered,
                                        deliver_policy=DeliverPolicy.ALL, cb=self._on_global),
                 await bus.js.subscribe(event_subject(self.run_id, "CheckpointMarkedFinal"), **ordered,
                                        deliver_policy=DeliverPolicy.ALL, cb=self._on_final)]

@@ -3,8 +3,8 @@
     yeto.cmd.<service>.<Type>          commands      YETO_CMD   work queue: one handler per command
     yeto.evt.<run_id>.<Type>           events        YETO_EVT   limits retention, de-duplicated by Nats-Msg-Id
     yeto.frag.<run_id>.<fragment>      learner pushes YETO_FRAG work queue: syncer shards filter by fragment
-    yeto.glob.<run_id>.<fragment>.key  keyframes     YETO_GKEY  the latest keyframe per fragment (and chunk)
-    yeto.glob.<run_id>.<fragment>.d    deltas        YETO_GDELTA recent q4 deltas since the keyframes
+    yeto.glob.<run_id>.<fragment>.key.<chunk>  keyframes  YETO_GKEY  the latest keyframe per fragment and chunk
+    yeto.glob.<run_id>.<fragment>.d.<chunk>    deltas     YETO_GDELTA the last 64 q4 deltas of every fragment chunk
     yeto.ctl.<run_id>.<learner>        control       (core NATS) acknowledgements, heartbeats: not persisted
     yeto.tape.sql                      request/reply  read-only SQL answered by the tape writer
 """
@@ -42,8 +42,10 @@ def keyframe_subject(run_id: str, fragment: int, chunk: int = 0) -> str:
     return f"{GLOB_PREFIX}.{run_id}.{fragment}.key.{chunk}"
 
 
-def delta_subject(run_id: str, fragment: int) -> str:
-    return f"{GLOB_PREFIX}.{run_id}.{fragment}.d"
+def delta_subject(run_id: str, fragment: int, chunk: int = 0) -> str:
+    """Per chunk, like keyframes: the stream keeps 64 messages per subject, which must mean 64 versions (a q4
+    delta of a 1B-parameter fragment is ~130 chunks of 4 MiB, and one subject per fragment would keep half of one)."""
+    return f"{GLOB_PREFIX}.{run_id}.{fragment}.d.{chunk}"
 
 
 def control_subject(run_id: str, learner: str) -> str:
@@ -73,7 +75,7 @@ STREAMS: tuple[StreamSpec, ...] = (
                description="learner fragment pushes (chunked), consumed by the syncer shards"),
     StreamSpec("YETO_GKEY", (f"{GLOB_PREFIX}.*.*.key.*",), max_msgs_per_subject=1,
                description="latest keyframe chunk per fragment: a (re)joining learner reads the whole model here"),
-    StreamSpec("YETO_GDELTA", (f"{GLOB_PREFIX}.*.*.d",), max_msgs_per_subject=64, max_age_s=24 * 3600,
+    StreamSpec("YETO_GDELTA", (f"{GLOB_PREFIX}.*.*.d.*",), max_msgs_per_subject=64, max_age_s=24 * 3600,
                description="q4 deltas of global versions since the keyframes"),
 )
 

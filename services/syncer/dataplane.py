@@ -166,7 +166,7 @@ class DataPlane:
     async def publish_global(self, bus: Bus, out: Publish) -> None:
         h = out.header
         for ch, chunk in split_chunks(h, out.payload):
-            subject = keyframe_subject(h.run_id, h.fragment, ch.chunk) if h.kind == "keyframe" else delta_subject(h.run_id, h.fragment)
+            subject = keyframe_subject(h.run_id, h.fragment, ch.chunk) if h.kind == "keyframe" else delta_subject(h.run_id, h.fragment, ch.chunk)
             await bus.publish_raw(subject, chunk, msg_id=f"g.{h.run_id}.{h.fragment}.{h.kind}.{h.version}.{ch.chunk}",
                                   headers=ch.to_nats())
 

@@ -181,7 +181,7 @@ def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand
         bus = await Bus.connect(nats_server.url, name="test-syncer")
         for h, payload in published:
             for hc, chunk in split_chunks(h, payload, 300):     # several chunks per keyframe
-                subject = keyframe_subject(run_id, hc.fragment, hc.chunk) if hc.kind == "keyframe" else delta_subject(run_id, hc.fragment)
+                subject = keyframe_subject(run_id, hc.fragment, hc.chunk) if hc.kind == "keyframe" else delta_subject(run_id, hc.fragment, hc.chunk)
                 await bus.publish_raw(subject, chunk, headers=hc.to_nats())
         await bus.close()
     asyncio.run(publish())
