@@ -25,8 +25,12 @@ def arm(procs: list[Proc], nbytes: tuple[int, int]) -> dict:
     done = [p.done() for p in procs]
     finals = [d["heldout"] for d in done if d and d.get("heldout") is not None]
     ends = [max((t for t, _ in p.lines), default=math.nan) for p in procs]
-    return {"curve": mean_curve(procs), "final": sum(finals) / len(finals) if finals else math.nan,
-            "wall_s": max(ends), "bytes": sum(nbytes), "up": nbytes[0], "down": nbytes[1], "tokens": sum(d["tokens"] for d in done if d)}
+    out = {"curve": mean_curve(procs), "final": sum(finals) / len(finals) if finals else math.nan,
+           "wall_s": max(ends), "bytes": sum(nbytes), "up": nbytes[0], "down": nbytes[1], "tokens": sum(d["tokens"] for d in done if d)}
+    syncs = [d for p in procs for _, d in p.lines if d.get("event") == "sync"]      # Yeto learners' protocol costs
+    if syncs:
+        out["keyframes"] = {k: sum(d.get(k) or 0 for d in syncs) for k in ("adopted", "keyframes_requested", "bytes_fetched", "bytes_sent")}
+    return out
 
 
 def stall_of(survivor: Proc, kill_at: float) -> dict:

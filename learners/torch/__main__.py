@@ -103,6 +103,8 @@ def run(args: argparse.Namespace, *, make_sync=None) -> float:
                  seconds=round(elapsed, 3), heldout=held)
         if sync is not None and hasattr(sync, "close"):
             sync.close()
+            if hasattr(sync, "stats"):
+                emit(event="sync", **sync.stats())
         return held
     finally:
         dist.shutdown()

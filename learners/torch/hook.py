@@ -84,6 +84,11 @@ class DilocoHook:
         if report is not None:
             report(result)
 
+    def stats(self) -> dict:
+        """What the protocol cost this learner: keyframes adopted by checksum or fetched, chunks dropped, bytes."""
+        return dict(adopted=self.sync.num_adopted, keyframes_requested=len(self.sync.requested), dropped_chunks=self.sync.num_dropped,
+                    bytes_sent=getattr(self.transport, "bytes_sent", None), bytes_fetched=getattr(self.transport, "bytes_fetched", None))
+
     def close(self) -> None:
         """Push the last partial interval of every fragment, then let the transport flush (bounded) and close."""
         self._send(self.sync.final_pushes())

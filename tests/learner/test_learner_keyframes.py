@@ -151,6 +151,8 @@ def test_only_the_island_that_sends_init_offers_initial_values_others_adopt():
     t1.inbox = list(announced)
     other.catch_up()
     assert t1.pushes == [] and t1.fetched == [] and all(v == 0 for v in b.versions.values())
+    assert other.stats() == dict(adopted=len(b.active), keyframes_requested=0, dropped_chunks=0, bytes_sent=None,
+                                 bytes_fetched=None)
 
 
 def test_without_version_zero_a_non_init_island_offers_its_own_after_the_wait():
