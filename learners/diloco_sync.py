@@ -71,6 +71,7 @@ class DilocoSync:
         self.c_tokens = dict.fromkeys(self.active, 0)
         self.c_steps = dict.fromkeys(self.active, 0)
         self.step, self.step_time_s, self.num_dropped, self.changed = 0, 0.0, 0, False
+        self.total_tokens = 0                          # trained by this generation (a push's `tokens_to`)
         self.feedback = codecs.ErrorFeedback(config.codec_up) if config.codec_up == "q4" else None
         self.assembler = ChunkAssembler(max_pending=4 * max(1, len(self.active)))
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
@@ -145,6 +146,7 @@ class DilocoSync:
         self.step = step
         if step_time_s is not None:
             self.step_time_s = step_time_s if not self.step_time_s else 0.8 * self.step_time_s + 0.2 * step_time_s
+        self.total_tokens += tokens
         for p in self.active:
             self.c_tokens[p] += tokens
             self.c_steps[p] += 1
@@ -179,7 +181,8 @@ class DilocoSync:
     def _message(self, p: int, kind: str, codec: str, payload: bytes) -> Push:
         header = FragmentHeader(run_id=self.run_id, learner=self.learner, generation=self.generation, fragment=p, kind=kind,
                                 role=self.layout.roles[p], base_version=self.versions[p] or 0, local_step=self.step,
-                                c_steps=self.c_steps[p], c_tokens=self.c_tokens[p], step_time_s=self.step_time_s,
+                                c_steps=self.c_steps[p], c_tokens=self.c_tokens[p], tokens_to=self.total_tokens,
+                                step_time_s=self.step_time_s,
                                 fingerprint=self.fingerprint, codec=codec, numel=self.layout.numel(p), sha256=sha256(payload))
         return Push(header, payload)
 

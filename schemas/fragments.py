@@ -48,6 +48,8 @@ class FragmentHeader(BaseModel):
     local_step: int = Field(0, ge=0)
     c_steps: int = Field(0, ge=0)
     c_tokens: int = Field(0, ge=0)
+    tokens_to: int = Field(0, ge=0)        # push: the learner generation's trained tokens so far (0 = not sent); the push
+                                           # covers (tokens_to - c_tokens, tokens_to], so overlapping pushes are credited once
     step_time_s: float = Field(0.0, ge=0)  # the sender's EMA inner-step time (0 = unknown)
     fingerprint: str = ""
     codec: Literal["f32", "bf16", "q4"] = "q4"

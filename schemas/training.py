@@ -31,7 +31,7 @@ class RoundMerged(Event):
     responders: list[str]           # learner ids, in merge order
     weights: list[float]            # normalised merge weights, one per responder
     staleness: list[int]            # current version - base version, per responder
-    tokens: int                     # tokens merged (sum of c_tokens)
+    tokens: int                     # tokens merged for the first time (a push is credited only what no merged push carried)
     grace_ms: float                 # grace window granted once quorum was reached
     quorum_ms: float                # time from the round's first push to quorum
     merge_ms: float                 # time of the merge and outer step

@@ -16,6 +16,17 @@ class LearnerRecord:
     step_time_s: float = 0.0
     last_step: dict[int, int] = field(default_factory=dict)    # fragment -> newest local_step admitted
     tokens_merged: int = 0
+    credited_to: dict[int, int] = field(default_factory=dict)  # fragment -> highest `tokens_to` merged
+
+    def credit(self, h: FragmentHeader) -> int:
+        """Tokens of `h` not merged before: a push made before the learner saw its previous push's merge
+        carries that progress again (its anchor is older), and must not count it twice. Pushes without
+        `tokens_to` (older learners) are credited their c_tokens."""
+        if not h.tokens_to or h.generation != self.generation:
+            return h.c_tokens
+        done = self.credited_to.get(h.fragment, 0)
+        self.credited_to[h.fragment] = max(done, h.tokens_to)
+        return max(0, h.tokens_to - max(done, h.tokens_to - h.c_tokens))
 
 
 @dataclass(frozen=True)

@@ -156,12 +156,13 @@ class SyncerCore:
             return [RoundAborted(id=derive_id(self.run_id, "RoundAborted", p, r.version, *learners), run_id=self.run_id,
                                  source=self.source, fragment=p, global_version=r.version, responders=learners,
                                  reason="the merged result is not finite; the fragment keeps its version")]
-        for h in hs:
-            self.learners[h.learner].tokens_merged += h.c_tokens
+        credits = [self.learners[h.learner].credit(h) for h in hs]
+        for h, credit in zip(hs, credits):
+            self.learners[h.learner].tokens_merged += credit
         event = RoundMerged(id=derive_id(self.run_id, "RoundMerged", p, r.version), run_id=self.run_id, source=self.source,
                             fragment=p, global_version=r.version, responders=learners,
                             weights=[float(w) for w in weights / weights.sum()], staleness=lags,
-                            tokens=sum(h.c_tokens for h in hs), grace_ms=m.grace_ms, quorum_ms=m.quorum_ms,
+                            tokens=sum(credits), grace_ms=m.grace_ms, quorum_ms=m.quorum_ms,
                             merge_ms=1e3 * elapsed, delta_norm=result.delta_norm, merge=result.merge)
         return [event] + self._publish(p, now)
 

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 def snapshot_of(core: SyncerCore, p: int) -> FragmentSnapshot:
     """Fragment p's state as of now: theta, momentum, the broadcast shadow, version and learner ledger."""
-    ledger = {name: {"generation": rec.generation, "last_step": rec.last_step.get(p, -1)} for name, rec in core.learners.items()}
+    ledger = {name: {"generation": rec.generation, "last_step": rec.last_step.get(p, -1),
+                     "credited_to": rec.credited_to.get(p, 0)} for name, rec in core.learners.items()}
     frag = core.frags[p]
     return FragmentSnapshot(fragment=p, version=core.rounds[p].version, fingerprint=core.fingerprint,
                             theta=backend.to_host(frag.theta).copy(), momentum=backend.to_host(frag.momentum).copy(),
@@ -36,3 +37,5 @@ def restore(core: SyncerCore, snaps: dict[int, FragmentSnapshot], now: float) ->
                 rec = core.learners[name] = LearnerRecord(generation=entry["generation"], last_seen=now)
             if entry["generation"] == rec.generation and entry["last_step"] >= 0:
                 rec.last_step[p] = entry["last_step"]
+            if entry["generation"] == rec.generation and entry.get("credited_to"):
+                rec.credited_to[p] = entry["credited_to"]

@@ -87,3 +87,20 @@ def test_quorum_and_grace_formulas():
     assert grace_s(slowest_step_s=10.0, quorum_s=0.0, sync_s=0.0, **kw) == 1.0
     assert grace_s(slowest_step_s=0.1, quorum_s=1.0, sync_s=0.0, **kw) == 0.0
 
+
+
+def test_overlapping_pushes_are_credited_their_tokens_once():
+    from yeto.services.syncer.admission import LearnerRecord
+    from yeto.schemas.fragments import FragmentHeader
+
+    def push(c_tokens, tokens_to, fragment=0, generation=0):
+        return FragmentHeader(run_id="r", learner="a", generation=generation, fragment=fragment, numel=1,
+                              c_tokens=c_tokens, tokens_to=tokens_to)
+
+    rec = LearnerRecord(generation=0)
+    assert rec.credit(push(100, 100)) == 100
+    assert rec.credit(push(200, 200)) == 100, "pushed again before the first merge came back: 100 tokens are old"
+    assert rec.credit(push(50, 250)) == 50, "after the global landed the learner counts from its last push"
+    assert rec.credit(push(300, 300, fragment=1)) == 300, "fragments are credited apart"
+    assert rec.credit(push(80, 80, generation=1)) == 80, "another generation: its own counts"
+    assert rec.credit(push(40, 0)) == 40, "a learner that sends no tokens_to is credited c_tokens"

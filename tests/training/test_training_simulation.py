@@ -135,6 +135,7 @@ def test_syncer_resumes_from_snapshot_and_refuses_replays(tmp_path):
         assert resumed.rounds[p].version == core.rounds[p].version
         assert resumed.broadcast.shadows[p].tobytes() == core.broadcast.shadows[p].tobytes()
         assert np.array_equal(resumed.frags[p].theta, core.frags[p].theta)
+        assert resumed.learners["l0"].credited_to[p] == core.learners["l0"].credited_to[p] > 0   # goodput credit survives
     sync = learners[0]
     p = sync.active[0]
     sync.step = core.learners["l0"].last_step[p]          # replay the newest push of fragment p
