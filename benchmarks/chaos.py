@@ -4,8 +4,10 @@ Two runs on one local stack, side by side: fault-free, then the same recipe with
 random island at random times (`yeto chaos kill`). From the tape:
   goodput  = tokens merged / tokens computed, where tokens merged = Σ RoundMerged.tokens / fragments
              (each token is merged once per fragment) and tokens computed = Σ over (learner, generation)
-             of its last LearnerProgress.tokens (progress is rate-limited, so the last seconds before a
-             kill are not counted: goodput is slightly optimistic by that much)
+             of its last LearnerProgress.tokens, plus for every killed generation an estimate of what it
+             trained after its last report (progress is rate-limited): its last tokens/s times the seconds
+             from that report to its IslandExited (which the launcher's watcher sees within ~1 s, so the
+             estimate errs high, making goodput slightly pessimistic)
   rejoin_s = from a replacement's IslandReplaced to the first RoundMerged that lists its learner
   quality  = held-out masked CE of each run's artifact (the finalizer's export of the syncer's state)
 Targets (issue 7): goodput >= 0.88, rejoin <= 30 s on CPU. Last line: goodput=<value>.
@@ -57,13 +59,20 @@ def metrics(env, run: str) -> dict:
     merged = sql(env, f"select coalesce(sum(tokens), 0) from rounds where run_id = '{run}'")[0][0] / frags
     computed = sql(env, f"select coalesce(sum(t), 0) from (select max(tokens) t from learner_progress "
                         f"where run_id = '{run}' group by learner, generation)")[0][0]
+    lost = sql(env, f"""select coalesce(sum(lp.rate * greatest(0, epoch(x.ts - lp.ts))), 0) from
+        (select learner, generation, max(ts) ts, arg_max(tokens_per_s, ts) rate from learner_progress
+         where run_id = '{run}' group by learner, generation) lp
+        join (select 'island-' || (payload->>'island') learner, cast(payload->>'generation' as int) generation, min(ts) ts
+              from events where run_id = '{run}' and type = 'IslandExited' and payload->>'exit_code' is null group by 1, 2) x
+        on lp.learner = x.learner and lp.generation = x.generation""")[0][0]
     rejoin = sql(env, f"""select r.learner, r.generation, epoch(min(m.ts) - r.ts) from
         (select ts, 'island-' || (payload->>'island') learner, cast(payload->>'generation' as int) generation
          from events where run_id = '{run}' and type = 'IslandReplaced') r
         left join rounds m on m.run_id = '{run}' and m.ts > r.ts and cast(m.responders as varchar) like '%"' || r.learner || '"%'
         group by r.learner, r.generation, r.ts order by r.ts""")
-    return {"fragments": frags, "tokens_merged": merged, "tokens_computed": computed,
-            "goodput": merged / max(1, computed), "rejoin_s": [row[2] for row in rejoin]}
+    computed_all = computed + lost
+    return {"fragments": frags, "tokens_merged": merged, "tokens_computed": computed_all, "tokens_reported": computed,
+            "tokens_lost_estimate": lost, "goodput": merged / max(1, computed_all), "rejoin_s": [row[2] for row in rejoin]}
 
 
 def artifact_ce(env, run: str, data: Path) -> float:

@@ -56,7 +56,8 @@ def test_wan_tiny_real_run_over_shaped_links():
     name, value = lines[-1].split("=")
     float(value)          # nan when Yeto had not reached DDP's loss in so few steps: not this test's business
     assert name == "yeto_time_to_target_over_ddp"
-    rows = {line.split()[0]: line.split() for line in lines if line.split() and line.split()[0] in ("ddp", "yeto")}
+    rows = {line.split()[0]: line.split() for line in lines
+            if line.split() and line.split()[0] in ("ddp", "yeto") and line.split()[1] != "artifact"}
     assert set(rows) == {"ddp", "yeto"}
     # every arm moved bytes over the shaped links, and DDP (a full gradient every step) moved the most
     assert 0 < float(rows["yeto"][5]) < float(rows["ddp"][5])
