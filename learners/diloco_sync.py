@@ -203,23 +203,27 @@ class DilocoSync:
             del queue[key]
         if self.versions[p] == start:
             return False
-        self._after_apply(p)
+        # A first global that came as a keyframe payload replaces the learner's values outright: they are
+        # the base model (a replacement, a late joiner), and blending them in would pull the run back
+        # towards its starting point. (Version 0 adopted by checksum equals them: the blend keeps any
+        # steps trained before it arrived.)
+        self._after_apply(p, alpha=0.0 if start is None and not landed else None)
         return True
 
-    def _after_apply(self, p: int) -> None:
+    def _after_apply(self, p: int, *, alpha: float | None = None) -> None:
         """A newer global version of fragment p landed: blend it in and keep the progress not pushed yet."""
         seen = self.announced.get(p)
         if seen is not None and seen[0].version <= self.versions[p]:
             del self.announced[p]
-        self._blend(p)
+        self._blend(p, self.config.alpha if alpha is None else alpha)
         # The counts a push carried are now in the global; what was trained since that push is not and
         # still belongs to the next push (zeroing here lost it from the merge weight and from goodput).
         tokens, steps = self.pushed.pop(p, (0, 0))
         self.c_tokens[p] = max(0, self.c_tokens[p] - tokens)
         self.c_steps[p] = max(0, self.c_steps[p] - steps)
 
-    def _blend(self, p: int) -> None:
-        alpha, offset, shadow = self.config.alpha, 0, self.anchors[p]
+    def _blend(self, p: int, alpha: float) -> None:
+        offset, shadow = 0, self.anchors[p]
         for t in self.layout.fragments[p]:
             global_part = shadow[offset:offset + t.numel].reshape(t.shape)
             offset += t.numel

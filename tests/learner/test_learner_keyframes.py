@@ -218,3 +218,36 @@ def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand
             np.testing.assert_array_equal(b.anchors[p], shadow.shadows[p])
     finally:
         t.close(flush_s=1)
+
+
+def test_a_joining_learner_takes_its_first_keyframe_outright_instead_of_blending_its_base_model_in():
+    blend = SyncConfig(num_fragments=2, inner_steps=4, alpha=0.5)
+    a = DilocoSync(DictArrays(values(0)), blend, run_id="r", learner="l0", clock=Clock())
+    shadow = BroadcastShadow(run_id="r", fingerprint=a.fingerprint, keyframe_every=1, codec_down="q4")
+    trained = {p: a.anchors[p] + 1.0 for p in a.active}          # the run has moved away from the base model
+    keyframes_of(a, shadow, 0, {p: a.anchors[p] for p in a.active})
+    published = [m for m in keyframes_of(a, shadow, 1, trained) if m[0].kind == "keyframe"]
+    late = DilocoSync(DictArrays(values(0)), blend, run_id="r", learner="l1", clock=Clock())   # a replacement
+    for h, payload in published:
+        for hc, chunk in split_chunks(h, payload, 256):
+            late.offer(hc, chunk)
+    assert late.catch_up() is True
+    for p in late.active:
+        offset = 0
+        for t in late.layout.fragments[p]:
+            np.testing.assert_array_equal(late.arrays.values[t.name].ravel(), shadow.shadows[p][offset:offset + t.numel])
+            offset += t.numel
+
+
+def test_adopting_version_zero_blends_so_steps_trained_before_it_are_kept():
+    blend = SyncConfig(num_fragments=2, inner_steps=4, alpha=0.5)
+    a = DilocoSync(DictArrays(values(0)), blend, run_id="r", learner="l0", clock=Clock())
+    shadow = BroadcastShadow(run_id="r", fingerprint=a.fingerprint, keyframe_every=16, codec_down="q4")
+    announced = keyframes_of(a, shadow, 0, {p: a.anchors[p] for p in a.active})
+    b = DilocoSync(DictArrays(values(0)), blend, run_id="r", learner="l1", clock=Clock())
+    name = b.layout.fragments[b.active[0]][0].name
+    b.arrays.values[name] = b.arrays.values[name] + 2.0          # steps trained while version 0 was on its way
+    for h, _ in announced:
+        b.offer(h, None)
+    b.catch_up()
+    np.testing.assert_allclose(b.arrays.values[name], values(0)[name] + 1.0, rtol=1e-6)   # alpha 0.5 of the progress
