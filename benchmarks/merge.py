@@ -20,6 +20,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from yeto.schemas import codecs  # noqa: E402
 from yeto.services.syncer import backend, gram, merge  # noqa: E402
 
 LR, MU = 0.7, 0.9
@@ -64,6 +65,20 @@ def main() -> None:
             for k in range(m):
                 gram.gram_row(f.rows[2:2 + k + 1], f.rows[2 + k])
 
+    payload = codecs.encode("q4", frags[0].rows[2])   # one q4 push, decoded into every push row
+
+    def ingest_decode_then_gram():   # q4 decode into the row, then its Gram row (reads the row back)
+        for f in frags:
+            for k in range(m):
+                codecs.decode("q4", payload, n, out=f.rows[2 + k])
+                gram.gram_row(f.rows[2:2 + k + 1], f.rows[2 + k])
+
+    def ingest_fused():              # as the syncer ingests: the Gram row taken while each stretch is decoded
+        for f in frags:
+            for k in range(m):
+                acc = gram.RowProducts(f.rows[2:2 + k + 1], f.rows[2 + k])
+                codecs.decode("q4", payload, n, out=f.rows[2 + k], on_chunk=acc)
+
     def naive_numpy():
         w = weights / weights.sum()
         for f in frags:
@@ -91,7 +106,8 @@ def main() -> None:
         variants["naive_torch"] = naive_torch
     except ImportError:
         print("torch not installed: naive torch variant skipped")
-    timed = {**variants, "ingest_gram": ingest_gram}
+    timed = {**variants, "ingest_gram": ingest_gram, "ingest_decode_then_gram": ingest_decode_then_gram,
+             "ingest_fused": ingest_fused}
     best = dict.fromkeys(timed, float("inf"))
     for _ in range(args.reps):
         for name, fn in timed.items():
@@ -103,13 +119,15 @@ def main() -> None:
     print(f"backend={backend.NAME} fragments={args.fragments}x{n * 4 >> 20} MiB learners={m} reps={args.reps}")
     print(f"memcpy: {memcpy_bps / 1e9:.2f} GB/s (read + write)")
     for name, seconds in best.items():
-        if name not in ("memcpy", "ingest_gram"):
+        if not name.startswith(("memcpy", "ingest")):
             bps = (m + 4) * total / seconds
             print(f"{name:>20}: {seconds * 1e3:8.1f} ms  {bps / 1e9:6.2f} GB/s  {bps / memcpy_bps:.3f} x memcpy")
     ingest = best["ingest_gram"]
     print(f"{'ingest_gram':>20}: {ingest * 1e3:8.1f} ms  Gram rows as the {m} pushes arrive, "
           f"{ingest / (m * best['memcpy']):.2f} x the time of copying them; RDA step + ingest together: "
           f"{(m + 4) * total / (best['yeto_rda'] + ingest) / memcpy_bps:.3f} x memcpy")
+    print(f"{'ingest (q4 decode + Gram row), all pushes':>20}: decode then Gram {best['ingest_decode_then_gram'] * 1e3:.1f} ms, "
+          f"fused {best['ingest_fused'] * 1e3:.1f} ms ({best['ingest_decode_then_gram'] / best['ingest_fused']:.2f}x faster)")
     if backend.GPU:
         print("CuPy backend active: the numbers above are device memory throughput")
     else:

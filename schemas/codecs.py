@@ -8,6 +8,8 @@ table lookup and one f32 multiply, so every machine decodes the same bytes to th
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 CODECS = ("f32", "bf16", "q4")
@@ -41,8 +43,10 @@ def encode(codec: str, x: np.ndarray) -> bytes:
     raise ValueError(f"unknown codec {codec!r}; use one of {', '.join(CODECS)}")
 
 
-def decode(codec: str, payload: bytes | bytearray | memoryview, numel: int, out: np.ndarray | None = None) -> np.ndarray:
-    """Decode wire bytes to a 1-D f32 array of `numel` values (into `out` when given)."""
+def decode(codec: str, payload: bytes | bytearray | memoryview, numel: int, out: np.ndarray | None = None, *,
+           on_chunk: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """Decode wire bytes to a 1-D f32 array of `numel` values (into `out` when given). `on_chunk(start, stop)`
+    is called as each stretch of `out` is written (q4: 256K values at a time), while it is still in cache."""
     if len(payload) != encoded_size(codec, numel):
         raise ValueError(f"{codec} payload of {numel} values must be {encoded_size(codec, numel)} bytes, got {len(payload)}")
     out = np.empty(numel, dtype=np.float32) if out is None else out
@@ -53,7 +57,10 @@ def decode(codec: str, payload: bytes | bytearray | memoryview, numel: int, out:
         wide <<= 16
         out[:] = wide.view(np.float32)
     else:
-        _q4_decode(payload, numel, out)
+        _q4_decode(payload, numel, out, on_chunk)
+        return out
+    if on_chunk is not None:
+        on_chunk(0, numel)
     return out
 
 
@@ -93,13 +100,14 @@ def _q4_encode(x: np.ndarray) -> bytes:
     return scales.tobytes() + codes.tobytes()
 
 
-def _q4_decode(payload, numel: int, out: np.ndarray) -> None:
+def _q4_decode(payload, numel: int, out: np.ndarray, on_chunk: Callable[[int, int], None] | None = None) -> None:
     num_blocks = -(-numel // Q4_BLOCK)
     scales = np.frombuffer(payload, dtype="<f4", count=num_blocks)
     codes = np.frombuffer(payload, dtype=np.uint8, offset=4 * num_blocks).reshape(num_blocks, Q4_BLOCK // 2)
     full = numel // Q4_BLOCK
-    for start in range(0, num_blocks, _ROWS_PER_PASS):
-        stop = min(start + _ROWS_PER_PASS, num_blocks)
+    per_pass = _ROWS_PER_PASS if on_chunk is None else _ROWS_PER_PASS // 4    # 1 MiB of output: the caller's reads hit L2
+    for start in range(0, num_blocks, per_pass):
+        stop = min(start + per_pass, num_blocks)
         packed = codes[start:stop]
         rows = np.empty((stop - start, Q4_BLOCK), dtype=np.float32)
         np.take(_LUT, packed & 15, out=rows[:, 0::2])
@@ -109,6 +117,8 @@ def _q4_decode(payload, numel: int, out: np.ndarray) -> None:
             out[start * Q4_BLOCK:stop * Q4_BLOCK] = rows.reshape(-1)
         else:
             out[start * Q4_BLOCK:] = rows.reshape(-1)[:numel - start * Q4_BLOCK]
+        if on_chunk is not None:
+            on_chunk(start * Q4_BLOCK, min(stop * Q4_BLOCK, numel))
 
 
 class ErrorFeedback:

@@ -86,8 +86,14 @@ class SyncerCore:
             return [self._reject(h, rejection.reason, rejection.detail)]
         k = len(r.pending)
         row = frag.push(k)                              # a free row: a superseded push stays intact until this one checks out
-        codecs.decode(h.codec, payload, h.numel, out=row) if not backend.GPU else row.set(codecs.decode(h.codec, payload, h.numel))
-        products = gram.gram_row(frag.rows[2:2 + k + 1], row)   # this push's row of G: off the merge's critical path
+        # This push's row of G is computed as it is decoded (off the merge's critical path, no second read).
+        if backend.GPU:
+            row.set(codecs.decode(h.codec, payload, h.numel))
+            products = gram.gram_row(frag.rows[2:2 + k + 1], row)
+        else:
+            acc = gram.RowProducts(frag.rows[2:2 + k + 1], row)
+            codecs.decode(h.codec, payload, h.numel, out=row, on_chunk=acc)
+            products = acc.products
         if not np.isfinite(products[k]):
             return [self._reject(h, "non_finite", f"push of fragment {h.fragment} at step {h.local_step} holds NaN or infinity")]
         out = self._note_learner(h, record, now)

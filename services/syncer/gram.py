@@ -34,6 +34,19 @@ def gram_row(rows, row, chunk: int = GRAM_CHUNK) -> np.ndarray:
     return out
 
 
+class RowProducts:
+    """`gram_row` computed piecewise as a push is decoded (codecs.decode's `on_chunk`): each stretch of the new
+    row is multiplied with the rows already in while it is still in cache, so the new row is never read back."""
+
+    def __init__(self, rows, row) -> None:
+        self.rows, self.row = rows, row            # rows 0..k of the push buffer, the last being `row`
+        self.products = np.zeros(rows.shape[0])
+
+    def __call__(self, start: int, stop: int) -> None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.products += self.rows[:, start:stop] @ self.row[start:stop]
+
+
 class RoundGram:
     """G of one round's pushes, by slot, grown one row per admitted push (a superseding push replaces its slot's)."""
 

@@ -107,3 +107,25 @@ def test_round_gram_built_push_by_push_equals_the_full_gram_pass_even_with_super
     g = rg.take(len(slots))
     np.testing.assert_allclose(g, gram.gram(frag.rows[2:2 + len(slots)]), rtol=1e-6)
     assert rg.take(0).shape == (0, 0), "the next round starts over"
+
+
+@pytest.mark.parametrize("codec", ["q4", "bf16", "f32"])
+def test_row_products_taken_while_decoding_equal_the_gram_row_and_cover_every_value_once(codec):
+    from yeto.schemas import codecs
+
+    rng = np.random.default_rng(3)
+    n = 700_001                                         # several q4 passes and a partial last block
+    frag = merge.FragmentRows(rng.standard_normal(n, dtype=np.float32), slots=3)
+    for i in range(2):
+        frag.push(i)[:] = rng.standard_normal(n, dtype=np.float32)
+    payload = codecs.encode(codec, rng.standard_normal(n, dtype=np.float32))
+    row, seen = frag.push(2), []
+    acc = gram.RowProducts(frag.rows[2:5], row)
+
+    def record(a, b):
+        seen.append((a, b))
+        acc(a, b)
+    codecs.decode(codec, payload, n, out=row, on_chunk=record)
+    assert seen[0][0] == 0 and seen[-1][1] == n and all(b == c for (_, b), (c, _) in zip(seen, seen[1:]))
+    np.testing.assert_allclose(acc.products, gram.gram_row(frag.rows[2:5], row), rtol=1e-5)
+    np.testing.assert_array_equal(row, codecs.decode(codec, payload, n))
