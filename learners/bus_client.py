@@ -27,7 +27,7 @@ from yeto.schemas.base import Event, derive_id, parse
 from yeto.schemas.final import LearnerFinalAck
 from yeto.schemas.fragments import FragmentHeader, split_chunks
 from yeto.schemas.layout import LayoutDeclared, TensorEntry
-from yeto.schemas.subjects import GLOB_PREFIX, event_subject, fragment_subject, stream_for
+from yeto.schemas.subjects import GLOB_PREFIX, event_subject, fragment_subject, keyframe_subject, stream_for
 from yeto.schemas.training import LearnerProgress
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,8 @@ class NatsTransport:
         self._last_result = self._reported = None
         self.bytes_sent = self.bytes_fetched = 0
         self._bus: Bus | None = None
-        self._keyseqs: dict[tuple[int, int], dict[int, int]] = {}   # announced keyframes: (fragment, version) -> {chunk: seq}
-        self._numchunks: dict[tuple[int, int], int] = {}
+        # announced keyframes: (fragment, version) -> (num_chunks, {chunk: stream sequence})
+        self._keyseqs: dict[tuple[int, int], tuple[int, dict[int, int]]] = {}
         self._wanted: set[tuple[int, int]] = set()                   # asked for, not fetched yet
         self._final: dict[int, int] | None = None      # the run's final versions, once CheckpointMarkedFinal is out
         self._thread = threading.Thread(target=self._run, name=f"bus-{learner}", daemon=True)
@@ -212,9 +212,7 @@ class NatsTransport:
             key = (header.fragment, header.version)
             for old in [k for k in self._keyseqs if k[0] == key[0] and k[1] < key[1]]:
                 del self._keyseqs[old]
-                self._numchunks.pop(old, None)
-            self._keyseqs.setdefault(key, {})[header.chunk] = msg.metadata.sequence.stream
-            self._numchunks[key] = header.num_chunks
+            self._keyseqs.setdefault(key, (header.num_chunks, {}))[1][header.chunk] = msg.metadata.sequence.stream
             self._maybe_fetch(key)
         with self._lock:
             self._inbox.append((header, None if announced else msg.data))
@@ -224,13 +222,13 @@ class NatsTransport:
         self._maybe_fetch(key)
 
     def _maybe_fetch(self, key: tuple[int, int]) -> None:
-        seqs = self._keyseqs.get(key, {})
-        if key in self._wanted and len(seqs) == self._numchunks.get(key) and self._bus is not None:
+        num_chunks, seqs = self._keyseqs.get(key, (None, {}))
+        if key in self._wanted and len(seqs) == num_chunks and self._bus is not None:
             self._wanted.discard(key)
             self._loop.create_task(self._fetch(key, dict(seqs)))
 
     async def _fetch(self, key: tuple[int, int], seqs: dict[int, int]) -> None:
-        stream = stream_for(f"{GLOB_PREFIX}.{self.run_id}.{key[0]}.key.0").name
+        stream = stream_for(keyframe_subject(self.run_id, key[0])).name
         for chunk, seq in sorted(seqs.items()):
             for attempt in range(6):          # a server restart or a slow link: back off, then give up until the next keyframe
                 try:

@@ -35,8 +35,8 @@ class DilocoHook:
         if self.sends_init:
             self._send(self.sync.init_pushes())
         changed = self._wait()
-        if not self.sends_init and self.sync.missing():
-            missing = set(self.sync.missing())
+        missing = set() if self.sends_init else set(self.sync.missing())
+        if missing:
             self._send([push for push in self.sync.init_pushes() if push.header.fragment in missing])
             changed = self._wait() or changed
         self._last_step_at = self.clock()

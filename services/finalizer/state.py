@@ -5,6 +5,7 @@ Phases: training -> cutting (FinalCutRequested) -> done (FinalCutDone of every s
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -73,8 +74,6 @@ def _fold_island(run: FinalRun, e: Event) -> FinalRun:
 
 def combine_cut(parts: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """One final cut from the shards' reports: every fragment's version, the snapshot folders, one digest."""
-    import hashlib
-
     ordered = [parts[k] for k in sorted(parts)]
     if len(ordered) == 1:
         return dict(ordered[0])

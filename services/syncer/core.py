@@ -86,14 +86,14 @@ class SyncerCore:
             return [self._reject(h, rejection.reason, rejection.detail)]
         k = len(r.pending)
         row = frag.push(k)                              # a free row: a superseded push stays intact until this one checks out
-        # This push's row of G is computed as it is decoded (off the merge's critical path, no second read).
+        # This push's row of G, off the merge's critical path: on the CPU taken as it is decoded (no second read).
+        acc = gram.RowProducts(frag.rows[2:2 + k + 1], row)
         if backend.GPU:
             row.set(codecs.decode(h.codec, payload, h.numel))
-            products = gram.gram_row(frag.rows[2:2 + k + 1], row)
+            acc(0, row.size)
         else:
-            acc = gram.RowProducts(frag.rows[2:2 + k + 1], row)
             codecs.decode(h.codec, payload, h.numel, out=row, on_chunk=acc)
-            products = acc.products
+        products = acc.products
         if not np.isfinite(products[k]):
             return [self._reject(h, "non_finite", f"push of fragment {h.fragment} at step {h.local_step} holds NaN or infinity")]
         out = self._note_learner(h, record, now)
@@ -152,7 +152,7 @@ class SyncerCore:
             weights = np.ones(len(hs))
         mode = "avg" if self.roles[p] == "embed" else cfg.merge
         started = self.clock()
-        g = self.grams.setdefault(p, gram.RoundGram()).take(len(hs))
+        g = self.grams[p].take(len(hs))                 # every push of the round was admitted through _push
         result = merge.merge_round(frag, len(hs), weights, merge=mode, lr=cfg.outer_lr, momentum=cfg.momentum, g=g)
         backend.synchronize()
         elapsed = self.clock() - started

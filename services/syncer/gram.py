@@ -26,25 +26,24 @@ def gram(pushes, chunk: int = GRAM_CHUNK) -> np.ndarray:
 def gram_row(rows, row, chunk: int = GRAM_CHUNK) -> np.ndarray:
     """[<rows[i], row>] in float64, chunked like `gram`: one row of G, computed as a push arrives so that the
     round's merge is left with the fused step alone."""
-    out = np.zeros(rows.shape[0])
-    with np.errstate(over="ignore", invalid="ignore"):
-        for start in range(0, row.size, chunk):
-            part = rows[:, start:start + chunk] @ row[start:start + chunk]
-            out += part.get() if GPU else part
-    return out
+    acc = RowProducts(rows, row)
+    for start in range(0, row.size, chunk):
+        acc(start, min(start + chunk, row.size))
+    return acc.products
 
 
 class RowProducts:
-    """`gram_row` computed piecewise as a push is decoded (codecs.decode's `on_chunk`): each stretch of the new
-    row is multiplied with the rows already in while it is still in cache, so the new row is never read back."""
+    """`gram_row` computed piecewise, e.g. as a push is decoded (codecs.decode's `on_chunk`): each stretch of
+    the new row is multiplied with the rows already in while it is still in cache, so it is never read back."""
 
     def __init__(self, rows, row) -> None:
         self.rows, self.row = rows, row            # rows 0..k of the push buffer, the last being `row`
         self.products = np.zeros(rows.shape[0])
 
     def __call__(self, start: int, stop: int) -> None:
-        with np.errstate(over="ignore", invalid="ignore"):
-            self.products += self.rows[:, start:stop] @ self.row[start:stop]
+        with np.errstate(over="ignore", invalid="ignore"):   # a non-finite product is the answer, not an error
+            part = self.rows[:, start:stop] @ self.row[start:stop]
+            self.products += part.get() if GPU else part
 
 
 class RoundGram:
