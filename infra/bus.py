@@ -1,23 +1,101 @@
-"""The one way Yeto processes publish and consume: commands and events over NATS JetStream.
+"""The bus seam: what Yeto processes may do with commands, events and streams, as a protocol.
 
-Publishing carries `Nats-Msg-Id = msg.id`; ids are derived from the cause (`Message.caused`), so a
-redelivered cause republishes the same id and JetStream drops the duplicate. Publishes retry with
-backoff while the server is away (a restart under load loses no acknowledged event).
+`connect(url)` returns the NATS JetStream implementation (infra/bus_nats.py); `MemoryBus`
+(infra/bus_memory.py) is the same protocol in memory for pure tests. Both pass
+tests/infra/test_infra_bus_contract.py. Publishing carries the message id (`Nats-Msg-Id = msg.id`);
+ids are derived from the cause (`Message.caused`), so a redelivered cause republishes the same id and
+the stream drops the duplicate. Publishes retry with backoff while the server is away and raise
+ConnectionError after `retry_for` seconds. Stream names and subjects live in schemas/subjects.py.
 """
 from __future__ import annotations
 
-import asyncio
-import logging
+from typing import Awaitable, Callable, Literal, Protocol, Sequence
 
-import nats
-from nats.errors import ConnectionClosedError, NoRespondersError, TimeoutError as NatsTimeout
-from nats.js.errors import ServiceUnavailableError
-
-from yeto.schemas.base import Command, Message, to_bytes
+from yeto.schemas.base import Command, Message
 from yeto.schemas.subjects import command_subject, event_subject
 
-log = logging.getLogger(__name__)
-RETRYABLE = (NatsTimeout, asyncio.TimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionClosedError)
+Deliver = Literal["all", "last_per_subject", "new"]
+
+
+class NoResponders(ConnectionError):
+    """A request found nobody serving its subject."""
+
+
+class Delivery(Protocol):
+    """One message from a consumer or a watch."""
+
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+    seq: int
+    """Its stream sequence."""
+    num_pending: int
+    """Messages of the consumer not yet delivered after this one."""
+
+    async def ack(self) -> None: ...
+    async def nak(self, delay_s: float | None = None) -> None: ...
+    async def term(self) -> None: ...
+    async def in_progress(self) -> None: ...
+
+
+class Consumer(Protocol):
+    """A pull consumer."""
+
+    async def fetch(self, max_msgs: int, timeout_s: float) -> list[Delivery]:
+        """Up to max_msgs deliveries; [] when nothing came within timeout_s (or the server is away)."""
+        ...
+
+    async def num_pending(self) -> int:
+        """Messages not yet delivered."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Subscription(Protocol):
+    async def close(self) -> None: ...
+
+
+class Bus(Protocol):
+    name: str
+
+    async def publish(self, msg: Message, *, retry_for: float = 60.0) -> int:
+        """Publish an event or command; returns its stream sequence (the original one for a duplicate id)."""
+        ...
+
+    async def publish_raw(self, subject: str, payload: bytes, *, msg_id: str | None = None,
+                          headers: dict[str, str] | None = None, retry_for: float = 60.0) -> int: ...
+
+    async def consumer(self, subjects: Sequence[str], *, durable: str | None = None, after_seq: int = 0,
+                       ack: bool = True, ack_wait_s: float = 60.0, max_deliver: int = -1,
+                       max_ack_pending: int = 1000) -> Consumer:
+        """A pull consumer on the stream holding `subjects`. durable None: ephemeral (it resumes after its
+        last delivery when the server forgets it); ack False: no acks (folds); after_seq N: start at N+1."""
+        ...
+
+    async def watch(self, subject: str, callback: Callable[[Delivery], Awaitable[None]], *,
+                    deliver: Deliver = "all", headers_only: bool = False) -> Subscription:
+        """An ordered push consumer calling `callback` in stream order; it survives a server restart."""
+        ...
+
+    async def last(self, subject: str) -> tuple[dict[str, str], bytes] | None:
+        """The newest stored message on a subject, None if there is none."""
+        ...
+
+    async def direct_get(self, stream: str, seq: int, *, timeout_s: float = 120.0) -> tuple[dict[str, str], bytes] | None:
+        """One stored message by sequence; None if the stream no longer holds it."""
+        ...
+
+    async def request(self, subject: str, payload: bytes, *, timeout_s: float) -> bytes:
+        """Request/reply (not persisted). Raises NoResponders, or TimeoutError after timeout_s."""
+        ...
+
+    async def serve(self, subject: str, handler: Callable[[bytes], Awaitable[bytes]], *,
+                    queue: str = "") -> Subscription:
+        """Answer requests on `subject` with handler(payload); instances sharing `queue` split them."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 def subject_of(msg: Message) -> str:
@@ -27,72 +105,12 @@ def subject_of(msg: Message) -> str:
     return event_subject(msg.run_id, msg.type)
 
 
-async def _log_error(e: Exception) -> None:
-    log.warning("nats: %s", e)
+async def connect(url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> Bus:
+    """The NATS JetStream bus at `url` (nats:// or tls://, the latter pinned through $YETO_NATS_CA)."""
+    from yeto.infra.bus_nats import NatsBus
+
+    return await NatsBus.connect(url, name=name, connect_timeout=connect_timeout)
 
 
-class Bus:
-    """A NATS connection and its JetStream context, with Yeto's publish rules."""
-
-    def __init__(self, nc, name: str):
-        self.nc, self.js, self.name = nc, nc.jetstream(timeout=5.0), name
-
-    @classmethod
-    async def connect(cls, url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> "Bus":
-        deadline = asyncio.get_running_loop().time() + connect_timeout
-        tls = None
-        if url.startswith("tls://"):  # a head VM's self-signed certificate, pinned through $YETO_NATS_CA
-            import os
-            import ssl
-
-            tls = ssl.create_default_context(cafile=os.environ.get("YETO_NATS_CA") or None)
-            tls.check_hostname = False
-        while True:
-            try:
-                nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-                                        connect_timeout=2, allow_reconnect=True, error_cb=_log_error, tls=tls)
-                return cls(nc, name)
-            except (OSError, NatsTimeout, nats.errors.NoServersError):
-                if asyncio.get_running_loop().time() > deadline:
-                    raise ConnectionError(f"cannot reach NATS at {url}: is the stack up? (`yeto stack up`)") from None
-                await asyncio.sleep(0.2)
-
-    async def publish(self, msg: Message, *, retry_for: float = 60.0) -> int:
-        """Publish and wait for JetStream's ack; returns the stream sequence (or the original one if duplicate)."""
-        return await self.publish_raw(subject_of(msg), to_bytes(msg), msg_id=msg.id, retry_for=retry_for)
-
-    async def publish_raw(self, subject: str, payload: bytes, *, msg_id: str | None = None,
-                          headers: dict[str, str] | None = None, retry_for: float = 60.0) -> int:
-        hdrs = dict(headers or {})
-        if msg_id:
-            hdrs["Nats-Msg-Id"] = msg_id
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + retry_for, 0.05
-        while True:
-            try:
-                ack = await self.js.publish(subject, payload, headers=hdrs or None)
-                return ack.seq
-            except RETRYABLE as e:
-                if loop.time() > deadline:
-                    raise ConnectionError(f"publish to {subject} failed for {retry_for:.0f}s: {e!r}") from e
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-
-    async def direct_get(self, stream: str, seq: int, *, timeout: float = 120.0) -> tuple[dict[str, str], bytes] | None:
-        """One stored message by sequence, payload raw (not base64 as the STREAM.MSG.GET API sends it); None
-        if the stream no longer holds it. The timeout is long: a 4 MiB chunk over a slow link takes seconds."""
-        import json
-
-        resp = await self.nc.request(f"$JS.API.DIRECT.GET.{stream}", json.dumps({"seq": seq}).encode(), timeout=timeout)
-        headers = dict(resp.headers or {})
-        if not resp.data and headers.get("Status"):
-            if headers["Status"] == "404":
-                return None
-            raise ConnectionError(f"direct get of {stream} #{seq}: {headers.get('Status')} {headers.get('Description', '')}")
-        return headers, resp.data
-
-    async def close(self) -> None:
-        # Not drain(): every publish was acknowledged already and every consumed message acked or left
-        # for redelivery, so there is nothing to wait for (drain waits on idle ordered consumers).
-        if not self.nc.is_closed:
-            await self.nc.close()
+# Transition: callers written before the protocol spell `Bus.connect(url)`; it means `connect(url)`.
+Bus.connect = staticmethod(connect)  # type: ignore[attr-defined]

@@ -1,0 +1,126 @@
+"""The bus over NATS JetStream: Yeto's publish rules, stored reads, request/reply; consumers in bus_nats_consumer.py."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import ssl
+from typing import Awaitable, Callable, Sequence
+
+import nats
+from nats.errors import ConnectionClosedError, NoRespondersError, TimeoutError as NatsTimeout
+from nats.js.errors import NotFoundError, ServiceUnavailableError
+
+from yeto.infra.bus import Deliver, Delivery, NoResponders, subject_of
+from yeto.infra.bus_nats_consumer import NatsConsumer, NatsSubscription, watch
+from yeto.schemas.base import Message, to_bytes
+from yeto.schemas.subjects import stream_for
+
+log = logging.getLogger(__name__)
+RETRYABLE = (NatsTimeout, asyncio.TimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionClosedError)
+
+
+async def _log_error(e: Exception) -> None:
+    log.warning("nats: %s", e)
+
+
+class NatsBus:
+    """A NATS connection and its JetStream context. `nc` and `js` are for infra's stream admin and the
+    tape writer's raw pulls only; everything else goes through the Bus protocol."""
+
+    def __init__(self, nc, name: str):
+        self.nc, self.js, self.name = nc, nc.jetstream(timeout=5.0), name
+
+    @classmethod
+    async def connect(cls, url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> "NatsBus":
+        deadline = asyncio.get_running_loop().time() + connect_timeout
+        tls = None
+        if url.startswith("tls://"):  # a head VM's self-signed certificate, pinned through $YETO_NATS_CA
+            tls = ssl.create_default_context(cafile=os.environ.get("YETO_NATS_CA") or None)
+            tls.check_hostname = False
+        while True:
+            try:
+                nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+                                        connect_timeout=2, allow_reconnect=True, error_cb=_log_error, tls=tls)
+                return cls(nc, name)
+            except (OSError, NatsTimeout, nats.errors.NoServersError):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise ConnectionError(f"cannot reach NATS at {url}: is the stack up? (`yeto stack up`)") from None
+                await asyncio.sleep(0.2)
+
+    async def publish(self, msg: Message, *, retry_for: float = 60.0) -> int:
+        return await self.publish_raw(subject_of(msg), to_bytes(msg), msg_id=msg.id, retry_for=retry_for)
+
+    async def publish_raw(self, subject: str, payload: bytes, *, msg_id: str | None = None,
+                          headers: dict[str, str] | None = None, retry_for: float = 60.0) -> int:
+        hdrs = dict(headers or {})
+        if msg_id:
+            hdrs["Nats-Msg-Id"] = msg_id
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + retry_for, 0.05
+        while True:
+            try:
+                ack = await self.js.publish(subject, payload, headers=hdrs or None)
+                return ack.seq
+            except RETRYABLE as e:
+                if loop.time() > deadline:
+                    raise ConnectionError(f"publish to {subject} failed for {retry_for:.0f}s: {e!r}") from e
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def consumer(self, subjects: Sequence[str], *, durable: str | None = None, after_seq: int = 0,
+                       ack: bool = True, ack_wait_s: float = 60.0, max_deliver: int = -1,
+                       max_ack_pending: int = 1000) -> NatsConsumer:
+        c = NatsConsumer(self.js, stream_for(subjects[0]).name, tuple(subjects), durable=durable, after_seq=after_seq,
+                         ack=ack, ack_wait_s=ack_wait_s, max_deliver=max_deliver, max_ack_pending=max_ack_pending)
+        await c.open()
+        return c
+
+    async def watch(self, subject: str, callback: Callable[[Delivery], Awaitable[None]], *,
+                    deliver: Deliver = "all", headers_only: bool = False) -> NatsSubscription:
+        return await watch(self.js, subject, callback, deliver=deliver, headers_only=headers_only)
+
+    async def last(self, subject: str) -> tuple[dict[str, str], bytes] | None:
+        try:
+            raw = await self.js.get_last_msg(stream_for(subject).name, subject)
+        except NotFoundError:
+            return None
+        return dict(raw.headers or {}), raw.data or b""
+
+    async def direct_get(self, stream: str, seq: int, *, timeout_s: float = 120.0) -> tuple[dict[str, str], bytes] | None:
+        """Payload raw (not base64 as the STREAM.MSG.GET API sends it). The timeout is long: a 4 MiB chunk
+        over a slow link takes seconds."""
+        resp = await self.nc.request(f"$JS.API.DIRECT.GET.{stream}", json.dumps({"seq": seq}).encode(), timeout=timeout_s)
+        headers = dict(resp.headers or {})
+        if not resp.data and headers.get("Status"):
+            if headers["Status"] == "404":
+                return None
+            raise ConnectionError(f"direct get of {stream} #{seq}: {headers.get('Status')} {headers.get('Description', '')}")
+        return headers, resp.data
+
+    async def request(self, subject: str, payload: bytes, *, timeout_s: float) -> bytes:
+        try:
+            return (await self.nc.request(subject, payload, timeout=timeout_s)).data
+        except NoRespondersError:
+            raise NoResponders(f"nobody serves {subject}") from None
+        except NatsTimeout:
+            raise TimeoutError(f"no answer on {subject} within {timeout_s:.0f}s") from None
+
+    async def serve(self, subject: str, handler: Callable[[bytes], Awaitable[bytes]], *,
+                    queue: str = "") -> NatsSubscription:
+        async def on_request(msg) -> None:
+            try:
+                reply = await handler(msg.data)
+            except Exception:  # noqa: BLE001 - the requester times out; the service goes on
+                log.exception("handler of %s failed", subject)
+                return
+            await msg.respond(reply)
+
+        return NatsSubscription(await self.nc.subscribe(subject, queue=queue, cb=on_request))
+
+    async def close(self) -> None:
+        # Not drain(): every publish was acknowledged already and every consumed message acked or left
+        # for redelivery, so there is nothing to wait for (drain waits on idle ordered consumers).
+        if not self.nc.is_closed:
+            await self.nc.close()

@@ -1,0 +1,118 @@
+"""JetStream consumers behind the bus protocol: pull consumers that outlive a server restart, ordered watches."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from yeto.infra.bus import Delivery
+from yeto.schemas.subjects import stream_for
+
+log = logging.getLogger(__name__)
+POLICIES = {"all": DeliverPolicy.ALL, "last_per_subject": DeliverPolicy.LAST_PER_SUBJECT, "new": DeliverPolicy.NEW}
+
+
+class NatsDelivery:
+    __slots__ = ("subject", "data", "headers", "seq", "num_pending", "_msg", "_acks")
+
+    def __init__(self, msg, acks: bool):
+        meta = msg.metadata
+        self.subject, self.data, self.headers = msg.subject, msg.data or b"", dict(msg.headers or {})
+        self.seq, self.num_pending = meta.sequence.stream, meta.num_pending
+        self._msg, self._acks = msg, acks
+
+    async def ack(self) -> None:
+        if self._acks:  # a consumer without acks (a fold, a watch) has nothing to acknowledge
+            await self._msg.ack()
+
+    async def nak(self, delay_s: float | None = None) -> None:
+        if self._acks:
+            await self._msg.nak(delay=delay_s)
+
+    async def term(self) -> None:
+        if self._acks:
+            await self._msg.term()
+
+    async def in_progress(self) -> None:
+        if self._acks:
+            await self._msg.in_progress()
+
+
+class NatsSubscription:
+    def __init__(self, sub):
+        self.sub = sub
+
+    async def close(self) -> None:
+        try:
+            await self.sub.unsubscribe()
+        except Exception as e:  # noqa: BLE001 - the connection is closing already
+            log.debug("unsubscribe: %r", e)
+
+
+class NatsConsumer:
+    """A pull consumer. On a failed fetch (server restart, consumer forgotten) it binds again; an ephemeral
+    one is re-created after its last delivery (ephemerals live in server memory and die with it)."""
+
+    def __init__(self, js, stream: str, subjects: tuple[str, ...], *, durable: str | None, after_seq: int, ack: bool,
+                 ack_wait_s: float, max_deliver: int, max_ack_pending: int):
+        self.js, self.stream, self.subjects, self.durable, self.ack = js, stream, subjects, durable, ack
+        self.after_seq, self.last_seq = after_seq, after_seq
+        self.limits = dict(ack_wait=ack_wait_s, max_deliver=max_deliver, max_ack_pending=max_ack_pending) if ack else {}
+        self.sub = None
+
+    async def open(self) -> None:
+        start = self.last_seq if self.durable is None else self.after_seq
+        policy = dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start + 1) if start \
+            else dict(deliver_policy=DeliverPolicy.ALL)
+        lifetime = {} if self.durable else dict(inactive_threshold=120, mem_storage=True)
+        many = len(self.subjects) > 1
+        config = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT if self.ack else AckPolicy.NONE,
+                                filter_subjects=list(self.subjects) if many else None, **self.limits, **lifetime, **policy)
+        old, self.sub = self.sub, await self.js.pull_subscribe("" if many else self.subjects[0], durable=self.durable,
+                                                               stream=self.stream, config=config)
+        if old is not None:
+            await NatsSubscription(old).close()
+
+    async def fetch(self, max_msgs: int, timeout_s: float) -> list[Delivery]:
+        try:
+            msgs = await self.sub.fetch(max_msgs, timeout=timeout_s)
+        except asyncio.TimeoutError:
+            return []
+        except Exception as e:  # noqa: BLE001 - the server restarted or is away: bind again, deliver nothing now
+            log.info("consumer on %s lost (%r); resuming after seq %d", self.subjects, e, self.last_seq)
+            await asyncio.sleep(min(0.5, timeout_s))
+            try:
+                await self.open()
+            except Exception as e2:  # noqa: BLE001 - still reconnecting: the next fetch tries again
+                log.debug("reopen: %r", e2)
+            return []
+        out = [NatsDelivery(m, self.ack) for m in msgs]
+        if out:
+            self.last_seq = out[-1].seq
+        return out
+
+    async def num_pending(self) -> int:
+        return (await self.sub.consumer_info()).num_pending
+
+    async def close(self) -> None:
+        await NatsSubscription(self.sub).close()
+        if self.durable is None:  # an ephemeral is of no use to anyone else: do not leave it to expire
+            try:
+                await self.js.delete_consumer(self.stream, (await self.sub.consumer_info()).name)
+            except Exception as e:  # noqa: BLE001 - gone already, or the connection is closing
+                log.debug("delete consumer: %r", e)
+
+
+async def watch(js, subject: str, callback: Callable[[Delivery], Awaitable[None]], *, deliver: str = "all",
+                headers_only: bool = False) -> NatsSubscription:
+    """An ordered push consumer. Ordered consumers live in server memory: after a restart nats-py re-creates
+    one once two idle heartbeats are missed, so the heartbeat is 1 s (the 5 s default leaves followers,
+    and learners waiting for new globals, 10 s behind)."""
+    async def on_msg(msg) -> None:
+        await callback(NatsDelivery(msg, acks=False))
+
+    return NatsSubscription(await js.subscribe(subject, stream=stream_for(subject).name, ordered_consumer=True,
+                                               idle_heartbeat=1.0, deliver_policy=POLICIES[deliver],
+                                               headers_only=headers_only or None, cb=on_msg))
