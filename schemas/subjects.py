@@ -5,7 +5,7 @@
     yeto.frag.<run_id>.<fragment>      learner pushes YETO_FRAG work queue: syncer shards filter by fragment
     yeto.glob.<run_id>.<fragment>.key.<chunk>  keyframes  YETO_GKEY  the latest keyframe per fragment and chunk
     yeto.glob.<run_id>.<fragment>.d.<chunk>    deltas     YETO_GDELTA the last 64 q4 deltas of every fragment chunk
-    yeto.ctl.<run_id>.<learner>        control       (core NATS) acknowledgements, heartbeats: not persisted
+    yeto.snap.<service>                snapshots     YETO_SNAP  the latest folded state of each service (resume point)
     yeto.tape.sql                      request/reply  read-only SQL answered by the tape writer
 """
 from __future__ import annotations
@@ -16,8 +16,12 @@ CMD_PREFIX = "yeto.cmd"
 EVT_PREFIX = "yeto.evt"
 FRAG_PREFIX = "yeto.frag"
 GLOB_PREFIX = "yeto.glob"
-CTL_PREFIX = "yeto.ctl"
+SNAP_PREFIX = "yeto.snap"
 TAPE_SQL = "yeto.tape.sql"
+EVERY_EVENT = f"{EVT_PREFIX}.>"
+
+CMD_STREAM, EVT_STREAM, FRAG_STREAM = "YETO_CMD", "YETO_EVT", "YETO_FRAG"
+GKEY_STREAM, GDELTA_STREAM, SNAP_STREAM = "YETO_GKEY", "YETO_GDELTA", "YETO_SNAP"
 
 SERVICES = ("planner", "launcher", "syncer", "finalizer")
 
@@ -30,8 +34,18 @@ def command_subject(service: str, type_: str) -> str:
     return f"{CMD_PREFIX}.{service}.{type_}"
 
 
+def service_commands(service: str) -> str:
+    """Every command a service owns (its work-queue consumer's filter)."""
+    return f"{CMD_PREFIX}.{service}.>"
+
+
 def event_subject(run_id: str, type_: str) -> str:
     return f"{EVT_PREFIX}.{run_id}.{type_}"
+
+
+def run_events(run_id: str) -> str:
+    """Every event of one run."""
+    return f"{EVT_PREFIX}.{run_id}.>"
 
 
 def fragment_subject(run_id: str, fragment: int) -> str:
@@ -48,8 +62,8 @@ def delta_subject(run_id: str, fragment: int, chunk: int = 0) -> str:
     return f"{GLOB_PREFIX}.{run_id}.{fragment}.d.{chunk}"
 
 
-def control_subject(run_id: str, learner: str) -> str:
-    return f"{CTL_PREFIX}.{run_id}.{learner}"
+def snapshot_subject(service: str) -> str:
+    return f"{SNAP_PREFIX}.{service}"
 
 
 @dataclass(frozen=True)
@@ -67,27 +81,30 @@ class StreamSpec:
 
 
 STREAMS: tuple[StreamSpec, ...] = (
-    StreamSpec("YETO_CMD", (f"{CMD_PREFIX}.>",), retention="workqueue",
+    StreamSpec(CMD_STREAM, (f"{CMD_PREFIX}.>",), retention="workqueue",
                description="commands; each is handled by one instance of its owning service"),
-    StreamSpec("YETO_EVT", (f"{EVT_PREFIX}.>",),
+    StreamSpec(EVT_STREAM, (EVERY_EVENT,),
                description="the append-only event log; the tape mirrors it"),
-    StreamSpec("YETO_FRAG", (f"{FRAG_PREFIX}.>",), retention="workqueue", max_age_s=24 * 3600,
+    StreamSpec(FRAG_STREAM, (f"{FRAG_PREFIX}.>",), retention="workqueue", max_age_s=24 * 3600,
                description="learner fragment pushes (chunked), consumed by the syncer shards"),
-    StreamSpec("YETO_GKEY", (f"{GLOB_PREFIX}.*.*.key.*",), max_msgs_per_subject=1,
+    StreamSpec(GKEY_STREAM, (f"{GLOB_PREFIX}.*.*.key.*",), max_msgs_per_subject=1,
                description="latest keyframe chunk per fragment: a (re)joining learner reads the whole model here"),
-    StreamSpec("YETO_GDELTA", (f"{GLOB_PREFIX}.*.*.d.*",), max_msgs_per_subject=64, max_age_s=24 * 3600,
+    StreamSpec(GDELTA_STREAM, (f"{GLOB_PREFIX}.*.*.d.*",), max_msgs_per_subject=64, max_age_s=24 * 3600,
                description="q4 deltas of global versions since the keyframes"),
+    StreamSpec(SNAP_STREAM, (f"{SNAP_PREFIX}.*",), max_msgs_per_subject=1,
+               description="each service's latest folded state with its YETO_EVT position: where a restart resumes"),
 )
 
 
 def stream_for(subject: str) -> StreamSpec:
     for spec in STREAMS:
-        if any(_matches(p, subject) for p in spec.subjects):
+        if any(subject_matches(p, subject) for p in spec.subjects):
             return spec
     raise KeyError(subject)
 
 
-def _matches(pattern: str, subject: str) -> bool:
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: `*` is one token, a final `>` one or more."""
     pt, st = pattern.split("."), subject.split(".")
     for i, tok in enumerate(pt):
         if tok == ">":

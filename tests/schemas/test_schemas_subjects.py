@@ -2,7 +2,7 @@
 limit counts versions of a chunk, not chunks of one big delta."""
 from __future__ import annotations
 
-from yeto.schemas.subjects import STREAMS, _matches, delta_subject, event_subject, fragment_subject, keyframe_subject, stream_for
+from yeto.schemas.subjects import STREAMS, subject_matches, delta_subject, event_subject, fragment_subject, keyframe_subject, stream_for
 
 
 def test_every_subject_lands_in_exactly_its_stream():
@@ -11,7 +11,7 @@ def test_every_subject_lands_in_exactly_its_stream():
              delta_subject("r1", 3, 0): "YETO_GDELTA", delta_subject("r1", 3, 140): "YETO_GDELTA"}
     for subject, stream in cases.items():
         assert stream_for(subject).name == stream, subject
-        assert sum(any(_matches(p, subject) for p in spec.subjects) for spec in STREAMS) == 1, subject
+        assert sum(any(subject_matches(p, subject) for p in spec.subjects) for spec in STREAMS) == 1, subject
 
 
 def test_deltas_of_one_fragment_have_a_subject_per_chunk():
