@@ -1,14 +1,16 @@
 """The DiLoCo step boundary every learner backend shares: anchors, alpha-blend, streaming pushes, globals.
 
     sync = DilocoSync(arrays, config, run_id=..., learner=..., generation=...)
-    transport.send_push(...) for each push in sync.init_pushes()   # version 0 of every fragment
-    each inner step:  sync.sync(step, tokens, transport)             # or offer(...) + after_step(...)
+    hook = DilocoHook(sync, transport)   # learners/sync_hook.py: joining, step timing, progress, close
+    hook.join()                          # before the first step
+    each inner step:  hook.after_step(step, tokens) -> sync.step_boundary(step, tokens, transport, ...)
 
 `arrays` is any ArrayAdapter (learners/torch/adapter.py is the torch one); the network is a Transport
-injected by the caller (learners/bus_client.py over NATS, an in-memory fake in tests). Nothing here
-blocks: pushes are handed to the transport, incoming globals are queued and applied, in version order,
-at the next step boundary. The anchor of a fragment is the broadcast shadow itself: the exact values
-of its newest applied global version, bit-identical on every learner.
+(learners/transport/protocol.py) injected by the caller: learners/bus_client.py over NATS, in-process
+wires in tests. Nothing here blocks: pushes are handed to the transport, incoming globals are queued and
+applied, in version order, at the next step boundary. The anchor of a fragment is the broadcast shadow
+itself: the exact values of its newest applied global version, bit-identical on every learner.
+`after_step` is the same boundary with no transport (pushes returned as values).
 
 Keyframes (f32, 4 bytes a parameter) may arrive as announcements only: a header with no payload. A
 learner then fetches one (`Transport.fetch`) only when it needs it: to join (no version yet, and the
@@ -26,6 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from yeto.learners.layout import Layout, TensorSpec, plan_layout
+from yeto.learners.transport.protocol import Transport
 from yeto.schemas import codecs
 from yeto.schemas.fragments import ChunkAssembler, FragmentError, FragmentHeader, apply_global, sha256
 from yeto.schemas.recipe import SyncConfig
@@ -37,12 +40,6 @@ class ArrayAdapter(Protocol):
     def dtype(self, name: str) -> str: ...
     def read(self, name: str) -> np.ndarray: ...      # f32; may be a live view, copied before the next step
     def write(self, name: str, value: np.ndarray) -> None: ...
-
-
-class Transport(Protocol):
-    def send_push(self, header: FragmentHeader, payload: bytes) -> None: ...   # non-blocking: queue and return
-    def poll_globals(self) -> list[tuple[FragmentHeader, bytes | None]]: ... # chunks since the last poll (None: announced only)
-    # optional: def fetch(self, header: FragmentHeader) -> None   # ask for an announced keyframe's payload
 
 
 @dataclass(frozen=True)
@@ -80,6 +77,7 @@ class DilocoSync:
         self.requested: set[tuple[int, int]] = set()  # (fragment, version) keyframes asked for
         self._own_sha: dict[int, str] = {}             # sha256 of the f32 initial values (while no global landed)
         self.num_adopted = 0                           # keyframes adopted by checksum, never downloaded
+        self.acked_final = False                       # LearnerFinalAck sent for the run's final versions
 
     @property
     def fingerprint(self) -> str:
@@ -111,7 +109,7 @@ class DilocoSync:
         if payload is not None and header.numel == self.layout.numel(header.fragment):
             self.queue[header.fragment][(header.kind, header.version)] = (header, payload)
 
-    def catch_up(self) -> bool:
+    def apply_globals(self) -> bool:
         """Adopt an announced version 0 equal to our own values, apply every queued global version; True if
         parameters changed. (Announced keyframes that must be downloaded are `keyframes_wanted`.)"""
         adopted = self._adopt()
@@ -142,7 +140,7 @@ class DilocoSync:
         return adopted
 
     def after_step(self, step: int, tokens: int, *, step_time_s: float | None = None) -> list[Push]:
-        """The step boundary after inner step `step`: count, apply newer globals, return the pushes due."""
+        """The step boundary after inner step `step` as values: count, apply queued globals, return the pushes due."""
         self.step = step
         if step_time_s is not None:
             self.step_time_s = step_time_s if not self.step_time_s else 0.8 * self.step_time_s + 0.2 * step_time_s
@@ -150,18 +148,39 @@ class DilocoSync:
         for p in self.active:
             self.c_tokens[p] += tokens
             self.c_steps[p] += 1
-        self.changed = self.catch_up()
+        self.changed = self.apply_globals()
         cfg = self.config
         return [self._push(p) for p in self.active if push_due(step, p, cfg.inner_steps, cfg.num_fragments)]
 
-    def sync(self, step: int, tokens: int, transport: Transport, *, step_time_s: float | None = None) -> bool:
-        """Poll globals, run the step boundary, hand the pushes to the transport; True if parameters changed."""
+    def step_boundary(self, step: int, tokens: int, transport: Transport, *, step_time_s: float | None = None) -> bool:
+        """The step boundary after inner step `step`, through the transport: take the globals that arrived,
+        apply them, hand over the pushes due, ask for keyframes, acknowledge the final versions once held;
+        True if parameters changed."""
+        self.receive(transport)
+        send(transport, self.after_step(step, tokens, step_time_s=step_time_s))
+        self.request_keyframes(transport)
+        self.ack_final(transport)
+        return self.changed
+
+    def receive(self, transport: Transport) -> None:
+        """Queue the global chunks that arrived (applied by `apply_globals`)."""
         for header, chunk in transport.poll_globals():
             self.offer(header, chunk)
-        for push in self.after_step(step, tokens, step_time_s=step_time_s):
-            transport.send_push(push.header, push.payload)
-        request(transport, self.keyframes_wanted())
-        return self.changed
+
+    def request_keyframes(self, transport: Transport) -> None:
+        for header in self.keyframes_wanted():
+            transport.fetch(header)
+
+    def ack_final(self, transport: Transport) -> None:
+        """Once the run's final versions are marked and applied here, acknowledge them (once): the finalizer
+        then tears the island down at once instead of waiting out its acknowledgement timeout."""
+        final = transport.final_versions()
+        if self.acked_final or not final:
+            return
+        mine = {p: v for p, v in final.items() if p in self.versions}
+        if all(self.versions[p] is not None and self.versions[p] >= v for p, v in mine.items()):
+            self.acked_final = True
+            transport.ack_final(mine)
 
     # -- internals ------------------------------------------------------------------------------------
     def _flat(self, p: int) -> np.ndarray:
@@ -231,9 +250,7 @@ class DilocoSync:
             self.arrays.write(t.name, value.astype(np.float32, copy=False))
 
 
-def request(transport: Transport, headers: list[FragmentHeader]) -> None:
-    """Ask the transport for announced keyframes' payloads (a transport that sends them whole has no `fetch`)."""
-    fetch = getattr(transport, "fetch", None)
-    if fetch is not None:
-        for h in headers:
-            fetch(h)
+
+def send(transport: Transport, pushes: list[Push]) -> None:
+    for push in pushes:
+        transport.send_push(push.header, push.payload)

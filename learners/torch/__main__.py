@@ -53,9 +53,8 @@ def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def run(args: argparse.Namespace, *, make_sync=None) -> float:
-    """Train one rank to the recipe's end; return the final held-out loss (rank 0; NaN elsewhere).
-    `make_sync(built, recipe, args) -> SyncHook` injects the step boundary (tests, benchmarks)."""
+def run(args: argparse.Namespace) -> float:
+    """Train one rank to the recipe's end; return the final held-out loss (rank 0; NaN elsewhere)."""
     recipe = load_recipe(args.recipe)
     topology = dist.Topology.from_env(rank=args.rank, world_size=args.world_size, local_rank=args.local_rank,
                                       master_addr=args.master_addr, master_port=args.master_port)
@@ -67,9 +66,8 @@ def run(args: argparse.Namespace, *, make_sync=None) -> float:
         built = build(recipe, accel=accel, topology=topology)
         sync = None
         if not args.no_sync and topology.rank == 0:
-            if make_sync is None:
-                from yeto.learners.torch.hook import connect_sync as make_sync
-            sync = make_sync(built, recipe, args)
+            from yeto.learners.torch.hook import connect_sync   # the NATS client only where it is used
+            sync = connect_sync(built, recipe, args)
         batches = train_batches(recipe, built.tokenizer, shard=args.learner_index * topology.world_size + topology.rank,
                                 num_shards=args.num_learners * topology.world_size)
         # A replacement continues its predecessor: same shard order, past the micro-batches already trained on.
@@ -86,7 +84,7 @@ def run(args: argparse.Namespace, *, make_sync=None) -> float:
                 held = evaluate(eval_model, heldout, accel=accel)
             if topology.rank != 0:
                 return
-            if getattr(sync, "progress", None):
+            if sync is not None:
                 sync.progress(result)
             if held is not None or time.monotonic() - last_log[0] >= args.log_every_s:
                 last_log[0] = time.monotonic()
@@ -101,10 +99,9 @@ def run(args: argparse.Namespace, *, make_sync=None) -> float:
         if topology.rank == 0:
             emit(event="done", steps=len(results), tokens=sum(r.tokens for r in results),
                  seconds=round(elapsed, 3), heldout=held)
-        if sync is not None and hasattr(sync, "close"):
+        if sync is not None:
             sync.close()
-            if hasattr(sync, "stats"):
-                emit(event="sync", **sync.stats())
+            emit(event="sync", **sync.stats())
         return held
     finally:
         dist.shutdown()

@@ -18,10 +18,10 @@ from yeto.learners.torch.tuning import trainable_parameters
 
 
 class SyncHook(Protocol):
-    """The step boundary as the loop sees it (learners/torch/hook.py adapts diloco_sync to it)."""
+    """The step boundary as the loop sees it (learners/sync_hook.py's DilocoHook is the one)."""
 
-    def catch_up(self) -> bool:
-        """Apply the latest global versions before the first step; True if parameters changed."""
+    def join(self) -> bool:
+        """Join the run before the first step (apply its latest global versions); True if parameters changed."""
 
     def after_step(self, step: int, tokens: int) -> bool:
         """Apply newer globals and push due fragments after step `step`; True if parameters changed."""
@@ -59,7 +59,7 @@ def train(model: torch.nn.Module, batches: Iterator[dict[str, torch.Tensor]], re
     params = trainable_parameters(model)
     optimizer = build_optimizer(params, recipe)
     is_sync_rank = topology.rank == 0 and sync is not None
-    changed = sync.catch_up() if is_sync_rank else False
+    changed = sync.join() if is_sync_rank else False
     if dist.all_reduce_sum([float(changed)], accel)[0]:
         dist.broadcast_parameters([p for _, p in params], accel)
     wrapped.train()

@@ -12,7 +12,8 @@ import numpy as np
 
 from yeto.learners.bus_client import NatsTransport
 from yeto.learners.diloco_sync import DilocoSync
-from yeto.learners.torch.hook import DilocoHook
+from yeto.learners.sync_hook import DilocoHook
+from yeto.learners.transport.protocol import LocalTransport
 from yeto.schemas.fragments import split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import delta_subject, keyframe_subject
@@ -57,7 +58,7 @@ def test_version_zero_equal_to_own_values_is_adopted_without_its_payload():
         for hc, _ in split_chunks(h, payload, 256):
             b.offer(hc, None)                                   # announced: headers only
     assert b.missing() == []
-    assert b.catch_up() is True
+    assert b.apply_globals() is True
     assert all(v == 0 for v in b.versions.values())
     assert b.num_adopted == len(b.active)
     assert b.keyframes_wanted() == []
@@ -72,14 +73,14 @@ def test_a_learner_with_other_values_fetches_version_zero_and_ends_bit_identical
     for h, payload in published:
         for hc, _ in split_chunks(h, payload, 256):
             b.offer(hc, None)
-    assert b.catch_up() is False and b.num_adopted == 0
+    assert b.apply_globals() is False and b.num_adopted == 0
     wanted = b.keyframes_wanted()
     assert sorted(h.fragment for h in wanted) == sorted(b.active)
     assert b.keyframes_wanted() == [], "each keyframe is asked for once"
     for h, payload in published:                                # the transport delivers what was fetched
         for hc, chunk in split_chunks(h, payload, 256):
             b.offer(hc, chunk)
-    assert b.catch_up() is True
+    assert b.apply_globals() is True
     for p in b.active:
         np.testing.assert_array_equal(b.anchors[p], a.anchors[p])
 
@@ -102,7 +103,7 @@ def test_a_learner_following_deltas_never_fetches_periodic_keyframes_but_does_wh
                     held_back.append((hc, chunk))                # this delta is lost on the way
                 else:
                     b.offer(hc, chunk)
-        b.catch_up()
+        b.apply_globals()
         clock.t += 10.0 if version == 4 else 0.1
         if version < 4:
             assert b.keyframes_wanted() == [], f"version {version}: deltas suffice"
@@ -114,12 +115,12 @@ def test_a_learner_following_deltas_never_fetches_periodic_keyframes_but_does_wh
     assert header.version == 4
     for hc, chunk in split_chunks(header, payload, 256):
         b.offer(hc, chunk)
-    assert b.catch_up() is True and b.versions[first] == 4
+    assert b.apply_globals() is True and b.versions[first] == 4
     np.testing.assert_array_equal(b.anchors[first], shadow.shadows[first])
     assert first not in b.announced
 
 
-class Recorder:
+class Recorder(LocalTransport):
     """A transport that records pushes and hands out scripted globals."""
 
     def __init__(self) -> None:
@@ -143,16 +144,16 @@ def test_only_the_island_that_sends_init_offers_initial_values_others_adopt():
     announced = [(h, None) for h, _ in keyframes_of(a, shadow, 0, {p: a.anchors[p] for p in a.active})]
     first = DilocoHook(a, t0 := Recorder(), join_wait_s=1.0, sends_init=True, clock=clock, sleep=lambda s: None)
     t0.inbox = list(announced)
-    first.catch_up()
+    first.join()
     assert {h.kind for h in t0.pushes} == {"init"} and len(t0.pushes) == len(a.active)
 
     b = learner(0, clock, name="l1")
     other = DilocoHook(b, t1 := Recorder(), join_wait_s=1.0, sends_init=False, clock=clock, sleep=lambda s: None)
     t1.inbox = list(announced)
-    other.catch_up()
+    other.join()
     assert t1.pushes == [] and t1.fetched == [] and all(v == 0 for v in b.versions.values())
-    assert other.stats() == dict(adopted=len(b.active), keyframes_requested=0, dropped_chunks=0, bytes_sent=None,
-                                 bytes_fetched=None)
+    assert other.stats() == dict(adopted=len(b.active), keyframes_requested=0, dropped_chunks=0, bytes_sent=0,
+                                 bytes_fetched=0)
 
 
 def test_without_version_zero_a_non_init_island_offers_its_own_after_the_wait():
@@ -163,7 +164,7 @@ def test_without_version_zero_a_non_init_island_offers_its_own_after_the_wait():
 
     b = learner(0, clock, name="l1")
     hook = DilocoHook(b, t := Recorder(), join_wait_s=1.0, sends_init=False, clock=clock, sleep=sleep)
-    hook.catch_up()
+    hook.join()
     assert {h.kind for h in t.pushes} == {"init"} and len(t.pushes) == len(b.active)
     assert clock.t >= 2.0, "waited for version 0, offered its own, waited again"
 
@@ -201,7 +202,7 @@ def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand
         assert t.bytes_fetched == 0
         for h, c in got:
             b.offer(h, c)
-        b.catch_up()
+        b.apply_globals()
         wanted = b.keyframes_wanted()
         assert sorted(h.fragment for h in wanted) == sorted(a.active)
         for h in wanted:
@@ -210,7 +211,7 @@ def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand
         while time.monotonic() < deadline and any(v != 1 for v in b.versions.values()):
             for h, c in t.poll_globals():
                 b.offer(h, c)
-            b.catch_up()
+            b.apply_globals()
             time.sleep(0.05)
         assert all(v == 1 for v in b.versions.values()), b.versions
         assert t.bytes_fetched == sum(len(p) for h, p in published if h.kind == "keyframe")
@@ -231,7 +232,7 @@ def test_a_joining_learner_takes_its_first_keyframe_outright_instead_of_blending
     for h, payload in published:
         for hc, chunk in split_chunks(h, payload, 256):
             late.offer(hc, chunk)
-    assert late.catch_up() is True
+    assert late.apply_globals() is True
     for p in late.active:
         offset = 0
         for t in late.layout.fragments[p]:
@@ -249,5 +250,5 @@ def test_adopting_version_zero_blends_so_steps_trained_before_it_are_kept():
     b.arrays.values[name] = b.arrays.values[name] + 2.0          # steps trained while version 0 was on its way
     for h, _ in announced:
         b.offer(h, None)
-    b.catch_up()
+    b.apply_globals()
     np.testing.assert_allclose(b.arrays.values[name], values(0)[name] + 1.0, rtol=1e-6)   # alpha 0.5 of the progress

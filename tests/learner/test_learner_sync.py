@@ -58,7 +58,7 @@ def test_two_learners_merge_every_round_and_end_on_identical_globals(tmp_path):
         t.join(timeout=150)
     assert set(results) == {0, 1}
     for hook in hooks:               # deliver what is still in flight
-        hook.catch_up()
+        hook.join()
     merged = [e for e in wire.events if isinstance(e, RoundMerged)]
     assert len(merged) >= 6 and all(set(e.responders) == {"l0", "l1"} for e in merged)
     assert any(r.synced for r in results[0]) and any(r.synced for r in results[1])

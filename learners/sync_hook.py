@@ -1,0 +1,72 @@
+"""The step boundary as a training loop sees it (its SyncHook): DilocoSync over a Transport, for every backend.
+
+The loop calls `join()` before the first step and `after_step(step, tokens)` after each; both return
+whether parameters changed (the loop then broadcasts them to the island's other ranks). Nothing here
+waits on the network except `join`'s bounded wait.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from yeto.learners.diloco_sync import DilocoSync, send
+from yeto.learners.transport.protocol import StepReport, Transport
+
+
+class DilocoHook:
+    """Rank 0's side of the protocol: initial pushes, joining from the latest globals, then per step the
+    one door `DilocoSync.step_boundary`."""
+
+    def __init__(self, sync: DilocoSync, transport: Transport, *, join_wait_s: float = 10.0, sends_init: bool = True,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.sync, self.transport, self.join_wait_s, self.sends_init = sync, transport, join_wait_s, sends_init
+        self.clock, self.sleep = clock, sleep
+        self._last_step_at: float | None = None
+
+    def join(self) -> bool:
+        """Join the run: the learner that `sends_init` (island 0 of a fresh run) offers its initial values at
+        once (the syncer adopts the first as version 0); the others wait up to `join_wait_s` for a global
+        version of every fragment (version 0 equal to their own values is adopted by checksum, with no
+        download) and offer their own values only for fragments still without one, then wait as long
+        again. A (re)started learner begins from the run's latest globals, a fresh run's learners from the
+        same seeded values anyway; either way training starts when the waits end."""
+        if self.sends_init:
+            send(self.transport, self.sync.init_pushes())
+        changed = self._wait()
+        missing = set() if self.sends_init else set(self.sync.missing())
+        if missing:
+            send(self.transport, [push for push in self.sync.init_pushes() if push.header.fragment in missing])
+            changed = self._wait() or changed
+        self._last_step_at = self.clock()
+        return changed
+
+    def _wait(self) -> bool:
+        # Polling, not an arrival signal: in-process wires deliver on other threads' calls, and a
+        # simulated clock advances only through `sleep`.
+        deadline, changed = self.clock() + self.join_wait_s, False
+        while True:
+            self.sync.receive(self.transport)
+            changed = self.sync.apply_globals() or changed
+            self.sync.request_keyframes(self.transport)
+            if all(v is not None for v in self.sync.versions.values()) or self.clock() >= deadline:
+                return changed
+            self.sleep(0.05)
+
+    def after_step(self, step: int, tokens: int) -> bool:
+        now = self.clock()
+        step_time = None if self._last_step_at is None else now - self._last_step_at
+        self._last_step_at = now
+        return self.sync.step_boundary(step, tokens, self.transport, step_time_s=step_time)
+
+    def progress(self, result: StepReport) -> None:
+        self.transport.progress(result)
+
+    def stats(self) -> dict:
+        """What the protocol cost this learner: keyframes adopted by checksum or fetched, chunks dropped, bytes."""
+        return dict(adopted=self.sync.num_adopted, keyframes_requested=len(self.sync.requested), dropped_chunks=self.sync.num_dropped,
+                    bytes_sent=self.transport.bytes_sent, bytes_fetched=self.transport.bytes_fetched)
+
+    def close(self) -> None:
+        """Push the last partial interval of every fragment, then let the transport flush (bounded) and close."""
+        send(self.transport, self.sync.final_pushes())
+        self.transport.close()

@@ -1,0 +1,1 @@
+"""The learner's transport: the protocol the step boundary talks to, and the parts of the NATS one."""
