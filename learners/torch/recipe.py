@@ -16,7 +16,7 @@ class TrainRecipe:
     """Everything that decides what a learner computes; identical on every island of a run."""
 
     model: str
-    """An alias from yeto/models.py, an HF id, a local model directory or a `.gguf` file."""
+    """An alias from schemas/model_table.py, an HF id, a local model directory or a `.gguf` file."""
     data: str = ""
     """Training data: a path or dataset id understood by yeto.learners.data (empty: supplied by the caller)."""
     data_format: str = "auto"

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from yeto.schemas.model_source import ModelSource, resolve
+
 ADAPTER_NAME = "default"   # peft's name of the one adapter a learner trains
 
 
@@ -45,6 +47,16 @@ def _write_adapter(state: dict[str, np.ndarray], train: dict[str, Any], base: st
     return ["adapter_config.json", "adapter_model.safetensors"]
 
 
+def _save_tokenizer(source: ModelSource, out: Path) -> None:
+    """The base's tokenizer and chat template, with the pad token the learners train with (eos when it has none)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.save_pretrained(str(out))
+
+
 def _write_full(state: dict[str, np.ndarray], source, out: Path, max_shard_size: str) -> list[str]:
     import torch
     from huggingface_hub import split_torch_state_dict_into_shards
@@ -67,8 +79,6 @@ def _write_full(state: dict[str, np.ndarray], source, out: Path, max_shard_size:
 def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out: Path, run_id: str,
                    versions: dict[int, int], acked: list[str], max_shard_size: str = "2GB") -> tuple[str, list[str], str]:
     """Write the artifact into `out`; returns (kind, files, manifest sha256). Deterministic for the same input."""
-    from yeto.learners.torch.model import load_tokenizer, resolve
-
     train = recipe.get("train", {})
     source = resolve(train["model"])
     out.mkdir(parents=True, exist_ok=True)
@@ -76,7 +86,7 @@ def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out:
     base = source.location if source.gguf_file is None else str(Path(source.location) / source.gguf_file)
     files = _write_adapter(state, train, base, out) if kind == "adapter" else _write_full(state, source, out, max_shard_size)
     before = {p.name for p in out.iterdir()}
-    load_tokenizer(source).save_pretrained(str(out))
+    _save_tokenizer(source, out)
     files += sorted({p.name for p in out.iterdir()} - before - set(files))
     manifest = {
         "run_id": run_id, "kind": kind, "base_model": train["model"], "base_location": base,

@@ -1,13 +1,13 @@
-"""`plan_fleet(request, catalog, signals) -> Plan`: screen offerings, solve exactly, explain the result (pure).
+"""`plan_fleet(request, catalog, signals) -> FleetPlan`: screen offerings, solve exactly, explain the result (pure).
 
-The `--json` shape of a plan is `Plan.to_dict()`; its keys are listed in docs/PLANNER.md.
+The `--json` shape of a plan is `FleetPlan.to_dict()`; its keys are listed in docs/PLANNER.md.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-from yeto.gpuspec import IslandSpec, format_gpu
-from yeto.models import resolve_model
+from yeto.schemas.gpuspec import IslandSpec, format_gpu
+from yeto.schemas.model_source import resolve_model
 from yeto.services.planner.candidates import Candidate, dedupe, over_budget, screen
 from yeto.services.planner.catalog import Offering
 from yeto.services.planner.memory import Workload
@@ -17,7 +17,9 @@ from yeto.services.planner.solver import Problem, Shape, solve
 
 
 @dataclass(frozen=True)
-class Plan:
+class FleetPlan:
+    """The fleet the planner chose (or why none fits): what `yeto shape` prints and FleetPlanned carries."""
+
     feasible: bool
     mode: str                                   # budget or target
     islands: tuple[dict, ...] = ()
@@ -44,6 +46,12 @@ class Plan:
         d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k != "extra"}
         d["total_price_per_hour"] = round(self.total_price_per_hour, 4)
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FleetPlan:
+        """The plan a FleetPlanned event carries (tolerant reader: keys it does not know are ignored)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known})
 
 
 def island_dict(c: Candidate) -> dict:
@@ -74,7 +82,7 @@ def workload_of(req: PlanRequest) -> Workload:
                     seq_len=req.seq_len, micro_batch=req.micro_batch)
 
 
-def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> Plan:
+def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> FleetPlan:
     w = workload_of(req)
     screened = [screen(o, req, w, signals) for o in catalog]
     fitting = [c for c in screened if isinstance(c, Candidate)]
@@ -98,12 +106,12 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> P
         target_tflops=req.flops, max_islands=req.max_islands, group_caps=groups)
     sol = solve(problem, time_limit_s=req.time_limit_s) if cands else None
     if sol is None or sol.status == "INFEASIBLE" or not any(sol.counts):
-        return Plan(feasible=False, reason=_why_not(req, cheapest), cheapest=cheapest_d, **common)
+        return FleetPlan(feasible=False, reason=_why_not(req, cheapest), cheapest=cheapest_d, **common)
     chosen = [c for c, n in zip(cands, sol.counts) for _ in range(n)]
     specs = [IslandSpec(cloud=c.offering.cloud, gpu=c.offering.gpu, count=c.offering.count, nodes=c.nodes,
                         region=c.offering.region) for c in chosen]
     gpu = format_gpu(specs)
-    return Plan(feasible=True, islands=tuple(island_dict(c) for c in chosen),
+    return FleetPlan(feasible=True, islands=tuple(island_dict(c) for c in chosen),
                 islands_price_per_hour=round(sum(c.price for c in chosen), 4),
                 total_tflops=round(sum(c.tflops for c in chosen), 2), binding=sol.binding, gpu=gpu,
                 launch_command=launch_line(req, gpu), status=sol.status, gap=sol.gap,

@@ -13,9 +13,8 @@ from pathlib import Path
 
 from yeto.infra.runner import Context, ServiceSpec
 from yeto.schemas.commands import PlanFleet
-from yeto.services.planner.catalog import load_catalog
+from yeto.services.planner.api import load_catalog, shape_fleet
 from yeto.services.planner.logic import handle
-from yeto.services.planner.signals import gather_signals
 
 
 @dataclass(frozen=True)
@@ -38,9 +37,8 @@ def build(args) -> ServiceSpec:
         if catalog_dir not in catalogs:
             catalogs[catalog_dir] = load_catalog(catalog_dir=catalog_dir)
         catalog = catalogs[catalog_dir]
-        signals = gather_signals(sorted({o.cloud for o in catalog}), cache_path=state_dir / "cache" / "signals.json",
-                                 now=time.time())
-        return handle(cmd, catalog, signals)
+        cache = state_dir / "cache" / "signals.json"
+        return handle(cmd, lambda req: shape_fleet(req, catalog, cache_path=cache, now=time.time()))
 
     async def act(intent: Plan, ctx: Context):
         return [await asyncio.to_thread(plan_blocking, intent.cmd)]

@@ -12,7 +12,7 @@ from learner_tiny import write_chat_jsonl, write_model_dir  # noqa: E402
 from yeto.cli import launch_checks as checks  # noqa: E402
 from yeto.cli.launch import build_launch  # noqa: E402
 from yeto.cli.main import build_parser, main  # noqa: E402
-from yeto.gpuspec import parse_gpu  # noqa: E402
+from yeto.schemas.gpuspec import parse_gpu  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 

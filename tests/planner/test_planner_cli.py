@@ -4,7 +4,7 @@ import json
 import pytest
 
 from yeto.cli.main import main
-from yeto.gpuspec import parse_gpu
+from yeto.schemas.gpuspec import parse_gpu
 from yeto.services.planner.catalog import FIXTURE_DIR
 
 pytestmark = pytest.mark.timeout(120)

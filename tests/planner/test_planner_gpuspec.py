@@ -2,7 +2,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from yeto.gpuspec import KNOWN_CLOUDS, KNOWN_GPUS, IslandSpec, format_gpu, parse_gpu
+from yeto.schemas.gpuspec import KNOWN_CLOUDS, KNOWN_GPUS, IslandSpec, format_gpu, parse_gpu
 from yeto.services.planner.gpus import GPUS
 
 pytestmark = pytest.mark.timeout(60)

@@ -7,7 +7,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from yeto.models import MODELS, resolve_model
+from yeto.schemas.model_source import resolve_model
+from yeto.schemas.model_table import MODELS
 
 pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """plan_fleet end to end on values: budget and target modes, every rejection reason, infeasible budgets, round trips."""
 import pytest
 
-from yeto.gpuspec import IslandSpec, parse_gpu
+from yeto.schemas.gpuspec import IslandSpec, parse_gpu
 from yeto.schemas import parse
 from yeto.schemas.commands import PlanFleet
 from yeto.schemas.plan import EXAMPLES, FleetPlanFailed, FleetPlanned
@@ -98,17 +98,21 @@ def test_warnings_from_signals_reach_the_plan():
     assert plan.warnings == ("aws: assumed",)
 
 
+def _fixed(req: PlanRequest):
+    return plan_fleet(req, CATALOG, Signals())
+
+
 def test_logic_answers_plan_fleet_with_an_event_derived_from_the_command():
     cmd = PlanFleet(id="cmd-1", run_id="r-1", request={"model": "qwen35-9b", "budget": 40.0})
-    ev = handle(cmd, CATALOG, Signals())
+    ev = handle(cmd, _fixed)
     assert isinstance(ev, FleetPlanned) and ev.causation_id == "cmd-1" and ev.run_id == "r-1"
-    again = handle(cmd, CATALOG, Signals())
+    again = handle(cmd, _fixed)
     assert again.id == ev.id   # a redelivered command publishes the same event id (deduplicated)
     strip = lambda p: {k: v for k, v in p.items() if k != "solve_seconds"}
     assert strip(again.plan) == strip(ev.plan)
-    failed = handle(PlanFleet(id="cmd-2", run_id="r-1", request={"model": "qwen35-9b", "budget": 1.0}), CATALOG, Signals())
+    failed = handle(PlanFleet(id="cmd-2", run_id="r-1", request={"model": "qwen35-9b", "budget": 1.0}), _fixed)
     assert isinstance(failed, FleetPlanFailed) and "cheapest option" in failed.reason and failed.cheapest
-    bad = handle(PlanFleet(id="cmd-3", request={"model": "qwen35-9b"}), CATALOG, Signals())
+    bad = handle(PlanFleet(id="cmd-3", request={"model": "qwen35-9b"}), _fixed)
     assert isinstance(bad, FleetPlanFailed) and "--budget" in bad.reason
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import signal
 
 from yeto.cli.common import state_dir
-from yeto.services.launcher.backends.local import LocalBackend
+from yeto.services.launcher.api import LocalBackend
 
 
 def register(sub) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from yeto.learners.data.spec import FORMATS
+from yeto.learners.data import FORMATS
 
 
 def register(sub) -> None:
@@ -27,7 +27,8 @@ def register(sub) -> None:
 
 def load_tokenizer(model: str):
     """The model's own tokenizer: aliases, local dirs, .gguf files and HF ids, resolved as training resolves them."""
-    from yeto.learners.torch.model import load_tokenizer as load, resolve
+    from yeto.learners.torch.api import load_tokenizer as load
+    from yeto.schemas.model_source import resolve
     return load(resolve(model))
 
 

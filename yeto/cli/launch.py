@@ -57,7 +57,7 @@ def new_run_id() -> str:
 
 
 def build_launch(args, run_id: str, fleet: list[dict]) -> LaunchRun:
-    from yeto.learners.torch.model import resolve
+    from yeto.schemas.model_source import resolve
 
     source = resolve(args.model)
     data_check = checks.check_data(args, source)
@@ -80,7 +80,7 @@ def catalog_prices(args, islands) -> list[float | None]:
     """$/hr per island from the catalog (cheapest matching offering); None where unknown. Local islands are free."""
     if all(i.cloud == "local" for i in islands):
         return [0.0] * len(islands)
-    from yeto.services.planner.catalog import load_catalog
+    from yeto.services.planner.api import load_catalog
     try:
         offers = load_catalog(catalog_dir=args.catalog_dir, clouds=sorted({i.cloud for i in islands}))
     except Exception:  # noqa: BLE001 - no catalog here: prices stay unknown (--max-spend then refuses)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from yeto.gpuspec import IslandSpec, parse_gpu
+from yeto.schemas.gpuspec import IslandSpec, parse_gpu
 
 _DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -31,7 +31,7 @@ def fleet_entries(islands: list[IslandSpec], *, spot: bool, prices: list[float |
 
 def known_weights_gb(model: str) -> float | None:
     """The model's bf16 size when the alias table or local safetensors tell it (no network)."""
-    from yeto.models import resolve_model
+    from yeto.schemas.model_source import resolve_model
     try:
         return resolve_model(model).weights_gb
     except ValueError:
@@ -43,8 +43,7 @@ def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tun
     """Refuse a cloud island whose GPUs cannot hold the model (when its size is known)."""
     if weights_gb is None:
         return
-    from yeto.services.planner.gpus import GPUS
-    from yeto.services.planner.memory import Workload, fits
+    from yeto.services.planner.api import GPUS, Workload, fits
 
     w = Workload(weights_gb=weights_gb, tuning=tuning, base_quantization=base_quantization, seq_len=seq_len,
                  micro_batch=micro_batch)
@@ -64,7 +63,7 @@ def check_data(args, source) -> dict[str, Any]:
 
     tokenizer = None
     if source.is_local:   # token statistics when the tokenizer is at hand (no download before renting)
-        from yeto.learners.torch.model import load_tokenizer
+        from yeto.learners.torch.api import load_tokenizer
         tokenizer = load_tokenizer(source)
     spec = DataSpec(source=args.data, data_format=args.data_format, seq_len=args.seq_len,
                     on_bad_rows=args.on_bad_rows)
@@ -102,7 +101,7 @@ def sync_settings(args) -> dict[str, Any]:
 
 
 def train_recipe(args, sync: dict[str, Any]) -> dict[str, Any]:
-    from yeto.learners.torch.recipe import TrainRecipe
+    from yeto.learners.torch.api import TrainRecipe
 
     fields = dict(model=args.model, data=args.data, data_format=args.data_format, tuning=args.tuning,
                   seq_len=args.seq_len, micro_batch=args.micro_batch, sync=sync, seed=args.seed)

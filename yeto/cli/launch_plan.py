@@ -43,7 +43,7 @@ async def ask_planner(url: str, run_id: str, request: dict, timeout_s: float = 1
 
 def fleet_from_planner(args, url: str, run_id: str) -> list[dict] | None:
     from yeto.cli.shape import render, request_from_args
-    from yeto.services.planner.plan import Plan
+    from yeto.services.planner.api import FleetPlan
 
     answer = asyncio.run(ask_planner(url, run_id, request_from_args(args).to_dict()))
     if answer["type"] == "FleetPlanFailed":
@@ -51,7 +51,7 @@ def fleet_from_planner(args, url: str, run_id: str) -> list[dict] | None:
         return None
     plan = answer["plan"]
     try:
-        print(render(Plan(**{k: v for k, v in plan.items() if k in Plan.__dataclass_fields__}), args.model))
+        print(render(FleetPlan.from_dict(plan), args.model))
     except TypeError:
         print(f"planned fleet: {plan.get('gpu')} at ${plan.get('total_price_per_hour', 0):.2f}/hr")
     if not args.confirm and input("Launch this fleet? [y/N] ").strip().lower() not in ("y", "yes"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from yeto.services.finalizer.artifact import sha256_file
+from yeto.services.finalizer.api import sha256_file
 
 PROBE = "Yeto merges adapters into their base model."
 
@@ -53,7 +53,8 @@ def cmd_merge(args) -> int:
     import torch
     from peft import PeftModel
 
-    from yeto.learners.torch.model import load_model, load_tokenizer, resolve
+    from yeto.learners.torch.api import load_model, load_tokenizer
+    from yeto.schemas.model_source import resolve
 
     adapter, out = Path(args.adapter), Path(args.out)
     if not (adapter / "adapter_config.json").exists():

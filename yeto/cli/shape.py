@@ -8,11 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from yeto.models import hub_weights_gb, resolve_model
-from yeto.services.planner.catalog import load_catalog
-from yeto.services.planner.plan import Plan, plan_fleet
-from yeto.services.planner.request import PlanRequest
-from yeto.services.planner.signals import gather_signals
+from yeto.schemas.model_source import resolve_model
+from yeto.services.planner.api import FleetPlan, PlanRequest, load_catalog, shape_fleet
 
 
 def _csv(text: str | None) -> tuple[str, ...]:
@@ -62,17 +59,26 @@ def request_from_args(args) -> PlanRequest:
         data=getattr(args, "data", None))
 
 
-def plan_from_args(args) -> Plan:
-    """Build the request from parsed flags, read the catalog and live signals, and plan (used by launch too)."""
+def hub_weights_gb(hf_id: str) -> float:
+    """bf16 footprint from the Hub's safetensors metadata (network; HF_TOKEN for private repos)."""
+    from huggingface_hub import get_safetensors_metadata
+    try:
+        meta = get_safetensors_metadata(hf_id)
+    except Exception as e:  # offline, gated, or no safetensors: the user can give the size instead
+        raise ValueError(f"could not read the size of {hf_id} from the Hugging Face Hub ({type(e).__name__}: {e}); "
+                         f"pass --weights-gb with its bf16 size in GB (2 x billions of parameters)") from None
+    return sum(meta.parameter_count.values()) * 2 / 1e9
+
+
+def plan_from_args(args) -> FleetPlan:
+    """Build the request from parsed flags, read the catalog, and plan as the planner service does."""
     req = request_from_args(args)
     catalog = load_catalog(catalog_dir=args.catalog_dir, clouds=list(req.clouds) or None)
     home = Path(getattr(args, "state_dir", None) or os.environ.get("YETO_HOME") or "~/.yeto").expanduser()
-    clouds = sorted({o.cloud for o in catalog})
-    signals = gather_signals(clouds, cache_path=home / "cache" / "signals.json", now=time.time())
-    return plan_fleet(req, catalog, signals)
+    return shape_fleet(req, catalog, cache_path=home / "cache" / "signals.json", now=time.time())
 
 
-def render(plan: Plan, model: str) -> str:
+def render(plan: FleetPlan, model: str) -> str:
     lines = [f"Fleet for {model} ({plan.mode} mode): {plan.status}, solved in {plan.solve_seconds:.3f} s"
              + (f", gap {plan.gap:.1%}" if plan.gap else "")]
     lines.append(f"  {'#':>2}  {'entry':<28} {'instance':<26} {'capacity':<9} {'$/hr':>8} {'TFLOPs':>9} {'GB/GPU':>7}")

@@ -1,4 +1,4 @@
-"""The model alias table (the single source of PRODUCT.md's and the README's table) and `resolve_model`.
+"""The model alias table, the single source of PRODUCT.md's and the README's model table (pure data).
 
 `min_vram_gb` is the frozen bf16 base an island's GPUs must jointly hold (2 bytes per parameter, decimal GB);
 None is shown as "(Hub)": the size comes from the Hub's safetensors metadata at plan time.
@@ -6,10 +6,7 @@ None is shown as "(Hub)": the size comes from the Hub's safetensors metadata at 
 from __future__ import annotations
 
 import difflib
-import json
-import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -83,71 +80,16 @@ _BY_ALIAS = {m.alias: m for m in MODELS}
 _BY_HF_ID = {m.hf_id.lower(): m for m in MODELS}
 
 
-@dataclass(frozen=True)
-class ModelRef:
-    """What `--model` named: an alias, a Hugging Face id, or a local directory of safetensors."""
-
-    name: str
-    hf_id: str | None = None
-    local_path: str | None = None
-    alias: str | None = None
-    weights_gb: float | None = None   # bf16 footprint of all parameters; None until resolved from the Hub
-    tested: bool = False
+def by_alias(name: str) -> ModelAlias | None:
+    """The table's row for an alias; None when the table has no such alias."""
+    return _BY_ALIAS.get(name)
 
 
-def resolve_model(name: str) -> ModelRef:
-    """Resolve `--model`: alias, then an existing local path, then an `org/name` Hugging Face id."""
-    if name in _BY_ALIAS:
-        m = _BY_ALIAS[name]
-        return ModelRef(name=name, hf_id=m.hf_id, alias=m.alias, weights_gb=m.min_vram_gb, tested=m.tested)
-    path = Path(name).expanduser()
-    if path.exists():
-        return ModelRef(name=name, local_path=str(path.resolve()), weights_gb=local_weights_gb(path))
-    if name.count("/") == 1 and all(name.split("/")):
-        m = _BY_HF_ID.get(name.lower())
-        if m:
-            return ModelRef(name=name, hf_id=m.hf_id, alias=m.alias, weights_gb=m.min_vram_gb, tested=m.tested)
-        return ModelRef(name=name, hf_id=name)
-    close = difflib.get_close_matches(name, list(_BY_ALIAS), n=3)
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise ValueError(f"--model {name!r} is not an alias, an existing path, or a Hugging Face id (org/name).{hint} "
-                     f"Aliases are listed in the README (yeto/models.py).")
+def by_hf_id(hf_id: str) -> ModelAlias | None:
+    """The table's row for a Hugging Face id (case-insensitive); None when the table lacks it."""
+    return _BY_HF_ID.get(hf_id.lower())
 
 
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-                "F8_E4M3": 1, "F8_E5M2": 1, "BOOL": 1}
-
-
-def _param_count(header: dict) -> int:
-    count = 0
-    for key, info in header.items():
-        if key != "__metadata__":
-            n = 1
-            for d in info["shape"]:
-                n *= d
-            count += n
-    return count
-
-
-def local_weights_gb(path: Path) -> float | None:
-    """bf16 footprint of the safetensors under `path` (headers only: 8-byte length + JSON), or None if none."""
-    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path] if path.suffix == ".safetensors" else []
-    if not files:
-        return None
-    params = 0
-    for f in files:
-        with open(f, "rb") as fh:
-            (length,) = struct.unpack("<Q", fh.read(8))
-            params += _param_count(json.loads(fh.read(length)))
-    return params * 2 / 1e9
-
-
-def hub_weights_gb(hf_id: str) -> float:
-    """bf16 footprint from the Hub's safetensors metadata (network; HF_TOKEN for private repos)."""
-    from huggingface_hub import get_safetensors_metadata
-    try:
-        meta = get_safetensors_metadata(hf_id)
-    except Exception as e:  # offline, gated, or no safetensors: the user can give the size instead
-        raise ValueError(f"could not read the size of {hf_id} from the Hugging Face Hub ({type(e).__name__}: {e}); "
-                         f"pass --weights-gb with its bf16 size in GB (2 x billions of parameters)") from None
-    return sum(meta.parameter_count.values()) * 2 / 1e9
+def close_aliases(name: str) -> list[str]:
+    """Up to three aliases spelled like `name`, for "did you mean" hints."""
+    return difflib.get_close_matches(name, list(_BY_ALIAS), n=3)
