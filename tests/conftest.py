@@ -1,20 +1,19 @@
-"""Shared fixtures: a real nats-server per test session on a free loopback port with a temporary store."""
+"""Shared fixtures: real nats-servers on free loopback ports with temporary stores: one for the session, one of
+its own for a module marked `own_nats_server`, one per test for tests that kill or restart it (`fresh_nats`)."""
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import configuration as hypothesis_configuration
+from hypothesis import settings as hypothesis_settings
 
-from yeto.infra.bus import Bus
+from yeto.infra.bus import Bus, connect
 from yeto.infra.natsserver import NatsServer, ensure_streams
-
-import tempfile  # noqa: E402
-
-from hypothesis import configuration as hypothesis_configuration  # noqa: E402
-from hypothesis import settings as hypothesis_settings  # noqa: E402
 
 # Nothing of hypothesis's in the repository root: no example database, its caches in a temporary folder.
 hypothesis_configuration.set_hypothesis_home_dir(tempfile.mkdtemp(prefix="yeto-hypothesis-"))
@@ -28,15 +27,37 @@ PY = sys.executable
 
 
 async def _ensure(url: str) -> None:
-    bus = await Bus.connect(url, name="fixture")
+    bus = await connect(url, name="fixture")
     await ensure_streams(bus.js)
     await bus.close()
 
 
-@pytest.fixture(scope="session")
-def nats_server(tmp_path_factory) -> NatsServer:
-    server = NatsServer(tmp_path_factory.mktemp("nats")).start()
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "own_nats_server: the module's tests get a nats-server of their own (they "
+                                       "read what the module's other tests leave in the streams: folds, durable consumers)")
+
+
+def _started(store: Path) -> NatsServer:
+    server = NatsServer(store).start()
     asyncio.run(_ensure(server.url))
+    return server
+
+
+@pytest.fixture(scope="session")
+def session_nats_server(tmp_path_factory) -> NatsServer:
+    server = _started(tmp_path_factory.mktemp("nats"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def nats_server(request, tmp_path_factory) -> NatsServer:
+    """The session's server (tests keep apart by run id); a module marked `own_nats_server` gets a fresh one,
+    so what its tests count in a stream or resume from a durable consumer is theirs alone."""
+    if request.node.get_closest_marker("own_nats_server") is None:
+        yield request.getfixturevalue("session_nats_server")
+        return
+    server = _started(tmp_path_factory.mktemp("nats-module"))
     yield server
     server.stop()
 
@@ -44,15 +65,14 @@ def nats_server(tmp_path_factory) -> NatsServer:
 @pytest.fixture
 def fresh_nats(tmp_path) -> NatsServer:
     """A nats-server of the test's own, for tests that kill or restart it."""
-    server = NatsServer(tmp_path / "nats").start()
-    asyncio.run(_ensure(server.url))
+    server = _started(tmp_path / "nats")
     yield server
     server.stop()
 
 
 @pytest.fixture
 async def bus(nats_server) -> Bus:
-    b = await Bus.connect(nats_server.url, name="test")
+    b = await connect(nats_server.url, name="test")
     yield b
     await b.close()
 
