@@ -6,9 +6,9 @@ real learner runs in the end-to-end test.
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
+from waiting import wait_for
 
 from yeto.services.launcher.backends.base import IslandLaunch
 from yeto.services.launcher.backends.local import LocalBackend
@@ -27,20 +27,16 @@ def launch(count: int = 2, generation: int = 0) -> IslandLaunch:
                         spec={"cloud": "local", "gpu": "cpu", "count": count}, recipe={"train": {"model": "m"}})
 
 
-def wait_for(pred, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (got := pred()):
-            return got
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")
+# A rank that must still be running when the test acts on it: its sleep is the behaviour, it waits for nothing.
+RUNS_ON = "import time; time.sleep(60)"
 
 
 def ended(be: LocalBackend, handle: str, generation: int = 0):
+    """The island generation's final status, once its process group is gone."""
     def check():
         st = be.status("r1", 0, generation, handle)
         return None if st.running else st
-    return wait_for(check)
+    return wait_for(check, 15, f"island 0 generation {generation} of r1 to end")
 
 
 def test_ranks_run_in_one_group_log_to_the_island_log_and_finish_with_status_zero(tmp_path):
@@ -61,7 +57,7 @@ def test_a_crashing_rank_reports_its_status(tmp_path):
 
 
 def test_sigkill_leaves_no_status_and_reads_as_killed_and_start_is_idempotent(tmp_path):
-    be = LocalBackend(tmp_path, rank_argv=stand_in("import time; time.sleep(60)"))
+    be = LocalBackend(tmp_path, rank_argv=stand_in(RUNS_ON))
     handle = be.start(launch(count=2))
     assert be.start(launch(count=2)) == handle                       # a redelivered start spawns nothing
     assert be.status("r1", 0, 0, handle).running
@@ -72,15 +68,15 @@ def test_sigkill_leaves_no_status_and_reads_as_killed_and_start_is_idempotent(tm
 
 
 def test_a_new_generation_is_a_new_group_and_chaos_kill_aims_at_the_newest(tmp_path):
-    be = LocalBackend(tmp_path, rank_argv=stand_in("import time; time.sleep(60)"))
+    be = LocalBackend(tmp_path, rank_argv=stand_in(RUNS_ON))
     first = be.start(launch(count=1, generation=0))
     second = be.start(launch(count=1, generation=1))
     assert first != second and be.current_generation("r1", 0) == 1
     be.stop("r1", 0, 0, first)
-    wait_for(lambda: not be.status("r1", 0, 0, first).running)
+    ended(be, first, generation=0)
     assert be.status("r1", 0, 1, second).running
     be.stop("r1", 0, 1, second)
-    wait_for(lambda: not be.status("r1", 0, 1, second).running)
+    ended(be, second, generation=1)
 
 
 def test_chaos_kill_of_an_unknown_island_says_how_islands_are_numbered(tmp_path, capsys):
