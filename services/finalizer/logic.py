@@ -11,41 +11,46 @@ from datetime import datetime
 from yeto.infra.runner import Publish, Retry
 from yeto.schemas.base import Message, derive_id
 from yeto.schemas.commands import StopRun
-from yeto.schemas.fleet import StopIsland
+from yeto.schemas.fleet import StopIsland, learner_name
 from yeto.schemas.final import BuildArtifact, FinalCutRequested, MarkFinal, RunFailed, RunFinalized, RunStopped
-from yeto.services.finalizer.budget import Limits, cut_reason, spend
-from yeto.services.finalizer.state import ENDED, FinalRun
+from yeto.schemas.run_view import spend_usd
+from yeto.services.finalizer.budget import cut_reason
+from yeto.services.finalizer.state import ENDED, FinalRun, State
 
 SOURCE = "finalizer"
-DEFAULTS = {"final_ack_timeout_s": 30.0, "final_cut_timeout_s": 900.0, "head_price_per_hour": 0.0}
+DEFAULTS = {"final_ack_timeout_s": 30.0, "final_cut_timeout_s": 900.0}
 
 
 def setting(run: FinalRun, name: str) -> float:
-    value = run.recipe.get(name)
+    value = run.view.recipe.get(name)
     return float(DEFAULTS[name] if value is None else value)
 
 
 def run_spend(run: FinalRun, now: datetime) -> float:
-    return spend(run.meters, setting(run, "head_price_per_hour"), run.launched_at, now)
+    """Islands plus head up to `now`: the shared fold's spend, the one `yeto status` and the SQL views show."""
+    return spend_usd(run.view, now)
 
 
 def _msg(cls, run: FinalRun, **fields) -> Publish:
-    return Publish(cls(id=derive_id(run.run_id, cls.__name__), run_id=run.run_id, source=SOURCE, **fields))
+    run_id = run.view.run_id
+    return Publish(cls(id=derive_id(run_id, cls.__name__), run_id=run_id, source=SOURCE, **fields))
 
 
 def stop_islands(run: FinalRun, reason: str) -> list[Publish]:
     """StopIsland for every island still up; the ids match the launcher's, so either may send them."""
-    return [Publish(StopIsland(id=derive_id(run.run_id, "StopIsland", i, g), run_id=run.run_id, source=SOURCE, island=i,
-                               generation=g, spec=run.fleet[i], reason=reason, price_per_hour=run.meters[i].price_per_hour))
-            for i, (g, s) in enumerate(zip(run.generations, run.islands)) if s == "up"]
+    run_id = run.view.run_id
+    return [Publish(StopIsland(id=derive_id(run_id, "StopIsland", isl.index, isl.generation), run_id=run_id, source=SOURCE,
+                               island=isl.index, generation=isl.generation, spec=isl.spec, reason=reason,
+                               price_per_hour=isl.price_per_hour))
+            for isl in run.view.islands if isl.phase == "up"]
 
 
 def _training(run: FinalRun, now: datetime, period_s: float) -> list[Publish]:
-    if run.islands and all(s == "dropped" for s in run.islands):
-        return [_msg(RunFailed, run, reason=f"every island was dropped; see `yeto logs {run.run_id}`")]
-    found = cut_reason(limits=Limits.from_recipe(run.recipe), meters=run.meters, head_price=setting(run, "head_price_per_hour"),
-                       launched_at=run.launched_at, now=now, period_s=period_s, tokens=run.total_tokens)
-    if found is None and run.islands and all(s in ("finished", "dropped") for s in run.islands):
+    phases = [isl.phase for isl in run.view.islands]
+    if phases and all(p == "dropped" for p in phases):
+        return [_msg(RunFailed, run, reason=f"every island was dropped; see `yeto logs {run.view.run_id}`")]
+    found = cut_reason(run.view, now=now, period_s=period_s)
+    if found is None and phases and all(p in ("finished", "dropped") for p in phases):
         found = ("max_steps", "every island trained to --max-steps")
     return [_msg(FinalCutRequested, run, reason=found[0], detail=found[1])] if found else []
 
@@ -63,17 +68,17 @@ def reconcile(run: FinalRun, now: datetime, period_s: float) -> list[Publish]:
         if not run.final["versions"]:   # cut before any learner's values reached the syncer: no artifact can come
             return [_msg(RunFailed, run, reason=f"the run was cut ({run.cut_reason}) before any learner synced with "
                                                 f"the syncer, so there is no model to write; raise the limit or see "
-                                                f"`yeto logs {run.run_id}`")]
+                                                f"`yeto logs {run.view.run_id}`")]
         return [_msg(MarkFinal, run, **run.final)]
     if run.phase == "marked":
         expected = run.expected_acks()
         waited = (now - run.marked_at).total_seconds()
         if expected <= run.acks or waited >= setting(run, "final_ack_timeout_s"):
-            build = _msg(BuildArtifact, run, recipe=run.recipe, versions=run.final["versions"], acked=sorted(run.acks))
+            build = _msg(BuildArtifact, run, recipe=run.view.recipe, versions=run.final["versions"], acked=sorted(run.acks))
             return [build, *stop_islands(run, "final cut done")]
         return []
     if run.phase == "written":
-        expected = {f"island-{i}" for i in range(len(run.fleet))}
+        expected = {learner_name(i) for i in range(len(run.view.fleet))}
         return [_msg(RunFinalized, run, output=run.artifact["output"], manifest_sha256=run.artifact["manifest_sha256"],
                      reason=run.cut_reason or "user", spend_usd=round(run_spend(run, now), 6), acked=sorted(run.acks),
                      missing_acks=sorted(expected - run.acks))]
@@ -95,7 +100,7 @@ def on_stop(run: FinalRun | None, cmd: StopRun) -> list[Publish]:
 
 def make_decide(period_s: float):
     """decide(state, msg, now) with the accounting period (the service's tick) bound in."""
-    def decide(state: dict[str, FinalRun], msg: Message | None, now: datetime) -> list:
+    def decide(state: State, msg: Message | None, now: datetime) -> list:
         if isinstance(msg, StopRun):
             return on_stop(state.get(msg.run_id), msg)
         if msg is not None and msg.kind == "command":

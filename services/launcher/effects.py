@@ -11,7 +11,7 @@ from yeto.schemas.base import Message, derive_id
 from yeto.schemas.fleet import IslandExited, IslandReplaced, IslandStopped, IslandUp
 from yeto.services.launcher.backends.base import Backend, IslandLaunch
 from yeto.services.launcher.logic import SOURCE, Kill, Spawn
-from yeto.services.launcher.state import Run, backend_of
+from yeto.services.launcher.state import State, backend_of
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class Effects:
                              source=SOURCE, island=c.island, generation=c.generation, spec=c.spec,
                              price_per_hour=c.price_per_hour, backend=backend.name, reason=c.reason)
 
-    def exits(self, state: dict[str, Run]) -> list[IslandExited]:
+    def exits(self, state: State) -> list[IslandExited]:
         """One IslandExited per island generation that is up in the state but no longer runs."""
         out = []
         for run in state.values():
@@ -71,7 +71,7 @@ class Effects:
                     out.append(IslandExited(
                         id=derive_id(run.run_id, "IslandExited", isl.index, isl.generation), run_id=run.run_id,
                         source=SOURCE, island=isl.index, generation=isl.generation, spec=isl.spec,
-                        price_per_hour=isl.price_per_hour, backend=isl.backend, handle=isl.handle,
+                        price_per_hour=isl.price_per_hour, backend=backend_of(isl.spec), handle=isl.handle,
                         exit_code=st.exit_code, detail=st.detail))
         return out
 

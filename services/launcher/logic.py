@@ -12,7 +12,9 @@ from yeto.infra.runner import Publish
 from yeto.schemas.base import Event, Message, derive_id
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import IslandDropped, IslandPreempted, IslandRequested, RunLaunched, StartIsland, StopIsland
-from yeto.services.launcher.state import Island, Run, backend_of
+from yeto.schemas.island_view import Island
+from yeto.schemas.run_view import RunView
+from yeto.services.launcher.state import State, backend_of
 
 SOURCE = "launcher"
 DEFAULTS = {"recover_timeout_s": 600.0, "heartbeat_timeout_s": 300.0, "startup_timeout_s": 1800.0, "max_crashes": 3}
@@ -37,7 +39,7 @@ def setting(recipe: dict, name: str) -> float:
 
 def _island_fields(run_id: str, isl: Island, generation: int) -> dict:
     return dict(run_id=run_id, source=SOURCE, island=isl.index, generation=generation, spec=isl.spec,
-                price_per_hour=isl.price_per_hour, backend=isl.backend)
+                price_per_hour=isl.price_per_hour, backend=backend_of(isl.spec))
 
 
 def start(run_id: str, recipe: dict, num_islands: int, isl: Island, generation: int) -> list[Publish]:
@@ -59,8 +61,7 @@ def stop(run_id: str, isl: Island, reason: str, generation: int | None = None) -
 def launch(cmd: LaunchRun) -> list[Publish]:
     out = [Publish(cmd.caused(RunLaunched, fleet=cmd.fleet, recipe=cmd.recipe, source=SOURCE))]
     for i, spec in enumerate(cmd.fleet):
-        isl = Island(index=i, spec=spec, price_per_hour=float(spec.get("price_per_hour") or 0.0), backend=backend_of(spec))
-        out += start(cmd.run_id, cmd.recipe, len(cmd.fleet), isl, 0)
+        out += start(cmd.run_id, cmd.recipe, len(cmd.fleet), Island.launched(i, spec, cmd.ts), 0)
     return out
 
 
@@ -69,23 +70,23 @@ def _event(cls: type[Event], run_id: str, isl: Island, **fields) -> Publish:
                        **_island_fields(run_id, isl, isl.generation), **fields))
 
 
-def reconcile(run: Run, now: datetime) -> list[Publish]:
+def reconcile(run: RunView, now: datetime) -> list[Publish]:
     """What the run needs now: replacements, drops, and teardown once it has ended."""
     if run.ended:
         return [stop(run.run_id, isl, f"run ended ({run.ended})") for isl in run.islands if isl.phase in ("up", "replacing")]
     out: list[Publish] = []
-    r = run.recipe
+    r, cutting = run.recipe, run.phase == "finalizing"   # a final cut is under way: no more replacements
     for isl in run.islands:
         age = (now - isl.since).total_seconds() if isl.since else 0.0
-        if isl.phase == "exited" and not run.cutting:
+        if isl.phase == "exited" and not cutting:
             out.append(_event(IslandPreempted, run.run_id, isl, reason=isl.exit_detail or "the island's processes ended"))
-        elif isl.phase == "up" and not run.cutting:
+        elif isl.phase == "up" and not cutting:
             beat = (now - isl.last_beat).total_seconds() if isl.last_beat else None
             if beat is not None and beat > setting(r, "heartbeat_timeout_s"):
                 out += [_event(IslandPreempted, run.run_id, isl, reason=f"no heartbeat for {beat:.0f}s"), stop(run.run_id, isl, "silent")]
             elif beat is None and age > setting(r, "startup_timeout_s"):
                 out += [_event(IslandPreempted, run.run_id, isl, reason=f"no progress {age:.0f}s after start"), stop(run.run_id, isl, "silent")]
-        elif isl.phase == "preempted" and not run.cutting:
+        elif isl.phase == "preempted" and not cutting:
             if isl.crashes >= setting(r, "max_crashes"):
                 out.append(_event(IslandDropped, run.run_id, isl, reason=f"crashed {isl.crashes} times before any progress; see `yeto logs {run.run_id} --island {isl.index}`"))
             else:
@@ -96,7 +97,7 @@ def reconcile(run: Run, now: datetime) -> list[Publish]:
     return out
 
 
-def decide(state: dict[str, Run], msg: Message | None, now: datetime) -> list:
+def decide(state: State, msg: Message | None, now: datetime) -> list:
     if isinstance(msg, LaunchRun):
         return launch(msg)
     if isinstance(msg, StartIsland):

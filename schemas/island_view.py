@@ -1,0 +1,89 @@
+"""One island of a run as its events tell it: lifecycle phase, generation, heartbeat, crashes, and its meter.
+
+Phases: requested -> up -> (exited -> preempted -> replacing -> up ...) | finished | dropped | stopped.
+The phase follows the current generation only (news of an older one changes nothing); the meter
+follows its own rule (schemas/spend.py), so billing never depends on the order of phase changes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from yeto.schemas.fleet import (IslandDropped, IslandEvent, IslandExited, IslandPreempted, IslandReplaced,
+                                IslandRequested, IslandStopped, IslandUp)
+from yeto.schemas.spend import Meter
+from yeto.schemas.training import LearnerProgress
+
+LIVE = ("requested", "up", "replacing")
+
+
+@dataclass(frozen=True)
+class Island:
+    index: int
+    spec: dict[str, Any]
+    """The fleet entry: cloud, gpu, count, nodes, region, spot, price_per_hour."""
+    generation: int = 0
+    phase: str = "requested"
+    since: datetime | None = None
+    """When the current phase began (event time)."""
+    handle: str = ""
+    last_beat: datetime | None = None
+    """Last LearnerProgress of the current generation."""
+    crashes: int = 0
+    """Consecutive generations that died before any progress."""
+    exit_detail: str = ""
+    last_step: int = 0
+    """The furthest step reported by any generation: where a replacement resumes."""
+    meter: Meter = field(default_factory=Meter)
+
+    @property
+    def price_per_hour(self) -> float:
+        return self.meter.price_per_hour
+
+    @classmethod
+    def launched(cls, index: int, spec: dict[str, Any], ts: datetime) -> Island:
+        return cls(index=index, spec=spec, since=ts, meter=Meter(price_per_hour=float(spec.get("price_per_hour") or 0.0)))
+
+
+def island_index(learner: str) -> int | None:
+    """The island a learner id names (`island-<N>`), None for any other learner."""
+    head, _, tail = learner.rpartition("-")
+    return int(tail) if head == "island" and tail.isdigit() else None
+
+
+def _phase(isl: Island, e: IslandEvent) -> Island:
+    gen, ts, current = e.generation, e.ts, e.generation == isl.generation
+    if gen < isl.generation:
+        return isl
+    if isinstance(e, IslandRequested):
+        return replace(isl, generation=gen, phase="requested" if gen == 0 else "replacing", since=ts, last_beat=None)
+    if isinstance(e, (IslandUp, IslandReplaced)):
+        return replace(isl, generation=gen, phase="up", since=ts, handle=e.handle)
+    if isinstance(e, IslandExited) and current and isl.phase in LIVE:
+        if e.exit_code == 0:
+            return replace(isl, phase="finished", since=ts)
+        crashed = isl.last_beat is None
+        return replace(isl, phase="exited", since=ts, exit_detail=e.detail, crashes=isl.crashes + 1 if crashed else 0)
+    if isinstance(e, IslandPreempted) and current and isl.phase not in ("dropped", "stopped", "finished"):
+        return replace(isl, phase="preempted", since=ts)
+    if isinstance(e, IslandDropped):
+        return replace(isl, phase="dropped", since=ts)
+    if isinstance(e, IslandStopped) and current and isl.phase in ("requested", "up", "exited"):
+        return replace(isl, phase="stopped", since=ts)
+    return isl
+
+
+def fold_island(isl: Island, e: IslandEvent, *, billing: bool) -> Island:
+    """The island after one of its events; `billing` False once the run has ended (its meters are closed)."""
+    new = _phase(isl, e)
+    if billing:
+        new = replace(new, meter=isl.meter.apply(e.type, e.ts, e.price_per_hour, e.generation))
+    return new
+
+
+def beat(isl: Island, e: LearnerProgress) -> Island:
+    """A heartbeat of the island's learner: counts only for the current generation."""
+    if e.generation != isl.generation:
+        return isl
+    return replace(isl, last_beat=e.ts, crashes=0, last_step=max(isl.last_step, e.step))

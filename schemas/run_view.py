@@ -1,0 +1,128 @@
+"""The one fold of a run that the launcher, the finalizer and the CLI share: lifecycle, islands, spend, progress.
+
+`fold(view, event, seq)` is pure (no clock, no I/O). It takes parsed events; anything else (a tape payload
+of a type this Yeto does not know) only counts as an event seen. Spend follows schemas/spend.py, and
+`spend_usd(view, now)` prices the open intervals up to a time the caller passes in. infra/tape_views.py
+computes the same numbers in SQL; tests/tape/test_tape_views.py checks the two agree on one tape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from yeto.schemas.base import SYSTEM_RUN, Event
+from yeto.schemas.final import ArtifactWritten, CheckpointMarkedFinal, FinalCutDone, FinalCutRequested
+from yeto.schemas.fleet import IslandEvent, IslandReplaced, IslandUp, RunLaunched
+from yeto.schemas.island_view import Island, beat, fold_island, island_index
+from yeto.schemas.spend import hours_between
+from yeto.schemas.training import LearnerProgress, RoundMerged
+
+RUN_END = {"RunFinalized": "finalized", "RunFailed": "failed", "RunStopped": "stopped"}
+FINALIZING = (FinalCutRequested, FinalCutDone, CheckpointMarkedFinal, ArtifactWritten)
+RUNNING = (IslandUp, IslandReplaced, RoundMerged, LearnerProgress)
+
+
+@dataclass(frozen=True)
+class Learner:
+    step: int = 0
+    """The highest step reported (any generation)."""
+    loss: float | None = None
+    """The last reported loss."""
+    tokens: dict[int, int] = field(default_factory=dict)
+    """Generation -> the tokens it last reported (each generation counts from zero)."""
+
+
+@dataclass(frozen=True)
+class RunView:
+    run_id: str
+    fleet: tuple[dict[str, Any], ...] = ()
+    recipe: dict[str, Any] = field(default_factory=dict)
+    launched_at: datetime | None = None
+    phase: str = "launching"
+    """launching | running | finalizing | finalized | failed | stopped"""
+    reason: str = ""
+    """Why the run is finalizing or ended (the final cut's reason, then the end event's)."""
+    ended: str = ""
+    """RunFinalized | RunFailed | RunStopped: the run's first end event."""
+    ended_at: datetime | None = None
+    islands: tuple[Island, ...] = ()
+    learners: dict[str, Learner] = field(default_factory=dict)
+    rounds_merged: int = 0
+    versions: dict[int, int] = field(default_factory=dict)
+    """Fragment -> its latest merged global version."""
+    num_events: int = 0
+    last_ts: datetime | None = None
+    last_seq: int = 0
+    """The stream sequence of the last event folded (0 when the caller passed none)."""
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(n for learner in self.learners.values() for n in learner.tokens.values())
+
+    @property
+    def head_price_per_hour(self) -> float:
+        return float(self.recipe.get("head_price_per_hour") or 0.0)
+
+
+def spend_usd(view: RunView, now: datetime | None) -> float:
+    """Islands plus head, up to `now` (capped at the run's end)."""
+    until = view.ended_at or now
+    head = view.head_price_per_hour * hours_between(view.launched_at, until)
+    return head + sum(isl.meter.usd_at(until) for isl in view.islands)
+
+
+def _set_island(view: RunView, isl: Island) -> RunView:
+    islands = list(view.islands)
+    islands[isl.index] = isl
+    return replace(view, islands=tuple(islands))
+
+
+def _progress(view: RunView, e: LearnerProgress) -> RunView:
+    old = view.learners.get(e.learner, Learner())
+    learner = Learner(step=max(old.step, e.step), loss=e.loss, tokens={**old.tokens, e.generation: e.tokens})
+    view = replace(view, learners={**view.learners, e.learner: learner})
+    i = island_index(e.learner)
+    return _set_island(view, beat(view.islands[i], e)) if i is not None and i < len(view.islands) else view
+
+
+def _evolve(v: RunView, e: Event) -> RunView:
+    if isinstance(e, RunLaunched):
+        if v.launched_at is not None:       # a second RunLaunched of the run changes nothing
+            return v
+        islands = tuple(Island.launched(i, spec, e.ts) for i, spec in enumerate(e.fleet))
+        return replace(v, fleet=tuple(e.fleet), recipe=e.recipe, launched_at=e.ts, islands=islands)
+    if e.type in RUN_END:
+        if v.ended:
+            return v
+        islands = tuple(replace(isl, meter=isl.meter.stop(e.ts)) for isl in v.islands)
+        return replace(v, phase=RUN_END[e.type], ended=e.type, ended_at=e.ts, reason=e.reason, islands=islands)
+    if isinstance(e, IslandEvent) and 0 <= e.island < len(v.islands):
+        v = _set_island(v, fold_island(v.islands[e.island], e, billing=not v.ended))
+    elif isinstance(e, LearnerProgress):
+        v = _progress(v, e)
+    elif isinstance(e, RoundMerged):
+        v = replace(v, rounds_merged=v.rounds_merged + 1, versions={**v.versions, e.fragment: e.global_version})
+    elif isinstance(e, FINALIZING) and not v.ended:
+        return replace(v, phase="finalizing", reason=e.reason if isinstance(e, FinalCutRequested) else v.reason)
+    return replace(v, phase="running") if isinstance(e, RUNNING) and v.phase == "launching" else v
+
+
+def fold(view: RunView | None, event: Any, seq: int = 0) -> RunView:
+    """The run's view after one more event; `view` None starts the view of the event's run."""
+    if view is None:
+        run_id = event.run_id if isinstance(event, Event) else event.get("run_id", SYSTEM_RUN)
+        view = RunView(run_id=run_id)
+    view = replace(view, num_events=view.num_events + 1, last_seq=seq or view.last_seq)
+    if not isinstance(event, Event):
+        return view
+    return _evolve(replace(view, last_ts=event.ts), event)
+
+
+def evolve(runs: dict[str, RunView], event: Event, seq: int = 0) -> dict[str, RunView]:
+    """Every run's view after one more event; a run is known from its RunLaunched on (other events before it,
+    and events of no run, change nothing)."""
+    view = runs.get(event.run_id)
+    if view is None and not isinstance(event, RunLaunched):
+        return runs
+    return {**runs, event.run_id: fold(view, event, seq)}
