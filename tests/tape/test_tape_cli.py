@@ -5,11 +5,11 @@ import csv
 import io
 import json
 import threading
-import time
 
 import pytest
 
 from tape_events import scripted_run
+from waiting import wait_for
 from yeto.cli.main import main
 from yeto.cli.runs import follow_logs, log_files
 from yeto.infra.stack import StackPaths
@@ -88,16 +88,23 @@ def test_logs_print_the_tail_and_follow_appended_lines(state, capsys):
     (logs / "island-1.log").write_text("other\n")
     assert yeto(state, "logs", "r-one", "--island", "0", "-n", "3") == 0
     assert capsys.readouterr().out == "line 97\nline 98\nline 99\n"
-    out, stop = io.StringIO(), threading.Event()
-    follower = threading.Thread(target=follow_logs, args=(lambda: log_files(state, "r-one", None), out),
+    out, stop, passes = io.StringIO(), threading.Event(), []
+
+    def files():                        # the follower asks at the start of each pass over the files
+        passes.append(len(passes))
+        return log_files(state, "r-one", None)
+
+    follower = threading.Thread(target=follow_logs, args=(files, out),
                                 kwargs=dict(lines=1, follow=True, stop=stop.is_set, interval=0.02))
     follower.start()
     with open(logs / "island-1.log", "a") as f:
         f.write("half a li")
         f.flush()
-        time.sleep(0.1)
+        written = len(passes)           # a pass that starts after this one read the half line whole
+        wait_for(lambda: len(passes) >= written + 2, 10, "a pass of the follower over the half-written line")
         f.write("ne\n")
-    time.sleep(0.1)
+    wait_for(lambda: "[island-1] half a line" in out.getvalue(), 10, "the completed line to be followed",
+             detail=out.getvalue)
     stop.set()
     follower.join(5)
     assert out.getvalue().splitlines() == ["[island-0] line 99", "[island-1] other", "[island-1] half a line"]
