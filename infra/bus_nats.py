@@ -9,8 +9,8 @@ import ssl
 from typing import Awaitable, Callable, Sequence
 
 import nats
-from nats.errors import ConnectionClosedError, NoRespondersError, TimeoutError as NatsTimeout
-from nats.js.errors import NotFoundError, ServiceUnavailableError
+from nats.errors import ConnectionClosedError, ConnectionReconnectingError, NoRespondersError, TimeoutError as NatsTimeout
+from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
 from yeto.infra.bus import Deliver, Delivery, NoResponders, subject_of
 from yeto.infra.bus_nats_consumer import NatsConsumer, NatsSubscription, watch
@@ -18,7 +18,9 @@ from yeto.schemas.base import Message, to_bytes
 from yeto.schemas.subjects import stream_for
 
 log = logging.getLogger(__name__)
-RETRYABLE = (NatsTimeout, asyncio.TimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionClosedError)
+# No stream answering is retried too: right after a restart JetStream may not have loaded its streams yet.
+RETRYABLE = (NatsTimeout, asyncio.TimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionClosedError,
+             ConnectionReconnectingError, NoStreamResponseError)
 
 
 async def _log_error(e: Exception) -> None:
