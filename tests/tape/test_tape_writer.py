@@ -15,7 +15,7 @@ from yeto.cli.main import main
 from yeto.cli.tape import load_run
 from yeto.infra.bus import Bus
 from yeto.infra.tape_sql import ask
-from yeto.projections import fold
+from yeto.schemas.run_view import fold
 
 pytestmark = pytest.mark.timeout(120)
 

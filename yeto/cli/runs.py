@@ -12,11 +12,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, TextIO
 
+from yeto.cli.describe import describe
 from yeto.cli.sql import format_table, tape_query
 from yeto.cli.tape import load_run, run_filter
 from yeto.infra.settings import load
 from yeto.infra.stack import StackPaths
-from yeto.projections import RunView, spend_at
 
 STATUS_SQL = """
 SELECT r.run_id, r.phase, strftime(r.started, '%Y-%m-%d %H:%M:%S') AS started, r.num_rounds AS rounds,
@@ -50,36 +50,6 @@ def run_status(args) -> int:
         return 0
     print(format_table(result["columns"], result["rows"]), end="")
     return 0
-
-
-def eta_s(v: RunView, now: datetime) -> float | None:
-    """Seconds left at the pace so far, from the furthest learner's step and the run's max_steps."""
-    step = max(v.steps.values(), default=0)
-    if not v.max_steps or step <= 0 or v.started is None or v.finished is not None:
-        return None
-    return max(0.0, (now - v.started).total_seconds() * (v.max_steps - step) / step)
-
-
-def describe(v: RunView, now: datetime | None) -> str:
-    now = now or v.last_ts
-    lines = [f"run {v.run_id}: {v.phase}" + (f" ({v.reason})" if v.reason else ""),
-             f"  started {v.started}" + (f", finished {v.finished}" if v.finished else "") + f", {v.num_events} events, last seq {v.last_seq}",
-             f"  rounds merged {v.rounds_merged}; versions " + (" ".join(f"{f}:v{n}" for f, n in sorted(v.versions.items())) or "-"),
-             f"  spend so far ${spend_at(v, now):.4f}; tokens {v.num_tokens}"]
-    eta = eta_s(v, now) if now else None
-    if eta is not None:
-        lines.append(f"  ETA ~{eta / 60:.1f} min (step {max(v.steps.values())}/{v.max_steps})")
-    text = "\n".join(lines) + "\n"
-    if v.islands:
-        until = v.finished or now
-        rows = [[i.island, i.status, i.price_per_hour, round(i.uptime_at(until)), round(i.spend_at(until), 4)]
-                for _, i in sorted(v.islands.items())]
-        text += format_table(["island", "status", "$/hour", "uptime s", "spend $"], rows)
-    if v.losses or v.steps:
-        learners = sorted(set(v.losses) | set(v.steps))
-        text += format_table(["learner", "step", "loss", "tokens"],
-                             [[w, v.steps.get(w), v.losses.get(w), v.tokens.get(w)] for w in learners])
-    return text
 
 
 def log_files(state_dir: Path, run: str, island: int | None) -> list[Path]:

@@ -1,4 +1,4 @@
-"""`yeto tape show [RUN]` lists events from the tape; `yeto tape replay RUN` refolds RunView and prints its timeline."""
+"""`yeto tape show [RUN]` lists events from the tape; `yeto tape replay RUN` refolds the run's view and prints its timeline."""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +6,11 @@ import json
 from datetime import datetime
 from typing import Any, Callable, Iterator
 
+from yeto.cli.describe import describe
 from yeto.cli.sql import format_table, tape_query
-from yeto.projections import RunView, as_event, fold
+from yeto.schemas import SchemaError, parse
 from yeto.schemas.base import RUN_ID_RE
+from yeto.schemas.run_view import RunView, fold, spend_usd
 
 ENVELOPE = {"id", "type", "version", "run_id", "ts", "source", "causation_id"}
 PAGE = 5000
@@ -73,6 +75,14 @@ def _summary(payload: Any) -> str:
     return " ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in data.items() if k not in ENVELOPE)
 
 
+def as_event(payload: dict[str, Any]) -> Any:
+    """A tape payload as its model when this Yeto knows the type (old versions upcast), else the dict itself."""
+    try:
+        return parse(payload)
+    except SchemaError:
+        return payload
+
+
 def run_events(args, run: str, until: int | None = None) -> Iterator[tuple[int, Any]]:
     """(seq, event) of one run in order, paged so a long run never needs one huge reply."""
     after, cond = 0, run_filter(run) + (f" AND seq <= {int(until)}" if until is not None else "")
@@ -100,15 +110,14 @@ def load_run(args, run: str, until: int | None = None, each: Callable[[int, Any,
 
 
 def timeline_row(seq: int, event: Any, v: RunView) -> list[Any]:
-    up = sum(1 for i in v.islands.values() if i.status == "up")
-    loss = sum(v.losses.values()) / len(v.losses) if v.losses else None
+    up = sum(1 for isl in v.islands if isl.phase == "up")
+    losses = [lr.loss for lr in v.learners.values() if lr.loss is not None]
+    loss = sum(losses) / len(losses) if losses else None
     return [seq, clock(v.last_ts), getattr(event, "type", None) or event.get("type"), v.phase,
-            f"{up}/{len(v.islands)}", v.rounds_merged, v.num_tokens, loss, round(v.spend_usd, 4)]
+            f"{up}/{len(v.islands)}", v.rounds_merged, v.num_tokens, loss, round(spend_usd(v, v.last_ts), 4)]
 
 
 def run_replay(args) -> int:
-    from yeto.cli.runs import describe
-
     rows: list[list[Any]] = []
     view = load_run(args, args.run, args.until, lambda seq, ev, v: rows.append(timeline_row(seq, ev, v)))
     print(format_table(["seq", "time", "event", "phase", "islands up", "rounds", "tokens", "mean loss", "spend $"], rows))

@@ -1,0 +1,48 @@
+"""A run's shared view (schemas/run_view.py) as the text `yeto status RUN` and `yeto tape replay` print."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from yeto.cli.sql import format_table
+from yeto.schemas.run_view import RunView, spend_usd
+
+
+def max_steps(recipe: dict) -> int | None:
+    """--max-steps from a run's recipe: its limits, its train recipe, or the top level."""
+    for part in (recipe.get("limits"), recipe.get("train"), recipe):
+        if isinstance(part, dict) and part.get("max_steps") is not None:
+            return int(part["max_steps"])
+    return None
+
+
+def eta_s(v: RunView, now: datetime) -> float | None:
+    """Seconds left at the pace so far, from the furthest learner's step and the run's max_steps."""
+    step, limit = max((lr.step for lr in v.learners.values()), default=0), max_steps(v.recipe)
+    if not limit or step <= 0 or v.launched_at is None or v.ended:
+        return None
+    return max(0.0, (now - v.launched_at).total_seconds() * (limit - step) / step)
+
+
+def describe(v: RunView, now: datetime | None) -> str:
+    now = now or v.last_ts
+    until = v.ended_at or now
+    head = spend_usd(v, now) - sum(isl.meter.usd_at(until) for isl in v.islands)
+    lines = [f"run {v.run_id}: {v.phase}" + (f" ({v.reason})" if v.reason else ""),
+             f"  started {v.launched_at}" + (f", finished {v.ended_at}" if v.ended_at else "")
+             + f", {v.num_events} events, last seq {v.last_seq}",
+             f"  rounds merged {v.rounds_merged}; versions "
+             + (" ".join(f"{f}:v{n}" for f, n in sorted(v.versions.items())) or "-"),
+             f"  spend so far ${spend_usd(v, now):.4f} (head ${head:.4f}); tokens {v.num_tokens}"]
+    eta = eta_s(v, now) if now else None
+    if eta is not None:
+        step = max(lr.step for lr in v.learners.values())
+        lines.append(f"  ETA ~{eta / 60:.1f} min (step {step}/{max_steps(v.recipe)})")
+    text = "\n".join(lines) + "\n"
+    if v.islands:
+        rows = [[isl.index, isl.phase, isl.generation, isl.price_per_hour, round(isl.meter.hours_at(until) * 3600),
+                 round(isl.meter.usd_at(until), 4)] for isl in v.islands]
+        text += format_table(["island", "phase", "generation", "$/hour", "uptime s", "spend $"], rows)
+    if v.learners:
+        rows = [[name, lr.step, lr.loss, sum(lr.tokens.values())] for name, lr in sorted(v.learners.items())]
+        text += format_table(["learner", "step", "loss", "tokens"], rows)
+    return text
