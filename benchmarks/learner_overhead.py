@@ -48,10 +48,10 @@ class Timed:
     def __init__(self, hook) -> None:
         self.hook, self.seconds = hook, 0.0
 
-    def catch_up(self) -> bool:
+    def join(self) -> bool:
         started = time.perf_counter()
         try:
-            return self.hook.catch_up()
+            return self.hook.join()
         finally:
             self.seconds += time.perf_counter() - started
 

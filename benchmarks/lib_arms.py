@@ -75,7 +75,7 @@ def export_state(core: SyncerCore, layout) -> dict[str, np.ndarray]:
     """Every trainable tensor from the syncer's exact f32 keyframes (what infra/globals_reader.py reads)."""
     out = {}
     for p in layout.active:
-        header, payload = core.exact_keyframe(p)
+        header, payload = core.fragments[p].exact_keyframe()
         flat, offset = codecs.decode(header.codec, payload, header.numel), 0
         for t in layout.fragments[p]:
             out[t.name] = flat[offset:offset + t.numel].reshape(t.shape)
@@ -129,13 +129,13 @@ def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str
         net.advance(end)
         for hook in hooks:
             sync_m = hook.hook.sync
-            sync_m.catch_up()
+            sync_m.apply_globals()
             for p in sync_m.active:
                 if sync_m.c_steps[p]:
                     push = sync_m._push(p)      # what a final flush would send (no public API for it yet)
                     hook.hook.transport.send_push(push.header, push.payload)
     net.advance(end + 1e9)                  # pushes still in flight reach the syncer
-    net._handle(net.core.final_cut(end), end)
+    net.perform(net.core.final_cut(end), end)
     final = build_model(recipe, policy.device)
     load_state(final, export_state(net.core, hooks[0].hook.sync.layout))
     ce = evaluate(final, _heldout(recipe, tok, heldout_blocks), accel=policy)

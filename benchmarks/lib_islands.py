@@ -14,9 +14,10 @@ import threading
 from collections.abc import Callable
 
 from yeto.learners.torch.hook import DilocoHook
+from yeto.learners.transport.protocol import LocalTransport
 from yeto.schemas.fragments import FragmentHeader, split_chunks
-from yeto.services.syncer.core import Publish, SaveSnapshot, SyncerCore
-from yeto.services.syncer.logic import WakeAt
+from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.outputs import perform
 
 
 class SimNet:
@@ -29,6 +30,7 @@ class SimNet:
         self.inboxes: dict[str, list] = {}
         self.events: list = []
         self.bytes_up = self.bytes_down = 0
+        self.t = 0.0                     # simulated time of the outputs being performed
 
     def _at(self, t: float, kind: str, data) -> None:
         heapq.heappush(self.queue, (t, next(self.seq), kind, data))
@@ -42,31 +44,40 @@ class SimNet:
         while self.queue and self.queue[0][0] <= now:
             t, _, kind, data = heapq.heappop(self.queue)
             if kind == "push":
-                self._handle(self.core.receive(*data, t), t)
+                self.perform(self.core.receive(*data, t), t)
             elif kind == "wake":
-                self._handle(self.core.tick(t), t)
+                self.perform(self.core.tick(t), t)
             else:
                 name, header, chunk = data
                 if name in self.inboxes:
                     self.inboxes[name].append((header, chunk))
 
-    def _handle(self, outputs, t: float) -> None:
-        for o in outputs:
-            if isinstance(o, Publish):
-                self.bytes_down += len(o.payload) * len(self.inboxes)       # every learner receives it
-                for h, chunk in self._wire(o.header, o.payload):
-                    for name in self.inboxes:
-                        self._at(t + self.latency_s, "global", (name, h, chunk))
-            elif isinstance(o, WakeAt):
-                self._at(o.at, "wake", None)
-            elif not isinstance(o, SaveSnapshot):
-                self.events.append(o)
+    def perform(self, outputs, t: float) -> None:
+        """The core's outputs at simulated time `t`: globals reach inboxes `latency_s` later."""
+        self.t = t
+        perform(outputs, self)
+
+    # outputs.Sink (snapshots are not kept)
+    def chunk(self, header: FragmentHeader, chunk: bytes) -> None:
+        self.bytes_down += len(chunk) * len(self.inboxes)       # every learner receives it
+        h = FragmentHeader.from_nats(header.to_nats())
+        for name in self.inboxes:
+            self._at(self.t + self.latency_s, "global", (name, h, bytes(chunk)))
+
+    def wake(self, at: float) -> None:
+        self._at(at, "wake", None)
+
+    def event(self, event) -> None:
+        self.events.append(event)
+
+    def snapshot(self, snap) -> None:
+        pass
 
     def transport(self, name: str, clock: Callable[[], float]):
         net = self
         inbox = self.inboxes.setdefault(name, [])
 
-        class Transport:
+        class Transport(LocalTransport):
             def send_push(self, header, payload):
                 net.bytes_up += len(payload)
                 for h, chunk in net._wire(header, payload):
@@ -131,11 +142,11 @@ class TurnHook:
         self.hook, self.clock, self.turn, self.name, self.step_s, self.start_s = hook, clock, turn, name, step_s, start_s
         self.tokens = self.boundaries = 0
 
-    def catch_up(self) -> bool:
+    def join(self) -> bool:
         self.turn.enter(self.name, self.start_s)
         self.clock.t = self.start_s
         try:
-            return self.hook.catch_up()
+            return self.hook.join()
         finally:
             self.start_s = self.clock.t          # a join wait moved the clock
             self.turn.leave(self.name, self.start_s + self.step_s)

@@ -18,7 +18,9 @@ from yeto.learners.diloco_sync import DilocoSync
 from yeto.schemas import codecs
 from yeto.schemas.fragments import split_chunks
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer.core import Publish, SyncerCore
+from yeto.schemas.subjects import CHUNK_BYTES
+from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.outputs import perform
 
 
 class Arrays(dict):
@@ -47,15 +49,27 @@ def wire(num_params: int, num_learners: int) -> tuple[float, float]:
     learners = [DilocoSync(Arrays({k: v.copy() for k, v in init.items()}), cfg, run_id="r-wire", learner=f"l{m}") for m in range(num_learners)]
     counters = {"up": 0, "up_values": 0, "down": 0, "down_values": 0, "steady": False}
 
+    class Learners:                                   # outputs.Sink: broadcasts reach every learner
+        chunk_bytes = CHUNK_BYTES
+
+        def chunk(self, h, chunk):
+            for s in learners:
+                s.offer(h, chunk)
+            if counters["steady"] and h.kind == "delta":                  # one subscribed learner's view
+                counters["down"] += len(chunk) + sum(len(k) + len(v) for k, v in h.to_nats().items())
+                counters["down_values"] += h.numel if h.chunk == 0 else 0
+
+        def event(self, event):
+            pass
+
+        def snapshot(self, snap):
+            pass
+
+        def wake(self, at):                           # the loop ticks the core every step
+            pass
+
     def deliver(outputs):
-        for o in outputs:
-            if isinstance(o, Publish):
-                for h, chunk in split_chunks(o.header, o.payload):
-                    for s in learners:
-                        s.offer(h, chunk)
-                    if counters["steady"] and h.kind == "delta":                  # one subscribed learner's view
-                        counters["down"] += len(chunk) + sum(len(k) + len(v) for k, v in h.to_nats().items())
-                        counters["down_values"] += h.numel if h.chunk == 0 else 0
+        perform(outputs, Learners())
 
     def send(push, now):
         for h, chunk in split_chunks(push.header, push.payload):

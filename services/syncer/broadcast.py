@@ -13,41 +13,61 @@ from yeto.schemas import codecs
 from yeto.schemas.fragments import FragmentHeader, apply_global, sha256
 
 
-class BroadcastShadow:
-    """The syncer's copy of what learners hold, per fragment, and the messages that keep them in step."""
+class Shadow:
+    """The syncer's copy of what learners hold of one fragment, and the messages that keep them in step."""
 
-    def __init__(self, *, run_id: str, fingerprint: str, keyframe_every: int, codec_down: str) -> None:
-        self.run_id, self.fingerprint = run_id, fingerprint
+    def __init__(self, *, run_id: str, fragment: int, fingerprint: str, role: str, keyframe_every: int, codec_down: str) -> None:
+        self.run_id, self.fragment, self.fingerprint, self.role = run_id, fragment, fingerprint, role
         self.keyframe_every, self.codec_down = keyframe_every, codec_down
-        self.shadows: dict[int, np.ndarray] = {}
-        self.versions: dict[int, int] = {}
+        self.values: np.ndarray | None = None         # None until version 0 is published (or restored)
+        self.version = 0
 
-    def publish(self, fragment: int, version: int, theta: np.ndarray, role: str = "layers") -> list[tuple[FragmentHeader, bytes]]:
+    def publish(self, version: int, theta: np.ndarray) -> list[tuple[FragmentHeader, bytes]]:
         """Messages announcing `version` of the fragment whose f32 values are `theta` (host array)."""
         out = []
-        if fragment not in self.shadows:
-            self.shadows[fragment] = np.array(theta, dtype=np.float32, copy=True)
+        if self.values is None:
+            self.values = np.array(theta, dtype=np.float32, copy=True)
         else:
-            shadow = self.shadows[fragment]
-            payload = codecs.encode(self.codec_down, theta - shadow)
-            header = self._header(fragment, version, "delta", self.codec_down, payload, role)
-            self.shadows[fragment] = apply_global(shadow, header, payload)
+            payload = codecs.encode(self.codec_down, theta - self.values)
+            header = self._header(version, "delta", self.codec_down, payload)
+            self.values = apply_global(self.values, header, payload)
             out.append((header, payload))
-        self.versions[fragment] = version
+        self.version = version
         if version % self.keyframe_every == 0 or not out:
-            out.append(self.keyframe(fragment, role))
+            out.append(self.keyframe())
         return out
 
-    def keyframe(self, fragment: int, role: str = "layers") -> tuple[FragmentHeader, bytes]:
+    def keyframe(self) -> tuple[FragmentHeader, bytes]:
         """An f32 keyframe of the current shadow: a joining learner ends up bit-identical to the others."""
-        payload = codecs.encode("f32", self.shadows[fragment])
-        return self._header(fragment, self.versions[fragment], "keyframe", "f32", payload, role), payload
+        payload = codecs.encode("f32", self.values)
+        return self._header(self.version, "keyframe", "f32", payload), payload
 
-    def restore(self, fragment: int, version: int, shadow: np.ndarray) -> None:
-        self.shadows[fragment], self.versions[fragment] = np.array(shadow, dtype=np.float32, copy=True), version
+    def reset(self, version: int, values: np.ndarray) -> None:
+        """Hold `values` as `version` (a restored snapshot, or Θ itself for the final cut's exact keyframes)."""
+        self.values, self.version = np.array(values, dtype=np.float32, copy=True), version
 
-    def _header(self, fragment: int, version: int, kind: str, codec: str, payload: bytes, role: str) -> FragmentHeader:
-        numel = self.shadows[fragment].size
-        return FragmentHeader(run_id=self.run_id, fragment=fragment, kind=kind, role=role, version=version,
+    def _header(self, version: int, kind: str, codec: str, payload: bytes) -> FragmentHeader:
+        return FragmentHeader(run_id=self.run_id, fragment=self.fragment, kind=kind, role=self.role, version=version,
                               base_version=max(version - 1, 0), fingerprint=self.fingerprint, codec=codec,
-                              numel=numel, sha256=sha256(payload))
+                              numel=self.values.size, sha256=sha256(payload))
+
+
+class BroadcastShadow:
+    """One Shadow per fragment of a run, made on first use: a syncer's broadcast as tests of learners drive it."""
+
+    def __init__(self, *, run_id: str, fingerprint: str, keyframe_every: int, codec_down: str) -> None:
+        self.run_id, self.fingerprint, self.keyframe_every, self.codec_down = run_id, fingerprint, keyframe_every, codec_down
+        self.fragments: dict[int, Shadow] = {}
+
+    @property
+    def shadows(self) -> dict[int, np.ndarray]:
+        return {p: s.values for p, s in self.fragments.items()}
+
+    def publish(self, fragment: int, version: int, theta: np.ndarray, role: str = "layers") -> list[tuple[FragmentHeader, bytes]]:
+        if fragment not in self.fragments:
+            self.fragments[fragment] = Shadow(run_id=self.run_id, fragment=fragment, fingerprint=self.fingerprint, role=role,
+                                              keyframe_every=self.keyframe_every, codec_down=self.codec_down)
+        return self.fragments[fragment].publish(version, theta)
+
+    def keyframe(self, fragment: int, role: str = "layers") -> tuple[FragmentHeader, bytes]:
+        return self.fragments[fragment].keyframe()

@@ -17,15 +17,16 @@ from pathlib import Path
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from yeto.infra.bus import Bus
-from yeto.schemas.base import Event, derive_id
+from yeto.schemas.base import derive_id
 from yeto.schemas.final import FinalCutDone, FinalCutRequested
-from yeto.schemas.fragments import FragmentError, FragmentHeader, split_chunks
+from yeto.schemas.fragments import FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.schemas.subjects import FRAG_PREFIX, delta_subject, keyframe_subject, stream_for
-from yeto.schemas.training import LearnerRejected, RoundAborted, RoundMerged, SnapshotWritten
+from yeto.schemas.subjects import FRAG_PREFIX, stream_for
+from yeto.schemas.training import LearnerRejected
 from yeto.services.syncer import snapshot
-from yeto.services.syncer.core import Publish, SaveSnapshot, SyncerCore
-from yeto.services.syncer.logic import WakeAt
+from yeto.services.syncer.bus_sink import BusSink
+from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.outputs import Broadcast, perform_async
 
 log = logging.getLogger(__name__)
 MAX_FRAGMENTS = 256
@@ -142,33 +143,15 @@ class DataPlane:
             for run_id, core in list(self.cores.items()):
                 await self.perform(bus, run_id, core.tick(time.monotonic()))
 
-    async def perform(self, bus: Bus, run_id: str, outputs: list) -> None:
-        closed: set[int] = set()
-        for out in outputs:
-            if isinstance(out, SaveSnapshot):
-                snap = out.snapshot
-                path, sha = await asyncio.to_thread(snapshot.write, self.dir / run_id, snap)
-                await bus.publish(SnapshotWritten(id=derive_id(run_id, "SnapshotWritten", snap.fragment, snap.version),
-                                                  run_id=run_id, source=self.instance, path=str(path),
-                                                  versions={snap.fragment: snap.version}, sha256=sha))
-            elif isinstance(out, Publish):
-                await self.publish_global(bus, out)
-            elif isinstance(out, WakeAt):
-                self.wake_at = out.at if self.wake_at is None else min(self.wake_at, out.at)
-            elif isinstance(out, Event):
-                await bus.publish(out)
-                if isinstance(out, (RoundMerged, RoundAborted)):
-                    closed.add(out.fragment)
-        for p in closed:                    # effects done: the round's messages can go
+    async def perform(self, bus: Bus, run_id: str, outputs: list) -> BusSink:
+        sink = BusSink(bus, run_id, self.dir / run_id, self.instance)
+        await perform_async(outputs, sink)
+        if sink.wake_at is not None:
+            self.wake_at = sink.wake_at if self.wake_at is None else min(self.wake_at, sink.wake_at)
+        for p in sink.closed:               # effects done: the round's messages can go
             for raw in self.held.pop((run_id, p), []):
                 await raw.ack()
-
-    async def publish_global(self, bus: Bus, out: Publish) -> None:
-        h = out.header
-        for ch, chunk in split_chunks(h, out.payload):
-            subject = keyframe_subject(h.run_id, h.fragment, ch.chunk) if h.kind == "keyframe" else delta_subject(h.run_id, h.fragment, ch.chunk)
-            await bus.publish_raw(subject, chunk, msg_id=f"g.{h.run_id}.{h.fragment}.{h.kind}.{h.version}.{ch.chunk}",
-                                  headers=ch.to_nats())
+        return sink
 
     async def drain(self, run_id: str, timeout_s: float = 15.0) -> None:
         """Wait (bounded) until every push in the fragment stream has been delivered here and taken in: the
@@ -199,11 +182,11 @@ class DataPlane:
             core = self.core(run_id, sync)
             await self.perform(bus, run_id, core.final_cut(time.monotonic()))
             digest, versions = hashlib.sha256(), {}
-            for p in sorted(core.frags):
+            for p in sorted(core.fragments):
                 _, sha = await asyncio.to_thread(snapshot.write, self.dir / run_id, core.snapshot(p))
                 digest.update(sha.encode())
-                versions[p] = core.rounds[p].version
-                await self.publish_global(bus, Publish(*core.exact_keyframe(p)))
+                versions[p] = core.fragments[p].version
+                await self.perform(bus, run_id, [Broadcast(*core.fragments[p].exact_keyframe())])
             for key in [k for k in self.held if k[0] == run_id]:
                 for raw in self.held.pop(key):
                     await raw.ack()

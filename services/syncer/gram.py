@@ -1,8 +1,9 @@
-"""The Gram matrix of a round's pushes, G = [<d_i, d_j>] in float64: norms, RDA coefficients and finiteness.
+"""The Gram matrix of a round's pushes, G = [<d_i, d_j>]: norms, RDA coefficients and finiteness.
 
 The syncer builds it one row per admitted push (`gram_row` over the rows already in, kept by `RoundGram`),
 so by the time a round merges only the fused outer step is left (services/syncer/merge.py); `gram` is the
-one-pass form over all rows at once.
+one-pass form over all rows at once. Each chunk's dot products are f32 (BLAS accumulates in f32 within a
+chunk); the chunks' partial sums are added in float64, and G is a float64 array.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ GRAM_CHUNK = 1 << 24 if GPU else 1 << 18  # gemv rows reuse the chunk from L2/L3
 
 
 def gram(pushes, chunk: int = GRAM_CHUNK) -> np.ndarray:
-    """G[i, j] = <d_i, d_j> in float64 over the rows of `pushes` (M, n), one chunked read pass."""
+    """G[i, j] = <d_i, d_j> over the rows of `pushes` (M, n), one chunked read pass (f32 per chunk, float64 across)."""
     num, n = pushes.shape
     g = np.zeros((num, num))
     with np.errstate(over="ignore", invalid="ignore"):   # a non-finite G is the answer, not an error
@@ -24,8 +25,8 @@ def gram(pushes, chunk: int = GRAM_CHUNK) -> np.ndarray:
 
 
 def gram_row(rows, row, chunk: int = GRAM_CHUNK) -> np.ndarray:
-    """[<rows[i], row>] in float64, chunked like `gram`: one row of G, computed as a push arrives so that the
-    round's merge is left with the fused step alone."""
+    """[<rows[i], row>], chunked like `gram` (f32 per chunk, float64 across): one row of G, computed as a
+    push arrives so that the round's merge is left with the fused step alone."""
     acc = RowProducts(rows, row)
     for start in range(0, row.size, chunk):
         acc(start, min(start + chunk, row.size))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
+from yeto.learners.transport.protocol import LocalTransport
 from yeto.schemas.fragments import FragmentHeader, split_chunks
-from yeto.services.syncer.core import Publish, SaveSnapshot, SyncerCore
+from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.outputs import perform
 
 
 class Loopback:
@@ -25,20 +27,29 @@ class Loopback:
             yield FragmentHeader.from_nats(h.to_nats()), bytes(chunk)
 
     def _handle(self, outputs) -> None:
-        for o in outputs:
-            if isinstance(o, Publish):
-                self.bytes_down += len(o.payload)
-                for h, chunk in self._wire(o.header, o.payload):
-                    for inbox in self.inboxes.values():
-                        inbox.append((h, chunk))
-            elif not isinstance(o, SaveSnapshot) and not hasattr(o, "at"):
-                self.events.append(o)
+        perform(outputs, self)
+
+    # outputs.Sink: snapshots are not kept, wake-ups come from polling (every poll ticks the core)
+    def chunk(self, header: FragmentHeader, chunk: bytes) -> None:
+        self.bytes_down += len(chunk)
+        h = FragmentHeader.from_nats(header.to_nats())
+        for inbox in self.inboxes.values():
+            inbox.append((h, bytes(chunk)))
+
+    def event(self, event) -> None:
+        self.events.append(event)
+
+    def snapshot(self, snap) -> None:
+        pass
+
+    def wake(self, at: float) -> None:
+        pass
 
     def transport(self, learner: str):
         loop = self
         inbox = self.inboxes.setdefault(learner, [])
 
-        class Transport:
+        class Transport(LocalTransport):
             def send_push(self, header, payload):
                 with loop.lock:
                     loop.bytes_up += len(payload)

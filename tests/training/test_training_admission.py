@@ -10,7 +10,7 @@ from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import LearnerRejected, RoundMerged
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.grace import grace_s, quorum_size
-from yeto.services.syncer.logic import WakeAt
+from yeto.services.syncer.rounds import WakeAt
 
 N, FP = 600, "a" * 64
 
@@ -38,7 +38,7 @@ def reasons(out):
 def core():
     c = SyncerCore(SyncConfig(quorum=3, max_base_lag=1), run_id="r", fragments=[0])
     send(c, msg("init", "f32", np.zeros(N, np.float32)))
-    c.rounds[0].version = 3
+    c.fragments[0].round.version = 3
     return c
 
 
@@ -90,7 +90,7 @@ def test_quorum_and_grace_formulas():
 
 
 def test_overlapping_pushes_are_credited_their_tokens_once():
-    from yeto.services.syncer.admission import LearnerRecord
+    from yeto.services.syncer.ledger import LearnerRecord
     from yeto.schemas.fragments import FragmentHeader
 
     def push(c_tokens, tokens_to, fragment=0, generation=0):

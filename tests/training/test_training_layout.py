@@ -67,14 +67,14 @@ def test_globals_apply_in_order_wait_on_a_gap_and_a_keyframe_repairs_it():
         msgs[v] = [chunk for h, p in shadow.publish(0, v, theta) for chunk in split_chunks(h, p, 100)]
     for h, payload in msgs[0] + msgs[2]:                                        # v1 is missing
         sync.offer(h, payload)
-    assert sync.catch_up() and sync.versions[0] == 0
+    assert sync.apply_globals() and sync.versions[0] == 0
     for h, payload in msgs[3] + msgs[4]:                                        # v4 carries a keyframe
         sync.offer(h, payload)
-    sync.catch_up()
+    sync.apply_globals()
     assert sync.versions[0] == 4
     for h, payload in msgs[5] + msgs[1]:                                        # an old delta is ignored
         sync.offer(h, payload)
-    sync.catch_up()
+    sync.apply_globals()
     assert sync.versions[0] == 5 and sync.anchors[0].tobytes() == shadow.shadows[0].tobytes()
     assert sync.arrays["w"].tobytes() == shadow.shadows[0].tobytes()            # alpha 0: overwrite
     assert np.abs(shadow.shadows[0] - theta).max() < 0.1 * np.abs(theta).max()

@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 from yeto.learners.diloco_sync import DilocoSync
+from yeto.learners.transport.protocol import LocalTransport
 from yeto.schemas.fragments import split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import LearnerRejected, RoundMerged
 from yeto.services.syncer import snapshot
-from yeto.services.syncer.core import Publish, SaveSnapshot, SyncerCore
+from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.outputs import perform
 
 SHAPES = {"model.embed_tokens.weight": (10, 4), "model.layers.0.mlp.weight": (16, 8), "model.layers.1.mlp.weight": (8, 8),
           "model.layers.2.attn.weight": (12, 4), "model.norm.weight": (8,)}
@@ -38,8 +40,8 @@ class DictArrays:
         self.values[name] = np.array(value, dtype=np.float32)
 
 
-class Bus:
-    """In-memory transport: pushes go to the syncer core, its broadcasts to every learner's inbox."""
+class Wire:
+    """In-memory wire and outputs.Sink: pushes go to the syncer core, its broadcasts to every learner's inbox."""
 
     def __init__(self, core: SyncerCore, tmp_path, chunk_bytes: int = 700) -> None:
         self.core, self.tmp_path, self.chunk_bytes = core, tmp_path, chunk_bytes
@@ -52,7 +54,7 @@ class Bus:
         bus = self
         inbox = self.inboxes.setdefault(learner, [])
 
-        class T:
+        class T(LocalTransport):
             def send_push(self, header, payload):
                 bus.wire_up += len(payload)
                 for h, chunk in split_chunks(header, payload, bus.chunk_bytes):
@@ -65,17 +67,21 @@ class Bus:
         return T()
 
     def handle(self, outputs) -> None:
-        for o in outputs:
-            if isinstance(o, Publish):
-                for h, chunk in split_chunks(o.header, o.payload, self.chunk_bytes):
-                    for inbox in self.inboxes.values():
-                        inbox.append((h, chunk))
-                self.wire_down += len(o.payload) if o.header.kind == "delta" else 0
-            elif isinstance(o, SaveSnapshot):
-                snapshot.write(self.tmp_path, o.snapshot)
-            elif not hasattr(o, "at"):
-                self.events.append(o)
+        perform(outputs, self)
 
+    def chunk(self, h, chunk) -> None:          # one chunk of a broadcast, to every learner
+        for inbox in self.inboxes.values():
+            inbox.append((h, chunk))
+        self.wire_down += len(chunk) if h.kind == "delta" else 0
+
+    def snapshot(self, snap) -> None:
+        snapshot.write(self.tmp_path, snap)
+
+    def event(self, event) -> None:
+        self.events.append(event)
+
+    def wake(self, at) -> None:                 # the test ticks the core every step
+        pass
 
 def run(tmp_path, *, num_learners=3, steps=240, config=None, seed=0):
     rng = np.random.default_rng(seed)
@@ -83,7 +89,7 @@ def run(tmp_path, *, num_learners=3, steps=240, config=None, seed=0):
     targets = [{k: rng.standard_normal(s).astype(np.float32) + 2.0 for k, s in SHAPES.items()} for _ in range(num_learners)]
     config = config or SyncConfig(num_fragments=4, inner_steps=8, alpha=0.5)
     core = SyncerCore(config, run_id="r-sim")
-    bus = Bus(core, tmp_path)
+    bus = Wire(core, tmp_path)
     learners = [DilocoSync(DictArrays(init), config, run_id="r-sim", learner=f"l{m}") for m in range(num_learners)]
     transports = [bus.transport(f"l{m}") for m in range(num_learners)]
     for sync, t in zip(learners, transports):
@@ -94,12 +100,12 @@ def run(tmp_path, *, num_learners=3, steps=240, config=None, seed=0):
         for m, (sync, t) in enumerate(zip(learners, transports)):
             for name, value in sync.arrays.values.items():       # one SGD step on 0.5 * |x - target_m|^2
                 value -= 0.05 * (value - targets[m][name] + 0.1 * rng.standard_normal(value.shape).astype(np.float32))
-            sync.sync(step, tokens=100 + m, transport=t, step_time_s=0.05)
+            sync.step_boundary(step, 100 + m, t, step_time_s=0.05)
         bus.handle(core.tick(bus.now))
     for sync, t in zip(learners, transports):    # deliver what is still in flight
         for h, c in t.poll_globals():
             sync.offer(h, c)
-        sync.catch_up()
+        sync.apply_globals()
     mean = {k: np.mean([t[k] for t in targets], axis=0) for k in SHAPES}
     return core, bus, learners, init, mean
 
@@ -116,13 +122,13 @@ def test_learners_converge_and_stay_bit_identical(tmp_path):
     for p in learners[0].active:
         anchors = [s.anchors[p] for s in learners]
         assert all(a.tobytes() == anchors[0].tobytes() for a in anchors)          # bit-identical globals
-        assert anchors[0].tobytes() == core.broadcast.shadows[p].tobytes()
-        assert all(s.versions[p] == core.rounds[p].version for s in learners)
+        assert anchors[0].tobytes() == core.fragments[p].shadow.values.tobytes()
+        assert all(s.versions[p] == core.fragments[p].version for s in learners)
         target = np.concatenate([mean[t.name].ravel() for t in layout.fragments[p]])
         start = np.concatenate([init[t.name].ravel() for t in layout.fragments[p]])
-        theta = core.frags[p].theta
+        theta = core.fragments[p].theta
         assert np.linalg.norm(theta - target) < 0.05 * np.linalg.norm(start - target)
-    versions = {p: core.rounds[p].version for p in core.rounds}
+    versions = {p: core.fragments[p].version for p in core.fragments}
     assert {p: s.version for p, s in snapshot.read_all(tmp_path).items()} == versions    # snapshot every merge
 
 
@@ -131,10 +137,10 @@ def test_syncer_resumes_from_snapshot_and_refuses_replays(tmp_path):
     core, bus, learners, _, _ = run(tmp_path, steps=48)
     resumed = SyncerCore(core.config, run_id="r-sim")
     resumed.restore(snapshot.read_all(tmp_path), now=bus.now)
-    for p in core.rounds:
-        assert resumed.rounds[p].version == core.rounds[p].version
-        assert resumed.broadcast.shadows[p].tobytes() == core.broadcast.shadows[p].tobytes()
-        assert np.array_equal(resumed.frags[p].theta, core.frags[p].theta)
+    for p in core.fragments:
+        assert resumed.fragments[p].version == core.fragments[p].version
+        assert resumed.fragments[p].shadow.values.tobytes() == core.fragments[p].shadow.values.tobytes()
+        assert np.array_equal(resumed.fragments[p].theta, core.fragments[p].theta)
         assert resumed.learners["l0"].credited_to[p] == core.learners["l0"].credited_to[p] > 0   # goodput credit survives
     sync = learners[0]
     p = sync.active[0]

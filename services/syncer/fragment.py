@@ -1,0 +1,117 @@
+"""One fragment a syncer owns: its rows (Θ, momentum, the round's pushes), round, Gram matrix, shadow, snapshot clock.
+
+A push goes through it in order: `take_in` (decode with its Gram row), `add` (join the round), then, when
+services/syncer/rounds.py decides, `merge` (weights, avg/RDA from G, the fused outer step) and `publish`
+(the new version through the broadcast shadow, and whether a snapshot is due before it goes out).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from yeto.schemas import codecs
+from yeto.schemas.fragments import FragmentHeader
+from yeto.schemas.recipe import SyncConfig
+from yeto.services.syncer import backend, gram, merge
+from yeto.services.syncer.broadcast import Shadow
+from yeto.services.syncer.rounds import Round
+from yeto.services.syncer.snapshot import FragmentSnapshot
+
+
+class FragmentState:
+    def __init__(self, rows: merge.FragmentRows, shadow: Shadow, *, version: int = 0, init_sha: str | None = None) -> None:
+        self.fragment, self.rows, self.shadow, self.init_sha = shadow.fragment, rows, shadow, init_sha
+        self.round = Round(shadow.fragment, version=version)
+        self.gram = gram.RoundGram()
+        self.since_snapshot = 0                 # versions published since the last snapshot
+
+    @classmethod
+    def adopt(cls, h: FragmentHeader, values: np.ndarray, run_id: str, config: SyncConfig) -> FragmentState:
+        """Version 0 from a learner's init (`h.sha256` is kept: a later init with other bytes is refused)."""
+        return cls(merge.FragmentRows(values), _shadow(run_id, h.fragment, h.fingerprint, h.role, config), init_sha=h.sha256)
+
+    @classmethod
+    def restored(cls, s: FragmentSnapshot, run_id: str, config: SyncConfig) -> FragmentState:
+        state = cls(merge.FragmentRows(s.theta, s.momentum), _shadow(run_id, s.fragment, s.fingerprint, s.role, config), version=s.version)
+        state.shadow.reset(s.version, s.shadow)
+        return state
+
+    @property
+    def version(self) -> int:
+        return self.round.version
+
+    @property
+    def numel(self) -> int:
+        return self.rows.numel
+
+    @property
+    def theta(self):
+        return self.rows.theta
+
+    # -- one push, in order ----------------------------------------------------------------------------
+    def take_in(self, h: FragmentHeader, payload: bytes) -> np.ndarray:
+        """Decode push `h` into a free row and return its products with the rows in (its row of G, float64
+        sums of f32 products; the last entry is its squared norm, not finite if the push is not). On the CPU
+        the row of G is taken as each stretch is decoded, while it is in cache (no second read)."""
+        k = len(self.round.pending)
+        row = self.rows.push(k)                 # a free row: a superseded push stays intact until this one is added
+        acc = gram.RowProducts(self.rows.rows[2:2 + k + 1], row)
+        if backend.GPU:
+            row.set(codecs.decode(h.codec, payload, h.numel))
+            acc(0, row.size)
+        else:
+            codecs.decode(h.codec, payload, h.numel, out=row, on_chunk=acc)
+        return acc.products
+
+    def add(self, h: FragmentHeader, now: float, products: np.ndarray) -> None:
+        """The push just taken in joins the round; a newer push of the same learner replaces its row."""
+        k = len(self.round.pending)
+        old = self.round.pending.get(h.learner)
+        if old is not None:
+            self.rows.push(old.slot)[:] = self.rows.push(k)
+        self.gram.admit(self.round.add(h, now).slot, products)
+
+    def merge(self, headers: list[FragmentHeader], config: SyncConfig,
+              clock: Callable[[], float]) -> tuple[merge.Plan | None, np.ndarray, list[int], float]:
+        """Merge the round's pushes with one outer step and close the round: (plan or None when the result
+        would not be finite, normalised weights, staleness, seconds taken)."""
+        lags = [self.version - h.base_version for h in headers]
+        weights = merge.push_weights([h.c_tokens for h in headers], [h.c_steps for h in headers], lags,
+                                     weighting=config.weighting, staleness_discount=config.staleness_discount)
+        if not weights.sum() > 0:               # no token counts at all: equal weights
+            weights = np.ones(len(headers))
+        mode = "avg" if self.shadow.role == "embed" else config.merge
+        started = clock()
+        g = self.gram.take(len(headers))       # every push of the round came through take_in and add
+        plan = merge.merge_round(self.rows, len(headers), weights, merge=mode, lr=config.outer_lr, momentum=config.momentum, g=g)
+        backend.synchronize()
+        elapsed = clock() - started
+        self.round.close(merged=plan is not None, sync_s=elapsed)
+        return plan, weights / weights.sum(), lags, elapsed
+
+    def publish(self, snapshot_every: int) -> tuple[list[tuple[FragmentHeader, bytes]], bool]:
+        """The current version's broadcast messages, and whether a snapshot must be written before them."""
+        messages = self.shadow.publish(self.version, backend.to_host(self.theta))
+        self.since_snapshot += 1
+        due = self.version == 0 or self.since_snapshot >= snapshot_every
+        if due:
+            self.since_snapshot = 0
+        return messages, due
+
+    # -- snapshots and the final cut -------------------------------------------------------------------
+    def snapshot(self, ledger: dict[str, dict]) -> FragmentSnapshot:
+        """The fragment as of now: Θ, momentum, the broadcast shadow, version, and the learners' `ledger` of it."""
+        return FragmentSnapshot(fragment=self.fragment, version=self.version, fingerprint=self.shadow.fingerprint,
+                                theta=backend.to_host(self.theta).copy(), momentum=backend.to_host(self.rows.momentum).copy(),
+                                shadow=self.shadow.values.copy(), role=self.shadow.role, ledger=ledger)
+
+    def exact_keyframe(self) -> tuple[FragmentHeader, bytes]:
+        """An f32 keyframe of Θ itself (not the q4-tracked shadow): the authoritative final values."""
+        self.shadow.reset(self.version, backend.to_host(self.theta))
+        return self.shadow.keyframe()
+
+
+def _shadow(run_id: str, fragment: int, fingerprint: str, role: str, config: SyncConfig) -> Shadow:
+    return Shadow(run_id=run_id, fragment=fragment, fingerprint=fingerprint, role=role,
+                  keyframe_every=config.keyframe_every, codec_down=config.codec_down)

@@ -1,0 +1,74 @@
+"""The learner ledger: each learner id's newest generation, last admitted push per fragment, and goodput credit."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from yeto.schemas.fragments import FragmentHeader
+
+
+@dataclass
+class LearnerRecord:
+    """What the syncer remembers of a learner id: its newest generation and, per fragment, its last push."""
+
+    generation: int
+    last_seen: float = 0.0
+    step_time_s: float = 0.0
+    last_step: dict[int, int] = field(default_factory=dict)    # fragment -> newest local_step admitted
+    tokens_merged: int = 0
+    credited_to: dict[int, int] = field(default_factory=dict)  # fragment -> highest `tokens_to` merged
+
+    def credit(self, h: FragmentHeader) -> int:
+        """Tokens of `h` not merged before: a push made before the learner saw its previous push's merge
+        carries that progress again (its anchor is older), and must not count it twice. Pushes without
+        `tokens_to` (older learners) are credited their c_tokens."""
+        if not h.tokens_to or h.generation != self.generation:
+            return h.c_tokens
+        done = self.credited_to.get(h.fragment, 0)
+        self.credited_to[h.fragment] = max(done, h.tokens_to)
+        return max(0, h.tokens_to - max(done, h.tokens_to - h.c_tokens))
+
+
+class Ledger(dict[str, LearnerRecord]):
+    """Every learner id this syncer has heard from (the part of SyncerCore that spans fragments)."""
+
+    def note(self, h: FragmentHeader, now: float, *, admitted: bool) -> bool:
+        """Record that `h` came in (an admitted push also advances its fragment's last step); True if the
+        learner id or its generation is new."""
+        record = self.get(h.learner)
+        fresh = record is None or h.generation > record.generation
+        if fresh:
+            record = self[h.learner] = LearnerRecord(generation=h.generation)
+        if admitted:
+            record.last_step[h.fragment] = max(h.local_step, record.last_step.get(h.fragment, -1))
+        record.last_seen = now
+        record.step_time_s = h.step_time_s or record.step_time_s
+        return fresh
+
+    def live(self, now: float, timeout_s: float) -> set[str]:
+        return {name for name, rec in self.items() if now - rec.last_seen <= timeout_s}
+
+    def slowest_step_s(self, live: set[str]) -> float:
+        return max((self[name].step_time_s for name in live), default=0.0)
+
+    def credit(self, headers: list[FragmentHeader]) -> list[int]:
+        """Goodput of a merged round's pushes: each token counted once (LearnerRecord.credit)."""
+        credits = [self[h.learner].credit(h) for h in headers]
+        for h, credit in zip(headers, credits):
+            self[h.learner].tokens_merged += credit
+        return credits
+
+    def entries(self, fragment: int) -> dict[str, dict]:
+        """The snapshot's ledger of one fragment: what resume needs to refuse replays and not credit twice."""
+        return {name: {"generation": rec.generation, "last_step": rec.last_step.get(fragment, -1),
+                       "credited_to": rec.credited_to.get(fragment, 0)} for name, rec in self.items()}
+
+    def restore(self, fragment: int, entries: dict[str, dict], now: float) -> None:
+        """Merge a snapshot's ledger in; its learners count as live (last seen `now`) until they time out."""
+        for name, entry in entries.items():
+            rec = self.get(name)
+            if rec is None or entry["generation"] > rec.generation:
+                rec = self[name] = LearnerRecord(generation=entry["generation"], last_seen=now)
+            if entry["generation"] == rec.generation and entry["last_step"] >= 0:
+                rec.last_step[fragment] = entry["last_step"]
+            if entry["generation"] == rec.generation and entry.get("credited_to"):
+                rec.credited_to[fragment] = entry["credited_to"]

@@ -1,0 +1,69 @@
+"""What SyncerCore returns, and the one routing of it to wherever it goes (a Sink: the bus, or a test's wire).
+
+    outputs = core.receive(header, chunk, now)
+    perform(outputs, sink)                 # a Sink of plain methods (tests, benchmarks)
+    await perform_async(outputs, sink)     # a Sink whose methods are coroutines (services/syncer/bus_sink.py)
+
+Outputs come in the order they must take effect, and are performed in that order: a SaveSnapshot
+before the Broadcast of the same version, so no version a learner saw is ever lost.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from yeto.schemas.base import Event
+from yeto.schemas.fragments import FragmentHeader, split_chunks
+from yeto.services.syncer.rounds import WakeAt
+from yeto.services.syncer.snapshot import FragmentSnapshot
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """A global version of a fragment (a delta or an f32 keyframe) for every learner, to chunk and send."""
+
+    header: FragmentHeader
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class SaveSnapshot:
+    """Write this fragment snapshot durably before performing the outputs that follow it."""
+
+    snapshot: FragmentSnapshot
+
+
+class Sink(Protocol):
+    """Where outputs go. Methods may return None or an awaitable (then use perform_async)."""
+
+    chunk_bytes: int                                           # how Broadcast payloads are split
+
+    def event(self, event: Event) -> Any: ...
+    def chunk(self, header: FragmentHeader, chunk: bytes) -> Any: ...   # one chunk of a Broadcast, in order
+    def snapshot(self, snap: FragmentSnapshot) -> Any: ...
+    def wake(self, at: float) -> Any: ...                     # call core.tick(at) then (a round's grace deadline)
+
+
+def calls(outputs: Iterable, sink: Sink) -> Iterator[Any]:
+    """Each output as the sink's calls, made one at a time as the iterator advances."""
+    for out in outputs:
+        if isinstance(out, SaveSnapshot):
+            yield sink.snapshot(out.snapshot)
+        elif isinstance(out, Broadcast):
+            for header, chunk in split_chunks(out.header, out.payload, sink.chunk_bytes):
+                yield sink.chunk(header, chunk)
+        elif isinstance(out, WakeAt):
+            yield sink.wake(out.at)
+        else:
+            yield sink.event(out)
+
+
+def perform(outputs: Iterable, sink: Sink) -> None:
+    for _ in calls(outputs, sink):
+        pass
+
+
+async def perform_async(outputs: Iterable, sink: Sink) -> None:
+    for call in calls(outputs, sink):
+        await call                 # each effect done before the next starts: the order above is kept
