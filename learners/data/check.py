@@ -12,7 +12,6 @@ from yeto.learners.data.sources import open_source
 from yeto.learners.data.spec import DataSpec
 from yeto.learners.data.stats import TokenStats, token_stats
 
-MAX_LISTED = 20      # bad rows shown with their reason
 MAX_RECORDED = 1000  # bad row references kept for the tape (BadRowsSkipped)
 
 

@@ -1,7 +1,12 @@
 """The human-readable text of a CheckReport."""
 from __future__ import annotations
 
-from yeto.learners.data.check import MAX_LISTED, CheckReport
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # check.py renders through this module: a runtime import back would be a cycle
+    from yeto.learners.data.check import CheckReport
+
+MAX_LISTED = 20      # bad rows shown with their reason
 
 
 def render_report(r: CheckReport) -> str:
