@@ -169,6 +169,13 @@ def test_without_version_zero_a_non_init_island_offers_its_own_after_the_wait():
     assert clock.t >= 2.0, "waited for version 0, offered its own, waited again"
 
 
+def until(t, done, timeout_s: float = 20.0) -> None:
+    """Check `done()` each time globals arrive at the transport's inbox (no polling), up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not done() and t.inbox.wait(deadline - time.monotonic()):
+        pass
+
+
 def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand(nats_server, run_id):
     import asyncio
 
@@ -193,10 +200,9 @@ def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand
     try:
         b = DilocoSync(DictArrays(values(4)), CONFIG, run_id=run_id, learner="l0")     # other values: must fetch
         assert b.fingerprint == a.fingerprint
-        got, deadline = [], time.monotonic() + 20
-        while time.monotonic() < deadline and len({h.fragment for h, c in got if h.kind == "keyframe"}) < len(a.active):
-            got += t.poll_globals()
-            time.sleep(0.05)
+        got: list = []
+        until(t, lambda: got.extend(t.poll_globals()) or
+              {h.fragment for h, c in got if h.kind == "keyframe" and h.chunk == 0} == set(a.active))
         keys = [(h, c) for h, c in got if h.kind == "keyframe"]
         assert keys and all(c is None for _, c in keys), "keyframes arrive as headers only"
         assert t.bytes_fetched == 0
@@ -207,12 +213,12 @@ def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand
         assert sorted(h.fragment for h in wanted) == sorted(a.active)
         for h in wanted:
             t.fetch(h)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and any(v != 1 for v in b.versions.values()):
-            for h, c in t.poll_globals():
-                b.offer(h, c)
+
+        def caught_up() -> bool:
+            b.receive(t)
             b.apply_globals()
-            time.sleep(0.05)
+            return all(v == 1 for v in b.versions.values())
+        until(t, caught_up)
         assert all(v == 1 for v in b.versions.values()), b.versions
         assert t.bytes_fetched == sum(len(p) for h, p in published if h.kind == "keyframe")
         for p in a.active:

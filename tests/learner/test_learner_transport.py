@@ -1,0 +1,102 @@
+"""The parts of the learner's NATS transport, over the in-memory bus: the outbox keeps the newest push per
+fragment and sends events first; a keyframe is fetched once asked for and fully announced; progress is
+rate-limited with its tokens accumulated. (The whole NatsTransport on a real nats-server is in
+test_learner_keyframes.py.)"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from yeto.infra.bus_memory import MemoryBus
+from yeto.learners.transport.keyframes import KeyframeIndex, fetch
+from yeto.learners.transport.outbox import Outbox
+from yeto.learners.transport.reports import Reports
+from yeto.schemas.base import parse
+from yeto.schemas.fragments import FragmentHeader, sha256
+from yeto.schemas.subjects import fragment_subject, keyframe_subject, stream_for
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def push(fragment: int, step: int) -> tuple[FragmentHeader, bytes]:
+    payload = b"x" * 20                              # f32 of 5 parameters
+    return FragmentHeader(run_id="r", learner="l0", fragment=fragment, local_step=step, codec="f32", numel=5,
+                          sha256=sha256(payload)), payload
+
+
+@dataclass
+class Step:
+    step: int
+    loss: float = 1.0
+    tokens: int = 100
+    seconds: float = 0.1
+    lr: float = 1e-3
+
+
+def reports() -> Reports:
+    return Reports(run_id="r", learner="l0", generation=0, progress_every_s=2.0, started_at=0.0)
+
+
+def test_a_newer_push_of_a_fragment_supersedes_the_queued_one_and_events_go_first():
+    bus, outbox = MemoryBus(), Outbox()
+    outbox.put_push(*push(0, 4))
+    outbox.put_push(*push(1, 6))
+    outbox.put_push(*push(0, 8))                     # supersedes step 4 of fragment 0
+    outbox.put_event(reports().final_ack({0: 3}))
+
+    async def drain() -> int:
+        sent = 0
+        while await outbox.send_one(bus):
+            sent += 1
+        return sent
+    assert asyncio.run(drain()) == 3 and not outbox.pending()
+    frag = bus.stream(fragment_subject("r", 0))
+    steps = [(FragmentHeader.from_nats(h).fragment, FragmentHeader.from_nats(h).local_step)
+             for _, _, h in (frag.msgs[s] for s in sorted(frag.msgs))]
+    assert steps == [(1, 6), (0, 8)], "oldest first; step 4 of fragment 0 never sent"
+    assert outbox.bytes_sent == 40
+    events = [parse(data) for subject, data, _ in bus.stream("yeto.evt.r.LearnerFinalAck").msgs.values()]
+    assert [e.type for e in events] == ["LearnerFinalAck"]
+
+
+def test_a_keyframe_is_fetched_once_asked_for_and_every_chunk_announced_and_older_versions_are_forgotten():
+    index = KeyframeIndex()
+    h = FragmentHeader(run_id="r", fragment=2, kind="keyframe", version=5, numel=4, num_chunks=2)
+    assert index.announce(h, 11) is None                               # not asked for
+    assert index.want((2, 5)) is None                                  # chunk 1 not announced yet
+    assert index.announce(h.model_copy(update={"chunk": 1}), 12) == {0: 11, 1: 12}
+    assert index.announce(h, 11) is None, "announced again (a watch re-created): not fetched twice"
+    newer = h.model_copy(update={"version": 6, "num_chunks": 1})
+    assert index.announce(newer, 13) is None
+    assert (2, 5) not in index.announced and (2, 6) in index.announced
+
+
+def test_fetch_delivers_each_chunk_in_order_and_stops_at_a_chunk_the_stream_no_longer_holds():
+    bus = MemoryBus()
+    subject = keyframe_subject("r", 0, 0)
+
+    async def run() -> list[bytes]:
+        seqs = {c: await bus.publish_raw(keyframe_subject("r", 0, c), bytes([c]) * 3, headers={"c": str(c)}) for c in range(3)}
+        got: list[bytes] = []
+        await fetch(bus, stream_for(subject).name, seqs, lambda headers, data: got.append(data))
+        assert got == [b"\0\0\0", b"\1\1\1", b"\2\2\2"]
+        got.clear()
+        await fetch(bus, stream_for(subject).name, {0: seqs[0], 1: 10_000, 2: seqs[2]}, lambda h, d: got.append(d))
+        return got
+    assert asyncio.run(run()) == [b"\0\0\0"]
+
+
+def test_progress_is_rate_limited_and_accumulates_tokens_and_close_reports_the_step_held_back():
+    r = reports()
+    first = r.progress(Step(1), now=10.0)
+    assert first is not None and first.step == 1 and first.tokens == 100
+    assert r.progress(Step(2), now=11.0) is None                       # within 2 s of the last report
+    third = r.progress(Step(3), now=12.5)
+    assert third.step == 3 and third.tokens == 300
+    assert r.unreported(now=12.6) is None
+    assert r.progress(Step(4), now=13.0) is None
+    last = r.unreported(now=13.1)
+    assert last.step == 4 and last.tokens == 400
+    assert r.unreported(now=13.2) is None
