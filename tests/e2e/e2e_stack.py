@@ -1,16 +1,17 @@
 """What the end-to-end tests share: `yeto` in real subprocesses against a real local stack, the tape polled
-through the same path `yeto sql` takes, real SIGKILLs of recorded pids, and held-out loss of an artifact."""
+through the same path `yeto sql` takes, and real SIGKILLs of recorded pids (checks of a run: e2e_checks.py)."""
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
-import time
 from argparse import Namespace
 from pathlib import Path
 
+from waiting import wait_for
 from yeto.infra import stack
 
 YETO = str(Path(sys.executable).parent / "yeto")
@@ -68,19 +69,22 @@ class Stack:
                         f"and seq > {after_seq} order by seq")
         return [{**json.loads(r["payload"]), "seq": r["seq"], "ts": r["ts"]} for r in rows]
 
-    def wait_for(self, run_id: str, what: str, found, *types: str, timeout: float = 120, after_seq: int = 0) -> list[dict]:
-        """Poll the tape until `found(events)` holds for the run's events of `types`; returns those events."""
-        deadline = time.monotonic() + timeout
-        while True:
+    def until(self, run_id: str, what: str, check, *, timeout: float = 120):
+        """The first truthy `check()`, a reading of the tape; a tape that does not answer (its writer restarting,
+        the server away) reads as not yet. Fails after `timeout` s with the run's story."""
+        def attempt():
             try:
-                evs = self.events(run_id, *types, after_seq=after_seq)
-            except ValueError:          # the tape writer is restarting or the server is away: ask again
-                evs = []
-            if found(evs):
-                return evs
-            if time.monotonic() > deadline:
-                raise AssertionError(f"waited {timeout:.0f}s for {what}:\n{self.story(run_id)}")
-            time.sleep(0.5)
+                return check()
+            except ValueError:
+                return None
+        return wait_for(attempt, timeout, what, interval=0.5, detail=lambda: self.story(run_id))
+
+    def wait_for(self, run_id: str, what: str, found, *types: str, timeout: float = 120, after_seq: int = 0) -> list[dict]:
+        """Wait until `found(events)` holds for the run's events of `types` on the tape; returns those events."""
+        def check():
+            evs = self.events(run_id, *types, after_seq=after_seq)
+            return evs if found(evs) else None
+        return self.until(run_id, what, check, timeout=timeout)
 
     def story(self, run_id: str) -> str:
         """The launch output and the run's last events, for failure messages."""
@@ -100,12 +104,33 @@ class Stack:
     def kill9(self, component: str) -> int:
         """SIGKILL one process of the stack (as recorded in stack.json); returns once it is gone."""
         pid = self.pid(component)
+        assert stack.alive(pid), f"{component} (pid {pid}) was not running before the kill; see {self.home}/logs"
         os.kill(pid, signal.SIGKILL)
-        for _ in range(200):
-            if not stack.alive(pid):
-                return pid
-            time.sleep(0.05)
-        raise AssertionError(f"{component} (pid {pid}) survived SIGKILL")
+        wait_for(lambda: not stack.alive(pid), 10, f"{component} (pid {pid}) to be gone after SIGKILL")
+        return pid
+
+    def server_port_closed(self) -> None:
+        """Returns once nothing listens on the stack's nats-server address (a killed server's port is free)."""
+        host, port = stack.read_record(stack.StackPaths(self.home))["url"].rsplit("//", 1)[1].rsplit(":", 1)
+
+        def refused() -> bool:
+            try:
+                socket.create_connection((host, int(port)), timeout=0.2).close()
+            except OSError:
+                return True
+            return False
+        wait_for(refused, 10, f"nats-server's port {host}:{port} to close")
+
+    def island_ended(self, run_id: str, island: int) -> int:
+        """Waits until the processes of the island's newest generation are gone, as the local launcher reads
+        them (its backend's status); returns that generation."""
+        from yeto.services.launcher.backends.local import LocalBackend
+
+        backend = LocalBackend(self.home)
+        gen = backend.current_generation(run_id, island)
+        wait_for(lambda: not backend.status(run_id, island, gen, "").running, 30,
+                 f"island {island} generation {gen} of {run_id} to be gone")
+        return gen
 
     def up(self) -> dict:
         """What an operator runs after a crash: `stack.up` restarts whatever died."""
@@ -116,37 +141,3 @@ class Stack:
             if proc.poll() is None:
                 proc.kill()
         stack.down(self.home)
-
-
-def round_versions(merged: list[dict]) -> dict[int, list[int]]:
-    """fragment -> the global versions of its RoundMerged events, in stream order."""
-    out: dict[int, list[int]] = {}
-    for e in merged:
-        out.setdefault(e["fragment"], []).append(e["global_version"])
-    return out
-
-
-def heldout_loss(model_dir: Path, artifact: Path | None, rows: list[dict]) -> float:
-    """Mean next-token loss over whole held-out conversations: of the base model, or of the artifact on it
-    (a peft adapter loaded with PeftModel.from_pretrained, or a full model directory)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.set_num_threads(2)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    if artifact is None:
-        model = AutoModelForCausalLM.from_pretrained(model_dir)
-    elif json.loads((artifact / "manifest.json").read_text())["kind"] == "adapter":
-        from peft import PeftModel
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), artifact)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(artifact)
-    model.eval()
-    total = count = 0.0
-    with torch.no_grad():
-        for row in rows:
-            ids = torch.tensor([tok.apply_chat_template(row["messages"], tokenize=True, return_dict=False)])
-            n = ids.shape[1] - 1
-            total += model(input_ids=ids, labels=ids).loss.item() * n
-            count += n
-    return total / count

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_stack import Stack, heldout_loss, round_versions
+from e2e_checks import heldout_loss, round_versions
+from e2e_stack import Stack
 
 pytestmark = [pytest.mark.slow]
 

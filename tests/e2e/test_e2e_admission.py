@@ -5,14 +5,13 @@ Pushes are made by the learners' own protocol module (learners/diloco_sync.py) o
 from __future__ import annotations
 
 import asyncio
-import time
 
 import numpy as np
 import pytest
 
 from e2e_stack import Stack
 from yeto.infra import stack
-from yeto.infra.bus import Bus
+from yeto.infra.bus import Bus, connect
 from yeto.learners.diloco_sync import DilocoSync, Push
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fragments import split_chunks
@@ -70,13 +69,15 @@ def test_other_layout_corrupt_chunk_and_replayed_push_are_refused_and_merged_onc
         other_split = learner("island-2", shapes, num_fragments=4)                 # another --fragments
 
         async def scenario():
-            bus = await Bus.connect(url, name="admission-test")
+            bus = await connect(url, name="admission-test")
             try:
                 await bus.publish(LaunchRun(id=f"{RUN}-launch", run_id=RUN, source="test", fleet=[],
                                             recipe={"train": {"sync": SYNC}, "limits": {}}))
                 for push in a.init_pushes():                    # island-0's values become version 0
                     await send(bus, push, f"a.init.{push.header.fragment}")
-                await asyncio.sleep(1.0)
+                await asyncio.to_thread(s.wait_for, RUN, "version 0 of both fragments, from island-0's init",
+                                        lambda evs: {e["fragment"] for e in evs if e["global_version"] == 0} == {0, 1},
+                                        "GlobalVersionPublished", timeout=60)
                 for b in (other_rank, other_split):
                     for push in b.init_pushes():
                         await send(bus, push, f"{b.learner}.init.{push.header.fragment}")
@@ -95,8 +96,9 @@ def test_other_layout_corrupt_chunk_and_replayed_push_are_refused_and_merged_onc
                            ("island-0", "duplicate")}, refused
         layout = next(e for e in refused if e["learner"] == "island-1")
         assert "layout fingerprint" in layout["detail"] and "differs from the run's" in layout["detail"]
-        time.sleep(1.0)
-        merged = s.events(RUN, "RoundMerged")
+        # The replay's refusal came after the first push was taken (one subject, in stream order): no other push
+        # is left to merge, so the first push's round is the last one.
+        merged = s.wait_for(RUN, "the first push's round merged", bool, "RoundMerged", timeout=60)
         assert [(e["fragment"], e["global_version"], e["responders"]) for e in merged] == [(0, 1, ["island-0"])], merged
         joined = s.events(RUN, "LearnerJoined")
         assert {e["learner"] for e in joined} == {"island-0"}, "a refused layout must not join the run"

@@ -10,7 +10,8 @@ from datetime import datetime
 
 import pytest
 
-from e2e_stack import Stack, round_versions
+from e2e_checks import round_versions
+from e2e_stack import Stack
 
 pytestmark = [pytest.mark.slow]
 RUN = "faults"
@@ -25,17 +26,10 @@ def last_seq(s: Stack) -> int:
 
 
 def started_seq(s: Stack, pid: int, timeout: float = 60) -> int:
-    """The stream position of the ServiceStarted of the process `pid` (waits for it)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            rows = s.sql(f"select seq from events where type = 'ServiceStarted' and (payload->>'pid')::int = {pid}")
-        except ValueError:
-            rows = []
-        if rows:
-            return rows[0]["seq"]
-        time.sleep(0.3)
-    raise AssertionError(f"no ServiceStarted from pid {pid} within {timeout:.0f}s")
+    """The stream position of the ServiceStarted of the process `pid` (waits for it on the tape)."""
+    rows = s.until(RUN, f"a ServiceStarted from pid {pid}", lambda: s.sql(
+        f"select seq from events where type = 'ServiceStarted' and (payload->>'pid')::int = {pid}"), timeout=timeout)
+    return rows[0]["seq"]
 
 
 def seconds(a: str, b: str) -> float:
@@ -121,7 +115,7 @@ def test_launcher_and_finalizer_killed_restart_and_carry_on_from_the_event_strea
     run.kill9("finalizer")
     out = run.yeto("chaos", "kill", RUN, "0")          # dies while no launcher watches
     assert out.returncode == 0, out.stdout + out.stderr
-    time.sleep(1.0)
+    assert run.island_ended(RUN, 0) == 0               # gone before a launcher is back: it must find out by itself
     pids = run.up()["pids"]
     evs = run.wait_for(RUN, "island 0 replaced by the restarted launcher and merging again",
                        lambda evs: _rejoined(evs, "island-0") is not None,
@@ -139,7 +133,7 @@ def test_nats_server_killed_and_restarted_loses_nothing_and_yeto_down_still_fina
     at_restart = {p: vs[-1] for p, vs in round_versions(run.events(RUN, "RoundMerged")).items()}
     pids = dict(run.up()["pids"])
     run.kill9("nats-server")
-    time.sleep(1.0)
+    run.server_port_closed()                           # the restart binds the same port again
     again = run.up()
     assert again["pids"]["nats-server"] != pids["nats-server"]
     assert {k: v for k, v in again["pids"].items() if k != "nats-server"} == {k: v for k, v in pids.items() if k != "nats-server"}, \

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_stack import Stack, heldout_loss
+from e2e_checks import heldout_loss
+from e2e_stack import Stack
 
 pytestmark = [pytest.mark.slow]
 
