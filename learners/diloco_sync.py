@@ -85,7 +85,8 @@ class DilocoSync:
 
     def init_pushes(self) -> list[Push]:
         """f32 version-0 candidates of fragments with no global yet (the syncer adopts the first)."""
-        return [self._message(p, "init", "f32", codecs.encode("f32", self.anchors[p])) for p in self.active if self.versions[p] is None]
+        return [self._message(p, "init", "f32", codecs.encode("f32", self.anchors[p]))
+                for p in self.active if self.versions[p] is None]
 
     def missing(self) -> list[int]:
         """Fragments with no global version and no keyframe announced (what a joining learner still waits for)."""
@@ -94,7 +95,8 @@ class DilocoSync:
     def offer(self, header: FragmentHeader, chunk: bytes | None) -> None:
         """Queue one chunk of a keyframe or delta (chunk None: a keyframe announced, payload not sent);
         applied at the next step boundary. Never raises on bad input."""
-        if header.kind not in ("keyframe", "delta") or header.fingerprint != self.fingerprint or header.fragment not in self.queue:
+        if (header.kind not in ("keyframe", "delta") or header.fingerprint != self.fingerprint
+                or header.fragment not in self.queue):
             return
         if chunk is None:
             seen = self.announced.get(header.fragment)
@@ -143,7 +145,8 @@ class DilocoSync:
         """The step boundary after inner step `step` as values: count, apply queued globals, return the pushes due."""
         self.step = step
         if step_time_s is not None:
-            self.step_time_s = step_time_s if not self.step_time_s else 0.8 * self.step_time_s + 0.2 * step_time_s
+            ema = self.config.step_time_ema
+            self.step_time_s = step_time_s if not self.step_time_s else ema * self.step_time_s + (1 - ema) * step_time_s
         self.total_tokens += tokens
         for p in self.active:
             self.c_tokens[p] += tokens
@@ -246,7 +249,8 @@ class DilocoSync:
         for t in self.layout.fragments[p]:
             global_part = shadow[offset:offset + t.numel].reshape(t.shape)
             offset += t.numel
-            value = global_part.copy() if alpha == 0 else alpha * np.asarray(self.arrays.read(t.name), dtype=np.float32) + (1 - alpha) * global_part
+            local = np.asarray(self.arrays.read(t.name), dtype=np.float32)
+            value = global_part.copy() if alpha == 0 else alpha * local + (1 - alpha) * global_part
             self.arrays.write(t.name, value.astype(np.float32, copy=False))
 
 

@@ -63,8 +63,9 @@ class DilocoHook:
 
     def stats(self) -> dict:
         """What the protocol cost this learner: keyframes adopted by checksum or fetched, chunks dropped, bytes."""
-        return dict(adopted=self.sync.num_adopted, keyframes_requested=len(self.sync.requested), dropped_chunks=self.sync.num_dropped,
-                    bytes_sent=self.transport.bytes_sent, bytes_fetched=self.transport.bytes_fetched)
+        return dict(adopted=self.sync.num_adopted, keyframes_requested=len(self.sync.requested),
+                    dropped_chunks=self.sync.num_dropped, bytes_sent=self.transport.bytes_sent,
+                    bytes_fetched=self.transport.bytes_fetched)
 
     def close(self) -> None:
         """Push the last partial interval of every fragment, then let the transport flush (bounded) and close."""

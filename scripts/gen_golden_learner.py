@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "learner"))
-import learner_golden  # noqa: E402
+import learner_golden
 
 
 def main() -> None:

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> float:
         built = build(recipe, accel=accel, topology=topology)
         sync = None
         if not args.no_sync and topology.rank == 0:
-            from yeto.learners.torch.hook import connect_sync   # the NATS client only where it is used
+            from yeto.learners.torch.hook import connect_sync  # the NATS client only where it is used
             sync = connect_sync(built, recipe, args)
         batches = train_batches(recipe, built.tokenizer, shard=args.learner_index * topology.world_size + topology.rank,
                                 num_shards=args.num_learners * topology.world_size)

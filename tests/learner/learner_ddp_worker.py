@@ -9,12 +9,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import learner_tiny  # noqa: E402
+import learner_tiny
 
-from yeto.learners.torch import dist  # noqa: E402
-from yeto.learners.torch.build import build, resolve_accel  # noqa: E402
-from yeto.learners.torch.loop import train  # noqa: E402
-from yeto.learners.torch.recipe import TrainRecipe  # noqa: E402
+from yeto.learners.torch import dist
+from yeto.learners.torch.build import build, resolve_accel
+from yeto.learners.torch.loop import train
+from yeto.learners.torch.recipe import TrainRecipe
 
 GLOBAL_BATCH = 4
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import torch
-
 import learner_loopback
 import learner_tiny
+import torch
+
 from yeto.learners import accel
 from yeto.learners.torch.hook import make_hook
 from yeto.learners.torch.loop import train
@@ -31,8 +31,8 @@ def loss_histories() -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = str(learner_tiny.write_model_dir(Path(tmp) / "model", seed=0))
         source = resolve(model_dir)
-        recipe = TrainRecipe(model=model_dir, tuning="full", lr=3e-3, warmup_steps=4, max_steps=NUM_STEPS, micro_batch=4, seq_len=64, seed=0,
-                             sync=SYNC.to_dict())
+        recipe = TrainRecipe(model=model_dir, tuning="full", lr=3e-3, warmup_steps=4, max_steps=NUM_STEPS, micro_batch=4,
+                             seq_len=64, seed=0, sync=SYNC.to_dict())
         tok = load_tokenizer(source)
         out = {}
         for arm in ("local", "diloco"):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import learner_tiny  # noqa: E402
+import learner_tiny
 
 WORKER = Path(__file__).parent / "learner_ddp_worker.py"
 

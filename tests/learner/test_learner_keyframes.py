@@ -20,7 +20,7 @@ from yeto.schemas.subjects import delta_subject, keyframe_subject
 from yeto.services.syncer.broadcast import BroadcastShadow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
-from test_training_simulation import SHAPES, DictArrays  # noqa: E402
+from test_training_simulation import SHAPES, DictArrays
 
 CONFIG = SyncConfig(num_fragments=2, inner_steps=4, alpha=0.0)
 
@@ -191,7 +191,7 @@ def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand
         bus = await Bus.connect(nats_server.url, name="test-syncer")
         for h, payload in published:
             for hc, chunk in split_chunks(h, payload, 300):     # several chunks per keyframe
-                subject = keyframe_subject(run_id, hc.fragment, hc.chunk) if hc.kind == "keyframe" else delta_subject(run_id, hc.fragment, hc.chunk)
+                subject = (keyframe_subject if hc.kind == "keyframe" else delta_subject)(run_id, hc.fragment, hc.chunk)
                 await bus.publish_raw(subject, chunk, headers=hc.to_nats())
         await bus.close()
     asyncio.run(publish())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import learner_tiny  # noqa: E402
+import learner_tiny
 
 
 def _learner(*args: str) -> subprocess.CompletedProcess:

@@ -23,8 +23,8 @@ from yeto.schemas.training import RoundMerged
 from yeto.services.syncer.core import SyncerCore
 
 sys.path.insert(0, str(Path(__file__).parent))
-import learner_loopback  # noqa: E402
-import learner_tiny  # noqa: E402
+import learner_loopback
+import learner_tiny
 
 
 @pytest.mark.slow

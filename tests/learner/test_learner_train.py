@@ -20,7 +20,7 @@ from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning, state_hash, trainable_parameters
 
 sys.path.insert(0, str(Path(__file__).parent))
-import learner_tiny  # noqa: E402
+import learner_tiny
 
 pytestmark = pytest.mark.timeout(120)
 HERE = Path(__file__).parent
