@@ -52,6 +52,16 @@ def fragment_subject(run_id: str, fragment: int) -> str:
     return f"{FRAG_PREFIX}.{run_id}.{fragment}"
 
 
+def fragment_filters(fragments: list[int] | None = None) -> list[str]:
+    """Pushes of `fragments` of every run (of every fragment if None): what one syncer shard consumes."""
+    return [f"{FRAG_PREFIX}.>"] if fragments is None else [fragment_subject("*", p) for p in fragments]
+
+
+def run_of_fragment(subject: str) -> str:
+    """The run id in a `fragment_subject`."""
+    return subject.split(".")[2]
+
+
 def keyframe_subject(run_id: str, fragment: int, chunk: int = 0) -> str:
     return f"{GLOB_PREFIX}.{run_id}.{fragment}.key.{chunk}"
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from yeto.infra.runner import Context, ServiceSpec
+from yeto.schemas.subjects import event_subject
 from yeto.services.syncer import runs
 from yeto.services.syncer.dataplane import DataPlane
+from yeto.services.syncer.final_cut import final_cut
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -19,14 +21,14 @@ def parse_shard(text: str) -> tuple[int, int]:
 def spec(plane: DataPlane) -> ServiceSpec:
     async def act(intent: runs.FinalCut, ctx: Context):
         info = ctx.state.runs[intent.request.run_id]
-        await plane.final_cut(ctx.bus, intent.request, info.sync)
+        await final_cut(plane, ctx.bus, intent.request, info.sync)
         return []
 
     async def data_plane(ctx: Context) -> None:
         await plane.consume(ctx.bus, lambda: ctx.state.runs, ctx.stop)
 
     return ServiceSpec(name="syncer", initial=lambda: runs.SyncerState(shard=plane.shard), evolve=runs.evolve, decide=runs.decide, act=act,
-                       event_subjects=("yeto.evt.*.RunLaunched", "yeto.evt.*.FinalCutRequested", "yeto.evt.*.FinalCutDone"),
+                       event_subjects=tuple(event_subject("*", t) for t in ("RunLaunched", "FinalCutRequested", "FinalCutDone")),
                        background=(data_plane,))
 
 
