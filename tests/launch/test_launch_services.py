@@ -4,21 +4,23 @@ final cut through marking, bounded acknowledgement wait and island teardown."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 import sys
 
 import numpy as np
 import pytest
+from waiting import until
 
-from yeto.infra.bus import Bus
+from yeto.infra.bus import Bus, connect
 from yeto.infra.runner import run_service
 from yeto.schemas import codecs
 from yeto.schemas.base import parse
 from yeto.schemas.commands import LaunchRun, StopRun
 from yeto.schemas.final import FinalCutDone, LearnerFinalAck
 from yeto.schemas.fragments import FragmentHeader
-from yeto.schemas.subjects import keyframe_subject
+from yeto.schemas.subjects import keyframe_subject, run_events
 from yeto.services.finalizer import wiring as finalizer_wiring
 from yeto.services.launcher import wiring as launcher_wiring
 from yeto.services.launcher.backends.local import LocalBackend
@@ -29,47 +31,56 @@ SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": None, 
 
 
 def sleeper(launch, recipe_path, rank, port):
+    # A stand-in learner that runs until it is stopped: the sleep is what it does, not a wait for anything.
     return [sys.executable, "-c", "import time; time.sleep(120)"]
 
 
 class Tape:
-    """Every event of one run, collected as it is published."""
+    """Every event of one run, collected as it is published; `wait` wakes on each new one."""
 
     def __init__(self):
         self.events: list = []
+        self.changed = asyncio.Event()
 
     async def start(self, bus: Bus, run_id: str):
-        sub = await bus.js.subscribe(f"yeto.evt.{run_id}.>", ordered_consumer=True)
-
-        async def pump():
-            async for raw in sub.messages:
-                self.events.append(parse(raw.data))
-        self.task = asyncio.create_task(pump())
+        async def collect(delivery):
+            self.events.append(parse(delivery.data))
+            self.changed.set()
+        self.sub = await bus.watch(run_events(run_id), collect)
 
     def of(self, type_: str, **match) -> list:
         return [e for e in self.events if e.type == type_ and all(getattr(e, k) == v for k, v in match.items())]
 
     async def wait(self, type_: str, count: int = 1, timeout: float = 30.0, **match) -> list:
-        for _ in range(int(timeout / 0.05)):
-            if len(self.of(type_, **match)) >= count:
-                return self.of(type_, **match)
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no {count}x {type_} {match}; seen {[e.type for e in self.events]}")
+        def enough():
+            got = self.of(type_, **match)
+            return got if len(got) >= count else None
+        return await until(enough, timeout, f"{count}x {type_} {match}", changed=self.changed,
+                           detail=lambda: f"seen {[e.type for e in self.events]}")
 
 
 def start_launcher(url: str, backend: LocalBackend, name: str):
-    stop = asyncio.Event()
+    """The launcher service in this event loop; its list of decisions on ticks (msg None) tells how far it got:
+    the first comes after it folded the stream (the reconcile), the next ones on its ticks."""
+    stop, ticks = asyncio.Event(), []
     spec = launcher_wiring.spec(Effects({"local": backend}, url, poll_s=0.2), tick_s=0.5)
-    return stop, asyncio.create_task(run_service(spec, url, instance=name, stop=stop))
+
+    def decide(state, msg, now):
+        intents = spec.decide(state, msg, now)
+        if msg is None:
+            ticks.append(intents)
+        return intents
+    task = asyncio.create_task(run_service(dataclasses.replace(spec, decide=decide), url, instance=name, stop=stop))
+    return stop, task, ticks
 
 
 async def test_island_replacement_launcher_restart_and_graceful_final_cut(fresh_nats, tmp_path, run_id):
     url = fresh_nats.url
     backend = LocalBackend(tmp_path, rank_argv=sleeper)
-    bus = await Bus.connect(url, name="test")
+    bus = await connect(url, name="test")
     tape = Tape()
     await tape.start(bus, run_id)
-    stop_l, launcher = start_launcher(url, backend, "launcher-a")
+    stop_l, launcher, _ = start_launcher(url, backend, "launcher-a")
     stop_f = asyncio.Event()
     finalizer = asyncio.create_task(run_service(finalizer_wiring.spec(tmp_path, tick_s=0.5), url, instance="fin", stop=stop_f))
     try:
@@ -83,8 +94,9 @@ async def test_island_replacement_launcher_restart_and_graceful_final_cut(fresh_
 
         stop_l.set()                                                       # the launcher dies and comes back
         await launcher
-        stop_l, launcher = start_launcher(url, backend, "launcher-b")
-        await asyncio.sleep(1.0)
+        stop_l, launcher, ticks = start_launcher(url, backend, "launcher-b")
+        # Three decisions without a message: the reconcile after its replay and a tick were both carried out.
+        await until(lambda: len(ticks) >= 3, 30, "launcher-b to reconcile and tick")
         assert backend.current_generation(run_id, 0) == 1 and backend.current_generation(run_id, 1) == 0
         backend.stop(run_id, 1, 0, "", sig=signal.SIGKILL)
         await tape.wait("IslandReplaced", 1, island=1)
@@ -105,15 +117,15 @@ async def test_island_replacement_launcher_restart_and_graceful_final_cut(fresh_
         stopped = await tape.wait("IslandStopped", 2, timeout=20)           # the other learner never acks: 2 s, then teardown
         assert sorted((e.island, e.generation) for e in stopped) == [(0, 1), (1, 1)]
         for island in (0, 1):
-            await asyncio.sleep(0.2)
-            assert not backend.status(run_id, island, 1, "").running
+            await until(lambda: not backend.status(run_id, island, 1, "").running, 10,
+                        f"island {island} generation 1 to be gone after IslandStopped")
         starts = [json.loads(p.read_text())["pgid"] for p in tmp_path.glob(f"runs/{run_id}/islands/*/g*/group.json")]
         assert len(starts) == 4                                            # 2 islands x 2 generations, none twice
     finally:
         stop_l.set()
         stop_f.set()
         await asyncio.gather(launcher, finalizer, return_exceptions=True)
-        tape.task.cancel()
+        await tape.sub.close()
         await bus.close()
         for island in (0, 1):
             for gen in (0, 1):
