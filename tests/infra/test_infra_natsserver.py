@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from yeto.infra.bus import Bus
+from yeto.infra.bus import connect
 from yeto.infra.natsserver import NatsServer, ensure_streams, render_config
 from yeto.schemas.subjects import MAX_PAYLOAD, STREAMS
 
@@ -19,7 +19,7 @@ def test_generated_config_is_loopback_with_jetstream_on_disk(tmp_path):
 
 
 async def test_streams_are_created_idempotently_with_their_retention(nats_server):
-    bus = await Bus.connect(nats_server.url)
+    bus = await connect(nats_server.url)
     await ensure_streams(bus.js)
     await ensure_streams(bus.js)  # a second time changes nothing and does not fail
     for spec in STREAMS:
@@ -43,7 +43,7 @@ async def test_publish_deduplicates_by_message_id(bus, run_id):
 async def test_restarted_server_keeps_acknowledged_events(fresh_nats, run_id):
     from yeto.schemas.events import ServiceStarted
 
-    bus = await Bus.connect(fresh_nats.url)
+    bus = await connect(fresh_nats.url)
     seqs = [await bus.publish(ServiceStarted(run_id=run_id, service="s", instance=f"i{k}", pid=k, host="h")) for k in range(50)]
     fresh_nats.kill()
     fresh_nats.start()
@@ -59,18 +59,21 @@ async def test_nats_server_killed_under_load_loses_no_acknowledged_event(fresh_n
 
     from yeto.schemas.events import ServiceStarted
 
-    bus = await Bus.connect(fresh_nats.url)
+    bus = await connect(fresh_nats.url)
     acked: dict[str, int] = {}
+    a_third_acked = asyncio.Event()
 
     async def publisher(worker: int) -> None:
         for k in range(150):
             msg = ServiceStarted(id=f"{run_id}-{worker}-{k}", run_id=run_id, service="s", instance=f"{worker}", pid=k, host="h")
             acked[msg.id] = await bus.publish(msg)
+            if len(acked) >= 200:
+                a_third_acked.set()
 
     tasks = [asyncio.create_task(publisher(w)) for w in range(4)]
-    while len(acked) < 200:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(a_third_acked.wait(), 60)
     fresh_nats.kill()                     # kill -9 mid-stream, with publishes in flight
+    # The outage itself, not a wait for anything: the publishes in flight meet a server that is away a while.
     await asyncio.sleep(0.5)
     fresh_nats.start()
     await asyncio.gather(*tasks)
