@@ -1,13 +1,14 @@
 """The syncer's control-plane state: which runs exist, their sync recipe, and where their final cut stands.
 
 Pure fold over events; `decide` asks for a final cut once per run (level-triggered: after a restart a
-requested but unfinished cut is taken again).
+requested but unfinished cut is taken again). `dump`/`load` are its snapshot codec (JSON, exact round trip).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 
-from yeto.schemas.base import Event
+from yeto.schemas.base import Event, parse, to_bytes
 from yeto.schemas.fleet import RunLaunched
 from yeto.schemas.final import FinalCutDone, FinalCutRequested
 
@@ -50,3 +51,21 @@ def decide(state: SyncerState, msg, now) -> list:
     if msg is not None and not isinstance(msg, FinalCutRequested):
         return []
     return [FinalCut(info.cut_requested) for info in state.runs.values() if info.cut_requested and not info.cut_done]
+
+
+STATE_VERSION = "1"      # bump when SyncerState's shape changes: older snapshots are then ignored (full replay)
+
+
+def dump(state: SyncerState) -> bytes:
+    runs = {run_id: {"sync": info.sync, "cut_done": info.cut_done,
+                     "cut_requested": json.loads(to_bytes(info.cut_requested)) if info.cut_requested else None}
+            for run_id, info in state.runs.items()}
+    return json.dumps({"shard": list(state.shard), "runs": runs}, sort_keys=True).encode()
+
+
+def load(data: bytes) -> SyncerState:
+    raw = json.loads(data)
+    runs = {run_id: RunInfo(sync=info["sync"], cut_done=info["cut_done"],
+                            cut_requested=parse(info["cut_requested"]) if info["cut_requested"] else None)
+            for run_id, info in raw["runs"].items()}
+    return SyncerState(runs=runs, shard=tuple(raw["shard"]))

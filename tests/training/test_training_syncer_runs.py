@@ -23,3 +23,19 @@ def test_each_shard_cuts_until_its_own_final_cut_done():
     single = reduce(runs.evolve, [*events, FinalCutDone(run_id="r1", versions={0: 3}, snapshot_path="/s", sha256="a")],
                     runs.SyncerState())
     assert runs.decide(single, None, 0.0) == [], "an unsharded syncer's own report (shard 0 of 1) ends its cut"
+
+
+def test_snapshot_codec_round_trips_exactly_and_resumes_like_a_full_replay():
+    request = FinalCutRequested(run_id="r1", reason="user", detail="done")
+    launched = [RunLaunched(run_id=r, fleet=[SPEC], recipe={"train": {"sync": {"num_fragments": 4, "outer_lr": 0.7}}})
+                for r in ("r1", "r2")]
+    done = FinalCutDone(run_id="r2", versions={1: 3}, snapshot_path="/s", sha256="b", shard=1, num_shards=2)
+    events = [*launched, request, FinalCutRequested(run_id="r2", reason="budget"), done]
+    state = reduce(runs.evolve, events, runs.SyncerState(shard=(1, 2)))
+    assert state.runs["r1"].cut_requested == request and state.runs["r2"].cut_done
+    assert runs.load(runs.dump(state)) == state
+    assert runs.load(runs.dump(runs.SyncerState())) == runs.SyncerState()
+    later = [FinalCutDone(run_id="r1", versions={1: 4}, snapshot_path="/s", sha256="c", shard=1, num_shards=2)]
+    resumed = reduce(runs.evolve, later, runs.load(runs.dump(reduce(runs.evolve, events[:3], runs.SyncerState(shard=(1, 2))))))
+    assert resumed == reduce(runs.evolve, events[:3] + later, runs.SyncerState(shard=(1, 2)))
+    assert runs.decide(resumed, None, 0.0) == []
