@@ -17,7 +17,8 @@ KNOWN_GPUS = ("B200", "H200", "H100", "H100-MEGA", "GH200", "A100-80GB", "A100",
               "MI300X", "MI250X")
 LOCAL_DEVICES = ("cpu", "cuda")
 
-_ENTRY = re.compile(r"^(?P<cloud>[a-z]+):(?:(?P<nodes>\d+)x)?(?P<count>\d+)x(?P<gpu>[A-Za-z0-9-]+)(?:@(?P<region>[A-Za-z0-9_.-]+))?$")
+_ENTRY = re.compile(r"^(?P<cloud>[a-z]+):(?:(?P<nodes>\d+)x)?(?P<count>\d+)x(?P<gpu>[A-Za-z0-9-]+)"
+                    r"(?:@(?P<region>[A-Za-z0-9_.-]+))?$")
 _CANONICAL = {g.lower(): g for g in KNOWN_GPUS}
 
 

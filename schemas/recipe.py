@@ -25,7 +25,7 @@ class SyncConfig:
     grace_max_s: float = 1.0
     """Upper bound of the grace window in seconds (WAN runs want more)."""
     step_time_ema: float = 0.8
-    """Weight of the previous value in the syncer's EMA of each learner's step time."""
+    """Weight of the previous value in a learner's EMA of its step time (sent with each push; sizes the grace window)."""
     learner_timeout_s: float = 60.0
     """A learner not heard from for this long stops counting as live (for quorum and grace)."""
     outer_lr: float = 0.7

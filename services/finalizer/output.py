@@ -47,7 +47,8 @@ def _upload_fsspec(local: Path, uri: str) -> None:
 
     scheme = uri.split("://", 1)[0]
     if scheme not in SCHEMES:
-        raise ValueError(f"--output {uri}: unknown store scheme {scheme!r}; use one of {', '.join(sorted(SCHEMES))}, hf://org/repo or a local path")
+        raise ValueError(f"--output {uri}: unknown store scheme {scheme!r}; use one of {', '.join(sorted(SCHEMES))}, "
+                         f"hf://org/repo or a local path")
     fs, root = fsspec.core.url_to_fs(f"{SCHEMES[scheme]}://{uri.split('://', 1)[1]}")
     root = root.rstrip("/")
     for f in sorted(local.iterdir()):

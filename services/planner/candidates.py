@@ -47,7 +47,8 @@ class Candidate:
     def label(self) -> str:
         o = self.offering
         nodes = f"{self.nodes}x" if self.nodes > 1 else ""
-        return f"{o.cloud}:{nodes}{o.count}x{o.gpu.lower()}@{o.region} ({o.instance_type}, {'spot' if self.spot else 'on-demand'})"
+        capacity = "spot" if self.spot else "on-demand"
+        return f"{o.cloud}:{nodes}{o.count}x{o.gpu.lower()}@{o.region} ({o.instance_type}, {capacity})"
 
 
 @dataclass(frozen=True)

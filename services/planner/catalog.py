@@ -39,7 +39,7 @@ class Offering:
 
 def _sky_catalog():
     try:
-        import sky.catalog as api            # SkyPilot >= 0.10
+        import sky.catalog as api  # SkyPilot >= 0.10
     except ImportError:
         import sky.clouds.service_catalog as api  # SkyPilot 0.8 / 0.9
     return api

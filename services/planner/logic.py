@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from yeto.schemas.commands import PlanFleet
 from yeto.schemas.plan import FleetPlanFailed, FleetPlanned

@@ -31,8 +31,8 @@ class Workload:
     """tokens per sequence."""
     micro_batch: int = 1
     """sequences per GPU per forward pass."""
-    lora_rank: int = 16
-    """adapter rank on every linear layer."""
+    lora_r: int = 16
+    """adapter rank on every linear layer (the recipe's `lora_r`, `--lora-r`)."""
     vocab: int = DEFAULT_VOCAB
     """vocabulary size (the fp32 logits are materialised per micro-batch)."""
 
@@ -69,7 +69,7 @@ def per_gpu_need(w: Workload, num_gpus: int) -> Need:
     state = params * BYTES_PER_PARAM[(w.tuning, w.base_quantization)]
     if w.tuning == "lora":
         # q,k,v,o add 8h per layer and rank; gate/up/down with a 2.7h MLP add 3 x 3.7h.
-        state += w.lora_rank * layers * 19 * hidden * LORA_STATE_BYTES
+        state += w.lora_r * layers * 19 * hidden * LORA_STATE_BYTES
     tokens = w.seq_len * w.micro_batch
     # Activation checkpointing: a bf16 input per layer, one layer's working set (34 s b h bytes,
     # Korthikanti et al. 2022, flash attention), and the fp32 logits with their gradient.

@@ -55,6 +55,6 @@ class PlanRequest:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "PlanRequest":
+    def from_dict(cls, d: dict) -> PlanRequest:
         names = {f.name for f in fields(cls)}   # tolerant reader: fields a newer sender added are ignored
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names})

@@ -48,7 +48,8 @@ def assumptions(clouds: list[str], *, known: set[str] = frozenset(), cap: int = 
         if c == "aws":
             out.append(f"aws: no live signals (boto3 or credentials missing): spot quota and usage not checked, "
                        f"placement score unknown; assumed up to {cap} islands per instance type and region and 5% "
-                       f"preemptions/hour. Check `aws service-quotas get-service-quota --service-code ec2 --quota-code L-7212CCBC`.")
+                       f"preemptions/hour. Check `aws service-quotas get-service-quota --service-code ec2 "
+                       f"--quota-code L-7212CCBC`.")
         elif c == "runpod":
             out.append(f"runpod: RUNPOD_API_KEY not set: stock unknown; assumed up to {cap} islands per GPU type and region.")
         else:
@@ -80,7 +81,7 @@ def gather_signals(clouds: list[str], *, cache_path: Path, now: float, ttl_s: fl
             quotas += [Quota(**q) for q in got["quotas"]]
             scores.update({(c, r): s for c, r, s in got["scores"]})
             known.add("aws")
-        except Exception as e:  # no boto3, no credentials, no network: fall back to stated assumptions
+        except Exception as e:  # noqa: BLE001 - no boto3, no credentials, no network: fall back to stated assumptions
             warnings.append(f"aws: live signals failed ({type(e).__name__}: {str(e)[:120]})")
     if "runpod" in clouds and env.get("RUNPOD_API_KEY"):
         try:
@@ -88,7 +89,7 @@ def gather_signals(clouds: list[str], *, cache_path: Path, now: float, ttl_s: fl
             got = _cached(cache_path, "runpod", now, ttl_s, lambda: signals_runpod.fetch(env["RUNPOD_API_KEY"]))
             stock.update({("runpod", gpu): n for gpu, n in got})
             known.add("runpod")
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - no network or a changed API: the plan says so and assumes
             warnings.append(f"runpod: stock query failed ({type(e).__name__}: {str(e)[:120]})")
     warnings += assumptions(clouds, known=known)
     return Signals(quotas=tuple(quotas), placement_scores=scores, stock=stock, warnings=tuple(warnings))

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
-from learner_tiny import write_model_dir  # noqa: E402
+from learner_tiny import write_model_dir
 
-from yeto.cli.main import main  # noqa: E402
+from yeto.cli.main import main
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """The --gpu grammar: round trips, canonical names, and errors that name the entry and list what is known."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from yeto.schemas.gpuspec import KNOWN_CLOUDS, KNOWN_GPUS, IslandSpec, format_gpu, parse_gpu
 from yeto.services.planner.gpus import GPUS

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_aliases_are_unique_and_sizes_are_positive_or_hub():
     assert len({m.alias for m in MODELS}) == len(MODELS)
     assert all(m.min_vram_gb is None or m.min_vram_gb > 0 for m in MODELS)
-    assert {m.alias for m in MODELS if m.tested} == {"deepseek4flash", "qwen3-0.6b", "qwen36-27b", "kimi-k3", "glm52", "laguna-s-2.1"}
+    assert {m.alias for m in MODELS if m.tested} == {"deepseek4flash", "qwen3-0.6b", "qwen36-27b", "kimi-k3", "glm52",
+                                                     "laguna-s-2.1"}
 
 
 def test_resolve_alias_hub_id_and_unknown():

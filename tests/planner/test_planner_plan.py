@@ -1,9 +1,9 @@
 """plan_fleet end to end on values: budget and target modes, every rejection reason, infeasible budgets, round trips."""
 import pytest
 
-from yeto.schemas.gpuspec import IslandSpec, parse_gpu
 from yeto.schemas import parse
 from yeto.schemas.commands import PlanFleet
+from yeto.schemas.gpuspec import IslandSpec, parse_gpu
 from yeto.schemas.plan import EXAMPLES, FleetPlanFailed, FleetPlanned
 from yeto.services.planner.candidates import REASONS
 from yeto.services.planner.catalog import Offering
@@ -108,7 +108,9 @@ def test_logic_answers_plan_fleet_with_an_event_derived_from_the_command():
     assert isinstance(ev, FleetPlanned) and ev.causation_id == "cmd-1" and ev.run_id == "r-1"
     again = handle(cmd, _fixed)
     assert again.id == ev.id   # a redelivered command publishes the same event id (deduplicated)
-    strip = lambda p: {k: v for k, v in p.items() if k != "solve_seconds"}
+    def strip(plan: dict) -> dict:
+        return {k: v for k, v in plan.items() if k != "solve_seconds"}
+
     assert strip(again.plan) == strip(ev.plan)
     failed = handle(PlanFleet(id="cmd-2", run_id="r-1", request={"model": "qwen35-9b", "budget": 1.0}), _fixed)
     assert isinstance(failed, FleetPlanFailed) and "cheapest option" in failed.reason and failed.cheapest

@@ -19,7 +19,11 @@ def test_without_credentials_every_cloud_gets_a_stated_assumption(tmp_path):
 
 def test_cache_reuses_answers_within_ttl_and_refetches_after(tmp_path):
     calls = []
-    fetch = lambda: calls.append(1) or {"n": len(calls)}
+
+    def fetch() -> dict:
+        calls.append(1)
+        return {"n": len(calls)}
+
     path = tmp_path / "cache.json"
     assert _cached(path, "aws", 100.0, 60.0, fetch) == {"n": 1}
     assert _cached(path, "aws", 150.0, 60.0, fetch) == {"n": 1}

@@ -59,7 +59,8 @@ def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tun
 
 def check_data(args, source) -> dict[str, Any]:
     """Read every row as training will; refuse bad data with the report. Returns what the manifest records."""
-    from yeto.learners.data import DataSpec, check_data as run_check
+    from yeto.learners.data import DataSpec
+    from yeto.learners.data import check_data as run_check
 
     tokenizer = None
     if source.is_local:   # token statistics when the tokenizer is at hand (no download before renting)

@@ -16,10 +16,6 @@ Quick start (one machine, no cloud account):
 """
 
 
-class UserError(Exception):
-    """An error the user can fix; its message says how. Printed without a traceback, exit status 2."""
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="yeto", description="Fine-tune models across cheap, scattered GPUs with asynchronous DiLoCo.",
@@ -46,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (UserError, ValueError) as e:
+    except ValueError as e:   # the user's errors: the message says what to fix; no traceback, exit status 2
         print(f"yeto: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -64,7 +64,7 @@ def hub_weights_gb(hf_id: str) -> float:
     from huggingface_hub import get_safetensors_metadata
     try:
         meta = get_safetensors_metadata(hf_id)
-    except Exception as e:  # offline, gated, or no safetensors: the user can give the size instead
+    except Exception as e:  # noqa: BLE001 - offline, gated, or no safetensors: the user can give the size instead
         raise ValueError(f"could not read the size of {hf_id} from the Hugging Face Hub ({type(e).__name__}: {e}); "
                          f"pass --weights-gb with its bf16 size in GB (2 x billions of parameters)") from None
     return sum(meta.parameter_count.values()) * 2 / 1e9
