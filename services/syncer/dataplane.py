@@ -97,7 +97,7 @@ class DataPlane:
         if info is None:                    # the RunLaunched event has not reached us yet
             await msg.nak(delay_s=1.0)
             return
-        if run_id in self.cutting or info.cut_done:
+        if run_id in self.cutting or self.shard in info.cuts_done:
             await msg.ack()                 # the run is being finalized: no more rounds
             return
         try:

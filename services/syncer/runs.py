@@ -1,7 +1,9 @@
 """The syncer's control-plane state: which runs exist, their sync recipe, and where their final cut stands.
 
-Pure fold over events; `decide` asks for a final cut once per run (level-triggered: after a restart a
-requested but unfinished cut is taken again). `dump`/`load` are its snapshot codec (JSON, exact round trip).
+Pure fold over events; `decide` asks for a final cut once per run and shard (level-triggered: after a
+restart a requested but unfinished cut is taken again). The runs fold the same on every shard (each
+shard's FinalCutDone is kept), so one snapshot serves them all: `dump`/`load` are its codec (JSON, exact
+round trip), and `load` is told the shard of the instance that resumes from it.
 """
 from __future__ import annotations
 
@@ -17,13 +19,16 @@ from yeto.schemas.final import FinalCutDone, FinalCutRequested
 class RunInfo:
     sync: dict
     cut_requested: FinalCutRequested | None = None
-    cut_done: bool = False
+    cuts_done: frozenset[tuple[int, int]] = frozenset()      # (K, N) of the shards that reported FinalCutDone
 
 
 @dataclass(frozen=True)
 class SyncerState:
     runs: dict[str, RunInfo] = field(default_factory=dict)
     shard: tuple[int, int] = (0, 1)          # this instance's K/N: only its own FinalCutDone ends its cut
+
+    def cut_done(self, run_id: str) -> bool:
+        return self.shard in self.runs[run_id].cuts_done
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,9 @@ def evolve(state: SyncerState, event: Event) -> SyncerState:
         runs = {**runs, event.run_id: RunInfo(sync=sync)}
     elif isinstance(event, FinalCutRequested) and event.run_id in runs:
         runs = {**runs, event.run_id: replace(runs[event.run_id], cut_requested=runs[event.run_id].cut_requested or event)}
-    elif isinstance(event, FinalCutDone) and event.run_id in runs and (event.shard, event.num_shards) == state.shard:
-        runs = {**runs, event.run_id: replace(runs[event.run_id], cut_done=True)}
+    elif isinstance(event, FinalCutDone) and event.run_id in runs:
+        info = runs[event.run_id]
+        runs = {**runs, event.run_id: replace(info, cuts_done=info.cuts_done | {(event.shard, event.num_shards)})}
     else:
         return state
     return replace(state, runs=runs)
@@ -50,22 +56,22 @@ def evolve(state: SyncerState, event: Event) -> SyncerState:
 def decide(state: SyncerState, msg, now) -> list:
     if msg is not None and not isinstance(msg, FinalCutRequested):
         return []
-    return [FinalCut(info.cut_requested) for info in state.runs.values() if info.cut_requested and not info.cut_done]
+    return [FinalCut(info.cut_requested) for run_id, info in state.runs.items() if info.cut_requested and not state.cut_done(run_id)]
 
 
 STATE_VERSION = "1"      # bump when SyncerState's shape changes: older snapshots are then ignored (full replay)
 
 
 def dump(state: SyncerState) -> bytes:
-    runs = {run_id: {"sync": info.sync, "cut_done": info.cut_done,
+    """The runs, not the shard: that is the resuming instance's own (its --shard)."""
+    runs = {run_id: {"sync": info.sync, "cuts_done": sorted(info.cuts_done),
                      "cut_requested": json.loads(to_bytes(info.cut_requested)) if info.cut_requested else None}
             for run_id, info in state.runs.items()}
-    return json.dumps({"shard": list(state.shard), "runs": runs}, sort_keys=True).encode()
+    return json.dumps({"runs": runs}, sort_keys=True).encode()
 
 
-def load(data: bytes) -> SyncerState:
-    raw = json.loads(data)
-    runs = {run_id: RunInfo(sync=info["sync"], cut_done=info["cut_done"],
+def load(data: bytes, shard: tuple[int, int] = (0, 1)) -> SyncerState:
+    runs = {run_id: RunInfo(sync=info["sync"], cuts_done=frozenset((k, n) for k, n in info["cuts_done"]),
                             cut_requested=parse(info["cut_requested"]) if info["cut_requested"] else None)
-            for run_id, info in raw["runs"].items()}
-    return SyncerState(runs=runs, shard=tuple(raw["shard"]))
+            for run_id, info in json.loads(data)["runs"].items()}
+    return SyncerState(runs=runs, shard=shard)

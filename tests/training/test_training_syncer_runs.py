@@ -32,10 +32,12 @@ def test_snapshot_codec_round_trips_exactly_and_resumes_like_a_full_replay():
     done = FinalCutDone(run_id="r2", versions={1: 3}, snapshot_path="/s", sha256="b", shard=1, num_shards=2)
     events = [*launched, request, FinalCutRequested(run_id="r2", reason="budget"), done]
     state = reduce(runs.evolve, events, runs.SyncerState(shard=(1, 2)))
-    assert state.runs["r1"].cut_requested == request and state.runs["r2"].cut_done
-    assert runs.load(runs.dump(state)) == state
+    assert state.runs["r1"].cut_requested == request and state.cut_done("r2") and not state.cut_done("r1")
+    assert runs.load(runs.dump(state), shard=(1, 2)) == state
     assert runs.load(runs.dump(runs.SyncerState())) == runs.SyncerState()
+    other = runs.load(runs.dump(state), shard=(0, 2))           # every shard resumes from the one snapshot
+    assert other == reduce(runs.evolve, events, runs.SyncerState(shard=(0, 2))) and not other.cut_done("r2")
     later = [FinalCutDone(run_id="r1", versions={1: 4}, snapshot_path="/s", sha256="c", shard=1, num_shards=2)]
-    resumed = reduce(runs.evolve, later, runs.load(runs.dump(reduce(runs.evolve, events[:3], runs.SyncerState(shard=(1, 2))))))
+    resumed = reduce(runs.evolve, later, runs.load(runs.dump(reduce(runs.evolve, events[:3], runs.SyncerState(shard=(1, 2)))), (1, 2)))
     assert resumed == reduce(runs.evolve, events[:3] + later, runs.SyncerState(shard=(1, 2)))
     assert runs.decide(resumed, None, 0.0) == []
