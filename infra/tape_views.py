@@ -1,33 +1,39 @@
 """SQL views over the tape for the common questions: runs, rounds, learner progress, island uptime, spend, rejections.
 
 Views read payload fields by name with try_cast, so a field an event type does not carry (yet) reads
-NULL instead of failing: the views work before and after the other areas' events exist.
+NULL instead of failing: the views work before and after the other areas' events exist. `runs`,
+`island_uptime` and `spend` compute what the shared run fold (schemas/run_view.py) computes, by the
+billing rule of schemas/spend.py; tests/tape/test_tape_views.py checks they agree on one tape.
 """
 from __future__ import annotations
 
-# Billing as schemas/fleet.py states it: from IslandUp / IslandReplaced to the island's next event.
-ISLAND_UP = ("IslandUp", "IslandReplaced")
-ISLAND_EVENTS = ISLAND_UP + ("IslandRequested", "IslandExited", "IslandPreempted", "IslandDropped", "IslandStopped")
-RUN_END_EVENTS = ("RunFinalized", "RunFailed", "RunStopped")
+from yeto.schemas.run_view import FINALIZING, RUN_END, RUNNING
+from yeto.schemas.spend import METER_START, METER_STOP
 
 
-def _in(names: tuple[str, ...]) -> str:
+def _in(names) -> str:
     return "(" + ", ".join(f"'{n}'" for n in names) + ")"
 
 
+# The run's first end event (by stream order): every meter, the head's included, stops there.
+_ENDS = f"""ends AS (SELECT run_id, arg_min(ts, seq) AS ended, arg_min(type, seq) AS end_type
+             FROM events WHERE type IN {_in(RUN_END)} GROUP BY run_id)"""
+_END_PHASE = " ".join(f"WHEN '{t}' THEN '{p}'" for t, p in RUN_END.items())
+
 VIEWS: dict[str, str] = {
+    # The run's phase as the fold has it: its first end event, else finalizing, running or launching.
     "runs": f"""
-SELECT run_id, min(ts) AS started, max(ts) AS last_event, count(*) AS num_events,
-       arg_max(type, seq) AS last_type,
-       CASE WHEN bool_or(type = 'RunFinalized') THEN 'finalized'
-            WHEN bool_or(type = 'RunFailed') THEN 'failed'
-            WHEN bool_or(type = 'RunStopped') THEN 'stopped'
-            WHEN bool_or(type IN ('FinalCutRequested', 'FinalCutDone', 'CheckpointMarkedFinal', 'ArtifactWritten')) THEN 'finalizing'
-            WHEN bool_or(type IN ('IslandUp', 'IslandReplaced', 'RoundMerged', 'LearnerProgress')) THEN 'running'
-            ELSE 'launching' END AS phase,
-       count(*) FILTER (WHERE type = 'RoundMerged') AS num_rounds,
-       min(ts) FILTER (WHERE type IN {_in(RUN_END_EVENTS)}) AS finished
-FROM events WHERE run_id <> '_' GROUP BY run_id""",
+WITH {_ENDS},
+agg AS (SELECT run_id, min(ts) AS started, max(ts) AS last_event, count(*) AS num_events, arg_max(type, seq) AS last_type,
+               bool_or(type IN {_in(c.__name__ for c in FINALIZING)}) AS finalizing,
+               bool_or(type IN {_in(c.__name__ for c in RUNNING)}) AS running,
+               count(*) FILTER (WHERE type = 'RoundMerged') AS num_rounds
+        FROM events WHERE run_id <> '_' GROUP BY run_id)
+SELECT run_id, started, last_event, num_events, last_type,
+       CASE ends.end_type {_END_PHASE} ELSE CASE WHEN finalizing THEN 'finalizing' WHEN running THEN 'running'
+                                                 ELSE 'launching' END END AS phase,
+       num_rounds, ends.ended AS finished
+FROM agg LEFT JOIN ends USING (run_id)""",
     "rounds": """
 SELECT seq, ts, run_id,
        try_cast(payload->>'fragment' AS INTEGER) AS fragment,
@@ -49,25 +55,46 @@ SELECT seq, ts, run_id,
        try_cast(payload->>'tokens_per_s' AS DOUBLE) AS tokens_per_s,
        try_cast(payload->>'step_time_s' AS DOUBLE) AS step_time_s, try_cast(payload->>'lr' AS DOUBLE) AS lr
 FROM events WHERE type = 'LearnerProgress'""",
-    # One row per IslandUp / IslandReplaced: billed until the island's next event (exited, preempted,
-    # dropped, stopped, up again), else the run's end, else now (the run is live), at the price it carried.
+    # One row per IslandUp / IslandReplaced that starts a meter (none older than a generation already up):
+    # billed at its price until the island's next meter event of that or a newer generation, else the
+    # run's end, else now (the run is live).
     "island_uptime": f"""
 WITH isl AS (
     SELECT seq, ts, run_id, type, payload->>'island' AS island,
-           try_cast(payload->>'price_per_hour' AS DOUBLE) AS price_per_hour,
-           lead(ts) OVER (PARTITION BY run_id, payload->>'island' ORDER BY seq) AS next_ts
-    FROM events WHERE type IN {_in(ISLAND_EVENTS)}),
-ends AS (SELECT run_id, min(ts) AS ended FROM events WHERE type IN {_in(RUN_END_EVENTS)} GROUP BY run_id),
-iv AS (SELECT isl.seq, isl.run_id, isl.island, isl.ts AS up_at,
-              greatest(isl.ts, coalesce(least(isl.next_ts, ends.ended), isl.next_ts, ends.ended, now())) AS down_at,
-              coalesce(isl.price_per_hour, 0) AS price_per_hour, isl.next_ts IS NULL AND ends.ended IS NULL AS open
-       FROM isl LEFT JOIN ends USING (run_id) WHERE isl.type IN {_in(ISLAND_UP)})
+           coalesce(try_cast(payload->>'generation' AS INTEGER), 0) AS generation,
+           coalesce(try_cast(payload->>'price_per_hour' AS DOUBLE), 0) AS price_per_hour
+    FROM events WHERE type IN {_in(METER_START + METER_STOP)}),
+ups AS (
+    SELECT *, max(generation) OVER (PARTITION BY run_id, island ORDER BY seq
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS newest_before
+    FROM isl WHERE type IN {_in(METER_START)}),
+nexts AS (
+    SELECT u.seq, arg_min(n.ts, n.seq) AS next_ts
+    FROM ups u JOIN isl n ON n.run_id = u.run_id AND n.island = u.island AND n.seq > u.seq AND n.generation >= u.generation
+    GROUP BY u.seq),
+{_ENDS},
+iv AS (SELECT u.seq, u.run_id, u.island, u.generation, u.ts AS up_at,
+              greatest(u.ts, coalesce(least(nexts.next_ts, ends.ended), nexts.next_ts, ends.ended, now())) AS down_at,
+              u.price_per_hour, nexts.next_ts IS NULL AND ends.ended IS NULL AS open
+       FROM ups u LEFT JOIN nexts USING (seq) LEFT JOIN ends USING (run_id)
+       WHERE u.newest_before IS NULL OR u.generation >= u.newest_before)
 SELECT *, epoch(down_at - up_at) / 3600.0 AS hours, price_per_hour * epoch(down_at - up_at) / 3600.0 AS usd
 FROM iv""",
-    "spend": """
-SELECT run_id, sum(usd) AS usd, sum(hours) AS island_hours, count(DISTINCT island) AS num_islands,
-       count(*) FILTER (WHERE open) AS num_open
-FROM island_uptime GROUP BY run_id""",
+    # Islands plus the head: the head at the recipe's head_price_per_hour from RunLaunched to the run's end.
+    "spend": f"""
+WITH {_ENDS},
+launches AS (SELECT run_id, arg_min(ts, seq) AS launched_at,
+                    arg_min(coalesce(try_cast(payload->'recipe'->>'head_price_per_hour' AS DOUBLE), 0), seq) AS head_price
+             FROM events WHERE type = 'RunLaunched' GROUP BY run_id),
+head AS (SELECT run_id, head_price * epoch(greatest(launched_at, coalesce(ends.ended, now())) - launched_at) / 3600.0 AS usd
+         FROM launches LEFT JOIN ends USING (run_id)),
+islands AS (SELECT run_id, sum(usd) AS usd, sum(hours) AS hours, count(DISTINCT island) AS num_islands,
+                   count(*) FILTER (WHERE open) AS num_open
+            FROM island_uptime GROUP BY run_id)
+SELECT run_id, coalesce(islands.usd, 0) + coalesce(head.usd, 0) AS usd, coalesce(islands.usd, 0) AS island_usd,
+       coalesce(head.usd, 0) AS head_usd, coalesce(islands.hours, 0) AS island_hours,
+       coalesce(num_islands, 0) AS num_islands, coalesce(num_open, 0) AS num_open
+FROM head FULL JOIN islands USING (run_id)""",
     "rejections": """
 SELECT seq, ts, run_id, type, payload->>'subject' AS subject, payload->>'reason' AS reason,
        payload->>'consumer' AS consumer, payload->>'excerpt' AS excerpt
