@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "learner"))
-import learner_tiny  # noqa: E402
+import learner_tiny
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from e2e_checks import heldout_loss, round_versions
 from e2e_stack import Stack
 
@@ -38,9 +37,10 @@ def check_run(s: Stack, run_id: str, output: str, material: dict, *, kind: str) 
     (written,) = s.events(run_id, "ArtifactWritten")
     assert written["artifact_kind"] == kind
     artifact = Path(written["local_path"])
-    base, tuned = heldout_loss(material["model"], None, material["heldout"]), heldout_loss(material["model"], artifact, material["heldout"])
+    base = heldout_loss(material["model"], None, material["heldout"])
+    tuned = heldout_loss(material["model"], artifact, material["heldout"])
     print(f"{run_id}: {kind} artifact held-out loss {tuned:.4f} vs base {base:.4f}; "
-          f"{len(merged)} rounds ({len(both)} with both learners), final versions {dict((p, v[-1]) for p, v in versions.items())}")
+          f"{len(merged)} rounds ({len(both)} with both learners), final versions {({p: v[-1] for p, v in versions.items()})}")
     assert tuned < base - 0.25, f"held-out loss {tuned:.4f} is not clearly below the base model's {base:.4f}"
 
 

@@ -9,7 +9,6 @@ import time
 from datetime import datetime
 
 import pytest
-
 from e2e_checks import round_versions
 from e2e_stack import Stack
 
@@ -80,7 +79,8 @@ def test_learner_island_killed_is_replaced_and_its_new_generation_contributes_wi
     assert replaced["generation"] == 1 and replaced["previous_generation"] == 0
     ttfc = seconds(replaced["ts"], merged["ts"])
     print(f"island 1: killed -> replaced {seconds(exited['ts'], replaced['ts']):.1f}s, "
-          f"replaced -> first merged contribution {ttfc:.1f}s (RoundMerged v{merged['global_version']} of fragment {merged['fragment']})")
+          f"replaced -> first merged contribution {ttfc:.1f}s "
+          f"(RoundMerged v{merged['global_version']} of fragment {merged['fragment']})")
     assert ttfc < 60, f"time to first merged contribution {ttfc:.1f}s"
     # the new generation continues its predecessor (step and data shard), it does not start over at step 0
     before = max(e["step"] for e in run.events(RUN, "LearnerProgress")
@@ -136,7 +136,8 @@ def test_nats_server_killed_and_restarted_loses_nothing_and_yeto_down_still_fina
     run.server_port_closed()                           # the restart binds the same port again
     again = run.up()
     assert again["pids"]["nats-server"] != pids["nats-server"]
-    assert {k: v for k, v in again["pids"].items() if k != "nats-server"} == {k: v for k, v in pids.items() if k != "nats-server"}, \
+    others = {k: v for k, v in pids.items() if k != "nats-server"}
+    assert {k: v for k, v in again["pids"].items() if k != "nats-server"} == others, \
         "stack.up after a nats-server crash must keep the live components (they reconnect), not start second copies"
     # Pushes based on versions from before the restart are admitted only up to max_base_lag (4) versions
     # later: 6 versions past the kill on both fragments prove the learners receive new globals again.

@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 
 import pytest
-from waiting import wait_for
 
+from waiting import wait_for
 from yeto.services.launcher.backends.base import IslandLaunch
 from yeto.services.launcher.backends.local import LocalBackend
 

@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 import pytest
-from waiting import until
 
+from waiting import until
 from yeto.infra.bus import Bus, connect
 from yeto.infra.runner import run_service
 from yeto.schemas import codecs
@@ -117,7 +117,7 @@ async def test_island_replacement_launcher_restart_and_graceful_final_cut(fresh_
         stopped = await tape.wait("IslandStopped", 2, timeout=20)           # the other learner never acks: 2 s, then teardown
         assert sorted((e.island, e.generation) for e in stopped) == [(0, 1), (1, 1)]
         for island in (0, 1):
-            await until(lambda: not backend.status(run_id, island, 1, "").running, 10,
+            await until(lambda island=island: not backend.status(run_id, island, 1, "").running, 10,
                         f"island {island} generation 1 to be gone after IslandStopped")
         starts = [json.loads(p.read_text())["pgid"] for p in tmp_path.glob(f"runs/{run_id}/islands/*/g*/group.json")]
         assert len(starts) == 4                                            # 2 islands x 2 generations, none twice
