@@ -12,11 +12,8 @@ applied, in version order, at the next step boundary. The anchor of a fragment i
 itself: the exact values of its newest applied global version, bit-identical on every learner.
 `after_step` is the same boundary with no transport (pushes returned as values).
 
-Keyframes (f32, 4 bytes a parameter) may arrive as announcements only: a header with no payload. A
-learner then fetches one (`Transport.fetch`) only when it needs it: to join (no version yet, and the
-keyframe is not version 0 equal to its own initial values, which it adopts by checksum) or when it stays
-behind a keyframe's version for `keyframe_patience_s` because a delta never came. Periodic keyframes
-cost a learner that follows the deltas nothing but their headers.
+Keyframes may arrive as announcements only (a header, no payload); which ones a learner fetches
+(`Transport.fetch`) or adopts by checksum is learners/keyframe_demand.py.
 """
 from __future__ import annotations
 
@@ -27,6 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
+from yeto.learners.keyframe_demand import KeyframeDemand
 from yeto.learners.layout import Layout, TensorSpec, plan_layout
 from yeto.learners.transport.protocol import Transport
 from yeto.schemas import codecs
@@ -59,7 +57,7 @@ class DilocoSync:
     def __init__(self, arrays: ArrayAdapter, config: SyncConfig, *, run_id: str, learner: str, generation: int = 0,
                  keyframe_patience_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.arrays, self.config, self.run_id, self.learner, self.generation = arrays, config, run_id, learner, generation
-        self.keyframe_patience_s, self.clock = keyframe_patience_s, clock
+        self.clock = clock
         specs = [TensorSpec(n, tuple(arrays.shape(n)), arrays.dtype(n)) for n in arrays.names()]
         self.layout: Layout = plan_layout(specs, config.num_fragments)
         self.active = self.layout.active
@@ -73,10 +71,8 @@ class DilocoSync:
         self.assembler = ChunkAssembler(max_pending=4 * max(1, len(self.active)))
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
         self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried
-        self.announced: dict[int, tuple[FragmentHeader, float]] = {}   # fragment -> newest keyframe header, when seen
-        self.requested: set[tuple[int, int]] = set()  # (fragment, version) keyframes asked for
+        self.keyframes = KeyframeDemand(patience_s=keyframe_patience_s)
         self._own_sha: dict[int, str] = {}             # sha256 of the f32 initial values (while no global landed)
-        self.num_adopted = 0                           # keyframes adopted by checksum, never downloaded
         self.acked_final = False                       # LearnerFinalAck sent for the run's final versions
 
     @property
@@ -90,7 +86,7 @@ class DilocoSync:
 
     def missing(self) -> list[int]:
         """Fragments with no global version and no keyframe announced (what a joining learner still waits for)."""
-        return [p for p in self.active if self.versions[p] is None and p not in self.announced]
+        return [p for p in self.active if self.versions[p] is None and p not in self.keyframes.announced]
 
     def offer(self, header: FragmentHeader, chunk: bytes | None) -> None:
         """Queue one chunk of a keyframe or delta (chunk None: a keyframe announced, payload not sent);
@@ -99,9 +95,7 @@ class DilocoSync:
                 or header.fragment not in self.queue):
             return
         if chunk is None:
-            seen = self.announced.get(header.fragment)
-            if header.kind == "keyframe" and header.chunk == 0 and (seen is None or seen[0].version < header.version):
-                self.announced[header.fragment] = (header, self.clock())
+            self.keyframes.announce(header, self.clock())
             return
         try:
             payload = self.assembler.add(header, chunk)
@@ -114,32 +108,19 @@ class DilocoSync:
     def apply_globals(self) -> bool:
         """Adopt an announced version 0 equal to our own values, apply every queued global version; True if
         parameters changed. (Announced keyframes that must be downloaded are `keyframes_wanted`.)"""
-        adopted = self._adopt()
+        adopted = self.keyframes.adoptable(self.versions, self.layout.numel, self._own_sha256)
+        for p in adopted:
+            self.versions[p] = 0
         return any([self._apply(p, landed=p in adopted) for p in self.active])
 
     def keyframes_wanted(self) -> list[FragmentHeader]:
         """Announced keyframes to fetch now (each asked for once): no version yet, or stuck behind one."""
-        now, out = self.clock(), []
-        for p, (h, seen_at) in self.announced.items():
-            v = self.versions[p]
-            stuck = v is not None and v < h.version and now - seen_at >= self.keyframe_patience_s
-            if (v is None or stuck) and (p, h.version) not in self.requested:
-                self.requested.add((p, h.version))
-                out.append(h)
-        return out
+        return self.keyframes.wanted(self.versions, self.clock())
 
-    def _adopt(self) -> set[int]:
-        """A fresh run's version 0 is some learner's initial values: equal to ours, it needs no download."""
-        adopted = set()
-        for p, (h, _) in list(self.announced.items()):
-            if self.versions[p] is None and h.version == 0 and h.codec == "f32" and h.numel == self.layout.numel(p):
-                if p not in self._own_sha:
-                    self._own_sha[p] = sha256(codecs.encode("f32", self.anchors[p]))
-                if self._own_sha[p] == h.sha256:
-                    self.versions[p] = 0
-                    self.num_adopted += 1
-                    adopted.add(p)
-        return adopted
+    def _own_sha256(self, p: int) -> str:
+        if p not in self._own_sha:
+            self._own_sha[p] = sha256(codecs.encode("f32", self.anchors[p]))
+        return self._own_sha[p]
 
     def after_step(self, step: int, tokens: int, *, step_time_s: float | None = None) -> list[Push]:
         """The step boundary after inner step `step` as values: count, apply queued globals, return the pushes due."""
@@ -234,9 +215,7 @@ class DilocoSync:
 
     def _after_apply(self, p: int, *, alpha: float | None = None) -> None:
         """A newer global version of fragment p landed: blend it in and keep the progress not pushed yet."""
-        seen = self.announced.get(p)
-        if seen is not None and seen[0].version <= self.versions[p]:
-            del self.announced[p]
+        self.keyframes.landed(p, self.versions[p])
         self._blend(p, self.config.alpha if alpha is None else alpha)
         # The counts a push carried are now in the global; what was trained since that push is not and
         # still belongs to the next push (zeroing here lost it from the merge weight and from goodput).

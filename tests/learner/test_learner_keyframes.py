@@ -60,7 +60,7 @@ def test_version_zero_equal_to_own_values_is_adopted_without_its_payload():
     assert b.missing() == []
     assert b.apply_globals() is True
     assert all(v == 0 for v in b.versions.values())
-    assert b.num_adopted == len(b.active)
+    assert b.keyframes.num_adopted == len(b.active)
     assert b.keyframes_wanted() == []
     for k, v in before.items():
         np.testing.assert_array_equal(b.arrays.values[k], v)
@@ -73,7 +73,7 @@ def test_a_learner_with_other_values_fetches_version_zero_and_ends_bit_identical
     for h, payload in published:
         for hc, _ in split_chunks(h, payload, 256):
             b.offer(hc, None)
-    assert b.apply_globals() is False and b.num_adopted == 0
+    assert b.apply_globals() is False and b.keyframes.num_adopted == 0
     wanted = b.keyframes_wanted()
     assert sorted(h.fragment for h in wanted) == sorted(b.active)
     assert b.keyframes_wanted() == [], "each keyframe is asked for once"
@@ -117,7 +117,7 @@ def test_a_learner_following_deltas_never_fetches_periodic_keyframes_but_does_wh
         b.offer(hc, chunk)
     assert b.apply_globals() is True and b.versions[first] == 4
     np.testing.assert_array_equal(b.anchors[first], shadow.shadows[first])
-    assert first not in b.announced
+    assert first not in b.keyframes.announced
 
 
 class Recorder(LocalTransport):
