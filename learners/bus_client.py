@@ -38,6 +38,7 @@ class NatsTransport:
                                progress_every_s=progress_every_s, started_at=time.monotonic())
         self._bus, self._fetches = None, set()     # running fetch tasks, held so none is collected mid-way
         self.thread = BusThread(f"bus-{learner}", self._main)
+        self.thread.start()
 
     @property
     def bytes_sent(self) -> int:

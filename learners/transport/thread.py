@@ -17,6 +17,8 @@ class BusThread:
         self._main, self._wake = main, None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
         self._thread.start()
 
     def _run(self) -> None:
