@@ -10,8 +10,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from yeto.schemas.fleet import (IslandDropped, IslandEvent, IslandExited, IslandPreempted, IslandReplaced,
-                                IslandRequested, IslandStopped, IslandUp)
+from yeto.schemas.fleet import (
+    IslandDropped,
+    IslandEvent,
+    IslandExited,
+    IslandPreempted,
+    IslandReplaced,
+    IslandRequested,
+    IslandStopped,
+    IslandUp,
+)
 from yeto.schemas.spend import Meter
 from yeto.schemas.training import LearnerProgress
 

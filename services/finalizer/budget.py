@@ -20,7 +20,7 @@ class Limits:
     """USD, islands plus head."""
 
     @classmethod
-    def from_recipe(cls, recipe: dict[str, Any]) -> "Limits":
+    def from_recipe(cls, recipe: dict[str, Any]) -> Limits:
         lim = recipe.get("limits") or {}
         return cls(**{k: lim.get(k) for k in ("max_tokens", "max_time_s", "max_spend")})
 

@@ -11,8 +11,8 @@ from datetime import datetime
 from yeto.infra.runner import Publish, Retry
 from yeto.schemas.base import Message, derive_id
 from yeto.schemas.commands import StopRun
-from yeto.schemas.fleet import StopIsland, learner_name
 from yeto.schemas.final import BuildArtifact, FinalCutRequested, MarkFinal, RunFailed, RunFinalized, RunStopped
+from yeto.schemas.fleet import StopIsland, learner_name
 from yeto.schemas.run_view import spend_usd
 from yeto.services.finalizer.budget import cut_reason
 from yeto.services.finalizer.state import ENDED, FinalRun, State

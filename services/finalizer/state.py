@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing_extensions import TypedDict   # pydantic reads it on Python 3.11 too
 
 from pydantic import TypeAdapter
+from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 too
 
 from yeto.schemas.base import Event
-from yeto.schemas.fleet import RunLaunched, learner_name
 from yeto.schemas.final import ArtifactWritten, CheckpointMarkedFinal, FinalCutDone, FinalCutRequested, LearnerFinalAck
+from yeto.schemas.fleet import RunLaunched, learner_name
 from yeto.schemas.run_view import RUN_END, RunView, fold
 
 ENDED = tuple(RUN_END.values())

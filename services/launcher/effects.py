@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from yeto.infra.runner import Context, Retry
 from yeto.schemas.base import Message, derive_id
@@ -42,7 +42,7 @@ class Effects:
         backend = self.backend(c.spec)
         try:
             handle = await asyncio.to_thread(backend.start, launch)
-        except Exception as e:  # noqa: BLE001 - a cloud may say no for now: try again later
+        except Exception as e:  # a cloud may say no for now: try again later
             raise Retry(f"starting island {c.island} generation {c.generation}: {e}", delay_s=10) from e
         fields = dict(run_id=c.run_id, source=SOURCE, island=c.island, generation=c.generation, spec=c.spec,
                       price_per_hour=c.price_per_hour, backend=backend.name, handle=handle)
@@ -82,7 +82,7 @@ class Effects:
                 try:
                     for event in await asyncio.to_thread(self.exits, ctx.state):
                         await ctx.bus.publish(event)
-                except Exception:  # noqa: BLE001 - a backend hiccup: look again next time
+                except Exception:  # a backend hiccup: look again next time
                     log.exception("launcher: island status poll failed")
                 try:
                     await asyncio.wait_for(ctx.stop.wait(), self.poll_s)

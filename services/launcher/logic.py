@@ -47,7 +47,8 @@ def start(run_id: str, recipe: dict, num_islands: int, isl: Island, generation: 
     cmd = StartIsland(id=derive_id(run_id, "StartIsland", isl.index, generation), run_id=run_id, source=SOURCE,
                       island=isl.index, generation=generation, spec=isl.spec, recipe=recipe, num_islands=num_islands,
                       price_per_hour=isl.price_per_hour, start_step=isl.last_step if generation else 0)
-    req = IslandRequested(id=derive_id(run_id, "IslandRequested", isl.index, generation), **_island_fields(run_id, isl, generation))
+    req = IslandRequested(id=derive_id(run_id, "IslandRequested", isl.index, generation),
+                          **_island_fields(run_id, isl, generation))
     return [Publish(cmd), Publish(req)]
 
 
@@ -70,31 +71,34 @@ def _event(cls: type[Event], run_id: str, isl: Island, **fields) -> Publish:
                        **_island_fields(run_id, isl, isl.generation), **fields))
 
 
+def _needs(run: RunView, isl: Island, now: datetime) -> list[Publish]:
+    """What one island of a running run needs now (nothing new once a final cut is under way, but drops)."""
+    r, rid, cutting = run.recipe, run.run_id, run.phase == "finalizing"
+    age = (now - isl.since).total_seconds() if isl.since else 0.0
+    if isl.phase == "exited" and not cutting:
+        return [_event(IslandPreempted, rid, isl, reason=isl.exit_detail or "the island's processes ended")]
+    if isl.phase == "up" and not cutting:
+        beat = (now - isl.last_beat).total_seconds() if isl.last_beat else None
+        if beat is not None and beat > setting(r, "heartbeat_timeout_s"):
+            return [_event(IslandPreempted, rid, isl, reason=f"no heartbeat for {beat:.0f}s"), stop(rid, isl, "silent")]
+        if beat is None and age > setting(r, "startup_timeout_s"):
+            return [_event(IslandPreempted, rid, isl, reason=f"no progress {age:.0f}s after start"), stop(rid, isl, "silent")]
+    if isl.phase == "preempted" and not cutting:
+        if isl.crashes >= setting(r, "max_crashes"):
+            return [_event(IslandDropped, rid, isl, reason=f"crashed {isl.crashes} times before any progress; "
+                                                           f"see `yeto logs {rid} --island {isl.index}`")]
+        return start(rid, r, len(run.islands), isl, isl.generation + 1)
+    if isl.phase == "replacing" and age > setting(r, "recover_timeout_s"):
+        reason = f"not back within --recover-timeout {setting(r, 'recover_timeout_s'):.0f}s"
+        return [_event(IslandDropped, rid, isl, reason=reason), stop(rid, isl, "dropped")]
+    return []
+
+
 def reconcile(run: RunView, now: datetime) -> list[Publish]:
     """What the run needs now: replacements, drops, and teardown once it has ended."""
     if run.ended:
         return [stop(run.run_id, isl, f"run ended ({run.ended})") for isl in run.islands if isl.phase in ("up", "replacing")]
-    out: list[Publish] = []
-    r, cutting = run.recipe, run.phase == "finalizing"   # a final cut is under way: no more replacements
-    for isl in run.islands:
-        age = (now - isl.since).total_seconds() if isl.since else 0.0
-        if isl.phase == "exited" and not cutting:
-            out.append(_event(IslandPreempted, run.run_id, isl, reason=isl.exit_detail or "the island's processes ended"))
-        elif isl.phase == "up" and not cutting:
-            beat = (now - isl.last_beat).total_seconds() if isl.last_beat else None
-            if beat is not None and beat > setting(r, "heartbeat_timeout_s"):
-                out += [_event(IslandPreempted, run.run_id, isl, reason=f"no heartbeat for {beat:.0f}s"), stop(run.run_id, isl, "silent")]
-            elif beat is None and age > setting(r, "startup_timeout_s"):
-                out += [_event(IslandPreempted, run.run_id, isl, reason=f"no progress {age:.0f}s after start"), stop(run.run_id, isl, "silent")]
-        elif isl.phase == "preempted" and not cutting:
-            if isl.crashes >= setting(r, "max_crashes"):
-                out.append(_event(IslandDropped, run.run_id, isl, reason=f"crashed {isl.crashes} times before any progress; see `yeto logs {run.run_id} --island {isl.index}`"))
-            else:
-                out += start(run.run_id, r, len(run.islands), isl, isl.generation + 1)
-        elif isl.phase == "replacing" and age > setting(r, "recover_timeout_s"):
-            out += [_event(IslandDropped, run.run_id, isl, reason=f"not back within --recover-timeout {setting(r, 'recover_timeout_s'):.0f}s"),
-                    stop(run.run_id, isl, "dropped")]
-    return out
+    return [p for isl in run.islands for p in _needs(run, isl, now)]
 
 
 def decide(state: State, msg: Message | None, now: datetime) -> list:
@@ -103,7 +107,8 @@ def decide(state: State, msg: Message | None, now: datetime) -> list:
     if isinstance(msg, StartIsland):
         run = state.get(msg.run_id)
         isl = run.islands[msg.island] if run and msg.island < len(run.islands) else None
-        stale = run is not None and (run.ended or (isl is not None and (isl.generation > msg.generation or isl.phase in ("dropped", "stopped"))))
+        superseded = isl is not None and (isl.generation > msg.generation or isl.phase in ("dropped", "stopped"))
+        stale = run is not None and (bool(run.ended) or superseded)
         return [] if stale else [Spawn(msg)]
     if isinstance(msg, StopIsland):
         return [Kill(msg)]

@@ -8,9 +8,19 @@ import pytest
 
 from yeto.infra.runner import Publish, Retry
 from yeto.schemas.commands import StopRun
+from yeto.schemas.final import (
+    ArtifactWritten,
+    BuildArtifact,
+    CheckpointMarkedFinal,
+    FinalCutDone,
+    FinalCutRequested,
+    LearnerFinalAck,
+    MarkFinal,
+    RunFailed,
+    RunFinalized,
+    RunStopped,
+)
 from yeto.schemas.fleet import IslandDropped, IslandExited, IslandStopped, IslandUp, RunLaunched, StopIsland
-from yeto.schemas.final import (ArtifactWritten, BuildArtifact, CheckpointMarkedFinal, FinalCutDone, FinalCutRequested,
-                                LearnerFinalAck, MarkFinal, RunFailed, RunFinalized, RunStopped)
 from yeto.services.finalizer.logic import make_decide, run_spend
 from yeto.services.finalizer.state import evolve
 
@@ -75,8 +85,9 @@ def test_head_price_counts_toward_the_budget():
 def test_token_and_time_limits_request_the_final_cut(limits, progress_tokens, t, reason):
     from yeto.schemas.training import LearnerProgress
 
-    events = launched(limits, n=1) + [up(0, 0.0), LearnerProgress(run_id="r1", learner="island-0", step=1, loss=1, tokens=progress_tokens,
-                                                                  tokens_per_s=1, step_time_s=1, lr=1e-3, ts=at(0.5))]
+    beat = LearnerProgress(run_id="r1", learner="island-0", step=1, loss=1, tokens=progress_tokens, tokens_per_s=1,
+                           step_time_s=1, lr=1e-3, ts=at(0.5))
+    events = launched(limits, n=1) + [up(0, 0.0), beat]
     assert [m.reason for m in published(decide(fold(events), None, at(t)))] == [reason]
 
 

@@ -6,9 +6,18 @@ from functools import reduce
 
 from yeto.infra.runner import Publish
 from yeto.schemas.commands import LaunchRun
-from yeto.schemas.fleet import (IslandDropped, IslandExited, IslandPreempted, IslandReplaced, IslandRequested, IslandUp,
-                                RunLaunched, StartIsland, StopIsland)
 from yeto.schemas.final import RunFinalized
+from yeto.schemas.fleet import (
+    IslandDropped,
+    IslandExited,
+    IslandPreempted,
+    IslandReplaced,
+    IslandRequested,
+    IslandUp,
+    RunLaunched,
+    StartIsland,
+    StopIsland,
+)
 from yeto.schemas.training import LearnerProgress
 from yeto.services.launcher.logic import Spawn, decide
 from yeto.services.launcher.state import evolve
@@ -99,8 +108,9 @@ def test_a_replacement_that_comes_back_is_up_again_and_not_dropped():
 def test_an_island_that_keeps_crashing_before_progress_is_dropped():
     events = launched_and_up()
     for gen in range(3):
-        events += [isl(IslandExited, 0, gen, t=gen * 10 + 1, exit_code=2), isl(IslandPreempted, 0, gen, t=gen * 10 + 1, reason="x"),
-                   isl(IslandRequested, 0, gen + 1, t=gen * 10 + 2), isl(IslandReplaced, 0, gen + 1, t=gen * 10 + 3, previous_generation=gen)]
+        t = gen * 10
+        events += [isl(IslandExited, 0, gen, t=t + 1, exit_code=2), isl(IslandPreempted, 0, gen, t=t + 1, reason="x"),
+                   isl(IslandRequested, 0, gen + 1, t=t + 2), isl(IslandReplaced, 0, gen + 1, t=t + 3, previous_generation=gen)]
     events += [isl(IslandExited, 0, 3, t=40, exit_code=2), isl(IslandPreempted, 0, 3, t=40, reason="x")]
     out = published(decide(fold(events[:-2]), None, at(40)))
     assert out == []
@@ -116,8 +126,8 @@ def test_an_island_that_finished_its_steps_is_not_replaced():
 
 
 def test_after_the_run_ends_every_island_still_up_is_stopped_once():
-    state = fold(launched_and_up() + [isl(IslandExited, 1, t=9, exit_code=0),
-                                      RunFinalized(run_id="r1", output="o", manifest_sha256="h", reason="max_steps", spend_usd=0, ts=at(10))])
+    end = RunFinalized(run_id="r1", output="o", manifest_sha256="h", reason="max_steps", spend_usd=0, ts=at(10))
+    state = fold(launched_and_up() + [isl(IslandExited, 1, t=9, exit_code=0), end])
     out = published(decide(state, None, at(11)))
     assert [(type(m), m.island) for m in out] == [(StopIsland, 0)]
     assert out[0].id == published(decide(state, None, at(99)))[0].id

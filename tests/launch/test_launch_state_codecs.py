@@ -7,12 +7,27 @@ from datetime import datetime, timedelta, timezone
 from functools import reduce
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from yeto.schemas.fleet import (IslandDropped, IslandExited, IslandPreempted, IslandReplaced, IslandRequested,
-                                IslandStopped, IslandUp, RunLaunched)
-from yeto.schemas.final import (ArtifactWritten, CheckpointMarkedFinal, FinalCutDone, FinalCutRequested, LearnerFinalAck,
-                                RunFinalized)
+from yeto.schemas.final import (
+    ArtifactWritten,
+    CheckpointMarkedFinal,
+    FinalCutDone,
+    FinalCutRequested,
+    LearnerFinalAck,
+    RunFinalized,
+)
+from yeto.schemas.fleet import (
+    IslandDropped,
+    IslandExited,
+    IslandPreempted,
+    IslandReplaced,
+    IslandRequested,
+    IslandStopped,
+    IslandUp,
+    RunLaunched,
+)
 from yeto.schemas.training import LearnerProgress, RoundMerged
 from yeto.services.finalizer import state as finalizer
 from yeto.services.finalizer.logic import make_decide

@@ -6,14 +6,23 @@ from datetime import datetime, timedelta, timezone
 from functools import reduce
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tape_events import scripted_run
+
 from yeto.infra.tape_store import TapeStore
 from yeto.schemas.base import to_bytes
-from yeto.schemas.fleet import (IslandDropped, IslandExited, IslandPreempted, IslandReplaced, IslandRequested,
-                                IslandStopped, IslandUp, RunLaunched)
 from yeto.schemas.final import FinalCutRequested, RunFailed, RunFinalized, RunStopped
+from yeto.schemas.fleet import (
+    IslandDropped,
+    IslandExited,
+    IslandPreempted,
+    IslandReplaced,
+    IslandRequested,
+    IslandStopped,
+    IslandUp,
+    RunLaunched,
+)
 from yeto.schemas.run_view import RunView, evolve, spend_usd
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from yeto.cli.describe import describe
 from yeto.cli.sql import format_table, tape_query

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from yeto.cli.describe import describe
 from yeto.cli.sql import format_table, tape_query
