@@ -5,6 +5,7 @@ their frozen model. An old version is upcast to the newest when read, never edit
 """
 from __future__ import annotations
 
+import builtins
 import json
 import re
 import uuid
@@ -56,7 +57,7 @@ class Message(BaseModel):
     causation_id: str | None = None
     source: str = "unknown"
 
-    def caused(self, cls: type[M], key: object = "", **fields: Any) -> M:
+    def caused(self, cls: builtins.type[M], key: object = "", **fields: Any) -> M:   # `type` is a field here
         """Create a message caused by this one, its id derived from (this id, the new type, key)."""
         fields.setdefault("run_id", self.run_id)
         return cls(id=derive_id(self.id, cls.model_fields["type"].default, key), causation_id=self.id, **fields)

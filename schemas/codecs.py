@@ -100,7 +100,8 @@ def _q4_encode(x: np.ndarray) -> bytes:
     return scales.tobytes() + codes.tobytes()
 
 
-def _q4_decode(payload, numel: int, out: np.ndarray, on_chunk: Callable[[int, int], None] | None = None) -> None:
+def _q4_decode(payload: bytes | bytearray | memoryview, numel: int, out: np.ndarray,
+               on_chunk: Callable[[int, int], None] | None = None) -> None:
     num_blocks = -(-numel // Q4_BLOCK)
     scales = np.frombuffer(payload, dtype="<f4", count=num_blocks)
     codes = np.frombuffer(payload, dtype=np.uint8, offset=4 * num_blocks).reshape(num_blocks, Q4_BLOCK // 2)

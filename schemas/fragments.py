@@ -61,7 +61,7 @@ class FragmentHeader(BaseModel):
     chunk_sha256: str = ""
 
     @property
-    def message_key(self) -> tuple:
+    def message_key(self) -> tuple[object, ...]:
         """Identifies the whole message (all its chunks share it)."""
         return (self.run_id, self.learner, self.generation, self.fragment, self.kind, self.local_step, self.version, self.sha256)
 
@@ -103,7 +103,7 @@ class ChunkAssembler:
 
     def __init__(self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_chunk_bytes: int = subjects.MAX_PAYLOAD, max_pending: int = 64) -> None:
         self.max_bytes, self.max_chunk_bytes, self.max_pending = max_bytes, max_chunk_bytes, max_pending
-        self.pending: OrderedDict[tuple, tuple[FragmentHeader, bytearray, set[int]]] = OrderedDict()
+        self.pending: OrderedDict[tuple[object, ...], tuple[FragmentHeader, bytearray, set[int]]] = OrderedDict()
 
     def add(self, header: FragmentHeader, chunk: bytes) -> bytes | None:
         """Add one chunk; return the whole payload once every chunk is in, else None. Raises FragmentError."""

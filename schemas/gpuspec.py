@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 # Clouds SkyPilot's catalog knows (all are in sky's ALL_CLOUDS), plus `local` for processes on this machine.
 KNOWN_CLOUDS = ("aws", "gcp", "azure", "lambda", "runpod", "oci", "paperspace", "fluidstack",
@@ -36,7 +37,7 @@ class IslandSpec:
     def num_gpus(self) -> int:
         return self.nodes * self.count
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"cloud": self.cloud, "gpu": self.gpu, "count": self.count, "nodes": self.nodes, "region": self.region}
 
 

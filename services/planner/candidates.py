@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from yeto.services.planner.catalog import Offering
 from yeto.services.planner.gpus import GPUS, spot_goodput
 from yeto.services.planner.memory import Need, Workload, fits
+from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals
 
 # Every reason a shape is rejected, by code (tests reach each one).
@@ -40,7 +41,7 @@ class Candidate:
         return self.offering.count * self.nodes
 
     @property
-    def entry_key(self) -> tuple:
+    def entry_key(self) -> tuple[str, str, str, int, int]:
         o = self.offering
         return (o.cloud, o.region, o.gpu, o.count, self.nodes)
 
@@ -57,7 +58,7 @@ class Rejection:
     code: str
     reason: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str]:
         return {"shape": self.shape, "code": self.code, "reason": self.reason}
 
 
@@ -69,7 +70,7 @@ def _reject(o: Offering, code: str, detail: str = "") -> Rejection:
     return Rejection(_label(o), code, REASONS[code] + (f": {detail}" if detail else ""))
 
 
-def screen(o: Offering, req, w: Workload, signals: Signals) -> Candidate | Rejection:
+def screen(o: Offering, req: PlanRequest, w: Workload, signals: Signals) -> Candidate | Rejection:
     """One offering as a candidate (smallest node count that holds the model), or why it cannot be one."""
     if req.clouds and o.cloud not in req.clouds:
         return _reject(o, "cloud", o.cloud)
@@ -90,7 +91,7 @@ def screen(o: Offering, req, w: Workload, signals: Signals) -> Candidate | Rejec
         return _reject(o, "memory", f"needs {need.total_gb:.1f} GB per GPU on {nodes}x{o.count} GPUs, "
                                     f"a {o.gpu} holds {spec.memory_gb * 0.95:.1f} GB usable")
     spot = req.spot and o.spot_price is not None
-    price = (o.spot_price if spot else o.price) * nodes
+    price = (o.spot_price if spot and o.spot_price is not None else o.price) * nodes
     goodput = spot_goodput(o.cloud, placement_score=signals.placement_scores.get((o.cloud, o.region))) if spot else 1.0
     tflops = o.count * nodes * spec.peak_bf16_tflops * spec.mfu * goodput
     cap = signals.stock.get((o.cloud, o.gpu), signals.default_stock_cap)
@@ -108,7 +109,7 @@ def screen(o: Offering, req, w: Workload, signals: Signals) -> Candidate | Rejec
     return Candidate(o, spot, nodes, price, tflops, need, cap, tuple(quotas))
 
 
-def over_budget(c: Candidate, req) -> Rejection | None:
+def over_budget(c: Candidate, req: PlanRequest) -> Rejection | None:
     cost = c.price * (1 + req.price_margin)
     if req.budget is None or cost + req.head_price <= req.budget:
         return None
@@ -118,7 +119,7 @@ def over_budget(c: Candidate, req) -> Rejection | None:
 
 def dedupe(cands: list[Candidate]) -> tuple[list[Candidate], list[Rejection]]:
     """Keep the cheapest instance type per `--gpu` entry: that entry is all the launcher will be told."""
-    best: dict[tuple, Candidate] = {}
+    best: dict[tuple[str, str, str, int, int], Candidate] = {}
     for c in sorted(cands, key=lambda c: (c.price, -c.tflops, c.offering.instance_type)):
         best.setdefault(c.entry_key, c)
     kept = [c for c in cands if best[c.entry_key] is c]

@@ -36,7 +36,7 @@ class Workload:
     vocab: int = DEFAULT_VOCAB
     """vocabulary size (the fp32 logits are materialised per micro-batch)."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if (self.tuning, self.base_quantization) not in BYTES_PER_PARAM:
             raise ValueError(f"--tuning {self.tuning} with --base-quantization {self.base_quantization} is not supported; "
                              f"use lora with none or nf4, or full with none")

@@ -5,6 +5,7 @@ The `--json` shape of a plan is `FleetPlan.to_dict()`; its keys are listed in do
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from yeto.schemas.gpuspec import IslandSpec, format_gpu
 from yeto.schemas.model_source import resolve_model
@@ -22,12 +23,12 @@ class FleetPlan:
 
     feasible: bool
     mode: str                                   # budget or target
-    islands: tuple[dict, ...] = ()
+    islands: tuple[dict[str, Any], ...] = ()
     islands_price_per_hour: float = 0.0
     head_price_per_hour: float = 0.0
     total_tflops: float = 0.0
     binding: tuple[str, ...] = ()
-    rejected: tuple[dict, ...] = ()
+    rejected: tuple[dict[str, str], ...] = ()
     warnings: tuple[str, ...] = ()
     gpu: str = ""
     launch_command: str = ""
@@ -35,26 +36,27 @@ class FleetPlan:
     gap: float = 0.0
     solve_seconds: float = 0.0
     reason: str = ""
-    cheapest: dict | None = None
-    extra: dict = field(default_factory=dict)
+    cheapest: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_price_per_hour(self) -> float:
         return self.islands_price_per_hour + self.head_price_per_hour
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k != "extra"}
         d["total_price_per_hour"] = round(self.total_price_per_hour, 4)
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> FleetPlan:
+    def from_dict(cls, d: dict[str, Any]) -> FleetPlan:
         """The plan a FleetPlanned event carries (tolerant reader: keys it does not know are ignored)."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known})
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in known}
+        return cls(**values)
 
 
-def island_dict(c: Candidate) -> dict:
+def island_dict(c: Candidate) -> dict[str, Any]:
     o = c.offering
     return {"cloud": o.cloud, "region": o.region, "instance_type": o.instance_type, "gpu": o.gpu,
             "count": o.count, "nodes": c.nodes, "spot": c.spot, "price_per_hour": round(c.price, 4),
@@ -92,7 +94,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
     cands = [c for c, r in priced_out if r is None]
     rejected += dupes + [r for _, r in priced_out if r is not None]
     mode = "budget" if req.flops is None else "target"
-    common = dict(mode=mode, rejected=tuple(r.to_dict() for r in rejected), warnings=signals.warnings,
+    common: dict[str, Any] = dict(mode=mode, rejected=tuple(r.to_dict() for r in rejected), warnings=signals.warnings,
                   head_price_per_hour=req.head_price)
     cheapest = min(fitting, key=lambda c: c.price, default=None)
     cheapest_d = island_dict(cheapest) if cheapest else None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +44,7 @@ class PlanRequest:
     time_limit_s: float = 10.0
     """CP-SAT time limit per phase; past it the plan reports its optimality gap."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.budget is None and self.flops is None:
             raise ValueError("give --budget ($/hr) and/or --flops (TFLOPs) so the planner knows what to optimise")
         if self.budget is not None and self.budget <= 0 or self.flops is not None and self.flops <= 0:
@@ -51,10 +52,11 @@ class PlanRequest:
         if self.max_islands < 1 or self.max_nodes < 1 or self.price_margin < 0:
             raise ValueError("--max-islands must be at least 1 and the price margin not negative")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> PlanRequest:
+    def from_dict(cls, d: dict[str, Any]) -> PlanRequest:
         names = {f.name for f in fields(cls)}   # tolerant reader: fields a newer sender added are ignored
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names})
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names}
+        return cls(**values)
