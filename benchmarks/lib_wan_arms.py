@@ -81,11 +81,11 @@ class YetoHub:
 
     def publish(self, launch) -> None:
         from yeto.cli import launch_checks as checks
-        from yeto.infra.bus import Bus
+        from yeto.infra.bus import connect
         from yeto.services.launcher.logic import launch as launcher_decides
 
         async def go():
-            bus = await Bus.connect(self.rec["url"], name="wan-bench")
+            bus = await connect(self.rec["url"], name="wan-bench")
             try:
                 for msg in [*checks.data_events(launch), launcher_decides(launch)[0].msg]:   # RunLaunched only
                     await bus.publish(msg)
@@ -96,24 +96,29 @@ class YetoHub:
     def finalize(self, run_id: str, *, timeout: float = 180.0) -> Path:
         """FinalCutRequested (reason max_steps) for a run whose learners finished; returns the artifact directory
         once ArtifactWritten is on the event stream."""
-        from yeto.infra.bus import Bus
+        from yeto.infra.bus import connect
         from yeto.schemas.base import derive_id, parse
         from yeto.schemas.final import FinalCutRequested
         from yeto.schemas.subjects import event_subject
 
         async def go() -> Path:
-            bus = await Bus.connect(self.rec["url"], name="wan-bench")
+            bus = await connect(self.rec["url"], name="wan-bench")
+            written = asyncio.get_running_loop().create_future()
+
+            async def on_artifact(raw) -> None:
+                if not written.done():
+                    written.set_result(Path(parse(raw.data).local_path))
             try:
+                watch = await bus.watch(event_subject(run_id, "ArtifactWritten"), on_artifact)
                 await bus.publish(FinalCutRequested(id=derive_id(run_id, "wan-final-cut"), run_id=run_id, source="wan-bench",
                                                     reason="max_steps", detail="the benchmark's learners finished"))
-                deadline = time.monotonic() + timeout
-                while time.monotonic() < deadline:
-                    try:
-                        msg = await bus.js.get_last_msg("YETO_EVT", event_subject(run_id, "ArtifactWritten"))
-                        return Path(parse(msg.data).local_path)
-                    except Exception:   # noqa: BLE001 -- not written yet
-                        await asyncio.sleep(0.5)
-                raise RuntimeError(f"no ArtifactWritten for {run_id} within {timeout:.0f}s; see {self.home}/logs/finalizer.log")
+                try:
+                    return await asyncio.wait_for(written, timeout)
+                except asyncio.TimeoutError:
+                    raise RuntimeError(f"no ArtifactWritten for {run_id} within {timeout:.0f}s; "
+                                       f"see {self.home}/logs/finalizer.log") from None
+                finally:
+                    await watch.close()
             finally:
                 await bus.close()
         return asyncio.run(go())

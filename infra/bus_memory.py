@@ -14,52 +14,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections import deque
 from typing import Awaitable, Callable, Sequence
 
-from yeto.infra.bus import Deliver, Delivery, NoResponders, subject_of
+from yeto.infra.bus_types import Deliver, Delivery, NoResponders, subject_of
 from yeto.infra.bus_memory_consumer import ConsumerState, MemoryConsumer
+from yeto.infra.bus_memory_stream import MemoryStream
 from yeto.infra.bus_memory_watch import MemorySubscription, MemoryWatch
 from yeto.schemas.base import Message, to_bytes
 from yeto.schemas.subjects import STREAMS, StreamSpec, stream_for, subject_matches
 
 log = logging.getLogger(__name__)
-
-
-class MemoryStream:
-    def __init__(self, spec: StreamSpec):
-        self.spec, self.last_seq = spec, 0
-        self.msgs: dict[int, tuple[str, bytes, dict[str, str]]] = {}   # seq -> (subject, data, headers), in order
-        self.by_subject: dict[str, deque[int]] = {}
-        self.ids: dict[str, tuple[int, float]] = {}                    # msg id -> (seq, when stored)
-        self.changed = asyncio.Event()                                   # replaced after each change: wakes waiters
-
-    def notify(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-    def append(self, subject: str, data: bytes, headers: dict[str, str], msg_id: str | None, now: float) -> int:
-        if msg_id:
-            window = self.spec.duplicate_window_s
-            self.ids = {k: v for k, v in self.ids.items() if now - v[1] < window} if len(self.ids) > 10_000 else self.ids
-            if msg_id in self.ids and now - self.ids[msg_id][1] < window:
-                return self.ids[msg_id][0]
-            headers = {**headers, "Nats-Msg-Id": msg_id}
-        self.last_seq += 1
-        seq = self.last_seq
-        self.msgs[seq] = (subject, data, headers)
-        if msg_id:
-            self.ids[msg_id] = (seq, now)
-        on_subject = self.by_subject.setdefault(subject, deque())
-        on_subject.append(seq)
-        while 0 < self.spec.max_msgs_per_subject < len(on_subject):
-            self.msgs.pop(on_subject.popleft(), None)
-        self.notify()
-        return seq
-
-    def remove(self, seq: int) -> None:
-        if (stored := self.msgs.pop(seq, None)) is not None:
-            self.by_subject[stored[0]].remove(seq)
 
 
 class MemoryBus:

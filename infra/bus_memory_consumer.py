@@ -4,12 +4,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable
 
+from yeto.infra.bus_memory_stream import MemoryStream
 from yeto.schemas.subjects import subject_matches
-
-if TYPE_CHECKING:
-    from yeto.infra.bus_memory import MemoryStream
 
 log = logging.getLogger(__name__)
 NEVER = float("inf")
@@ -43,7 +40,7 @@ class MemoryDelivery:
 class ConsumerState:
     """Cursor (last sequence handed out as new) plus the deliveries awaiting an ack, with when each is due again."""
 
-    def __init__(self, stream: "MemoryStream", filters: tuple[str, ...], *, after_seq: int, ack: bool,
+    def __init__(self, stream: MemoryStream, filters: tuple[str, ...], *, after_seq: int, ack: bool,
                  ack_wait_s: float, max_deliver: int, max_ack_pending: int):
         self.stream, self.filters, self.cursor, self.ack = stream, filters, after_seq, ack
         self.ack_wait_s, self.max_deliver, self.max_ack_pending = ack_wait_s, max_deliver, max_ack_pending

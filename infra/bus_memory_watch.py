@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from yeto.infra.bus_memory_consumer import MemoryDelivery
+from yeto.infra.bus_memory_stream import MemoryStream
 from yeto.schemas.subjects import subject_matches
-
-if TYPE_CHECKING:
-    from yeto.infra.bus_memory import MemoryStream
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +23,7 @@ class MemorySubscription:
 class MemoryWatch(MemorySubscription):
     """A task calling back in stream order: from the first message, the last per subject, or new ones only."""
 
-    def __init__(self, stream: "MemoryStream", subject: str, callback: Callable, *, deliver: str, headers_only: bool):
+    def __init__(self, stream: MemoryStream, subject: str, callback: Callable, *, deliver: str, headers_only: bool):
         self.stream, self.subject, self.callback, self.headers_only = stream, subject, callback, headers_only
         matching = [s for s, m in stream.msgs.items() if subject_matches(subject, m[0])]
         if deliver == "last_per_subject":

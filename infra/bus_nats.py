@@ -12,7 +12,7 @@ import nats
 from nats.errors import ConnectionClosedError, ConnectionReconnectingError, NoRespondersError, TimeoutError as NatsTimeout
 from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
-from yeto.infra.bus import Deliver, Delivery, NoResponders, subject_of
+from yeto.infra.bus_types import Deliver, Delivery, NoResponders, subject_of
 from yeto.infra.bus_nats_consumer import NatsConsumer, NatsSubscription, watch
 from yeto.schemas.base import Message, to_bytes
 from yeto.schemas.subjects import stream_for

@@ -7,7 +7,7 @@ from typing import Awaitable, Callable
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from yeto.infra.bus import Delivery
+from yeto.infra.bus_types import Delivery
 from yeto.schemas.subjects import stream_for
 
 log = logging.getLogger(__name__)

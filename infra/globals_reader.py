@@ -6,8 +6,8 @@ fragment (YETO_GKEY, one message per chunk) holds its values. No file is shared 
 from __future__ import annotations
 
 import numpy as np
-from nats.js.errors import NotFoundError
 
+from yeto.infra.bus import Bus
 from yeto.schemas import codecs, parse
 from yeto.schemas.fragments import ChunkAssembler, FragmentHeader
 from yeto.schemas.layout import LayoutDeclared
@@ -18,29 +18,28 @@ class StateNotReady(RuntimeError):
     """The layout or a keyframe is not in the streams (yet)."""
 
 
-async def read_layout(bus, run_id: str) -> LayoutDeclared:
-    try:
-        raw = await bus.js.get_last_msg("YETO_EVT", event_subject(run_id, "LayoutDeclared"))
-    except NotFoundError:
-        raise StateNotReady(f"run {run_id} has no LayoutDeclared event: no learner has connected") from None
-    return parse(raw.data)
+async def read_layout(bus: Bus, run_id: str) -> LayoutDeclared:
+    found = await bus.last(event_subject(run_id, "LayoutDeclared"))
+    if found is None:
+        raise StateNotReady(f"run {run_id} has no LayoutDeclared event: no learner has connected")
+    return parse(found[1])
 
 
-async def read_keyframe(bus, run_id: str, fragment: int) -> tuple[FragmentHeader, np.ndarray]:
+async def read_keyframe(bus: Bus, run_id: str, fragment: int) -> tuple[FragmentHeader, np.ndarray]:
     assembler, chunk = ChunkAssembler(), 0
     while True:
-        try:
-            raw = await bus.js.get_last_msg("YETO_GKEY", keyframe_subject(run_id, fragment, chunk))
-        except NotFoundError:
-            raise StateNotReady(f"run {run_id} has no keyframe chunk {chunk} of fragment {fragment}") from None
-        header = FragmentHeader.from_nats(dict(raw.headers or {}))
-        payload = assembler.add(header, raw.data)
+        found = await bus.last(keyframe_subject(run_id, fragment, chunk))
+        if found is None:
+            raise StateNotReady(f"run {run_id} has no keyframe chunk {chunk} of fragment {fragment}")
+        headers, data = found
+        header = FragmentHeader.from_nats(headers)
+        payload = assembler.add(header, data)
         if payload is not None:
             return header, codecs.decode(header.codec, payload, header.numel)
         chunk += 1
 
 
-async def read_final_state(bus, run_id: str) -> dict[str, np.ndarray]:
+async def read_final_state(bus: Bus, run_id: str) -> dict[str, np.ndarray]:
     """Every trainable tensor of the run by name, as f32 arrays, from the latest keyframes."""
     layout = await read_layout(bus, run_id)
     out: dict[str, np.ndarray] = {}

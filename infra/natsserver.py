@@ -137,9 +137,12 @@ def stream_config(spec: StreamSpec):
                         max_msg_size=MAX_PAYLOAD, allow_direct=True)
 
 
-async def ensure_streams(js, specs: tuple[StreamSpec, ...] = STREAMS) -> None:
-    """Create every stream, or update it in place when it exists (idempotent)."""
+async def ensure_streams(bus, specs: tuple[StreamSpec, ...] = STREAMS) -> None:
+    """Create every stream, or update it in place when it exists (idempotent). `bus`: a NATS bus from
+    `yeto.infra.bus.connect` (or its JetStream context); stream administration is not part of the protocol."""
     from nats.js.errors import NotFoundError
+
+    js = getattr(bus, "js", bus)
 
     for spec in specs:
         config = stream_config(spec)

@@ -87,10 +87,10 @@ def spawn(cmd: list[str], log_path: Path, env: dict | None = None) -> int:
 
 
 async def _ensure_streams(url: str) -> None:
-    from yeto.infra.bus import Bus
+    from yeto.infra.bus import connect
 
-    bus = await Bus.connect(url, name="stack-up")
-    await ensure_streams(bus.js)
+    bus = await connect(url, name="stack-up")
+    await ensure_streams(bus)
     await bus.close()
 
 

@@ -17,10 +17,10 @@ def _query_then_close(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int) -
         cur.close()
 
 
-async def answer(msg, store: TapeStore, *, timeout_s: float, max_payload: int) -> None:
+async def answer(request: bytes, store: TapeStore, *, timeout_s: float, max_payload: int) -> bytes:
     """Reply {columns, types, rows, truncated}, or {error} saying what to change; never raises."""
     try:
-        req = json.loads(msg.data)
+        req = json.loads(request)
         sql, max_rows = req["sql"], min(int(req.get("max_rows", MAX_ROWS)), MAX_ROWS)
         cur = store.reader()
         try:
@@ -33,4 +33,4 @@ async def answer(msg, store: TapeStore, *, timeout_s: float, max_payload: int) -
             raise ValueError(f"result is {len(data)} bytes, over the bus limit; add a LIMIT or aggregate")
     except (ValueError, KeyError, TypeError, duckdb.Error) as e:
         data = json.dumps({"error": str(e) if not isinstance(e, KeyError) else "request needs an 'sql' field"}).encode()
-    await msg.respond(data)
+    return data

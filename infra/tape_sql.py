@@ -1,4 +1,4 @@
-"""Read-only SQL over the tape: the statement guard, running a query into a JSON-able reply, and the NATS client.
+"""Read-only SQL over the tape: the statement guard, running a query into a JSON-able reply, and the client over the bus.
 
 Only reading statements pass the guard: SELECT (which includes WITH, FROM-first, SHOW, DESCRIBE,
 SUMMARIZE), EXPLAIN of a SELECT, and a few catalogue PRAGMAs. Everything else (INSERT, DROP, ATTACH,
@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 
+from yeto.infra.bus import Bus, NoResponders
 from yeto.schemas.subjects import TAPE_SQL
 
 MAX_ROWS = 100_000
@@ -92,17 +93,15 @@ def query_file(path, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
         con.close()
 
 
-async def ask(nc, sql: str, *, timeout: float = 30.0, max_rows: int = MAX_ROWS) -> dict[str, Any]:
-    """Ask the running tape writer over NATS request/reply. Raises ValueError with the writer's error."""
-    import nats.errors
-
+async def ask(bus: Bus, sql: str, *, timeout: float = 30.0, max_rows: int = MAX_ROWS) -> dict[str, Any]:
+    """Ask the running tape writer over the bus (request/reply). Raises ValueError with the writer's error."""
     try:
-        msg = await nc.request(TAPE_SQL, json.dumps({"sql": sql, "max_rows": max_rows}).encode(), timeout=timeout)
-    except nats.errors.NoRespondersError:
+        data = await bus.request(TAPE_SQL, json.dumps({"sql": sql, "max_rows": max_rows}).encode(), timeout_s=timeout)
+    except NoResponders:
         raise NoTapeWriterError(f"no tape writer answers on {TAPE_SQL}: is the stack up? (`yeto stack status`)") from None
-    except nats.errors.TimeoutError:
+    except TimeoutError:
         raise ValueError(f"the tape writer did not answer within {timeout:.0f}s; narrow the query or add a LIMIT") from None
-    reply = json.loads(msg.data)
+    reply = json.loads(data)
     if "error" in reply:
         raise ValueError(reply["error"])
     return reply

@@ -7,8 +7,10 @@ truth (a crash between commit and ack, or a tape file restored from a copy, both
 While running it accepts only the contiguous continuation of what it stored: a redelivered sequence
 is skipped; a hole (messages lost with a dropped connection) makes it recreate the consumer at the
 next sequence. The consumer acks with AckAll, so one ack per committed batch releases the batch.
-Pulls are raw `CONSUMER.MSG.NEXT` requests into one inbox: nats-py's `fetch` builds per-message
-metadata and runs several times slower; the stream sequence is read from the ack subject instead.
+Pulls are raw `CONSUMER.MSG.NEXT` requests into one inbox: nats-py's `fetch` (and so the bus protocol's
+`Consumer.fetch`) builds per-message metadata and runs several times slower; the stream sequence is read
+from the ack subject instead. That makes the writer the one NATS-specific reader outside infra/bus_nats*.py:
+it holds a `NatsBus` and uses its connection for the pulls, the AckAll ack and the consumer's position.
 """
 from __future__ import annotations
 
@@ -22,14 +24,13 @@ from pathlib import Path
 from nats.js import api
 from nats.js.errors import NotFoundError
 
-from yeto.infra.bus import Bus
+from yeto.infra.bus_nats import NatsBus
 from yeto.infra.natsserver import ensure_streams
 from yeto.infra.tape_responder import answer
 from yeto.infra.tape_store import TapeStore, subject_run
-from yeto.schemas.subjects import EVT_PREFIX, TAPE_SQL
+from yeto.schemas.subjects import EVERY_EVENT, EVT_STREAM as STREAM, TAPE_SQL
 
 log = logging.getLogger(__name__)
-STREAM = "YETO_EVT"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +61,7 @@ class TapeWriter:
     def __init__(self, cfg: TapeConfig):
         self.cfg = cfg
         self.store: TapeStore | None = None
-        self.bus: Bus | None = None
+        self.bus: NatsBus | None = None
         self.buf: list = []
         self.arrived = asyncio.Event()       # a message (or a pull's end) came in
         self.pull_done = asyncio.Event()
@@ -72,10 +73,10 @@ class TapeWriter:
 
     async def run(self, stop: asyncio.Event) -> None:
         self.store = await asyncio.to_thread(TapeStore, self.cfg.db)
-        self.bus = await Bus.connect(self.cfg.nats_url, name=f"tape-{self.cfg.consumer}")
-        await ensure_streams(self.bus.js)
-        sql_sub = await self.bus.nc.subscribe(TAPE_SQL, queue="tape", cb=partial(
-            answer, store=self.store, timeout_s=self.cfg.query_timeout_s, max_payload=self.bus.nc.max_payload))
+        self.bus = await NatsBus.connect(self.cfg.nats_url, name=f"tape-{self.cfg.consumer}")
+        await ensure_streams(self.bus)
+        sql_sub = await self.bus.serve(TAPE_SQL, partial(answer, store=self.store, timeout_s=self.cfg.query_timeout_s,
+                                                         max_payload=self.bus.nc.max_payload), queue="tape")
         info = await self.bus.js.stream_info(STREAM)
         if info.state.last_seq < self.store.last_seq:
             log.warning("the tape is at seq %d but the stream only at %d: was the nats store reset? new events "
@@ -95,7 +96,7 @@ class TapeWriter:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._flush()          # commit what arrived; its ack goes out before the drain
-            await sql_sub.unsubscribe()
+            await sql_sub.close()
             await self.bus.close()
             self.store.close()
 
@@ -109,7 +110,7 @@ class TapeWriter:
         except NotFoundError:
             pass
         await js.add_consumer(STREAM, api.ConsumerConfig(
-            durable_name=self.cfg.consumer, filter_subject=f"{EVT_PREFIX}.>", ack_policy=api.AckPolicy.ALL,
+            durable_name=self.cfg.consumer, filter_subject=EVERY_EVENT, ack_policy=api.AckPolicy.ALL,
             deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self.store.last_seq + 1,
             max_ack_pending=4 * self.cfg.batch, ack_wait=30.0))
         self.inbox = nc.new_inbox()

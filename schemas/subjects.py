@@ -72,6 +72,16 @@ def delta_subject(run_id: str, fragment: int, chunk: int = 0) -> str:
     return f"{GLOB_PREFIX}.{run_id}.{fragment}.d.{chunk}"
 
 
+def run_keyframes(run_id: str) -> str:
+    """Every keyframe chunk of a run (a learner watches their headers)."""
+    return f"{GLOB_PREFIX}.{run_id}.*.key.*"
+
+
+def run_deltas(run_id: str) -> str:
+    """Every delta chunk of a run."""
+    return f"{GLOB_PREFIX}.{run_id}.*.d.*"
+
+
 def snapshot_subject(service: str) -> str:
     return f"{SNAP_PREFIX}.{service}"
 
@@ -87,7 +97,7 @@ class StreamSpec:
     max_age_s: float = 0                 # 0 = keep forever
     duplicate_window_s: float = DUPLICATE_WINDOW_S
     description: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
 
 STREAMS: tuple[StreamSpec, ...] = (

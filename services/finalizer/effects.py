@@ -4,8 +4,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from nats.js.errors import NotFoundError
-
+from yeto.infra.bus import Bus
 from yeto.infra.runner import Context, Retry
 from yeto.schemas.base import Message
 from yeto.schemas.final import ArtifactWritten, BuildArtifact, CheckpointMarkedFinal, MarkFinal
@@ -15,19 +14,12 @@ from yeto.services.finalizer.artifact import write_artifact
 from yeto.services.finalizer.output import deliver
 from yeto.services.finalizer.logic import SOURCE
 
-KEY_STREAM = "YETO_GKEY"
-
-
-async def keyframe_versions(bus, run_id: str, fragments: list[int]) -> dict[int, int | None]:
+async def keyframe_versions(bus: Bus, run_id: str, fragments: list[int]) -> dict[int, int | None]:
     """The version of each fragment's latest keyframe in the keyframe stream (None: none there)."""
     out: dict[int, int | None] = {}
     for frag in fragments:
-        try:
-            raw = await bus.js.get_last_msg(KEY_STREAM, keyframe_subject(run_id, frag, 0))
-        except NotFoundError:
-            out[frag] = None
-            continue
-        out[frag] = FragmentHeader.from_nats(dict(raw.headers or {})).version
+        found = await bus.last(keyframe_subject(run_id, frag, 0))
+        out[frag] = None if found is None else FragmentHeader.from_nats(found[0]).version
     return out
 
 

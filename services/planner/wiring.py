@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from yeto.infra.runner import Context, ServiceSpec
+from yeto.schemas.base import SYSTEM_RUN
 from yeto.schemas.commands import PlanFleet
+from yeto.schemas.subjects import event_subject
 from yeto.services.planner.api import load_catalog, shape_fleet
 from yeto.services.planner.logic import handle
 
@@ -43,4 +45,5 @@ def build(args) -> ServiceSpec:
     async def act(intent: Plan, ctx: Context):
         return [await asyncio.to_thread(plan_blocking, intent.cmd)]
 
-    return ServiceSpec(name="planner", decide=decide, act=act, event_subjects=("yeto.evt._.ServiceStarted",))
+    return ServiceSpec(name="planner", decide=decide, act=act,
+                       event_subjects=(event_subject(SYSTEM_RUN, "ServiceStarted"),))

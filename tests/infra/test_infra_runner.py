@@ -1,12 +1,22 @@
-"""The service runner against a real nats-server: shared commands, poison messages, replay, stop."""
+"""The service runner against a real nats-server (and the same checks on MemoryBus): shared commands,
+poison messages, stop; snapshots: a restart folds only what came after, a bad snapshot means a full replay."""
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from typing import ClassVar, Literal
 
-from yeto.infra.bus import Bus
-from yeto.infra.runner import Publish, ServiceSpec, run_service
-from yeto.schemas.base import Command, Event, registry
+import pytest
+
+from yeto.infra.bus import Bus, connect
+from yeto.infra.bus_memory import MemoryBus
+from yeto.infra.runner import Publish, ServiceSpec, StateCodec, run_service
+from yeto.infra.runner_snapshot import CODEC_VERSION, POSITION
+from yeto.schemas.base import SYSTEM_RUN, Command, Event, registry
+from yeto.schemas.subjects import command_subject, event_subject, run_events, snapshot_subject
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.own_nats_server]   # pingsvc's folds and durable are its own
 
 
 @registry.register
@@ -25,7 +35,7 @@ class _Pong(Event):
     instance: str
 
 
-def _spec(instance: str, seen: list) -> ServiceSpec:
+def _spec(instance: str, run_id: str, seen: list, enough: asyncio.Event, n: int) -> ServiceSpec:
     def decide(state, msg, now):
         if isinstance(msg, _Ping):
             return [Publish(msg.caused(_Pong, n=msg.n, instance=instance, source=instance))]
@@ -34,38 +44,54 @@ def _spec(instance: str, seen: list) -> ServiceSpec:
     def evolve(state, event):
         if isinstance(event, _Pong):
             seen.append(event.n)
+            if len(seen) >= n:
+                enough.set()
         return state
 
-    return ServiceSpec(name="pingsvc", decide=decide, evolve=evolve)
+    return ServiceSpec(name="pingsvc", decide=decide, evolve=evolve, event_subjects=(run_events(run_id),))
 
 
-async def _events(bus: Bus, run_id: str, type_: str) -> list[dict]:
-    import json
+@pytest.fixture(params=["nats", "memory"])
+async def target(request, nats_server):
+    """(what run_service is given, a bus for the test): a URL of the real server, or one shared MemoryBus."""
+    if request.param == "memory":
+        mem = MemoryBus()
+        yield mem, mem
+        return
+    bus = await connect(nats_server.url, name="test")
+    yield nats_server.url, bus
+    await bus.close()
 
-    sub = await bus.js.subscribe(f"yeto.evt.{run_id}.{type_}", ordered_consumer=True)
+
+async def _events(bus: Bus, subject: str) -> list[dict]:
+    """Every event stored on `subject`, read to the end of the stream."""
+    consumer = await bus.consumer([subject], ack=False)
     out = []
-    try:
-        while True:
-            out.append(json.loads((await sub.next_msg(timeout=0.5)).data))
-    except Exception:  # noqa: BLE001 - timeout: no more messages
-        pass
-    await sub.unsubscribe()
-    return out
+    if await consumer.num_pending():
+        while not out or out[-1].num_pending:
+            out += await consumer.fetch(1000, 5.0)
+    await consumer.close()
+    return [json.loads(d.data) for d in out]
 
 
-async def test_two_instances_share_one_durable_consumer_and_handle_each_command_once(nats_server, bus, run_id):
+async def _started(target, spec: ServiceSpec, instance: str, stop: asyncio.Event) -> asyncio.Task:
+    ready = asyncio.Event()
+    task = asyncio.create_task(run_service(spec, target, instance=instance, stop=stop, ready=ready))
+    done, _ = await asyncio.wait([task, asyncio.create_task(ready.wait())], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    assert ready.is_set(), task.result() if task in done else "not ready within 60 s"
+    return task
+
+
+async def test_two_instances_share_one_durable_consumer_and_handle_each_command_once(target, run_id):
+    url, bus = target
     stop = asyncio.Event()
-    seen_a, seen_b = [], []
-    tasks = [asyncio.create_task(run_service(_spec("a", seen_a), nats_server.url, instance="a", stop=stop)),
-             asyncio.create_task(run_service(_spec("b", seen_b), nats_server.url, instance="b", stop=stop))]
-    await asyncio.sleep(0.5)
+    seen_a, seen_b, done_a, done_b = [], [], asyncio.Event(), asyncio.Event()
+    tasks = [await _started(url, _spec("a", run_id, seen_a, done_a, 200), "a", stop),
+             await _started(url, _spec("b", run_id, seen_b, done_b, 200), "b", stop)]
     for n in range(200):
         await bus.publish(_Ping(run_id=run_id, n=n))
-    for _ in range(200):  # every instance folds every event, whoever handled the command
-        if len(seen_a) >= 200 and len(seen_b) >= 200:
-            break
-        await asyncio.sleep(0.1)
-    pongs = await _events(bus, run_id, "TestPong")
+    await asyncio.wait_for(asyncio.gather(done_a.wait(), done_b.wait()), 60)  # every instance folds every event
+    pongs = await _events(bus, event_subject(run_id, "TestPong"))
     stop.set()
     await asyncio.gather(*tasks)
     assert sorted(p["n"] for p in pongs) == list(range(200))
@@ -74,22 +100,98 @@ async def test_two_instances_share_one_durable_consumer_and_handle_each_command_
     assert sorted(seen_a) == sorted(seen_b) == list(range(200))
 
 
-async def test_malformed_command_is_terminated_with_a_rejection_event_and_the_consumer_goes_on(nats_server, bus, run_id):
-    stop = asyncio.Event()
-    task = asyncio.create_task(run_service(_spec("a", seen := []), nats_server.url, instance="a", stop=stop))
-    await asyncio.sleep(0.5)
-    await bus.publish_raw("yeto.cmd.pingsvc.TestPing", b"{not json", msg_id=f"{run_id}-bad1")
-    await bus.publish_raw("yeto.cmd.pingsvc.TestPing", b'{"type":"TestPing","version":9}', msg_id=f"{run_id}-bad2")
-    await bus.publish_raw("yeto.cmd.pingsvc.TestPing", b'{"type":"TestPing","version":1,"n":"x"}', msg_id=f"{run_id}-bad3")
+async def test_malformed_command_is_terminated_with_a_rejection_event_and_the_consumer_goes_on(target, run_id):
+    url, bus = target
+    stop, seen, pong = asyncio.Event(), [], asyncio.Event()
+    task = await _started(url, _spec("a", run_id, seen, pong, 1), "a", stop)
+    ping = command_subject("pingsvc", "TestPing")
+    await bus.publish_raw(ping, b"{not json", msg_id=f"{run_id}-bad1")
+    await bus.publish_raw(ping, b'{"type":"TestPing","version":9}', msg_id=f"{run_id}-bad2")
+    await bus.publish_raw(ping, b'{"type":"TestPing","version":1,"n":"x"}', msg_id=f"{run_id}-bad3")
     await bus.publish(_Ping(run_id=run_id, n=7))
-    for _ in range(100):
-        if seen:
-            break
-        await asyncio.sleep(0.1)
-    pongs = await _events(bus, run_id, "TestPong")
+    await asyncio.wait_for(pong.wait(), 60)    # commands are handled in order: the rejections came first
+    pongs = await _events(bus, event_subject(run_id, "TestPong"))
     stop.set()
     await task
-    rejected = [r for r in await _events(bus, "_", "MessageRejected") if r["consumer"] == "pingsvc"]
+    rejected = [r for r in await _events(bus, event_subject(SYSTEM_RUN, "MessageRejected")) if r["consumer"] == "pingsvc"]
     reasons = " | ".join(r["reason"] for r in rejected)
     assert "not valid JSON" in reasons and "v9 is newer" in reasons and "failed validation at 'n'" in reasons
     assert [p["n"] for p in pongs] == [7]
+
+
+@registry.register
+class _Tick(Event):
+    type: Literal["TestTick"] = "TestTick"
+    version: Literal[1] = 1
+    n: int
+
+
+class _Counter:
+    """A service folding TestTick events of one run into {n: count}, counting its evolve calls."""
+
+    def __init__(self, run_id: str):
+        self.run_id, self.calls, self.name = run_id, 0, f"snapsvc-{uuid.uuid4().hex[:8]}"
+        self.target, self.reached = 0, asyncio.Event()
+        self.codec = StateCodec(version="1", dump=lambda s: json.dumps(s, sort_keys=True).encode(),
+                                load=lambda b: {k: int(v) for k, v in json.loads(b).items()})
+
+    def evolve(self, state: dict, event) -> dict:
+        self.calls += 1
+        self.state = {**state, str(event.n): state.get(str(event.n), 0) + 1}
+        if sum(self.state.values()) >= self.target:
+            self.reached.set()
+        return self.state
+
+    async def run_until(self, url: str, total: int, also: asyncio.Event | None = None, **kw) -> dict:
+        """Start, wait until the state holds `total` ticks (and `also` is set), stop cleanly; the final state."""
+        stop, self.target, self.reached = asyncio.Event(), total, asyncio.Event()
+        spec = ServiceSpec(name=self.name, initial=dict, evolve=self.evolve, event_subjects=(run_events(self.run_id),),
+                           handles_commands=False, codec=self.codec, **kw)
+        task = await _started(url, spec, self.name, stop)
+        await asyncio.wait_for(self.reached.wait(), 60)
+        if also:
+            await asyncio.wait_for(also.wait(), 60)
+        stop.set()
+        await task
+        return self.state
+
+
+async def _ticks(bus: Bus, run_id: str, ns: range) -> list[int]:
+    return [await bus.publish(_Tick(run_id=run_id, n=n % 3, source="test")) for n in ns]
+
+
+async def test_a_restart_folds_only_the_events_after_its_snapshot_and_matches_a_full_replay(target, run_id):
+    url, bus = target
+    counter = _Counter(run_id)
+    tenth = (await _ticks(bus, run_id, range(10)))[-1]
+    snapshot_at_tenth = asyncio.Event()
+
+    async def on_snapshot(d):
+        if int(d.headers[POSITION]) == tenth:
+            snapshot_at_tenth.set()
+    watch = await bus.watch(snapshot_subject(counter.name), on_snapshot)
+    # snapshot_s is long: a snapshot while it runs is one taken after 4 events or more
+    first = await counter.run_until(url, 10, also=snapshot_at_tenth, snapshot_every=4, snapshot_s=3600)
+    assert counter.calls == 10 and sum(first.values()) == 10
+    await watch.close()
+    await _ticks(bus, run_id, range(10, 13))
+    counter.calls = 0
+    resumed = await counter.run_until(url, 13)
+    assert counter.calls == 3, "only the events after the snapshot are folded"
+    full = _Counter(run_id)
+    full.codec = None
+    replayed = await full.run_until(url, 13)
+    assert full.calls == 13 and resumed == replayed
+
+
+@pytest.mark.parametrize("headers, data", [({CODEC_VERSION: "1", POSITION: "1"}, b"\xff not json"),
+                                           ({CODEC_VERSION: "0", POSITION: "1"}, b"{}"),
+                                           ({CODEC_VERSION: "1", POSITION: str(10**9)}, b"{}")],
+                         ids=["bad-bytes", "other-version", "position-not-in-stream"])
+async def test_a_snapshot_that_does_not_load_means_a_full_replay(target, run_id, headers, data):
+    url, bus = target
+    counter = _Counter(run_id)
+    await _ticks(bus, run_id, range(5))
+    await bus.publish_raw(snapshot_subject(counter.name), data, headers=headers)
+    state = await counter.run_until(url, 5)
+    assert counter.calls == 5 and state == {"0": 2, "1": 2, "2": 1}

@@ -1,6 +1,7 @@
 """The planner service as a real process: PlanFleet over NATS in, FleetPlanned / FleetPlanFailed out."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -10,16 +11,24 @@ from pathlib import Path
 import pytest
 
 from yeto.schemas.commands import PlanFleet
+from yeto.schemas.subjects import run_events
 
 pytestmark = pytest.mark.slow
 CATALOG = Path(__file__).resolve().parents[2] / "services" / "planner" / "fixtures" / "catalog"
 
 
 async def _answer(bus, run_id: str) -> dict:
-    sub = await bus.js.subscribe(f"yeto.evt.{run_id}.>", ordered_consumer=True)
-    msg = await sub.next_msg(timeout=90)
-    await sub.unsubscribe()
-    return json.loads(msg.data)
+    """The first event of the run: the planner's answer."""
+    first = asyncio.get_running_loop().create_future()
+
+    async def on_event(d) -> None:
+        if not first.done():
+            first.set_result(json.loads(d.data))
+    watch = await bus.watch(run_events(run_id), on_event)
+    try:
+        return await asyncio.wait_for(first, 90)
+    finally:
+        await watch.close()
 
 
 async def test_planner_process_answers_plan_fleet_over_nats(nats_server, bus, run_id, tmp_path):

@@ -5,11 +5,9 @@ import asyncio
 import sys
 import time
 
-from nats.js.api import DeliverPolicy
-
-from yeto.infra.bus import Bus
+from yeto.infra.bus import Delivery, connect
 from yeto.schemas.base import SchemaError, parse
-from yeto.schemas.subjects import EVT_PREFIX
+from yeto.schemas.subjects import run_events
 
 TERMINAL = {"RunFinalized": 0, "RunFailed": 1, "RunStopped": 1}
 
@@ -55,25 +53,30 @@ class Progress:
 
 async def follow(url: str, run_id: str, *, out=sys.stdout) -> int:
     """Print the run's progress until it ends; 0 when finalized, 1 when it failed or was stopped."""
-    bus = await Bus.connect(url, name=f"follow-{run_id}")
+    bus = await connect(url, name=f"follow-{run_id}")
+    progress, ended = Progress(), asyncio.get_running_loop().create_future()
+
+    async def on_event(raw: Delivery) -> None:
+        try:
+            event = parse(raw.data)
+        except SchemaError:
+            return
+        if ended.done():
+            return
+        text = progress.line(event)
+        if text:
+            print(text, file=out, flush=True)
+        if event.type in TERMINAL:
+            ended.set_result(TERMINAL[event.type])
+
     try:
-        # A 1 s heartbeat: after a nats-server restart the ordered consumer is re-created after two missed ones.
-        sub = await bus.js.subscribe(f"{EVT_PREFIX}.{run_id}.>", ordered_consumer=True, idle_heartbeat=1.0,
-                                     deliver_policy=DeliverPolicy.ALL)
-        progress = Progress()
-        async for raw in sub.messages:
-            try:
-                event = parse(raw.data)
-            except SchemaError:
-                continue
-            text = progress.line(event)
-            if text:
-                print(text, file=out, flush=True)
-            if event.type in TERMINAL:
-                return TERMINAL[event.type]
+        watch = await bus.watch(run_events(run_id), on_event)   # the bus re-creates it after a server restart
+        try:
+            return await ended
+        finally:
+            await watch.close()
     finally:
         await bus.close()
-    return 1
 
 
 def follow_or_detach(url: str, run_id: str) -> int:

@@ -9,7 +9,7 @@ from yeto.cli import launch_checks as checks
 from yeto.cli.common import conf, url_or_none
 from yeto.cli.follow import follow_or_detach
 from yeto.cli.shape import add_plan_arguments
-from yeto.infra.bus import Bus
+from yeto.infra.bus import connect
 from yeto.schemas.base import derive_id
 from yeto.schemas.commands import LaunchRun, StopRun
 from yeto.schemas.subjects import event_subject
@@ -94,18 +94,15 @@ def catalog_prices(args, islands) -> list[float | None]:
 
 
 async def _run_exists(url: str, run_id: str) -> bool:
-    bus = await Bus.connect(url, name="launch-check")
+    bus = await connect(url, name="launch-check")
     try:
-        await bus.js.get_last_msg("YETO_EVT", event_subject(run_id, "RunLaunched"))
-        return True
-    except Exception:  # noqa: BLE001 - NotFound: the id is free
-        return False
+        return await bus.last(event_subject(run_id, "RunLaunched")) is not None
     finally:
         await bus.close()
 
 
 async def _publish(url: str, *msgs) -> None:
-    bus = await Bus.connect(url, name="cli")
+    bus = await connect(url, name="cli")
     try:
         for msg in msgs:
             await bus.publish(msg)

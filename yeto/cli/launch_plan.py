@@ -4,14 +4,12 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from nats.js.api import DeliverPolicy
-
 from yeto.cli.common import state_dir
 from yeto.infra import stack
-from yeto.infra.bus import Bus
-from yeto.schemas.base import derive_id, parse
+from yeto.infra.bus import Delivery, connect
+from yeto.schemas.base import SchemaError, derive_id, parse
 from yeto.schemas.commands import PlanFleet
-from yeto.schemas.subjects import EVT_PREFIX
+from yeto.schemas.subjects import run_events
 
 
 def local_stack_url(args) -> str:
@@ -23,20 +21,27 @@ def local_stack_url(args) -> str:
 async def ask_planner(url: str, run_id: str, request: dict, timeout_s: float = 120.0) -> dict:
     """Publish PlanFleet and wait for the planner's FleetPlanned / FleetPlanFailed answer."""
     cmd = PlanFleet(id=derive_id(run_id, "PlanFleet"), run_id=run_id, source="cli", request=request)
-    bus = await Bus.connect(url, name="launch-plan")
-    try:
-        sub = await bus.js.subscribe(f"{EVT_PREFIX}.{run_id}.>", ordered_consumer=True, deliver_policy=DeliverPolicy.NEW)
-        await bus.publish(cmd)
-        async def answer() -> dict:
-            async for raw in sub.messages:
-                e = parse(raw.data)
-                if e.causation_id == cmd.id and e.type in ("FleetPlanned", "FleetPlanFailed"):
-                    return e.model_dump()
+    bus = await connect(url, name="launch-plan")
+    answer = asyncio.get_running_loop().create_future()
+
+    async def on_event(raw: Delivery) -> None:
         try:
-            return await asyncio.wait_for(answer(), timeout_s)
+            e = parse(raw.data)
+        except SchemaError:
+            return
+        if e.causation_id == cmd.id and e.type in ("FleetPlanned", "FleetPlanFailed") and not answer.done():
+            answer.set_result(e.model_dump())
+
+    try:
+        watch = await bus.watch(run_events(run_id), on_event, deliver="new")   # listening before asking
+        await bus.publish(cmd)
+        try:
+            return await asyncio.wait_for(answer, timeout_s)
         except asyncio.TimeoutError:
             raise ValueError(f"the planner did not answer within {timeout_s:.0f}s; is the stack's planner up "
                              f"(`yeto stack status`)? Or pass --gpu") from None
+        finally:
+            await watch.close()
     finally:
         await bus.close()
 

@@ -10,6 +10,7 @@ import io
 import json
 from typing import Any
 
+from yeto.infra.bus import connect
 from yeto.infra.settings import load
 from yeto.infra.stack import StackPaths, stack_url
 from yeto.infra.tape_sql import MAX_ROWS, NoTapeWriterError, ask, query_file
@@ -58,16 +59,14 @@ def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
 
 
 async def _ask(url: str, sql: str, max_rows: int) -> dict[str, Any]:
-    import nats
-
     try:
-        nc = await nats.connect(url, name="yeto-cli", connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False)
+        bus = await connect(url, name="yeto-cli", connect_timeout=2)
     except Exception as e:  # noqa: BLE001 - any failure to connect means: read the file instead
         raise ConnectionError(str(e)) from None
     try:
-        return await ask(nc, sql, max_rows=max_rows)
+        return await ask(bus, sql, max_rows=max_rows)
     finally:
-        await nc.close()
+        await bus.close()
 
 
 def render(columns: list[str], rows: list[list[Any]], fmt: str = "table") -> str:

@@ -56,15 +56,15 @@ async def uploaded_and_finalized(url: str, run_id: str) -> bool:
     """True once the run ended in RunFinalized with its artifact uploaded (then the head has nothing to keep)."""
     import json
 
-    from yeto.infra.bus import Bus
+    from yeto.infra.bus import connect
     from yeto.schemas.subjects import event_subject
 
-    bus = await Bus.connect(url, name="head-watch")
+    bus = await connect(url, name="head-watch")
     try:
-        await bus.js.get_last_msg("YETO_EVT", event_subject(run_id, "RunFinalized"))
-        artifact = await bus.js.get_last_msg("YETO_EVT", event_subject(run_id, "ArtifactWritten"))
-        return bool(json.loads(artifact.data).get("uploaded"))
-    except Exception:  # noqa: BLE001 - not there yet
+        finalized = await bus.last(event_subject(run_id, "RunFinalized"))
+        artifact = await bus.last(event_subject(run_id, "ArtifactWritten"))
+        return finalized is not None and artifact is not None and bool(json.loads(artifact[1]).get("uploaded"))
+    except Exception:  # noqa: BLE001 - the server is restarting: not now
         return False
     finally:
         await bus.close()
