@@ -65,11 +65,14 @@ class RunView:
         return float(self.recipe.get("head_price_per_hour") or 0.0)
 
 
+def head_usd(view: RunView, now: datetime | None) -> float:
+    """The head VM's part of the spend, up to `now` (capped at the run's end)."""
+    return view.head_price_per_hour * hours_between(view.launched_at, view.ended_at or now)
+
+
 def spend_usd(view: RunView, now: datetime | None) -> float:
     """Islands plus head, up to `now` (capped at the run's end)."""
-    until = view.ended_at or now
-    head = view.head_price_per_hour * hours_between(view.launched_at, until)
-    return head + sum(isl.meter.usd_at(until) for isl in view.islands)
+    return head_usd(view, now) + sum(isl.meter.usd_at(view.ended_at or now) for isl in view.islands)
 
 
 def _set_island(view: RunView, isl: Island) -> RunView:

@@ -24,6 +24,7 @@ from yeto.schemas.fleet import (
     RunLaunched,
 )
 from yeto.schemas.run_view import RunView, evolve, spend_usd
+from yeto.schemas.run_view import head_usd as run_head_usd
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 SPEC = {"cloud": "aws", "gpu": "a100", "count": 1, "nodes": 1, "region": None, "spot": True}
@@ -68,6 +69,7 @@ def compare(store: TapeStore, events) -> dict[str, RunView]:
         until = v.ended_at or now
         assert usd == pytest.approx(spend_usd(v, now), rel=1e-9, abs=1e-9)
         assert head_usd == pytest.approx(v.head_price_per_hour * (until - v.launched_at).total_seconds() / 3600, rel=1e-9)
+        assert head_usd == pytest.approx(run_head_usd(v, now), rel=1e-9, abs=1e-12)
         assert island_hours == pytest.approx(sum(isl.meter.hours_at(until) for isl in v.islands), rel=1e-9, abs=1e-9)
         assert num_open == sum(isl.meter.up_since is not None for isl in v.islands)
         for isl in v.islands:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from yeto.cli.sql import format_table
-from yeto.schemas.run_view import RunView, spend_usd
+from yeto.schemas.run_view import RunView, head_usd, spend_usd
 
 
 def max_steps(recipe: dict) -> int | None:
@@ -26,13 +26,12 @@ def eta_s(v: RunView, now: datetime) -> float | None:
 def describe(v: RunView, now: datetime | None) -> str:
     now = now or v.last_ts
     until = v.ended_at or now
-    head = spend_usd(v, now) - sum(isl.meter.usd_at(until) for isl in v.islands)
     lines = [f"run {v.run_id}: {v.phase}" + (f" ({v.reason})" if v.reason else ""),
              f"  started {v.launched_at}" + (f", finished {v.ended_at}" if v.ended_at else "")
              + f", {v.num_events} events, last seq {v.last_seq}",
              f"  rounds merged {v.rounds_merged}; versions "
              + (" ".join(f"{f}:v{n}" for f, n in sorted(v.versions.items())) or "-"),
-             f"  spend so far ${spend_usd(v, now):.4f} (head ${head:.4f}); tokens {v.num_tokens}"]
+             f"  spend so far ${spend_usd(v, now):.4f} (head ${head_usd(v, now):.4f}); tokens {v.num_tokens}"]
     eta = eta_s(v, now) if now else None
     if eta is not None:
         step = max(lr.step for lr in v.learners.values())
