@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
 from learner_tiny import write_model_dir  # noqa: E402
 
-from yeto.learners.torch.model import load_model, resolve  # noqa: E402
+from yeto.learners.torch.model import load_model, load_tokenizer, resolve  # noqa: E402
 from yeto.learners.torch.recipe import TrainRecipe  # noqa: E402
 from yeto.learners.torch.tuning import apply_tuning, trainable_parameters  # noqa: E402
 from yeto.services.finalizer.artifact import sha256_file, write_artifact  # noqa: E402
@@ -67,6 +67,20 @@ def test_full_state_becomes_sharded_safetensors_that_transformers_loads(model_di
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "f").eval()
     with torch.no_grad():
         assert torch.allclose(loaded(IDS).logits, model(IDS).logits, atol=1e-5)
+
+
+def test_the_artifact_tokenizer_pads_as_the_learners_do_when_the_base_has_no_pad_token(tmp_path):
+    from transformers import AutoTokenizer
+
+    base = write_model_dir(tmp_path / "base")
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(base)
+    _, state, recipe = trained(base, "lora")
+    write_artifact(state, recipe=recipe, out=tmp_path / "a", run_id="r1", versions={0: 1}, acked=[])
+    learners = load_tokenizer(resolve(str(base)))
+    assert learners.pad_token == learners.eos_token is not None
+    assert AutoTokenizer.from_pretrained(tmp_path / "a").pad_token == learners.pad_token
 
 
 def test_output_is_copied_to_a_local_path_or_uploaded_to_a_store_and_verified(tmp_path):
