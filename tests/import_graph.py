@@ -1,8 +1,8 @@
-"""The import graph of a Yeto tree, read with ast (no imports run), and the layering rules checked over it.
+"""The import graph of a Yeto tree, read with ast (no imports run), and the import cycles in it.
 
-Every check takes the repository root and returns its violations as readable lines, so a test can run it on
-the real tree (expect none) and on a small bad tree in tmp_path (expect it caught). Imports inside functions
-count (a lazy import is still a dependency); imports under `if TYPE_CHECKING:` do not (they never run).
+Checks take the repository root, so a test can run them on the real tree (expect nothing found) and on a small
+bad tree in tmp_path (expect it caught). Imports inside functions count (a lazy import is still a dependency);
+imports under `if TYPE_CHECKING:` do not (they never run).
 """
 from __future__ import annotations
 
@@ -69,51 +69,6 @@ def imports(root: Path) -> list[Import]:
             if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno not in skip:
                 out += [Import(name, rel, t, node.lineno) for t in _targets(node, name, rel, known)]
     return out
-
-
-def _under(name: str, prefix: str) -> bool:
-    return name == prefix or name.startswith(prefix + ".")
-
-
-def layer_of(module: str) -> str:
-    """schemas, infra, services.<name>, learners, or cli (the `yeto/` folder)."""
-    parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("schemas", "infra", "learners"):
-        return parts[1]
-    if len(parts) > 2 and parts[1] == "services":
-        return f"services.{parts[2]}"
-    return "services" if parts[1:2] == ["services"] else "cli"
-
-
-# What each layer may import of Yeto. The CLI reaches services and learners only through their public faces.
-FACES = ("yeto.services.planner.api", "yeto.services.launcher.api", "yeto.services.syncer.api",
-         "yeto.services.finalizer.api", "yeto.learners.torch.api", "yeto.learners.data")
-TRANSPORT = ("yeto.learners.bus_client", "yeto.learners.transport")   # the learners' one door to the bus
-
-
-def allowed(source: str, target: str) -> bool:
-    layer = layer_of(source)
-    if _under(target, "yeto.schemas"):
-        return True
-    if layer == "schemas":
-        return False
-    if _under(target, "yeto.infra"):
-        return layer != "learners" or any(_under(source, t) for t in TRANSPORT)
-    if layer == "infra":
-        return False
-    if layer.startswith("services"):
-        return _under(target, f"yeto.{layer}")
-    if layer == "learners":
-        return _under(target, "yeto.learners")
-    if _under(target, "yeto.services") or _under(target, "yeto.learners"):
-        return target in FACES
-    return True
-
-
-def layer_violations(root: Path) -> list[str]:
-    """Imports of Yeto modules that the layering forbids (see `allowed`)."""
-    return [f"{i} ({layer_of(i.source)} may not)" for i in imports(root)
-            if _under(i.target, "yeto") and i.target != "yeto" and not allowed(i.source, i.target)]
 
 
 def cycles(root: Path) -> list[list[str]]:
