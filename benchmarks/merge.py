@@ -21,7 +21,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from yeto.schemas import codecs  # noqa: E402
-from yeto.services.syncer import backend, gram, merge  # noqa: E402
+from yeto.services.syncer import backend, gram, merge, rows  # noqa: E402
 
 LR, MU = 0.7, 0.9
 
@@ -37,7 +37,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     frags = []
     for _ in range(args.fragments):
-        f = merge.FragmentRows(rng.standard_normal(n, dtype=np.float32), slots=m)
+        f = rows.FragmentRows(rng.standard_normal(n, dtype=np.float32), slots=m)
         for i in range(m):
             f.push(i)[:] = rng.standard_normal(n, dtype=np.float32) * 1e-3
         f.refresh_bounds()

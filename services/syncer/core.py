@@ -89,10 +89,10 @@ class SyncerCore:
 
     def _merge(self, frag: FragmentState, m: MergeNow) -> list:
         headers = [push.header for push in m.pushes]
-        plan, weights, lags, seconds = frag.merge(headers, self.config, self.clock)
-        if plan is None:
+        combo, weights, lags, seconds = frag.merge(headers, self.config, self.clock)
+        if combo is None:
             return [self.report.aborted(frag.fragment, frag.version, headers)]
-        merged = self.report.merged(frag.fragment, frag.version, headers, weights, lags, self.learners.credit(headers), m, seconds, plan)
+        merged = self.report.merged(frag.fragment, frag.version, headers, weights, lags, self.learners.credit(headers), m, seconds, combo)
         return [merged] + self._publish(frag)
 
     def _publish(self, frag: FragmentState) -> list:

@@ -16,11 +16,12 @@ from yeto.schemas.recipe import SyncConfig
 from yeto.services.syncer import backend, gram, merge
 from yeto.services.syncer.broadcast import Shadow
 from yeto.services.syncer.rounds import Round
+from yeto.services.syncer.rows import FragmentRows
 from yeto.services.syncer.snapshot import FragmentSnapshot
 
 
 class FragmentState:
-    def __init__(self, rows: merge.FragmentRows, shadow: Shadow, *, version: int = 0, init_sha: str | None = None) -> None:
+    def __init__(self, rows: FragmentRows, shadow: Shadow, *, version: int = 0, init_sha: str | None = None) -> None:
         self.fragment, self.rows, self.shadow, self.init_sha = shadow.fragment, rows, shadow, init_sha
         self.round = Round(shadow.fragment, version=version)
         self.gram = gram.RoundGram()
@@ -29,11 +30,11 @@ class FragmentState:
     @classmethod
     def adopt(cls, h: FragmentHeader, values: np.ndarray, run_id: str, config: SyncConfig) -> FragmentState:
         """Version 0 from a learner's init (`h.sha256` is kept: a later init with other bytes is refused)."""
-        return cls(merge.FragmentRows(values), _shadow(run_id, h.fragment, h.fingerprint, h.role, config), init_sha=h.sha256)
+        return cls(FragmentRows(values), _shadow(run_id, h.fragment, h.fingerprint, h.role, config), init_sha=h.sha256)
 
     @classmethod
     def restored(cls, s: FragmentSnapshot, run_id: str, config: SyncConfig) -> FragmentState:
-        state = cls(merge.FragmentRows(s.theta, s.momentum), _shadow(run_id, s.fragment, s.fingerprint, s.role, config), version=s.version)
+        state = cls(FragmentRows(s.theta, s.momentum), _shadow(run_id, s.fragment, s.fingerprint, s.role, config), version=s.version)
         state.shadow.reset(s.version, s.shadow)
         return state
 
@@ -73,9 +74,9 @@ class FragmentState:
         self.gram.admit(self.round.add(h, now).slot, products)
 
     def merge(self, headers: list[FragmentHeader], config: SyncConfig,
-              clock: Callable[[], float]) -> tuple[merge.Plan | None, np.ndarray, list[int], float]:
-        """Merge the round's pushes with one outer step and close the round: (plan or None when the result
-        would not be finite, normalised weights, staleness, seconds taken)."""
+              clock: Callable[[], float]) -> tuple[merge.Combination | None, np.ndarray, list[int], float]:
+        """Merge the round's pushes with one outer step and close the round: (the combination taken, None when
+        the result would not be finite; normalised weights; staleness; seconds taken)."""
         lags = [self.version - h.base_version for h in headers]
         weights = merge.push_weights([h.c_tokens for h in headers], [h.c_steps for h in headers], lags,
                                      weighting=config.weighting, staleness_discount=config.staleness_discount)
@@ -84,11 +85,11 @@ class FragmentState:
         mode = "avg" if self.shadow.role == "embed" else config.merge
         started = clock()
         g = self.gram.take(len(headers))       # every push of the round came through take_in and add
-        plan = merge.merge_round(self.rows, len(headers), weights, merge=mode, lr=config.outer_lr, momentum=config.momentum, g=g)
+        combo = merge.merge_round(self.rows, len(headers), weights, merge=mode, lr=config.outer_lr, momentum=config.momentum, g=g)
         backend.synchronize()
         elapsed = clock() - started
-        self.round.close(merged=plan is not None, sync_s=elapsed)
-        return plan, weights / weights.sum(), lags, elapsed
+        self.round.close(merged=combo is not None, sync_s=elapsed)
+        return combo, weights / weights.sum(), lags, elapsed
 
     def publish(self, snapshot_every: int) -> tuple[list[tuple[FragmentHeader, bytes]], bool]:
         """The current version's broadcast messages, and whether a snapshot must be written before them."""

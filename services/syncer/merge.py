@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from yeto.services.syncer.backend import GPU, xp
+from yeto.services.syncer.backend import xp
 from yeto.services.syncer.gram import gram
+from yeto.services.syncer.rows import CHUNK, FragmentRows
 
-CHUNK = 1 << 24 if GPU else 1 << 15   # CPU: 32K values = 128 KiB per row, the working set stays in L2
 RDA_MIN_COHERENCE = 1e-2              # |weighted sum of unit directions| below this: they cancel, use avg
 SAFE_BOUND = 1e30                     # f32 overflows at 3.4e38; below this no outer step can overflow
 
@@ -36,54 +36,8 @@ def push_weights(tokens, steps, lags, *, weighting: str = "tokens", staleness_di
     return base * staleness_discount ** lags
 
 
-class FragmentRows:
-    """One fragment's f32 state: row 0 theta, row 1 Nesterov momentum b, rows 2.. the round's pushes."""
-
-    def __init__(self, theta, momentum=None, *, slots: int = 4) -> None:
-        n = theta.size
-        self.rows = xp.zeros((2 + slots, n), dtype=xp.float32)
-        self.rows[0] = xp.asarray(theta, dtype=xp.float32).reshape(-1)
-        if momentum is not None:
-            self.rows[1] = xp.asarray(momentum, dtype=xp.float32).reshape(-1)
-        self.theta_bound = self.momentum_bound = math.inf
-
-    @property
-    def numel(self) -> int:
-        return self.rows.shape[1]
-
-    @property
-    def theta(self):
-        return self.rows[0]
-
-    @property
-    def momentum(self):
-        return self.rows[1]
-
-    def push(self, slot: int):
-        """The row push `slot` is decoded into (grown when the round has more pushes than slots)."""
-        if 2 + slot >= self.rows.shape[0]:
-            grown = xp.zeros((2 * (2 + slot), self.numel), dtype=xp.float32)
-            grown[:self.rows.shape[0]] = self.rows
-            self.rows = grown
-        return self.rows[2 + slot]
-
-    def refresh_bounds(self) -> None:
-        self.theta_bound, self.momentum_bound = absmax(self.theta), absmax(self.momentum)
-
-
-def absmax(a, chunk: int = CHUNK) -> float:
-    """max |a| in one chunked pass (no whole-array temporary); inf if `a` holds a NaN."""
-    top = 0.0
-    for start in range(0, a.size, chunk):
-        part = a[start:start + chunk]
-        top = max(top, float(part.max()), -float(part.min()))
-        if top != top:
-            return math.inf
-    return top
-
-
 @dataclass(frozen=True)
-class Plan:
+class Combination:
     """The linear combination delta = sum_m coeffs[m] * Delta_m, and what the round event reports."""
 
     coeffs: np.ndarray              # float64, applied to Delta_m = -d_m
@@ -92,32 +46,32 @@ class Plan:
     merge: str                      # rda | avg | avg-fallback
 
 
-def plan(g: np.ndarray, weights, merge: str) -> Plan:
+def combination(g: np.ndarray, weights, merge: str) -> Combination:
     """Coefficients of avg or RDA (ALGORITHM.md step 5) from the Gram matrix; pure float64 math."""
     w = np.asarray(weights, dtype=np.float64) / np.sum(weights)
     norms = np.sqrt(np.maximum(np.diag(g), 0.0))
-    avg = Plan(w, norms, math.sqrt(max(float(w @ g @ w), 0.0)), "avg")
+    avg = Combination(w, norms, math.sqrt(max(float(w @ g @ w), 0.0)), "avg")
     if merge == "avg":
         return avg
     c = np.divide(w, norms, out=np.zeros_like(w), where=norms > 0)   # weighted unit directions
     direction = math.sqrt(max(float(c @ g @ c), 0.0))
     if direction < RDA_MIN_COHERENCE * max(float(w[norms > 0].sum()), 1e-300):
-        return Plan(avg.coeffs, norms, avg.delta_norm, "avg-fallback")
+        return Combination(avg.coeffs, norms, avg.delta_norm, "avg-fallback")
     radius = float(w @ norms)
-    return Plan(c * (radius / direction), norms, radius, "rda")
+    return Combination(c * (radius / direction), norms, radius, "rda")
 
 
 def merge_round(frag: FragmentRows, num_pushes: int, weights, *, merge: str, lr: float, momentum: float,
-                g: np.ndarray | None = None, chunk: int = CHUNK) -> Plan | None:
+                g: np.ndarray | None = None, chunk: int = CHUNK) -> Combination | None:
     """Merge pushes 0..num_pushes-1 into the fragment with one outer step; None, state untouched, if not finite."""
     g = gram(frag.rows[2:2 + num_pushes]) if g is None else g
     if not np.isfinite(g).all():
         return None
-    p = plan(g, weights, merge)
+    p = combination(g, weights, merge)
     return p if outer_step(frag, p, lr=lr, momentum=momentum, chunk=chunk) else None
 
 
-def outer_step(frag: FragmentRows, p: Plan, *, lr: float, momentum: float, chunk: int = CHUNK) -> bool:
+def outer_step(frag: FragmentRows, p: Combination, *, lr: float, momentum: float, chunk: int = CHUNK) -> bool:
     """Nesterov on delta = sum k_m Delta_m; False, touching nothing, when the result would not be finite."""
     k = np.asarray(p.coeffs, dtype=np.float64)
     c = np.zeros((2, 2 + k.size))

@@ -7,7 +7,7 @@ import numpy as np
 from yeto.schemas.base import derive_id
 from yeto.schemas.fragments import FragmentHeader
 from yeto.schemas.training import GlobalVersionPublished, LearnerJoined, LearnerRejected, RoundAborted, RoundMerged
-from yeto.services.syncer.merge import Plan
+from yeto.services.syncer.merge import Combination
 from yeto.services.syncer.rounds import MergeNow
 
 
@@ -31,11 +31,11 @@ class Reports:
                             reason="the merged result is not finite; the fragment keeps its version")
 
     def merged(self, p: int, version: int, headers: list[FragmentHeader], weights: np.ndarray, lags: list[int],
-               credits: list[int], m: MergeNow, seconds: float, plan: Plan) -> RoundMerged:
+               credits: list[int], m: MergeNow, seconds: float, combo: Combination) -> RoundMerged:
         return RoundMerged(id=derive_id(self.run_id, "RoundMerged", p, version), run_id=self.run_id, source=self.source,
                            fragment=p, global_version=version, responders=[h.learner for h in headers],
                            weights=[float(w) for w in weights], staleness=lags, tokens=sum(credits), grace_ms=m.grace_ms,
-                           quorum_ms=m.quorum_ms, merge_ms=1e3 * seconds, delta_norm=plan.delta_norm, merge=plan.merge)
+                           quorum_ms=m.quorum_ms, merge_ms=1e3 * seconds, delta_norm=combo.delta_norm, merge=combo.merge)
 
     def published(self, p: int, version: int, messages: list[tuple[FragmentHeader, bytes]]) -> GlobalVersionPublished:
         return GlobalVersionPublished(id=derive_id(self.run_id, "GlobalVersionPublished", p, version), run_id=self.run_id,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from yeto.services.syncer import gram, merge
+from yeto.services.syncer import gram, merge, rows
 
 torch.set_num_threads(1)
 
@@ -25,7 +25,7 @@ def reference(pushes: np.ndarray, weights: np.ndarray, mode: str) -> np.ndarray:
 
 
 def fragment(rng, n, m):
-    f = merge.FragmentRows(rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32) * 0.1, slots=2)
+    f = rows.FragmentRows(rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32) * 0.1, slots=2)
     pushes = (rng.standard_normal((m, n)) * rng.uniform(0.01, 1.0, size=(m, 1)) + rng.standard_normal(n) * 0.5).astype(np.float32)
     for i in range(m):
         f.push(i)[:] = pushes[i]
@@ -57,13 +57,13 @@ def test_token_squared_weighting_and_rda_fallback_when_directions_cancel():
     np.testing.assert_allclose(w, [1000.0, 8000.0])
     d = np.random.default_rng(0).standard_normal(1000)
     g = np.array([[d @ d, -(d @ d)], [-(d @ d), d @ d]])     # two opposite pushes
-    assert merge.plan(g, [1.0, 1.0], "rda").merge == "avg-fallback"
+    assert merge.combination(g, [1.0, 1.0], "rda").merge == "avg-fallback"
 
 
 def test_outer_step_equals_torch_sgd_nesterov_on_the_pseudo_gradient():
     rng = np.random.default_rng(3)
     n = 5000
-    f = merge.FragmentRows(rng.standard_normal(n).astype(np.float32), slots=1)
+    f = rows.FragmentRows(rng.standard_normal(n).astype(np.float32), slots=1)
     param = torch.nn.Parameter(torch.from_numpy(f.theta.copy()))
     sgd = torch.optim.SGD([param], lr=0.7, momentum=0.9, nesterov=True)
     for _ in range(5):
@@ -93,7 +93,7 @@ def test_non_finite_push_or_overflow_aborts_without_touching_state():
 def test_round_gram_built_push_by_push_equals_the_full_gram_pass_even_with_superseding_pushes():
     rng = np.random.default_rng(11)
     n = 3000
-    frag = merge.FragmentRows(rng.standard_normal(n, dtype=np.float32), slots=2)
+    frag = rows.FragmentRows(rng.standard_normal(n, dtype=np.float32), slots=2)
     rg, slots = gram.RoundGram(), {}
     for learner in ["a", "b", "a", "c", "b", "a"]:            # a and b push again before the merge
         k = len(slots)
@@ -115,7 +115,7 @@ def test_row_products_taken_while_decoding_equal_the_gram_row_and_cover_every_va
 
     rng = np.random.default_rng(3)
     n = 700_001                                         # several q4 passes and a partial last block
-    frag = merge.FragmentRows(rng.standard_normal(n, dtype=np.float32), slots=3)
+    frag = rows.FragmentRows(rng.standard_normal(n, dtype=np.float32), slots=3)
     for i in range(2):
         frag.push(i)[:] = rng.standard_normal(n, dtype=np.float32)
     payload = codecs.encode(codec, rng.standard_normal(n, dtype=np.float32))

@@ -1,0 +1,55 @@
+"""One fragment's f32 rows: Θ, Nesterov momentum b and the round's pushes in one array, with running bounds of
+|Θ| and |b| (the outer step in merge.py reads them all in one pass per chunk)."""
+from __future__ import annotations
+
+import math
+
+from yeto.services.syncer.backend import GPU, xp
+
+CHUNK = 1 << 24 if GPU else 1 << 15   # CPU: 32K values = 128 KiB per row, the working set stays in L2
+
+
+class FragmentRows:
+    """One fragment's f32 state: row 0 theta, row 1 Nesterov momentum b, rows 2.. the round's pushes."""
+
+    def __init__(self, theta, momentum=None, *, slots: int = 4) -> None:
+        n = theta.size
+        self.rows = xp.zeros((2 + slots, n), dtype=xp.float32)
+        self.rows[0] = xp.asarray(theta, dtype=xp.float32).reshape(-1)
+        if momentum is not None:
+            self.rows[1] = xp.asarray(momentum, dtype=xp.float32).reshape(-1)
+        self.theta_bound = self.momentum_bound = math.inf
+
+    @property
+    def numel(self) -> int:
+        return self.rows.shape[1]
+
+    @property
+    def theta(self):
+        return self.rows[0]
+
+    @property
+    def momentum(self):
+        return self.rows[1]
+
+    def push(self, slot: int):
+        """The row push `slot` is decoded into (grown when the round has more pushes than slots)."""
+        if 2 + slot >= self.rows.shape[0]:
+            grown = xp.zeros((2 * (2 + slot), self.numel), dtype=xp.float32)
+            grown[:self.rows.shape[0]] = self.rows
+            self.rows = grown
+        return self.rows[2 + slot]
+
+    def refresh_bounds(self) -> None:
+        self.theta_bound, self.momentum_bound = absmax(self.theta), absmax(self.momentum)
+
+
+def absmax(a, chunk: int = CHUNK) -> float:
+    """max |a| in one chunked pass (no whole-array temporary); inf if `a` holds a NaN."""
+    top = 0.0
+    for start in range(0, a.size, chunk):
+        part = a[start:start + chunk]
+        top = max(top, float(part.max()), -float(part.min()))
+        if top != top:
+            return math.inf
+    return top
