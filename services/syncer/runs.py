@@ -59,7 +59,7 @@ def decide(state: SyncerState, msg, now) -> list:
     return [FinalCut(info.cut_requested) for run_id, info in state.runs.items() if info.cut_requested and not state.cut_done(run_id)]
 
 
-STATE_VERSION = "1"      # bump when SyncerState's shape changes: older snapshots are then ignored (full replay)
+CODEC_VERSION = "1"      # bump when SyncerState's shape changes: older snapshots are then ignored (full replay)
 
 
 def dump(state: SyncerState) -> bytes:

@@ -1,7 +1,7 @@
 """Wiring of the syncer service: the run fold and final cut on the runner, the fragment data plane beside it."""
 from __future__ import annotations
 
-from yeto.infra.runner import Context, ServiceSpec
+from yeto.infra.runner import Context, ServiceSpec, StateCodec
 from yeto.schemas.subjects import event_subject
 from yeto.services.syncer import runs
 from yeto.services.syncer.dataplane import DataPlane
@@ -27,9 +27,11 @@ def spec(plane: DataPlane) -> ServiceSpec:
     async def data_plane(ctx: Context) -> None:
         await plane.consume(ctx.bus, lambda: ctx.state.runs, ctx.stop)
 
+    # Every shard folds the runs alike, so they share one snapshot; each loads it as its own shard.
+    codec = StateCodec(version=runs.CODEC_VERSION, dump=runs.dump, load=lambda data: runs.load(data, plane.shard))
     return ServiceSpec(name="syncer", initial=lambda: runs.SyncerState(shard=plane.shard), evolve=runs.evolve, decide=runs.decide, act=act,
                        event_subjects=tuple(event_subject("*", t) for t in ("RunLaunched", "FinalCutRequested", "FinalCutDone")),
-                       background=(data_plane,))
+                       background=(data_plane,), codec=codec)
 
 
 def flags(parser) -> None:

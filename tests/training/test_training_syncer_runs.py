@@ -41,3 +41,16 @@ def test_snapshot_codec_round_trips_exactly_and_resumes_like_a_full_replay():
     resumed = reduce(runs.evolve, later, runs.load(runs.dump(reduce(runs.evolve, events[:3], runs.SyncerState(shard=(1, 2)))), (1, 2)))
     assert resumed == reduce(runs.evolve, events[:3] + later, runs.SyncerState(shard=(1, 2)))
     assert runs.decide(resumed, None, 0.0) == []
+
+
+def test_the_syncer_service_snapshots_its_runs_with_that_codec_as_its_own_shard(tmp_path):
+    from yeto.services.syncer.dataplane import DataPlane
+    from yeto.services.syncer.wiring import spec
+
+    events = [RunLaunched(run_id="r1", fleet=[SPEC], recipe={"sync": {"quorum": 2}}), FinalCutRequested(run_id="r1", reason="user"),
+              FinalCutDone(run_id="r1", versions={0: 3}, snapshot_path="/s", sha256="a", shard=0, num_shards=2)]
+    written = reduce(runs.evolve, events, runs.SyncerState(shard=(0, 2)))
+    codec = spec(DataPlane(state_dir=tmp_path, shard=(1, 2))).codec
+    assert codec.version == runs.CODEC_VERSION
+    resumed = codec.load(codec.dump(written))
+    assert resumed == reduce(runs.evolve, events, runs.SyncerState(shard=(1, 2))) and runs.decide(resumed, None, 0.0) != []
