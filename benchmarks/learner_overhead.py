@@ -22,15 +22,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "learner"))
-import learner_loopback  # noqa: E402
+import learner_loopback
 
-from yeto.learners import accel  # noqa: E402
-from yeto.learners.torch.hook import make_hook  # noqa: E402
-from yeto.learners.torch.loop import train  # noqa: E402
-from yeto.learners.torch.recipe import TrainRecipe  # noqa: E402
-from yeto.learners.torch.tuning import apply_tuning, trainable_parameters  # noqa: E402
-from yeto.schemas.recipe import SyncConfig  # noqa: E402
-from yeto.services.syncer.core import SyncerCore  # noqa: E402
+from yeto.learners import accel
+from yeto.learners.torch.hook import make_hook
+from yeto.learners.torch.loop import train
+from yeto.learners.torch.recipe import TrainRecipe
+from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
+from yeto.schemas.recipe import SyncConfig
+from yeto.services.syncer.core import SyncerCore
 
 
 def model(args):
@@ -92,7 +92,8 @@ def main() -> None:
     p.add_argument("--tuning", choices=("lora", "full"), default="lora")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    recipe = TrainRecipe(model="random-init", tuning=args.tuning, max_steps=args.steps, warmup_steps=5, micro_batch=args.micro_batch,
+    recipe = TrainRecipe(model="random-init", tuning=args.tuning, max_steps=args.steps, warmup_steps=5,
+                         micro_batch=args.micro_batch,
                          seq_len=args.seq_len, sync=SyncConfig().to_dict())
     gen = torch.Generator().manual_seed(1)
     batches = []
@@ -100,7 +101,8 @@ def main() -> None:
         ids = torch.randint(0, args.vocab, (args.micro_batch, args.seq_len), generator=gen)
         batches.append({"input_ids": ids, "labels": ids})
     num_trainable = sum(p.numel() for _, p in trainable_parameters(apply_tuning(model(args), recipe)))
-    print(f"model: hidden {args.hidden}, {args.layers} layers, {args.tuning} (LoRA r={recipe.lora_r}): {num_trainable:,} trainable; "
+    print(f"model: hidden {args.hidden}, {args.layers} layers, {args.tuning} (LoRA r={recipe.lora_r}): "
+          f"{num_trainable:,} trainable; "
           f"{args.steps} steps of {args.micro_batch}x{args.seq_len} tokens; sync {SyncConfig().num_fragments} fragments, "
           f"H={SyncConfig().inner_steps}, q4 up")
     off, on, on_raw, within = [], [], [], []

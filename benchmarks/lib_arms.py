@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from lib_islands import SimClock, SimNet, TurnHook, Turnstile
 
 from yeto.learners import accel as accel_policy
 from yeto.learners.diloco_sync import DilocoSync
@@ -28,8 +29,6 @@ from yeto.schemas import codecs
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import LearnerRejected, RoundMerged
 from yeto.services.syncer.core import SyncerCore
-
-from lib_islands import SimClock, SimNet, Turnstile, TurnHook  # noqa: E402  (benchmarks/ is on sys.path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +112,7 @@ def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str
     def island(m: int) -> None:
         try:
             train(models[m], train_batches(recipe, tok, shard=m, num_shards=islands), recipe, accel=policy, sync=hooks[m])
-        except BaseException as e:        # surfaced after join
+        except BaseException as e:  # noqa: BLE001 - any failure of the island's thread, surfaced after join
             errors.append(e)
         finally:
             turn.finish(names[m])
@@ -135,7 +134,7 @@ def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str
                     push = sync_m._push(p)      # what a final flush would send (no public API for it yet)
                     hook.hook.transport.send_push(push.header, push.payload)
     net.advance(end + 1e9)                  # pushes still in flight reach the syncer
-    net.perform(net.core.final_cut(end), end)
+    net.perform(net.core.final_cut(), end)
     final = build_model(recipe, policy.device)
     load_state(final, export_state(net.core, hooks[0].hook.sync.layout))
     ce = evaluate(final, _heldout(recipe, tok, heldout_blocks), accel=policy)
@@ -143,7 +142,8 @@ def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str
     computed = sum(h.tokens for h in hooks)
     layout = hooks[0].hook.sync.layout
     # RoundMerged.tokens counts a fragment's tokens: every computed token is merged once per active fragment.
-    stats = {"islands": islands, "rounds": len(merged), "responders": float(np.mean([len(e.responders) for e in merged])) if merged else 0.0,
+    responders = float(np.mean([len(e.responders) for e in merged])) if merged else 0.0
+    stats = {"islands": islands, "rounds": len(merged), "responders": responders,
              "goodput": sum(e.tokens for e in merged) / max(1, computed * len(layout.active)), "bytes_up": net.bytes_up,
              "bytes_down": net.bytes_down, "rejected": sum(isinstance(e, LearnerRejected) for e in net.events),
              "trainable": sum(layout.numel(p) for p in layout.active)}

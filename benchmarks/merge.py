@@ -16,12 +16,12 @@ import argparse
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # single-threaded, like memcpy: a fair ratio
-import time  # noqa: E402
+import time
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from yeto.schemas import codecs  # noqa: E402
-from yeto.services.syncer import backend, gram, merge, rows  # noqa: E402
+from yeto.schemas import codecs
+from yeto.services.syncer import backend, gram, merge, rows
 
 LR, MU = 0.7, 0.9
 

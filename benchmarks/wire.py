@@ -46,7 +46,8 @@ def wire(num_params: int, num_learners: int) -> tuple[float, float]:
     per_layer = num_params // 16
     init = {f"model.layers.{i}.w": rng.standard_normal(per_layer).astype(np.float32) * 0.02 for i in range(16)}
     core = SyncerCore(cfg, run_id="r-wire")
-    learners = [DilocoSync(Arrays({k: v.copy() for k, v in init.items()}), cfg, run_id="r-wire", learner=f"l{m}") for m in range(num_learners)]
+    learners = [DilocoSync(Arrays({k: v.copy() for k, v in init.items()}), cfg, run_id="r-wire", learner=f"l{m}")
+                for m in range(num_learners)]
     counters = {"up": 0, "up_values": 0, "down": 0, "down_values": 0, "steady": False}
 
     class Learners:                                   # outputs.Sink: broadcasts reach every learner
@@ -84,7 +85,7 @@ def wire(num_params: int, num_learners: int) -> tuple[float, float]:
     for step in range(1, 8 * 6 + 1):
         counters["steady"] = step > 16                                              # skip the first two sweeps
         for s in learners:
-            for name, value in s.arrays.items():
+            for value in s.arrays.values():
                 value -= 1e-3 * rng.standard_normal(value.size).astype(np.float32)
             for push in s.after_step(step, 1000, step_time_s=0.01):
                 send(push, step * 0.01)
@@ -141,7 +142,8 @@ def main() -> None:
     encoded = time.perf_counter()
     codecs.decode("q4", payload, x.size)
     decoded = time.perf_counter()
-    print(f"q4 encode {x.nbytes / (encoded - start) / 1e9:.2f} GB/s of f32, decode {x.nbytes / (decoded - encoded) / 1e9:.2f} GB/s of f32")
+    print(f"q4 encode {x.nbytes / (encoded - start) / 1e9:.2f} GB/s of f32, "
+          f"decode {x.nbytes / (decoded - encoded) / 1e9:.2f} GB/s of f32")
     up, down = wire(args.params, args.learners)
     print(f"steady state, {args.params} params, {args.learners} learners: up {up:.4f} B/param, down {down:.4f} B/param, "
           f"both {up + down:.4f} B/param (bf16 up and down: 4.0, f32: 8.0)")

@@ -19,13 +19,12 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from lib_compare import SETTINGS, parse_overrides, pick, spread, step_times, table  # noqa: E402
+from lib_compare import SETTINGS, parse_overrides, pick, spread, step_times, table
 
-from yeto.schemas.recipe import SyncConfig  # noqa: E402
+from yeto.schemas.recipe import SyncConfig
 
 
 def parse(argv):
@@ -66,8 +65,9 @@ def plan(args):
 
 
 def recipe_for(args, seed: int):
-    from yeto.learners.torch.recipe import TrainRecipe
     import lib_task
+
+    from yeto.learners.torch.recipe import TrainRecipe
     work = Path(args.workdir)
     model = args.model or str(lib_task.write_tiny_model(work / f"model-l{args.layers}-h{args.hidden}-s{seed}",
                                                         layers=args.layers, hidden=args.hidden, seed=seed))
@@ -92,8 +92,8 @@ def main(argv=None) -> int:
         print(f"runs={len(seeds) * (1 + len(names))} island_steps={len(seeds) * (1 + len(names)) * args.islands * args.steps}")
         print("dry_run=ok")
         return 0
-    import torch
     import lib_arms
+    import torch
     torch.set_num_threads(args.threads)
     results: dict[str, list[dict]] = {"sync": [], **{n: [] for n in names}}
     for seed in seeds:

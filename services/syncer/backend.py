@@ -16,7 +16,7 @@ def _load():
         import cupy
         if cupy.cuda.is_available():
             return cupy, True
-    except Exception:  # no cupy, or a broken CUDA install: the NumPy path is always correct
+    except Exception:  # noqa: BLE001 - no cupy, or a broken CUDA install: the NumPy path is always correct
         pass
     return np, False
 

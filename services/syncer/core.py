@@ -1,16 +1,16 @@
 """The syncer's engine without I/O: fragment chunks in; events, broadcasts, snapshots and wake-ups out.
 
 One push, from the learner to the broadcast, one file per step:
- 1. learners/diloco_sync.py         the learner sends d = θ − anchor of a fragment, chunked (schemas/fragments.py)
- 2. services/syncer/dataplane.py    fetches each chunk from YETO_FRAG and hands it to SyncerCore.receive
- 3. services/syncer/core.py         reassembles it (ChunkAssembler) and routes it to its fragment: `_push` below
+ 1. learners/diloco_sync.py         step_boundary: d = θ − anchor of a fragment that is due, q4 with error feedback
+ 2. learners/transport/outbox.py    the newest push per fragment, chunked (schemas/fragments.py) onto YETO_FRAG
+ 3. services/syncer/dataplane.py    fetches each chunk and hands it to SyncerCore.receive (this file, `_push`)
  4. services/syncer/admission.py    admit: fingerprint, generation, numel, duplicate, base version lag
  5. services/syncer/fragment.py     take_in: decode (schemas/codecs.py) into a row, its Gram row on the way (gram.py)
- 6. services/syncer/rounds.py       the push joins the round; decide: quorum, grace (grace.py) -> merge now or wake at
- 7. services/syncer/merge.py        weights, avg/RDA from G, the fused Nesterov outer step (via FragmentState.merge)
- 8. services/syncer/broadcast.py    the new version as a delta against the shadow, plus keyframes (FragmentState.publish)
- 9. services/syncer/outputs.py      perform: the snapshot if due (snapshot.py), then broadcast chunks and events
-                                    (bus_sink.py in the service; learners apply them in diloco_sync.py)
+ 6. services/syncer/rounds.py       the push joins the round; decide: quorum, grace (grace.py) -> MergeNow or WakeAt
+ 7. services/syncer/merge.py        weights, avg/RDA from G, the fused Nesterov outer step (FragmentState.merge)
+ 8. services/syncer/broadcast.py    the new version as a delta against the shadow, and keyframes (FragmentState.publish)
+ 9. services/syncer/outputs.py      perform, in order: the snapshot if due (snapshot.py), the broadcast's chunks, the
+                                    events (bus_sink.py); learners apply the globals in diloco_sync.py
 
     core = SyncerCore(config, run_id=...)            # fingerprint adopted from the first learner if None
     outputs = core.receive(header, chunk, now)        # one NATS message of the fragment stream
@@ -27,8 +27,7 @@ import numpy as np
 from yeto.schemas import codecs
 from yeto.schemas.fragments import ChunkAssembler, FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer import reports
-from yeto.services.syncer.admission import admit
+from yeto.services.syncer import admission, reports
 from yeto.services.syncer.fragment import FragmentState
 from yeto.services.syncer.ledger import Ledger
 from yeto.services.syncer.outputs import Broadcast, SaveSnapshot
@@ -52,11 +51,11 @@ class SyncerCore:
         if h.kind not in ("push", "init"):
             return []
         if self.owned is not None and h.fragment not in self.owned:   # one event per message, not per chunk
-            return [self.report.rejected(h, "not_owned", f"fragment {h.fragment} belongs to another syncer instance")] if h.chunk == 0 else []
+            return [self.report.rejected(h, admission.not_owned(h))] if h.chunk == 0 else []
         try:
             payload = self.assembler.add(h, chunk)
         except FragmentError as e:
-            return [self.report.rejected(h, e.reason, e.detail)]
+            return [self.report.rejected(h, admission.Rejection(e.reason, e.detail))]
         if payload is None:
             return []
         self.fingerprint = self.fingerprint or h.fingerprint
@@ -68,21 +67,22 @@ class SyncerCore:
     def _push(self, h: FragmentHeader, payload: bytes, now: float) -> list:
         frag = self.fragments.get(h.fragment)
         if frag is None:
-            return [self.report.rejected(h, "bad_header", f"fragment {h.fragment} has no version 0 yet; the learner sends its init first")]
-        rejection = admit(h, fingerprint=self.fingerprint, version=frag.version, numel=frag.numel,
-                          record=self.learners.get(h.learner), config=self.config)
+            return [self.report.rejected(h, admission.before_version_0(h))]
+        rejection = admission.admit(h, fingerprint=self.fingerprint, version=frag.version, numel=frag.numel,
+                                    record=self.learners.get(h.learner), config=self.config)
         if rejection is not None:
-            return [self.report.rejected(h, rejection.reason, rejection.detail)]
+            return [self.report.rejected(h, rejection)]
         products = frag.take_in(h, payload)
         if not np.isfinite(products[-1]):
-            return [self.report.rejected(h, "non_finite", f"push of fragment {h.fragment} at step {h.local_step} holds NaN or infinity")]
+            return [self.report.rejected(h, admission.non_finite(h))]
         out = [self.report.joined(h)] if self.learners.note(h, now, admitted=True) else []
         frag.add(h, now, products)
         return out + self._decide(frag, now)
 
     def _decide(self, frag: FragmentState, now: float) -> list:
         live = self.learners.live(now, self.config.learner_timeout_s)
-        intent = decide(frag.round, live=live, slowest_step_s=self.learners.slowest_step_s(live), now=now, config=self.config)
+        slowest = self.learners.slowest_step_s(live)
+        intent = decide(frag.round, live=live, slowest_step_s=slowest, now=now, config=self.config)
         if isinstance(intent, MergeNow):
             return self._merge(frag, intent)
         return [intent] if isinstance(intent, WakeAt) else []
@@ -92,28 +92,30 @@ class SyncerCore:
         combo, weights, lags, seconds = frag.merge(headers, self.config, self.clock)
         if combo is None:
             return [self.report.aborted(frag.fragment, frag.version, headers)]
-        merged = self.report.merged(frag.fragment, frag.version, headers, weights, lags, self.learners.credit(headers), m, seconds, combo)
+        credits = self.learners.credit(headers)
+        merged = self.report.merged(frag.fragment, frag.version, headers, weights, lags, credits, m, seconds, combo)
         return [merged] + self._publish(frag)
 
     def _publish(self, frag: FragmentState) -> list:
         messages, snapshot_due = frag.publish(self.config.snapshot_every)
         out = [SaveSnapshot(self.snapshot(frag.fragment))] if snapshot_due else []   # durable before learners see it
-        return out + [Broadcast(h, payload) for h, payload in messages] + [self.report.published(frag.fragment, frag.version, messages)]
+        out += [Broadcast(h, payload) for h, payload in messages]
+        return out + [self.report.published(frag.fragment, frag.version, messages)]
 
     def _init(self, h: FragmentHeader, payload: bytes, now: float) -> list:
         if h.fingerprint != self.fingerprint:
-            return [self.report.rejected(h, "fingerprint", f"layout fingerprint {h.fingerprint[:12]}... differs from the run's {self.fingerprint[:12]}...")]
+            return [self.report.rejected(h, admission.other_layout(h, self.fingerprint))]
         out = [self.report.joined(h)] if self.learners.note(h, now, admitted=False) else []
         frag = self.fragments.get(h.fragment)
-        if frag is None:
-            frag = self.fragments[h.fragment] = FragmentState.adopt(h, codecs.decode(h.codec, payload, h.numel), self.run_id, self.config)
+        if frag is None:                   # the first init of a fragment is its version 0
+            values = codecs.decode(h.codec, payload, h.numel)
+            frag = self.fragments[h.fragment] = FragmentState.adopt(h, values, self.run_id, self.config)
             return out + self._publish(frag)
         if frag.init_sha not in (None, h.sha256):
-            out.append(self.report.rejected(h, "init_mismatch", f"initial values of fragment {h.fragment} differ from the adopted version 0; "
-                                            "the learner will be overwritten by the keyframe (check seeds and dtypes)"))
+            out.append(self.report.rejected(h, admission.init_mismatch(h)))
         return out
 
-    def final_cut(self, now: float) -> list:
+    def final_cut(self) -> list:
         """Merge whatever pushes are in, quorum or not: the run's last round of every fragment."""
         out: list = []
         for p, frag in sorted(self.fragments.items()):
@@ -129,6 +131,6 @@ class SyncerCore:
         for p, s in sorted(snaps.items()):
             self.fingerprint = self.fingerprint or s.fingerprint
             if s.fingerprint != self.fingerprint:
-                raise ValueError(f"snapshot of fragment {p} has another layout fingerprint; it belongs to another run or layout")
+                raise ValueError(f"snapshot of fragment {p} has another layout fingerprint: another run's, or another layout's")
             self.fragments[p] = FragmentState.restored(s, self.run_id, self.config)
             self.learners.restore(p, s.ledger, now)

@@ -103,8 +103,8 @@ class DataPlane:
         try:
             header = FragmentHeader.from_nats(msg.headers)
         except FragmentError as e:
-            await bus.publish(LearnerRejected(id=derive_id(self.instance, msg.seq, "bad_header"), run_id=run_id, source=self.instance,
-                                              learner="?", fragment=-1, reason=e.reason, detail=e.detail))
+            await bus.publish(LearnerRejected(id=derive_id(self.instance, msg.seq, "bad_header"), run_id=run_id,
+                                              source=self.instance, learner="?", fragment=-1, reason=e.reason, detail=e.detail))
             await msg.term()
             return
         async with self.lock:

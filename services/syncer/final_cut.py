@@ -43,7 +43,7 @@ async def final_cut(plane: DataPlane, bus: Bus, request: FinalCutRequested, sync
     plane.cutting.add(run_id)
     async with plane.lock:
         core = plane.core(run_id, sync)
-        await plane.perform(bus, run_id, core.final_cut(time.monotonic()))
+        await plane.perform(bus, run_id, core.final_cut())
         digest, versions = hashlib.sha256(), {}
         for p in sorted(core.fragments):
             _, sha = await asyncio.to_thread(snapshot.write, plane.dir / run_id, core.snapshot(p))

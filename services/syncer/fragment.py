@@ -34,7 +34,8 @@ class FragmentState:
 
     @classmethod
     def restored(cls, s: FragmentSnapshot, run_id: str, config: SyncConfig) -> FragmentState:
-        state = cls(FragmentRows(s.theta, s.momentum), _shadow(run_id, s.fragment, s.fingerprint, s.role, config), version=s.version)
+        shadow = _shadow(run_id, s.fragment, s.fingerprint, s.role, config)
+        state = cls(FragmentRows(s.theta, s.momentum), shadow, version=s.version)
         state.shadow.reset(s.version, s.shadow)
         return state
 

@@ -8,7 +8,8 @@ def quorum_size(num_live: int, quorum: int | None) -> int:
     return max(1, min(wanted, num_live))
 
 
-def grace_s(*, slowest_step_s: float, quorum_s: float, sync_s: float, gamma: float, tau_steps: float, grace_max_s: float) -> float:
+def grace_s(*, slowest_step_s: float, quorum_s: float, sync_s: float, gamma: float, tau_steps: float,
+            grace_max_s: float) -> float:
     """grace = clamp(gamma * (tau * xi_step - xi_quorum - xi_sync), 0, grace_max).
 
     The budget is tau inner steps of the slowest live learner; what reaching quorum and the last sync

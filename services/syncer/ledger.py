@@ -34,10 +34,9 @@ class Ledger(dict[str, LearnerRecord]):
     def note(self, h: FragmentHeader, now: float, *, admitted: bool) -> bool:
         """Record that `h` came in (an admitted push also advances its fragment's last step); True if the
         learner id or its generation is new."""
-        record = self.get(h.learner)
-        fresh = record is None or h.generation > record.generation
-        if fresh:
-            record = self[h.learner] = LearnerRecord(generation=h.generation)
+        old = self.get(h.learner)
+        fresh = old is None or h.generation > old.generation
+        record = self[h.learner] = LearnerRecord(generation=h.generation) if old is None or fresh else old
         if admitted:
             record.last_step[h.fragment] = max(h.local_step, record.last_step.get(h.fragment, -1))
         record.last_seen = now
@@ -57,12 +56,12 @@ class Ledger(dict[str, LearnerRecord]):
             self[h.learner].tokens_merged += credit
         return credits
 
-    def entries(self, fragment: int) -> dict[str, dict]:
+    def entries(self, fragment: int) -> dict[str, dict[str, int]]:
         """The snapshot's ledger of one fragment: what resume needs to refuse replays and not credit twice."""
         return {name: {"generation": rec.generation, "last_step": rec.last_step.get(fragment, -1),
                        "credited_to": rec.credited_to.get(fragment, 0)} for name, rec in self.items()}
 
-    def restore(self, fragment: int, entries: dict[str, dict], now: float) -> None:
+    def restore(self, fragment: int, entries: dict[str, dict[str, int]], now: float) -> None:
         """Merge a snapshot's ledger in; its learners count as live (last seen `now`) until they time out."""
         for name, entry in entries.items():
             rec = self.get(name)

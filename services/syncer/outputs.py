@@ -34,6 +34,9 @@ class SaveSnapshot:
     snapshot: FragmentSnapshot
 
 
+Output = Event | Broadcast | SaveSnapshot | WakeAt
+
+
 class Sink(Protocol):
     """Where outputs go. Methods may return None or an awaitable (then use perform_async)."""
 
@@ -45,7 +48,7 @@ class Sink(Protocol):
     def wake(self, at: float) -> Any: ...                     # call core.tick(at) then (a round's grace deadline)
 
 
-def calls(outputs: Iterable, sink: Sink) -> Iterator[Any]:
+def calls(outputs: Iterable[Output], sink: Sink) -> Iterator[Any]:
     """Each output as the sink's calls, made one at a time as the iterator advances."""
     for out in outputs:
         if isinstance(out, SaveSnapshot):
@@ -59,11 +62,11 @@ def calls(outputs: Iterable, sink: Sink) -> Iterator[Any]:
             yield sink.event(out)
 
 
-def perform(outputs: Iterable, sink: Sink) -> None:
+def perform(outputs: Iterable[Output], sink: Sink) -> None:
     for _ in calls(outputs, sink):
         pass
 
 
-async def perform_async(outputs: Iterable, sink: Sink) -> None:
+async def perform_async(outputs: Iterable[Output], sink: Sink) -> None:
     for call in calls(outputs, sink):
         await call                 # each effect done before the next starts: the order above is kept

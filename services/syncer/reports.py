@@ -7,6 +7,7 @@ import numpy as np
 from yeto.schemas.base import derive_id
 from yeto.schemas.fragments import FragmentHeader
 from yeto.schemas.training import GlobalVersionPublished, LearnerJoined, LearnerRejected, RoundAborted, RoundMerged
+from yeto.services.syncer.admission import Rejection
 from yeto.services.syncer.merge import Combination
 from yeto.services.syncer.rounds import MergeNow
 
@@ -15,10 +16,11 @@ class Reports:
     def __init__(self, run_id: str, source: str) -> None:
         self.run_id, self.source = run_id, source
 
-    def rejected(self, h: FragmentHeader, reason: str, detail: str) -> LearnerRejected:
+    def rejected(self, h: FragmentHeader, why: Rejection) -> LearnerRejected:
         return LearnerRejected(id=derive_id(self.run_id, "LearnerRejected", h.learner, h.generation, h.fragment, h.kind,
-                                            h.local_step, h.chunk, reason), run_id=self.run_id, source=self.source,
-                               learner=h.learner, generation=h.generation, fragment=h.fragment, reason=reason, detail=detail)
+                                            h.local_step, h.chunk, why.reason), run_id=self.run_id, source=self.source,
+                               learner=h.learner, generation=h.generation, fragment=h.fragment, reason=why.reason,
+                               detail=why.detail)
 
     def joined(self, h: FragmentHeader) -> LearnerJoined:
         return LearnerJoined(id=derive_id(self.run_id, "LearnerJoined", h.learner, h.generation), run_id=self.run_id,

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from yeto.schemas.base import Event, parse, to_bytes
-from yeto.schemas.fleet import RunLaunched
+from yeto.schemas.base import Event, Message, parse, to_bytes
 from yeto.schemas.final import FinalCutDone, FinalCutRequested
+from yeto.schemas.fleet import RunLaunched
 
 
 @dataclass(frozen=True)
 class RunInfo:
-    sync: dict
+    sync: dict[str, Any]
     cut_requested: FinalCutRequested | None = None
     cuts_done: frozenset[tuple[int, int]] = frozenset()      # (K, N) of the shards that reported FinalCutDone
 
@@ -53,10 +54,11 @@ def evolve(state: SyncerState, event: Event) -> SyncerState:
     return replace(state, runs=runs)
 
 
-def decide(state: SyncerState, msg, now) -> list:
+def decide(state: SyncerState, msg: Message | None, now: object) -> list[FinalCut]:
     if msg is not None and not isinstance(msg, FinalCutRequested):
         return []
-    return [FinalCut(info.cut_requested) for run_id, info in state.runs.items() if info.cut_requested and not state.cut_done(run_id)]
+    return [FinalCut(info.cut_requested) for run_id, info in state.runs.items()
+            if info.cut_requested and not state.cut_done(run_id)]
 
 
 CODEC_VERSION = "1"      # bump when SyncerState's shape changes: older snapshots are then ignored (full replay)
@@ -72,6 +74,13 @@ def dump(state: SyncerState) -> bytes:
 
 def load(data: bytes, shard: tuple[int, int] = (0, 1)) -> SyncerState:
     runs = {run_id: RunInfo(sync=info["sync"], cuts_done=frozenset((k, n) for k, n in info["cuts_done"]),
-                            cut_requested=parse(info["cut_requested"]) if info["cut_requested"] else None)
+                            cut_requested=_request(info["cut_requested"]))
             for run_id, info in json.loads(data)["runs"].items()}
     return SyncerState(runs=runs, shard=shard)
+
+
+def _request(raw: dict[str, Any] | None) -> FinalCutRequested | None:
+    msg = None if raw is None else parse(raw)
+    if msg is not None and not isinstance(msg, FinalCutRequested):
+        raise ValueError(f"a syncer snapshot holds a {msg.type} where a FinalCutRequested belongs")
+    return msg

@@ -106,4 +106,5 @@ def history() -> dict:
               for e in events if isinstance(e, RoundMerged)]
     return {"seed": SEED, "rounds": rounds,
             "rejected": [[e.learner, e.fragment, e.reason] for e in events if isinstance(e, LearnerRejected)],
-            "published": [[e.fragment, e.global_version, e.keyframe, e.num_bytes] for e in events if isinstance(e, GlobalVersionPublished)]}
+            "published": [[e.fragment, e.global_version, e.keyframe, e.num_bytes]
+                          for e in events if isinstance(e, GlobalVersionPublished)]}

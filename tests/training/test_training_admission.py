@@ -18,7 +18,8 @@ N, FP = 600, "a" * 64
 def msg(kind="push", codec="q4", values=None, **fields):
     values = np.full(N, 0.01, np.float32) if values is None else values
     payload = codecs.encode(codec, values)
-    h = dict(run_id="r", learner="l0", fragment=0, kind=kind, fingerprint=FP, codec=codec, numel=N, c_tokens=10, c_steps=1, local_step=1)
+    h = dict(run_id="r", learner="l0", fragment=0, kind=kind, fingerprint=FP, codec=codec, numel=N, c_tokens=10, c_steps=1,
+             local_step=1)
     h.update(fields)
     return split_chunks(FragmentHeader(**h), payload, chunk_bytes=200)
 
@@ -90,8 +91,8 @@ def test_quorum_and_grace_formulas():
 
 
 def test_overlapping_pushes_are_credited_their_tokens_once():
-    from yeto.services.syncer.ledger import LearnerRecord
     from yeto.schemas.fragments import FragmentHeader
+    from yeto.services.syncer.ledger import LearnerRecord
 
     def push(c_tokens, tokens_to, fragment=0, generation=0):
         return FragmentHeader(run_id="r", learner="a", generation=generation, fragment=fragment, numel=1,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import syncer_scenario  # noqa: E402
+import syncer_scenario
 
 GOLDEN = Path(__file__).parent / "fixtures" / "syncer_golden.json"
 F64_REL = 1e-12   # weights and grace times are float64 arithmetic; only libm's pow (staleness^lag) may differ by an ulp

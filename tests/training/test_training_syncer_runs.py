@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import reduce
 
-from yeto.schemas.fleet import RunLaunched
 from yeto.schemas.final import FinalCutDone, FinalCutRequested
+from yeto.schemas.fleet import RunLaunched
 from yeto.services.syncer import runs
 
 SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": "", "spot": False}
@@ -38,7 +38,8 @@ def test_snapshot_codec_round_trips_exactly_and_resumes_like_a_full_replay():
     other = runs.load(runs.dump(state), shard=(0, 2))           # every shard resumes from the one snapshot
     assert other == reduce(runs.evolve, events, runs.SyncerState(shard=(0, 2))) and not other.cut_done("r2")
     later = [FinalCutDone(run_id="r1", versions={1: 4}, snapshot_path="/s", sha256="c", shard=1, num_shards=2)]
-    resumed = reduce(runs.evolve, later, runs.load(runs.dump(reduce(runs.evolve, events[:3], runs.SyncerState(shard=(1, 2)))), (1, 2)))
+    snapshot = runs.dump(reduce(runs.evolve, events[:3], runs.SyncerState(shard=(1, 2))))
+    resumed = reduce(runs.evolve, later, runs.load(snapshot, (1, 2)))
     assert resumed == reduce(runs.evolve, events[:3] + later, runs.SyncerState(shard=(1, 2)))
     assert runs.decide(resumed, None, 0.0) == []
 
@@ -47,7 +48,8 @@ def test_the_syncer_service_snapshots_its_runs_with_that_codec_as_its_own_shard(
     from yeto.services.syncer.dataplane import DataPlane
     from yeto.services.syncer.wiring import spec
 
-    events = [RunLaunched(run_id="r1", fleet=[SPEC], recipe={"sync": {"quorum": 2}}), FinalCutRequested(run_id="r1", reason="user"),
+    events = [RunLaunched(run_id="r1", fleet=[SPEC], recipe={"sync": {"quorum": 2}}),
+              FinalCutRequested(run_id="r1", reason="user"),
               FinalCutDone(run_id="r1", versions={0: 3}, snapshot_path="/s", sha256="a", shard=0, num_shards=2)]
     written = reduce(runs.evolve, events, runs.SyncerState(shard=(0, 2)))
     codec = spec(DataPlane(state_dir=tmp_path, shard=(1, 2))).codec
