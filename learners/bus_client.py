@@ -11,8 +11,10 @@ The bus re-creates watches after a server restart (a 1 s heartbeat notices it).
 """
 from __future__ import annotations
 
+import asyncio
 import time
 
+from yeto.infra.bus import Bus, Delivery
 from yeto.infra.bus import connect as connect_bus
 from yeto.learners.layout import Layout
 from yeto.learners.transport.final import FinalWatch
@@ -36,7 +38,8 @@ class NatsTransport:
         self.outbox, self.inbox, self.final, self.keyframes = Outbox(), Inbox(), FinalWatch(), KeyframeIndex()
         self.reports = Reports(run_id=run_id, learner=learner, generation=generation,
                                progress_every_s=progress_every_s, started_at=time.monotonic())
-        self._bus, self._fetches = None, set()     # running fetch tasks, held so none is collected mid-way
+        self._bus: Bus | None = None
+        self._fetches: set[asyncio.Task[None]] = set()   # running fetch tasks, held so none is collected mid-way
         self.thread = BusThread(f"bus-{learner}", self._main)
         self.thread.start()
 
@@ -96,7 +99,7 @@ class NatsTransport:
             await watch.close()
         await bus.close()
 
-    async def _on_global(self, delivery) -> None:
+    async def _on_global(self, delivery: Delivery) -> None:
         header = self.inbox.add(delivery.headers, delivery.data)
         if header is not None:
             self._start_fetch(header.fragment, self.keyframes.announce(header, delivery.seq))

@@ -61,7 +61,7 @@ class DilocoHook:
     def progress(self, result: StepReport) -> None:
         self.transport.progress(result)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         """What the protocol cost this learner: keyframes adopted by checksum or fetched, chunks dropped, bytes."""
         return dict(adopted=self.sync.keyframes.num_adopted, keyframes_requested=len(self.sync.keyframes.requested),
                     dropped_chunks=self.sync.num_dropped, bytes_sent=self.transport.bytes_sent,

@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import threading
+from typing import Protocol
 
 from yeto.schemas.base import parse
+from yeto.schemas.final import CheckpointMarkedFinal
+
+
+class Delivered(Protocol):
+    data: bytes
 
 
 class FinalWatch:
@@ -13,8 +19,10 @@ class FinalWatch:
         self._lock = threading.Lock()
         self._versions: dict[int, int] | None = None
 
-    async def on_marked(self, delivery) -> None:
+    async def on_marked(self, delivery: Delivered) -> None:
         marked = parse(delivery.data)
+        if not isinstance(marked, CheckpointMarkedFinal):
+            return
         with self._lock:
             self._versions = dict(marked.versions)
 

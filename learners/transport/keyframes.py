@@ -10,11 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from yeto.schemas.fragments import FragmentHeader
 
 log = logging.getLogger(__name__)
 Key = tuple[int, int]                      # (fragment, version)
+
+
+class DirectGet(Protocol):
+    """The part of the bus (yeto.infra.bus.Bus) a fetch uses."""
+
+    async def direct_get(self, stream: str, seq: int, *, timeout_s: float = ...) -> tuple[dict[str, str], bytes] | None: ...
 
 
 class KeyframeIndex:
@@ -43,9 +50,9 @@ class KeyframeIndex:
         return dict(seqs)
 
 
-async def fetch(bus, stream: str, seqs: dict[int, int], deliver: Callable[[dict[str, str], bytes], None], *,
+async def fetch(bus: DirectGet, stream: str, seqs: dict[int, int], deliver: Callable[[dict[str, str], bytes], None], *,
                 tries: int = 6) -> None:
-    """Get every chunk by stream sequence from `bus` (yeto.infra.bus.Bus) and hand it to `deliver`, in chunk
+    """Get every chunk by stream sequence from `bus` and hand it to `deliver`, in chunk
     order. A server restart or a slow link: back off and retry; after `tries`, give up until the next
     keyframe is announced (and asked for). A chunk the stream no longer holds was replaced by a newer
     keyframe, which is announced in turn."""

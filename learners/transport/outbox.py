@@ -9,12 +9,22 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict, deque
+from typing import Protocol
 
 from yeto.schemas.base import Event
 from yeto.schemas.fragments import FragmentHeader, split_chunks
 from yeto.schemas.subjects import fragment_subject
 
 log = logging.getLogger(__name__)
+
+
+class Publisher(Protocol):
+    """The part of the bus (yeto.infra.bus.Bus) the outbox uses."""
+
+    async def publish(self, msg: Event, *, retry_for: float = ...) -> int: ...
+
+    async def publish_raw(self, subject: str, payload: bytes, *, msg_id: str | None = ...,
+                          headers: dict[str, str] | None = ..., retry_for: float = ...) -> int: ...
 
 
 class Outbox:
@@ -38,8 +48,8 @@ class Outbox:
         with self._lock:
             return bool(self._pushes or self._events)
 
-    async def send_one(self, bus) -> bool:
-        """Publish the oldest queued item over `bus` (yeto.infra.bus.Bus); True if something was published,
+    async def send_one(self, bus: Publisher) -> bool:
+        """Publish the oldest queued item over `bus`; True if something was published,
         False if the outbox is empty or the server is away (the item stays queued)."""
         with self._lock:
             event = self._events[0] if self._events else None
@@ -50,7 +60,7 @@ class Outbox:
                 with self._lock:
                     self._events.popleft()
                 return True
-            if item is None:
+            if key is None or item is None:
                 return False
             await self._send_push(bus, *item)
         except ConnectionError as e:  # keep training; the caller retries with backoff
@@ -61,7 +71,7 @@ class Outbox:
                 del self._pushes[key]
         return True
 
-    async def _send_push(self, bus, header: FragmentHeader, payload: bytes) -> None:
+    async def _send_push(self, bus: Publisher, header: FragmentHeader, payload: bytes) -> None:
         for h, chunk in split_chunks(header, payload):
             # The run belongs in the id: the stream de-duplicates across all runs for 10 minutes, and the
             # next run on the same stack reuses the learner names.

@@ -5,6 +5,8 @@ event is dropped by the stream's de-duplication.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from yeto.learners.layout import Layout
 from yeto.learners.transport.protocol import StepReport
 from yeto.schemas.base import Event, derive_id
@@ -24,7 +26,7 @@ class Reports:
         self.last: StepReport | None = None          # the newest step seen
         self.reported: StepReport | None = None      # the newest step reported
 
-    def _fields(self, type_: str, *key) -> dict:
+    def _fields(self, type_: str, *key: object) -> dict[str, Any]:
         return dict(id=derive_id(self.run_id, type_, self.learner, self.generation, *key), run_id=self.run_id,
                     source=self.learner, learner=self.learner, generation=self.generation)
 

@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 class BusThread:
     def __init__(self, name: str, main: Callable[[], Awaitable[None]]) -> None:
         self.loop = asyncio.new_event_loop()
-        self._main, self._wake = main, None
+        self._main = main
+        self._wake: asyncio.Event | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -25,7 +26,7 @@ class BusThread:
         asyncio.set_event_loop(self.loop)
         self.loop.run_until_complete(self._main())
 
-    def call(self, fn: Callable, *args) -> None:
+    def call(self, fn: Callable[..., object], *args: object) -> None:
         """Run `fn(*args)` on the loop, soon (from any thread)."""
         self.loop.call_soon_threadsafe(fn, *args)
 
