@@ -39,17 +39,8 @@ def test_learners_reach_the_bus_only_through_the_transport():
             assert i.source.startswith(("yeto.learners.bus_client", "yeto.learners.transport")), f"{i}: use the transport"
 
 
-# Cycles being taken apart in this redesign step, by a module in them; any other cycle fails at once.
-KNOWN_CYCLES = {"yeto.cli.runs": "yeto/cli/runs.py and yeto/cli/tape.py import each other",
-                "yeto.infra.bus": "infra/bus.py's connect() imports bus_nats.py, which imports bus.py back",
-                "yeto.infra.runner": "infra/runner.py and its runner_*.py parts import each other"}
-
-
 def test_no_import_cycles_among_yeto_modules():
-    found = cycles(ROOT)
-    assert [c for c in found if not KNOWN_CYCLES.keys() & set(c)] == []
-    if found:
-        pytest.xfail("; ".join(KNOWN_CYCLES[m] for c in found for m in c if m in KNOWN_CYCLES))
+    assert cycles(ROOT) == []
 
 
 def test_pure_cores_read_no_clock_file_environment_or_network():
