@@ -25,6 +25,15 @@ def test_each_layer_imports_only_what_the_layering_allows():
     assert layer_violations(ROOT) == []
 
 
+def _schemas_reaching_out(root: Path) -> list[str]:
+    return [str(i) for i in imports(root) if i.source.startswith("yeto.schemas")
+            and i.target.split(".")[0] in {"nats", "duckdb", "subprocess", "socket", "requests"}]
+
+
+def test_no_schemas_module_imports_the_bus_the_tape_processes_or_sockets():
+    assert _schemas_reaching_out(ROOT) == []
+
+
 def test_services_never_import_each_other():
     for i in imports(ROOT):
         if i.source.startswith("yeto.services."):
@@ -125,6 +134,11 @@ def test_the_cycle_check_catches_a_loop_through_a_lazy_import_but_not_a_type_che
                      "services/syncer/resume.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                                   "    from yeto.services.syncer.core import SyncerCore"})
     assert cycles(tmp_path) == [["yeto.cli.runs", "yeto.cli.tape"]]
+
+
+def test_the_schemas_check_catches_a_bus_import_even_in_base_py(tmp_path):
+    _tree(tmp_path, {"schemas/base.py": "import uuid\nimport nats", "schemas/events.py": "from yeto.schemas import base"})
+    assert [f.split(" ", 1)[1] for f in _schemas_reaching_out(tmp_path)] == ["imports nats"]
 
 
 @pytest.mark.parametrize("code", ["import time\nx = time.time()", "from time import monotonic", "open('f')",

@@ -25,6 +25,6 @@ def test_every_file_in_the_readme_tree_says_what_it_is_for():
     assert not silent, f"give these files a first docstring line (or a heading): {silent}"
 
 
-def test_readme_model_table_matches_yeto_models():
+def test_readme_model_table_matches_the_alias_table():
     result = _check("gen_model_table.py")
     assert result.returncode == 0, result.stderr
