@@ -12,7 +12,15 @@ from datetime import datetime
 from typing import Any
 
 from yeto.schemas.base import SYSTEM_RUN, Event
-from yeto.schemas.final import ArtifactWritten, CheckpointMarkedFinal, FinalCutDone, FinalCutRequested
+from yeto.schemas.final import (
+    ArtifactWritten,
+    CheckpointMarkedFinal,
+    FinalCutDone,
+    FinalCutRequested,
+    RunFailed,
+    RunFinalized,
+    RunStopped,
+)
 from yeto.schemas.fleet import IslandEvent, IslandReplaced, IslandUp, RunLaunched
 from yeto.schemas.island_view import Island, beat, fold_island, island_index
 from yeto.schemas.spend import hours_between
@@ -95,7 +103,7 @@ def _evolve(v: RunView, e: Event) -> RunView:
             return v
         islands = tuple(Island.launched(i, spec, e.ts) for i, spec in enumerate(e.fleet))
         return replace(v, fleet=tuple(e.fleet), recipe=e.recipe, launched_at=e.ts, islands=islands)
-    if e.type in RUN_END:
+    if isinstance(e, (RunFinalized, RunFailed, RunStopped)):
         if v.ended:
             return v
         islands = tuple(replace(isl, meter=isl.meter.stop(e.ts)) for isl in v.islands)
