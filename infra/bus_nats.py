@@ -36,20 +36,30 @@ class NatsBus:
 
     @classmethod
     async def connect(cls, url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> "NatsBus":
-        deadline = asyncio.get_running_loop().time() + connect_timeout
         tls = None
         if url.startswith("tls://"):  # a head VM's self-signed certificate, pinned through $YETO_NATS_CA
             tls = ssl.create_default_context(cafile=os.environ.get("YETO_NATS_CA") or None)
             tls.check_hostname = False
-        while True:
+        # nats-py retries the first connection forever (max_reconnect_attempts=-1, also what keeps a running
+        # service through a server restart), refused and unauthorized alike: the deadline is ours to keep.
+        nc, errors = nats.NATS(), []
+
+        async def on_error(e: Exception) -> None:
+            errors[:] = [e]       # the last one, for the message should the deadline pass
+            await _log_error(e)
+        try:
+            await asyncio.wait_for(nc.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+                                              connect_timeout=2, allow_reconnect=True, error_cb=on_error, tls=tls),
+                                   connect_timeout)
+        except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:
             try:
-                nc = await nats.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
-                                        connect_timeout=2, allow_reconnect=True, error_cb=_log_error, tls=tls)
-                return cls(nc, name)
-            except (OSError, NatsTimeout, nats.errors.NoServersError):
-                if asyncio.get_running_loop().time() > deadline:
-                    raise ConnectionError(f"cannot reach NATS at {url}: is the stack up? (`yeto stack up`)") from None
-                await asyncio.sleep(0.2)
+                await asyncio.wait_for(nc.close(), 1.0)
+            except Exception:  # noqa: BLE001 - it never connected: nothing more to release
+                pass
+            last = errors[-1] if errors else e
+            raise ConnectionError(f"cannot reach NATS at {url} within {connect_timeout:.0f}s ({last}): is the stack "
+                                  f"up? (`yeto stack up`)") from None
+        return cls(nc, name)
 
     async def publish(self, msg: Message, *, retry_for: float = 60.0) -> int:
         return await self.publish_raw(subject_of(msg), to_bytes(msg), msg_id=msg.id, retry_for=retry_for)

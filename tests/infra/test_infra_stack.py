@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from yeto.infra.bus import Bus
-
 from yeto.cli.main import main
 from yeto.infra import stack
+from yeto.infra.bus import connect
+from yeto.schemas.base import SYSTEM_RUN
+from yeto.schemas.subjects import event_subject
 
 pytestmark = pytest.mark.slow
 
@@ -34,12 +35,17 @@ def test_stack_up_is_idempotent_and_down_stops_what_it_started(tmp_path, capsys)
 
 
 async def _services_started(url: str) -> set[str]:
-    bus = await Bus.connect(url)
-    sub = await bus.js.subscribe("yeto.evt._.ServiceStarted", ordered_consumer=True)
-    names = set()
+    bus = await connect(url)
+    names, all_four = set(), asyncio.Event()
+
+    async def on_started(d) -> None:
+        names.add(json.loads(d.data)["service"])
+        if len(names) >= 4:
+            all_four.set()
     try:
-        while len(names) < 4:
-            names.add(json.loads((await sub.next_msg(timeout=30)).data)["service"])
+        watch = await bus.watch(event_subject(SYSTEM_RUN, "ServiceStarted"), on_started)
+        await asyncio.wait_for(all_four.wait(), 30)
+        await watch.close()
     finally:
         await bus.close()
     return names
@@ -47,8 +53,6 @@ async def _services_started(url: str) -> set[str]:
 
 def test_head_stack_serves_tls_with_credentials_and_refuses_anonymous_clients(tmp_path, monkeypatch):
     import os
-
-    import nats
 
     state = tmp_path / "head"
     rec = stack.up(state, head_run="r-head", hosts=["127.0.0.1"])
@@ -59,8 +63,7 @@ def test_head_stack_serves_tls_with_credentials_and_refuses_anonymous_clients(tm
         assert asyncio.run(_services_started(rec["url"])) == {"planner", "launcher", "syncer", "finalizer"}
 
         async def anonymous():
-            await nats.connect(f"tls://127.0.0.1:{rec['port']}", connect_timeout=2, max_reconnect_attempts=0,
-                               allow_reconnect=False)
+            await connect(f"tls://127.0.0.1:{rec['port']}", connect_timeout=2)
 
         with pytest.raises(Exception):
             asyncio.run(anonymous())
@@ -76,7 +79,7 @@ def test_head_cleans_itself_up_only_after_the_run_is_finalized_and_uploaded(tmp_
     rec = stack.up(tmp_path / "s")
     try:
         async def scenario():
-            bus = await Bus.connect(rec["url"])
+            bus = await connect(rec["url"])
             first = await uploaded_and_finalized(rec["url"], "r-up")
             await bus.publish(ArtifactWritten(run_id="r-up", output="s3://b/r-up", local_path="/x", artifact_kind="adapter",
                                               files=["adapter_model.safetensors"], manifest_sha256="0" * 64, uploaded=True))
