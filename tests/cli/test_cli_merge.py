@@ -10,7 +10,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
 from learner_tiny import write_model_dir
-
 from yeto.cli.main import main
 
 
