@@ -60,6 +60,7 @@ def test_pure_cores_read_no_clock_file_environment_or_network():
 
 def test_every_package_folder_is_listed_in_pyproject():
     conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {folder: name for name, folder in conf["package-dir"].items()} == FOLDERS   # what the import graph maps
     listed = set(conf["packages"])
     found = set()
     for folder, dotted in FOLDERS.items():
