@@ -29,7 +29,7 @@ test-e2e: setup
 
 # Strictly typed: the contract and the pure cores that pass today (add a module once it does).
 STRICT := -p yeto.schemas $(addprefix -m yeto.services.,planner.logic planner.plan planner.request planner.memory \
-	planner.candidates planner.gpus planner.api finalizer.state launcher.state syncer.rounds)
+	planner.candidates planner.explain planner.gpus planner.api finalizer.state launcher.state syncer.rounds)
 
 # Not part of `make test` yet: every file must pass first. Both tools run; either failing fails.
 # mypy follows yeto.* imports through build/links (scripts/link_packages.py: package-dir as folder links).

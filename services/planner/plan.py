@@ -11,6 +11,7 @@ from yeto.schemas.gpuspec import IslandSpec, format_gpu
 from yeto.schemas.model_source import resolve_model
 from yeto.services.planner.candidates import Candidate, dedupe, over_budget, screen
 from yeto.services.planner.catalog import Offering
+from yeto.services.planner.explain import launch_line, why_not
 from yeto.services.planner.memory import Workload
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals
@@ -63,18 +64,6 @@ def island_dict(c: Candidate) -> dict[str, Any]:
             "tflops": round(c.tflops, 2), "memory_per_gpu_gb": round(c.need.total_gb, 2)}
 
 
-def launch_line(req: PlanRequest, gpu: str) -> str:
-    parts = ["yeto launch", f"--model {req.model}", f"--gpu {gpu}", f"--data {req.data or '<DATA>'}"]
-    defaults = PlanRequest(model=req.model, budget=1.0)
-    for flag, attr in (("--tuning", "tuning"), ("--base-quantization", "base_quantization"),
-                       ("--seq-len", "seq_len"), ("--micro-batch", "micro_batch")):
-        if getattr(req, attr) != getattr(defaults, attr):
-            parts.append(f"{flag} {getattr(req, attr)}")
-    if not req.spot:
-        parts.append("--on-demand")
-    return " ".join(parts)
-
-
 def workload_of(req: PlanRequest) -> Workload:
     weights = req.weights_gb if req.weights_gb is not None else resolve_model(req.model).weights_gb
     if weights is None:
@@ -108,7 +97,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
         target_tflops=req.flops, max_islands=req.max_islands, group_caps=groups)
     sol = solve(problem, time_limit_s=req.time_limit_s) if cands else None
     if sol is None or sol.status == "INFEASIBLE" or not any(sol.counts):
-        return FleetPlan(feasible=False, reason=_why_not(req, cheapest), cheapest=cheapest_d, **common)
+        return FleetPlan(feasible=False, reason=why_not(req, cheapest), cheapest=cheapest_d, **common)
     chosen = [c for c, n in zip(cands, sol.counts) for _ in range(n)]
     specs = [IslandSpec(cloud=c.offering.cloud, gpu=c.offering.gpu, count=c.offering.count, nodes=c.nodes,
                         region=c.offering.region) for c in chosen]
@@ -118,16 +107,3 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
                 total_tflops=round(sum(c.tflops for c in chosen), 2), binding=sol.binding, gpu=gpu,
                 launch_command=launch_line(req, gpu), status=sol.status, gap=sol.gap,
                 solve_seconds=round(sol.solve_seconds, 4), cheapest=cheapest_d, **common)
-
-
-def _why_not(req: PlanRequest, cheapest: Candidate | None) -> str:
-    if cheapest is None:
-        return (f"no offering in the catalog can hold {req.model} within the filters (see rejected shapes); "
-                f"try --tuning lora --base-quantization nf4, a smaller --seq-len, or more clouds and regions")
-    cost = cheapest.price * (1 + req.price_margin) + req.head_price
-    name = f"{cheapest.label()} at ${cheapest.price:.2f}/hr (+{req.price_margin:.0%} margin, + head ${req.head_price:.2f}/hr)"
-    if req.budget is not None and req.flops is None:
-        return (f"budget ${req.budget:.2f}/hr fits no island: the cheapest option is {name} = ${cost:.2f}/hr; "
-                f"raise --budget to at least {cost:.2f}")
-    return (f"no fleet reaches {req.flops:g} effective TFLOPs within the limits (budget, --max-islands, stock, quotas); "
-            f"the cheapest option is {name} with {cheapest.tflops:.0f} TFLOPs")

@@ -1,0 +1,31 @@
+"""What a plan tells the user besides its numbers: the `yeto launch` line to run, or why no fleet fits (pure)."""
+from __future__ import annotations
+
+from yeto.services.planner.candidates import Candidate
+from yeto.services.planner.request import PlanRequest
+
+
+def launch_line(req: PlanRequest, gpu: str) -> str:
+    parts = ["yeto launch", f"--model {req.model}", f"--gpu {gpu}", f"--data {req.data or '<DATA>'}"]
+    defaults = PlanRequest(model=req.model, budget=1.0)
+    for flag, attr in (("--tuning", "tuning"), ("--base-quantization", "base_quantization"),
+                       ("--seq-len", "seq_len"), ("--micro-batch", "micro_batch")):
+        if getattr(req, attr) != getattr(defaults, attr):
+            parts.append(f"{flag} {getattr(req, attr)}")
+    if not req.spot:
+        parts.append("--on-demand")
+    return " ".join(parts)
+
+
+
+def why_not(req: PlanRequest, cheapest: Candidate | None) -> str:
+    if cheapest is None:
+        return (f"no offering in the catalog can hold {req.model} within the filters (see rejected shapes); "
+                f"try --tuning lora --base-quantization nf4, a smaller --seq-len, or more clouds and regions")
+    cost = cheapest.price * (1 + req.price_margin) + req.head_price
+    name = f"{cheapest.label()} at ${cheapest.price:.2f}/hr (+{req.price_margin:.0%} margin, + head ${req.head_price:.2f}/hr)"
+    if req.budget is not None and req.flops is None:
+        return (f"budget ${req.budget:.2f}/hr fits no island: the cheapest option is {name} = ${cost:.2f}/hr; "
+                f"raise --budget to at least {cost:.2f}")
+    return (f"no fleet reaches {req.flops:g} effective TFLOPs within the limits (budget, --max-islands, stock, quotas); "
+            f"the cheapest option is {name} with {cheapest.tflops:.0f} TFLOPs")
