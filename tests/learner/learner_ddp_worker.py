@@ -10,7 +10,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import learner_tiny
-
 from yeto.learners.torch import dist
 from yeto.learners.torch.build import build, resolve_accel
 from yeto.learners.torch.loop import train

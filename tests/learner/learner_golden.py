@@ -6,10 +6,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import learner_loopback
-import learner_tiny
 import torch
 
+import learner_loopback
+import learner_tiny
 from yeto.learners import accel
 from yeto.learners.torch.hook import make_hook
 from yeto.learners.torch.loop import train

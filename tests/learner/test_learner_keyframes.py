@@ -156,6 +156,35 @@ def test_only_the_island_that_sends_init_offers_initial_values_others_adopt():
                                  bytes_fetched=0)
 
 
+class Finalized(Recorder):
+    """A transport whose run is marked final at `versions`; records the acknowledgements."""
+
+    def __init__(self, versions: dict[int, int]) -> None:
+        super().__init__()
+        self.final, self.acks = versions, []
+
+    def final_versions(self):
+        return self.final
+
+    def ack_final(self, versions):
+        self.acks.append(versions)
+
+
+def test_the_final_versions_are_acknowledged_once_and_only_once_held():
+    a = learner(0)
+    shadow = BroadcastShadow(run_id="r", fingerprint=a.fingerprint, keyframe_every=16, codec_down="q4")
+    t = Finalized({p: 1 for p in a.active})
+    for h, payload in keyframes_of(a, shadow, 0, {p: a.anchors[p] for p in a.active}):
+        t.inbox += split_chunks(h, payload, 256)                  # version 0 only
+    a.step_boundary(1, 100, t)
+    assert t.acks == [], "final is version 1; this learner holds 0"
+    for h, payload in keyframes_of(a, shadow, 1, {p: a.anchors[p] + 1 for p in a.active}):
+        t.inbox += split_chunks(h, payload, 256)
+    a.step_boundary(2, 100, t)
+    a.step_boundary(3, 100, t)
+    assert t.acks == [{p: 1 for p in a.active}]
+
+
 def test_without_version_zero_a_non_init_island_offers_its_own_after_the_wait():
     clock = Clock()
 

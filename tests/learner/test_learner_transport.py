@@ -1,7 +1,7 @@
 """The parts of the learner's NATS transport, over the in-memory bus: the outbox keeps the newest push per
 fragment and sends events first; a keyframe is fetched once asked for and fully announced; progress is
-rate-limited with its tokens accumulated. (The whole NatsTransport on a real nats-server is in
-test_learner_keyframes.py.)"""
+rate-limited with its tokens accumulated; the final watch takes the run's final versions. (The whole
+NatsTransport on a real nats-server is in test_learner_keyframes.py.)"""
 from __future__ import annotations
 
 import asyncio
@@ -10,12 +10,14 @@ from dataclasses import dataclass
 import pytest
 
 from yeto.infra.bus_memory import MemoryBus
+from yeto.learners.transport.final import FinalWatch
 from yeto.learners.transport.keyframes import KeyframeIndex, fetch
 from yeto.learners.transport.outbox import Outbox
 from yeto.learners.transport.reports import Reports
 from yeto.schemas.base import parse
+from yeto.schemas.final import CheckpointMarkedFinal
 from yeto.schemas.fragments import FragmentHeader, sha256
-from yeto.schemas.subjects import fragment_subject, keyframe_subject, stream_for
+from yeto.schemas.subjects import event_subject, fragment_subject, keyframe_subject, stream_for
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -100,3 +102,19 @@ def test_progress_is_rate_limited_and_accumulates_tokens_and_close_reports_the_s
     last = r.unreported(now=13.1)
     assert last.step == 4 and last.tokens == 400
     assert r.unreported(now=13.2) is None
+
+
+def test_the_final_watch_takes_the_versions_of_checkpoint_marked_final_and_ignores_other_events():
+    async def run() -> FinalWatch:
+        bus, final, seen = MemoryBus(), FinalWatch(), asyncio.Event()
+
+        async def on_marked(delivery) -> None:
+            await final.on_marked(delivery)
+            seen.set()
+        await bus.watch(event_subject("r", "CheckpointMarkedFinal"), on_marked)
+        assert final.versions() is None
+        await bus.publish(CheckpointMarkedFinal(run_id="r", source="finalizer", versions={0: 7, 1: 6},
+                                                snapshot_path="s", sha256="x"))
+        await asyncio.wait_for(seen.wait(), 5)
+        return final
+    assert asyncio.run(run()).versions() == {0: 7, 1: 6}
