@@ -28,8 +28,11 @@ test-e2e: setup
 	$(PYTEST) -q tests -m slow
 
 # Strictly typed: the contract and the pure cores that pass today (add a module once it does).
-STRICT := -p yeto.schemas $(addprefix -m yeto.services.,planner.logic planner.plan planner.request planner.memory \
-	planner.candidates planner.explain planner.gpus planner.api finalizer.state launcher.state syncer.rounds)
+STRICT := -p yeto.schemas -p yeto.learners.transport \
+	$(addprefix -m yeto.learners.,keyframe_demand sync_hook bus_client) \
+	$(addprefix -m yeto.services.,planner.logic planner.plan planner.request planner.memory planner.candidates \
+	planner.explain planner.gpus planner.api finalizer.state launcher.state syncer.rounds syncer.grace \
+	syncer.admission syncer.ledger syncer.runs syncer.outputs)
 
 # Not part of `make test` yet: every file must pass first. Both tools run; either failing fails.
 # mypy follows yeto.* imports through build/links (scripts/link_packages.py: package-dir as folder links).
