@@ -58,7 +58,7 @@ async def publish(bus: NatsBus, msgs) -> float:
 async def drain(url: str, db: Path, target: int) -> float:
     writer, stop = TapeWriter(TapeConfig(nats_url=url, db=db, consumer="bench-drain")), asyncio.Event()
     task = asyncio.create_task(writer.run(stop))
-    while writer.sub is None:
+    while writer.pull is None:
         await asyncio.sleep(0.001)
         if task.done():
             task.result()      # the writer failed to start: raise its error rather than wait forever
