@@ -21,6 +21,8 @@ from yeto.services.syncer.snapshot import FragmentSnapshot
 
 
 class FragmentState:
+    """Everything the syncer holds of one fragment; SyncerCore routes each push to its fragment's state."""
+
     def __init__(self, rows: FragmentRows, shadow: Shadow, *, version: int = 0, init_sha: str | None = None) -> None:
         self.fragment, self.rows, self.shadow, self.init_sha = shadow.fragment, rows, shadow, init_sha
         self.round = Round(shadow.fragment, version=version)
