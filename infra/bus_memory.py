@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
-from yeto.infra.bus_types import Deliver, Delivery, NoResponders, subject_of
 from yeto.infra.bus_memory_consumer import ConsumerState, MemoryConsumer
 from yeto.infra.bus_memory_stream import MemoryStream
 from yeto.infra.bus_memory_watch import MemorySubscription, MemoryWatch
+from yeto.infra.bus_types import Deliver, Delivery, NoResponders, subject_of
 from yeto.schemas.base import Message, to_bytes
 from yeto.schemas.subjects import STREAMS, StreamSpec, stream_for, subject_matches
 
@@ -89,7 +89,7 @@ class MemoryBus:
             return await asyncio.wait_for(handler(payload), timeout_s)
         except asyncio.TimeoutError:
             raise TimeoutError(f"no answer on {subject} within {timeout_s:.0f}s") from None
-        except Exception as e:  # noqa: BLE001 - a failing server does not answer; the requester sees a timeout
+        except Exception as e:  # a failing server does not answer: the requester sees a timeout
             log.exception("handler of %s failed", subject)
             raise TimeoutError(f"no answer on {subject}: {e!r}") from None
 

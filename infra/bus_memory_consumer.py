@@ -16,7 +16,7 @@ class MemoryDelivery:
     __slots__ = ("subject", "data", "headers", "seq", "num_pending", "_state")
 
     def __init__(self, subject: str, data: bytes, headers: dict[str, str], seq: int, num_pending: int,
-                 state: "ConsumerState | None"):
+                 state: ConsumerState | None):
         self.subject, self.data, self.headers, self.seq, self.num_pending = subject, data, headers, seq, num_pending
         self._state = state
 

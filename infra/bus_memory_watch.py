@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from yeto.infra.bus_memory_consumer import MemoryDelivery
 from yeto.infra.bus_memory_stream import MemoryStream
@@ -46,7 +46,7 @@ class MemoryWatch(MemorySubscription):
                     data, headers = b"", {**headers, "Nats-Msg-Size": str(len(data))}
                 try:
                     await self.callback(MemoryDelivery(subject, data, dict(headers), seq, len(seqs) - i - 1, None))
-                except Exception:  # noqa: BLE001 - like nats-py: a failing callback loses that message, not the watch
+                except Exception:  # like nats-py: a failing callback loses that message, not the watch
                     log.exception("watch callback on %s failed", self.subject)
             changed = self.stream.changed
             if self.cursor >= self.stream.last_seq:

@@ -6,14 +6,15 @@ import json
 import logging
 import os
 import ssl
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import nats
-from nats.errors import ConnectionClosedError, ConnectionReconnectingError, NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import ConnectionClosedError, ConnectionReconnectingError, NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
-from yeto.infra.bus_types import Deliver, Delivery, NoResponders, subject_of
 from yeto.infra.bus_nats_consumer import NatsConsumer, NatsSubscription, watch
+from yeto.infra.bus_types import Deliver, Delivery, NoResponders, subject_of
 from yeto.schemas.base import Message, to_bytes
 from yeto.schemas.subjects import stream_for
 
@@ -35,7 +36,7 @@ class NatsBus:
         self.nc, self.js, self.name = nc, nc.jetstream(timeout=5.0), name
 
     @classmethod
-    async def connect(cls, url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> "NatsBus":
+    async def connect(cls, url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> NatsBus:
         tls = None
         if url.startswith("tls://"):  # a head VM's self-signed certificate, pinned through $YETO_NATS_CA
             tls = ssl.create_default_context(cafile=os.environ.get("YETO_NATS_CA") or None)
@@ -124,7 +125,7 @@ class NatsBus:
         async def on_request(msg) -> None:
             try:
                 reply = await handler(msg.data)
-            except Exception:  # noqa: BLE001 - the requester times out; the service goes on
+            except Exception:  # the requester times out; the service goes on
                 log.exception("handler of %s failed", subject)
                 return
             await msg.respond(reply)

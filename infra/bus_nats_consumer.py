@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 

@@ -1,7 +1,8 @@
 """The bus protocol's types (what infra/bus.py re-exports), kept apart so its implementations import them without a cycle."""
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Literal, Protocol, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal, Protocol
 
 from yeto.schemas.base import Command, Message
 from yeto.schemas.subjects import command_subject, event_subject

@@ -85,7 +85,7 @@ class NatsServer:
         assert self.proc, "not started"
         return self.proc.pid
 
-    def start(self, timeout: float = 10.0, detach: bool = False) -> "NatsServer":
+    def start(self, timeout: float = 10.0, detach: bool = False) -> NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         conf = self.store_dir / "nats-server.conf"
         conf.write_text(self.config)
@@ -119,7 +119,7 @@ class NatsServer:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
-    def __enter__(self) -> "NatsServer":
+    def __enter__(self) -> NatsServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -7,8 +7,8 @@ import os
 import socket
 
 from yeto.infra.bus import Delivery
-from yeto.infra.service_spec import Context, Retry
 from yeto.infra.runner_snapshot import Snapshots
+from yeto.infra.service_spec import Context, Retry
 from yeto.schemas.base import Command, Event, SchemaError, parse
 from yeto.schemas.events import MessageRejected, ServiceStarted, ServiceStopped
 from yeto.schemas.subjects import service_commands, stream_for

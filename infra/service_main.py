@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from yeto.infra import settings
 from yeto.infra.runner import ServiceSpec, run_service

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from yeto.infra.bus_types import Bus
 from yeto.schemas.base import Event, Message
@@ -50,13 +51,13 @@ class ServiceSpec:
     """Pure fold of one event into the state."""
     decide: Decide = lambda state, msg, now: []
     """Pure: (state, the command or event just seen or None on a tick, now) -> intents."""
-    act: Callable[[Any, "Context"], Awaitable[list[Message]]] | None = None
+    act: Callable[[Any, Context], Awaitable[list[Message]]] | None = None
     """Performs a non-Publish intent; returns messages to publish. Raise Retry to try again later."""
     event_subjects: tuple[str, ...] = (EVERY_EVENT,)
     """Which events this service folds (filter subjects on YETO_EVT)."""
     tick_s: float | None = None
     """Call decide(state, None, now) this often (time-based decisions, e.g. budget cutoff)."""
-    background: tuple[Callable[["Context"], Awaitable[None]], ...] = ()
+    background: tuple[Callable[[Context], Awaitable[None]], ...] = ()
     """Extra long-lived tasks (the syncer's data plane), cancelled at shutdown."""
     handles_commands: bool = True
     codec: StateCodec | None = None

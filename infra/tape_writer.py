@@ -22,7 +22,8 @@ from yeto.infra.bus_nats_pull import RawPull, stream_seq
 from yeto.infra.natsserver import ensure_streams
 from yeto.infra.tape_responder import answer
 from yeto.infra.tape_store import TapeStore, subject_run
-from yeto.schemas.subjects import EVERY_EVENT, EVT_STREAM as STREAM, TAPE_SQL
+from yeto.schemas.subjects import EVERY_EVENT, TAPE_SQL
+from yeto.schemas.subjects import EVT_STREAM as STREAM
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class TapeWriter:
         self.store: TapeStore | None = None
         self.bus: NatsBus | None = None
         self.pull: RawPull | None = None
-        self.expect_next = False            # False right after (re)creating: the first message may skip a gap the stream itself has
+        self.expect_next = False            # False right after (re)creating: the first may skip a gap the stream has
         self.flushing = asyncio.Lock()      # one flush at a time: each starts from the tape's last seq
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -11,8 +11,9 @@ from yeto.schemas.final import ArtifactWritten, BuildArtifact, CheckpointMarkedF
 from yeto.schemas.fragments import FragmentHeader
 from yeto.schemas.subjects import keyframe_subject
 from yeto.services.finalizer.artifact import write_artifact
-from yeto.services.finalizer.output import deliver
 from yeto.services.finalizer.logic import SOURCE
+from yeto.services.finalizer.output import deliver
+
 
 async def keyframe_versions(bus: Bus, run_id: str, fragments: list[int]) -> dict[int, int | None]:
     """The version of each fragment's latest keyframe in the keyframe stream (None: none there)."""

@@ -8,8 +8,15 @@ import pytest
 
 from yeto.infra.bus import NoResponders, connect
 from yeto.infra.bus_memory import MemoryBus
-from yeto.schemas.subjects import (CMD_STREAM, GKEY_STREAM, command_subject, event_subject, keyframe_subject,
-                                   run_events, service_commands)
+from yeto.schemas.subjects import (
+    CMD_STREAM,
+    GKEY_STREAM,
+    command_subject,
+    event_subject,
+    keyframe_subject,
+    run_events,
+    service_commands,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -65,7 +65,7 @@ def test_head_stack_serves_tls_with_credentials_and_refuses_anonymous_clients(tm
         async def anonymous():
             await connect(f"tls://127.0.0.1:{rec['port']}", connect_timeout=2)
 
-        with pytest.raises(Exception):
+        with pytest.raises(ConnectionError):
             asyncio.run(anonymous())
         assert oct(os.stat(state / "tls" / "credentials.json").st_mode & 0o777) == "0o600"
     finally:

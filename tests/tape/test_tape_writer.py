@@ -94,7 +94,8 @@ async def test_sql_over_nats_reads_and_refuses_writes_and_unparsable_payloads_la
         with pytest.raises(ValueError, match="file system operations are disabled"):
             await ask(bus, "SELECT * FROM read_text('/etc/hostname')")
         # the CLI asks the same writer when given the stack's URL
-        assert await asyncio.to_thread(main, ["--nats-url", fresh_nats.url, "sql", "SELECT run_id, type FROM events ORDER BY seq"]) == 0
+        select = "SELECT run_id, type FROM events ORDER BY seq"
+        assert await asyncio.to_thread(main, ["--nats-url", fresh_nats.url, "sql", select]) == 0
         out = capsys.readouterr().out
         assert out.splitlines()[2].split() == ["r-bad", "unparsable"] and "(2 rows)" in out
         assert await asyncio.to_thread(main, ["--nats-url", fresh_nats.url, "sql", "DELETE FROM events"]) == 2

@@ -25,7 +25,8 @@ class Progress:
             if now - self.last.get(e.learner, -1e9) < self.every_s:
                 return None
             self.last[e.learner] = now
-            return f"  {e.learner} g{e.generation}: step {e.step} loss {e.loss:.4f} ({e.tokens_per_s:.0f} tok/s), rounds merged {self.rounds}"
+            return (f"  {e.learner} g{e.generation}: step {e.step} loss {e.loss:.4f} ({e.tokens_per_s:.0f} tok/s), "
+                    f"rounds merged {self.rounds}")
         if t == "RoundMerged":
             self.rounds += 1
             return None
