@@ -1,17 +1,18 @@
 """The syncer's data plane: consume fragment chunks, drive one SyncerCore per run, perform what it decides.
 
-A fragment message is acknowledged only after its effects: when the round it joined has merged (the
-new version snapshotted and published) or when it was refused. A killed syncer therefore gets every
-push of an open round redelivered, and a push it had already merged is refused by the ledger of its
-snapshot as a duplicate. Several instances share a run by owning disjoint fragment sets
-(`--shard k/n`: fragments p with p % n == k), each on its own durable consumer. Only I/O lives here:
-what a message does is SyncerCore's (core.py), where its outputs go is bus_sink.py's.
+A fragment message is acknowledged only after its effects (held.py): when the round it joined has
+merged or when it was refused. A killed syncer therefore gets every push of an open round redelivered,
+and a push it had already merged is refused by the ledger of its snapshot as a duplicate. Instances
+share a run by owning disjoint fragment sets (`--shard k/n`: fragments p with p % n == k), each on its
+own durable consumer. Only I/O lives here: what a message does is SyncerCore's (core.py), where its
+outputs go is bus_sink.py's.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from yeto.infra.bus import Bus, Consumer, Delivery
@@ -23,7 +24,9 @@ from yeto.schemas.training import LearnerRejected
 from yeto.services.syncer import snapshot
 from yeto.services.syncer.bus_sink import BusSink
 from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.held import Held
 from yeto.services.syncer.outputs import perform_async
+from yeto.services.syncer.runs import RunInfo
 
 log = logging.getLogger(__name__)
 MAX_FRAGMENTS = 256
@@ -34,7 +37,7 @@ class DataPlane:
     def __init__(self, *, state_dir: Path, shard: tuple[int, int] = (0, 1), instance: str = "syncer"):
         self.dir, self.shard, self.instance = Path(state_dir) / "syncer", shard, instance
         self.cores: dict[str, SyncerCore] = {}
-        self.held: dict[tuple[str, int], list[Delivery]] = {}   # (run, fragment) -> messages awaiting their round
+        self.held = Held()
         self.cut_started: set[str] = set()
         self.cutting: set[str] = set()
         self.wake_at: float | None = None
@@ -58,40 +61,38 @@ class DataPlane:
             self.cores[run_id] = core
         return self.cores[run_id]
 
-    async def consume(self, bus: Bus, runs, stop: asyncio.Event) -> None:
-        """Pull fragment chunks until stopped; `runs()` returns the current {run_id: RunInfo}."""
-        k, n = self.shard
-        self.consumer = await bus.consumer(fragment_filters(self.owned()), durable="syncer" if n == 1 else f"syncer-{k}of{n}",
-                                           ack_wait_s=ACK_WAIT_S, max_ack_pending=100_000)
+    async def consume(self, bus: Bus, runs: Callable[[], dict[str, RunInfo]], stop: asyncio.Event) -> None:
+        """Take in fragment chunks until stopped; `runs()` returns the current {run_id: RunInfo}."""
+        await self.open(bus)
         kept_alive = time.monotonic()
         while not stop.is_set():
             await self.tick(bus)
             if time.monotonic() - kept_alive > ACK_WAIT_S / 3:
                 kept_alive = time.monotonic()
-                await self.keep_alive()
-            batch = await self.consumer.fetch(256, timeout_s=self.timeout())
-            self.busy = True
-            try:
-                for msg in batch:
-                    await self.receive(bus, msg, runs())
-            finally:
-                self.busy = False
+                await self.held.keep_alive()
+            await self.take_in(bus, runs, timeout_s=self.timeout())
 
-    async def keep_alive(self) -> None:
-        """Tell the server the held pushes are still being worked on (their round is open), so the short
-        ack_wait only runs out for pushes whose syncer died, which then reach its successor within it."""
-        for msgs in list(self.held.values()):
-            for msg in msgs:
-                try:
-                    await msg.in_progress()
-                except Exception as e:  # noqa: BLE001 - reconnecting: redelivery is harmless (duplicates are refused)
-                    log.debug("in_progress: %r", e)
-                    return
+    async def open(self, bus: Bus) -> None:
+        k, n = self.shard
+        self.consumer = await bus.consumer(fragment_filters(self.owned()), durable="syncer" if n == 1 else f"syncer-{k}of{n}",
+                                           ack_wait_s=ACK_WAIT_S, max_ack_pending=100_000)
+
+    async def take_in(self, bus: Bus, runs: Callable[[], dict[str, RunInfo]], timeout_s: float) -> int:
+        """Fetch one batch of chunks and take each in, its effects done; how many came."""
+        assert self.consumer is not None, "open() first"
+        batch = await self.consumer.fetch(256, timeout_s=timeout_s)
+        self.busy = True
+        try:
+            for msg in batch:
+                await self.receive(bus, msg, runs())
+        finally:
+            self.busy = False
+        return len(batch)
 
     def timeout(self) -> float:
         return 1.0 if self.wake_at is None else min(1.0, max(0.005, self.wake_at - time.monotonic()))
 
-    async def receive(self, bus: Bus, msg: Delivery, runs: dict) -> None:
+    async def receive(self, bus: Bus, msg: Delivery, runs: dict[str, RunInfo]) -> None:
         run_id = run_of_fragment(msg.subject)
         info = runs.get(run_id)
         if info is None:                    # the RunLaunched event has not reached us yet
@@ -111,7 +112,7 @@ class DataPlane:
             outputs = self.core(run_id, info.sync).receive(header, msg.data, time.monotonic())
             refused = any(isinstance(o, LearnerRejected) for o in outputs)
             if not refused:
-                self.held.setdefault((run_id, header.fragment), []).append(msg)
+                self.held.hold(run_id, header.fragment, msg)
             await self.perform(bus, run_id, outputs)
         if refused:
             await msg.ack()
@@ -130,8 +131,4 @@ class DataPlane:
         if sink.wake_at is not None:
             self.wake_at = sink.wake_at if self.wake_at is None else min(self.wake_at, sink.wake_at)
         for p in sink.closed:               # effects done: the round's messages can go
-            await self.release(run_id, p)
-
-    async def release(self, run_id: str, fragment: int) -> None:
-        for msg in self.held.pop((run_id, fragment), []):
-            await msg.ack()
+            await self.held.release(run_id, p)

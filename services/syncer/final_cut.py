@@ -50,8 +50,7 @@ async def final_cut(plane: DataPlane, bus: Bus, request: FinalCutRequested, sync
             digest.update(sha.encode())
             versions[p] = core.fragments[p].version
             await plane.perform(bus, run_id, [Broadcast(*core.fragments[p].exact_keyframe())])
-        for run, p in [key for key in plane.held if key[0] == run_id]:
-            await plane.release(run, p)
+        await plane.held.release_run(run_id)
     k, n = plane.shard
     await bus.publish(request.caused(FinalCutDone, f"{k}/{n}", versions=versions, snapshot_path=str(plane.dir / run_id),
                                      sha256=digest.hexdigest(), keyframe_versions=versions, source=plane.instance,
