@@ -55,7 +55,7 @@ class ConsumerState:
                 if (m := self.stream.msgs.get(s)) and self.matches(m[0])]
 
     def take(self, max_msgs: int, now: float) -> list[MemoryDelivery]:
-        seqs = []
+        seqs: list[int] = []
         for seq, at in sorted(self.due.items()):
             if len(seqs) < max_msgs and at <= now:
                 if seq not in self.stream.msgs or 0 < self.max_deliver <= self.count[seq]:

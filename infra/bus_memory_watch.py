@@ -30,7 +30,10 @@ class MemoryWatch(MemorySubscription):
             matching = sorted({stream.msgs[s][0]: s for s in matching}.values())
         self.backlog, self.cursor = (matching, stream.last_seq) if deliver != "new" else ([], stream.last_seq)
         self.task = asyncio.create_task(self._run())
-        super().__init__(self.task.cancel)
+        super().__init__(self._stop)
+
+    def _stop(self) -> None:
+        self.task.cancel()
 
     async def _run(self) -> None:
         while True:

@@ -43,13 +43,14 @@ class NatsBus:
             tls.check_hostname = False
         # nats-py retries the first connection forever (max_reconnect_attempts=-1, also what keeps a running
         # service through a server restart), refused and unauthorized alike: the deadline is ours to keep.
-        nc, errors = nats.NATS(), []
+        nc, errors = nats.NATS(), list[Exception]()
 
         async def on_error(e: Exception) -> None:
             errors[:] = [e]       # the last one, for the message should the deadline pass
             await _log_error(e)
         try:
-            await asyncio.wait_for(nc.connect(url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,
+            await asyncio.wait_for(nc.connect(url, name=name, max_reconnect_attempts=-1,
+                                              reconnect_time_wait=0.25,  # type: ignore[arg-type] # seconds; a float works
                                               connect_timeout=2, allow_reconnect=True, error_cb=on_error, tls=tls),
                                    connect_timeout)
         except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -59,17 +60,18 @@ class NatsConsumer:
                  ack_wait_s: float, max_deliver: int, max_ack_pending: int):
         self.js, self.stream, self.subjects, self.durable, self.ack = js, stream, subjects, durable, ack
         self.after_seq, self.last_seq = after_seq, after_seq
-        self.limits = dict(ack_wait=ack_wait_s, max_deliver=max_deliver, max_ack_pending=max_ack_pending) if ack else {}
-        self.sub = None
+        self.ack_wait_s, self.max_deliver, self.max_ack_pending = ack_wait_s, max_deliver, max_ack_pending
+        self.sub: Any = None
 
     async def open(self) -> None:
         start = self.last_seq if self.durable is None else self.after_seq
-        policy = dict(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start + 1) if start \
-            else dict(deliver_policy=DeliverPolicy.ALL)
-        lifetime = {} if self.durable else dict(inactive_threshold=120, mem_storage=True)
-        many = len(self.subjects) > 1
-        config = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT if self.ack else AckPolicy.NONE,
-                                filter_subjects=list(self.subjects) if many else None, **self.limits, **lifetime, **policy)
+        many, ephemeral, acks = len(self.subjects) > 1, self.durable is None, self.ack
+        config = ConsumerConfig(
+            ack_policy=AckPolicy.EXPLICIT if acks else AckPolicy.NONE, filter_subjects=list(self.subjects) if many else None,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
+            opt_start_seq=start + 1 if start else None, ack_wait=self.ack_wait_s if acks else None,
+            max_deliver=self.max_deliver if acks else None, max_ack_pending=self.max_ack_pending if acks else None,
+            inactive_threshold=120 if ephemeral else None, mem_storage=True if ephemeral else None)
         old, self.sub = self.sub, await self.js.pull_subscribe("" if many else self.subjects[0], durable=self.durable,
                                                                stream=self.stream, config=config)
         if old is not None:
@@ -88,7 +90,7 @@ class NatsConsumer:
             except Exception as e2:  # noqa: BLE001 - still reconnecting: the next fetch tries again
                 log.debug("reopen: %r", e2)
             return []
-        out = [NatsDelivery(m, self.ack) for m in msgs]
+        out: list[Delivery] = [NatsDelivery(m, self.ack) for m in msgs]
         if out:
             self.last_seq = out[-1].seq
         return out

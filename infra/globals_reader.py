@@ -22,7 +22,10 @@ async def read_layout(bus: Bus, run_id: str) -> LayoutDeclared:
     found = await bus.last(event_subject(run_id, "LayoutDeclared"))
     if found is None:
         raise StateNotReady(f"run {run_id} has no LayoutDeclared event: no learner has connected")
-    return parse(found[1])
+    layout = parse(found[1])
+    if not isinstance(layout, LayoutDeclared):
+        raise StateNotReady(f"run {run_id}: a {layout.type} on the LayoutDeclared subject")
+    return layout
 
 
 async def read_keyframe(bus: Bus, run_id: str, fragment: int) -> tuple[FragmentHeader, np.ndarray]:

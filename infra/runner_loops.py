@@ -5,6 +5,7 @@ import asyncio
 import logging
 import os
 import socket
+from typing import Any
 
 from yeto.infra.bus import Delivery
 from yeto.infra.runner_snapshot import Snapshots
@@ -23,7 +24,7 @@ async def serve(ctx: Context, ready: asyncio.Event) -> None:
     snapshots = Snapshots(ctx)
     await snapshots.restore()
     caught_up = asyncio.Event()
-    tasks = [asyncio.create_task(fold_events(ctx, caught_up, snapshots))]
+    tasks: list[asyncio.Task[Any]] = [asyncio.create_task(fold_events(ctx, caught_up, snapshots))]
     await caught_up.wait()
     ctx.live = True
     await ctx.perform(spec.decide(ctx.state, None, ctx.clock()))  # reconcile after the fold
@@ -40,8 +41,8 @@ async def serve(ctx: Context, ready: asyncio.Event) -> None:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     for t in done:
-        if t is not stopper and t.exception():
-            raise t.exception()
+        if t is not stopper and (error := t.exception()) is not None:
+            raise error
     await snapshots.save()
     await bus.publish(ServiceStopped(service=spec.name, instance=ctx.instance, source=ctx.instance), retry_for=5)
 

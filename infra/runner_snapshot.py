@@ -52,8 +52,8 @@ class Snapshots:
 
     async def maybe_save(self) -> None:
         spec = self.ctx.spec
-        if self.codec and self.unsaved and (self.unsaved >= spec.snapshot_every or
-                                            asyncio.get_running_loop().time() - self.since >= spec.snapshot_s):
+        if self.codec and self.since is not None and (self.unsaved >= spec.snapshot_every or
+                                                      asyncio.get_running_loop().time() - self.since >= spec.snapshot_s):
             await self.save()
 
     async def save(self) -> None:

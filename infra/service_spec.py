@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -57,7 +57,7 @@ class ServiceSpec:
     """Which events this service folds (filter subjects on YETO_EVT)."""
     tick_s: float | None = None
     """Call decide(state, None, now) this often (time-based decisions, e.g. budget cutoff)."""
-    background: tuple[Callable[[Context], Awaitable[None]], ...] = ()
+    background: tuple[Callable[[Context], Coroutine[Any, Any, None]], ...] = ()
     """Extra long-lived tasks (the syncer's data plane), cancelled at shutdown."""
     handles_commands: bool = True
     codec: StateCodec | None = None
@@ -83,6 +83,10 @@ class Context:
     async def perform(self, intents: list[Any]) -> None:
         """The one door out of a service: a Publish is published, any other intent goes to `act`."""
         for intent in intents:
-            out = [intent.msg] if isinstance(intent, Publish) else await self.spec.act(intent, self)
+            if isinstance(intent, Publish):
+                out = [intent.msg]
+            else:
+                assert self.spec.act, f"{self.spec.name} decided {intent!r} but has no act"
+                out = await self.spec.act(intent, self)
             for msg in out:
                 await self.bus.publish(msg)

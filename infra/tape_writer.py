@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from yeto.infra.bus_nats import NatsBus
 from yeto.infra.bus_nats_pull import RawPull, stream_seq
@@ -69,14 +70,15 @@ class TapeWriter:
         log.info("tape %s at seq %d", self.cfg.db, self.store.last_seq)
         await self._restart(pull)
         self.pull = pull
-        tasks = [asyncio.create_task(self._pull_loop(stop)), asyncio.create_task(self._flush_loop(stop))]
+        tasks: list[asyncio.Task[Any]] = [asyncio.create_task(self._pull_loop(stop)),
+                                          asyncio.create_task(self._flush_loop(stop))]
         stopped = asyncio.create_task(stop.wait())
         try:
             # A loop that dies takes the process down (non-zero exit) so the stack restarts it from the tape.
             await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
             for t in tasks:
-                if t.done() and t.exception():
-                    raise t.exception()
+                if t.done() and (error := t.exception()) is not None:
+                    raise error
         finally:
             for t in (stopped, *tasks):
                 t.cancel()
@@ -87,11 +89,13 @@ class TapeWriter:
             self.store.close()
 
     async def _restart(self, pull: RawPull) -> None:
+        assert self.store is not None
         await pull.start_at(self.store.last_seq + 1)
         self.expect_next = False
 
     async def _pull_loop(self, stop: asyncio.Event) -> None:
         pull = self.pull
+        assert pull is not None
         while not stop.is_set():
             if pull.recreate.is_set():
                 await self._flush()
@@ -108,6 +112,7 @@ class TapeWriter:
 
     async def _flush_loop(self, stop: asyncio.Event) -> None:
         pull = self.pull
+        assert pull is not None
         while not stop.is_set():
             await pull.arrived.wait()
             pull.arrived.clear()
@@ -123,8 +128,10 @@ class TapeWriter:
             if msgs and self.store:
                 await self._commit(msgs)
 
-    async def _commit(self, msgs: list) -> None:
-        last = self.store.last_seq
+    async def _commit(self, msgs: list[Any]) -> None:
+        store, pull = self.store, self.pull
+        assert store is not None and pull is not None
+        last = store.last_seq
         seqs, runs, raws, acked = [], [], [], None
         for m in msgs:
             seq = stream_seq(m.reply)
@@ -133,7 +140,7 @@ class TapeWriter:
                 continue
             if self.expect_next and seq != last + 1:
                 log.warning("hole after seq %d (got %d): recreating the consumer", last, seq)
-                self.pull.recreate.set()
+                pull.recreate.set()
                 break
             self.expect_next = True
             seqs.append(seq)
@@ -141,6 +148,6 @@ class TapeWriter:
             raws.append(m.data.decode("utf-8", "replace"))
             last, acked = seq, m
         if seqs:
-            await asyncio.to_thread(self.store.append, seqs, runs, raws)
+            await asyncio.to_thread(store.append, seqs, runs, raws)
         if acked is not None:
-            await self.pull.ack(acked)
+            await pull.ack(acked)

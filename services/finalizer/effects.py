@@ -40,7 +40,7 @@ class Effects:
 
     async def mark_final(self, cmd: MarkFinal, ctx: Context) -> Message:
         found = await keyframe_versions(ctx.bus, cmd.run_id, sorted(cmd.versions))
-        behind = {f: (found[f], v) for f, v in cmd.versions.items() if found[f] is None or found[f] < v}
+        behind = {f: (have, v) for f, v in cmd.versions.items() if (have := found[f]) is None or have < v}
         if behind:
             raise Retry(f"final keyframes not durable yet (fragment: (in stream, final)) {behind}", delay_s=1.0)
         return cmd.caused(CheckpointMarkedFinal, versions=cmd.versions, snapshot_path=cmd.snapshot_path,

@@ -16,7 +16,8 @@ class Progress:
     """Renders events as lines; LearnerProgress at most once per `every_s` per learner."""
 
     def __init__(self, every_s: float = 5.0):
-        self.every_s, self.last, self.rounds = every_s, {}, 0
+        self.every_s, self.rounds = every_s, 0
+        self.last: dict[object, float] = {}    # per learner (or learner and reason): when last printed
 
     def line(self, e) -> str | None:
         t = e.type

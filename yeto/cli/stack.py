@@ -76,6 +76,7 @@ def cmd_status(args) -> int:
         print(f"no stack under {state_dir(args)} (start one with `yeto stack up`)")
         return 1
     rec = stack.read_record(stack.StackPaths(state_dir(args)))
+    assert rec is not None, "status() read it a moment ago"
     print(f"stack at {rec['url']} (state {state_dir(args)})")
     for name, ok in st.items():
         print(f"  {name:<12} {'up' if ok else 'DOWN'}  pid {rec['pids'][name]}")
