@@ -29,19 +29,19 @@ from yeto.infra.service_spec import Context, Decide, Publish, Retry, ServiceSpec
 __all__ = ["Context", "Decide", "Publish", "Retry", "ServiceSpec", "StateCodec", "run_service"]
 
 
-async def run_service(spec: ServiceSpec, url: str | Bus, *, instance: str | None = None,
+async def run_service(spec: ServiceSpec, bus_or_url: Bus | str, *, instance: str | None = None,
                       stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
-    """Run until SIGTERM/SIGINT (or `stop`), then snapshot and publish ServiceStopped. `url`: a NATS URL to
-    connect to (and close at the end), or a bus the caller owns (a MemoryBus in pure tests). `ready` is set
+    """Run until SIGTERM/SIGINT (or `stop`), then snapshot and publish ServiceStopped. `bus_or_url`: a NATS
+    URL to connect to (and close at the end), or a bus the caller owns (a MemoryBus in pure tests). `ready` is set
     once the fold caught up and the command consumer exists (tests wait on it)."""
     instance = instance or f"{spec.name}-{socket.gethostname()}-{os.getpid()}"
     async with AsyncExitStack() as stack:
-        if isinstance(url, str):
-            bus = await connect(url, name=instance)
+        if isinstance(bus_or_url, str):
+            bus = await connect(bus_or_url, name=instance)
             stack.push_async_callback(bus.close)
             await ensure_streams(bus)
         else:
-            bus = url
+            bus = bus_or_url
         ctx = Context(spec=spec, bus=bus, instance=instance, state=spec.initial())
         if stop is None:  # a process of its own: signals stop it; embedded (tests) callers pass their own event
             loop = asyncio.get_running_loop()

@@ -32,7 +32,8 @@ class StateCodec:
     """How a service's folded state is stored in its snapshot. JSON, never pickle: the bus is untrusted."""
 
     version: str
-    """Bump when the state's shape changes: an older snapshot is ignored (full replay)."""
+    """Bump when the state's shape, or what the service folds into it, changes: an older snapshot is ignored
+    (full replay)."""
     dump: Callable[[Any], bytes]
     """The whole folded state -> bytes; `load(dump(s)) == s`."""
     load: Callable[[bytes], Any]
