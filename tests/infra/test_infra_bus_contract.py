@@ -121,6 +121,18 @@ async def test_an_unacked_delivery_comes_back_after_ack_wait_until_max_deliver(a
     await consumer.close()
 
 
+async def test_in_progress_holds_off_the_redelivery_for_another_ack_wait(any_bus):
+    svc = unique("svc")
+    seq = await any_bus.publish_raw(command_subject(svc, "Long"), b"x")
+    consumer = await any_bus.consumer([service_commands(svc)], durable=svc, ack_wait_s=1.0)
+    (held,) = await consumer.fetch(1, 5.0)
+    assert await consumer.fetch(1, 0.7) == []
+    await held.in_progress()                      # at ~0.7 s: due again at ~1.7 s instead of 1.0 s
+    assert await consumer.fetch(1, 0.7) == [], "not redelivered at 1.0 s"
+    assert [d.seq for d in await fetch_all(consumer, 1)] == [seq], "but once the renewed ack_wait ran out"
+    await consumer.close()
+
+
 async def test_max_ack_pending_holds_back_new_deliveries_until_acked(any_bus):
     svc = unique("svc")
     seqs = [await any_bus.publish_raw(command_subject(svc, "Do"), b"x") for _ in range(3)]
