@@ -35,6 +35,7 @@ class MemoryBus:
         self.durables: dict[tuple[str, str], ConsumerState] = {}
         self.servers: list[tuple[str, Callable[[bytes], Awaitable[bytes]]]] = []
         self._turn = itertools.count()
+        self.watches: list[MemoryWatch] = []
 
     def stream(self, subject: str) -> MemoryStream:
         try:
@@ -66,7 +67,9 @@ class MemoryBus:
 
     async def watch(self, subject: str, callback: Callable[[Delivery], Awaitable[None]], *,
                     deliver: Deliver = "all", headers_only: bool = False) -> MemoryWatch:
-        return MemoryWatch(self.stream(subject), subject, callback, deliver=deliver, headers_only=headers_only)
+        watch = MemoryWatch(self.stream(subject), subject, callback, deliver=deliver, headers_only=headers_only)
+        self.watches.append(watch)
+        return watch
 
     async def last(self, subject: str) -> tuple[dict[str, str], bytes] | None:
         stream = self.stream(subject)
@@ -100,4 +103,7 @@ class MemoryBus:
         return MemorySubscription(lambda: self.servers.remove(entry))
 
     async def close(self) -> None:
-        pass
+        """Stop the watches still running (a closed NATS connection ends its subscriptions too)."""
+        for watch in self.watches:
+            await watch.close()
+        self.watches.clear()
