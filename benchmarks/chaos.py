@@ -77,6 +77,7 @@ def metrics(env, run: str) -> dict:
 
 def artifact_ce(env, run: str, data: Path) -> float:
     import torch
+
     from yeto.learners.torch.batches import heldout_batches
     from yeto.learners.torch.evaluate import evaluate
     from yeto.learners.torch.model import load_model, load_tokenizer, resolve

@@ -23,7 +23,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "learner"))
 import learner_loopback
-
 from yeto.learners import accel
 from yeto.learners.torch.hook import make_hook
 from yeto.learners.torch.loop import train

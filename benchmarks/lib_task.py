@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "learner"))
-import learner_tiny  # noqa: E402
+import learner_tiny
 
 
 def write_tiny_model(path: Path, *, layers: int = 4, hidden: int = 64, seed: int = 0) -> Path:

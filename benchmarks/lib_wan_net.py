@@ -70,7 +70,7 @@ class Wan:
     _forward: str | None = None
     _emulators: list = field(default_factory=list)
 
-    def up(self) -> "Wan":
+    def up(self) -> Wan:
         import os
         tag = self.tag or str(os.getpid() % 100000)
         fwd = Path("/proc/sys/net/ipv4/ip_forward")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import sys
 
-
 TOTALS = {"up": 0, "down": 0}
 """Application bytes forwarded, learners -> server ("up") and back: compared with the link counters,
 the difference is TCP/IP overhead."""

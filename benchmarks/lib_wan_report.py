@@ -5,7 +5,6 @@ import math
 
 from lib_wan_proc import Proc, curve, stall, time_to
 
-
 STALL_S = 1.0
 """A step this much longer than usual after a peer dies is a stall (torchft waits ~5 s: its heartbeat timeout)."""
 

@@ -14,12 +14,7 @@ uptime runs from IslandUp / IslandReplaced to IslandExited / IslandPreempted / I
 
 from __future__ import annotations
 
-
 from typing import Any, ClassVar, Literal
-
-
-from pydantic import Field
-
 
 from yeto.schemas.base import Command, Event, registry
 

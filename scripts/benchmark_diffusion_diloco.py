@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from lib_compare import SETTINGS, pick  # noqa: E402  (the same Yeto arms as the causal-LM benchmark)
+from lib_compare import SETTINGS, pick
 
 METRICS = ("validation denoising loss at fixed timesteps (mean over a fixed grid of t, fixed noise seeds)",
            "Δ% against sync at the same seed (paired), mean ± sd and [min, max] over seeds",

@@ -8,7 +8,7 @@ Padding is segment 0 and attends only to itself, so no row of the mask is empty 
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def collate(blocks: Sequence, *, attention: str = "4d", dtype=None) -> dict:

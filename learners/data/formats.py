@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from yeto.learners.data.roles import RowError, normalize_message
 from yeto.learners.data.rows import json_type

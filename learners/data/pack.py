@@ -8,8 +8,8 @@ each piece its own segment, so every token is trained on and none is dropped.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from yeto.learners.data.tokenize import IGNORE
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import bisect
-from typing import Iterator
+from collections.abc import Iterator
 
 from yeto.learners.data.formats import normalize
 from yeto.learners.data.pack import Block, Packer

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from yeto.learners.data.rows import BOM, JsonlFile, ListFile, Row, TableFile
 

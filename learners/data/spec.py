@@ -1,8 +1,8 @@
 """The data spec (what `--data`, `--data-format`, `--field-map`, ... mean) and parsing of the field map."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 FORMATS = ("openai", "sharegpt", "alpaca", "text", "prompt-completion")
 POLICIES = ("error", "skip")

@@ -6,8 +6,8 @@ character spans of the assistant turns, tokenize the whole batch at once in Rust
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from yeto.learners.data.formats import Example
 from yeto.learners.data.roles import RowError

@@ -23,7 +23,7 @@ class TorchArrays:
                 self._host[name] = torch.empty(p.shape, dtype=torch.float32, pin_memory=pin)
 
     @classmethod
-    def of(cls, model: torch.nn.Module) -> "TorchArrays":
+    def of(cls, model: torch.nn.Module) -> TorchArrays:
         """The adapter over `model`'s trainable parameters (pass the unwrapped module, not DDP)."""
         return cls([(n, p) for n, p in model.named_parameters() if p.requires_grad])
 

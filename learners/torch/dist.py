@@ -34,7 +34,7 @@ class Topology:
     """Rendezvous port of the island's rank 0."""
 
     @classmethod
-    def from_env(cls, **overrides) -> "Topology":
+    def from_env(cls, **overrides) -> Topology:
         env = os.environ
         values = dict(rank=int(env.get("RANK", 0)), world_size=int(env.get("WORLD_SIZE", 1)),
                       local_rank=int(env.get("LOCAL_RANK", env.get("RANK", 0))),

@@ -89,7 +89,7 @@ class TrainRecipe:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainRecipe":
+    def from_dict(cls, data: dict[str, Any]) -> TrainRecipe:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -100,10 +100,10 @@ class TrainRecipe:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "TrainRecipe":
+    def from_json(cls, text: str) -> TrainRecipe:
         return cls.from_dict(json.loads(text))
 
-    def replace(self, **changes: Any) -> "TrainRecipe":
+    def replace(self, **changes: Any) -> TrainRecipe:
         return dataclasses.replace(self, **changes)
 
 

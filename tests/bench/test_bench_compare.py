@@ -17,7 +17,6 @@ import lib_task  # noqa: E402
 
 from yeto.learners.torch.recipe import TrainRecipe  # noqa: E402
 from yeto.schemas.recipe import SyncConfig  # noqa: E402
-from yeto.schemas.training import RoundMerged  # noqa: E402
 
 
 def test_compare_dry_run_prints_every_arm():

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import chat, write_jsonl
 
+from conftest import chat, write_jsonl
 from yeto.learners.data import DataSpec, collate, iter_blocks, normalize
 from yeto.learners.data.pack import Packer
 from yeto.learners.data.tokenize import IGNORE, ChatEncoder

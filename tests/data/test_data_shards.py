@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import chat, write_jsonl
 
+from conftest import chat, write_jsonl
 from yeto.learners.data import BadRowError, DataSpec, check_data, iter_blocks, shard_of
 from yeto.learners.data.events import check_events
 from yeto.learners.data.shard import shard_rows

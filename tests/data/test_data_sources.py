@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import chat, write_jsonl
 
+from conftest import chat, write_jsonl
 from yeto.cli.main import main
 from yeto.learners.data import DataSpec, check_data
 from yeto.learners.data.sources import open_source

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from e2e_checks import heldout_loss, round_versions
 from e2e_stack import Stack
 

@@ -8,8 +8,8 @@ import asyncio
 
 import numpy as np
 import pytest
-from e2e_stack import Stack
 
+from e2e_stack import Stack
 from yeto.infra import stack
 from yeto.infra.bus import Bus, connect
 from yeto.learners.diloco_sync import DilocoSync, Push

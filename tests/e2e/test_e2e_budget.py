@@ -5,8 +5,8 @@ reached before any learner synced fails the run with the reason instead of waiti
 from __future__ import annotations
 
 import pytest
-from e2e_stack import Stack
 
+from e2e_stack import Stack
 from yeto.services.finalizer.wiring import ACCOUNTING_PERIOD_S
 
 pytestmark = [pytest.mark.slow]

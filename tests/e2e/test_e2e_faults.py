@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 
 import pytest
+
 from e2e_checks import round_versions
 from e2e_stack import Stack
 

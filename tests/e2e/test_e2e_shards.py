@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from e2e_checks import heldout_loss
 from e2e_stack import Stack
 

@@ -10,13 +10,12 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
-from learner_tiny import write_model_dir  # noqa: E402
-
-from yeto.learners.torch.model import load_model, load_tokenizer, resolve  # noqa: E402
-from yeto.learners.torch.recipe import TrainRecipe  # noqa: E402
-from yeto.learners.torch.tuning import apply_tuning, trainable_parameters  # noqa: E402
-from yeto.services.finalizer.artifact import sha256_file, write_artifact  # noqa: E402
-from yeto.services.finalizer.output import UploadError, deliver  # noqa: E402
+from learner_tiny import write_model_dir
+from yeto.learners.torch.model import load_model, load_tokenizer, resolve
+from yeto.learners.torch.recipe import TrainRecipe
+from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
+from yeto.services.finalizer.artifact import sha256_file, write_artifact
+from yeto.services.finalizer.output import UploadError, deliver
 
 pytestmark = pytest.mark.timeout(120)
 torch.set_num_threads(2)

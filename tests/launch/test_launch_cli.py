@@ -7,12 +7,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
-from learner_tiny import write_chat_jsonl, write_model_dir  # noqa: E402
-
-from yeto.cli import launch_checks as checks  # noqa: E402
-from yeto.cli.launch import build_launch  # noqa: E402
-from yeto.cli.main import build_parser, main  # noqa: E402
-from yeto.schemas.gpuspec import parse_gpu  # noqa: E402
+from learner_tiny import write_chat_jsonl, write_model_dir
+from yeto.cli import launch_checks as checks
+from yeto.cli.launch import build_launch
+from yeto.cli.main import build_parser, main
+from yeto.schemas.gpuspec import parse_gpu
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,8 +6,15 @@ import json
 import pytest
 
 from yeto.services.launcher.backends.base import IslandLaunch
-from yeto.services.launcher.backends.skypilot import (NATS_PORT, data_mount, head_task, island_task, job_name,
-                                                      setup_script, status_of)
+from yeto.services.launcher.backends.skypilot import (
+    NATS_PORT,
+    data_mount,
+    head_task,
+    island_task,
+    job_name,
+    setup_script,
+    status_of,
+)
 
 pytest.importorskip("sky")
 

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 from functools import reduce
 
 import pytest
-from run_history import CUT_AT, rich_run
 
+from run_history import CUT_AT, rich_run
 from yeto.infra.bus import connect
 from yeto.infra.runner import ServiceSpec, run_service
 from yeto.infra.runner_snapshot import CODEC_VERSION, POSITION

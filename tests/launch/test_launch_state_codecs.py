@@ -8,8 +8,8 @@ from functools import reduce
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from run_history import RECIPE, SPEC, T0, History, rich_run
 
+from run_history import RECIPE, SPEC, T0, History, rich_run
 from yeto.schemas.fleet import (
     IslandDropped,
     IslandExited,

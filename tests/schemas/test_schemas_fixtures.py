@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import gen_fixtures  # noqa: E402
+import gen_fixtures
 
-from yeto.schemas import SchemaError, parse, registry  # noqa: E402
+from yeto.schemas import SchemaError, parse, registry
 
 FIXTURE_FILES = sorted(gen_fixtures.FIXTURES.glob("*.json"))
 

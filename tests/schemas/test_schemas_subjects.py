@@ -2,7 +2,15 @@
 limit counts versions of a chunk, not chunks of one big delta."""
 from __future__ import annotations
 
-from yeto.schemas.subjects import STREAMS, subject_matches, delta_subject, event_subject, fragment_subject, keyframe_subject, stream_for
+from yeto.schemas.subjects import (
+    STREAMS,
+    delta_subject,
+    event_subject,
+    fragment_subject,
+    keyframe_subject,
+    stream_for,
+    subject_matches,
+)
 
 
 def test_every_subject_lands_in_exactly_its_stream():

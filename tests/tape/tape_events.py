@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from yeto.schemas.fleet import IslandPreempted, IslandReplaced, IslandRequested, IslandUp, RunLaunched
 from yeto.schemas.final import FinalCutRequested, RunFinalized
+from yeto.schemas.fleet import IslandPreempted, IslandReplaced, IslandRequested, IslandUp, RunLaunched
 from yeto.schemas.training import LearnerProgress, RoundMerged
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -7,8 +7,8 @@ import json
 import threading
 
 import pytest
-from tape_events import scripted_run
 
+from tape_events import scripted_run
 from waiting import wait_for
 from yeto.cli.main import main
 from yeto.cli.runs import follow_logs, log_files

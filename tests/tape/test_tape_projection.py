@@ -7,8 +7,8 @@ from dataclasses import replace
 from functools import reduce
 
 import pytest
-from tape_events import SCRIPTED_SPEND, at, scripted_run
 
+from tape_events import SCRIPTED_SPEND, at, scripted_run
 from yeto.cli.tape import as_event
 from yeto.schemas.events import ServiceStarted
 from yeto.schemas.run_view import Learner, RunView, evolve, fold, spend_usd

@@ -15,8 +15,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from yeto.services.launcher.backends.base import IslandLaunch, IslandStatus, learner_args
 
