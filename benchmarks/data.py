@@ -19,7 +19,7 @@ def tokenizer():
     try:
         from yeto.learners.torch.model import load_tokenizer, resolve
         return load_tokenizer(resolve("smollm2-135m"))
-    except Exception:  # no bundled model: the test tokenizer
+    except Exception:  # noqa: BLE001 - no bundled model: the test tokenizer
         sys.path.insert(0, str(ROOT / "tests" / "data"))
         from conftest import PLAIN_TEMPLATE, make_tokenizer
         return make_tokenizer(PLAIN_TEMPLATE)

@@ -25,10 +25,12 @@ def arm(procs: list[Proc], nbytes: tuple[int, int]) -> dict:
     finals = [d["heldout"] for d in done if d and d.get("heldout") is not None]
     ends = [max((t for t, _ in p.lines), default=math.nan) for p in procs]
     out = {"curve": mean_curve(procs), "final": sum(finals) / len(finals) if finals else math.nan,
-           "wall_s": max(ends), "bytes": sum(nbytes), "up": nbytes[0], "down": nbytes[1], "tokens": sum(d["tokens"] for d in done if d)}
+           "wall_s": max(ends), "bytes": sum(nbytes), "up": nbytes[0], "down": nbytes[1],
+           "tokens": sum(d["tokens"] for d in done if d)}
     syncs = [d for p in procs for _, d in p.lines if d.get("event") == "sync"]      # Yeto learners' protocol costs
     if syncs:
-        out["keyframes"] = {k: sum(d.get(k) or 0 for d in syncs) for k in ("adopted", "keyframes_requested", "bytes_fetched", "bytes_sent")}
+        out["keyframes"] = {k: sum(d.get(k) or 0 for d in syncs)
+                            for k in ("adopted", "keyframes_requested", "bytes_fetched", "bytes_sent")}
     return out
 
 
@@ -47,14 +49,16 @@ def table(results: dict, args) -> list[str]:
     ddp = results["ddp"]
     target = target_of(ddp, args.target_frac, args.steps)
     lines = [f"target held-out loss {target:.4f} (DDP at step ~{int(args.target_frac * args.steps)})",
-             f"{'arm':8} {'to target s':>12} {'wall s':>8} {'final CE':>9} {'vs DDP':>8} {'MB on links':>12} {'up/down MB':>12} {'stall s':>8}"]
+             f"{'arm':8} {'to target s':>12} {'wall s':>8} {'final CE':>9} {'vs DDP':>8} "
+             f"{'MB on links':>12} {'up/down MB':>12} {'stall s':>8}"]
     row = {}
     for name, r in results.items():
         tt = time_to(r["curve"], target)
         row[name] = tt
         st = r.get("stall", {}).get("stall_s")
         lines.append(f"{name:8} {tt if tt is not None else float('nan'):12.1f} {r['wall_s']:8.1f} {r['final']:9.4f} "
-                     f"{100 * (r['final'] - ddp['final']) / ddp['final']:+7.2f}% {r['bytes'] / 1e6:12.2f} {r.get('up', 0) / 1e6:5.2f}/{r.get('down', 0) / 1e6:<6.2f} "
+                     f"{100 * (r['final'] - ddp['final']) / ddp['final']:+7.2f}% {r['bytes'] / 1e6:12.2f} "
+                     f"{r.get('up', 0) / 1e6:5.2f}/{r.get('down', 0) / 1e6:<6.2f} "
                      f"{st if st is not None else float('nan'):8.2f}")
     yeto, ft = results["yeto"], results.get("torchft")
     if yeto.get("artifact") is not None:
@@ -71,7 +75,8 @@ def table(results: dict, args) -> list[str]:
                  f"{'MET' if no_stall else 'NOT MET'} (longest after {st.get('max_step_after_kill_s', math.nan):.2f} s, "
                  f"before {st.get('max_step_before_kill_s', math.nan):.2f} s, median {st.get('median_step_s', math.nan):.3f} s)")
     if ft:
-        lines.append(f"target time <= torchft: {'MET' if row.get('yeto') and row.get('torchft') and row['yeto'] <= row['torchft'] else 'NOT MET'}")
+        met = row.get('yeto') and row.get('torchft') and row['yeto'] <= row['torchft']
+        lines.append(f"target time <= torchft: {'MET' if met else 'NOT MET'}")
         lines.append(f"target bytes <= 0.15x torchft: {'MET' if yeto['bytes'] <= 0.15 * ft['bytes'] else 'NOT MET'} "
                      f"({yeto['bytes'] / max(1, ft['bytes']):.3f}x)")
     else:

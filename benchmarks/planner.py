@@ -27,7 +27,8 @@ def widened(catalog, copies: int, seed: int = 0):
         for o in catalog:
             f = rng.uniform(0.8, 1.3)
             out.append(dataclasses.replace(o, region=f"{o.region}-x{k}", price=round(o.price * f, 4),
-                                           spot_price=None if o.spot_price is None else round(o.spot_price * f * rng.uniform(0.7, 1.3), 4)))
+                                           spot_price=None if o.spot_price is None
+                                           else round(o.spot_price * f * rng.uniform(0.7, 1.3), 4)))
     return out
 
 
@@ -36,7 +37,8 @@ def best_single_shape(plan_req: PlanRequest, catalog, signals):
     best = None
     for o in catalog:
         p = plan_fleet(plan_req, [o], signals)
-        if p.feasible and (best is None or (p.total_tflops, -p.total_price_per_hour) > (best.total_tflops, -best.total_price_per_hour)):
+        if p.feasible and (best is None or (p.total_tflops, -p.total_price_per_hour)
+                           > (best.total_tflops, -best.total_price_per_hour)):
             best = p
     return best
 
@@ -44,7 +46,8 @@ def best_single_shape(plan_req: PlanRequest, catalog, signals):
 def main() -> None:
     t0 = time.perf_counter()
     base = load_catalog(catalog_dir=FIXTURE_DIR)
-    print(f"catalog: {len(base)} offerings from {len({o.cloud for o in base})} clouds via SkyPilot ({time.perf_counter() - t0:.1f} s)")
+    print(f"catalog: {len(base)} offerings from {len({o.cloud for o in base})} clouds via SkyPilot "
+          f"({time.perf_counter() - t0:.1f} s)")
     big = widened(base, copies=15)
     print(f"widened catalog: {len(big)} offerings, {len({(o.cloud, o.region) for o in big})} cloud-regions")
     signals = Signals(default_stock_cap=4)
@@ -61,10 +64,13 @@ def main() -> None:
             r = (plan.total_tflops / plan.total_price_per_hour) / (single.total_tflops / single.total_price_per_hour)
             ratios.append(r)
             tf_ratios.append(plan.total_tflops / single.total_tflops)
-            print(f"{model:<12} budget ${budget:>6.0f}/hr: plan {plan.total_tflops:>9.0f} TFLOPs ${plan.total_price_per_hour:>7.2f}/hr "
+            print(f"{model:<12} budget ${budget:>6.0f}/hr: "
+                  f"plan {plan.total_tflops:>9.0f} TFLOPs ${plan.total_price_per_hour:>7.2f}/hr "
                   f"in {plan.solve_seconds * 1000:6.1f} ms ({len(plan.islands)} islands) | best single shape "
-                  f"{single.total_tflops:>9.0f} TFLOPs ${single.total_price_per_hour:>7.2f}/hr | TFLOPs/$ x{r:.3f}, TFLOPs x{tf_ratios[-1]:.3f}")
-    print(f"solve time to proven optimum: median {statistics.median(times) * 1000:.1f} ms, max {max(times) * 1000:.1f} ms (target <= 1000 ms)")
+                  f"{single.total_tflops:>9.0f} TFLOPs ${single.total_price_per_hour:>7.2f}/hr | "
+                  f"TFLOPs/$ x{r:.3f}, TFLOPs x{tf_ratios[-1]:.3f}")
+    print(f"solve time to proven optimum: median {statistics.median(times) * 1000:.1f} ms, "
+          f"max {max(times) * 1000:.1f} ms (target <= 1000 ms)")
     print(f"plan_vs_single_shape_tflops={statistics.geometric_mean(tf_ratios):.3f}")
     print(f"planner_max_solve_ms={max(times) * 1000:.1f}")
     print(f"plan_vs_single_shape_tflops_per_dollar={statistics.geometric_mean(ratios):.3f}")

@@ -25,8 +25,10 @@ def plan(args) -> list[str]:
     link = (f"TUN pairs to the hub, rate {args.rate} and {args.latency_ms:g} ms one-way delay each direction (lib_wan_tun)"
             if args.latency_ms > 0 else f"veth pairs to the hub, tbf rate {args.rate} both ends")
     return [f"link: {args.learners} learner namespaces, {link}",
-            f"task: tiny Llama (4x64, seed {args.seed}) on Markov chat, {args.steps} steps x micro-batch 4 x seq 128 per learner, lr 3e-3",
-            f"arms: ddp (gloo all-reduce every step), yeto (default recipe{' ' + ' '.join(args.yeto_flags) if args.yeto_flags else ''})"
+            f"task: tiny Llama (4x64, seed {args.seed}) on Markov chat, "
+            f"{args.steps} steps x micro-batch 4 x seq 128 per learner, lr 3e-3",
+            "arms: ddp (gloo all-reduce every step), "
+            f"yeto (default recipe{' ' + ' '.join(args.yeto_flags) if args.yeto_flags else ''})"
             + (", torchft DiLoCo" if args.torchft else ""),
             f"target: DDP held-out loss at step {int(args.target_frac * args.steps)}; eval every {args.eval_every} steps",
             f"fault: SIGKILL learner 1 at step {int(args.kill_frac * args.steps)} of learner 0 (yeto run 2)"]

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 LAYOUT_TAG = "yeto-layout-v1"
 LAYER_RE = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block)\.(\d+)(?:\.|$)")
-EMBED_RE = re.compile(r"(?:^|\.)(?:embed_tokens|embed_positions|wte|wpe|word_embeddings|tok_embeddings|embeddings|lm_head)(?:\.|$)")
+EMBED_RE = re.compile(r"(?:^|\.)(?:embed_tokens|embed_positions|wte|wpe|word_embeddings|tok_embeddings|embeddings|lm_head)"
+                      r"(?:\.|$)")
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class Layout:
 
     def entries(self) -> list[dict]:
         """Tensors in fragment order as (name, shape, dtype, fragment) dicts: schemas.layout.LayoutDeclared's tensors."""
-        return [dict(name=t.name, shape=list(t.shape), dtype=t.dtype, fragment=p) for p, frag in enumerate(self.fragments) for t in frag]
+        return [dict(name=t.name, shape=list(t.shape), dtype=t.dtype, fragment=p)
+                for p, frag in enumerate(self.fragments) for t in frag]
 
     @property
     def active(self) -> list[int]:

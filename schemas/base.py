@@ -119,7 +119,8 @@ class Registry:
             raise SchemaError(f"unknown message type {type_!r}", type=type_, version=version)
         latest = self.latest[type_]
         if version > latest:
-            raise SchemaError(f"{type_} v{version} is newer than this Yeto knows (v{latest}); upgrade yeto", type=type_, version=version)
+            raise SchemaError(f"{type_} v{version} is newer than this Yeto knows (v{latest}); upgrade yeto",
+                              type=type_, version=version)
         while version < latest:
             if (type_, version) in self.upcasters:
                 data = self.upcasters[(type_, version)](data)
@@ -133,7 +134,8 @@ class Registry:
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise SchemaError(f"{type_} v{version} failed validation at {where!r}: {first['msg']}", type=type_, version=version) from None
+            raise SchemaError(f"{type_} v{version} failed validation at {where!r}: {first['msg']}",
+                              type=type_, version=version) from None
 
     def of_kind(self, kind: str) -> list[type[Message]]:
         return [c for c in self.classes.values() if c.kind == kind]

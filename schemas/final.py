@@ -130,7 +130,8 @@ class BuildArtifact(Command):
     acked: list[str] = Field(default_factory=list)
 
 
-_RECIPE = {"train": {"model": "smollm2-135m", "max_steps": 20}, "limits": {"max_spend": 5.0}, "output": "", "recover_timeout_s": 600}
+_RECIPE = {"train": {"model": "smollm2-135m", "max_steps": 20}, "limits": {"max_spend": 5.0}, "output": "",
+           "recover_timeout_s": 600}
 EXAMPLES = [
     FinalCutRequested(id="ex-final-cut-requested", run_id="r-demo", source="finalizer", reason="budget",
                       detail="spend $4.98 would pass --max-spend $5.00 within the next accounting period"),
@@ -146,6 +147,8 @@ EXAMPLES = [
                  manifest_sha256="1" * 64, reason="max_steps", spend_usd=0.0, acked=["island-0"], missing_acks=[]),
     RunFailed(id="ex-run-failed", run_id="r-demo", source="finalizer", reason="every island was dropped"),
     RunStopped(id="ex-run-stopped", run_id="r-demo", source="finalizer", reason="yeto down --now"),
-    MarkFinal(id="ex-mark-final", run_id="r-demo", source="finalizer", versions={0: 12}, snapshot_path="/s/final", sha256="0" * 64),
-    BuildArtifact(id="ex-build-artifact", run_id="r-demo", source="finalizer", recipe=_RECIPE, versions={0: 12}, acked=["island-0"]),
+    MarkFinal(id="ex-mark-final", run_id="r-demo", source="finalizer", versions={0: 12}, snapshot_path="/s/final",
+              sha256="0" * 64),
+    BuildArtifact(id="ex-build-artifact", run_id="r-demo", source="finalizer", recipe=_RECIPE, versions={0: 12},
+                  acked=["island-0"]),
 ]

@@ -143,7 +143,8 @@ _SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": None,
 _ISLAND: dict[str, Any] = dict(run_id="r-demo", source="launcher", island=0, spec=_SPEC, handle="41234")
 
 
-_RECIPE = {"train": {"model": "smollm2-135m", "max_steps": 20}, "limits": {"max_spend": 5.0}, "output": "", "recover_timeout_s": 600}
+_RECIPE = {"train": {"model": "smollm2-135m", "max_steps": 20}, "limits": {"max_spend": 5.0}, "output": "",
+           "recover_timeout_s": 600}
 
 
 EXAMPLES = [

@@ -84,7 +84,8 @@ def sha256(data: bytes | bytearray | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def split_chunks(header: FragmentHeader, payload: bytes, chunk_bytes: int = subjects.CHUNK_BYTES) -> list[tuple[FragmentHeader, bytes]]:
+def split_chunks(header: FragmentHeader, payload: bytes,
+                 chunk_bytes: int = subjects.CHUNK_BYTES) -> list[tuple[FragmentHeader, bytes]]:
     """Split one encoded payload into checksummed chunks, each with its own header."""
     assert len(payload) == codecs.encoded_size(header.codec, header.numel), "payload does not match codec and numel"
     whole = sha256(payload)
@@ -101,7 +102,8 @@ def split_chunks(header: FragmentHeader, payload: bytes, chunk_bytes: int = subj
 class ChunkAssembler:
     """Reassembles chunked messages; validates every chunk before allocating or copying anything."""
 
-    def __init__(self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_chunk_bytes: int = subjects.MAX_PAYLOAD, max_pending: int = 64) -> None:
+    def __init__(self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_chunk_bytes: int = subjects.MAX_PAYLOAD,
+                 max_pending: int = 64) -> None:
         self.max_bytes, self.max_chunk_bytes, self.max_pending = max_bytes, max_chunk_bytes, max_pending
         self.pending: OrderedDict[tuple[object, ...], tuple[FragmentHeader, bytearray, set[int]]] = OrderedDict()
 
@@ -117,7 +119,8 @@ class ChunkAssembler:
                 self.pending.popitem(last=False)
             entry = self.pending[key] = (header, bytearray(total), set())
         first, buf, seen = entry
-        if (first.numel, first.codec, first.num_chunks, first.chunk_bytes) != (header.numel, header.codec, header.num_chunks, header.chunk_bytes):
+        if ((first.numel, first.codec, first.num_chunks, first.chunk_bytes)
+                != (header.numel, header.codec, header.num_chunks, header.chunk_bytes)):
             raise FragmentError("corrupt_chunk", f"chunk {header.chunk} disagrees with chunk sizes announced by its message")
         start = header.chunk * header.chunk_bytes
         buf[start:start + len(chunk)] = chunk
@@ -130,11 +133,13 @@ class ChunkAssembler:
     def _validate(self, h: FragmentHeader, chunk: bytes) -> int:
         total = codecs.encoded_size(h.codec, h.numel)
         if total > self.max_bytes:
-            raise FragmentError("too_large", f"{h.numel} values in {h.codec} are {total} bytes, above the cap of {self.max_bytes}")
+            raise FragmentError("too_large",
+                                f"{h.numel} values in {h.codec} are {total} bytes, above the cap of {self.max_bytes}")
         if h.chunk_bytes > self.max_chunk_bytes:
             raise FragmentError("too_large", f"chunk size {h.chunk_bytes} exceeds the {self.max_chunk_bytes}-byte maximum")
         if h.num_chunks != max(1, -(-total // h.chunk_bytes)) or h.chunk >= h.num_chunks:
-            raise FragmentError("corrupt_chunk", f"chunk {h.chunk} of {h.num_chunks} is inconsistent with {total} bytes in chunks of {h.chunk_bytes}")
+            raise FragmentError("corrupt_chunk", f"chunk {h.chunk} of {h.num_chunks} is inconsistent with {total} bytes "
+                                                  f"in chunks of {h.chunk_bytes}")
         expected = min(h.chunk_bytes, total - h.chunk * h.chunk_bytes)
         if len(chunk) != expected:
             raise FragmentError("corrupt_chunk", f"chunk {h.chunk} has {len(chunk)} bytes, expected {expected}")

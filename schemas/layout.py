@@ -37,6 +37,8 @@ class LayoutDeclared(Event):
 EXAMPLES = [
     LayoutDeclared(id="ex-layout-declared", run_id="r-demo", source="island-0", learner="island-0", fingerprint="ab12" * 16,
                    num_fragments=2, tensors=[
-                       TensorEntry(name="model.layers.0.self_attn.q_proj.lora_A.default.weight", shape=[8, 64], dtype="float32", fragment=0),
-                       TensorEntry(name="model.layers.1.self_attn.q_proj.lora_A.default.weight", shape=[8, 64], dtype="float32", fragment=1)]),
+                       TensorEntry(name="model.layers.0.self_attn.q_proj.lora_A.default.weight", shape=[8, 64], dtype="float32",
+                                   fragment=0),
+                       TensorEntry(name="model.layers.1.self_attn.q_proj.lora_A.default.weight", shape=[8, 64], dtype="float32",
+                                   fragment=1)]),
 ]

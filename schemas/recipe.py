@@ -67,7 +67,8 @@ class SyncConfig:
             (self.max_base_lag >= 0, "max_base_lag must be >= 0"),
             (0 < self.staleness_discount <= 1, "staleness_discount must be in (0, 1]"),
             (self.keyframe_every >= 1, "keyframe_every must be >= 1"),
-            (self.codec_up in ("f32", "bf16", "q4") and self.codec_down in ("f32", "bf16", "q4"), "codecs must be f32, bf16 or q4"),
+            (self.codec_up in ("f32", "bf16", "q4") and self.codec_down in ("f32", "bf16", "q4"),
+             "codecs must be f32, bf16 or q4"),
             (self.snapshot_every >= 1, "snapshot_every must be >= 1"),
         ]
         for ok, message in checks:

@@ -121,7 +121,8 @@ EXAMPLES = [
     RoundAborted(id="ex-round-aborted", run_id="r-demo", source="syncer", fragment=3, global_version=12, responders=["l0", "l1"],
                  reason="non-finite merge result"),
     LearnerRejected(id="ex-learner-rejected", run_id="r-demo", source="syncer", learner="l2", generation=1, fragment=0,
-                    reason="fingerprint", detail="layout fingerprint 9f2c... differs from the run's 41aa...; start the learner with the run's model and tuning"),
+                    reason="fingerprint", detail="layout fingerprint 9f2c... differs from the run's 41aa...; "
+                                                  "start the learner with the run's model and tuning"),
     SnapshotWritten(id="ex-snapshot-written", run_id="r-demo", source="syncer", path="/state/r-demo/syncer/frag-3.safetensors",
                     versions={3: 12}, sha256="0" * 64),
     LearnerJoined(id="ex-learner-joined", run_id="r-demo", source="syncer", learner="l0", generation=0, fingerprint="41aa" * 16),

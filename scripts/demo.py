@@ -93,7 +93,8 @@ def main() -> int:
                     "--fragments", "4", "--sync-every", "8", "--max-time", "15m", "--run-id", run_id, "--wait")
     try:
         if launched.returncode != 0:
-            raise SystemExit(f"the run did not finalize (exit {launched.returncode}); see `yeto --state-dir {state} logs {run_id}`")
+            raise SystemExit(f"the run did not finalize (exit {launched.returncode}); "
+                             f"see `yeto --state-dir {state} logs {run_id}`")
         adapter = state / "runs" / run_id / "artifact"
         say(f"adapter: {adapter}")
         points = loss_curve(state, run_id, out / "loss.png")

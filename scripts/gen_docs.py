@@ -20,7 +20,8 @@ README = ROOT / "README.md"
 BEGIN, END = "<!-- catalogue:begin -->", "<!-- catalogue:end -->"
 TREE_BEGIN, TREE_END = "<!-- tree:begin -->", "<!-- tree:end -->"
 # Files whose purpose no docstring or heading states.
-OTHER = {"Makefile": "setup, test, demo, bench, docs targets", "pyproject.toml": "the one `yeto` distribution, extras, pytest config",
+OTHER = {"Makefile": "setup, test, demo, bench, docs targets",
+         "pyproject.toml": "the one `yeto` distribution, extras, pytest config",
          ".ci/run": "CI: set up from nothing, then `make test`", ".gitignore": "ignored build and state files",
          "README.md": "this page"}
 SKIP_PARTS = {"fixtures"}

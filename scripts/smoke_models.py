@@ -46,7 +46,7 @@ def local_gpus() -> tuple[int, float]:
         if torch.cuda.is_available():
             n = torch.cuda.device_count()
             return n, n * torch.cuda.get_device_properties(0).total_memory / 1e9
-    except Exception:       # a broken CUDA install reads as no GPU
+    except Exception:  # noqa: BLE001 - a broken CUDA install reads as no GPU
         pass
     return 0, 0.0
 
@@ -62,7 +62,8 @@ def smoke(model: str, gpu: str, data: str, steps: int, timeout_s: float) -> tupl
     try:
         out = subprocess.run(command(model, gpu, data, steps), env=env, capture_output=True, text=True, timeout=timeout_s)
         if out.returncode != 0:
-            return False, (out.stderr.strip() or out.stdout.strip()).splitlines()[-1:][0] if (out.stderr or out.stdout) else "failed"
+            return False, ((out.stderr.strip() or out.stdout.strip()).splitlines()[-1:][0]
+                           if (out.stderr or out.stdout) else "failed")
         ends = subprocess.run([YETO, "sql", "--format", "csv", "select type from events where type in "
                                "('RunFinalized','ArtifactWritten','RunFailed')"], env=env, capture_output=True, text=True)
         ok = "RunFinalized" in ends.stdout and "ArtifactWritten" in ends.stdout
@@ -77,7 +78,8 @@ def smoke(model: str, gpu: str, data: str, steps: int, timeout_s: float) -> tupl
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiers", "--tier", default="cpu",
-                    help=f"comma list of {', '.join(t for t, _ in TIERS)}, or small (cpu,1gpu), medium (1node), large (multinode)")
+                    help=f"comma list of {', '.join(t for t, _ in TIERS)}, "
+                         "or small (cpu,1gpu), medium (1node), large (multinode)")
     ap.add_argument("--data", default=str(ROOT / "examples/data/chat_demo.jsonl"))
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--timeout-s", type=float, default=900.0)
@@ -101,7 +103,8 @@ def main(argv=None) -> int:
             model, data = name, args.data
             if tier == "cpu" and not args.dry_run:
                 import lib_task
-                model, data = str(lib_task.write_tiny_model(work / "model", layers=2, hidden=32)), str(lib_task.write_markov_chat(work / "chat.jsonl", 400))
+                model = str(lib_task.write_tiny_model(work / "model", layers=2, hidden=32))
+                data = str(lib_task.write_markov_chat(work / "chat.jsonl", 400))
             if args.dry_run:
                 print(f"{tier:9s} {name:28s} plan  {' '.join(command(model, gpu, data, args.steps)[1:])}")
                 continue

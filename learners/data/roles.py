@@ -41,7 +41,8 @@ def normalize_message(raw: Any, number: int, field_map: Mapping[str, str], *, sh
     role = role_of(raw_role, field_map)
     if not role:
         raise RowError(f"message {number}: unknown role {raw_role!r}; use system, user, assistant or tool "
-                       f"(or an alias: {', '.join(a for a in ROLE_ALIASES if a not in ('system', 'user', 'assistant', 'tool'))}), "
+                       "(or an alias: "
+                       f"{', '.join(a for a in ROLE_ALIASES if a not in ('system', 'user', 'assistant', 'tool'))}), "
                        f"or map it with --field-map assistant_tag={raw_role}")
     message: dict[str, Any] = {"role": role}
     content = raw.get(content_key)

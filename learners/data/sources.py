@@ -116,7 +116,7 @@ def _open_hub(repo: str, revision: str | None) -> Source:
     try:
         sha = HfApi().dataset_info(repo, revision=revision).sha
         ds = datasets.load_dataset(repo, revision=sha, split="train")
-    except Exception as e:  # offline, gated, missing: all are fixed by the user, and the message says how
+    except Exception as e:  # noqa: BLE001 - offline, gated, missing: all are fixed by the user, and the message says how
         raise ValueError(f"--data {repo}: could not load this Hugging Face dataset ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}); check the id, the network and HF_TOKEN, "
                          "or pass a local path") from None

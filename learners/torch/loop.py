@@ -49,8 +49,11 @@ def _labelled(batch: dict[str, torch.Tensor]) -> int:
     return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
 
 
+_SINGLE_PROCESS = dist.Topology()  # the default topology: one process, rank 0 (frozen, so safe to share)
+
+
 def train(model: torch.nn.Module, batches: Iterator[dict[str, torch.Tensor]], recipe: TrainRecipe, *,
-          accel: accel_policy.Accel, topology: dist.Topology = dist.Topology(), sync: SyncHook | None = None,
+          accel: accel_policy.Accel, topology: dist.Topology = _SINGLE_PROCESS, sync: SyncHook | None = None,
           on_step: Callable[[StepResult], None] | None = None, start_step: int = 0,
           wrapped: torch.nn.Module | None = None) -> list[StepResult]:
     """Train until `recipe.max_steps` (or the batches run out). `model` is the unwrapped module whose

@@ -32,7 +32,8 @@ def test_compare_dry_run_prints_every_arm():
 
 
 def test_overrides_and_deltas():
-    assert lib_compare.parse_overrides(["outer_lr=1", "quorum=None", "merge=avg"]) == {"outer_lr": 1, "quorum": None, "merge": "avg"}
+    assert lib_compare.parse_overrides(["outer_lr=1", "quorum=None", "merge=avg"]) == {
+        "outer_lr": 1, "quorum": None, "merge": "avg"}
     assert lib_compare.deltas_pct([1.01, 2.0], [1.0, 2.0]) == pytest.approx([1.0, 0.0])
     with pytest.raises(ValueError):
         lib_compare.parse_overrides(["outer_lr"])

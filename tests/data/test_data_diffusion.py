@@ -25,7 +25,8 @@ def test_media_folder_reports_bad_rows_with_line_numbers(tmp_path):
         f"{meta} line 3: file_name 'missing.png': no such file in {tmp_path}",
         f"{meta} line 4: missing caption: needs a non-empty string 'text'",
         f"{meta} line 5: file_name '../escape.png' points outside the folder",
-        f"{meta} line 6: 'notes.txt': not an image or video file (.png, .jpg, .jpeg, .webp, .bmp, .gif, .mp4, .mov, .webm, .mkv, .avi, .gif)"]
+        f"{meta} line 6: 'notes.txt': not an image or video file "
+        "(.png, .jpg, .jpeg, .webp, .bmp, .gif, .mp4, .mov, .webm, .mkv, .avi, .gif)"]
     assert not report.ok
 
 
@@ -42,6 +43,6 @@ def test_demo_data_is_deterministic_and_disjoint(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "scripts/make_demo_data.py")], check=True, capture_output=True)
     assert (ROOT / "examples/data/chat_demo.jsonl").read_bytes() == before
     def questions(name):
-        return {json.loads(l)["messages"][-2]["content"] for l in (ROOT / "examples/data" / name).read_text().splitlines()}
+        return {json.loads(line)["messages"][-2]["content"] for line in (ROOT / "examples/data" / name).read_text().splitlines()}
     train, held = questions("chat_demo.jsonl"), questions("heldout_demo.jsonl")
     assert len(train) >= 300 and len(held) >= 50 and not train & held

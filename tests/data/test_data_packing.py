@@ -14,7 +14,7 @@ TOOL_ROW = {"messages": [{"role": "user", "content": "Weather?"},
 
 
 def _trained(tok, enc) -> str:
-    return tok.decode([t for t, l in zip(enc.input_ids, enc.labels) if l != IGNORE])
+    return tok.decode([t for t, label in zip(enc.input_ids, enc.labels) if label != IGNORE])
 
 
 def test_generation_markers_give_exact_assistant_masks(generation_tokenizer):
@@ -22,7 +22,8 @@ def test_generation_markers_give_exact_assistant_masks(generation_tokenizer):
     assert enc.method == "generation-markers"
     out = enc.encode([normalize(chat("Hi there", "Yeto here: hello")), normalize(TOOL_ROW)])
     assert _trained(generation_tokenizer, out[0]) == "Yeto here: hello<|im_end|>"
-    assert _trained(generation_tokenizer, out[1]) == '<tool_call>{"name": "w", "arguments": {}}</tool_call><|im_end|>Warm.<|im_end|>'
+    assert _trained(generation_tokenizer, out[1]) == (
+        '<tool_call>{"name": "w", "arguments": {}}</tool_call><|im_end|>Warm.<|im_end|>')
 
 
 def test_fallback_masks_everything_but_assistant_turns(plain_tokenizer):

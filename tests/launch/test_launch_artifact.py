@@ -43,7 +43,8 @@ def test_lora_state_becomes_a_peft_adapter_that_computes_what_the_trained_model_
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model, state, recipe = trained(model_dir, "lora")
-    kind, files, manifest_sha = write_artifact(state, recipe=recipe, out=tmp_path / "a", run_id="r1", versions={0: 3}, acked=["island-0"])
+    kind, files, manifest_sha = write_artifact(state, recipe=recipe, out=tmp_path / "a", run_id="r1", versions={0: 3},
+                                               acked=["island-0"])
     assert kind == "adapter" and {"adapter_config.json", "adapter_model.safetensors", "manifest.json"} <= set(files)
     loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), tmp_path / "a").eval()
     with torch.no_grad():

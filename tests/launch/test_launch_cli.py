@@ -71,7 +71,8 @@ def test_an_island_too_small_for_the_model_is_refused_before_renting():
 
 
 def test_durations_read_seconds_minutes_hours_and_days():
-    assert [checks.duration_s(t, "--max-time") for t in ("90", "90s", "30m", "2h", "1d", None)] == [90, 90, 1800, 7200, 86400, None]
+    assert [checks.duration_s(t, "--max-time") for t in ("90", "90s", "30m", "2h", "1d", None)] == [
+        90, 90, 1800, 7200, 86400, None]
 
 
 def test_the_launch_command_carries_fleet_recipe_limits_and_the_data_fingerprint(material):

@@ -22,7 +22,8 @@ def register(sub) -> None:
     add_plan_arguments(p)
     p.set_defaults(seq_len=1024)
     a = p.add_argument
-    a("--gpu", help="islands: cloud:[nodes x]<count>x<gpu>[@region],... or local:<count>x<cpu|cuda>,... (omit: the planner picks)")
+    a("--gpu", help="islands: cloud:[nodes x]<count>x<gpu>[@region],... or local:<count>x<cpu|cuda>,... "
+                     "(omit: the planner picks)")
     a("--data", required=True, help="HF dataset id, local jsonl/json/parquet/save_to_disk dir, or a store URI")
     a("--data-format", default="auto", help="auto, openai, sharegpt, alpaca, text, prompt-completion")
     a("--on-bad-rows", choices=("error", "skip"), default="error")
