@@ -19,7 +19,3 @@ async def connect(url: str, *, name: str = "yeto", connect_timeout: float = 10.0
     from yeto.infra.bus_nats import NatsBus
 
     return await NatsBus.connect(url, name=name, connect_timeout=connect_timeout)
-
-
-# Transition: callers written before the protocol spell `Bus.connect(url)`; it means `connect(url)`.
-Bus.connect = staticmethod(connect)  # type: ignore[attr-defined]

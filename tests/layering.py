@@ -29,6 +29,7 @@ def layer_of(module: str) -> str:
 FACES = ("yeto.services.planner.api", "yeto.services.launcher.api", "yeto.services.finalizer.api",
          "yeto.learners.torch.api", "yeto.learners.data")
 TRANSPORT = ("yeto.learners.bus_client", "yeto.learners.transport")   # the learners' one door to the bus
+SHARED_EDGES = ("yeto.infra.model_source",)   # edges every layer above infra reads (what a --model name is, on disk)
 
 
 def allowed(source: str, target: str) -> bool:
@@ -38,7 +39,7 @@ def allowed(source: str, target: str) -> bool:
     if layer == "schemas":
         return False
     if _under(target, "yeto.infra"):
-        return layer != "learners" or any(_under(source, t) for t in TRANSPORT)
+        return layer != "learners" or any(_under(source, t) for t in TRANSPORT) or target in SHARED_EDGES
     if layer == "infra":
         return False
     if layer.startswith("services"):

@@ -51,15 +51,19 @@ def io_violations(root: Path, files: list[Path]) -> list[str]:
 
 
 # schemas/ modules allowed to look at this machine, and why.
-IMPURE_SCHEMAS = {"base.py": "a new message takes a fresh id and the clock's time (strict writers)",
-                  "model_source.py": "resolving --model looks at local paths (existence, safetensors headers)"}
+IMPURE_SCHEMAS = {"base.py": "a new message takes a fresh id and the clock's time (strict writers)"}
+
+# The push path's pure steps (services/syncer/core.py lists the path) and the learner's pure parts.
+PURE_STEPS = tuple(f"services/syncer/{m}.py" for m in ("admission", "ledger", "rounds", "grace", "merge", "rows", "gram",
+                                                        "runs", "outputs")) + (
+    "learners/keyframe_demand.py", "learners/transport/keyframes.py", "learners/transport/reports.py")
 
 
 def pure_cores(root: Path) -> list[Path]:
-    """Every logic.py and state.py, all of schemas/ but IMPURE_SCHEMAS, and yeto/projections.py while it exists."""
+    """Every logic.py and state.py, all of schemas/ but IMPURE_SCHEMAS, and the syncer's and learners' pure steps."""
     cores = [p for name in ("logic.py", "state.py") for p in (root / "services").rglob(name)]
     cores += [p for p in (root / "schemas").rglob("*.py") if "fixtures" not in p.parts and p.name not in IMPURE_SCHEMAS]
-    cores += [p for p in [root / "yeto" / "projections.py"] if p.exists()]
+    cores += [p for rel in PURE_STEPS if (p := root / rel).exists()]
     return sorted(p.relative_to(root) for p in cores)
 
 

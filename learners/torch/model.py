@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 # Resolution is shared with the CLI, the planner and the finalizer; learners import it from here as before.
-from yeto.schemas.model_source import ModelSource, find_smollm2_gguf, resolve
+from yeto.infra.model_source import ModelSource, find_smollm2_gguf, resolve
 
 __all__ = ["ModelSource", "find_smollm2_gguf", "load_model", "load_tokenizer", "resolve"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from yeto.schemas.model_source import ModelSource, resolve
+from yeto.infra.model_source import ModelSource, resolve
 
 ADAPTER_NAME = "default"   # peft's name of the one adapter a learner trains
 

@@ -208,7 +208,7 @@ def until(t, done, timeout_s: float = 20.0) -> None:
 def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand(nats_server, run_id):
     import asyncio
 
-    from yeto.infra.bus import Bus
+    from yeto.infra.bus import connect
 
     a = learner(3)
     shadow = BroadcastShadow(run_id=run_id, fingerprint=a.fingerprint, keyframe_every=16, codec_down="q4")
@@ -217,7 +217,7 @@ def test_nats_transport_gets_keyframe_headers_only_and_fetches_payload_on_demand
     published += keyframes_of(a, shadow, 1, theta1)              # deltas of version 1 (not keyframes)
 
     async def publish():
-        bus = await Bus.connect(nats_server.url, name="test-syncer")
+        bus = await connect(nats_server.url, name="test-syncer")
         for h, payload in published:
             for hc, chunk in split_chunks(h, payload, 300):     # several chunks per keyframe
                 subject = (keyframe_subject if hc.kind == "keyframe" else delta_subject)(run_id, hc.fragment, hc.chunk)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from yeto.schemas.model_source import resolve_model
+from yeto.infra.model_source import resolve_model
 from yeto.schemas.model_table import MODELS
 
 pytestmark = pytest.mark.timeout(60)

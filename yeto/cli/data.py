@@ -28,7 +28,7 @@ def register(sub) -> None:
 def load_tokenizer(model: str):
     """The model's own tokenizer: aliases, local dirs, .gguf files and HF ids, resolved as training resolves them."""
     from yeto.learners.torch.api import load_tokenizer as load
-    from yeto.schemas.model_source import resolve
+    from yeto.infra.model_source import resolve
     return load(resolve(model))
 
 

@@ -58,7 +58,7 @@ def new_run_id() -> str:
 
 
 def build_launch(args, run_id: str, fleet: list[dict]) -> LaunchRun:
-    from yeto.schemas.model_source import resolve
+    from yeto.infra.model_source import resolve
 
     source = resolve(args.model)
     data_check = checks.check_data(args, source)

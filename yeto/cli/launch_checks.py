@@ -31,7 +31,7 @@ def fleet_entries(islands: list[IslandSpec], *, spot: bool, prices: list[float |
 
 def known_weights_gb(model: str) -> float | None:
     """The model's bf16 size when the alias table or local safetensors tell it (no network)."""
-    from yeto.schemas.model_source import resolve_model
+    from yeto.infra.model_source import resolve_model
     try:
         return resolve_model(model).weights_gb
     except ValueError:

@@ -54,7 +54,7 @@ def cmd_merge(args) -> int:
     from peft import PeftModel
 
     from yeto.learners.torch.api import load_model, load_tokenizer
-    from yeto.schemas.model_source import resolve
+    from yeto.infra.model_source import resolve
 
     adapter, out = Path(args.adapter), Path(args.out)
     if not (adapter / "adapter_config.json").exists():

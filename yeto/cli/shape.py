@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from yeto.schemas.model_source import resolve_model
+from yeto.infra.model_source import resolve_model
 from yeto.services.planner.api import FleetPlan, PlanRequest, load_catalog, shape_fleet
 
 
