@@ -8,10 +8,15 @@ load, it folds from sequence 1. Decisions are level-triggered: after the fold, a
 `decide` sees the whole state, so a decision lost to a crash is taken again; its messages carry ids
 derived from their cause, so taking it twice publishes once.
 
+Poison (runner_poison.py): an event that makes parse or `evolve` raise is skipped with the state as it was, a
+command or event that makes `decide` raise is rejected; both go on the tape as MessageRejected. A loop that
+dies (the fold, the command loop, a background task) ends the service with its error: a non-zero exit,
+never a service that looks up and does nothing.
+
 Rule for scaling (N instances of a service): events reach every instance (each folds its own state),
 commands reach exactly one (a shared durable work-queue consumer). So the reaction to an event must
 be publishing only; effects that are not idempotent (starting a process, writing a file) happen in
-a command's handler. What a service is made of is in service_spec.py, the loops in runner_loops.py.
+a command's handler. What a service is made of is in service_spec.py, the loops in runner_loops.py and runner_fold.py.
 """
 from __future__ import annotations
 
@@ -24,9 +29,9 @@ from contextlib import AsyncExitStack
 from yeto.infra.bus import Bus, connect
 from yeto.infra.natsserver import ensure_streams
 from yeto.infra.runner_loops import serve
-from yeto.infra.service_spec import Context, Decide, Publish, Retry, ServiceSpec, StateCodec
+from yeto.infra.service_spec import Context, Decide, Publish, Reject, Retry, ServiceSpec, StateCodec
 
-__all__ = ["Context", "Decide", "Publish", "Retry", "ServiceSpec", "StateCodec", "run_service"]
+__all__ = ["Context", "Decide", "Publish", "Reject", "Retry", "ServiceSpec", "StateCodec", "run_service"]
 
 
 async def run_service(spec: ServiceSpec, bus_or_url: Bus | str, *, instance: str | None = None,

@@ -7,12 +7,13 @@ import os
 import socket
 from typing import Any
 
-from yeto.infra.bus import Delivery
+from yeto.infra.runner_fold import fold_events
+from yeto.infra.runner_poison import reason_of, reject_command
 from yeto.infra.runner_snapshot import Snapshots
 from yeto.infra.service_spec import Context, Retry
-from yeto.schemas.base import Command, Event, SchemaError, parse
-from yeto.schemas.events import MessageRejected, ServiceStarted, ServiceStopped
-from yeto.schemas.subjects import service_commands, stream_for
+from yeto.schemas.base import Command, SchemaError, parse
+from yeto.schemas.events import ServiceStarted, ServiceStopped
+from yeto.schemas.subjects import service_commands
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +25,16 @@ async def serve(ctx: Context, ready: asyncio.Event) -> None:
     snapshots = Snapshots(ctx)
     await snapshots.restore()
     caught_up = asyncio.Event()
-    tasks: list[asyncio.Task[Any]] = [asyncio.create_task(fold_events(ctx, caught_up, snapshots))]
-    await caught_up.wait()
+    fold = asyncio.create_task(fold_events(ctx, caught_up, snapshots))
+    tasks: list[asyncio.Task[Any]] = [fold]
+    waiter = asyncio.create_task(caught_up.wait())
+    await asyncio.wait([waiter, fold], return_when=asyncio.FIRST_COMPLETED)
+    if not caught_up.is_set():     # the fold ended before catching up: its error, or a stop during the replay
+        waiter.cancel()
+        _raise_if_failed(ctx, fold)
+        return
     ctx.live = True
-    await ctx.perform(spec.decide(ctx.state, None, ctx.clock()))  # reconcile after the fold
+    await decide_on_tick(ctx)      # reconcile after the fold
     if spec.handles_commands:
         commands = await bus.consumer([service_commands(spec.name)], durable=spec.name, ack_wait_s=60, max_deliver=20)
         tasks.append(asyncio.create_task(handle_commands(ctx, commands)))
@@ -40,45 +47,18 @@ async def serve(ctx: Context, ready: asyncio.Event) -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    for t in done:
-        if t is not stopper and (error := t.exception()) is not None:
-            raise error
+    for t in done - {stopper}:
+        _raise_if_failed(ctx, t)
     await snapshots.save()
     await bus.publish(ServiceStopped(service=spec.name, instance=ctx.instance, source=ctx.instance), retry_for=5)
 
 
-async def fold_events(ctx: Context, caught_up: asyncio.Event, snapshots: Snapshots) -> None:
-    """An ephemeral consumer without acks over the service's event subjects, after ctx.position (the bus
-    resumes it after its last delivery if the server restarts and forgets it)."""
-    spec = ctx.spec
-    events = await ctx.bus.consumer(spec.event_subjects, ack=False, after_seq=ctx.position)
-    if await events.num_pending() == 0:
-        caught_up.set()
-    while not ctx.stop.is_set():
-        batch = await events.fetch(500, 1.0)
-        for raw in batch:
-            try:
-                event = parse(raw.data)
-            except SchemaError as e:  # the tape keeps it; a fold cannot use it
-                log.warning("%s: skipping unparsable event seq %s: %s", spec.name, raw.seq, e)
-                ctx.position = raw.seq
-                continue
-            if isinstance(event, Event):
-                ctx.state = spec.evolve(ctx.state, event)
-            ctx.position = raw.seq        # no await since the fold: state and position move together
-            snapshots.folded()
-            if ctx.live and isinstance(event, Event):
-                await ctx.perform(spec.decide(ctx.state, event, ctx.clock()))
-        if batch and not caught_up.is_set() and batch[-1].num_pending == 0:
-            caught_up.set()
-        await snapshots.maybe_save()
-
-
-async def reject(ctx: Context, raw: Delivery, reason: str) -> None:
-    await ctx.bus.publish(MessageRejected(
-        id=f"rejected-{stream_for(raw.subject).name}-{raw.seq}", source=ctx.instance, subject=raw.subject,
-        stream_seq=raw.seq, reason=reason, excerpt=raw.data[:200].decode("utf-8", "replace"), consumer=ctx.spec.name))
-    await raw.term()
+def _raise_if_failed(ctx: Context, task: asyncio.Task) -> None:
+    """A loop that ended: its error, or one saying it ended though the service was not stopped."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        raise error
+    if not ctx.stop.is_set():
+        raise RuntimeError(f"{ctx.spec.name}: a loop of the service ended on its own; stopping the service")
 
 
 async def handle_commands(ctx: Context, commands) -> None:
@@ -89,11 +69,19 @@ async def handle_commands(ctx: Context, commands) -> None:
                 cmd = parse(raw.data)
                 if not isinstance(cmd, Command) or cmd.owner != spec.name:
                     raise SchemaError(f"{cmd.type} is not a command for {spec.name}")
+                intents = spec.decide(ctx.state, cmd, ctx.clock())
+            except Retry as e:
+                log.info("%s: retry %s in %.1fs: %s", spec.name, raw.subject, e.delay_s, e)
+                await raw.nak(delay_s=e.delay_s)
+                continue
             except SchemaError as e:
-                await reject(ctx, raw, e.reason)
+                await reject_command(ctx, raw, e.reason)
+                continue
+            except Exception as e:  # noqa: BLE001 - decide is pure: what it refuses now it refuses on every delivery
+                await reject_command(ctx, raw, reason_of(e))
                 continue
             try:
-                await ctx.perform(spec.decide(ctx.state, cmd, ctx.clock()))
+                await ctx.perform(intents)
             except Retry as e:
                 log.info("%s: retry %s in %.1fs: %s", spec.name, cmd.type, e.delay_s, e)
                 await raw.nak(delay_s=e.delay_s)
@@ -105,9 +93,23 @@ async def handle_commands(ctx: Context, commands) -> None:
             await raw.ack()
 
 
+async def decide_on_tick(ctx: Context) -> None:
+    """decide(state, None, now) and its intents; a decide that raises is logged (once per error) and skipped, so
+    commands (`yeto down`) are still handled."""
+    try:
+        intents = ctx.spec.decide(ctx.state, None, ctx.clock())
+    except Exception as e:  # one bad run's state must not stop the service's other work
+        if (reason := reason_of(e)) != ctx.tick_error:
+            log.exception("%s: decide on a tick failed: %s", ctx.spec.name, reason)
+        ctx.tick_error = reason
+        return
+    ctx.tick_error = ""
+    await ctx.perform(intents)
+
+
 async def tick(ctx: Context) -> None:
     while not ctx.stop.is_set():
         try:
             await asyncio.wait_for(ctx.stop.wait(), ctx.spec.tick_s)
         except asyncio.TimeoutError:
-            await ctx.perform(ctx.spec.decide(ctx.state, None, ctx.clock()))
+            await decide_on_tick(ctx)

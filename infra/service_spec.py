@@ -1,4 +1,4 @@
-"""What a service is made of (ServiceSpec, StateCodec, the Publish intent, Retry) and its running Context."""
+"""What a service is made of (ServiceSpec, StateCodec, the Publish intent, Retry, Reject) and its running Context."""
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +18,10 @@ class Retry(Exception):
     def __init__(self, reason: str, delay_s: float = 2.0):
         super().__init__(reason)
         self.delay_s = delay_s
+
+
+class Reject(Exception):
+    """Raised by `decide` for a message that can never succeed: it is rejected (MessageRejected) with this reason."""
 
 
 @dataclass(frozen=True)
@@ -49,9 +53,10 @@ class ServiceSpec:
     initial: Callable[[], Any] = lambda: None
     """A fresh state."""
     evolve: Callable[[Any, Event], Any] = lambda state, event: state
-    """Pure fold of one event into the state."""
+    """Pure fold of one event into the state; if it raises, the event is rejected and the state stays as it was."""
     decide: Decide = lambda state, msg, now: []
-    """Pure: (state, the command or event just seen or None on a tick, now) -> intents."""
+    """Pure: (state, the command or event just seen or None on a tick, now) -> intents. Raising (Reject or any
+    error but Retry) rejects the message; on a tick it is logged and the service goes on."""
     act: Callable[[Any, Context], Awaitable[list[Message]]] | None = None
     """Performs a non-Publish intent; returns messages to publish. Raise Retry to try again later."""
     event_subjects: tuple[str, ...] = (EVERY_EVENT,)
@@ -78,6 +83,8 @@ class Context:
     position: int = 0
     """The YETO_EVT sequence `state` is folded to."""
     live: bool = False
+    tick_error: str = ""
+    """The last error of decide on a tick (logged once until it changes)."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
 

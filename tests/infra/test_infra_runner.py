@@ -3,12 +3,14 @@ poison messages, stop; snapshots: a restart folds only what came after, a bad sn
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import uuid
 from typing import ClassVar, Literal
 
 import pytest
 
+from waiting import until
 from yeto.infra.bus import Bus, connect
 from yeto.infra.bus_memory import MemoryBus
 from yeto.infra.runner import Publish, ServiceSpec, StateCodec, run_service
@@ -195,3 +197,84 @@ async def test_a_snapshot_that_does_not_load_means_a_full_replay(target, run_id,
     await bus.publish_raw(snapshot_subject(counter.name), data, headers=headers)
     state = await counter.run_until(url, 5)
     assert counter.calls == 5 and state == {"0": 2, "1": 2, "2": 1}
+
+
+def _poisoned_spec(run_id: str, seen: list, pong: asyncio.Event) -> ServiceSpec:
+    """pingsvc whose evolve breaks on TestTick n=13 and whose decide breaks on TestPing n=13."""
+    base = _spec("p", run_id, seen, pong, 1)
+
+    def evolve(state, event):
+        if isinstance(event, _Tick):
+            if event.n == 13:
+                raise KeyError("thirteen")
+            return [*state, event.n]
+        return base.evolve(state, event)
+
+    def decide(state, msg, now):
+        if isinstance(msg, _Ping) and msg.n == 13:
+            raise TypeError("unlucky ping")
+        return base.decide(state, msg, now)
+    return dataclasses.replace(base, initial=list, evolve=evolve, decide=decide)
+
+
+async def test_poison_that_breaks_evolve_or_decide_is_rejected_and_the_service_goes_on(target, run_id):
+    url, bus = target
+    stop, seen, pong = asyncio.Event(), [], asyncio.Event()
+    spec = _poisoned_spec(run_id, seen, pong)
+    ready = asyncio.Event()
+    states: list = []
+    task = asyncio.create_task(run_service(dataclasses.replace(spec, tick_s=0.05, decide=_recording(spec.decide, states)),
+                                           url, instance="p", stop=stop, ready=ready))
+    await asyncio.wait_for(ready.wait(), 60)
+    for n in (1, 13, 2):
+        await bus.publish(_Tick(run_id=run_id, n=n, source="test"))
+    await bus.publish(_Ping(run_id=run_id, n=13))
+    await bus.publish(_Ping(run_id=run_id, n=7))
+    await asyncio.wait_for(pong.wait(), 60)               # handled after the poisoned ping
+    await until(lambda: [1, 2] in states, 30, "the ticks around the poisoned one folded")
+    stop.set()
+    await task                                            # a clean stop: nothing died
+    rejected = [r for r in await _events(bus, event_subject(SYSTEM_RUN, "MessageRejected")) if r["consumer"] == "pingsvc"]
+    reasons = {r["reason"] for r in rejected}
+    assert "evolve: KeyError: 'thirteen'" in reasons and "TypeError: unlucky ping" in reasons, reasons
+    assert all(r["stream_seq"] and r["subject"] for r in rejected)
+    assert all(13 not in s for s in states if isinstance(s, list))
+
+
+def _recording(decide, states: list):
+    def wrapped(state, msg, now):
+        states.append(state)
+        return decide(state, msg, now)
+    return wrapped
+
+
+class _DeadConsumer:
+    async def num_pending(self) -> int:
+        return 1
+
+    async def fetch(self, max_msgs: int, timeout_s: float):
+        raise ConnectionError("the event stream is gone")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_fold_that_dies_before_catching_up_ends_the_service_with_its_error():
+    class Broken(MemoryBus):
+        async def consumer(self, subjects, **kw):
+            return _DeadConsumer() if kw.get("ack") is False else await super().consumer(subjects, **kw)
+    bus = Broken()
+    spec = ServiceSpec(name="deadfold", handles_commands=False)
+    with pytest.raises(ConnectionError, match="stream is gone"):   # was: waiting forever for the fold to catch up
+        await asyncio.wait_for(run_service(spec, bus, instance="d", stop=asyncio.Event()), 30)
+
+
+async def test_a_loop_that_dies_after_start_ends_the_service_with_its_error(target, run_id):
+    url, _ = target
+
+    async def crashes(ctx):
+        raise RuntimeError("background job died")
+    spec = ServiceSpec(name=f"deadjob-{uuid.uuid4().hex[:6]}", handles_commands=False, background=(crashes,),
+                       event_subjects=(run_events(run_id),))
+    with pytest.raises(RuntimeError, match="background job died"):
+        await asyncio.wait_for(run_service(spec, url, instance="j", stop=asyncio.Event()), 30)
