@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from yeto.schemas.gpuspec import IslandSpec, format_gpu
 from yeto.infra.model_source import resolve_model
+from yeto.schemas.gpuspec import IslandSpec, format_gpu
 from yeto.services.planner.candidates import Candidate, dedupe, over_budget, screen
 from yeto.services.planner.catalog import Offering
 from yeto.services.planner.explain import launch_line, why_not

@@ -27,8 +27,8 @@ def register(sub) -> None:
 
 def load_tokenizer(model: str):
     """The model's own tokenizer: aliases, local dirs, .gguf files and HF ids, resolved as training resolves them."""
-    from yeto.learners.torch.api import load_tokenizer as load
     from yeto.infra.model_source import resolve
+    from yeto.learners.torch.api import load_tokenizer as load
     return load(resolve(model))
 
 

@@ -53,8 +53,8 @@ def cmd_merge(args) -> int:
     import torch
     from peft import PeftModel
 
-    from yeto.learners.torch.api import load_model, load_tokenizer
     from yeto.infra.model_source import resolve
+    from yeto.learners.torch.api import load_model, load_tokenizer
 
     adapter, out = Path(args.adapter), Path(args.out)
     if not (adapter / "adapter_config.json").exists():
