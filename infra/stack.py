@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from yeto.infra.natsserver import NatsServer, ensure_streams
+from yeto.infra.run_paths import run_path
+from yeto.schemas.base import check_run_id
 from yeto.schemas.subjects import SERVICES
 
 
@@ -35,7 +37,7 @@ class StackPaths:
     def record(self) -> Path: return self.root / "stack.json"
 
     def run_dir(self, run_id: str) -> Path:
-        return self.runs / run_id
+        return run_path(self.root, run_id)   # ValueError unless a run id whose folder stays under runs/
 
 
 def alive(pid: int) -> bool:
@@ -99,6 +101,7 @@ def head_server(paths: StackPaths, *, port: int, run_id: str, hosts: list[str]) 
     from yeto.infra.natsserver import TlsConfig
     from yeto.infra.tls import credentials, self_signed
 
+    check_run_id(run_id)   # it names the run's bus user in nats-server.conf: never a free-form string
     cert, key = self_signed(paths.root / "tls", hosts)
     return NatsServer(paths.nats, host="0.0.0.0", port=port or 4222, tls=TlsConfig(cert_file=cert, key_file=key),
                       auth=credentials(paths.root / "tls", run_id), log_file=paths.logs / "nats-server.log")

@@ -13,10 +13,12 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 _NAMESPACE = uuid.UUID("6f1c2a4e-59d1-4c1b-9a63-7e0c0d5e2b10")
-RUN_ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# One NATS subject token, one path component, safe in a config file and a shell word: no '.', '/', '*', '>', space.
+RUN_ID_PATTERN = "[a-z0-9][a-z0-9-]{0,62}"
+RUN_ID_RE = re.compile(RUN_ID_PATTERN)   # use .fullmatch (a '$' would let a trailing newline through)
 SYSTEM_RUN = "_"  # run_id of messages that belong to no run (service lifecycle, rejections of unparsable input)
 
 
@@ -26,6 +28,14 @@ class SchemaError(ValueError):
     def __init__(self, reason: str, *, type: str | None = None, version: int | None = None):
         super().__init__(reason)
         self.reason, self.type, self.version = reason, type, version
+
+
+def check_run_id(run_id: object) -> str:
+    """`run_id` if it is a run id (1-63 of a-z, 0-9, '-', not starting with '-'), else ValueError saying so."""
+    if isinstance(run_id, str) and RUN_ID_RE.fullmatch(run_id):
+        return run_id
+    raise ValueError(f"{repr(run_id)[:80]} is not a run id: use 1-63 lowercase letters, digits and '-', starting with a letter "
+                     f"or digit (pattern {RUN_ID_PATTERN})")
 
 
 def new_id() -> str:
@@ -57,6 +67,11 @@ class Message(BaseModel):
     ts: datetime = Field(default_factory=utcnow)
     causation_id: str | None = None
     source: str = "unknown"
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, value: str) -> str:
+        return value if value == SYSTEM_RUN else check_run_id(value)
 
     def caused(self, cls: builtins.type[M], key: object = "", **fields: Any) -> M:   # `type` is a field here
         """Create a message caused by this one, its id derived from (this id, the new type, key)."""

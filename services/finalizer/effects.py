@@ -5,6 +5,7 @@ import asyncio
 from pathlib import Path
 
 from yeto.infra.bus import Bus
+from yeto.infra.run_paths import run_path
 from yeto.infra.runner import Context, Retry
 from yeto.schemas.base import Message
 from yeto.schemas.final import ArtifactWritten, BuildArtifact, CheckpointMarkedFinal, MarkFinal
@@ -29,7 +30,7 @@ class Effects:
         self.state_dir = Path(state_dir)
 
     def artifact_dir(self, run_id: str) -> Path:
-        return self.state_dir / "runs" / run_id / "artifact"
+        return run_path(self.state_dir, run_id, "artifact")
 
     async def act(self, cmd, ctx: Context) -> list[Message]:
         if isinstance(cmd, MarkFinal):

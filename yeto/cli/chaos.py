@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import signal
 
-from yeto.cli.common import state_dir
+from yeto.cli.common import run_id_arg, state_dir
 from yeto.services.launcher.api import LocalBackend
 
 
@@ -11,7 +11,7 @@ def register(sub) -> None:
     p = sub.add_parser("chaos", help="failure injection for tests and demos")
     s = p.add_subparsers(dest="chaos_cmd", metavar="ACTION", required=True)
     k = s.add_parser("kill", help="SIGKILL the processes of a local island's current generation")
-    k.add_argument("run", help="run id")
+    k.add_argument("run", type=run_id_arg, help="run id")
     k.add_argument("island", type=int, help="island index (0-based, in --gpu order)")
     k.set_defaults(func=cmd_kill)
 

@@ -6,7 +6,7 @@ import secrets
 import time
 
 from yeto.cli import launch_checks as checks
-from yeto.cli.common import conf, url_or_none
+from yeto.cli.common import conf, run_id_arg, url_or_none
 from yeto.cli.follow import follow_or_detach
 from yeto.cli.shape import add_plan_arguments
 from yeto.infra.bus import connect
@@ -43,12 +43,12 @@ def register(sub) -> None:
     a("--seed", type=int, default=0)
     for flag in checks.SYNC_FLAGS:
         a(f"--{flag.replace('_', '-')}", type=float if "lr" in flag or "alpha" in flag or "momentum" in flag else int)
-    a("--run-id", help="run id (default: generated)")
+    a("--run-id", type=run_id_arg, help="run id (default: generated)")
     a("--wait", action="store_true", help="follow the run; exit 0 when finalized, non-zero otherwise")
     p.set_defaults(func=cmd_launch)
 
     d = sub.add_parser("down", help="stop a run: final cut, artifact, teardown (--now aborts)")
-    d.add_argument("run", help="run id")
+    d.add_argument("run", type=run_id_arg, help="run id")
     d.add_argument("--now", action="store_true", help="abort at once: no final cut, no artifact")
     d.set_defaults(func=cmd_down)
 

@@ -13,11 +13,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
+from yeto.cli.common import run_id_arg
 from yeto.cli.describe import describe
 from yeto.cli.sql import format_table, tape_query
 from yeto.cli.tape import load_run, run_filter
+from yeto.infra.run_paths import run_path
 from yeto.infra.settings import load
-from yeto.infra.stack import StackPaths
 
 STATUS_SQL = """
 SELECT r.run_id, r.phase, strftime(r.started, '%Y-%m-%d %H:%M:%S') AS started, r.num_rounds AS rounds,
@@ -30,10 +31,10 @@ ORDER BY r.started"""
 
 def register(sub) -> None:
     st = sub.add_parser("status", help="every run (phase, rounds, loss, spend), or one run in detail")
-    st.add_argument("run", nargs="?", help="show this run in detail: islands, versions, learners, spend, ETA")
+    st.add_argument("run", nargs="?", type=run_id_arg, help="show this run in detail: islands, versions, learners, spend, ETA")
     st.set_defaults(func=run_status)
     lg = sub.add_parser("logs", help="print a run's learner logs (<state>/runs/<run>/logs/*.log)")
-    lg.add_argument("run", help="the run id")
+    lg.add_argument("run", type=run_id_arg, help="the run id")
     lg.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until Ctrl-C")
     lg.add_argument("--island", type=int, default=None, help="only island N's logs")
     lg.add_argument("--lines", "-n", type=int, default=50, help="lines of each file to start with (default: 50)")
@@ -54,7 +55,7 @@ def run_status(args) -> int:
 
 
 def log_files(state_dir: Path, run: str, island: int | None) -> list[Path]:
-    files = sorted((StackPaths(state_dir).run_dir(run) / "logs").glob("*.log"))
+    files = sorted(run_path(state_dir, run, "logs").glob("*.log"))
     if island is not None:
         files = [f for f in files if f.name.startswith(f"island-{island}.")]
     return files
@@ -63,7 +64,7 @@ def log_files(state_dir: Path, run: str, island: int | None) -> list[Path]:
 def run_logs(args) -> int:
     run_filter(args.run)
     state = load(state_dir=args.state_dir).state_dir
-    logs = StackPaths(state).run_dir(args.run) / "logs"
+    logs = run_path(state, args.run, "logs")
     if not logs.is_dir():
         raise ValueError(f"no logs for run {args.run!r} under {logs}; `yeto status` lists the runs "
                          f"(logs of a cloud run are on its head: pass that --state-dir)")

@@ -5,7 +5,7 @@ import asyncio
 import signal
 import threading
 
-from yeto.cli.common import state_dir
+from yeto.cli.common import run_id_arg, state_dir
 from yeto.infra import stack
 
 
@@ -19,7 +19,7 @@ def register(sub) -> None:
                     "4222 with --head)")
     up.add_argument("--head", action="store_true", help="a head VM's stack: all interfaces, TLS (self-signed, pinned "
                     "by learners through $YETO_NATS_CA) and per-run credentials; needs --run-id")
-    up.add_argument("--run-id", default=None, help="the run whose credentials the head issues (with --head)")
+    up.add_argument("--run-id", default=None, type=run_id_arg, help="the run whose credentials the head issues (with --head)")
     up.add_argument("--host", action="append", default=[], help="a name or IP the certificate is valid for (repeat)")
     up.add_argument("--foreground", action="store_true", help="stay attached; SIGTERM or Ctrl-C stops the stack")
     up.add_argument("--syncers", type=int, default=None, metavar="N",

@@ -7,10 +7,11 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
+from yeto.cli.common import run_id_arg
 from yeto.cli.describe import describe
 from yeto.cli.sql import format_table, tape_query
 from yeto.schemas import SchemaError, parse
-from yeto.schemas.base import RUN_ID_RE
+from yeto.schemas.base import check_run_id
 from yeto.schemas.run_view import RunView, fold, spend_usd
 
 ENVELOPE = {"id", "type", "version", "run_id", "ts", "source", "causation_id"}
@@ -29,12 +30,12 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     tsub = p.add_subparsers(dest="tape_command", metavar="{show,replay}", required=True)
     show = tsub.add_parser("show", help="list events, newest last")
-    show.add_argument("run", nargs="?", help="only this run's events")
+    show.add_argument("run", nargs="?", type=run_id_arg, help="only this run's events")
     show.add_argument("--type", help="only events of this type (e.g. RoundMerged)")
     show.add_argument("--limit", type=int, default=50, help="how many of the latest events (default: 50)")
     show.set_defaults(func=run_show)
     rep = tsub.add_parser("replay", help="refold the run's projection from its first event and print the timeline")
-    rep.add_argument("run", help="the run id")
+    rep.add_argument("run", type=run_id_arg, help="the run id")
     rep.add_argument("--until", type=int, default=None, help="stop after this stream sequence")
     rep.set_defaults(func=run_replay)
 
@@ -44,9 +45,7 @@ def quote(value: str) -> str:
 
 
 def run_filter(run: str) -> str:
-    if not RUN_ID_RE.match(run):
-        raise ValueError(f"{run!r} is not a run id (lowercase letters, digits and '-'); `yeto status` lists the runs")
-    return f"run_id = {quote(run)}"
+    return f"run_id = {quote(check_run_id(run))}"   # a bad id: ValueError naming the pattern
 
 
 def run_show(args) -> int:
