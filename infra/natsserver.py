@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from yeto.schemas.subjects import MAX_PAYLOAD, STREAMS, StreamSpec
+from yeto.schemas.subjects import MAX_PAYLOAD, STORE_BYTES, STREAMS, StreamSpec
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -51,7 +51,7 @@ def render_config(*, host: str, port: int, store_dir: Path, max_payload: int,
         raise ValueError(f"refusing to bind nats-server to {host}: a non-loopback address needs TLS and "
                          f"authentication (pass tls= and auth=), or bind 127.0.0.1")
     lines = [f'listen: "{host}:{port}"', f"max_payload: {max_payload}", "max_pending: 268435456",
-             "jetstream {", f'  store_dir: "{store_dir}"', "}"]
+             "jetstream {", f'  store_dir: "{store_dir}"', f"  max_file_store: {STORE_BYTES}", "}"]
     if tls:
         lines += ["tls {", f'  cert_file: "{tls.cert_file}"', f'  key_file: "{tls.key_file}"']
         if tls.ca_file:
@@ -127,14 +127,15 @@ class NatsServer:
 
 
 def stream_config(spec: StreamSpec):
-    from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+    from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
     retention = {"limits": RetentionPolicy.LIMITS, "workqueue": RetentionPolicy.WORK_QUEUE,
                  "interest": RetentionPolicy.INTEREST}[spec.retention]
     return StreamConfig(name=spec.name, description=spec.description, subjects=list(spec.subjects),
                         retention=retention, storage=StorageType.FILE, max_msgs_per_subject=spec.max_msgs_per_subject,
                         max_age=spec.max_age_s or None, duplicate_window=spec.duplicate_window_s,
-                        max_msg_size=MAX_PAYLOAD, allow_direct=True)
+                        max_msg_size=MAX_PAYLOAD, allow_direct=True, max_bytes=spec.max_bytes, max_msgs=spec.max_msgs,
+                        discard={"new": DiscardPolicy.NEW, "old": DiscardPolicy.OLD}[spec.discard])
 
 
 async def ensure_streams(bus, specs: tuple[StreamSpec, ...] = STREAMS) -> None:

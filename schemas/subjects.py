@@ -28,6 +28,7 @@ SERVICES = ("planner", "launcher", "syncer", "finalizer")
 MAX_PAYLOAD = 8 * 1024 * 1024          # nats-server max_payload; fragment chunks stay below it
 CHUNK_BYTES = 4 * 1024 * 1024          # payload bytes per fragment chunk (headers ride on top)
 DUPLICATE_WINDOW_S = 600               # JetStream de-duplication window for Nats-Msg-Id
+GiB = 1024 ** 3
 
 
 def command_subject(service: str, type_: str) -> str:
@@ -95,25 +96,42 @@ class StreamSpec:
     retention: str = "limits"            # limits | workqueue | interest
     max_msgs_per_subject: int = -1
     max_age_s: float = 0                 # 0 = keep forever
+    max_bytes: int = 1 * GiB             # every stream is capped: a flood fills a stream, never the disk
+    max_msgs: int = 1_000_000
+    discard: str = "new"                 # new: a publish over a cap is refused (visible); old: the oldest go first
     duplicate_window_s: float = DUPLICATE_WINDOW_S
     description: str = ""
     extra: dict[str, object] = field(default_factory=dict)
 
 
+# Caps (max_bytes, max_msgs), each with its reason. "new" where losing the oldest would lose state (the log's
+# head, a fragment's only keyframe, a pending push, a service's resume point): over the cap a publish fails loudly.
 STREAMS: tuple[StreamSpec, ...] = (
-    StreamSpec(CMD_STREAM, (f"{CMD_PREFIX}.>",), retention="workqueue",
+    # Commands are a few KB and handled within seconds; 100k waiting means a flood, not a backlog.
+    StreamSpec(CMD_STREAM, (f"{CMD_PREFIX}.>",), retention="workqueue", max_bytes=1 * GiB, max_msgs=100_000,
                description="commands; each is handled by one instance of its owning service"),
-    StreamSpec(EVT_STREAM, (EVERY_EVENT,),
+    # Events are ~0.3-2 KB; a long run writes ~1M (progress per step): 8 GiB holds many runs. Services replay
+    # from its head, so it is never trimmed from the front: when full, publishing fails and says so.
+    StreamSpec(EVT_STREAM, (EVERY_EVENT,), max_bytes=8 * GiB, max_msgs=20_000_000,
                description="the append-only event log; the tape mirrors it"),
-    StreamSpec(FRAG_STREAM, (f"{FRAG_PREFIX}.>",), retention="workqueue", max_age_s=24 * 3600,
-               description="learner fragment pushes (chunked), consumed by the syncer shards"),
-    StreamSpec(GKEY_STREAM, (f"{GLOB_PREFIX}.*.*.key.*",), max_msgs_per_subject=1,
+    # Pushes are consumed as they arrive; 16 GiB is thousands of 4 MiB chunks (many rounds of every learner).
+    StreamSpec(FRAG_STREAM, (f"{FRAG_PREFIX}.>",), retention="workqueue", max_age_s=24 * 3600, max_bytes=16 * GiB,
+               max_msgs=200_000, description="learner fragment pushes (chunked), consumed by the syncer shards"),
+    # One keyframe of the whole trained state: 64 GiB is a ~16B-parameter full fine-tune in f32.
+    StreamSpec(GKEY_STREAM, (f"{GLOB_PREFIX}.*.*.key.*",), max_msgs_per_subject=1, max_bytes=64 * GiB,
+               max_msgs=1_000_000,
                description="latest keyframe chunk per fragment: a (re)joining learner reads the whole model here"),
+    # A cache of recent deltas (also capped per subject and by age): the oldest may go, a learner then reads keyframes.
     StreamSpec(GDELTA_STREAM, (f"{GLOB_PREFIX}.*.*.d.*",), max_msgs_per_subject=64, max_age_s=24 * 3600,
+               max_bytes=16 * GiB, max_msgs=2_000_000, discard="old",
                description="q4 deltas of global versions since the keyframes"),
-    StreamSpec(SNAP_STREAM, (f"{SNAP_PREFIX}.*",), max_msgs_per_subject=1,
+    # One snapshot per service instance, each under MAX_PAYLOAD.
+    StreamSpec(SNAP_STREAM, (f"{SNAP_PREFIX}.*",), max_msgs_per_subject=1, max_bytes=1 * GiB, max_msgs=10_000,
                description="each service's latest folded state with its YETO_EVT position: where a restart resumes"),
 )
+# JetStream reserves each stream's max_bytes against the server's store, which by default is sized from the free
+# disk at start: the server is configured with exactly the sum of the caps instead.
+STORE_BYTES = sum(spec.max_bytes for spec in STREAMS)
 
 
 def stream_for(subject: str) -> StreamSpec:
