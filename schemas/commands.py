@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from yeto.schemas.base import Command, registry
+from yeto.schemas.launch_spec import Fleet, Recipe
 
 
 @registry.register
@@ -13,8 +14,8 @@ class LaunchRun(Command):
     owner: ClassVar[str] = "launcher"
     type: Literal["LaunchRun"] = "LaunchRun"
     version: Literal[1] = 1
-    fleet: list[dict[str, Any]]        # one entry per island, parsed from --gpu (or from the planner's plan)
-    recipe: dict[str, Any]             # model, data, tuning, seq_len, sync settings, limits ...
+    fleet: Fleet        # one entry per island, parsed from --gpu (or from the planner's plan); checked (launch_spec.py)
+    recipe: Recipe      # model, data, tuning, seq_len, sync settings, limits ...; the parts services read are checked
 
 
 @registry.register

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+from pydantic import Field
+
 from yeto.schemas.base import Command, Event, registry
+from yeto.schemas.launch_spec import MAX_ISLANDS, Fleet, FleetEntry, Price, Recipe
 
 
 def learner_name(island: int) -> str:
@@ -27,10 +30,10 @@ def learner_name(island: int) -> str:
 class IslandEvent(Event):
     """Fields every island event carries."""
 
-    island: int                     # index in the run's fleet
-    generation: int = 0             # incarnation: 0 at launch, +1 per replacement
+    island: int = Field(ge=0)       # index in the run's fleet
+    generation: int = Field(0, ge=0)  # incarnation: 0 at launch, +1 per replacement
     spec: dict[str, Any]            # the fleet entry: cloud, gpu, count, nodes, region, spot
-    price_per_hour: float = 0.0     # USD per hour while up (0 for local islands)
+    price_per_hour: Price = 0.0     # USD per hour while up (0 for local islands); finite, >= 0
     backend: str = "local"          # local | skypilot
     handle: str = ""                # backend handle: process group id, managed job id
 
@@ -41,8 +44,8 @@ class RunLaunched(Event):
 
     type: Literal["RunLaunched"] = "RunLaunched"
     version: Literal[1] = 1
-    fleet: list[dict[str, Any]]
-    recipe: dict[str, Any]
+    fleet: Fleet                    # checked as LaunchRun's are (launch_spec.py): a foreign one that is not, is rejected
+    recipe: Recipe
 
 
 @registry.register
@@ -107,9 +110,9 @@ class IslandStopped(IslandEvent):
 
 class IslandCommand(Command):
     owner: ClassVar[str] = "launcher"
-    island: int
-    generation: int = 0
-    spec: dict[str, Any]
+    island: int = Field(ge=0, lt=MAX_ISLANDS)
+    generation: int = Field(0, ge=0)
+    spec: FleetEntry
 
 
 @registry.register
@@ -118,10 +121,10 @@ class StartIsland(IslandCommand):
 
     type: Literal["StartIsland"] = "StartIsland"
     version: Literal[2] = 2
-    recipe: dict[str, Any]
-    num_islands: int
-    price_per_hour: float = 0.0
-    start_step: int = 0             # v2: a replacement resumes where its predecessor stopped (step and data shard)
+    recipe: Recipe
+    num_islands: int = Field(ge=1, le=MAX_ISLANDS)
+    price_per_hour: Price = 0.0
+    start_step: int = Field(0, ge=0)            # v2: a replacement resumes where its predecessor stopped (step and data shard)
 
 
 @registry.upcaster("StartIsland", 1)
@@ -134,7 +137,7 @@ class StopIsland(IslandCommand):
     type: Literal["StopIsland"] = "StopIsland"
     version: Literal[1] = 1
     reason: str = "run ended"
-    price_per_hour: float = 0.0
+    price_per_hour: Price = 0.0
 
 
 _SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": None, "spot": False}

@@ -1,11 +1,13 @@
 """The synchronization recipe shared by learners and syncer: every ALGORITHM.md default, one frozen dataclass."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 MERGES = ("rda", "avg")
 WEIGHTINGS = ("tokens", "tokens_sq_per_step")
+MAX_FRAGMENTS = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,10 +52,23 @@ class SyncConfig:
     """Codec of broadcast deltas between keyframes (f32, bf16, q4)."""
     snapshot_every: int = 1
     """Write a fragment's snapshot every N of its merges (1 = before every publish: no version is ever lost)."""
+    max_push_norm_ratio: float = 1.0
+    """The syncer refuses a push d with ||d|| > max(ratio * ||Theta_p||, max_push_rms * sqrt(numel)) (norm_too_large)."""
+    max_push_rms: float = 0.1
+    """The floor of that bound as a root-mean-square per value (a fragment whose values start at zero, e.g. LoRA B)."""
+    max_pending_bytes: int = 0
+    """Cap on bytes of partial fragment messages the syncer holds; 0 = sized from the run's fragments."""
 
     def __post_init__(self) -> None:
+        for f in fields(self):   # a recipe comes over the bus: types first, so a string or NaN never reaches a comparison
+            value, kind = getattr(self, f.name), str(f.type).split(" |")[0]
+            if value is None and f.type == "int | None":
+                continue
+            wanted = {"int": (int,), "float": (int, float), "str": (str,)}[kind]
+            if isinstance(value, bool) or not isinstance(value, wanted) or (kind != "str" and not math.isfinite(value)):
+                raise ValueError(f"invalid sync recipe: {f.name} must be a finite {kind}, got {value!r:.40}")
         checks = [
-            (self.num_fragments >= 1, "num_fragments must be >= 1"),
+            (1 <= self.num_fragments <= MAX_FRAGMENTS, f"num_fragments must be in [1, {MAX_FRAGMENTS}]"),
             (self.inner_steps >= 1, "inner_steps (H) must be >= 1"),
             (self.quorum is None or self.quorum >= 1, "quorum must be >= 1 or None (majority)"),
             (self.grace_gamma >= 0 and self.grace_tau_steps >= 0 and self.grace_max_s >= 0, "grace parameters must be >= 0"),
@@ -70,6 +85,8 @@ class SyncConfig:
             (self.codec_up in ("f32", "bf16", "q4") and self.codec_down in ("f32", "bf16", "q4"),
              "codecs must be f32, bf16 or q4"),
             (self.snapshot_every >= 1, "snapshot_every must be >= 1"),
+            (self.max_push_norm_ratio > 0 and self.max_push_rms > 0, "max_push_norm_ratio and max_push_rms must be > 0"),
+            (self.max_pending_bytes >= 0, "max_pending_bytes must be >= 0 (0 = sized from the fragments)"),
         ]
         for ok, message in checks:
             if not ok:
