@@ -2,7 +2,7 @@
 
 A message is one encoded fragment payload split into chunks of at most `chunk_bytes`. Each chunk travels
 as one NATS message whose `Yeto-Fragment` header holds the FragmentHeader as compact JSON (docs/PROTOCOL.md).
-The assembler validates sizes and checksums before it allocates anything; a violation raises
+The assembler validates sizes and checksums before it keeps anything, and holds only received chunks; a violation raises
 FragmentError with a reason code the syncer records in a LearnerRejected event.
 
     FragmentError(ValueError)   reason: bad_header | too_large | corrupt_chunk
@@ -100,12 +100,17 @@ def split_chunks(header: FragmentHeader, payload: bytes,
 
 
 class ChunkAssembler:
-    """Reassembles chunked messages; validates every chunk before allocating or copying anything."""
+    """Reassembles chunked messages; validates every chunk before keeping anything. A partial message holds
+    only the chunks received (never a buffer of its declared size), and pending bytes are capped in total
+    and per sender: the oldest partial messages are evicted first (`evicted` lists their headers)."""
 
     def __init__(self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_chunk_bytes: int = subjects.MAX_PAYLOAD,
-                 max_pending: int = 64) -> None:
+                 max_pending: int = 64, max_pending_bytes: int = DEFAULT_MAX_BYTES, max_sender_bytes: int | None = None) -> None:
         self.max_bytes, self.max_chunk_bytes, self.max_pending = max_bytes, max_chunk_bytes, max_pending
-        self.pending: OrderedDict[tuple[object, ...], tuple[FragmentHeader, bytearray, set[int]]] = OrderedDict()
+        self.max_pending_bytes, self.max_sender_bytes = max_pending_bytes, max_sender_bytes or max_pending_bytes
+        self.pending: OrderedDict[tuple[object, ...], tuple[FragmentHeader, dict[int, bytes]]] = OrderedDict()
+        self.pending_bytes = 0
+        self.evicted: list[FragmentHeader] = []        # first headers of evicted partial messages; the caller drains it
 
     def add(self, header: FragmentHeader, chunk: bytes) -> bytes | None:
         """Add one chunk; return the whole payload once every chunk is in, else None. Raises FragmentError."""
@@ -114,21 +119,43 @@ class ChunkAssembler:
             return _checked(header, bytes(chunk))
         key = header.message_key
         entry = self.pending.get(key)
-        if entry is None:
-            if len(self.pending) >= self.max_pending:   # abandoned partial messages (a dead sender) go first
-                self.pending.popitem(last=False)
-            entry = self.pending[key] = (header, bytearray(total), set())
-        first, buf, seen = entry
-        if ((first.numel, first.codec, first.num_chunks, first.chunk_bytes)
-                != (header.numel, header.codec, header.num_chunks, header.chunk_bytes)):
+        if entry is not None and ((entry[0].numel, entry[0].codec, entry[0].num_chunks, entry[0].chunk_bytes)
+                                  != (header.numel, header.codec, header.num_chunks, header.chunk_bytes)):
             raise FragmentError("corrupt_chunk", f"chunk {header.chunk} disagrees with chunk sizes announced by its message")
-        start = header.chunk * header.chunk_bytes
-        buf[start:start + len(chunk)] = chunk
-        seen.add(header.chunk)                          # a redelivered chunk is idempotent
-        if len(seen) < header.num_chunks:
+        if entry is not None and header.chunk in entry[1]:
+            return None                                 # a redelivered chunk is idempotent
+        if total > self.max_sender_bytes:
+            raise FragmentError("too_large", f"a message of {total} bytes exceeds the {self.max_sender_bytes}-byte cap "
+                                             "per sender")
+        self._make_room(header, len(chunk), keep=key)
+        if key not in self.pending:
+            self.pending[key] = (header, {})
+        _, chunks = self.pending[key]
+        chunks[header.chunk] = bytes(chunk)
+        self.pending_bytes += len(chunk)
+        if len(chunks) < header.num_chunks:
             return None
-        del self.pending[key]
-        return _checked(header, bytes(buf))
+        self._drop(key)
+        return _checked(header, b"".join(chunks[i] for i in range(header.num_chunks)))
+
+    def sender_bytes(self, learner: str) -> int:
+        return sum(len(c) for h, chunks in self.pending.values() if h.learner == learner for c in chunks.values())
+
+    def _make_room(self, h: FragmentHeader, size: int, keep: tuple[object, ...]) -> None:
+        """Evict the oldest partial messages (the sender's own first, over its cap) until `size` more bytes fit."""
+        while self.sender_bytes(h.learner) + size > self.max_sender_bytes:
+            self._evict(next(k for k, (first, _) in self.pending.items() if first.learner == h.learner))
+        while self.pending and (self.pending_bytes + size > self.max_pending_bytes
+                                or (keep not in self.pending and len(self.pending) >= self.max_pending)):
+            self._evict(next(iter(self.pending)))
+
+    def _evict(self, key: tuple[object, ...]) -> None:
+        self.evicted.append(self.pending[key][0])
+        self._drop(key)
+
+    def _drop(self, key: tuple[object, ...]) -> None:
+        _, chunks = self.pending.pop(key)
+        self.pending_bytes -= sum(len(c) for c in chunks.values())
 
     def _validate(self, h: FragmentHeader, chunk: bytes) -> int:
         total = codecs.encoded_size(h.codec, h.numel)

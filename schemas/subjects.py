@@ -2,7 +2,8 @@
 
     yeto.cmd.<service>.<Type>          commands      YETO_CMD   work queue: one handler per command
     yeto.evt.<run_id>.<Type>           events        YETO_EVT   limits retention, de-duplicated by Nats-Msg-Id
-    yeto.frag.<run_id>.<fragment>      learner pushes YETO_FRAG work queue: syncer shards filter by fragment
+    yeto.frag.<run_id>.<fragment>.<learner>  pushes YETO_FRAG work queue: syncer shards filter by fragment; the
+                                       learner token is the sender (its credential may publish only there)
     yeto.glob.<run_id>.<fragment>.key.<chunk>  keyframes  YETO_GKEY  the latest keyframe per fragment and chunk
     yeto.glob.<run_id>.<fragment>.d.<chunk>    deltas     YETO_GDELTA the last 64 q4 deltas of every fragment chunk
     yeto.snap.<service>                snapshots     YETO_SNAP  the latest folded state of each service (resume point)
@@ -49,8 +50,9 @@ def run_events(run_id: str) -> str:
     return f"{EVT_PREFIX}.{run_id}.>"
 
 
-def fragment_subject(run_id: str, fragment: int) -> str:
-    return f"{FRAG_PREFIX}.{run_id}.{fragment}"
+def fragment_subject(run_id: str, fragment: int, learner: str = "*") -> str:
+    """Where `learner` publishes its pushes of `fragment` (the default "*": every learner's, a filter)."""
+    return f"{FRAG_PREFIX}.{run_id}.{fragment}.{learner}"
 
 
 def fragment_filters(fragments: list[int] | None = None) -> list[str]:
@@ -61,6 +63,12 @@ def fragment_filters(fragments: list[int] | None = None) -> list[str]:
 def run_of_fragment(subject: str) -> str:
     """The run id in a `fragment_subject`."""
     return subject.split(".")[2]
+
+
+def learner_of_fragment(subject: str) -> str:
+    """The sending learner in a `fragment_subject`; "" if the subject has not exactly its five tokens."""
+    tokens = subject.split(".")
+    return tokens[4] if len(tokens) == 5 else ""
 
 
 def keyframe_subject(run_id: str, fragment: int, chunk: int = 0) -> str:

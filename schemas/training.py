@@ -17,6 +17,12 @@ RejectReason = Literal[
     "non_finite",           # the payload holds NaN or infinity
     "not_owned",            # this syncer instance does not own the fragment
     "init_mismatch",        # a learner's initial values differ from the adopted version 0
+    "wrong_subject",        # the header's learner is not the learner of the subject it was published on
+    "not_announced",        # the launcher has not announced this learner generation (IslandUp / IslandReplaced)
+    "too_many_tokens",      # c_tokens or c_steps beyond what the recipe allows since the push's base version
+    "norm_too_large",       # the push's norm beyond the bound relative to the fragment's (SyncConfig.max_push_norm_ratio)
+    "evicted",              # a partial message dropped to keep pending bytes under their cap
+    "unknown_run",          # no RunLaunched for the run came in time
 ]
 
 

@@ -76,6 +76,6 @@ class Outbox:
             # The run belongs in the id: the stream de-duplicates across all runs for 10 minutes, and the
             # next run on the same stack reuses the learner names.
             msg_id = f"{h.run_id}.{h.learner}.{h.generation}.{h.fragment}.{h.kind}.{h.local_step}.{h.chunk}"
-            await bus.publish_raw(fragment_subject(h.run_id, h.fragment), chunk, msg_id=msg_id,
+            await bus.publish_raw(fragment_subject(h.run_id, h.fragment, h.learner), chunk, msg_id=msg_id,
                                   headers=h.to_nats(), retry_for=2)
             self.bytes_sent += len(chunk)

@@ -55,3 +55,8 @@ def before_version_0(h: FragmentHeader) -> Rejection:
 
 def non_finite(h: FragmentHeader) -> Rejection:
     return Rejection("non_finite", f"push of fragment {h.fragment} at step {h.local_step} holds NaN or infinity")
+
+
+def evicted(h: FragmentHeader) -> Rejection:
+    return Rejection("evicted", f"partial message of fragment {h.fragment} at step {h.local_step} was dropped to keep pending "
+                     "bytes under their cap (SyncConfig.max_pending_bytes); its sender sends it again")

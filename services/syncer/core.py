@@ -4,7 +4,9 @@ One push, from the learner to the broadcast, one file per step:
  1. learners/diloco_sync.py         step_boundary: d = θ − anchor of a fragment that is due, q4 with error feedback
  2. learners/transport/outbox.py    the newest push per fragment, chunked (schemas/fragments.py) onto YETO_FRAG
  3. services/syncer/dataplane.py    fetches each chunk and hands it to SyncerCore.receive (this file, `_push`)
- 4. services/syncer/admission.py    admit: fingerprint, generation, numel, duplicate, base version lag
+ 4. services/syncer/roster.py       before any chunk is kept: sender = subject's learner, announced generation, layout
+    services/syncer/admission.py    admit: fingerprint, generation, numel, duplicate, base version lag; then roster.py's
+                                    token bound, and after decoding its norm bound
  5. services/syncer/fragment.py     take_in: decode (schemas/codecs.py) into a row, its Gram row on the way (gram.py)
  6. services/syncer/rounds.py       the push joins the round; decide: quorum, grace (grace.py) -> MergeNow or WakeAt
  7. services/syncer/merge.py        weights, avg/RDA from G, the fused Nesterov outer step (FragmentState.merge)
@@ -13,7 +15,7 @@ One push, from the learner to the broadcast, one file per step:
                                     events (bus_sink.py); learners apply the globals in diloco_sync.py
 
     core = SyncerCore(config, run_id=...)            # fingerprint adopted from the first learner if None
-    outputs = core.receive(header, chunk, now)        # one NATS message of the fragment stream
+    outputs = core.receive(header, chunk, now, sender=...)  # one NATS message of the fragment stream; `core.refused`
     outputs = core.tick(now)                          # when a WakeAt comes due
 The clock for merge timing is injected; the learner ledger (ledger.py) is the only state across fragments.
 """
@@ -25,12 +27,13 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from yeto.schemas import codecs
-from yeto.schemas.fragments import ChunkAssembler, FragmentError, FragmentHeader
+from yeto.schemas.fragments import DEFAULT_MAX_BYTES, ChunkAssembler, FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer import admission, reports
+from yeto.services.syncer import admission, backend, reports, roster
 from yeto.services.syncer.fragment import FragmentState
 from yeto.services.syncer.ledger import Ledger
 from yeto.services.syncer.outputs import Broadcast, SaveSnapshot
+from yeto.services.syncer.roster import Roster
 from yeto.services.syncer.rounds import MergeNow, WakeAt, decide
 from yeto.services.syncer.snapshot import FragmentSnapshot
 
@@ -39,45 +42,84 @@ class SyncerCore:
     """The learner ledger, the fragments this instance owns, and the routing of each message between them."""
 
     def __init__(self, config: SyncConfig, *, run_id: str, fingerprint: str | None = None, fragments: Iterable[int] | None = None,
-                 clock: Callable[[], float] = time.perf_counter, source: str = "syncer") -> None:
+                 clock: Callable[[], float] = time.perf_counter, source: str = "syncer", roster: Roster | None = None) -> None:
         self.config, self.run_id, self.fingerprint, self.clock = config, run_id, fingerprint, clock
         self.owned = None if fragments is None else frozenset(fragments)
+        self.roster = roster            # None admits any learner: for tests of the merge math only; the service sets it
         self.assembler = ChunkAssembler()
         self.learners = Ledger()
         self.fragments: dict[int, FragmentState] = {}
         self.report = reports.Reports(run_id, source)
+        self.refused = False            # whether the last chunk received was refused (the data plane terms it)
+        self._norms: dict[int, tuple[int, float]] = {}
 
-    def receive(self, h: FragmentHeader, chunk: bytes, now: float) -> list:
+    def receive(self, h: FragmentHeader, chunk: bytes, now: float, *, sender: str | None = None) -> list:
+        """One chunk; `sender` is the learner of the subject it came on (None: not checked)."""
+        self.refused = True
         if h.kind not in ("push", "init"):
             return []
-        if self.owned is not None and h.fragment not in self.owned:   # one event per message, not per chunk
-            return [self.report.rejected(h, admission.not_owned(h))] if h.chunk == 0 else []
+        frag = self.fragments.get(h.fragment)
+        refusal = ((admission.not_owned(h) if self.owned is not None and h.fragment not in self.owned else None)
+                   or roster.identity(h, run_id=self.run_id, sender=sender, roster=self.roster)
+                   or roster.layout(h, fingerprint=self.fingerprint, numel=None if frag is None else frag.numel))
+        if refusal is not None:                       # one event per message, not per chunk; nothing was kept
+            return [self.report.rejected(h, refusal)] if h.chunk == 0 else []
+        self._size_assembler()
         try:
-            payload = self.assembler.add(h, chunk)
+            payload, error = self.assembler.add(h, chunk), None
         except FragmentError as e:
-            return [self.report.rejected(h, admission.Rejection(e.reason, e.detail))]
+            payload, error = None, e
+        evicted = [self.report.rejected(old, admission.evicted(old)) for old in self.assembler.evicted]
+        self.assembler.evicted.clear()
+        if error is not None:
+            return evicted + [self.report.rejected(h, admission.Rejection(error.reason, error.detail))]
+        self.refused = False
         if payload is None:
-            return []
+            return evicted
         self.fingerprint = self.fingerprint or h.fingerprint
-        return self._init(h, payload, now) if h.kind == "init" else self._push(h, payload, now)
+        out = self._init(h, payload, now) if h.kind == "init" else self._push(h, payload, now)
+        return evicted + out
 
     def tick(self, now: float) -> list:
         return [out for p in sorted(self.fragments) for out in self._decide(self.fragments[p], now)]
 
     def _push(self, h: FragmentHeader, payload: bytes, now: float) -> list:
-        frag = self.fragments.get(h.fragment)
-        if frag is None:
-            return [self.report.rejected(h, admission.before_version_0(h))]
-        rejection = admission.admit(h, fingerprint=self.fingerprint, version=frag.version, numel=frag.numel,
-                                    record=self.learners.get(h.learner), config=self.config)
+        frag = self.fragments[h.fragment]
+        rejection = (admission.admit(h, fingerprint=self.fingerprint, version=frag.version, numel=frag.numel,
+                                     record=self.learners.get(h.learner), config=self.config)
+                     or roster.tokens(h, version=frag.version, roster=self.roster, config=self.config))
         if rejection is not None:
-            return [self.report.rejected(h, rejection)]
+            return self._refuse(h, rejection)
         products = frag.take_in(h, payload)
         if not np.isfinite(products[-1]):
-            return [self.report.rejected(h, admission.non_finite(h))]
+            return self._refuse(h, admission.non_finite(h))
+        rejection = roster.norm(h, sq_norm=float(products[-1]), theta_norm=self._theta_norm(frag), config=self.config)
+        if rejection is not None:
+            return self._refuse(h, rejection)
         out = [self.report.joined(h)] if self.learners.note(h, now, admitted=True) else []
         frag.add(h, now, products)
         return out + self._decide(frag, now)
+
+    def _refuse(self, h: FragmentHeader, rejection: admission.Rejection) -> list:
+        self.refused = True
+        return [self.report.rejected(h, rejection)]
+
+    def _theta_norm(self, frag: FragmentState) -> float:
+        version, value = self._norms.get(frag.fragment, (-1, 0.0))
+        if version != frag.version:
+            value = float(backend.xp.linalg.norm(frag.theta))
+            self._norms[frag.fragment] = (frag.version, value)
+        return value
+
+    def _size_assembler(self) -> None:
+        """Caps sized from the run's fragments: 2 f32 copies of the largest per sender, one such per announced
+        learner in all (SyncConfig.max_pending_bytes overrides the total); the 16 GiB default before version 0."""
+        largest = max((codecs.encoded_size("f32", f.numel) for f in self.fragments.values()), default=0)
+        learners = len(self.roster.generations) if self.roster is not None else 1
+        sender = 2 * largest if largest else DEFAULT_MAX_BYTES
+        a = self.assembler
+        a.max_sender_bytes = sender
+        a.max_pending_bytes = self.config.max_pending_bytes or (sender * max(2, learners + 1) if largest else DEFAULT_MAX_BYTES)
 
     def _decide(self, frag: FragmentState, now: float) -> list:
         live = self.learners.live(now, self.config.learner_timeout_s)
@@ -104,7 +146,7 @@ class SyncerCore:
 
     def _init(self, h: FragmentHeader, payload: bytes, now: float) -> list:
         if h.fingerprint != self.fingerprint:
-            return [self.report.rejected(h, admission.other_layout(h, self.fingerprint))]
+            return self._refuse(h, admission.other_layout(h, self.fingerprint))
         out = [self.report.joined(h)] if self.learners.note(h, now, admitted=False) else []
         frag = self.fragments.get(h.fragment)
         if frag is None:                   # the first init of a fragment is its version 0
@@ -112,7 +154,7 @@ class SyncerCore:
             frag = self.fragments[h.fragment] = FragmentState.adopt(h, values, self.run_id, self.config)
             return out + self._publish(frag)
         if frag.init_sha not in (None, h.sha256):
-            out.append(self.report.rejected(h, admission.init_mismatch(h)))
+            out += self._refuse(h, admission.init_mismatch(h))
         return out
 
     def final_cut(self) -> list:

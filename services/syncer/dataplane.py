@@ -5,13 +5,15 @@ merged or when it was refused. A killed syncer therefore gets every push of an o
 and a push it had already merged is refused by the ledger of its snapshot as a duplicate. Instances
 share a run by owning disjoint fragment sets (`--shard k/n`: fragments p with p % n == k), each on its
 own durable consumer. Only I/O lives here: what a message does is SyncerCore's (core.py), where its
-outputs go is bus_sink.py's.
+outputs go is bus_sink.py's. A refused message is terminated (never redelivered); one for a run without
+RunLaunched is nak'ed UNKNOWN_RUN_NAKS times (the event may lag), then terminated with an event.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,18 +21,21 @@ from yeto.infra.bus import Bus, Consumer, Delivery
 from yeto.schemas.base import derive_id
 from yeto.schemas.fragments import FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.schemas.subjects import fragment_filters, run_of_fragment
+from yeto.schemas.subjects import fragment_filters, learner_of_fragment, run_of_fragment
 from yeto.schemas.training import LearnerRejected
 from yeto.services.syncer import snapshot
 from yeto.services.syncer.bus_sink import BusSink
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.held import Held
 from yeto.services.syncer.outputs import perform_async
+from yeto.services.syncer.roster import Roster
 from yeto.services.syncer.runs import RunInfo
 
 log = logging.getLogger(__name__)
 MAX_FRAGMENTS = 256
 ACK_WAIT_S = 30.0          # a dead syncer's unacknowledged pushes reach its successor this soon
+UNKNOWN_RUN_NAKS, UNKNOWN_RUN_DELAY_S = 30, 2.0     # a minute for the run's RunLaunched to arrive
+MAX_DELIVER = 64           # the server drops a message delivered this often (naks and dead syncers count)
 
 
 class DataPlane:
@@ -44,6 +49,7 @@ class DataPlane:
         self.lock = asyncio.Lock()
         self.consumer: Consumer | None = None    # the fragment consumer, once consume() runs
         self.busy = False                        # a fetched batch is being taken in
+        self.naks: OrderedDict[int, int] = OrderedDict()   # stream seq -> naks for want of its run
 
     def owned(self) -> list[int] | None:
         k, n = self.shard
@@ -75,7 +81,7 @@ class DataPlane:
     async def open(self, bus: Bus) -> None:
         k, n = self.shard
         self.consumer = await bus.consumer(fragment_filters(self.owned()), durable="syncer" if n == 1 else f"syncer-{k}of{n}",
-                                           ack_wait_s=ACK_WAIT_S, max_ack_pending=100_000)
+                                           ack_wait_s=ACK_WAIT_S, max_deliver=MAX_DELIVER, max_ack_pending=100_000)
 
     async def take_in(self, bus: Bus, runs: Callable[[], dict[str, RunInfo]], timeout_s: float) -> int:
         """Fetch one batch of chunks and take each in, its effects done; how many came."""
@@ -95,27 +101,44 @@ class DataPlane:
     async def receive(self, bus: Bus, msg: Delivery, runs: dict[str, RunInfo]) -> None:
         run_id = run_of_fragment(msg.subject)
         info = runs.get(run_id)
-        if info is None:                    # the RunLaunched event has not reached us yet
-            await msg.nak(delay_s=1.0)
-            return
+        if info is None:                    # the RunLaunched event has not reached us yet, or never will
+            naks = self.naks.pop(msg.seq, 0) + 1
+            if naks <= UNKNOWN_RUN_NAKS:
+                self.naks[msg.seq] = naks
+                while len(self.naks) > 10_000:
+                    self.naks.popitem(last=False)
+                await msg.nak(delay_s=UNKNOWN_RUN_DELAY_S)
+                return
+            return await self.refuse(bus, msg, run_id, "unknown_run", f"no RunLaunched for run {run_id!r} after "
+                                     f"{UNKNOWN_RUN_NAKS} deliveries {UNKNOWN_RUN_DELAY_S:g} s apart")
         if run_id in self.cutting or self.shard in info.cuts_done:
             await msg.ack()                 # the run is being finalized: no more rounds
             return
         try:
             header = FragmentHeader.from_nats(msg.headers)
         except FragmentError as e:
-            await bus.publish(LearnerRejected(id=derive_id(self.instance, msg.seq, "bad_header"), run_id=run_id,
-                                              source=self.instance, learner="?", fragment=-1, reason=e.reason, detail=e.detail))
-            await msg.term()
-            return
+            return await self.refuse(bus, msg, run_id, e.reason, e.detail)
         async with self.lock:
-            outputs = self.core(run_id, info.sync).receive(header, msg.data, time.monotonic())
-            refused = any(isinstance(o, LearnerRejected) for o in outputs)
+            core = self.core(run_id, info.sync)
+            core.roster = Roster(info.generations, info.ranks, info.tokens_per_step)
+            outputs = core.receive(header, msg.data, time.monotonic(), sender=learner_of_fragment(msg.subject))
+            refused = core.refused
             if not refused:
                 self.held.hold(run_id, header.fragment, msg)
             await self.perform(bus, run_id, outputs)
         if refused:
-            await msg.ack()
+            await msg.term()
+
+    async def refuse(self, bus: Bus, msg: Delivery, run_id: str, reason: str, detail: str) -> None:
+        """Terminate a message that no syncer will take, with a LearnerRejected saying why."""
+        try:
+            event = LearnerRejected(id=derive_id(self.instance, msg.seq, reason), run_id=run_id, source=self.instance,
+                                    learner=learner_of_fragment(msg.subject) or "?", fragment=-1, reason=reason, detail=detail)
+        except ValueError as e:             # a run id no event may carry: the message goes all the same
+            log.warning("fragment message %d on %r terminated (%s): %s", msg.seq, msg.subject[:200], reason, e)
+        else:
+            await bus.publish(event)
+        await msg.term()
 
     async def tick(self, bus: Bus) -> None:
         if self.wake_at is None or time.monotonic() < self.wake_at:

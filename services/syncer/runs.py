@@ -1,9 +1,10 @@
-"""The syncer's control-plane state: which runs exist, their sync recipe, and where their final cut stands.
+"""The syncer's control-plane state: which runs exist, their sync recipe, announced learners, and their final cut.
 
 Pure fold over events; `decide` asks for a final cut once per run and shard (level-triggered: after a
 restart a requested but unfinished cut is taken again). The runs fold the same on every shard (each
 shard's FinalCutDone is kept), so one snapshot serves them all: `dump`/`load` are its codec (JSON, exact
-round trip), and `load` is told the shard of the instance that resumes from it.
+round trip), and `load` is told the shard of the instance that resumes from it. IslandUp / IslandReplaced
+announce the learner generations the data plane admits (roster.py), with their ranks.
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 
 from yeto.schemas.base import Event, Message, parse, to_bytes
 from yeto.schemas.final import FinalCutDone, FinalCutRequested
-from yeto.schemas.fleet import RunLaunched
+from yeto.schemas.fleet import IslandReplaced, IslandUp, RunLaunched, learner_name
+
+TRAIN_DEFAULTS = {"micro_batch": 4, "grad_accum": 1, "seq_len": 512}     # learners/torch/recipe.py's TrainRecipe
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,9 @@ class RunInfo:
     sync: dict[str, Any]
     cut_requested: FinalCutRequested | None = None
     cuts_done: frozenset[tuple[int, int]] = frozenset()      # (K, N) of the shards that reported FinalCutDone
+    generations: dict[str, int] = field(default_factory=dict)  # learner id -> newest generation the launcher announced
+    ranks: dict[str, int] = field(default_factory=dict)        # learner id -> ranks of its island (nodes x count)
+    tokens_per_step: int = 0                                   # token slots of one rank per inner step (the recipe's)
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,17 @@ class FinalCut:
 def evolve(state: SyncerState, event: Event) -> SyncerState:
     runs = state.runs
     if isinstance(event, RunLaunched):
-        sync = (event.recipe.get("train") or {}).get("sync") or event.recipe.get("sync") or {}
-        runs = {**runs, event.run_id: RunInfo(sync=sync)}
+        train = _dict(event.recipe.get("train"))
+        sync = _dict(train.get("sync")) or _dict(event.recipe.get("sync"))
+        runs = {**runs, event.run_id: RunInfo(sync=sync, tokens_per_step=_tokens_per_step(train))}
+    elif isinstance(event, (IslandUp, IslandReplaced)) and event.run_id in runs:
+        info, name = runs[event.run_id], learner_name(event.island)
+        if event.generation < info.generations.get(name, -1):
+            return state
+        spec = _dict(event.spec)
+        ranks = _positive(spec.get("count"), 1) * _positive(spec.get("nodes"), 1)
+        runs = {**runs, event.run_id: replace(info, generations={**info.generations, name: event.generation},
+                                              ranks={**info.ranks, name: ranks})}
     elif isinstance(event, FinalCutRequested) and event.run_id in runs:
         runs = {**runs, event.run_id: replace(runs[event.run_id], cut_requested=runs[event.run_id].cut_requested or event)}
     elif isinstance(event, FinalCutDone) and event.run_id in runs:
@@ -61,12 +76,13 @@ def decide(state: SyncerState, msg: Message | None, now: object) -> list[FinalCu
             if info.cut_requested and not state.cut_done(run_id)]
 
 
-CODEC_VERSION = "1"      # bump when SyncerState's shape changes: older snapshots are then ignored (full replay)
+CODEC_VERSION = "2"      # bump when SyncerState's shape changes: older snapshots are then ignored (full replay)
 
 
 def dump(state: SyncerState) -> bytes:
     """The runs, not the shard: that is the resuming instance's own (its --shard)."""
-    runs = {run_id: {"sync": info.sync, "cuts_done": sorted(info.cuts_done),
+    runs = {run_id: {"sync": info.sync, "cuts_done": sorted(info.cuts_done), "generations": info.generations,
+                     "ranks": info.ranks, "tokens_per_step": info.tokens_per_step,
                      "cut_requested": json.loads(to_bytes(info.cut_requested)) if info.cut_requested else None}
             for run_id, info in state.runs.items()}
     return json.dumps({"runs": runs}, sort_keys=True).encode()
@@ -74,7 +90,8 @@ def dump(state: SyncerState) -> bytes:
 
 def load(data: bytes, shard: tuple[int, int] = (0, 1)) -> SyncerState:
     runs = {run_id: RunInfo(sync=info["sync"], cuts_done=frozenset((k, n) for k, n in info["cuts_done"]),
-                            cut_requested=_request(info["cut_requested"]))
+                            cut_requested=_request(info["cut_requested"]), generations=info["generations"],
+                            ranks=info["ranks"], tokens_per_step=info["tokens_per_step"])
             for run_id, info in json.loads(data)["runs"].items()}
     return SyncerState(runs=runs, shard=shard)
 
@@ -84,3 +101,19 @@ def _request(raw: dict[str, Any] | None) -> FinalCutRequested | None:
     if msg is not None and not isinstance(msg, FinalCutRequested):
         raise ValueError(f"a syncer snapshot holds a {msg.type} where a FinalCutRequested belongs")
     return msg
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _positive(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def _tokens_per_step(train: dict[str, Any]) -> int:
+    """Token slots one rank takes per inner step: micro_batch x grad_accum x seq_len (TrainRecipe's defaults)."""
+    n = 1
+    for key, default in TRAIN_DEFAULTS.items():
+        n *= _positive(train.get(key), default)
+    return n

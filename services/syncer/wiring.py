@@ -31,7 +31,8 @@ def spec(plane: DataPlane) -> ServiceSpec:
     codec = StateCodec(version=runs.CODEC_VERSION, dump=runs.dump, load=lambda data: runs.load(data, plane.shard))
     return ServiceSpec(name="syncer", initial=lambda: runs.SyncerState(shard=plane.shard), evolve=runs.evolve,
                        decide=runs.decide, act=act,
-                       event_subjects=tuple(event_subject("*", t) for t in ("RunLaunched", "FinalCutRequested", "FinalCutDone")),
+                       event_subjects=tuple(event_subject("*", t) for t in ("RunLaunched", "IslandUp", "IslandReplaced",
+                                                                                "FinalCutRequested", "FinalCutDone")),
                        background=(data_plane,), codec=codec)
 
 

@@ -57,7 +57,9 @@ def test_each_rejection_reason_is_reachable(core):
         assert reasons(send(core, chunks)) == [reason], reason
     h, c = msg(base_version=3)[0]
     assert reasons(core.receive(h, c[:-1], 0.0)) == ["corrupt_chunk"]
-    assert reasons(core.receive(h.model_copy(update={"numel": 1 << 40}), c, 0.0)) == ["too_large"]
+    assert reasons(core.receive(h.model_copy(update={"numel": 1 << 40}), c, 0.0)) == ["bad_header"], "checked against the layout"
+    fresh, (init, chunk) = SyncerCore(SyncConfig(), run_id="r"), msg("init", "f32")[0]     # no version 0 yet: only a cap
+    assert reasons(fresh.receive(init.model_copy(update={"numel": 1 << 40}), chunk, 0.0)) == ["too_large"]
     assert reasons(send(core, msg(base_version=3, generation=2, local_step=5))) == []
     assert reasons(send(core, msg(base_version=3, generation=2, local_step=5))) == ["duplicate"]
     assert reasons(send(core, msg(base_version=3, generation=1, local_step=9))) == ["replaced_generation"]

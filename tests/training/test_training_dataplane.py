@@ -24,7 +24,7 @@ async def send(bus: MemoryBus, learner: str, kind: str, codec: str, values: np.n
     header = FragmentHeader(run_id=RUN, learner=learner, fragment=0, kind=kind, fingerprint=FP, codec=codec, numel=N,
                             sha256=sha256(payload), **fields)
     for h, chunk in split_chunks(header, payload, chunk_bytes=1024):
-        await bus.publish_raw(fragment_subject(RUN, 0), chunk, headers=h.to_nats())
+        await bus.publish_raw(fragment_subject(RUN, 0, learner), chunk, headers=h.to_nats())
 
 
 async def events_of(bus: MemoryBus, type_: str) -> list:
@@ -35,7 +35,7 @@ async def events_of(bus: MemoryBus, type_: str) -> list:
 @pytest.mark.timeout(60)
 async def test_pushes_are_acknowledged_after_their_round_is_snapshotted_and_broadcast(tmp_path):
     bus, plane = MemoryBus(), DataPlane(state_dir=tmp_path)
-    runs = {RUN: RunInfo(sync=SYNC)}
+    runs = {RUN: RunInfo(sync=SYNC, generations={"l0": 0, "l1": 0})}     # both announced by the launcher
     init = np.random.default_rng(0).standard_normal(N).astype(np.float32)
     for learner in ("l0", "l1"):
         await send(bus, learner, "init", "f32", init)
