@@ -1,4 +1,9 @@
-"""The tape writer's SQL service: answers read-only queries on `yeto.tape.sql` from a cursor of its own."""
+"""The tape writer's SQL service: answers read-only queries on `yeto.tape.sql` from a cursor of its own.
+
+A reply is encoded row by row as DuckDB produces the rows and refused the moment it passes the bus's
+payload limit: a huge result never exists whole in this process (DuckDB's own memory and spill are capped
+by QUERY_CONFIG on the connection).
+"""
 from __future__ import annotations
 
 import asyncio
@@ -6,13 +11,35 @@ import json
 
 import duckdb
 
-from yeto.infra.tape_sql import MAX_ROWS, run_query
+from yeto.infra.tape_sql import MAX_ROWS, execute
 from yeto.infra.tape_store import TapeStore
 
+ENVELOPE_BYTES = 1024   # headroom for the reply's subject and headers within max_payload
 
-def _query_then_close(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int) -> dict:
+
+def encode_reply(cur: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int, max_bytes: int) -> bytes:
+    """The JSON reply {columns, types, rows, truncated}, built as rows arrive; ValueError once it passes max_bytes."""
+    columns, types, rows = execute(cur, sql)
+    parts = [json.dumps({"columns": columns, "types": types})[:-1].encode() + b', "rows": [']
+    size, n, truncated = len(parts[0]) + 32, 0, False
+    for row in rows:
+        if n == max_rows:
+            truncated = True
+            break
+        part = (b", " if n else b"") + json.dumps(row).encode()
+        size += len(part)
+        if size > max_bytes:
+            raise ValueError(f"the result passed {max_bytes} bytes, the most one reply carries on the bus, after {n} "
+                             f"rows; stopped there. Add a LIMIT, select fewer columns or aggregate (or page by seq)")
+        parts.append(part)
+        n += 1
+    parts.append(b'], "truncated": ' + (b"true" if truncated else b"false") + b"}")
+    return b"".join(parts)
+
+
+def _query_then_close(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int, max_bytes: int) -> bytes:
     try:
-        return run_query(cur, sql, max_rows=max_rows)
+        return encode_reply(cur, sql, max_rows=max_rows, max_bytes=max_bytes)
     finally:
         cur.close()
 
@@ -21,16 +48,16 @@ async def answer(request: bytes, store: TapeStore, *, timeout_s: float, max_payl
     """Reply {columns, types, rows, truncated}, or {error} saying what to change; never raises."""
     try:
         req = json.loads(request)
-        sql, max_rows = req["sql"], min(int(req.get("max_rows", MAX_ROWS)), MAX_ROWS)
+        sql, max_rows = req["sql"], max(0, min(int(req.get("max_rows", MAX_ROWS)), MAX_ROWS))
+        if not isinstance(sql, str):
+            raise TypeError("'sql' must be a string")
         cur = store.reader()
         try:
-            reply = await asyncio.wait_for(asyncio.to_thread(_query_then_close, cur, sql, max_rows), timeout_s)
+            return await asyncio.wait_for(asyncio.to_thread(_query_then_close, cur, sql, max_rows,
+                                                            max_payload - ENVELOPE_BYTES), timeout_s)
         except asyncio.TimeoutError:
             cur.interrupt()
             raise ValueError(f"query ran longer than {timeout_s:.0f}s and was interrupted") from None
-        data = json.dumps(reply).encode()
-        if len(data) > max_payload:
-            raise ValueError(f"result is {len(data)} bytes, over the bus limit; add a LIMIT or aggregate")
-    except (ValueError, KeyError, TypeError, duckdb.Error) as e:
-        data = json.dumps({"error": str(e) if not isinstance(e, KeyError) else "request needs an 'sql' field"}).encode()
-    return data
+    except (ValueError, KeyError, TypeError, AttributeError, duckdb.Error) as e:
+        text = str(e) if not isinstance(e, KeyError) else "request needs an 'sql' field"
+        return json.dumps({"error": text}).encode()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -16,6 +17,11 @@ from yeto.infra.bus import Bus, NoResponders
 from yeto.schemas.subjects import TAPE_SQL
 
 MAX_ROWS = 100_000
+FETCH = 1024                    # rows taken from DuckDB at a time: a reply is built as its rows come, never whole first
+# Every connection that answers queries: no files, no network, no extensions, bounded memory and spill, locked.
+QUERY_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False, "memory_limit": "1GB", "max_temp_directory_size": "4GB",
+                "lock_configuration": True}
 READ_PRAGMAS = {"table_info", "show_tables", "show_tables_expanded", "database_size", "storage_info", "show"}
 _EXPLAIN = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
 _PRAGMA = re.compile(r"^\s*pragma\s+([a-z_]+)", re.IGNORECASE)
@@ -68,16 +74,24 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
-    """Run one read-only statement; the reply is {columns, types, rows, truncated} with JSON-able values."""
+def execute(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[str], Iterator[list[Any]]]:
+    """Run one read-only statement: (columns, types, its rows as JSON-able lists, fetched FETCH at a time)."""
     check_read_only(sql)
     rel = con.execute(sql)
     columns = [d[0] for d in rel.description] if rel.description else []
     types = [str(d[1]) for d in rel.description] if rel.description else []
-    rows = rel.fetchmany(max_rows + 1)
-    truncated = len(rows) > max_rows
-    return {"columns": columns, "types": types, "rows": [[_jsonable(v) for v in r] for r in rows[:max_rows]],
-            "truncated": truncated}
+
+    def rows() -> Iterator[list[Any]]:
+        while batch := rel.fetchmany(FETCH):
+            yield from ([_jsonable(v) for v in r] for r in batch)
+    return columns, types, rows()
+
+
+def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
+    """Run one read-only statement; the reply is {columns, types, rows, truncated} with JSON-able values."""
+    columns, types, it = execute(con, sql)
+    rows = [r for _, r in zip(range(max_rows + 1), it)]
+    return {"columns": columns, "types": types, "rows": rows[:max_rows], "truncated": len(rows) > max_rows}
 
 
 def query_file(path, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:

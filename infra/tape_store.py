@@ -10,6 +10,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from yeto.infra.tape_sql import QUERY_CONFIG
 from yeto.infra.tape_views import VIEWS
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS events (
@@ -50,9 +51,10 @@ class TapeStore:
         for name, body in VIEWS.items():
             self.con.execute(f"CREATE OR REPLACE VIEW {name} AS {body}")
         self.con.execute("CHECKPOINT")
-        # Queries from the bus must not read files or change settings; the writer's own appends do neither.
-        self.con.execute("SET enable_external_access = false")
-        self.con.execute("SET lock_configuration = true")
+        # Queries from the bus must not read files, load extensions, take the machine's memory or disk, or change
+        # settings; the writer's own appends do none of these.
+        for name, value in QUERY_CONFIG.items():
+            self.con.execute(f"SET {name} = {value!r}" if isinstance(value, str) else f"SET {name} = {str(value).lower()}")
         self._readers = self.con.cursor()   # the only connection other threads' cursors are made from
         self.last_seq = self.max_seq()
 
@@ -87,7 +89,7 @@ def open_read_only(path: Path | str) -> duckdb.DuckDBPyConnection:
         raise ValueError(f"no tape at {path}: nothing has run under this state directory yet "
                          f"(start one with `yeto stack up`, or pass --state-dir)")
     try:
-        return duckdb.connect(str(path), read_only=True)
+        return duckdb.connect(str(path), read_only=True, config=dict(QUERY_CONFIG))
     except duckdb.IOException as e:
         raise ValueError(f"the tape {path} is held by a running tape writer ({e}); "
                          f"ask it through the stack (is `yeto stack status` up? pass --nats-url)") from None
