@@ -5,6 +5,7 @@ import logging
 
 from yeto.infra.bus import Delivery
 from yeto.infra.service_spec import Context, Reject
+from yeto.schemas.base import SchemaError
 from yeto.schemas.events import MessageRejected
 from yeto.schemas.subjects import stream_for
 
@@ -36,7 +37,7 @@ async def reject_command(ctx: Context, raw: Delivery, reason: str) -> None:
 async def reject_event(ctx: Context, raw: Delivery, stage: str, error: BaseException) -> None:
     """An event the fold cannot take: the state stays as it was. Published once live; a replay only logs it (it was
     rejected when it was first seen, and a restart must not repeat that on the tape)."""
-    reason = f"{stage}: {reason_of(error)}"
+    reason = f"{stage}: {error.reason if isinstance(error, SchemaError) else reason_of(error)}"
     log.warning("%s: skipping event %s seq %s: %s", ctx.spec.name, raw.subject, raw.seq, reason)
     if ctx.live:
         await publish_rejection(ctx, raw, reason)
