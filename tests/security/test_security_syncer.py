@@ -1,0 +1,186 @@
+"""A learner credential attacks the syncer's push path (issue #12) and is refused with a typed event: another
+learner's identity, an unannounced generation, c_tokens=1e15, a huge push norm, 256 MiB announced in a 4 MiB
+chunk, partial messages that pile up, pushes for a run that never launched. Genuine pushes still merge."""
+from __future__ import annotations
+
+import tracemalloc
+from functools import reduce
+
+import numpy as np
+import pytest
+
+from yeto.schemas import codecs
+from yeto.schemas.fleet import IslandReplaced, IslandUp, RunLaunched
+from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
+from yeto.schemas.recipe import SyncConfig
+from yeto.schemas.subjects import CHUNK_BYTES, fragment_subject
+from yeto.schemas.training import LearnerRejected, RoundMerged
+from yeto.services.syncer import runs
+from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.dataplane import UNKNOWN_RUN_NAKS, DataPlane
+from yeto.services.syncer.roster import Roster
+
+RUN, N, FP = "r-sec", 4096, "e" * 64
+SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": "", "spot": False}
+TRAIN = {"micro_batch": 2, "grad_accum": 1, "seq_len": 64, "sync": {"quorum": 2, "grace_max_s": 0.0, "inner_steps": 4}}
+
+
+def tape(*extra) -> runs.SyncerState:
+    events = [RunLaunched(run_id=RUN, fleet=[SPEC, SPEC], recipe={"train": TRAIN}),
+              IslandUp(run_id=RUN, island=0, spec=SPEC), IslandUp(run_id=RUN, island=1, spec=SPEC), *extra]
+    return reduce(runs.evolve, events, runs.SyncerState())
+
+
+def core_from(state: runs.SyncerState) -> SyncerCore:
+    info = state.runs[RUN]
+    core = SyncerCore(SyncConfig.from_dict(info.sync), run_id=RUN)
+    core.roster = Roster(info.generations, info.ranks, info.tokens_per_step)
+    return core
+
+
+def msg(learner: str, kind: str = "push", values=None, codec: str = "q4", **fields) -> list[tuple[FragmentHeader, bytes]]:
+    values = np.full(N, 0.01, np.float32) if values is None else values
+    payload = codecs.encode(codec, values)
+    fields = {"local_step": 4, "c_steps": 4, "c_tokens": 400, **fields}
+    h = FragmentHeader(run_id=RUN, learner=learner, fragment=0, kind=kind, fingerprint=FP, codec=codec, numel=values.size,
+                       sha256=sha256(payload), **fields)
+    return split_chunks(h, payload, chunk_bytes=1024)
+
+
+def send(core: SyncerCore, chunks, *, sender: str | None = None, now: float = 0.0) -> list:
+    out = []
+    for h, c in chunks:
+        out += core.receive(h, c, now, sender=h.learner if sender is None else sender)
+    return out
+
+
+def refusals(out) -> list[tuple[str, str]]:
+    return [(o.learner, o.reason) for o in out if isinstance(o, LearnerRejected)]
+
+
+def merged(out) -> list[RoundMerged]:
+    return [o for o in out if isinstance(o, RoundMerged)]
+
+
+@pytest.fixture
+def core() -> SyncerCore:
+    c = core_from(tape())
+    for learner in ("island-0", "island-1"):                     # both live: a round waits for both
+        assert refusals(send(c, msg(learner, "init", np.ones(N, np.float32), codec="f32"))) == []
+    return c
+
+
+def test_a_forged_generation_is_refused_before_the_ledger_and_the_genuine_one_still_merges(core):
+    out = send(core, msg("island-1", generation=999))
+    assert refusals(out) == [("island-1", "not_announced")] and "generation 999" in out[0].detail
+    assert core.refused and core.learners["island-1"].generation == 0, "a refused push leaves no trace in the ledger"
+    out = send(core, msg("island-0")) + send(core, msg("island-1"))
+    assert refusals(out) == [] and [m.responders for m in merged(out)] == [["island-0", "island-1"]]
+    stranger = send(core, msg("island-7", local_step=8))
+    assert refusals(stranger) == [("island-7", "not_announced")] and "no IslandUp" in stranger[0].detail
+
+
+def test_a_replacement_is_admitted_once_announced_and_then_supersedes_its_predecessor():
+    c = core_from(tape())
+    send(c, msg("island-0", "init", np.ones(N, np.float32), codec="f32"))
+    assert refusals(send(c, msg("island-1", generation=1))) == [("island-1", "not_announced")]
+    c = core_from(tape(IslandReplaced(run_id=RUN, island=1, generation=1, spec=SPEC, previous_generation=0)))
+    send(c, msg("island-0", "init", np.ones(N, np.float32), codec="f32"))
+    assert refusals(send(c, msg("island-1", generation=1))) == []
+    assert refusals(send(c, msg("island-1", generation=0, local_step=9))) == [("island-1", "replaced_generation")]
+
+
+def test_c_tokens_of_1e15_is_refused_and_weights_stay_bounded(core):
+    out = send(core, msg("island-1", c_tokens=10**15))
+    assert refusals(out) == [("island-1", "too_many_tokens")] and "exceeds" in out[0].detail
+    assert refusals(send(core, msg("island-1", c_steps=10**6, c_tokens=10**6))) == [("island-1", "too_many_tokens")]
+    cap = 2 * 2 * 64 * 4                            # headroom x token slots (micro_batch x seq_len) x ranks x c_steps
+    out = send(core, msg("island-1", c_tokens=cap)) + send(core, msg("island-0", c_tokens=400))
+    (m,) = merged(out)
+    assert max(m.weights) <= cap / (cap + 400) < 0.77, "the most an island can claim is the recipe's rate with headroom"
+
+
+def test_a_push_far_larger_than_the_fragment_is_refused(core):
+    out = send(core, msg("island-1", values=np.full(N, 50.0, np.float32)))
+    assert refusals(out) == [("island-1", "norm_too_large")] and "max_push_norm_ratio" in out[0].detail
+    assert refusals(send(core, msg("island-1", values=np.full(N, 0.5, np.float32), local_step=8))) == []
+
+
+def test_a_header_claiming_another_learner_is_refused(core):
+    out = send(core, msg("island-0"), sender="island-1")
+    assert refusals(out) == [("island-0", "wrong_subject")] and "yeto.frag.<run>.<fragment>.<its own id>" in out[0].detail
+    assert core.refused and not core.fragments[0].round.pending
+
+
+def test_256_mib_announced_in_a_4_mib_chunk_allocates_nothing_of_it(core):
+    huge = 256 << 20
+    payload = np.random.default_rng(0).bytes(CHUNK_BYTES)
+    h = FragmentHeader(run_id=RUN, learner="island-1", fragment=0, kind="push", fingerprint=FP, codec="f32", numel=huge // 4,
+                       sha256="0" * 64, num_chunks=huge // CHUNK_BYTES, chunk_sha256=sha256(payload))
+    fresh = core_from(tape())                                   # no version 0 yet: the size is not known
+    tracemalloc.start()
+    try:
+        assert refusals(core.receive(h, payload, 0.0, sender="island-1")) == [("island-1", "bad_header")]
+        for i in range(64):                                      # 64 partials, one chunk each, from an announced learner
+            forged = h.model_copy(update={"kind": "init", "local_step": i})
+            fresh.receive(forged, payload, 0.0, sender="island-1")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"peak {peak >> 20} MiB"      # the chunk is the test's own object: nothing of 64 x 256 MiB
+    assert fresh.assembler.pending_bytes == 64 * CHUNK_BYTES == sum(
+        len(c) for _, chunks in fresh.assembler.pending.values() for c in chunks.values())
+
+
+def test_partial_messages_are_capped_and_evicted_oldest_first_with_a_rejection(core):
+    sized = core.assembler
+    out = []
+    for step in range(1, 5):                                  # a learner that never finishes its messages
+        out += send(core, msg("island-1", local_step=step, values=np.full(N, 0.01 * step, np.float32))[:2])
+    assert sized.max_sender_bytes == 2 * 4 * N and sized.pending_bytes <= sized.max_sender_bytes
+    assert len(sized.pending) == 4, "two chunks of 1 KiB each fit in 32 KiB"
+    small = SyncerCore(SyncConfig(), run_id=RUN, roster=core.roster)
+    send(small, msg("island-0", "init", np.ones(N, np.float32), codec="f32"))
+    small.config = SyncConfig(max_pending_bytes=3000)
+    out = []
+    for step in range(1, 4):
+        out += send(small, msg("island-1", local_step=step)[:2])
+    assert refusals(out) == [("island-1", "evicted"), ("island-1", "evicted")] and small.assembler.pending_bytes <= 3000
+    assert [h.local_step for h, _ in small.assembler.pending.values()] == [3], "the oldest went first"
+
+
+class FakeDelivery:
+    """A Delivery that records what the data plane did with it."""
+
+    def __init__(self, subject: str, seq: int = 7) -> None:
+        self.subject, self.data, self.headers, self.seq, self.num_pending = subject, b"", {}, seq, 0
+        self.done: list[str] = []
+
+    async def ack(self): self.done.append("ack")
+    async def nak(self, delay_s=None): self.done.append("nak")
+    async def term(self): self.done.append("term")
+    async def in_progress(self): pass
+
+
+class Published(list):
+    async def publish(self, event, **kw):
+        self.append(event)
+
+
+async def test_a_push_for_a_run_that_never_launched_is_naked_a_bounded_number_of_times_then_terminated(tmp_path):
+    plane, bus, msg_ = DataPlane(state_dir=tmp_path), Published(), FakeDelivery(fragment_subject("ghost", 0, "island-0"))
+    for _ in range(UNKNOWN_RUN_NAKS + 1):
+        await plane.receive(bus, msg_, {})
+    assert msg_.done == ["nak"] * UNKNOWN_RUN_NAKS + ["term"]
+    assert [(e.run_id, e.learner, e.reason) for e in bus] == [("ghost", "island-0", "unknown_run")]
+    assert not plane.naks, "its count is forgotten once it is terminated"
+
+
+async def test_a_refused_push_is_terminated_not_redelivered(tmp_path):
+    plane, bus = DataPlane(state_dir=tmp_path), Published()
+    h, chunk = msg("island-0", generation=5)[0]
+    delivery = FakeDelivery(fragment_subject(RUN, 0, "island-0"))
+    delivery.headers, delivery.data = h.to_nats(), chunk
+    plane.perform = lambda bus, run_id, outputs: bus.publish(*outputs)   # the events only
+    await plane.receive(bus, delivery, tape().runs)
+    assert delivery.done == ["term"] and [e.reason for e in bus] == ["not_announced"]
