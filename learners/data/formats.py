@@ -47,9 +47,17 @@ def detect(row: Mapping[str, Any], fm: Mapping[str, str]) -> str:
 
 
 def normalize(row: Mapping[str, Any], data_format: str = "auto", field_map: Mapping[str, str] | None = None) -> Example:
+    """The row as an Example; RowError (never another error) for anything a row's content can cause."""
     fm = field_map or {}
-    fmt = detect(row, fm) if data_format == "auto" else data_format
-    return _NORMALIZERS[fmt](row, fm)
+    try:
+        fmt = detect(row, fm) if data_format == "auto" else data_format
+        return _NORMALIZERS[fmt](row, fm)
+    except RowError:
+        raise
+    except RecursionError:
+        raise RowError("nested too deeply to read (keep rows to a few hundred levels of nesting)") from None
+    except (ValueError, TypeError) as e:   # e.g. embedded JSON with an integer too long to convert
+        raise RowError(f"unreadable content: {e}") from None
 
 
 def _get(row: Mapping[str, Any], fm: Mapping[str, str], key: str, fmt: str, *, kind: type = str, required=True):

@@ -10,6 +10,7 @@ from pathlib import Path
 from yeto.learners.data.rows import BOM, JsonlFile, ListFile, Row, TableFile
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
+MAX_JSON_BYTES = 1024 ** 3   # a .json array is parsed whole: a bigger one must be JSON Lines or Parquet
 HUB_ID = re.compile(r"^(?:hf://datasets/)?([\w.-]+/[\w.-]+)(?:@([\w./-]+))?$")
 
 
@@ -62,9 +63,16 @@ def _open_file(name: str, opener):
         with opener() as f:
             return TableFile(name, pq.read_table(f))
     with opener() as f:
-        data = f.read()
+        data = f.read(MAX_JSON_BYTES + 1)
+    if len(data) > MAX_JSON_BYTES:
+        if data.removeprefix(BOM).lstrip()[:1] == b"{":   # JSON Lines saved as .json
+            return JsonlFile(name, opener)
+        raise ValueError(f"{name}: a JSON array over {MAX_JSON_BYTES} bytes; save it as JSON Lines (one row per line) "
+                         "or Parquet")
     try:
         items = json.loads(data.removeprefix(BOM).decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{name}: JSON nested too deeply to read; keep rows to a few hundred levels of nesting") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{name}: not valid UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start})") from None
     except json.JSONDecodeError as e:
