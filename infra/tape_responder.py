@@ -11,7 +11,7 @@ import json
 
 import duckdb
 
-from yeto.infra.tape_sql import MAX_ROWS, execute
+from yeto.infra.tape_sql import MAX_ROWS, execute, query_error
 from yeto.infra.tape_store import TapeStore
 
 ENVELOPE_BYTES = 1024   # headroom for the reply's subject and headers within max_payload
@@ -58,6 +58,8 @@ async def answer(request: bytes, store: TapeStore, *, timeout_s: float, max_payl
         except asyncio.TimeoutError:
             cur.interrupt()
             raise ValueError(f"query ran longer than {timeout_s:.0f}s and was interrupted") from None
-    except (ValueError, KeyError, TypeError, AttributeError, duckdb.Error) as e:
+    except duckdb.Error as e:
+        return json.dumps({"error": query_error(e)}).encode()
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         text = str(e) if not isinstance(e, KeyError) else "request needs an 'sql' field"
         return json.dumps({"error": text}).encode()

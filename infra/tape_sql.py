@@ -62,6 +62,14 @@ def check_read_only(sql: str) -> None:
                         f"published to the stream")
 
 
+def query_error(e: duckdb.Error) -> str:
+    """What a failed query's user reads: a refused file, URL or extension says why it is refused."""
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, duckdb.PermissionException):
+        return f"refused: {first}. Queries read the tape's tables and views only: no files, URLs or extensions"
+    return f"query failed: {first}"
+
+
 def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -102,7 +110,7 @@ def query_file(path, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
     try:
         return run_query(con, sql, max_rows=max_rows)
     except duckdb.Error as e:
-        raise ValueError(f"query failed: {e}") from None
+        raise ValueError(query_error(e)) from None
     finally:
         con.close()
 

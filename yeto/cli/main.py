@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 # Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Library warnings (a NATS client retrying its connection every 0.25 s) are not for the user: errors end in one line.
+    logging.basicConfig(level=logging.ERROR, format="yeto: %(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -45,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:   # the user's errors: the message says what to fix; no traceback, exit status 2
         print(f"yeto: error: {e}", file=sys.stderr)
         return 2
+    except (ConnectionError, TimeoutError) as e:   # the bus cannot be reached within the connect timeout: one line, exit status 1
+        print(f"yeto: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
