@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from yeto.infra.runner import Publish
+from yeto.infra.runner import Publish, Reject
 from yeto.schemas.base import Event, Message, derive_id
+from yeto.schemas.capacity import Capacity, over_capacity
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import IslandDropped, IslandPreempted, IslandRequested, RunLaunched, StartIsland, StopIsland
 from yeto.schemas.island_view import Island
@@ -59,7 +60,10 @@ def stop(run_id: str, isl: Island, reason: str, generation: int | None = None) -
                               price_per_hour=isl.price_per_hour))
 
 
-def launch(cmd: LaunchRun) -> list[Publish]:
+def launch(cmd: LaunchRun, capacity: Capacity | None = None) -> list[Publish]:
+    """RunLaunched and every island's start; a fleet over the launcher's capacity is rejected before anything starts."""
+    if capacity is not None and (why := over_capacity(cmd.fleet, capacity, "$YETO_MAX_ISLANDS of the launcher")):
+        raise Reject(f"run {cmd.run_id} not launched: {why}")
     out = [Publish(cmd.caused(RunLaunched, fleet=cmd.fleet, recipe=cmd.recipe, source=SOURCE))]
     for i, spec in enumerate(cmd.fleet):
         out += start(cmd.run_id, cmd.recipe, len(cmd.fleet), Island.launched(i, spec, cmd.ts), 0)
@@ -101,9 +105,10 @@ def reconcile(run: RunView, now: datetime) -> list[Publish]:
     return [p for isl in run.islands for p in _needs(run, isl, now)]
 
 
-def decide(state: State, msg: Message | None, now: datetime) -> list:
+def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity | None = None) -> list:
+    """`capacity`: what this launcher may start (bound in by wiring.py; None = no cap, for pure tests)."""
     if isinstance(msg, LaunchRun):
-        return launch(msg)
+        return launch(msg, capacity)
     if isinstance(msg, StartIsland):
         run = state.get(msg.run_id)
         isl = run.islands[msg.island] if run and msg.island < len(run.islands) else None

@@ -2,7 +2,12 @@
 exit watcher."""
 from __future__ import annotations
 
+import functools
+import logging
+import os
+
 from yeto.infra.runner import ServiceSpec, StateCodec
+from yeto.schemas.capacity import MAX_ISLANDS, Capacity
 from yeto.services.launcher import state
 from yeto.services.launcher.backends.local import LocalBackend
 from yeto.services.launcher.backends.skypilot import SkyPilotBackend
@@ -10,14 +15,32 @@ from yeto.services.launcher.effects import Effects
 from yeto.services.launcher.logic import decide
 
 CODEC = StateCodec(version=state.CODEC_VERSION, dump=state.dump, load=state.load)
+log = logging.getLogger(__name__)
 
 
-def spec(effects: Effects, *, tick_s: float = 2.0) -> ServiceSpec:
-    return ServiceSpec(name="launcher", initial=dict, evolve=state.evolve, decide=decide, act=effects.act,
+def host_capacity() -> Capacity:
+    """This machine's CPUs and CUDA devices (for local islands) and the island cap ($YETO_MAX_ISLANDS, default 64)."""
+    try:
+        import torch
+        gpus = torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no torch or no driver here: no CUDA islands
+        gpus = 0
+    try:
+        max_islands = int(os.environ.get("YETO_MAX_ISLANDS", MAX_ISLANDS))
+    except ValueError:
+        log.warning("YETO_MAX_ISLANDS=%r is not a number; using %d", os.environ["YETO_MAX_ISLANDS"], MAX_ISLANDS)
+        max_islands = MAX_ISLANDS
+    return Capacity(cpus=os.cpu_count() or 1, gpus=gpus, max_islands=max_islands)
+
+
+def spec(effects: Effects, *, tick_s: float = 2.0, capacity: Capacity | None = None) -> ServiceSpec:
+    """`capacity` None: this machine's (host_capacity())."""
+    bound = functools.partial(decide, capacity=capacity or host_capacity())
+    return ServiceSpec(name="launcher", initial=dict, evolve=state.evolve, decide=bound, act=effects.act,
                        tick_s=tick_s, background=(effects.watcher(),), codec=CODEC)
 
 
 def build(args) -> ServiceSpec:
     conf = args.settings
-    backends = {"local": LocalBackend(conf.state_dir), "skypilot": SkyPilotBackend()}
+    backends = {"local": LocalBackend(conf.state_dir), "skypilot": SkyPilotBackend(conf.state_dir)}
     return spec(Effects(backends, conf.nats_url))

@@ -110,3 +110,15 @@ def test_down_and_chaos_are_commands(capsys):
     parser = build_parser()
     assert parser.parse_args(["down", "r1", "--now"]).now is True
     assert parser.parse_args(["chaos", "kill", "r1", "1"]).island == 1
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--gpu", "local:99999999999xcpu"], "CPU learner processes and this machine has"),
+    (["--gpu", "local:1xcpu", "--lr", "nan"], "--lr nan: must be a finite number > 0"),
+    (["--gpu", "local:1xcpu", "--max-spend", "-1"], "--max-spend -1.0: must be a finite number > 0"),
+])
+def test_fleets_over_the_caps_and_numbers_that_are_not_finite_are_refused(capsys, tmp_path, material, flags, says):
+    model, data = material
+    code, err = run(capsys, tmp_path, "--model", str(model), "--data", str(data), *flags)
+    assert code == 2 and says in err, err
+    assert not (tmp_path / "state" / "stack.json").exists()

@@ -4,6 +4,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from functools import reduce
 
+import pytest
+
 from yeto.infra.runner import Publish
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.final import RunFinalized
@@ -131,3 +133,15 @@ def test_after_the_run_ends_every_island_still_up_is_stopped_once():
     out = published(decide(state, None, at(11)))
     assert [(type(m), m.island) for m in out] == [(StopIsland, 0)]
     assert out[0].id == published(decide(state, None, at(99)))[0].id
+
+
+def test_a_launch_over_the_launchers_capacity_is_rejected_before_anything_is_published():
+    from yeto.infra.runner import Reject
+    from yeto.schemas.capacity import Capacity
+
+    small = Capacity(cpus=1, gpus=0, max_islands=8)
+    with pytest.raises(Reject, match="2 CPU learner processes and this machine has 1 CPUs"):
+        decide({}, LAUNCH, T0, capacity=small)
+    with pytest.raises(Reject, match="2 islands is more than the cap of 1"):
+        decide({}, LAUNCH, T0, capacity=Capacity(cpus=4, gpus=0, max_islands=1))
+    assert len(published(decide({}, LAUNCH, T0, capacity=Capacity(cpus=2, gpus=0)))) == 5

@@ -6,6 +6,7 @@ import secrets
 import time
 
 from yeto.cli import launch_checks as checks
+from yeto.cli import launch_limits as limits
 from yeto.cli.common import conf, run_id_arg, url_or_none
 from yeto.cli.follow import follow_or_detach
 from yeto.cli.shape import add_plan_arguments
@@ -116,8 +117,10 @@ def cmd_launch(args) -> int:
 
     run_id = args.run_id or new_run_id()
     launch = None
+    limits.check_numbers(args)
     if args.gpu:   # everything is checked before a stack is started or anything rented
         islands = checks.parse_fleet(args.gpu)
+        limits.check_fleet_size([i.to_dict() for i in islands], args)
         checks.check_memory_fit(islands, weights_gb=args.weights_gb or checks.known_weights_gb(args.model),
                                 tuning=args.tuning, base_quantization=args.base_quantization, seq_len=args.seq_len,
                                 micro_batch=args.micro_batch)
@@ -132,6 +135,7 @@ def cmd_launch(args) -> int:
         fleet = fleet_from_planner(args, url, run_id)
         if fleet is None:
             return 1
+        limits.check_fleet_size(fleet, args)
         launch = build_launch(args, run_id, fleet)
     if asyncio.run(_run_exists(url, run_id)):
         raise ValueError(f"run {run_id} exists already; pick another --run-id")

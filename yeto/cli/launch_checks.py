@@ -13,13 +13,14 @@ SYNC_FLAGS = {"fragments": "num_fragments", "sync_every": "inner_steps", "outer_
 
 
 def duration_s(text: str | None, flag: str) -> float | None:
-    """`90`, `90s`, `30m`, `2h`, `1d` -> seconds."""
+    """`90`, `90s`, `30m`, `2h`, `1d` -> seconds (more than zero)."""
     if text is None:
         return None
     m = _DURATION.match(text.strip())
-    if not m:
-        raise ValueError(f"{flag} {text!r}: write a duration like 90s, 30m, 2h or 1d")
-    return float(m["n"]) * _UNITS[m["unit"]]
+    seconds = float(m["n"]) * _UNITS[m["unit"]] if m else 0.0
+    if not 0 < seconds < 10**9:
+        raise ValueError(f"{flag} {text!r}: write a duration above zero like 90s, 30m, 2h or 1d")
+    return seconds
 
 
 def fleet_entries(islands: list[IslandSpec], *, spot: bool, prices: list[float | None],
