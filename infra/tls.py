@@ -1,12 +1,11 @@
-"""Per-stack TLS material and credentials for a head VM's nats-server (learners connect over the WAN)."""
+"""Per-stack TLS material for a head VM's nats-server (learners connect over the WAN); credentials: bus_auth.py."""
 from __future__ import annotations
 
 import datetime
 import ipaddress
-import json
-import os
-import secrets
 from pathlib import Path
+
+from yeto.infra.bus_auth import write_secret
 
 
 def self_signed(directory: Path, hosts: list[str]) -> tuple[Path, Path]:
@@ -16,7 +15,7 @@ def self_signed(directory: Path, hosts: list[str]) -> tuple[Path, Path]:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     cert_path, key_path = directory / "server.pem", directory / "server.key"
     if cert_path.exists() and key_path.exists():
         return cert_path, key_path
@@ -35,21 +34,7 @@ def self_signed(directory: Path, hosts: list[str]) -> tuple[Path, Path]:
             .add_extension(x509.SubjectAlternativeName(alt), critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    os.chmod(key_path, 0o600)
+    write_secret(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption()).decode())
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
-
-
-def credentials(directory: Path, run_id: str) -> tuple[str, str]:
-    """The per-run user and password (created once, kept 0600 under the state dir)."""
-    path = directory / "credentials.json"
-    if path.exists():
-        data = json.loads(path.read_text())
-    else:
-        directory.mkdir(parents=True, exist_ok=True)
-        data = {"user": f"yeto-{run_id}", "password": secrets.token_urlsafe(24)}
-        path.write_text(json.dumps(data))
-        os.chmod(path, 0o600)
-    return data["user"], data["password"]

@@ -15,6 +15,13 @@ from yeto.schemas.subjects import event_subject
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True)
+def _own_credentials(monkeypatch):
+    """stack.up points this process at its stack's operator credential; undo that after the test."""
+    monkeypatch.delenv("YETO_NATS_CREDS", raising=False)
+    monkeypatch.delenv("YETO_NATS_CA", raising=False)
+
+
 def test_stack_up_is_idempotent_and_down_stops_what_it_started(tmp_path, capsys):
     state = str(tmp_path / "home")
     assert main(["--state-dir", state, "stack", "up"]) == 0
@@ -57,17 +64,18 @@ def test_head_stack_serves_tls_with_credentials_and_refuses_anonymous_clients(tm
     state = tmp_path / "head"
     rec = stack.up(state, head_run="r-head", hosts=["127.0.0.1"])
     try:
-        assert rec["url"].startswith("tls://yeto-r-head:") and rec["ca_file"]
+        assert rec["url"] == f"tls://127.0.0.1:{rec['port']}" and rec["ca_file"]
         assert "0.0.0.0" in (state / "nats" / "nats-server.conf").read_text()
-        monkeypatch.setenv("YETO_NATS_CA", rec["ca_file"])
         assert asyncio.run(_services_started(rec["url"])) == {"planner", "launcher", "syncer", "finalizer"}
 
         async def anonymous():
             await connect(f"tls://127.0.0.1:{rec['port']}", connect_timeout=2)
 
+        monkeypatch.delenv("YETO_NATS_CREDS")
         with pytest.raises(ConnectionError):
             asyncio.run(anonymous())
-        assert oct(os.stat(state / "tls" / "credentials.json").st_mode & 0o777) == "0o600"
+        for secret in ("operator.json", "service.json", "users.conf"):
+            assert oct(os.stat(state / "auth" / secret).st_mode & 0o777) == "0o600"
     finally:
         stack.down(state)
 
@@ -108,7 +116,8 @@ def test_stack_down_also_stops_the_local_islands_it_launched(tmp_path):
     island = subprocess.Popen(["sleep", "300"], start_new_session=True)   # stands in for a learner process group
     group = tmp_path / "s" / "runs" / "r1" / "islands" / "0" / "g0" / "group.json"
     group.parent.mkdir(parents=True)
-    group.write_text(json.dumps({"pgid": island.pid, "pids": [island.pid]}))
+    group.write_text(json.dumps({"pgid": island.pid, "pids": [island.pid],
+                                 "started_at": {str(island.pid): stack.procs.started_at(island.pid)}}))
     stopped = stack.down(tmp_path / "s")
     assert island.wait(5) is not None and "r1/island-0" in stopped and "nats-server" in stopped
     assert not any(stack.alive(p) for p in rec["pids"].values())

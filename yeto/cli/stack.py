@@ -32,7 +32,7 @@ def register(sub) -> None:
 
 def cmd_up(args) -> int:
     if args.head and not args.run_id:
-        raise ValueError("--head needs --run-id: the head issues credentials for one run")
+        raise ValueError("--head needs --run-id: a head serves one run")
     rec = stack.up(state_dir(args), port=args.port, head_run=args.run_id if args.head else None,
                    hosts=["127.0.0.1", "localhost", *args.host], syncers=args.syncers)
     print(f"stack up at {rec['url']} (state {state_dir(args)})")
@@ -40,6 +40,7 @@ def cmd_up(args) -> int:
         print(f"  {name:<12} pid {pid}")
     if rec.get("ca_file"):
         print(f"  learners pin the certificate with YETO_NATS_CA={rec['ca_file']}")
+    print(f"  bus credentials (0600, passed by path in $YETO_NATS_CREDS): {stack.bus_auth.auth_dir(state_dir(args))}")
     if args.foreground:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

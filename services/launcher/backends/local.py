@@ -3,9 +3,12 @@
 Layout under `<state>/runs/<run>/` (found again by a restarted launcher and by `yeto chaos kill`):
     recipe.json                           the learners' TrainRecipe
     logs/island-<i>.log                   every generation's output, appended (what `yeto logs` tails)
-    islands/<i>/g<gen>/group.json         the process group id and the pids of the ranks
+    islands/<i>/g<gen>/group.json         the process group id, the ranks' pids and start times ("ended" once over)
     islands/<i>/g<gen>/rank-<r>.exit      the rank's exit status, written by its shell wrapper on exit
 A group whose ranks are gone without exit files was killed (SIGKILL leaves no status behind).
+A group is signalled only while a recorded rank still runs in it with its recorded start time, so a stale
+record never reaches a process that reused the pid. Each island's learners connect with the island's own
+credential (infra/bus_auth.py), handed over as a path in $YETO_NATS_CREDS, never on their command line.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from yeto.infra import bus_auth, procs
 from yeto.services.launcher.backends.base import IslandLaunch, IslandStatus, learner_args
 
 # `sh -c WRAP exitfile cmd...` runs cmd, then records its status: the one thing a non-parent can read later.
@@ -39,22 +43,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # Zombies (exited children of a still-running launcher) are not alive.
-    for pid_dir in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (pid_dir / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+def group_alive(group: dict) -> bool:
+    """A recorded group still runs: one of its ranks lives, the very process recorded (start time)."""
+    members = {int(p): t for p, t in group.get("started_at", {}).items()}
+    return not group.get("ended") and procs.group_is_ours(group["pgid"], members)
 
 
 class LocalBackend:
@@ -83,6 +75,10 @@ class LocalBackend:
         log.parent.mkdir(parents=True, exist_ok=True)
         port, pgid, pids = free_port(), 0, []
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        env.pop(bus_auth.CREDS_ENV, None)      # never the launcher's own (service) credential
+        creds = bus_auth.issue_learner(self.state_dir, launch.run_id, launch.learner)
+        if creds is not None:
+            env[bus_auth.CREDS_ENV] = str(creds)
         if launch.spec.get("gpu", "cpu") == "cpu" and "OMP_NUM_THREADS" not in env:
             # every local island shares this host: split its cores instead of oversubscribing them
             ranks_here = max(1, launch.num_islands * int(launch.spec.get("count", 1)))
@@ -97,7 +93,8 @@ class LocalBackend:
                                         env=env, process_group=pgid)
                 pgid = pgid or proc.pid
                 pids.append(proc.pid)
-        (gdir / "group.json").write_text(json.dumps({"pgid": pgid, "pids": pids}))
+        started = {str(p): procs.started_at(p) for p in pids}
+        (gdir / "group.json").write_text(json.dumps({"pgid": pgid, "pids": pids, "started_at": started}))
         return str(pgid)
 
     def status(self, run_id: str, island: int, generation: int, handle: str) -> IslandStatus:
@@ -106,13 +103,15 @@ class LocalBackend:
             group = json.loads((gdir / "group.json").read_text())
         except (OSError, ValueError):
             return IslandStatus(False, None, "no record of this island's processes")
-        alive = group_alive(group["pgid"])    # before reading exit files: a rank that ends in between has written its file
+        alive = group_alive(group)    # before reading exit files: a rank that ends in between has written its file
         codes = {}
         for f in gdir.glob("rank-*.exit"):
             text = f.read_text().strip()
             if text:
                 codes[int(f.stem.split("-")[1])] = int(text)
         failed = {r: c for r, c in codes.items() if c != 0}
+        if not alive and not group.get("ended"):    # over: nothing may signal this group id again
+            (gdir / "group.json").write_text(json.dumps({**group, "ended": True}))
         if failed:
             rank, code = min(failed.items())
             return IslandStatus(False, code, f"rank {rank} exited with status {code}")
@@ -125,8 +124,9 @@ class LocalBackend:
     def stop(self, run_id: str, island: int, generation: int, handle: str, *, sig: int = signal.SIGTERM) -> None:
         try:
             group = json.loads((self.gen_dir(run_id, island, generation) / "group.json").read_text())
-            os.killpg(group["pgid"], sig)
-        except (OSError, ValueError, ProcessLookupError):
+            if group_alive(group):      # still the processes recorded, never a stranger with a reused id
+                os.killpg(group["pgid"], sig)
+        except (OSError, ValueError, KeyError, ProcessLookupError):
             pass
 
     def current_generation(self, run_id: str, island: int) -> int | None:

@@ -48,7 +48,12 @@ def data_mount(data: str) -> tuple[dict[str, str], str]:
     return {target: source}, target
 
 
-def island_task(launch: IslandLaunch):
+CREDS_MOUNT = "/yeto/auth/learner.json"
+
+
+def island_task(launch: IslandLaunch, creds: Path | None = None):
+    """The island's managed job. Its bus credential (`creds`, the island's 0600 file) ships as a file mount
+    and is named by path in $YETO_NATS_CREDS: never its contents in `envs`, which SkyPilot prints."""
     import sky
 
     spec = launch.spec
@@ -63,11 +68,13 @@ def island_task(launch: IslandLaunch):
     task = sky.Task(name=job_name(launch.run_id, launch.island, launch.generation), setup=setup_script(spec["gpu"]),
                     run=run, num_nodes=nodes, workdir=str(REPO),
                     envs={"YETO_RECIPE": json.dumps(train, sort_keys=True), "YETO_NATS_URL": launch.nats_url,
-                          "HF_HUB_ENABLE_HF_TRANSFER": "0"})
+                          "HF_HUB_ENABLE_HF_TRANSFER": "0", **({"YETO_NATS_CREDS": CREDS_MOUNT} if creds else {})})
     task.set_resources(sky.Resources(
         cloud=sky.CLOUD_REGISTRY.from_str(spec["cloud"]), accelerators={spec["gpu"]: count},
         use_spot=bool(spec.get("spot", True)), region=spec.get("region"),
         job_recovery={"strategy": "FAILOVER", "max_restarts_on_errors": 0}))
+    if creds:
+        mounts = {**mounts, CREDS_MOUNT: str(creds)}
     if mounts:
         task.set_file_mounts(mounts)
     return task
@@ -104,13 +111,20 @@ def status_of(job_status: Any) -> IslandStatus:
 class SkyPilotBackend:
     name = "skypilot"
 
+    def __init__(self, state_dir: Path | None = None):
+        self.state_dir = state_dir      # the stack's, where islands' credentials are issued (None: no auth)
+
     def start(self, launch: IslandLaunch) -> str:
         import sky
+
+        from yeto.infra.bus_auth import issue_learner
 
         existing = self._find(job_name(launch.run_id, launch.island, launch.generation))
         if existing is not None:
             return str(existing["job_id"])
-        job_id, _ = sky.get(sky.jobs.launch(island_task(launch), name=job_name(launch.run_id, launch.island, launch.generation)))
+        creds = issue_learner(self.state_dir, launch.run_id, launch.learner) if self.state_dir else None
+        name = job_name(launch.run_id, launch.island, launch.generation)
+        job_id, _ = sky.get(sky.jobs.launch(island_task(launch, creds), name=name))
         return str(job_id)
 
     def status(self, run_id: str, island: int, generation: int, handle: str) -> IslandStatus:

@@ -1,0 +1,81 @@
+"""Who may publish and subscribe what on the bus: the operator, the services and each run's learners (pure).
+
+Plain nats-server users with subject permissions, in a file the server's config includes and re-reads on
+a reload (SIGHUP). Chosen over decentralized JWT/NKeys accounts because it needs nothing beyond the
+server and the client we ship, the launcher issues an island's learner credential by rewriting one 0600 file
+and reloading, and it is all testable here today; JWT accounts would mint credentials without a reload.
+
+- operator (the CLI): everything, stream administration included.
+- service (planner, launcher, syncer, finalizer, tape writer): yeto.>, the JetStream API, acks and flow
+  control, their inboxes; never `$JS.API.STREAM.DELETE` / `PURGE` (nothing in Yeto deletes a stream).
+- learner L of run R (one credential per island, kept across its generations): publish its own pushes
+  `yeto.frag.R.*.L` (the syncer checks the header's learner against the subject), its run's learner kinds
+  of events (LearnerProgress, LayoutDeclared, LearnerFinalAck), ordered consumers whose filter is
+  R's keyframes, deltas or CheckpointMarkedFinal (the filter is part of the API subject, which the server
+  checks against the request), DIRECT.GET on YETO_GKEY, flow-control replies; subscribe only to its own
+  inbox prefix `_INBOX_R_L`. Everything else (commands, other events, stream management, the tape's SQL,
+  other runs' subjects and every other inbox) is a permission violation.
+"""
+from __future__ import annotations
+
+import json
+
+from yeto.schemas.subjects import (
+    CMD_PREFIX,
+    EVT_PREFIX,
+    EVT_STREAM,
+    FRAG_PREFIX,
+    GDELTA_STREAM,
+    GKEY_STREAM,
+    GLOB_PREFIX,
+    SNAP_PREFIX,
+    TAPE_SQL,
+    event_subject,
+)
+
+LEARNER_EVENTS = ("LearnerProgress", "LayoutDeclared", "LearnerFinalAck")
+API = "$JS.API"
+
+
+def learner_user(run_id: str, learner: str) -> str:
+    return f"learner-{run_id}-{learner}"
+
+
+def learner_inbox(run_id: str, learner: str) -> str:
+    """The inbox prefix the learner connects with (and the only thing it may subscribe to)."""
+    return f"_INBOX_{run_id}_{learner}"
+
+
+def operator_permissions() -> dict:
+    return {"publish": {"allow": [">"]}, "subscribe": {"allow": [">"]}}
+
+
+def service_permissions() -> dict:
+    yeto = [f"{p}.>" for p in (CMD_PREFIX, EVT_PREFIX, FRAG_PREFIX, GLOB_PREFIX, SNAP_PREFIX)] + [TAPE_SQL]
+    return {"publish": {"allow": [*yeto, f"{API}.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>"],
+                        "deny": [f"{API}.STREAM.DELETE.>", f"{API}.STREAM.PURGE.>"]},
+            "subscribe": {"allow": [*yeto, "_INBOX.>"]}}
+
+
+def learner_permissions(run_id: str, learner: str) -> dict:
+    create = f"{API}.CONSUMER.CREATE"
+    return {"publish": {"allow": [
+        f"{FRAG_PREFIX}.{run_id}.*.{learner}", *(event_subject(run_id, t) for t in LEARNER_EVENTS),
+        f"{create}.{GKEY_STREAM}.*.{GLOB_PREFIX}.{run_id}.>", f"{create}.{GDELTA_STREAM}.*.{GLOB_PREFIX}.{run_id}.>",
+        f"{create}.{EVT_STREAM}.*.{event_subject(run_id, 'CheckpointMarkedFinal')}",
+        f"{API}.DIRECT.GET.{GKEY_STREAM}",
+        *(f"$JS.FC.{s}.>" for s in (GKEY_STREAM, GDELTA_STREAM, EVT_STREAM))]},
+        "subscribe": {"allow": [f"{learner_inbox(run_id, learner)}.>"]}}
+
+
+def users_conf(*, operator: dict, service: dict, learners: dict[tuple[str, str], dict]) -> str:
+    """The `users = [...]` block nats-server's `authorization` includes. Identities are {"user", "password"};
+    `learners` maps (run id, learner) to that learner's identity."""
+    users = [{**_id(operator), "permissions": operator_permissions()},
+             {**_id(service), "permissions": service_permissions()}]
+    users += [{**_id(ident), "permissions": learner_permissions(*key)} for key, ident in sorted(learners.items())]
+    return "users = " + json.dumps(users, indent=1) + "\n"
+
+
+def _id(ident: dict) -> dict:
+    return {"user": ident["user"], "password": ident["password"]}

@@ -1,0 +1,64 @@
+"""Processes Yeto started, recorded with their start time so a stale record never signals a stranger."""
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psutil
+
+
+def started_at(pid: int) -> float | None:
+    """The process's start time (psutil's create_time), None when there is no such process."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def alive(pid: int, started: float | None = None) -> bool:
+    """The process runs (a zombie does not count); with `started`, it must also be the one recorded then
+    (a pid reused by another process since reads as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    except (OverflowError, ValueError):
+        return False
+    try:  # a zombie child of ours counts as dead
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    except OSError:
+        return False
+    return started is None or same_start(pid, started)
+
+
+def same_start(pid: int, started: float | None) -> bool:
+    now = started_at(pid)
+    return now is not None and started is not None and abs(now - started) < 0.05
+
+
+def signal_if_ours(pid: int, started: float | None, sig: int = signal.SIGTERM) -> bool:
+    """Signal `pid` only if it is the process recorded with start time `started`; False when it is not (gone,
+    reused, or recorded without a start time, which proves nothing)."""
+    if started is None or not alive(pid, started):
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def group_is_ours(pgid: int, members: dict[int, float]) -> bool:
+    """Some recorded member (pid: start time) still runs in process group `pgid`: the group is ours, and
+    its id cannot have been reused while a member lives."""
+    for pid, started in members.items():
+        try:
+            if alive(pid, started) and os.getpgid(pid) == pgid:
+                return True
+        except ProcessLookupError:
+            continue
+    return False

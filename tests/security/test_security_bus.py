@@ -1,0 +1,220 @@
+"""Least privilege on the bus, against a real nats-server started with the stack's users file: an island's
+credential is refused (by the server's permission violation) everything but its own pushes, its learner
+events and its run's globals, which work."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import nats
+import pytest
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from yeto.infra import bus_auth
+from yeto.infra.bus import connect
+from yeto.infra.natsserver import NatsServer, ensure_streams
+from yeto.schemas.subjects import TAPE_SQL, command_subject, event_subject, keyframe_subject
+
+RUN, OTHER = "r-sec", "r-other"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    state = tmp_path_factory.mktemp("state")
+    users = bus_auth.prepare(state, ((RUN, "island-0"), (OTHER, "island-0")))
+    srv = NatsServer(state / "nats", users_file=users).start()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(state)))
+        asyncio.run(_operator_setup(srv.url))
+    yield srv, state
+    srv.stop()
+
+
+async def _operator_setup(url: str) -> None:
+    bus = await connect(url, name="operator")
+    await ensure_streams(bus)
+    for run in (RUN, OTHER):   # a keyframe chunk of each run, as the syncer would publish it
+        await bus.publish_raw(keyframe_subject(run, 0), f"weights of {run}".encode(), headers={"run": run})
+    await bus.close()
+
+
+async def _raw(server, who: str = "island-0", run: str = RUN):
+    """A plain nats-py client with a learner's credential; `errors` collects what the server reports."""
+    srv, state = server
+    ident = json.loads(bus_auth.learner_file(state, run, who).read_text())
+    errors: list[str] = []
+    got = asyncio.Event()
+
+    async def on_error(e: Exception) -> None:
+        errors.append(str(e))
+        got.set()
+    nc = await nats.connect(srv.url, user=ident["user"], password=ident["password"], inbox_prefix=ident["inbox_prefix"],
+                            error_cb=on_error, allow_reconnect=False)
+    return nc, errors, got
+
+
+async def _violation(errors: list[str], got: asyncio.Event, subject: str) -> str:
+    """The server's permission violation naming `subject` (it arrives asynchronously, as an -ERR; nats-py
+    lower-cases it)."""
+    async def seen() -> str:
+        while True:
+            hit = [e.lower() for e in errors if "permissions violation" in e.lower() and subject.lower() in e.lower()]
+            if hit:
+                return hit[0]
+            got.clear()
+            await got.wait()
+    return await asyncio.wait_for(seen(), 10)
+
+
+@pytest.mark.parametrize("subject", [
+    command_subject("launcher", "LaunchRun"), command_subject("finalizer", "StopRun"),
+    event_subject(RUN, "RunFinalized"), event_subject(RUN, "ArtifactWritten"), event_subject(RUN, "IslandUp"),
+    event_subject(OTHER, "LearnerProgress"),                 # another run's learner events
+    f"yeto.frag.{RUN}.0.island-1",                            # pushing as another island
+    f"yeto.frag.{OTHER}.0.island-0",                          # pushing into another run
+    keyframe_subject(RUN, 0),                                 # forging a global
+    "$JS.API.STREAM.DELETE.YETO_EVT", "$JS.API.STREAM.PURGE.YETO_FRAG", "$JS.API.STREAM.CREATE.EVIL",
+    "$JS.API.CONSUMER.DELETE.YETO_EVT.tape", TAPE_SQL,
+])
+def test_a_learner_credential_is_refused_what_is_not_its_own(server, subject):
+    async def attempt():
+        nc, errors, got = await _raw(server)
+        try:
+            await nc.publish(subject, b'{"run_id": "r-sec"}', reply=nc.new_inbox())
+            await nc.flush()
+            return await _violation(errors, got, subject)
+        finally:
+            await nc.close()
+
+    assert "for publish to" in asyncio.run(attempt())
+
+
+def test_deleting_the_event_stream_is_refused_and_the_stream_stays(server, monkeypatch):
+    async def attempt():
+        nc, errors, got = await _raw(server)
+        try:
+            with pytest.raises(nats.errors.Error):   # no responder may answer a request the server dropped
+                await nc.request("$JS.API.STREAM.DELETE.YETO_EVT", b"", timeout=2)
+            return await _violation(errors, got, "$JS.API.STREAM.DELETE.YETO_EVT")
+        finally:
+            await nc.close()
+
+    assert asyncio.run(attempt())
+    monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(server[1])))
+
+    async def still_there():
+        bus = await connect(server[0].url)
+        info = await bus.js.stream_info("YETO_EVT")
+        await bus.close()
+        return info.config.name
+
+    assert asyncio.run(still_there()) == "YETO_EVT"
+
+
+@pytest.mark.parametrize("subject", [f"yeto.glob.{OTHER}.>", "yeto.>", ">", "_INBOX.>", f"_INBOX_{OTHER}_island-0.>",
+                                     f"yeto.evt.{RUN}.>"])
+def test_a_learner_cannot_subscribe_to_another_run_or_anyone_elses_inbox(server, subject):
+    async def attempt():
+        nc, errors, got = await _raw(server)
+        try:
+            await nc.subscribe(subject)
+            await nc.flush()
+            return await _violation(errors, got, subject)
+        finally:
+            await nc.close()
+
+    assert "for subscription to" in asyncio.run(attempt())
+
+
+def test_a_learner_cannot_read_another_runs_globals_through_a_consumer(server):
+    other = keyframe_subject(OTHER, 0)
+
+    async def attempt():
+        nc, errors, got = await _raw(server)
+        js = nc.jetstream(timeout=2)
+        try:
+            for config in (ConsumerConfig(name="peek"), None):      # named (filter in the subject) and unnamed
+                with pytest.raises(nats.errors.Error):
+                    await js.subscribe(other, stream="YETO_GKEY", ordered_consumer=True, config=config)
+            named = await _violation(errors, got, f"$JS.API.CONSUMER.CREATE.YETO_GKEY.peek.{other}")
+            bare = await _violation(errors, got, '"$JS.API.CONSUMER.CREATE.YETO_GKEY"')
+            # the filter in the subject is the learner's run, the request's filter another run's: the server says no
+            req = {"stream_name": "YETO_GKEY", "config": {"name": "sly", "filter_subject": other, "deliver_subject":
+                                                           nc.new_inbox(), "ack_policy": "none"}}
+            resp = await nc.request(f"$JS.API.CONSUMER.CREATE.YETO_GKEY.sly.yeto.glob.{RUN}.>", json.dumps(req).encode(),
+                                    timeout=5)
+            return named, bare, json.loads(resp.data)
+        finally:
+            await nc.close()
+
+    named, bare, smuggled = asyncio.run(attempt())
+    assert "for publish to" in named and "for publish to" in bare
+    assert "error" in smuggled and "filter" in smuggled["error"]["description"].lower()
+
+
+def test_a_learners_own_pushes_events_and_watches_work(server, monkeypatch):
+    monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.learner_file(server[1], RUN, "island-0")))
+
+    async def legit():
+        bus = await connect(server[0].url, name="learner")
+        seen: asyncio.Queue = asyncio.Queue()
+
+        async def on_key(d) -> None:
+            await seen.put(d)
+        try:
+            push = await bus.publish_raw(f"yeto.frag.{RUN}.0.island-0", b"chunk", msg_id=f"{RUN}-push")
+            progress = await bus.publish_raw(event_subject(RUN, "LearnerProgress"), b"{}", msg_id=f"{RUN}-progress")
+            for kind in ("LayoutDeclared", "LearnerFinalAck"):
+                await bus.publish_raw(event_subject(RUN, kind), b"{}", msg_id=f"{RUN}-{kind}")
+            keys = await bus.watch(f"yeto.glob.{RUN}.*.key.*", on_key, deliver="last_per_subject", headers_only=True)
+            deltas = await bus.watch(f"yeto.glob.{RUN}.*.d.*", on_key)
+            final = await bus.watch(event_subject(RUN, "CheckpointMarkedFinal"), on_key)
+            announced = await asyncio.wait_for(seen.get(), 10)
+            payload = await bus.direct_get("YETO_GKEY", announced.seq)
+            for w in (keys, deltas, final):
+                await w.close()
+            return push, progress, announced.headers, payload
+        finally:
+            await bus.close()
+
+    push, progress, headers, payload = asyncio.run(legit())
+    assert push > 0 and progress > 0 and headers["run"] == RUN
+    assert payload is not None and payload[1] == f"weights of {RUN}".encode()
+
+
+def test_the_learner_cannot_use_the_plain_inbox_and_its_pushes_still_land(server):
+    """With the standard `_INBOX` prefix a learner would get no acks at all: the credential dictates its own."""
+    async def attempt():
+        srv, state = server
+        ident = json.loads(bus_auth.learner_file(state, RUN, "island-0").read_text())
+        errors: list[str] = []
+        got = asyncio.Event()
+
+        async def on_error(e: Exception) -> None:
+            errors.append(str(e))
+            got.set()
+        nc = await nats.connect(srv.url, user=ident["user"], password=ident["password"], error_cb=on_error,
+                                allow_reconnect=False)
+        try:
+            with pytest.raises(nats.errors.Error):
+                await nc.jetstream(timeout=2).publish(f"yeto.frag.{RUN}.0.island-0", b"x")
+            return await _violation(errors, got, "_INBOX.")
+        finally:
+            await nc.close()
+
+    assert "for subscription to" in asyncio.run(attempt())
+
+
+def test_operator_deliver_policy_is_untouched(server, monkeypatch):
+    """The operator still does stream administration (what `stack up` and the CLI need)."""
+    monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(server[1])))
+
+    async def admin():
+        bus = await connect(server[0].url)
+        info = await bus.js.add_consumer("YETO_EVT", ConsumerConfig(durable_name="op-check",
+                                                                    deliver_policy=DeliverPolicy.ALL))
+        await bus.js.delete_consumer("YETO_EVT", "op-check")
+        await bus.close()
+        return info.name
+
+    assert asyncio.run(admin()) == "op-check"
