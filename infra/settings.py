@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -11,9 +12,15 @@ class Settings:
     state_dir: Path
     """Where the local stack keeps nats-server's store, the tape, logs and run folders ($YETO_HOME, ~/.yeto)."""
     nats_url: str | None
-    """A running stack's NATS URL ($YETO_NATS_URL); None means: the local stack under state_dir."""
+    """A running stack's NATS URL ($YETO_NATS_URL); None means: the local stack under state_dir. Never with
+    credentials in it: those come from the file $YETO_NATS_CREDS names (infra/bus_auth.py)."""
 
 
 def load(*, state_dir: str | Path | None = None, nats_url: str | None = None) -> Settings:
     home = state_dir or os.environ.get("YETO_HOME") or Path.home() / ".yeto"
-    return Settings(state_dir=Path(home).expanduser().resolve(), nats_url=nats_url or os.environ.get("YETO_NATS_URL"))
+    url = nats_url or os.environ.get("YETO_NATS_URL")
+    if url and "@" in urlsplit(url).netloc:
+        # a URL travels on command lines (`ps`), in logs and on the tape: a password inside it leaks
+        raise ValueError("the NATS URL carries credentials (user:password@); give the URL without them and put the "
+                         "credential file's path in $YETO_NATS_CREDS")
+    return Settings(state_dir=Path(home).expanduser().resolve(), nats_url=url)
