@@ -138,8 +138,9 @@ STREAMS: tuple[StreamSpec, ...] = (
                description="each service's latest folded state with its YETO_EVT position: where a restart resumes"),
 )
 # JetStream reserves each stream's max_bytes against the server's store, which by default is sized from the free
-# disk at start: the server is configured with exactly the sum of the caps instead.
-STORE_BYTES = sum(spec.max_bytes for spec in STREAMS)
+# disk at start (a stack would not start on a small disk): the server is configured with the sum of the caps
+# instead, plus 1 GiB for anything else kept there (a test's or an operator's own capped stream).
+STORE_BYTES = sum(spec.max_bytes for spec in STREAMS) + 1 * GiB
 
 
 def stream_for(subject: str) -> StreamSpec:
