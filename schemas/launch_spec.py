@@ -18,6 +18,7 @@ from yeto.schemas.recipe import SyncConfig
 MAX_ISLANDS = 1024       # hard bounds of the schema; the launcher's own caps are lower (services/launcher/limits.py)
 MAX_NODES = 64
 MAX_COUNT = 1024
+MAX_PRICE = 1e6          # USD per hour of one island: above it a price is a mistake or an attack, not an offer
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
 DURATIONS = ("recover_timeout_s", "heartbeat_timeout_s", "startup_timeout_s", "final_ack_timeout_s", "final_cut_timeout_s")
 
@@ -55,7 +56,7 @@ def check_entry(entry: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{key} must be a short name (letters, digits, - _ .), got {entry[key]!r:.40}")
     _optional(entry, "count", "", integer=True, positive=True, most=MAX_COUNT)
     _optional(entry, "nodes", "", integer=True, positive=True, most=MAX_NODES)
-    _optional(entry, "price_per_hour", "")
+    _optional(entry, "price_per_hour", "", most=MAX_PRICE)
     if not isinstance(entry.get("spot", False), bool):
         raise ValueError(f"spot must be true or false, got {entry['spot']!r:.40}")
     return entry
@@ -83,8 +84,9 @@ def check_recipe(recipe: dict[str, Any]) -> dict[str, Any]:
         _optional(limits, key, "limits.", integer=True, positive=True)
     for key in ("max_time_s", "max_spend"):
         _optional(limits, key, "limits.", positive=True)
-    for key in (*DURATIONS, "head_price_per_hour"):
+    for key in DURATIONS:
         _optional(recipe, key, "")
+    _optional(recipe, "head_price_per_hour", "", most=MAX_PRICE)
     _optional(recipe, "max_crashes", "", integer=True)
     for key in ("data_check",):
         _mapping(recipe.get(key), key)
@@ -96,4 +98,4 @@ def check_recipe(recipe: dict[str, Any]) -> dict[str, Any]:
 FleetEntry = Annotated[dict[str, Any], AfterValidator(check_entry)]
 Fleet = Annotated[list[FleetEntry], Field(max_length=MAX_ISLANDS)]
 Recipe = Annotated[dict[str, Any], AfterValidator(check_recipe)]
-Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Price = Annotated[float, Field(ge=0, le=MAX_PRICE, allow_inf_nan=False)]

@@ -75,6 +75,19 @@ def test_the_schema_refuses_absurd_fleet_entries(entry):
         LaunchRun(run_id="r-x", fleet=[{**SPEC, **entry}], recipe={})
 
 
+@pytest.mark.parametrize("recipe, says", [
+    ({"train": "x"}, "train must be a mapping"), ({"limits": {"max_spend": "lots"}}, "limits.max_spend must be a number"),
+    ({"limits": {"max_spend": float("nan")}}, "finite"),
+    ({"limits": {"max_tokens": 1.5}}, "limits.max_tokens must be an integer"),
+    ({"train": {"lr": float("inf")}}, "train.lr must be finite"), ({"train": {"sync": {"num_fragments": "8"}}}, "num_fragments"),
+    ({"sync": {"num_fragments": 10**9}}, "num_fragments must be in"), ({"recover_timeout_s": -1}, "recover_timeout_s"),
+    ({"head_price_per_hour": 1e300}, "at most"), ({"output": ["x"]}, "output must be a string"),
+])
+def test_the_schema_refuses_recipes_whose_read_parts_are_not_what_services_expect(recipe, says):
+    with pytest.raises(ValidationError, match=says.replace("(", r"\(")):
+        LaunchRun(run_id="r-x", fleet=[SPEC], recipe=recipe)
+
+
 async def test_the_launcher_rejects_a_launch_over_its_capacity_before_spawning(nats_server, tmp_path, run_id):
     url = nats_server.url
     bus = await connect(url, name="test")
