@@ -84,7 +84,7 @@ def test_the_schema_refuses_absurd_fleet_entries(entry):
     ({"head_price_per_hour": 1e300}, "at most"), ({"output": ["x"]}, "output must be a string"),
 ])
 def test_the_schema_refuses_recipes_whose_read_parts_are_not_what_services_expect(recipe, says):
-    with pytest.raises(ValidationError, match=says.replace("(", r"\(")):
+    with pytest.raises(ValidationError, match=says):
         LaunchRun(run_id="r-x", fleet=[SPEC], recipe=recipe)
 
 
