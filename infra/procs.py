@@ -54,10 +54,10 @@ def signal_if_ours(pid: int, started: float | None, sig: int = signal.SIGTERM) -
 
 def group_is_ours(pgid: int, members: dict[int, float]) -> bool:
     """Some recorded member (pid: start time) still runs in process group `pgid`: the group is ours, and
-    its id cannot have been reused while a member lives."""
+    its id cannot have been reused while a member lives. A member recorded without a start time proves nothing."""
     for pid, started in members.items():
         try:
-            if alive(pid, started) and os.getpgid(pid) == pgid:
+            if started is not None and alive(pid, started) and os.getpgid(pid) == pgid:
                 return True
         except ProcessLookupError:
             continue

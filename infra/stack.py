@@ -64,7 +64,9 @@ def stack_url(state_dir: Path) -> str | None:
 
 
 def _alive(rec: dict, name: str) -> bool:
-    return procs.alive(rec["pids"].get(name, -1), rec.get("started_at", {}).get(name))
+    """The recorded process runs and is the one recorded (its start time); a record without one proves nothing."""
+    started = rec.get("started_at", {}).get(name)
+    return started is not None and procs.alive(rec["pids"].get(name, -1), started)
 
 
 def operator_env(root: Path, rec: dict) -> dict[str, str]:
