@@ -65,6 +65,8 @@ def prepare(state_dir: Path, learners: tuple[tuple[str, str], ...] = ()) -> Path
     _identity(operator_file(state_dir), "operator")
     _identity(service_file(state_dir), "service")
     for run, learner in learners:
+        for folder in (auth_dir(state_dir) / "learners", learner_file(state_dir, run, learner).parent):
+            folder.mkdir(exist_ok=True, mode=0o700)
         _identity(learner_file(state_dir, run, learner), learner_user(run, learner), inbox_prefix=learner_inbox(run, learner))
     return _render(state_dir)
 

@@ -59,6 +59,7 @@ def test_a_running_stack_keeps_every_password_out_of_sight(tmp_path, capsys, mon
         assert {p.name: _mode(p) for p in auth.rglob("*") if p.is_file() and p.name != ".lock"} == {
             "operator.json": 0o600, "service.json": 0o600, "users.conf": 0o600, "island-0.json": 0o600}
         assert _mode(state / "nats" / "nats-server.conf") == 0o600
+        assert {_mode(d) for d in [auth, *(p for p in auth.rglob("*") if p.is_dir())]} == {0o700}
 
         operator = json.loads(bus_auth.operator_file(state).read_text())["password"]
         with pytest.raises(ConnectionError) as refused:
