@@ -18,10 +18,6 @@ from yeto.schemas.subjects import TAPE_SQL
 
 MAX_ROWS = 100_000
 FETCH = 1024                    # rows taken from DuckDB at a time: a reply is built as its rows come, never whole first
-# Every connection that answers queries: no files, no network, no extensions, bounded memory and spill, locked.
-QUERY_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
-                "autoload_known_extensions": False, "memory_limit": "1GB", "max_temp_directory_size": "4GB",
-                "lock_configuration": True}
 READ_PRAGMAS = {"table_info", "show_tables", "show_tables_expanded", "database_size", "storage_info", "show"}
 _EXPLAIN = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
 _PRAGMA = re.compile(r"^\s*pragma\s+([a-z_]+)", re.IGNORECASE)

@@ -10,12 +10,16 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from yeto.infra.tape_sql import QUERY_CONFIG
 from yeto.infra.tape_views import VIEWS
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS events (
     seq BIGINT PRIMARY KEY, ts TIMESTAMPTZ, run_id VARCHAR, type VARCHAR, version INTEGER,
     source VARCHAR, payload JSON)"""
+
+# Every connection that answers queries: no files, no network, no extensions, bounded memory and spill, locked.
+QUERY_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False, "memory_limit": "1GB", "max_temp_directory_size": "4GB",
+                "lock_configuration": True}
 
 BATCH_SCHEMA = pa.schema([("seq", pa.int64()), ("subject_run", pa.string()), ("raw", pa.string())])
 
