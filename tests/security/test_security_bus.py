@@ -16,6 +16,7 @@ from yeto.infra.natsserver import NatsServer, ensure_streams
 from yeto.schemas.subjects import TAPE_SQL, command_subject, event_subject, keyframe_subject
 
 RUN, OTHER = "r-sec", "r-other"
+DELTAS = 6
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,8 @@ async def _operator_setup(url: str) -> None:
     await ensure_streams(bus)
     for run in (RUN, OTHER):   # a keyframe chunk of each run, as the syncer would publish it
         await bus.publish_raw(keyframe_subject(run, 0), f"weights of {run}".encode(), headers={"run": run})
+    for chunk in range(DELTAS):  # big enough together that the server asks the learner's watch for flow control
+        await bus.publish_raw(f"yeto.glob.{RUN}.0.d.{chunk}", bytes(7 * 2**20))
     await bus.close()
 
 
@@ -159,18 +162,25 @@ def test_a_learners_own_pushes_events_and_watches_work(server, monkeypatch):
         bus = await connect(server[0].url, name="learner")
         seen: asyncio.Queue = asyncio.Queue()
 
+        deltas_seen: asyncio.Queue = asyncio.Queue()
+
         async def on_key(d) -> None:
             await seen.put(d)
+
+        async def on_delta(d) -> None:
+            await deltas_seen.put(len(d.data))
         try:
             push = await bus.publish_raw(f"yeto.frag.{RUN}.0.island-0", b"chunk", msg_id=f"{RUN}-push")
             progress = await bus.publish_raw(event_subject(RUN, "LearnerProgress"), b"{}", msg_id=f"{RUN}-progress")
             for kind in ("LayoutDeclared", "LearnerFinalAck"):
                 await bus.publish_raw(event_subject(RUN, kind), b"{}", msg_id=f"{RUN}-{kind}")
             keys = await bus.watch(f"yeto.glob.{RUN}.*.key.*", on_key, deliver="last_per_subject", headers_only=True)
-            deltas = await bus.watch(f"yeto.glob.{RUN}.*.d.*", on_key)
+            deltas = await bus.watch(f"yeto.glob.{RUN}.*.d.*", on_delta)
             final = await bus.watch(event_subject(RUN, "CheckpointMarkedFinal"), on_key)
             announced = await asyncio.wait_for(seen.get(), 10)
             payload = await bus.direct_get("YETO_GKEY", announced.seq)
+            sizes = [await asyncio.wait_for(deltas_seen.get(), 30) for _ in range(DELTAS)]
+            assert sizes == [7 * 2**20] * DELTAS
             for w in (keys, deltas, final):
                 await w.close()
             return push, progress, announced.headers, payload
@@ -180,6 +190,8 @@ def test_a_learners_own_pushes_events_and_watches_work(server, monkeypatch):
     push, progress, headers, payload = asyncio.run(legit())
     assert push > 0 and progress > 0 and headers["run"] == RUN
     assert payload is not None and payload[1] == f"weights of {RUN}".encode()
+    log = (server[1] / "nats" / "nats-server.log").read_text()
+    assert not [line for line in log.splitlines() if "Violation" in line and ("$JS.FC" in line or "_INBOX_r-sec" in line)]
 
 
 def test_the_learner_cannot_use_the_plain_inbox_and_its_pushes_still_land(server):
