@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,22 @@ async def _reaches(url: str) -> bool:
     bus = await connect(url, connect_timeout=3)
     await bus.close()
     return True
+
+
+def test_a_local_island_gets_its_own_credential_by_path_never_on_its_command_line(tmp_path, monkeypatch):
+    from yeto.services.launcher.backends.base import IslandLaunch
+    from yeto.services.launcher.backends.local import LocalBackend
+
+    bus_auth.prepare(tmp_path)                                            # a stack with authentication
+    monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.service_file(tmp_path)))   # the launcher's own
+    show = "import os, sys; print('creds', os.environ['YETO_NATS_CREDS']); print('argv', sys.argv)"
+    backend = LocalBackend(tmp_path, rank_argv=lambda launch, recipe, rank, port: [sys.executable, "-c", show, "--x"])
+    launch = IslandLaunch(run_id="r1", island=1, generation=0, num_islands=2, nats_url="nats://127.0.0.1:1",
+                          spec={"cloud": "local", "gpu": "cpu", "count": 1}, recipe={"train": {}})
+    handle = backend.start(launch)
+    wait_for(lambda: not backend.status("r1", 1, 0, handle).running, 30, "the stand-in rank to finish")
+    said = backend.log_path("r1", 1).read_text()
+    mine = bus_auth.learner_file(tmp_path, "r1", "island-1")
+    assert f"creds {mine}" in said and _mode(mine) == 0o600
+    assert json.loads(mine.read_text())["password"] not in said
+    assert "learner-r1-island-1" in bus_auth.users_file(tmp_path).read_text()
