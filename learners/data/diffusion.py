@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from yeto.learners.data.rows import JsonlFile
+from yeto.learners.data.jsonl import JsonlFile
 from yeto.learners.data.sources import open_source
 
 IMAGE = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from yeto.learners.data.rows import BOM, JsonlFile, ListFile, Row, TableFile
+from yeto.learners.data.jsonl import JsonlFile
+from yeto.learners.data.rows import BOM, ListFile, Row, TableFile
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
 MAX_JSON_BYTES = 1024 ** 3   # a .json array is parsed whole: a bigger one must be JSON Lines or Parquet

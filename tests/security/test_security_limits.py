@@ -19,7 +19,7 @@ from yeto.infra.stack import StackPaths
 from yeto.infra.tape_sql import ask
 from yeto.infra.tape_store import TapeStore
 from yeto.learners.data import DataSpec, check_data
-from yeto.learners.data.rows import MAX_LINE_BYTES, JsonlFile
+from yeto.learners.data.jsonl import MAX_LINE_BYTES, JsonlFile
 from yeto.schemas.subjects import MAX_PAYLOAD, STREAMS, StreamSpec
 
 pytestmark = pytest.mark.timeout(180)
