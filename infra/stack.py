@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 from yeto.infra import bus_auth, procs
 from yeto.infra.natsserver import NatsServer, ensure_streams
 from yeto.infra.run_paths import run_path
+from yeto.infra.stack_stop import stop_components, stop_islands
 from yeto.schemas.base import check_run_id
 from yeto.schemas.subjects import SERVICES
 
@@ -191,46 +191,18 @@ def status(state_dir: Path) -> dict[str, bool] | None:
 
 
 def down(state_dir: Path, timeout: float = 15.0) -> list[str]:
-    """Stop what `up` started (services first, nats-server last); keeps the data. Returns what was stopped."""
+    """Stop what `up` started (services first, nats-server last) and the local islands; keeps the data.
+    Only processes that are still the ones recorded are signalled (infra/stack_stop.py). Returns what was stopped."""
     paths = StackPaths(Path(state_dir))
     rec = read_record(paths)
     if not rec:
         return []
-    order = [n for n in rec["pids"] if n != "nats-server"] + ["nats-server"]
-    started = rec.get("started_at", {})
-    stopped = []
-    for group in (order[:-1], order[-1:]):
-        # only processes that are still the ones recorded (same start time): a reused pid is left alone
-        live = {n: rec["pids"][n] for n in group if procs.signal_if_ours(rec["pids"][n], started.get(n))}
-        deadline = time.monotonic() + timeout
-        while any(alive(p, started.get(n)) for n, p in live.items()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for name, pid in live.items():
-            procs.signal_if_ours(pid, started.get(name), signal.SIGKILL)
-            stopped.append(name)
-    stopped += stop_local_islands(paths, timeout)
+    stopped = stop_components(rec, timeout) + stop_local_islands(paths, timeout)
     paths.record.unlink(missing_ok=True)
     return stopped
 
 
 def stop_local_islands(paths: StackPaths, timeout: float = 15.0) -> list[str]:
-    """Stop the learner process groups the local launcher started (recorded in each island's group.json):
-    without the stack they can no longer sync, and nothing else would stop them."""
-    groups = {}
-    for record in paths.runs.glob("*/islands/*/g*/group.json"):
-        try:
-            group = json.loads(record.read_text())
-            pgid, members = group["pgid"], {int(p): t for p, t in group.get("started_at", {}).items()}
-        except (OSError, ValueError, KeyError, AttributeError):
-            continue
-        if group.get("ended") or not procs.group_is_ours(pgid, members):
-            continue          # ended, or a stale record whose group id now belongs to someone else
-        os.killpg(pgid, signal.SIGTERM)
-        groups[f"{record.parts[-5]}/island-{record.parts[-3]}"] = (pgid, members)
-    deadline = time.monotonic() + timeout
-    while groups and time.monotonic() < deadline and any(procs.group_is_ours(*g) for g in groups.values()):
-        time.sleep(0.05)
-    for pgid, members in groups.values():
-        if procs.group_is_ours(pgid, members):
-            os.killpg(pgid, signal.SIGKILL)
-    return sorted(groups)
+    """Stop the learner process groups the local launcher started: without the stack they can no longer
+    sync, and nothing else would stop them."""
+    return stop_islands(paths.runs, timeout)
