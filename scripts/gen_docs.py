@@ -51,6 +51,9 @@ def describe(path: Path) -> str:
         for line in path.read_text().splitlines():
             if line.startswith("#"):
                 return line.lstrip("# ").strip()
+    if path.suffix == ".sh":      # the first comment after the shebang
+        comments = [line for line in path.read_text().splitlines()[1:] if line.startswith("# ")]
+        return comments[0][2:].strip() if comments else ""
     if path.suffix in {".jsonl", ".json", ".csv", ".png"}:
         return "data"
     return ""
