@@ -50,12 +50,12 @@ class SyncerCore:
         self.learners = Ledger()
         self.fragments: dict[int, FragmentState] = {}
         self.report = reports.Reports(run_id, source)
-        self.refused = False            # whether the last chunk received was refused (the data plane terms it)
+        self.refused: str | None = None  # why the last chunk received was refused (None: taken; the data plane terms it)
         self._norms: dict[int, tuple[int, float]] = {}
 
     def receive(self, h: FragmentHeader, chunk: bytes, now: float, *, sender: str | None = None) -> list:
         """One chunk; `sender` is the learner of the subject it came on (None: not checked)."""
-        self.refused = True
+        self.refused = "bad_header"
         if h.kind not in ("push", "init"):
             return []
         frag = self.fragments.get(h.fragment)
@@ -63,6 +63,7 @@ class SyncerCore:
                    or roster.identity(h, run_id=self.run_id, sender=sender, roster=self.roster)
                    or roster.layout(h, fingerprint=self.fingerprint, numel=None if frag is None else frag.numel))
         if refusal is not None:                       # one event per message, not per chunk; nothing was kept
+            self.refused = refusal.reason
             return [self.report.rejected(h, refusal)] if h.chunk == 0 else []
         self._size_assembler()
         try:
@@ -72,8 +73,9 @@ class SyncerCore:
         evicted = [self.report.rejected(old, admission.evicted(old)) for old in self.assembler.evicted]
         self.assembler.evicted.clear()
         if error is not None:
+            self.refused = error.reason
             return evicted + [self.report.rejected(h, admission.Rejection(error.reason, error.detail))]
-        self.refused = False
+        self.refused = None
         if payload is None:
             return evicted
         self.fingerprint = self.fingerprint or h.fingerprint
@@ -101,7 +103,7 @@ class SyncerCore:
         return out + self._decide(frag, now)
 
     def _refuse(self, h: FragmentHeader, rejection: admission.Rejection) -> list:
-        self.refused = True
+        self.refused = rejection.reason
         return [self.report.rejected(h, rejection)]
 
     def _theta_norm(self, frag: FragmentState) -> float:

@@ -6,7 +6,8 @@ and a push it had already merged is refused by the ledger of its snapshot as a d
 share a run by owning disjoint fragment sets (`--shard k/n`: fragments p with p % n == k), each on its
 own durable consumer. Only I/O lives here: what a message does is SyncerCore's (core.py), where its
 outputs go is bus_sink.py's. A refused message is terminated (never redelivered); one for a run without
-RunLaunched is nak'ed UNKNOWN_RUN_NAKS times (the event may lag), then terminated with an event.
+RunLaunched, or from a learner generation not announced yet, is nak'ed UNKNOWN_RUN_NAKS times (the event
+may lag), then terminated with its event.
 """
 from __future__ import annotations
 
@@ -102,12 +103,7 @@ class DataPlane:
         run_id = run_of_fragment(msg.subject)
         info = runs.get(run_id)
         if info is None:                    # the RunLaunched event has not reached us yet, or never will
-            naks = self.naks.pop(msg.seq, 0) + 1
-            if naks <= UNKNOWN_RUN_NAKS:
-                self.naks[msg.seq] = naks
-                while len(self.naks) > 10_000:
-                    self.naks.popitem(last=False)
-                await msg.nak(delay_s=UNKNOWN_RUN_DELAY_S)
+            if await self.retry(msg):
                 return
             return await self.refuse(bus, msg, run_id, "unknown_run", f"no RunLaunched for run {run_id!r} after "
                                      f"{UNKNOWN_RUN_NAKS} deliveries {UNKNOWN_RUN_DELAY_S:g} s apart")
@@ -123,11 +119,24 @@ class DataPlane:
             core.roster = Roster(info.generations, info.ranks, info.tokens_per_step)
             outputs = core.receive(header, msg.data, time.monotonic(), sender=learner_of_fragment(msg.subject))
             refused = core.refused
+            if refused == "not_announced" and await self.retry(msg):
+                return                      # the launcher's IslandUp / IslandReplaced may lag: a while, not forever
             if not refused:
                 self.held.hold(run_id, header.fragment, msg)
             await self.perform(bus, run_id, outputs)
         if refused:
             await msg.term()
+
+    async def retry(self, msg: Delivery) -> bool:
+        """Nak a message that waits for an event, UNKNOWN_RUN_NAKS times at most; False once it has waited enough."""
+        naks = self.naks.pop(msg.seq, 0) + 1
+        if naks > UNKNOWN_RUN_NAKS:
+            return False
+        self.naks[msg.seq] = naks
+        while len(self.naks) > 10_000:
+            self.naks.popitem(last=False)
+        await msg.nak(delay_s=UNKNOWN_RUN_DELAY_S)
+        return True
 
     async def refuse(self, bus: Bus, msg: Delivery, run_id: str, reason: str, detail: str) -> None:
         """Terminate a message that no syncer will take, with a LearnerRejected saying why."""

@@ -176,11 +176,17 @@ async def test_a_push_for_a_run_that_never_launched_is_naked_a_bounded_number_of
     assert not plane.naks, "its count is forgotten once it is terminated"
 
 
-async def test_a_refused_push_is_terminated_not_redelivered(tmp_path):
+async def test_an_unannounced_push_waits_a_bounded_while_and_a_refused_one_is_terminated_at_once(tmp_path):
     plane, bus = DataPlane(state_dir=tmp_path), Published()
     h, chunk = msg("island-0", generation=5)[0]
     delivery = FakeDelivery(fragment_subject(RUN, 0, "island-0"))
     delivery.headers, delivery.data = h.to_nats(), chunk
     plane.perform = lambda bus, run_id, outputs: bus.publish(*outputs)   # the events only
+    for _ in range(UNKNOWN_RUN_NAKS + 1):           # the launcher's announcement may lag: a while, not forever
+        await plane.receive(bus, delivery, tape().runs)
+    assert delivery.done == ["nak"] * UNKNOWN_RUN_NAKS + ["term"] and [e.reason for e in bus] == ["not_announced"]
+    h, chunk = msg("island-0", generation=0, c_tokens=10**15)[0]
+    delivery = FakeDelivery(fragment_subject(RUN, 0, "island-0"), seq=8)
+    delivery.headers, delivery.data = h.to_nats(), chunk
     await plane.receive(bus, delivery, tape().runs)
-    assert delivery.done == ["term"] and [e.reason for e in bus] == ["not_announced"]
+    assert delivery.done == ["term"] and [e.reason for e in bus][1:] == ["bad_header"], "no version 0: refused at once"
