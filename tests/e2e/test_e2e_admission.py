@@ -1,6 +1,7 @@
 """The real syncer service, fed crafted pushes over the real bus: a learner with another layout is refused
-with a LearnerRejected that says why, a corrupt chunk is refused, and a push replayed under another
-Nats-Msg-Id (what a learner's retry after a lost ack looks like) is refused as a duplicate and merged once.
+with a LearnerRejected that says why, a corrupt chunk is refused, a push on another learner's subject is
+refused, and a push replayed under another Nats-Msg-Id (what a learner's retry after a lost ack looks like)
+is refused as a duplicate and merged once. The islands are announced as the launcher would (IslandUp).
 Pushes are made by the learners' own protocol module (learners/diloco_sync.py) over NumPy arrays."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from yeto.infra import stack
 from yeto.infra.bus import Bus, connect
 from yeto.learners.diloco_sync import DilocoSync, Push
 from yeto.schemas.commands import LaunchRun
+from yeto.schemas.fleet import IslandUp
 from yeto.schemas.fragments import split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import fragment_subject
@@ -21,6 +23,7 @@ from yeto.schemas.subjects import fragment_subject
 pytestmark = [pytest.mark.slow]
 RUN = "admission"
 SYNC = {"num_fragments": 2, "inner_steps": 4}
+SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": "", "spot": False}
 
 
 class Arrays(dict):
@@ -50,12 +53,12 @@ def first_push(sync: DilocoSync, fragment: int) -> Push:
     raise AssertionError(f"fragment {fragment} was never due")
 
 
-async def send(bus: Bus, push: Push, msg_id: str, *, corrupt: bool = False) -> None:
+async def send(bus: Bus, push: Push, msg_id: str, *, corrupt: bool = False, subject_learner: str | None = None) -> None:
     for header, chunk in split_chunks(push.header, push.payload):
         if corrupt:
             chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
-        await bus.publish_raw(fragment_subject(RUN, header.fragment), chunk, msg_id=f"{msg_id}.{header.chunk}",
-                              headers=header.to_nats())
+        subject = fragment_subject(RUN, header.fragment, subject_learner or header.learner)
+        await bus.publish_raw(subject, chunk, msg_id=f"{msg_id}.{header.chunk}", headers=header.to_nats())
 
 
 @pytest.mark.timeout(120)
@@ -73,6 +76,9 @@ def test_other_layout_corrupt_chunk_and_replayed_push_are_refused_and_merged_onc
             try:
                 await bus.publish(LaunchRun(id=f"{RUN}-launch", run_id=RUN, source="test", fleet=[],
                                             recipe={"train": {"sync": SYNC}, "limits": {}}))
+                await asyncio.to_thread(s.wait_for, RUN, "the run launched", bool, "RunLaunched", timeout=60)
+                for i in range(3):                              # what the launcher announces for each island it starts
+                    await bus.publish(IslandUp(id=f"{RUN}-up-{i}", run_id=RUN, source="test", island=i, spec=SPEC))
                 for push in a.init_pushes():                    # island-0's values become version 0
                     await send(bus, push, f"a.init.{push.header.fragment}")
                 await asyncio.to_thread(s.wait_for, RUN, "version 0 of both fragments, from island-0's init",
@@ -82,6 +88,7 @@ def test_other_layout_corrupt_chunk_and_replayed_push_are_refused_and_merged_onc
                     for push in b.init_pushes():
                         await send(bus, push, f"{b.learner}.init.{push.header.fragment}")
                 push = first_push(a, 0)
+                await send(bus, push, "a.push.0.impostor", subject_learner="island-1")     # island-1's credential
                 await send(bus, push, "a.push.0", corrupt=True)
                 await send(bus, push, "a.push.0.first")
                 await send(bus, push, "a.push.0.replayed")     # same bytes, another message id
@@ -89,11 +96,11 @@ def test_other_layout_corrupt_chunk_and_replayed_push_are_refused_and_merged_onc
                 await bus.close()
 
         asyncio.run(scenario())
-        refused = s.wait_for(RUN, "the three refusals", lambda evs: len({(e["learner"], e["reason"]) for e in evs}) >= 4,
+        refused = s.wait_for(RUN, "the three refusals", lambda evs: len({(e["learner"], e["reason"]) for e in evs}) >= 5,
                              "LearnerRejected", timeout=60)
         reasons = {(e["learner"], e["reason"]) for e in refused}
         assert reasons == {("island-1", "fingerprint"), ("island-2", "fingerprint"), ("island-0", "corrupt_chunk"),
-                           ("island-0", "duplicate")}, refused
+                           ("island-0", "duplicate"), ("island-0", "wrong_subject")}, refused
         layout = next(e for e in refused if e["learner"] == "island-1")
         assert "layout fingerprint" in layout["detail"] and "differs from the run's" in layout["detail"]
         # The replay's refusal came after the first push was taken (one subject, in stream order): no other push
@@ -106,4 +113,4 @@ def test_other_layout_corrupt_chunk_and_replayed_push_are_refused_and_merged_onc
     finally:
         stack.down(s.home)
     assert {r["reason"] for r in s.sql(f"select reason from rejections where run_id = '{RUN}'")} == \
-        {"fingerprint", "corrupt_chunk", "duplicate"}
+        {"fingerprint", "corrupt_chunk", "duplicate", "wrong_subject"}
