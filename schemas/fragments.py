@@ -10,7 +10,7 @@ FragmentError with a reason code the syncer records in a LearnerRejected event.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Literal
 
 import numpy as np
@@ -110,7 +110,7 @@ class ChunkAssembler:
         self.max_pending_bytes, self.max_sender_bytes = max_pending_bytes, max_sender_bytes or max_pending_bytes
         self.pending: OrderedDict[tuple[object, ...], tuple[FragmentHeader, dict[int, bytes]]] = OrderedDict()
         self.pending_bytes = 0
-        self.evicted: list[FragmentHeader] = []        # first headers of evicted partial messages; the caller drains it
+        self.evicted: deque[FragmentHeader] = deque(maxlen=1024)   # first headers of evicted partials; the caller drains it
 
     def add(self, header: FragmentHeader, chunk: bytes) -> bytes | None:
         """Add one chunk; return the whole payload once every chunk is in, else None. Raises FragmentError."""

@@ -9,17 +9,20 @@ from functools import reduce
 import numpy as np
 import pytest
 
+from yeto.infra.bus import connect
 from yeto.schemas import codecs
+from yeto.schemas.base import parse
 from yeto.schemas.fleet import IslandReplaced, IslandUp, RunLaunched
 from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.schemas.recipe import SyncConfig
-from yeto.schemas.subjects import CHUNK_BYTES, fragment_subject
+from yeto.schemas.subjects import CHUNK_BYTES, event_subject, fragment_subject
 from yeto.schemas.training import LearnerRejected, RoundMerged
 from yeto.services.syncer import runs
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.dataplane import UNKNOWN_RUN_NAKS, DataPlane
 from yeto.services.syncer.roster import Roster
 
+pytestmark = pytest.mark.own_nats_server          # the data-plane test below takes every fragment message of its server
 RUN, N, FP = "r-sec", 4096, "e" * 64
 SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": "", "spot": False}
 TRAIN = {"micro_batch": 2, "grad_accum": 1, "seq_len": 64, "sync": {"quorum": 2, "grace_max_s": 0.0, "inner_steps": 4}}
@@ -190,3 +193,33 @@ async def test_an_unannounced_push_waits_a_bounded_while_and_a_refused_one_is_te
     delivery.headers, delivery.data = h.to_nats(), chunk
     await plane.receive(bus, delivery, tape().runs)
     assert delivery.done == ["term"] and [e.reason for e in bus][1:] == ["bad_header"], "no version 0: refused at once"
+
+
+@pytest.mark.timeout(60)
+async def test_attacks_through_the_real_data_plane_are_refused_with_events(nats_server, tmp_path):
+    """Over a real nats-server: an impostor's subject, c_tokens=1e15 and a 256 MiB announcement each end in a
+    LearnerRejected on the tape's stream, while the genuine init becomes version 0."""
+    bus, plane = await connect(nats_server.url, name="attacker-test"), DataPlane(state_dir=tmp_path)
+    try:
+        runs_now = tape().runs
+        big = np.random.default_rng(1).bytes(CHUNK_BYTES)
+        huge = FragmentHeader(run_id=RUN, learner="island-1", fragment=0, fingerprint=FP, codec="f32", numel=(256 << 20) // 4,
+                              sha256="0" * 64, num_chunks=64, chunk_sha256=sha256(big))
+        sends = [(msg("island-0", "init", np.ones(N, np.float32), codec="f32"), "island-0"),
+                 (msg("island-0", local_step=8), "island-1"),                   # island-1's credential, island-0's name
+                 (msg("island-1", c_tokens=10**15), "island-1"), ([(huge, big)], "island-1")]
+        for chunks, subject_learner in sends:
+            for h, chunk in chunks:
+                await bus.publish_raw(fragment_subject(RUN, 0, subject_learner), chunk, headers=h.to_nats())
+        await plane.open(bus)
+        events = await bus.consumer([event_subject(RUN, "LearnerRejected")], ack=False)
+        seen: list = []
+        while len(seen) < 3:
+            await plane.take_in(bus, lambda: runs_now, timeout_s=1.0)
+            seen += [parse(d.data) for d in await events.fetch(10, timeout_s=0.2)]
+        assert sorted((e.learner, e.reason) for e in seen) == [("island-0", "wrong_subject"), ("island-1", "bad_header"),
+                                                               ("island-1", "too_many_tokens")]
+        assert plane.cores[RUN].fragments[0].version == 0 and plane.cores[RUN].assembler.pending_bytes == 0
+        assert await plane.consumer.num_pending() == 0
+    finally:
+        await bus.close()
