@@ -4,7 +4,8 @@ One push, from the learner to the broadcast, one file per step:
  1. learners/diloco_sync.py         step_boundary: d = θ − anchor of a fragment that is due, q4 with error feedback
  2. learners/transport/outbox.py    the newest push per fragment, chunked (schemas/fragments.py) onto YETO_FRAG
  3. services/syncer/dataplane.py    fetches each chunk and hands it to SyncerCore.receive (this file, `_push`)
- 4. services/syncer/roster.py       before any chunk is kept: sender = subject's learner, announced generation, layout
+ 4. services/syncer/intake.py       before any chunk is kept (roster.py): sender = subject's learner, announced
+                                    generation, layout; then reassembly under pending-byte caps
     services/syncer/admission.py    admit: fingerprint, generation, numel, duplicate, base version lag; then roster.py's
                                     token bound, and after decoding its norm bound
  5. services/syncer/fragment.py     take_in: decode (schemas/codecs.py) into a row, its Gram row on the way (gram.py)
@@ -27,10 +28,11 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from yeto.schemas import codecs
-from yeto.schemas.fragments import DEFAULT_MAX_BYTES, ChunkAssembler, FragmentError, FragmentHeader
+from yeto.schemas.fragments import ChunkAssembler, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.syncer import admission, backend, reports, roster
 from yeto.services.syncer.fragment import FragmentState
+from yeto.services.syncer.intake import Intake
 from yeto.services.syncer.ledger import Ledger
 from yeto.services.syncer.outputs import Broadcast, SaveSnapshot
 from yeto.services.syncer.roster import Roster
@@ -46,7 +48,7 @@ class SyncerCore:
         self.config, self.run_id, self.fingerprint, self.clock = config, run_id, fingerprint, clock
         self.owned = None if fragments is None else frozenset(fragments)
         self.roster = roster            # None admits any learner: for tests of the merge math only; the service sets it
-        self.assembler = ChunkAssembler()
+        self.intake = Intake(run_id, self.owned)
         self.learners = Ledger()
         self.fragments: dict[int, FragmentState] = {}
         self.report = reports.Reports(run_id, source)
@@ -55,32 +57,18 @@ class SyncerCore:
 
     def receive(self, h: FragmentHeader, chunk: bytes, now: float, *, sender: str | None = None) -> list:
         """One chunk; `sender` is the learner of the subject it came on (None: not checked)."""
-        self.refused = "bad_header"
-        if h.kind not in ("push", "init"):
-            return []
-        frag = self.fragments.get(h.fragment)
-        refusal = ((admission.not_owned(h) if self.owned is not None and h.fragment not in self.owned else None)
-                   or roster.identity(h, run_id=self.run_id, sender=sender, roster=self.roster)
-                   or roster.layout(h, fingerprint=self.fingerprint, numel=None if frag is None else frag.numel))
-        if refusal is not None:                       # one event per message, not per chunk; nothing was kept
-            self.refused = refusal.reason
-            return [self.report.rejected(h, refusal)] if h.chunk == 0 else []
-        self._size_assembler()
-        try:
-            payload, error = self.assembler.add(h, chunk), None
-        except FragmentError as e:
-            payload, error = None, e
-        evicted = [self.report.rejected(old, admission.evicted(old)) for old in self.assembler.evicted]
-        self.assembler.evicted.clear()
-        if error is not None:
-            self.refused = error.reason
-            return evicted + [self.report.rejected(h, admission.Rejection(error.reason, error.detail))]
-        self.refused = None
-        if payload is None:
-            return evicted
+        taken = self.intake.take(h, chunk, sender=sender, tape=self.roster, config=self.config, fingerprint=self.fingerprint,
+                                 numels={p: f.numel for p, f in self.fragments.items()})
+        self.refused = taken.refused
+        out = [self.report.rejected(old, why) for old, why in taken.rejections]
+        if taken.payload is None:
+            return out
         self.fingerprint = self.fingerprint or h.fingerprint
-        out = self._init(h, payload, now) if h.kind == "init" else self._push(h, payload, now)
-        return evicted + out
+        return out + (self._init(h, taken.payload, now) if h.kind == "init" else self._push(h, taken.payload, now))
+
+    @property
+    def assembler(self) -> ChunkAssembler:
+        return self.intake.assembler
 
     def tick(self, now: float) -> list:
         return [out for p in sorted(self.fragments) for out in self._decide(self.fragments[p], now)]
@@ -112,16 +100,6 @@ class SyncerCore:
             value = float(backend.xp.linalg.norm(frag.theta))
             self._norms[frag.fragment] = (frag.version, value)
         return value
-
-    def _size_assembler(self) -> None:
-        """Caps sized from the run's fragments: 2 f32 copies of the largest per sender, one such per announced
-        learner in all (SyncConfig.max_pending_bytes overrides the total); the 16 GiB default before version 0."""
-        largest = max((codecs.encoded_size("f32", f.numel) for f in self.fragments.values()), default=0)
-        learners = len(self.roster.generations) if self.roster is not None else 1
-        sender = 2 * largest if largest else DEFAULT_MAX_BYTES
-        a = self.assembler
-        a.max_sender_bytes = sender
-        a.max_pending_bytes = self.config.max_pending_bytes or (sender * max(2, learners + 1) if largest else DEFAULT_MAX_BYTES)
 
     def _decide(self, frag: FragmentState, now: float) -> list:
         live = self.learners.live(now, self.config.learner_timeout_s)

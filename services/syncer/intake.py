@@ -1,0 +1,57 @@
+"""A chunk's way in: its header checked against the owner, subject, tape and layout before anything is kept,
+then reassembly under pending-byte caps sized from the run's fragments (docs/PROTOCOL.md, validation)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from yeto.schemas import codecs
+from yeto.schemas.fragments import DEFAULT_MAX_BYTES, ChunkAssembler, FragmentError, FragmentHeader
+from yeto.schemas.recipe import SyncConfig
+from yeto.services.syncer import admission, roster
+from yeto.services.syncer.admission import Rejection
+
+
+@dataclass
+class Taken:
+    """What one chunk came to: the whole payload once its message is complete, refusals (of it, or of partial
+    messages evicted to make room: one event per message), and why it was refused (None: it was kept)."""
+
+    payload: bytes | None = None
+    rejections: list[tuple[FragmentHeader, Rejection]] = field(default_factory=list)
+    refused: str | None = None
+
+
+class Intake:
+    def __init__(self, run_id: str, owned: frozenset[int] | None) -> None:
+        self.run_id, self.owned = run_id, owned
+        self.assembler = ChunkAssembler()
+
+    def take(self, h: FragmentHeader, chunk: bytes, *, sender: str | None, tape: roster.Roster | None, config: SyncConfig,
+             fingerprint: str | None, numels: dict[int, int]) -> Taken:
+        """`numels`: values per fragment with a version 0; `sender`: the subject's learner (None: not checked)."""
+        if h.kind not in ("push", "init"):
+            return Taken(refused="bad_header")
+        refusal = ((admission.not_owned(h) if self.owned is not None and h.fragment not in self.owned else None)
+                   or roster.identity(h, run_id=self.run_id, sender=sender, roster=tape)
+                   or roster.layout(h, fingerprint=fingerprint, numel=numels.get(h.fragment)))
+        if refusal is not None:                       # one event per message, on its chunk 0; nothing was kept
+            return Taken(rejections=[(h, refusal)] if h.chunk == 0 else [], refused=refusal.reason)
+        self._size(config, numels, tape)
+        taken = Taken()
+        try:
+            taken.payload = self.assembler.add(h, chunk)
+        except FragmentError as e:
+            taken.rejections.append((h, Rejection(e.reason, e.detail)))
+            taken.refused = e.reason
+        taken.rejections[:0] = [(old, admission.evicted(old)) for old in self.assembler.evicted]
+        self.assembler.evicted.clear()
+        return taken
+
+    def _size(self, config: SyncConfig, numels: dict[int, int], tape: roster.Roster | None) -> None:
+        """Per sender 2 f32 copies of the largest fragment; in all, one such per announced learner (at least 2),
+        or SyncConfig.max_pending_bytes; 16 GiB while no fragment has a version 0 (sizes are not known yet)."""
+        largest = max((codecs.encoded_size("f32", n) for n in numels.values()), default=0)
+        learners = len(tape.generations) if tape is not None else 1
+        self.assembler.max_sender_bytes = 2 * largest if largest else DEFAULT_MAX_BYTES
+        total = self.assembler.max_sender_bytes * max(2, learners) if largest else DEFAULT_MAX_BYTES
+        self.assembler.max_pending_bytes = config.max_pending_bytes or total
