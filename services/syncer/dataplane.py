@@ -14,28 +14,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
 from yeto.infra.bus import Bus, Consumer, Delivery
-from yeto.schemas.base import derive_id
 from yeto.schemas.fragments import FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import fragment_filters, learner_of_fragment, run_of_fragment
-from yeto.schemas.training import LearnerRejected
 from yeto.services.syncer import snapshot
 from yeto.services.syncer.bus_sink import BusSink
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.held import Held
 from yeto.services.syncer.outputs import perform_async
+from yeto.services.syncer.refusals import UNKNOWN_RUN_DELAY_S, UNKNOWN_RUN_NAKS, Refusals
 from yeto.services.syncer.roster import Roster
 from yeto.services.syncer.runs import RunInfo
 
 log = logging.getLogger(__name__)
 MAX_FRAGMENTS = 256
 ACK_WAIT_S = 30.0          # a dead syncer's unacknowledged pushes reach its successor this soon
-UNKNOWN_RUN_NAKS, UNKNOWN_RUN_DELAY_S = 30, 2.0     # a minute for the run's RunLaunched to arrive
 MAX_DELIVER = 64           # the server drops a message delivered this often (naks and dead syncers count)
 
 
@@ -50,7 +47,7 @@ class DataPlane:
         self.lock = asyncio.Lock()
         self.consumer: Consumer | None = None    # the fragment consumer, once consume() runs
         self.busy = False                        # a fetched batch is being taken in
-        self.naks: OrderedDict[int, int] = OrderedDict()   # stream seq -> naks for want of its run
+        self.refusals = Refusals(instance)
 
     def owned(self) -> list[int] | None:
         k, n = self.shard
@@ -103,51 +100,29 @@ class DataPlane:
         run_id = run_of_fragment(msg.subject)
         info = runs.get(run_id)
         if info is None:                    # the RunLaunched event has not reached us yet, or never will
-            if await self.retry(msg):
+            if await self.refusals.retry(msg):
                 return
-            return await self.refuse(bus, msg, run_id, "unknown_run", f"no RunLaunched for run {run_id!r} after "
-                                     f"{UNKNOWN_RUN_NAKS} deliveries {UNKNOWN_RUN_DELAY_S:g} s apart")
+            return await self.refusals.refuse(bus, msg, run_id, "unknown_run", f"no RunLaunched for run {run_id!r} after "
+                                              f"{UNKNOWN_RUN_NAKS} deliveries {UNKNOWN_RUN_DELAY_S:g} s apart")
         if run_id in self.cutting or self.shard in info.cuts_done:
             await msg.ack()                 # the run is being finalized: no more rounds
             return
         try:
             header = FragmentHeader.from_nats(msg.headers)
         except FragmentError as e:
-            return await self.refuse(bus, msg, run_id, e.reason, e.detail)
+            return await self.refusals.refuse(bus, msg, run_id, e.reason, e.detail)
         async with self.lock:
             core = self.core(run_id, info.sync)
             core.roster = Roster(info.generations, info.ranks, info.tokens_per_step)
             outputs = core.receive(header, msg.data, time.monotonic(), sender=learner_of_fragment(msg.subject))
             refused = core.refused
-            if refused == "not_announced" and await self.retry(msg):
+            if refused == "not_announced" and await self.refusals.retry(msg):
                 return                      # the launcher's IslandUp / IslandReplaced may lag: a while, not forever
             if not refused:
                 self.held.hold(run_id, header.fragment, msg)
             await self.perform(bus, run_id, outputs)
         if refused:
             await msg.term()
-
-    async def retry(self, msg: Delivery) -> bool:
-        """Nak a message that waits for an event, UNKNOWN_RUN_NAKS times at most; False once it has waited enough."""
-        naks = self.naks.pop(msg.seq, 0) + 1
-        if naks > UNKNOWN_RUN_NAKS:
-            return False
-        self.naks[msg.seq] = naks
-        while len(self.naks) > 10_000:
-            self.naks.popitem(last=False)
-        await msg.nak(delay_s=UNKNOWN_RUN_DELAY_S)
-        return True
-
-    async def refuse(self, bus: Bus, msg: Delivery, run_id: str, reason: str, detail: str) -> None:
-        """Terminate a message that no syncer will take, with a LearnerRejected saying why."""
-        try:
-            event = LearnerRejected(id=derive_id(self.instance, msg.seq, reason), run_id=run_id, source=self.instance,
-                                    learner=learner_of_fragment(msg.subject) or "?", fragment=-1, reason=reason, detail=detail)
-        except ValueError as e:             # a run id no event may carry: the message goes all the same
-            log.warning("fragment message %d on %r terminated (%s): %s", msg.seq, msg.subject[:200], reason, e)
-        else:
-            await bus.publish(event)
-        await msg.term()
 
     async def tick(self, bus: Bus) -> None:
         if self.wake_at is None or time.monotonic() < self.wake_at:

@@ -19,7 +19,8 @@ from yeto.schemas.subjects import CHUNK_BYTES, event_subject, fragment_subject
 from yeto.schemas.training import LearnerRejected, RoundMerged
 from yeto.services.syncer import runs
 from yeto.services.syncer.core import SyncerCore
-from yeto.services.syncer.dataplane import UNKNOWN_RUN_NAKS, DataPlane
+from yeto.services.syncer.dataplane import DataPlane
+from yeto.services.syncer.refusals import UNKNOWN_RUN_NAKS
 from yeto.services.syncer.roster import Roster
 
 pytestmark = pytest.mark.own_nats_server          # the data-plane test below takes every fragment message of its server
@@ -176,7 +177,7 @@ async def test_a_push_for_a_run_that_never_launched_is_naked_a_bounded_number_of
         await plane.receive(bus, msg_, {})
     assert msg_.done == ["nak"] * UNKNOWN_RUN_NAKS + ["term"]
     assert [(e.run_id, e.learner, e.reason) for e in bus] == [("ghost", "island-0", "unknown_run")]
-    assert not plane.naks, "its count is forgotten once it is terminated"
+    assert not plane.refusals.naks, "its count is forgotten once it is terminated"
 
 
 async def test_an_unannounced_push_waits_a_bounded_while_and_a_refused_one_is_terminated_at_once(tmp_path):
