@@ -77,9 +77,10 @@ class SyncerCore:
         frag = self.fragments[h.fragment]
         rejection = (admission.admit(h, fingerprint=self.fingerprint, version=frag.version, numel=frag.numel,
                                      record=self.learners.get(h.learner), config=self.config)
-                     or roster.tokens(h, version=frag.version, roster=self.roster, config=self.config))
+                     or roster.tokens(h, roster=self.roster))
         if rejection is not None:
             return self._refuse(h, rejection)
+        h = roster.bounded(h, version=frag.version, roster=self.roster, config=self.config)   # its weight and credit
         products = frag.take_in(h, payload)
         if not np.isfinite(products[-1]):
             return self._refuse(h, admission.non_finite(h))

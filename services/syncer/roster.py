@@ -2,8 +2,9 @@
 
 The launcher's IslandUp / IslandReplaced events (folded in runs.py) announce each learner generation;
 the subject a chunk came on names its sender (NATS permissions pin a learner's credential to it). So a
-header cannot claim another learner, an unannounced generation, more tokens than the recipe allows since
-its base version, or a payload other than its fragment's size; each refusal says what is missing.
+header cannot claim another learner, an unannounced generation, more tokens than its steps allow, a payload
+other than its fragment's size, or a norm far beyond the fragment's; each refusal says what is missing.
+Its steps and tokens are clipped to what the recipe allows since its base version (`bounded`).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from yeto.schemas.recipe import SyncConfig
 from yeto.services.syncer.admission import Rejection
 
 TOKEN_HEADROOM = 2          # c_tokens <= 2 x token slots per step x ranks x steps (padding is counted in slots)
-STEP_SLACK = 2              # c_steps <= H x (lag + 2): a push not yet merged is carried again by the next one
+STEP_SLACK = 2              # c_steps clipped to H x (lag + 2): a push not yet merged is carried again by the next one
 
 
 @dataclass(frozen=True)
@@ -59,20 +60,28 @@ def layout(h: FragmentHeader, *, fingerprint: str | None, numel: int | None) -> 
     return None
 
 
-def tokens(h: FragmentHeader, *, version: int, roster: Roster | None, config: SyncConfig) -> Rejection | None:
-    """c_steps and c_tokens within what the recipe allows since the push's base version."""
-    if roster is None or h.kind != "push":
+def tokens(h: FragmentHeader, *, roster: Roster | None) -> Rejection | None:
+    """Refuse c_tokens no rank could have trained in the push's own c_steps (an honest learner never sends it)."""
+    if roster is None or h.kind != "push" or not roster.tokens_per_step:
         return None
-    steps = config.inner_steps * (max(0, version - h.base_version) + STEP_SLACK)
-    if h.c_steps > steps:
-        return Rejection("too_many_tokens", f"c_steps {h.c_steps} exceeds {steps}: inner_steps x (lag + {STEP_SLACK})")
-    if roster.tokens_per_step:
-        ranks, steps = roster.ranks.get(h.learner, 1), max(1, h.c_steps)
-        cap = TOKEN_HEADROOM * roster.tokens_per_step * ranks * steps
-        if h.c_tokens > cap:
-            return Rejection("too_many_tokens", f"c_tokens {h.c_tokens} exceeds {cap}: {TOKEN_HEADROOM} x "
-                             f"{roster.tokens_per_step} token slots x {ranks} ranks x {steps} steps")
+    ranks, steps = roster.ranks.get(h.learner, 1), max(1, h.c_steps)
+    cap = TOKEN_HEADROOM * roster.tokens_per_step * ranks * steps
+    if h.c_tokens > cap:
+        return Rejection("too_many_tokens", f"c_tokens {h.c_tokens} exceeds {cap}: {TOKEN_HEADROOM} x "
+                         f"{roster.tokens_per_step} token slots x {ranks} ranks x {steps} steps")
     return None
+
+
+def bounded(h: FragmentHeader, *, version: int, roster: Roster | None, config: SyncConfig) -> FragmentHeader:
+    """The push with c_steps clipped to H x (lag + 2) and c_tokens to what those steps allow: its merge weight and
+    goodput credit are bounded, while a learner that trained long without a global (the syncer was away) still merges."""
+    if roster is None or h.kind != "push":
+        return h
+    steps = min(h.c_steps, config.inner_steps * (max(0, version - h.base_version) + STEP_SLACK))
+    tokens = h.c_tokens
+    if roster.tokens_per_step:
+        tokens = min(tokens, TOKEN_HEADROOM * roster.tokens_per_step * roster.ranks.get(h.learner, 1) * max(1, steps))
+    return h if (steps, tokens) == (h.c_steps, h.c_tokens) else h.model_copy(update={"c_steps": steps, "c_tokens": tokens})
 
 
 def norm(h: FragmentHeader, *, sq_norm: float, theta_norm: float, config: SyncConfig) -> Rejection | None:
