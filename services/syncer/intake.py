@@ -29,9 +29,9 @@ class Intake:
     def take(self, h: FragmentHeader, chunk: bytes, *, sender: str | None, tape: roster.Roster | None, config: SyncConfig,
              fingerprint: str | None, numels: dict[int, int]) -> Taken:
         """`numels`: values per fragment with a version 0; `sender`: the subject's learner (None: not checked)."""
-        if h.kind not in ("push", "init"):
-            return Taken(refused="bad_header")
-        refusal = ((admission.not_owned(h) if self.owned is not None and h.fragment not in self.owned else None)
+        wrong_kind = h.kind not in ("push", "init")
+        refusal = ((Rejection("bad_header", f"a learner sends init and push messages, not {h.kind}") if wrong_kind else None)
+                   or (admission.not_owned(h) if self.owned is not None and h.fragment not in self.owned else None)
                    or roster.identity(h, run_id=self.run_id, sender=sender, roster=tape)
                    or roster.layout(h, fingerprint=fingerprint, numel=numels.get(h.fragment)))
         if refusal is not None:                       # one event per message, on its chunk 0; nothing was kept
