@@ -1,8 +1,9 @@
 """What a `--model` names: a table alias, a Hugging Face id, a local directory or a `.gguf` file (one resolution).
 
 Shared by the CLI, the planner, the learners and the finalizer, so all of them read a name the same way.
-It looks only at this machine: whether a path exists, and a local model's safetensors headers for its
-size. Nothing here touches the network; the Hub's size of a model is the CLI's question (`yeto shape`).
+An edge, not the contract (so it lives in infra/, which learners may read for this module alone): it looks
+at this machine, whether a path exists and a local model's safetensors headers for its size. Nothing here
+touches the network; the Hub's size of a model is the CLI's question (`yeto shape`).
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from yeto.infra.bus import Bus, Consumer, Delivery
+from yeto.infra.run_paths import run_path
 from yeto.schemas.fragments import FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import fragment_filters, learner_of_fragment, run_of_fragment
@@ -49,6 +50,10 @@ class DataPlane:
         self.busy = False                        # a fetched batch is being taken in
         self.refusals = Refusals(instance)
 
+    def run_dir(self, run_id: str) -> Path:
+        """The run's snapshot folder, `<state>/syncer/<run_id>`, checked to stay there."""
+        return run_path(self.dir.parent, run_id, area="syncer")
+
     def owned(self) -> list[int] | None:
         k, n = self.shard
         return None if n == 1 else list(range(k, MAX_FRAGMENTS, n))
@@ -57,7 +62,7 @@ class DataPlane:
         if run_id not in self.cores:
             core = SyncerCore(SyncConfig.from_dict(sync), run_id=run_id, fragments=self.owned(), source=self.instance)
             # Shards share the run's snapshot folder: restore only this shard's fragments.
-            snaps = {p: s for p, s in snapshot.read_all(self.dir / run_id).items() if core.owned is None or p in core.owned}
+            snaps = {p: s for p, s in snapshot.read_all(self.run_dir(run_id)).items() if core.owned is None or p in core.owned}
             if snaps:
                 core.restore(snaps, time.monotonic())
                 log.info("run %s: resumed %d fragments from snapshots (versions %s)", run_id, len(snaps),
@@ -133,7 +138,7 @@ class DataPlane:
                 await self.perform(bus, run_id, core.tick(time.monotonic()))
 
     async def perform(self, bus: Bus, run_id: str, outputs: list) -> None:
-        sink = BusSink(bus, run_id, self.dir / run_id, self.instance)
+        sink = BusSink(bus, run_id, self.run_dir(run_id), self.instance)
         await perform_async(outputs, sink)
         if sink.wake_at is not None:
             self.wake_at = sink.wake_at if self.wake_at is None else min(self.wake_at, sink.wake_at)

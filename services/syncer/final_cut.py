@@ -46,12 +46,12 @@ async def final_cut(plane: DataPlane, bus: Bus, request: FinalCutRequested, sync
         await plane.perform(bus, run_id, core.final_cut())
         digest, versions = hashlib.sha256(), {}
         for p in sorted(core.fragments):
-            _, sha = await asyncio.to_thread(snapshot.write, plane.dir / run_id, core.snapshot(p))
+            _, sha = await asyncio.to_thread(snapshot.write, plane.run_dir(run_id), core.snapshot(p))
             digest.update(sha.encode())
             versions[p] = core.fragments[p].version
             await plane.perform(bus, run_id, [Broadcast(*core.fragments[p].exact_keyframe())])
         await plane.held.release_run(run_id)
     k, n = plane.shard
-    await bus.publish(request.caused(FinalCutDone, f"{k}/{n}", versions=versions, snapshot_path=str(plane.dir / run_id),
+    await bus.publish(request.caused(FinalCutDone, f"{k}/{n}", versions=versions, snapshot_path=str(plane.run_dir(run_id)),
                                      sha256=digest.hexdigest(), keyframe_versions=versions, source=plane.instance,
                                      shard=k, num_shards=n))

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from yeto.infra import bus_auth, procs
+from yeto.infra.run_paths import run_path
 from yeto.services.launcher.backends.base import IslandLaunch, IslandStatus, learner_args
 
 # `sh -c WRAP exitfile cmd...` runs cmd, then records its status: the one thing a non-parent can read later.
@@ -56,7 +57,7 @@ class LocalBackend:
         self.state_dir, self.rank_argv, self.env = Path(state_dir), rank_argv, env or {}
 
     def run_dir(self, run_id: str) -> Path:
-        return self.state_dir / "runs" / run_id
+        return run_path(self.state_dir, run_id)
 
     def gen_dir(self, run_id: str, island: int, generation: int) -> Path:
         return self.run_dir(run_id) / "islands" / str(island) / f"g{generation}"
