@@ -31,7 +31,7 @@ class IslandEvent(Event):
     """Fields every island event carries."""
 
     island: int = Field(ge=0)       # index in the run's fleet
-    generation: int = Field(0, ge=0)  # incarnation: 0 at launch, +1 per replacement
+    generation: int = Field(default=0, ge=0)  # incarnation: 0 at launch, +1 per replacement
     spec: dict[str, Any]            # the fleet entry: cloud, gpu, count, nodes, region, spot
     price_per_hour: Price = 0.0     # USD per hour while up (0 for local islands); finite, >= 0
     backend: str = "local"          # local | skypilot
@@ -111,7 +111,7 @@ class IslandStopped(IslandEvent):
 class IslandCommand(Command):
     owner: ClassVar[str] = "launcher"
     island: int = Field(ge=0, lt=MAX_ISLANDS)
-    generation: int = Field(0, ge=0)
+    generation: int = Field(default=0, ge=0)
     spec: FleetEntry
 
 
@@ -124,7 +124,7 @@ class StartIsland(IslandCommand):
     recipe: Recipe
     num_islands: int = Field(ge=1, le=MAX_ISLANDS)
     price_per_hour: Price = 0.0
-    start_step: int = Field(0, ge=0)            # v2: a replacement resumes where its predecessor stopped (step and data shard)
+    start_step: int = Field(default=0, ge=0)  # v2: a replacement resumes where its predecessor stopped (step, data shard)
 
 
 @registry.upcaster("StartIsland", 1)

@@ -34,12 +34,12 @@ def number(value: Any, where: str, *, integer: bool = False, positive: bool = Fa
         raise ValueError(f"{where} must be at most {most:g}, got {value!r}")
 
 
-def _optional(d: dict, key: str, where: str, **kw) -> None:
+def _optional(d: dict[str, Any], key: str, where: str, **kw: Any) -> None:
     if d.get(key) is not None:
         number(d[key], f"{where}{key}", **kw)
 
 
-def _mapping(value: Any, where: str) -> dict:
+def _mapping(value: Any, where: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):

@@ -65,7 +65,7 @@ class SyncConfig:
             if value is None and f.type == "int | None":
                 continue
             wanted = {"int": (int,), "float": (int, float), "str": (str,)}[kind]
-            if isinstance(value, bool) or not isinstance(value, wanted) or (kind != "str" and not math.isfinite(value)):
+            if isinstance(value, bool) or not isinstance(value, wanted) or (kind != "str" and not math.isfinite(float(value))):
                 raise ValueError(f"invalid sync recipe: {f.name} must be a finite {kind}, got {value!r:.40}")
         checks = [
             (1 <= self.num_fragments <= MAX_FRAGMENTS, f"num_fragments must be in [1, {MAX_FRAGMENTS}]"),
