@@ -73,10 +73,10 @@ class MemoryBus:
 
     async def last(self, subject: str) -> tuple[dict[str, str], bytes] | None:
         stream = self.stream(subject)
-        seqs = stream.by_subject.get(subject)
+        seqs = [s for subj, ss in stream.by_subject.items() if subject_matches(subject, subj) for s in ss]  # wildcards too
         if not seqs:
             return None
-        _, data, headers = stream.msgs[seqs[-1]]
+        _, data, headers = stream.msgs[max(seqs)]
         return dict(headers), data
 
     async def direct_get(self, stream: str, seq: int, *, timeout_s: float = 120.0) -> tuple[dict[str, str], bytes] | None:

@@ -9,8 +9,9 @@ and reloading, and it is all testable here today; JWT accounts would mint creden
 - service (planner, launcher, syncer, finalizer, tape writer): yeto.>, the JetStream API, acks and flow
   control, their inboxes; never `$JS.API.STREAM.DELETE` / `PURGE` (nothing in Yeto deletes a stream).
 - learner L of run R (one credential per island, kept across its generations): publish its own pushes
-  `yeto.frag.R.*.L` (the syncer checks the header's learner against the subject), its run's learner kinds
-  of events (LearnerProgress, LayoutDeclared, LearnerFinalAck), ordered consumers whose filter is
+  `yeto.frag.R.*.L` (the syncer checks the header's learner against the subject), its own learner kinds of
+  events `yeto.evt.R.<Type>.L` (LearnerProgress, LayoutDeclared, LearnerFinalAck; every service's fold checks
+  the payload's learner and type against the subject), ordered consumers whose filter is
   R's keyframes, deltas or CheckpointMarkedFinal (the filter is part of the API subject, which the server
   checks against the request), DIRECT.GET on YETO_GKEY, flow-control replies; subscribe only to its own
   inbox prefix `_INBOX_R_L`. Everything else (commands, other events, stream management, the tape's SQL,
@@ -28,12 +29,13 @@ from yeto.schemas.subjects import (
     GDELTA_STREAM,
     GKEY_STREAM,
     GLOB_PREFIX,
+    LEARNER_EVENTS,
     SNAP_PREFIX,
     TAPE_SQL,
     event_subject,
+    learner_event_subject,
 )
 
-LEARNER_EVENTS = ("LearnerProgress", "LayoutDeclared", "LearnerFinalAck")
 API = "$JS.API"
 
 
@@ -60,7 +62,7 @@ def service_permissions() -> dict:
 def learner_permissions(run_id: str, learner: str) -> dict:
     create = f"{API}.CONSUMER.CREATE"
     return {"publish": {"allow": [
-        f"{FRAG_PREFIX}.{run_id}.*.{learner}", *(event_subject(run_id, t) for t in LEARNER_EVENTS),
+        f"{FRAG_PREFIX}.{run_id}.*.{learner}", *(learner_event_subject(run_id, t, learner) for t in LEARNER_EVENTS),
         f"{create}.{GKEY_STREAM}.*.{GLOB_PREFIX}.{run_id}.>", f"{create}.{GDELTA_STREAM}.*.{GLOB_PREFIX}.{run_id}.>",
         f"{create}.{EVT_STREAM}.*.{event_subject(run_id, 'CheckpointMarkedFinal')}",
         f"{API}.DIRECT.GET.{GKEY_STREAM}",

@@ -5,7 +5,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, Protocol
 
 from yeto.schemas.base import Command, Message
-from yeto.schemas.subjects import command_subject, event_subject
+from yeto.schemas.subjects import LEARNER_EVENTS, command_subject, event_subject, learner_event_subject
 
 Deliver = Literal["all", "last_per_subject", "new"]
 
@@ -92,7 +92,11 @@ class Bus(Protocol):
 
 
 def subject_of(msg: Message) -> str:
+    """Where a message goes: a command to its owner, an event to its run, a learner's own event under its learner
+    too (the runner's fold rejects an event that did not come on exactly this subject)."""
     if isinstance(msg, Command):
         assert msg.owner, f"{msg.type} has no owning service"
         return command_subject(msg.owner, msg.type)
+    if msg.type in LEARNER_EVENTS:
+        return learner_event_subject(msg.run_id, msg.type, getattr(msg, "learner", ""))
     return event_subject(msg.run_id, msg.type)

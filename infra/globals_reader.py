@@ -11,7 +11,7 @@ from yeto.infra.bus import Bus
 from yeto.schemas import codecs, parse
 from yeto.schemas.fragments import ChunkAssembler, FragmentHeader
 from yeto.schemas.layout import LayoutDeclared
-from yeto.schemas.subjects import event_subject, keyframe_subject
+from yeto.schemas.subjects import keyframe_subject, learner_event_subject
 
 
 class StateNotReady(RuntimeError):
@@ -19,7 +19,7 @@ class StateNotReady(RuntimeError):
 
 
 async def read_layout(bus: Bus, run_id: str) -> LayoutDeclared:
-    found = await bus.last(event_subject(run_id, "LayoutDeclared"))
+    found = await bus.last(learner_event_subject(run_id, "LayoutDeclared"))   # any learner's: they declare one layout
     if found is None:
         raise StateNotReady(f"run {run_id} has no LayoutDeclared event: no learner has connected")
     layout = parse(found[1])

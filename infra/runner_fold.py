@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 
 from yeto.infra.bus import Delivery
-from yeto.infra.runner_poison import reject_event
+from yeto.infra.runner_poison import WrongSubject, check_subject, reject_event
 from yeto.infra.runner_snapshot import Snapshots
 from yeto.infra.service_spec import Context
 from yeto.schemas.base import Event, SchemaError, parse
@@ -26,15 +26,19 @@ async def fold_events(ctx: Context, caught_up: asyncio.Event, snapshots: Snapsho
 
 
 async def fold_one(ctx: Context, raw: Delivery, snapshots: Snapshots) -> None:
-    """Fold one event (state and position move together, no await between); poison leaves the state as it was."""
+    """Fold one event (state and position move together, no await between); poison, or an event on a subject not its
+    own (a learner claiming another learner's progress), leaves the state as it was."""
     spec = ctx.spec
     try:
         event = parse(raw.data)
+        if isinstance(event, Event):
+            check_subject(raw.subject, event)
         state = spec.evolve(ctx.state, event) if isinstance(event, Event) else ctx.state
     except Exception as e:  # noqa: BLE001 - whatever a foreign event does to the fold, the service goes on
         ctx.position = raw.seq
         snapshots.folded()
-        await reject_event(ctx, raw, "parse" if isinstance(e, SchemaError) else "evolve", e)
+        stage = "subject" if isinstance(e, WrongSubject) else "parse" if isinstance(e, SchemaError) else "evolve"
+        await reject_event(ctx, raw, stage, e)
         return
     ctx.state, ctx.position = state, raw.seq
     snapshots.folded()

@@ -1,11 +1,12 @@
-"""Poison in the runner: a message that makes parse, `evolve` or `decide` raise is rejected with an event and skipped."""
+"""Poison in the runner: a message that makes parse, `evolve` or `decide` raise, or an event on a subject not its own,
+is rejected with an event and skipped."""
 from __future__ import annotations
 
 import logging
 
-from yeto.infra.bus import Delivery
+from yeto.infra.bus import Delivery, subject_of
 from yeto.infra.service_spec import Context, Reject
-from yeto.schemas.base import SchemaError
+from yeto.schemas.base import Event, SchemaError
 from yeto.schemas.events import MessageRejected
 from yeto.schemas.subjects import stream_for
 
@@ -13,10 +14,25 @@ log = logging.getLogger(__name__)
 MAX_REASON = 500
 
 
+class WrongSubject(SchemaError):
+    """An event whose payload claims what its subject does not say (the server checked the subject, not the payload)."""
+
+
+def check_subject(subject: str, event: Event) -> None:
+    """An event is believed only on its own subject (subject_of): the run and type, and for a learner's own event the
+    learner, that the publisher's credential was allowed to use. An island claiming another island's progress or
+    final ack, or putting another type of event on its progress subject, fails here."""
+    if subject != (want := subject_of(event)):
+        raise WrongSubject(_bounded(f"the payload belongs on {want}, not on {subject}: it claims what its sender may not say"))
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON] + "..."
+
+
 def reason_of(error: BaseException) -> str:
     """What the rejection says: a Reject's own words, else the exception's type and message (bounded)."""
-    text = str(error) if isinstance(error, Reject) else f"{type(error).__name__}: {error}"
-    return text if len(text) <= MAX_REASON else text[:MAX_REASON] + "..."
+    return _bounded(str(error) if isinstance(error, Reject) else f"{type(error).__name__}: {error}")
 
 
 async def publish_rejection(ctx: Context, raw: Delivery, reason: str) -> None:

@@ -2,6 +2,8 @@
 
     yeto.cmd.<service>.<Type>          commands      YETO_CMD   work queue: one handler per command
     yeto.evt.<run_id>.<Type>           events        YETO_EVT   limits retention, de-duplicated by Nats-Msg-Id
+    yeto.evt.<run_id>.<Type>.<learner> a learner's own events (LEARNER_EVENTS): the token is the sender (its
+                                       credential may publish only there; every fold checks the payload's learner)
     yeto.frag.<run_id>.<fragment>.<learner>  pushes YETO_FRAG work queue: syncer shards filter by fragment; the
                                        learner token is the sender (its credential may publish only there)
     yeto.glob.<run_id>.<fragment>.key.<chunk>  keyframes  YETO_GKEY  the latest keyframe per fragment and chunk
@@ -43,6 +45,14 @@ def service_commands(service: str) -> str:
 
 def event_subject(run_id: str, type_: str) -> str:
     return f"{EVT_PREFIX}.{run_id}.{type_}"
+
+
+LEARNER_EVENTS = ("LearnerProgress", "LayoutDeclared", "LearnerFinalAck")
+
+
+def learner_event_subject(run_id: str, type_: str, learner: str = "*") -> str:
+    """Where `learner` publishes its `type_` event, one of LEARNER_EVENTS (the default "*": every learner's, a filter)."""
+    return f"{EVT_PREFIX}.{run_id}.{type_}.{learner}"
 
 
 def run_events(run_id: str) -> str:

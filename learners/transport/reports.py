@@ -1,5 +1,7 @@
 """The events a learner publishes about itself: LayoutDeclared, LearnerProgress (rate-limited), LearnerFinalAck.
 
+Each goes on its learner's own subject (`yeto.evt.<run>.<Type>.<learner>`, infra/bus_types.subject_of), the only
+one the learner's credential may publish it on; services reject a payload whose learner is not that token.
 Pure: the clock is passed in. Ids derive from (run, learner, generation[, step]), so a republished
 event is dropped by the stream's de-duplication.
 """

@@ -13,7 +13,14 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from yeto.infra import bus_auth
 from yeto.infra.bus import connect
 from yeto.infra.natsserver import NatsServer, ensure_streams
-from yeto.schemas.subjects import TAPE_SQL, command_subject, event_subject, keyframe_subject
+from yeto.schemas.subjects import (
+    LEARNER_EVENTS,
+    TAPE_SQL,
+    command_subject,
+    event_subject,
+    keyframe_subject,
+    learner_event_subject,
+)
 
 RUN, OTHER = "r-sec", "r-other"
 DELTAS = 6
@@ -72,7 +79,10 @@ async def _violation(errors: list[str], got: asyncio.Event, subject: str) -> str
 @pytest.mark.parametrize("subject", [
     command_subject("launcher", "LaunchRun"), command_subject("finalizer", "StopRun"),
     event_subject(RUN, "RunFinalized"), event_subject(RUN, "ArtifactWritten"), event_subject(RUN, "IslandUp"),
-    event_subject(OTHER, "LearnerProgress"),                 # another run's learner events
+    learner_event_subject(OTHER, "LearnerProgress", "island-0"),   # another run's learner events
+    *(learner_event_subject(RUN, t, "island-1") for t in LEARNER_EVENTS),   # progress, layout, final ack as another island
+    *(event_subject(RUN, t) for t in LEARNER_EVENTS),       # with no learner in the subject (the claim only in the payload)
+    learner_event_subject(RUN, "LearnerProgress", "*"),     # every island's at once
     f"yeto.frag.{RUN}.0.island-1",                            # pushing as another island
     f"yeto.frag.{OTHER}.0.island-0",                          # pushing into another run
     keyframe_subject(RUN, 0),                                 # forging a global
@@ -171,9 +181,10 @@ def test_a_learners_own_pushes_events_and_watches_work(server, monkeypatch):
             await deltas_seen.put(len(d.data))
         try:
             push = await bus.publish_raw(f"yeto.frag.{RUN}.0.island-0", b"chunk", msg_id=f"{RUN}-push")
-            progress = await bus.publish_raw(event_subject(RUN, "LearnerProgress"), b"{}", msg_id=f"{RUN}-progress")
+            progress = await bus.publish_raw(learner_event_subject(RUN, "LearnerProgress", "island-0"), b"{}",
+                                             msg_id=f"{RUN}-progress")
             for kind in ("LayoutDeclared", "LearnerFinalAck"):
-                await bus.publish_raw(event_subject(RUN, kind), b"{}", msg_id=f"{RUN}-{kind}")
+                assert await bus.publish_raw(learner_event_subject(RUN, kind, "island-0"), b"{}", msg_id=f"{RUN}-{kind}") > 0
             keys = await bus.watch(f"yeto.glob.{RUN}.*.key.*", on_key, deliver="last_per_subject", headers_only=True)
             deltas = await bus.watch(f"yeto.glob.{RUN}.*.d.*", on_delta)
             final = await bus.watch(event_subject(RUN, "CheckpointMarkedFinal"), on_key)

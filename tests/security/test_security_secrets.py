@@ -73,7 +73,7 @@ def test_a_running_stack_keeps_every_password_out_of_sight(tmp_path, capsys, mon
 async def _learner_reaches_the_bus(url: str) -> None:
     """The island's credential works once issued (the server reloaded its users)."""
     bus = await connect(url, name="learner", connect_timeout=20)
-    await bus.publish_raw("yeto.evt.r-secret.LearnerProgress", b"{}", msg_id="r-secret-progress")
+    await bus.publish_raw("yeto.evt.r-secret.LearnerProgress.island-0", b"{}", msg_id="r-secret-progress")
     await bus.close()
 
 
