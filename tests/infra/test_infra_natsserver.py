@@ -10,11 +10,13 @@ from yeto.schemas.subjects import MAX_PAYLOAD, STREAMS
 
 def test_non_loopback_bind_without_tls_and_auth_is_refused(tmp_path):
     with pytest.raises(ValueError, match="needs TLS and authentication"):
-        render_config(host="0.0.0.0", port=4222, store_dir=tmp_path, max_payload=1024, tls=None, auth=("u", "p"))
+        render_config(host="0.0.0.0", port=4222, store_dir=tmp_path, max_payload=1024, tls=None,
+                      users_file=tmp_path / "users.conf")
 
 
 def test_generated_config_is_loopback_with_jetstream_on_disk(tmp_path):
-    text = render_config(host="127.0.0.1", port=4222, store_dir=tmp_path / "js", max_payload=MAX_PAYLOAD, tls=None, auth=None)
+    text = render_config(host="127.0.0.1", port=4222, store_dir=tmp_path / "js", max_payload=MAX_PAYLOAD, tls=None,
+                         users_file=None)
     assert 'listen: "127.0.0.1:4222"' in text and f"max_payload: {MAX_PAYLOAD}" in text and str(tmp_path / "js") in text
 
 
