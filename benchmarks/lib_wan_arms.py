@@ -89,9 +89,27 @@ class YetoHub:
             try:
                 for msg in [*checks.data_events(launch), launcher_decides(launch)[0].msg]:   # RunLaunched only
                     await bus.publish(msg)
+                for msg in self.islands_up(launch):      # what the stopped launcher would announce once they run
+                    await bus.publish(msg)
             finally:
                 await bus.close()
         asyncio.run(go())
+
+    @staticmethod
+    def islands_up(launch) -> list:
+        """IslandUp of every island, generation 0: the syncer admits only learners the launcher announced."""
+        from yeto.schemas.base import derive_id
+        from yeto.schemas.fleet import IslandUp
+        return [IslandUp(id=derive_id(launch.run_id, "IslandUp", i, 0), run_id=launch.run_id, source="wan-bench", island=i,
+                         generation=0, spec=spec, price_per_hour=float(spec.get("price_per_hour") or 0.0),
+                         backend="local", handle="wan")
+                for i, spec in enumerate(launch.fleet)]
+
+    def credential(self, run_id: str, learner: str) -> dict[str, str]:
+        """The learner's own bus credential (issued as the launcher would), as the environment it reads it from."""
+        from yeto.infra import bus_auth
+        path = bus_auth.issue_learner(self.home, run_id, learner)
+        return {bus_auth.CREDS_ENV: str(path)} if path else {}
 
     def finalize(self, run_id: str, *, timeout: float = 180.0) -> Path:
         """FinalCutRequested (reason max_steps) for a run whose learners finished; returns the artifact directory
@@ -140,7 +158,8 @@ def start_yeto(hub: YetoHub, launch, work: Path, *, eval_every: int) -> list[Pro
     t0, n = time.monotonic(), len(hub.wan.links)
     return [Proc([*link.prefix(), *LEARNER, "--run-id", launch.run_id, "--learner", learner_name(i), "--generation", "0",
                   "--nats-url", hub.url(i), "--recipe", str(path), "--learner-index", str(i), "--num-learners", str(n),
-                  *learner_flags(eval_every)], log=work / f"{launch.run_id}-{i}.log", t0=t0)
+                  *learner_flags(eval_every)], log=work / f"{launch.run_id}-{i}.log", t0=t0,
+                 env=hub.credential(launch.run_id, learner_name(i)))
             for i, link in enumerate(hub.wan.links)]
 
 

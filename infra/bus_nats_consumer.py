@@ -118,7 +118,29 @@ async def watch(js, subject: str, callback: Callable[[Delivery], Awaitable[None]
 
     # Named, so the create request's API subject carries the filter, which the server checks against the
     # request and a learner's permissions confine to its run (infra/bus_perms.py).
-    named = ConsumerConfig(name=f"watch-{secrets.token_hex(8)}")
-    return NatsSubscription(await js.subscribe(subject, stream=stream_for(subject).name, ordered_consumer=True, config=named,
-                                               idle_heartbeat=1.0, deliver_policy=POLICIES[deliver],
-                                               headers_only=headers_only or None, cb=on_msg))
+    named = ConsumerConfig(name=_watch_name())
+    sub = await js.subscribe(subject, stream=stream_for(subject).name, ordered_consumer=True, config=named,
+                             idle_heartbeat=1.0, deliver_policy=POLICIES[deliver],
+                             headers_only=headers_only or None, cb=on_msg)
+    _fresh_name_on_reset(sub)
+    return NatsSubscription(sub)
+
+
+def _watch_name() -> str:
+    return f"watch-{secrets.token_hex(8)}"
+
+
+def _fresh_name_on_reset(sub) -> None:
+    """nats-py re-creates an ordered consumer (missed heartbeats, a gap) with the same config. Under the same
+    name, while the server still holds the old one (a stall, not a restart), the create is refused and the
+    watch goes silent until the old one expires; a new name each time cannot collide."""
+    jsi = getattr(getattr(sub, "_sub", None), "_jsi", None)
+    if jsi is None or not hasattr(jsi, "reset_ordered_consumer"):
+        return
+    reset = jsi.reset_ordered_consumer
+
+    async def reset_with_fresh_name(sseq):
+        jsi._ccreq.name = _watch_name()
+        return await reset(sseq)
+
+    jsi.reset_ordered_consumer = reset_with_fresh_name
