@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import signal
+import subprocess
 import sys
 
 import numpy as np
@@ -130,3 +132,12 @@ async def test_island_replacement_launcher_restart_and_graceful_final_cut(fresh_
         for island in (0, 1):
             for gen in (0, 1):
                 backend.stop(run_id, island, gen, "", sig=signal.SIGKILL)
+
+
+def test_the_launcher_counts_this_machines_capacity_without_importing_torch(tmp_path):
+    """torch takes ~2 s to import; the launcher's start (every stack up) must not pay it to count CUDA devices."""
+    code = ("import sys; from yeto.services.launcher.wiring import host_capacity; cap = host_capacity(); "
+            "print(cap.cpus, cap.gpus, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    cpus, gpus, imported = out.stdout.split()
+    assert int(cpus) == (os.cpu_count() or 1) and int(gpus) >= 0 and imported == "False"
