@@ -49,10 +49,14 @@ class DataPlane:
         self.consumer: Consumer | None = None    # the fragment consumer, once consume() runs
         self.busy = False                        # a fetched batch is being taken in
         self.refusals = Refusals(instance)
+        self.run_dirs: dict[str, Path] = {}
 
     def run_dir(self, run_id: str) -> Path:
-        """The run's snapshot folder, `<state>/syncer/<run_id>`, checked to stay there."""
-        return run_path(self.dir.parent, run_id, area="syncer")
+        """The run's snapshot folder, `<state>/syncer/<run_id>`, checked to stay there (once per run: every
+        round's outputs go through here, and the check resolves the path on disk)."""
+        if run_id not in self.run_dirs:
+            self.run_dirs[run_id] = run_path(self.dir.parent, run_id, area="syncer")
+        return self.run_dirs[run_id]
 
     def owned(self) -> list[int] | None:
         k, n = self.shard
