@@ -28,19 +28,18 @@ class ModelRef:
     local_path: str | None = None
     alias: str | None = None
     weights_gb: float | None = None   # bf16 footprint of all parameters; None until resolved from the Hub
-    tested: bool = False
 
 
 def resolve_model(name: str) -> ModelRef:
     """Resolve `--model`: alias, then an existing local path, then an `org/name` Hugging Face id."""
     if (m := by_alias(name)) is not None:
-        return ModelRef(name=name, hf_id=m.hf_id, alias=m.alias, weights_gb=m.min_vram_gb, tested=m.tested)
+        return ModelRef(name=name, hf_id=m.hf_id, alias=m.alias, weights_gb=m.min_vram_gb)
     path = Path(name).expanduser()
     if path.exists():
         return ModelRef(name=name, local_path=str(path.resolve()), weights_gb=local_weights_gb(path))
     if name.count("/") == 1 and all(name.split("/")):
         if (m := by_hf_id(name)) is not None:
-            return ModelRef(name=name, hf_id=m.hf_id, alias=m.alias, weights_gb=m.min_vram_gb, tested=m.tested)
+            return ModelRef(name=name, hf_id=m.hf_id, alias=m.alias, weights_gb=m.min_vram_gb)
         return ModelRef(name=name, hf_id=name)
     close = close_aliases(name)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
