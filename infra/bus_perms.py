@@ -11,8 +11,8 @@ and reloading, and it is all testable here today; JWT accounts would mint creden
 - learner L of run R (one credential per island, kept across its generations): publish its own pushes
   `yeto.frag.R.*.L` (the syncer checks the header's learner against the subject), its own learner kinds of
   events `yeto.evt.R.<Type>.L` (LearnerProgress, LayoutDeclared, LearnerFinalAck; every service's fold checks
-  the payload's learner and type against the subject), ordered consumers whose filter is
-  R's keyframes, deltas or CheckpointMarkedFinal (the filter is part of the API subject, which the server
+  the payload's learner and type against the subject), its own log lines `yeto.log.R.L`, ordered consumers whose
+  filter is R's keyframes, deltas or CheckpointMarkedFinal (the filter is part of the API subject, which the server
   checks against the request), DIRECT.GET on YETO_GKEY, flow-control replies; subscribe only to its own
   inbox prefix `_INBOX_R_L`. Everything else (commands, other events, stream management, the tape's SQL,
   other runs' subjects and every other inbox) is a permission violation.
@@ -34,6 +34,7 @@ from yeto.schemas.subjects import (
     TAPE_SQL,
     event_subject,
     learner_event_subject,
+    log_subject,
 )
 
 API = "$JS.API"
@@ -63,6 +64,7 @@ def learner_permissions(run_id: str, learner: str) -> dict:
     create = f"{API}.CONSUMER.CREATE"
     return {"publish": {"allow": [
         f"{FRAG_PREFIX}.{run_id}.*.{learner}", *(learner_event_subject(run_id, t, learner) for t in LEARNER_EVENTS),
+        log_subject(run_id, learner),
         f"{create}.{GKEY_STREAM}.*.{GLOB_PREFIX}.{run_id}.>", f"{create}.{GDELTA_STREAM}.*.{GLOB_PREFIX}.{run_id}.>",
         f"{create}.{EVT_STREAM}.*.{event_subject(run_id, 'CheckpointMarkedFinal')}",
         f"{API}.DIRECT.GET.{GKEY_STREAM}",

@@ -9,6 +9,8 @@
     yeto.glob.<run_id>.<fragment>.key.<chunk>  keyframes  YETO_GKEY  the latest keyframe per fragment and chunk
     yeto.glob.<run_id>.<fragment>.d.<chunk>    deltas     YETO_GDELTA the last 64 q4 deltas of every fragment chunk
     yeto.snap.<service>                snapshots     YETO_SNAP  the latest folded state of each service (resume point)
+    yeto.log.<run_id>.<learner>        log lines     YETO_LOG   a learner's log lines, batched; only its credential
+                                       may publish there; kept 7 days or 1 GiB, the oldest go first
     yeto.tape.sql                      request/reply  read-only SQL answered by the tape writer
 """
 from __future__ import annotations
@@ -20,11 +22,13 @@ EVT_PREFIX = "yeto.evt"
 FRAG_PREFIX = "yeto.frag"
 GLOB_PREFIX = "yeto.glob"
 SNAP_PREFIX = "yeto.snap"
+LOG_PREFIX = "yeto.log"
 TAPE_SQL = "yeto.tape.sql"
 EVERY_EVENT = f"{EVT_PREFIX}.>"
 
 CMD_STREAM, EVT_STREAM, FRAG_STREAM = "YETO_CMD", "YETO_EVT", "YETO_FRAG"
 GKEY_STREAM, GDELTA_STREAM, SNAP_STREAM = "YETO_GKEY", "YETO_GDELTA", "YETO_SNAP"
+LOG_STREAM = "YETO_LOG"
 
 SERVICES = ("planner", "launcher", "syncer", "finalizer")
 
@@ -105,6 +109,11 @@ def snapshot_subject(service: str) -> str:
     return f"{SNAP_PREFIX}.{service}"
 
 
+def log_subject(run_id: str, learner: str = "*") -> str:
+    """Where `learner` publishes its log lines (the default "*": every learner's of the run, a filter)."""
+    return f"{LOG_PREFIX}.{run_id}.{learner}"
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """What infra turns into a JetStream StreamConfig (kept free of nats-py types)."""
@@ -146,6 +155,10 @@ STREAMS: tuple[StreamSpec, ...] = (
     # One snapshot per service instance, each under MAX_PAYLOAD.
     StreamSpec(SNAP_STREAM, (f"{SNAP_PREFIX}.*",), max_msgs_per_subject=1, max_bytes=1 * GiB, max_msgs=10_000,
                description="each service's latest folded state with its YETO_EVT position: where a restart resumes"),
+    # Learners' log lines (batches of up to 64): for reading, not state, so the oldest go first. 7 days outlasts a
+    # run's questions; 1 GiB is ~10M lines, and one chatty island cannot fill the disk.
+    StreamSpec(LOG_STREAM, (f"{LOG_PREFIX}.>",), max_age_s=7 * 24 * 3600, max_bytes=1 * GiB, max_msgs=10_000_000,
+               discard="old", description="learners' log lines per run and learner: `yeto logs` reads them"),
 )
 # JetStream reserves each stream's max_bytes against the server's store, which by default is sized from the free
 # disk at start (a stack would not start on a small disk): the server is configured with the sum of the caps

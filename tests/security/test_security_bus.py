@@ -20,6 +20,7 @@ from yeto.schemas.subjects import (
     event_subject,
     keyframe_subject,
     learner_event_subject,
+    log_subject,
 )
 
 RUN, OTHER = "r-sec", "r-other"
@@ -86,6 +87,7 @@ async def _violation(errors: list[str], got: asyncio.Event, subject: str) -> str
     f"yeto.frag.{RUN}.0.island-1",                            # pushing as another island
     f"yeto.frag.{OTHER}.0.island-0",                          # pushing into another run
     keyframe_subject(RUN, 0),                                 # forging a global
+    log_subject(RUN, "island-1"), log_subject(OTHER, "island-0"),   # log lines as another island, into another run
     "$JS.API.STREAM.DELETE.YETO_EVT", "$JS.API.STREAM.PURGE.YETO_FRAG", "$JS.API.STREAM.CREATE.EVIL",
     "$JS.API.CONSUMER.DELETE.YETO_EVT.tape", TAPE_SQL,
 ])
