@@ -3,7 +3,9 @@ artifact, and how the run ended (finalized, failed, stopped); with the finalizer
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field
 
@@ -107,6 +109,34 @@ class RunStopped(Event):
 
 
 @registry.register
+class RunCopiedBack(Event):
+    """Published by the operator's CLI (`yeto pull`) once the run's tape and, when it lives only on the head, its
+    artifact are on the laptop and verified: the head may go (its supervisor stops the stack on it)."""
+
+    type: Literal["RunCopiedBack"] = "RunCopiedBack"
+    version: Literal[1] = 1
+    tape_rows: int                  # the run's events copied (this one not counted)
+    last_seq: int                   # the stream sequence of the last of them
+    num_files: int = 0              # artifact files fetched and verified (0: uploaded elsewhere, or no artifact)
+    manifest_sha256: str = ""       # of the fetched artifact's manifest
+
+
+# How a run ends: finalized with its artifact written, or stopped, or failed.
+ENDING_EVENTS = ("RunFinalized", "ArtifactWritten", "RunStopped", "RunFailed")
+T = TypeVar("T", int, float, datetime)
+
+
+def end_of_run(seen: Mapping[str, T]) -> T | None:
+    """When the run ended, from {event type: its time} of the ENDING_EVENTS seen (times or stream sequences); None while
+    it runs. A finalized run has ended once both RunFinalized and its ArtifactWritten are in."""
+    if ends := [seen[t] for t in ("RunStopped", "RunFailed") if t in seen]:
+        return min(ends)
+    if "RunFinalized" in seen and "ArtifactWritten" in seen:
+        return max(seen["RunFinalized"], seen["ArtifactWritten"])
+    return None
+
+
+@registry.register
 class MarkFinal(Command):
     """Verify the final keyframes are in the keyframe stream, then publish CheckpointMarkedFinal."""
 
@@ -147,6 +177,8 @@ EXAMPLES = [
                  manifest_sha256="1" * 64, reason="max_steps", spend_usd=0.0, acked=["island-0"], missing_acks=[]),
     RunFailed(id="ex-run-failed", run_id="r-demo", source="finalizer", reason="every island was dropped"),
     RunStopped(id="ex-run-stopped", run_id="r-demo", source="finalizer", reason="yeto down --now"),
+    RunCopiedBack(id="ex-run-copied-back", run_id="r-demo", source="cli", tape_rows=4210, last_seq=4388, num_files=3,
+                  manifest_sha256="1" * 64),
     MarkFinal(id="ex-mark-final", run_id="r-demo", source="finalizer", versions={0: 12}, snapshot_path="/s/final",
               sha256="0" * 64),
     BuildArtifact(id="ex-build-artifact", run_id="r-demo", source="finalizer", recipe=_RECIPE, versions={0: 12},

@@ -12,6 +12,7 @@
     yeto.log.<run_id>.<learner>        log lines     YETO_LOG   a learner's log lines, batched; only its credential
                                        may publish there; kept 7 days or 1 GiB, the oldest go first
     yeto.tape.sql                      request/reply  read-only SQL answered by the tape writer
+    yeto.artifact.<run_id>             request/reply  a head's artifact files in chunks, for `yeto pull` (operator only)
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ GLOB_PREFIX = "yeto.glob"
 SNAP_PREFIX = "yeto.snap"
 LOG_PREFIX = "yeto.log"
 TAPE_SQL = "yeto.tape.sql"
+ARTIFACT_PREFIX = "yeto.artifact"
 EVERY_EVENT = f"{EVT_PREFIX}.>"
 
 CMD_STREAM, EVT_STREAM, FRAG_STREAM = "YETO_CMD", "YETO_EVT", "YETO_FRAG"
@@ -112,6 +114,11 @@ def snapshot_subject(service: str) -> str:
 def log_subject(run_id: str, learner: str = "*") -> str:
     """Where `learner` publishes its log lines (the default "*": every learner's of the run, a filter)."""
     return f"{LOG_PREFIX}.{run_id}.{learner}"
+
+
+def artifact_subject(run_id: str) -> str:
+    """Where a head's supervisor answers requests for the run's artifact files (infra/artifact_files.py)."""
+    return f"{ARTIFACT_PREFIX}.{run_id}"
 
 
 @dataclass(frozen=True)
