@@ -1,0 +1,122 @@
+"""SkyApi rehearsed on this machine: the very `sky.Task` objects Yeto builds, each run in a fresh network namespace.
+
+No cloud is reachable here, so everything after provisioning is rehearsed: `launch_cluster` runs the head's task
+in its namespace and `cluster_address` is its veth address; `jobs_launch` runs an island's task in a namespace of
+its own; `jobs_cancel` records the call and kills the job's processes. How a task is executed (HOME, env, setup
+checked but not run): rehearsal_jobs.py; the network: rehearsal_net.py. Processes select this implementation with
+$YETO_SKY_API=tests.cloud.rehearsal:RehearsalSky and find the shared record through $YETO_REHEARSAL_DIR (the
+test's fixture makes the world with `world_up` and removes all of it with `world_down`). A head whose process
+has exited is torn down at the next call (SkyPilot's autodown, without the idle minutes).
+"""
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))     # imported as tests.cloud.rehearsal by the processes it runs
+import rehearsal_jobs as jobs
+import rehearsal_net as net
+from yeto.services.launcher.backends.sky_api import ManagedJob
+
+FINAL = ("SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED")
+
+
+def world_up(root: Path) -> dict:
+    """Make the world (bridge, handle) under `root`, the future $YETO_REHEARSAL_DIR."""
+    world = {**net.world_up(secrets.token_hex(3)[:5]), "venv_bin": jobs.venv_bin()}
+    with jobs.locked(root) as state:
+        state.update(world=world, clusters={}, jobs={}, cancels=[], next_index=1)
+    return world
+
+
+def world_down(root: Path) -> None:
+    """Every process, namespace, veth and the bridge of the world under `root`, by name."""
+    with jobs.locked(root) as state:
+        if state.get("world"):
+            net.world_down(state["world"])
+
+
+class RehearsalSky:
+    """SkyApi over the shared record in $YETO_REHEARSAL_DIR."""
+
+    def __init__(self) -> None:
+        self.root = jobs.rehearsal_dir()
+
+    def _start(self, state: dict, task: Any, what: str) -> dict:
+        index = state["next_index"]
+        state["next_index"] = index + 1
+        ns, ip = net.ns_up(state["world"], what, index)
+        folder = self.root / what
+        rec = {"ns": ns, "ip": ip, "index": index, "dir": str(folder)}
+        try:
+            return {**rec, **jobs.execute(task, folder, state["world"], ns, ip, index)}
+        except Exception:
+            net.ns_down(state["world"], ns, index)
+            raise
+
+    def _autodown(self, state: dict) -> None:
+        for rec in state["clusters"].values():
+            if rec["cluster_status"] == "UP" and jobs.status(rec) != "RUNNING":
+                net.ns_down(state["world"], rec["ns"], rec["index"])
+                rec["cluster_status"] = "DOWN"
+
+    def launch_cluster(self, task: Any, cluster: str, *, idle_minutes_to_autodown: int) -> None:
+        with jobs.locked(self.root) as state:
+            self._autodown(state)
+            if state["clusters"].get(cluster, {}).get("cluster_status") == "UP":
+                raise RuntimeError(f"cluster {cluster} is up already (the rehearsal runs one task per cluster)")
+            rec = self._start(state, task, f"cluster-{cluster}")
+            state["clusters"][cluster] = {**rec, "cluster_status": "UP" if rec["status"] == "RUNNING" else "DOWN",
+                                          "idle_minutes_to_autodown": idle_minutes_to_autodown}
+
+    def cluster_address(self, cluster: str) -> str | None:
+        with jobs.locked(self.root) as state:
+            self._autodown(state)
+            rec = state["clusters"].get(cluster)
+            return rec["ip"] if rec and rec["cluster_status"] == "UP" else None
+
+    def down_cluster(self, cluster: str) -> None:
+        with jobs.locked(self.root) as state:
+            rec = state["clusters"].get(cluster)
+            if rec and rec["cluster_status"] == "UP":
+                net.ns_down(state["world"], rec["ns"], rec["index"])
+                rec["cluster_status"] = "DOWN"
+
+    def jobs_launch(self, task: Any, name: str) -> int:
+        with jobs.locked(self.root) as state:
+            job_id = len(state["jobs"]) + 1
+            rec = self._start(state, task, f"job-{job_id}")
+            state["jobs"][str(job_id)] = {**rec, "id": job_id, "name": name}
+            return job_id
+
+    def jobs_queue(self) -> list[ManagedJob]:
+        with jobs.locked(self.root) as state:
+            return [ManagedJob(int(i), rec["name"], jobs.status(rec)) for i, rec in state["jobs"].items()]
+
+    def jobs_cancel(self, job_ids: list[int]) -> None:
+        with jobs.locked(self.root) as state:
+            state["cancels"].append([int(i) for i in job_ids])
+            for i in job_ids:
+                rec = state["jobs"].get(str(i))
+                if rec is None or jobs.status(rec) in FINAL:
+                    continue
+                rec["status"] = "CANCELLED"
+                net.ns_down(state["world"], rec["ns"], rec["index"])
+
+    def jobs_logs(self, job_id: int) -> str:
+        with jobs.locked(self.root) as state:
+            rec = state["jobs"].get(str(job_id))
+        log = Path(rec["dir"]) / "run.log" if rec else None
+        return log.read_text(errors="replace") if log and log.exists() else ""
+
+    def check(self) -> dict[str, str | None]:
+        """The clouds the rehearsal stands in for, all with working credentials."""
+        return {"aws": None, "gcp": None}
+
+
+def record(root: Path) -> dict:
+    """The shared record as it is now (for tests)."""
+    with jobs.locked(root) as state:
+        return state

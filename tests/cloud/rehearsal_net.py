@@ -1,0 +1,118 @@
+"""The rehearsal's network: a bridge in this machine's namespace and, per head cluster or island job, a fresh
+network namespace joined to it by a veth pair (lo up), all named after one world tag and removed by name.
+
+World `tag`: bridge `yrb<tag>` at 10.<net>.1, namespace `yreh-<tag>-<what>` at 10.<net>.<index + 1> (the first,
+the head, at .2), host end of its pair `yrh<tag><index>`. The island jobs are created by the head's launcher, a
+process inside the head's namespace: so every host-side command goes through `ip -n yreh-<tag>-root`, a name for
+this machine's own namespace (`ip netns attach`), and jobs run under `nsenter --net` rather than `ip netns exec`
+(which gives its command a private mount namespace, where a namespace the head then creates is invisible).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+NETNS_DIR = Path("/run/netns")
+
+
+def sh(*argv: str, check: bool = True) -> str:
+    out = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+def available() -> str | None:
+    """None when namespaces, veth pairs and a bridge can be made here; otherwise why not (the skip reason)."""
+    if os.geteuid() != 0:
+        return "the rehearsal needs root (ip netns add, a bridge)"
+    if not (shutil.which("ip") and shutil.which("nsenter")):
+        return "the rehearsal needs iproute2 (ip) and util-linux (nsenter)"
+    probe = f"yrbprobe{os.getpid() % 100000}"
+    if subprocess.run(["ip", "link", "add", probe, "type", "bridge"], capture_output=True).returncode != 0:
+        return "creating a bridge is not permitted here"
+    subprocess.run(["ip", "link", "del", probe], capture_output=True)
+    if subprocess.run(["ip", "netns", "add", f"yreh-{probe}"], capture_output=True).returncode != 0:
+        return "ip netns add is not permitted here"
+    subprocess.run(["ip", "netns", "del", f"yreh-{probe}"], capture_output=True)
+    return None
+
+
+def free_net() -> str:
+    """`10.236.K` for the first K no address of this machine uses."""
+    used = sh("ip", "-4", "-o", "addr")
+    return next(f"10.236.{k}" for k in range(256) if f" 10.236.{k}." not in used)
+
+
+def world_up(tag: str) -> dict:
+    """The bridge and the handle on this machine's namespace; the world's description (kept in the state file)."""
+    world = {"tag": tag, "net": free_net(), "bridge": f"yrb{tag}", "root": f"yreh-{tag}-root"}
+    sh("ip", "netns", "attach", world["root"], str(os.getpid()))
+    sh("ip", "link", "add", world["bridge"], "type", "bridge")
+    sh("ip", "addr", "add", f"{world['net']}.1/24", "dev", world["bridge"])
+    sh("ip", "link", "set", world["bridge"], "up")
+    return world
+
+
+def ns_up(world: dict, what: str, index: int) -> tuple[str, str]:
+    """A namespace for `what` with its veth pair on the bridge; (its name, its address)."""
+    assert 1 <= index < 250, "a world holds up to 249 namespaces"
+    ns, host_if, ip = f"yreh-{world['tag']}-{what}", f"yrh{world['tag']}{index}", f"{world['net']}.{index + 1}"
+    root = ("ip", "-n", world["root"])
+    sh("ip", "netns", "add", ns)
+    sh(*root, "link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    sh(*root, "link", "set", host_if, "master", world["bridge"], "up")
+    sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+    sh("ip", "-n", ns, "link", "set", "eth0", "up")
+    sh("ip", "-n", ns, "link", "set", "lo", "up")
+    return ns, ip
+
+
+def enter(ns: str) -> list[str]:
+    """argv prefix running a command in the namespace (network only: the file system stays this machine's)."""
+    return ["nsenter", f"--net={NETNS_DIR / ns}"]
+
+
+def pids(ns: str) -> list[int]:
+    """Every process whose network namespace is `ns`: only what the rehearsal started there."""
+    return [int(p) for p in sh("ip", "netns", "pids", ns, check=False).split()]
+
+
+def kill_all(ns: str, grace_s: float = 5.0) -> None:
+    """SIGTERM, then after `grace_s` SIGKILL, everything in the namespace; returns once none is left."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        for pid in pids(ns):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while pids(ns) and time.monotonic() < deadline:
+            time.sleep(0.05)     # a process needs a moment to exit; this loop waits for its going, bounded
+        if not pids(ns):
+            return
+
+
+def ns_down(world: dict, ns: str, index: int) -> None:
+    if (NETNS_DIR / ns).exists():
+        kill_all(ns)
+    sh("ip", "-n", world["root"], "link", "del", f"yrh{world['tag']}{index}", check=False)
+    sh("ip", "netns", "del", ns, check=False)
+
+
+def world_down(world: dict) -> None:
+    """Everything of the world, found by name: its namespaces (processes first), veths, the bridge, the handle."""
+    tag = world["tag"]
+    for path in sorted(NETNS_DIR.glob(f"yreh-{tag}-*")):
+        if path.name != world["root"]:
+            kill_all(path.name)
+            sh("ip", "netns", "del", path.name, check=False)
+    for line in sh("ip", "-o", "link", "show", check=False).splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if name.startswith(f"yrh{tag}") or name == world["bridge"]:
+            sh("ip", "link", "del", name, check=False)
+    sh("ip", "netns", "del", world["root"], check=False)
