@@ -94,12 +94,14 @@ def issue_learner(state_dir: Path, run_id: str, learner: str) -> Path | None:
 
 
 def reload_server(state_dir: Path) -> bool:
-    """SIGHUP the stack's nats-server (verified by its recorded start time): it re-reads the users file."""
+    """SIGHUP the stack's nats-server, or every node of its cluster (each verified by its recorded start time): it
+    re-reads the users file."""
     try:
         rec = json.loads((Path(state_dir) / "stack.json").read_text())
     except (OSError, ValueError):
         return False
-    return procs.signal_if_ours(rec["pids"]["nats-server"], rec.get("started_at", {}).get("nats-server"), signal.SIGHUP)
+    nodes = [n for n in rec["pids"] if n == "nats-server" or n.startswith("nats-server-")]
+    return any([procs.signal_if_ours(rec["pids"][n], rec.get("started_at", {}).get(n), signal.SIGHUP) for n in nodes])
 
 
 def load_identity(path: str | Path) -> dict:

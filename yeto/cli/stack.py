@@ -25,6 +25,9 @@ def register(sub) -> None:
     up.add_argument("--syncers", type=int, default=None, metavar="N",
                     help="run the syncer as N shards (syncer-K owns fragments p with p %% N == K); default 1, "
                          "or what the stack under the state dir last ran")
+    up.add_argument("--cluster", type=int, default=None, metavar="N", help="run nats-server as an N-node JetStream "
+                    "cluster on this machine (N >= 3, streams replicated on each) with two instances of each service "
+                    "that can run twice (docs/CLUSTER.md); default 1, or what the stack under the state dir last ran")
     up.set_defaults(func=cmd_up)
     s.add_parser("status", help="which stack processes are alive").set_defaults(func=cmd_status)
     s.add_parser("down", help="stop what `up` started; the data stays").set_defaults(func=cmd_down)
@@ -34,7 +37,8 @@ def cmd_up(args) -> int:
     if args.head and not args.run_id:
         raise ValueError("--head needs --run-id: a head serves one run")
     rec = stack.up(state_dir(args), port=args.port, head_run=args.run_id if args.head else None,
-                   hosts=["127.0.0.1", "localhost", *args.host], syncers=args.syncers)
+                   hosts=["127.0.0.1", "localhost", *args.host], syncers=args.syncers,
+                   cluster=args.cluster)
     print(f"stack up at {rec['url']} (state {state_dir(args)})")
     for name, pid in rec["pids"].items():
         print(f"  {name:<12} pid {pid}")

@@ -1,0 +1,43 @@
+"""The stack's processes besides nats-server: the command line of each and how one is started, detached."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from yeto.infra import procs
+from yeto.schemas.subjects import SERVICES
+
+# Safe as several instances (runner.py's rule for scaling: events reach each, commands one): every reaction to an
+# event is a publish with an id derived from its cause (de-duplicated), every effect a command's. Not the syncer: two
+# instances of one shard would split its pushes between two merges (one per shard instead, `--syncers N`), nor the
+# tape writer (DuckDB has one writer).
+SCALABLE = ("planner", "launcher", "finalizer")
+
+
+def component_commands(url: str, root: Path, db: Path, syncers: int = 1, instances: int = 1) -> dict[str, list[str]]:
+    """Every process of the stack; with `syncers` > 1 the syncer runs as that many shards (syncer-K, `--shard K/N`);
+    with `instances` > 1 each SCALABLE service runs that many times (launcher-0, launcher-1, ...)."""
+    py = sys.executable
+    cmds = {"tape": [py, "-m", "yeto.infra.tape", "--nats-url", url, "--db", str(db)]}
+    for name in SERVICES:
+        base = [py, "-m", f"yeto.services.{name}", "--nats-url", url, "--state-dir", str(root)]
+        if name == "syncer" and syncers > 1:
+            for k in range(syncers):
+                cmds[f"syncer-{k}"] = [*base, "--shard", f"{k}/{syncers}", "--instance", f"syncer-{k}"]
+        elif name in SCALABLE and instances > 1:
+            for k in range(instances):
+                cmds[f"{name}-{k}"] = [*base, "--instance", f"{name}-{k}"]
+        else:
+            cmds[name] = base
+    return cmds
+
+
+def spawn(cmd: list[str], log_path: Path, env: dict | None = None) -> tuple[int, float | None]:
+    """Start a detached component; its pid and start time."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env={**os.environ, **(env or {})})
+    return proc.pid, procs.started_at(proc.pid)
