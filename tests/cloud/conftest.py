@@ -2,6 +2,7 @@
 by name (every namespace, veth and the bridge, and every process in them) whatever the test did."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -15,20 +16,32 @@ import rehearsal_net
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def rehearsal_dir(tmp_path, monkeypatch) -> Path:
-    """The world's folder; this process (and what it starts) uses the rehearsal as its SkyApi."""
+@contextlib.contextmanager
+def rehearsal_world(root: Path):
+    """A world under `root`; this process (and what it starts) uses the rehearsal as its SkyApi meanwhile."""
     why = rehearsal_net.available()
     if why:
         pytest.skip(f"no network namespaces for the rehearsal: {why}")
-    root = tmp_path / "rehearsal"
     root.mkdir()
-    try:
-        rehearsal.world_up(root)
-        monkeypatch.setenv(rehearsal_jobs.REHEARSAL_DIR_ENV, str(root))
-        monkeypatch.setenv("YETO_SKY_API", rehearsal_jobs.SKY_API)
-        # `tests.cloud.rehearsal` is found from the repository root, as the head's processes find it from its workdir
-        monkeypatch.setenv("PYTHONPATH", str(REPO))
+    with pytest.MonkeyPatch.context() as mp:
+        try:
+            rehearsal.world_up(root)
+            mp.setenv(rehearsal_jobs.REHEARSAL_DIR_ENV, str(root))
+            mp.setenv("YETO_SKY_API", rehearsal_jobs.SKY_API)
+            # `tests.cloud.rehearsal` is found from the repository root (the head's processes: from its workdir)
+            mp.setenv("PYTHONPATH", str(REPO))
+            yield root
+        finally:
+            rehearsal.world_down(root)
+
+
+@pytest.fixture
+def rehearsal_dir(tmp_path) -> Path:
+    with rehearsal_world(tmp_path / "rehearsal") as root:
         yield root
-    finally:
-        rehearsal.world_down(root)
+
+
+@pytest.fixture(scope="module")
+def module_rehearsal_dir(tmp_path_factory) -> Path:
+    with rehearsal_world(tmp_path_factory.mktemp("world") / "rehearsal") as root:
+        yield root

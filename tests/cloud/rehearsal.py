@@ -116,6 +116,10 @@ class RehearsalSky:
         return {"aws": None, "gcp": None}
 
 
+def job_status(api: RehearsalSky, job_id: int) -> str:
+    return next(j.status for j in api.jobs_queue() if j.job_id == job_id)
+
+
 def record(root: Path) -> dict:
     """The shared record as it is now (for tests)."""
     with jobs.locked(root) as state:

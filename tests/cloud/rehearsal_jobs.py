@@ -27,6 +27,7 @@ import rehearsal_net as net
 
 REHEARSAL_DIR_ENV = "YETO_REHEARSAL_DIR"
 SKY_API = "tests.cloud.rehearsal:RehearsalSky"
+REPO = Path(__file__).resolve().parents[2]
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 

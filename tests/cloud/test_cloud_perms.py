@@ -1,0 +1,100 @@
+"""Least privilege over the WAN path, rehearsed: a head stack (`yeto stack up --head`, TLS and users) in its namespace,
+learners in island namespaces dialling its veth address with the files an island task ships. A learner credential
+publishing LaunchRun, subscribing to another run or pushing as another island is refused by the server's permission
+violation, and its own push still lands; without the CA, or with a wrong password, a learner cannot connect.
+The same refusals over loopback, subject by subject: tests/security/test_security_bus.py."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import sky
+
+import rehearsal
+from waiting import wait_for
+from yeto.infra import bus_auth, tls
+from yeto.infra.bus import connect
+
+RUN, OTHER = "r-perm", "r-perm-other"
+pytestmark = pytest.mark.slow
+
+
+def head_task(bundle) -> sky.Task:
+    task = sky.Task(name=f"yeto-head-{RUN}", workdir=str(rehearsal.jobs.REPO), setup="true",
+                    run=f"yeto --state-dir ~/.yeto/head stack up --head --run-id {RUN} --port 4222 --foreground")
+    task.set_file_mounts({"~/.yeto/head": str(bundle)})
+    return task
+
+
+@pytest.fixture(scope="module")
+def head(module_rehearsal_dir, tmp_path_factory):
+    """The head's address and the laptop's copy of its bundle (what `yeto launch` would make before renting)."""
+    bundle = tmp_path_factory.mktemp("heads") / "bundle"
+    bus_auth.prepare(bundle, ((RUN, "island-0"), (OTHER, "island-0")))
+    cert, _ = tls.self_signed(bundle / "tls", ["yeto-head", "127.0.0.1", "localhost"])
+    api = rehearsal.RehearsalSky()
+    api.launch_cluster(head_task(bundle), f"yeto-head-{RUN}", idle_minutes_to_autodown=5)
+    url = f"tls://{api.cluster_address(f'yeto-head-{RUN}')}:4222"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(bundle)))
+        mp.setenv("YETO_NATS_CA", str(cert))
+        log = module_rehearsal_dir / f"cluster-yeto-head-{RUN}" / "run.log"
+        wait_for(lambda: asyncio.run(_streams(url)), 120, "the head's streams over TLS from this machine", interval=0.5,
+                 detail=log.read_text)
+        yield url, bundle, cert
+
+
+async def _streams(url: str) -> bool:
+    try:
+        bus = await connect(url, name="laptop", connect_timeout=2)
+    except ConnectionError:
+        return False
+    try:
+        return (await bus.js.stream_info("YETO_FRAG")).config.name == "YETO_FRAG"
+    except Exception:  # noqa: BLE001 - stack up creates the streams just after the server listens
+        return False
+    finally:
+        await bus.close()
+
+
+def island(head, probe: list[str], *, creds=None, with_ca: bool = True) -> dict:
+    """An island-shaped task (credential and CA by file mount, paths in envs) running the probe; what it printed."""
+    url, bundle, cert = head
+    mounts = {"~/.yeto/island/learner.json": str(creds or bus_auth.learner_file(bundle, RUN, "island-0"))}
+    envs = {"YETO_NATS_URL": url, "YETO_NATS_CREDS": "~/.yeto/island/learner.json"}
+    if with_ca:
+        mounts["~/.yeto/island/ca.pem"], envs["YETO_NATS_CA"] = str(cert), "~/.yeto/island/ca.pem"
+    task = sky.Task(name="probe", run=f"python3 tests/cloud/island_probe.py {' '.join(probe)}", envs=envs,
+                    workdir=str(rehearsal.jobs.REPO))
+    task.set_file_mounts(mounts)
+    api = rehearsal.RehearsalSky()
+    job = api.jobs_launch(task, "probe")
+    status = wait_for(lambda: (s := rehearsal.job_status(api, job)) != "RUNNING" and s, 90, "the probe")
+    assert status == "SUCCEEDED", api.jobs_logs(job)
+    return json.loads(api.jobs_logs(job).strip().splitlines()[-1])
+
+
+def test_a_learner_is_refused_commands_other_runs_and_other_islands_and_its_own_push_lands(head):
+    seen = island(head, ["attacks", RUN, OTHER])
+    assert "for publish to" in seen["launch"] and "launchrun" in seen["launch"]
+    assert "for subscription to" in seen["other_run"] and OTHER in seen["other_run"]
+    assert "for publish to" in seen["other_island"] and "island-1" in seen["other_island"]
+    assert seen["own_push"]["stream"] == "YETO_FRAG" and seen["own_push"]["seq"] > 0 and seen["own_push"]["connected"]
+    assert all(run.get("cluster_status") == "UP" for run in rehearsal.record(rehearsal.jobs.rehearsal_dir())["clusters"].values())
+
+
+def test_a_learner_without_the_ca_cannot_connect(head):
+    seen = island(head, ["connect"], with_ca=False)
+    assert not seen["connected"] and "certificate verify failed" in seen["error"].lower()
+
+
+def test_a_learner_with_a_wrong_password_cannot_connect(head, tmp_path):
+    ident = json.loads(bus_auth.learner_file(head[1], RUN, "island-0").read_text())
+    wrong = bus_auth.write_secret(tmp_path / "learner.json", json.dumps({**ident, "password": ident["password"][::-1]}))
+    seen = island(head, ["connect"], creds=wrong)
+    assert not seen["connected"] and "authorization violation" in seen["error"].lower()
+
+
+def test_with_the_ca_and_its_credential_the_learner_connects(head):
+    assert island(head, ["connect"]) == {"connected": True, "error": ""}
