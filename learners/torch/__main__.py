@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ from yeto.learners.torch.build import build, resolve_accel
 from yeto.learners.torch.evaluate import evaluate
 from yeto.learners.torch.loop import StepResult, train
 from yeto.learners.torch.recipe import TrainRecipe
+
+log = logging.getLogger("yeto.learner")   # with sync, its lines go to the run's log stream too (`yeto logs`)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,6 +54,7 @@ def load_recipe(text: str) -> TrainRecipe:
 
 def emit(**fields) -> None:
     print(json.dumps(fields), flush=True)
+    log.info(json.dumps(fields))
 
 
 def run(args: argparse.Namespace) -> float:
@@ -58,6 +62,9 @@ def run(args: argparse.Namespace) -> float:
     recipe = load_recipe(args.recipe)
     topology = dist.Topology.from_env(rank=args.rank, world_size=args.world_size, local_rank=args.local_rank,
                                       master_addr=args.master_addr, master_port=args.master_port)
+    if not args.no_sync and topology.rank == 0 and args.nats_url:
+        from yeto.learners.transport.logs_setup import install  # before the model is built: set-up errors too
+        install(args.nats_url, run_id=args.run_id, learner=args.learner, generation=args.generation)
     accel = resolve_accel(recipe, local_rank=topology.local_rank, prefer=args.device)
     accel_policy.set_device(accel)
     accel_policy.configure_threads(accel, ranks_on_host=topology.world_size)
@@ -111,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(parse_args(argv))
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
+        log.error("error: %s", err)   # to stderr as before (logging's last resort, or install's), and the bus
         return 2
     return 0
 
