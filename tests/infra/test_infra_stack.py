@@ -80,35 +80,6 @@ def test_head_stack_serves_tls_with_credentials_and_refuses_anonymous_clients(tm
         stack.down(state)
 
 
-def test_head_cleans_itself_up_only_after_the_run_is_finalized_and_uploaded(tmp_path):
-    from yeto.cli.stack import uploaded_and_finalized
-    from yeto.schemas.final import ArtifactWritten, RunFinalized
-
-    rec = stack.up(tmp_path / "s")
-    try:
-        async def scenario():
-            bus = await connect(rec["url"])
-            first = await uploaded_and_finalized(rec["url"], "r-up")
-            await bus.publish(ArtifactWritten(run_id="r-up", output="s3://b/r-up", local_path="/x", artifact_kind="adapter",
-                                              files=["adapter_model.safetensors"], manifest_sha256="0" * 64, uploaded=True))
-            second = await uploaded_and_finalized(rec["url"], "r-up")
-            await bus.publish(RunFinalized(**_finalized_fields(), run_id="r-up"))
-            third = await uploaded_and_finalized(rec["url"], "r-up")
-            await bus.close()
-            return first, second, third
-
-        assert asyncio.run(scenario()) == (False, False, True)
-    finally:
-        stack.down(tmp_path / "s")
-
-
-def _finalized_fields() -> dict:
-    from yeto.schemas.final import EXAMPLES
-
-    example = next(e for e in EXAMPLES if e.type == "RunFinalized")
-    return {k: v for k, v in example.model_dump().items() if k not in {"id", "run_id", "ts", "type", "version"}}
-
-
 def test_stack_down_also_stops_the_local_islands_it_launched(tmp_path):
     import subprocess
 

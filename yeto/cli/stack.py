@@ -1,10 +1,10 @@
 """`yeto stack up|status|down`: the local stack (nats-server, tape writer, services) under the state dir."""
 from __future__ import annotations
 
-import asyncio
 import signal
 import threading
 
+from yeto.cli import head_watch
 from yeto.cli.common import run_id_arg, state_dir
 from yeto.infra import stack
 
@@ -22,6 +22,9 @@ def register(sub) -> None:
     up.add_argument("--run-id", default=None, type=run_id_arg, help="the run whose credentials the head issues (with --head)")
     up.add_argument("--host", action="append", default=[], help="a name or IP the certificate is valid for (repeat)")
     up.add_argument("--foreground", action="store_true", help="stay attached; SIGTERM or Ctrl-C stops the stack")
+    up.add_argument("--linger", type=float, default=3600.0, metavar="SECONDS",
+                    help="with --head --foreground: once the run has ended, stop the stack when the laptop copied it "
+                         "back (`yeto pull`) or this long after the end, whichever comes first (default 3600)")
     up.add_argument("--syncers", type=int, default=None, metavar="N",
                     help="run the syncer as N shards (syncer-K owns fragments p with p %% N == K); default 1, "
                          "or what the stack under the state dir last ran")
@@ -45,34 +48,16 @@ def cmd_up(args) -> int:
     if rec.get("ca_file"):
         print(f"  learners pin the certificate with YETO_NATS_CA={rec['ca_file']}")
     print(f"  bus credentials (0600, passed by path in $YETO_NATS_CREDS): {stack.bus_auth.auth_dir(state_dir(args))}")
+    if args.foreground and args.head:
+        return head_watch.run(state_dir(args), rec["url"], args.run_id, args.linger)
     if args.foreground:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         while not stop.wait(5.0):
-            if args.head and asyncio.run(uploaded_and_finalized(rec["url"], args.run_id)):
-                print(f"run {args.run_id} is finalized and its artifact uploaded: the head cleans itself up")
-                break
+            pass
         print(f"stopped: {', '.join(stack.down(state_dir(args)))}")
     return 0
-
-
-async def uploaded_and_finalized(url: str, run_id: str) -> bool:
-    """True once the run ended in RunFinalized with its artifact uploaded (then the head has nothing to keep)."""
-    import json
-
-    from yeto.infra.bus import connect
-    from yeto.schemas.subjects import event_subject
-
-    bus = await connect(url, name="head-watch")
-    try:
-        finalized = await bus.last(event_subject(run_id, "RunFinalized"))
-        artifact = await bus.last(event_subject(run_id, "ArtifactWritten"))
-        return finalized is not None and artifact is not None and bool(json.loads(artifact[1]).get("uploaded"))
-    except Exception:  # noqa: BLE001 - the server is restarting: not now
-        return False
-    finally:
-        await bus.close()
 
 
 def cmd_status(args) -> int:

@@ -1,0 +1,79 @@
+"""The head VM's supervisor (`yeto stack up --head --foreground`): serves the run's artifact files to the laptop and,
+once the run has ended and the laptop copied it back (RunCopiedBack), or `--linger` seconds after the end, stops
+the stack and exits 0; SkyPilot's autodown then terminates the VM. So the head owns its own end: a laptop that
+crashed or went offline costs at most the linger, never a VM left running."""
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+from yeto.infra import artifact_files, stack
+from yeto.infra.bus import Delivery, connect
+from yeto.schemas import parse
+from yeto.schemas.final import ENDING_EVENTS, end_of_run
+from yeto.schemas.subjects import event_subject
+
+WATCHED = (*ENDING_EVENTS, "RunCopiedBack")
+
+
+def verdict(seen: dict[str, float], now: float, linger_s: float) -> tuple[str | None, float | None]:
+    """Why the head is done (None: not yet), and how long to wait for news at most (None: until some comes).
+    `seen` maps each WATCHED event type seen to its time (the first of each)."""
+    end = end_of_run(seen)
+    if end is None:
+        return None, None
+    if "RunCopiedBack" in seen:
+        return "the laptop copied the run back", 0.0
+    left = end + linger_s - now
+    return (f"nobody copied the run back within --linger {linger_s:g}s", 0.0) if left <= 0 else (None, left)
+
+
+async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, stop: asyncio.Event) -> str:
+    """Serve and watch until the head is done (or `stop` is set); returns why."""
+    bus = await connect(url, name="head-watch")
+    seen: dict[str, float] = {}
+    news = asyncio.Event()
+
+    async def on_event(d: Delivery) -> None:
+        seen.setdefault(d.subject.split(".")[3], parse(d.data).ts.timestamp())
+        news.set()
+
+    # One watch per type: the supervisor never reads the run's stream of progress events.
+    subs = [await bus.watch(event_subject(run_id, t), on_event) for t in WATCHED]
+    subs.append(await artifact_files.serve(bus, state_dir, run_id))
+    try:
+        while True:
+            news.clear()
+            why, wait_s = verdict(seen, time.time(), linger_s)
+            if why or stop.is_set():
+                return why or "stopped by a signal"
+            waits = [asyncio.create_task(news.wait()), asyncio.create_task(stop.wait())]
+            await asyncio.wait(waits, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+    finally:
+        for sub in subs:
+            await sub.close()
+        await bus.close()
+
+
+async def _main(state_dir: Path, url: str, run_id: str, linger_s: float) -> str:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return await supervise(state_dir, url, run_id, linger_s, stop)
+
+
+def run(state_dir: Path, url: str, run_id: str, linger_s: float) -> int:
+    """The head's foreground loop: supervise, then stop the stack. Exit status 0 however it ended."""
+    print(f"head of run {run_id}: serving until the run has ended and is copied back (or --linger {linger_s:g}s "
+          f"after its end)", flush=True)
+    try:
+        why = asyncio.run(_main(state_dir, url, run_id, linger_s))
+    finally:
+        stopped = stack.down(state_dir)
+    print(f"{why}: stopped {', '.join(stopped)}", flush=True)
+    return 0

@@ -1,0 +1,38 @@
+"""`yeto pull RUN`: copy an ended cloud run back from its head VM (tape, artifact), so it answers with no head up."""
+from __future__ import annotations
+
+import asyncio
+
+from yeto.cli.common import conf, run_id_arg, url_for_run
+from yeto.infra import heads
+from yeto.infra.copyback import copy_back
+from yeto.infra.run_paths import run_path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("pull", help="copy an ended cloud run's tape and artifact back from its head VM",
+                       description="Replays the run's events from its head into <state>/heads/RUN/tape.duckdb, fetches "
+                                   "the artifact when it lives only on the head into <state>/runs/RUN/artifact (each "
+                                   "file checked against the manifest), then tells the head it may go. Afterwards "
+                                   "`yeto status/sql/tape` answer for the run from the copy. Safe to repeat.")
+    p.add_argument("run", type=run_id_arg, help="the run id")
+    p.set_defaults(func=cmd_pull)
+
+
+def cmd_pull(args) -> int:
+    c, run = conf(args), args.run
+    rec = heads.head_record(c.state_dir, run)
+    if rec is None and not c.nats_url:
+        raise ValueError(f"run {run} has no head record under {c.state_dir}: a local run's tape is here already "
+                         f"(`yeto status {run}`); for a head launched elsewhere pass its --nats-url")
+    url = url_for_run(args, run)
+    if url is None:
+        raise ValueError(f"run {run}'s head is {rec['state'] if rec else 'unknown'}: there is nothing to copy from "
+                         f"(the copy is {heads.copied_tape(c.state_dir, run)})")
+    copied = asyncio.run(copy_back(c.state_dir, run, url))
+    print(f"copied run {run}: {copied.tape_rows} events to {heads.copied_tape(c.state_dir, run)}")
+    if copied.num_files:
+        print(f"  artifact: {copied.num_files} files, each matching the manifest, in "
+              f"{run_path(c.state_dir, run, 'artifact')}")
+    print("  the head stops itself now (RunCopiedBack published)")
+    return 0
