@@ -18,7 +18,10 @@ One push, from the learner to the broadcast, one file per step:
     core = SyncerCore(config, run_id=...)            # fingerprint adopted from the first learner if None
     outputs = core.receive(header, chunk, now, sender=...)  # one NATS message of the fragment stream; `core.refused`
     outputs = core.tick(now)                          # when a WakeAt comes due
-The clock for merge timing is injected; the learner ledger (ledger.py) is the only state across fragments.
+    outputs = core.follow(roster, now)                # the launcher's newest word: who is announced, who is gone
+The clock for merge timing is injected; the learner ledger (ledger.py) is the only state across fragments. Who
+counts as live (liveness.py) is looked at on every message and `follow`: when a learner drops out, every round
+that waited on it is decided again at once.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import numpy as np
 from yeto.schemas import codecs
 from yeto.schemas.fragments import ChunkAssembler, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer import admission, backend, reports, roster
+from yeto.services.syncer import admission, backend, liveness, reports, roster
 from yeto.services.syncer.fragment import FragmentState
 from yeto.services.syncer.intake import Intake
 from yeto.services.syncer.ledger import Ledger
@@ -54,6 +57,7 @@ class SyncerCore:
         self.report = reports.Reports(run_id, source)
         self.refused: str | None = None  # why the last chunk received was refused (None: taken; the data plane terms it)
         self._norms: dict[int, tuple[int, float]] = {}
+        self._live: set[str] = set()     # who counted as live when last looked at
 
     def receive(self, h: FragmentHeader, chunk: bytes, now: float, *, sender: str | None = None) -> list:
         """One chunk; `sender` is the learner of the subject it came on (None: not checked)."""
@@ -61,10 +65,17 @@ class SyncerCore:
                                  numels={p: f.numel for p, f in self.fragments.items()})
         self.refused = taken.refused
         out = [self.report.rejected(old, why) for old, why in taken.rejections]
-        if taken.payload is None:
-            return out
-        self.fingerprint = self.fingerprint or h.fingerprint
-        return out + (self._init(h, taken.payload, now) if h.kind == "init" else self._push(h, taken.payload, now))
+        if taken.refused is None:
+            self.learners.heard(h, now)
+        if taken.payload is not None:
+            self.fingerprint = self.fingerprint or h.fingerprint
+            out += self._init(h, taken.payload, now) if h.kind == "init" else self._push(h, taken.payload, now)
+        return out + self._recheck(now)
+
+    def follow(self, tape: Roster, now: float) -> list:
+        """The launcher's newest announcements (runs.py's fold); rounds that waited on a learner gone are decided."""
+        self.roster = tape
+        return self._recheck(now)
 
     @property
     def assembler(self) -> ChunkAssembler:
@@ -72,6 +83,18 @@ class SyncerCore:
 
     def tick(self, now: float) -> list:
         return [out for p in sorted(self.fragments) for out in self._decide(self.fragments[p], now)]
+
+    def live(self, now: float) -> set[str]:
+        owned = sum(1 for p in range(self.config.num_fragments) if self.owned is None or p in self.owned)
+        return liveness.live(self.learners, now=now, gone=self.roster.gone if self.roster else {}, config=self.config,
+                             num_owned=owned)
+
+    def _recheck(self, now: float) -> list:
+        """Every round decided again when a learner stopped counting as live since the last look (a round may
+        have been waiting for its push): quorum is a majority of those live now."""
+        live, before = self.live(now), self._live
+        self._live = live
+        return self.tick(now) if before - live else []
 
     def _push(self, h: FragmentHeader, payload: bytes, now: float) -> list:
         frag = self.fragments[h.fragment]
@@ -103,7 +126,7 @@ class SyncerCore:
         return value
 
     def _decide(self, frag: FragmentState, now: float) -> list:
-        live = self.learners.live(now, self.config.learner_timeout_s)
+        live = self.live(now)
         slowest = self.learners.slowest_step_s(live)
         intent = decide(frag.round, live=live, slowest_step_s=slowest, now=now, config=self.config)
         if isinstance(intent, MergeNow):

@@ -79,7 +79,7 @@ class DataPlane:
         await self.open(bus)
         kept_alive = time.monotonic()
         while not stop.is_set():
-            await self.tick(bus)
+            await self.tick(bus, runs())
             if time.monotonic() - kept_alive > ACK_WAIT_S / 3:
                 kept_alive = time.monotonic()
                 await self.held.keep_alive()
@@ -122,7 +122,7 @@ class DataPlane:
             return await self.refusals.refuse(bus, msg, run_id, e.reason, e.detail)
         async with self.lock:
             core = self.core(run_id, info.sync)
-            core.roster = Roster(info.generations, info.ranks, info.tokens_per_step)
+            core.roster = roster_of(info)
             outputs = core.receive(header, msg.data, time.monotonic(), sender=learner_of_fragment(msg.subject))
             refused = core.refused
             if refused == "not_announced" and await self.refusals.retry(msg):
@@ -133,11 +133,17 @@ class DataPlane:
         if refused:
             await msg.term()
 
-    async def tick(self, bus: Bus) -> None:
-        if self.wake_at is None or time.monotonic() < self.wake_at:
-            return
-        self.wake_at = None
+    async def tick(self, bus: Bus, runs: dict[str, RunInfo] | None = None) -> None:
+        """Rounds whose wake-up came due; and, at every turn (at most a second apart), the launcher's newest
+        word on who is gone, so a round waiting on a dead learner merges without waiting for the next push."""
         async with self.lock:
+            for run_id, core in list(self.cores.items()):
+                info = (runs or {}).get(run_id)
+                if info is not None and run_id not in self.cutting:
+                    await self.perform(bus, run_id, core.follow(roster_of(info), time.monotonic()))
+            if self.wake_at is None or time.monotonic() < self.wake_at:
+                return
+            self.wake_at = None
             for run_id, core in list(self.cores.items()):
                 await self.perform(bus, run_id, core.tick(time.monotonic()))
 
@@ -148,3 +154,7 @@ class DataPlane:
             self.wake_at = sink.wake_at if self.wake_at is None else min(self.wake_at, sink.wake_at)
         for p in sink.closed:               # effects done: the round's messages can go
             await self.held.release(run_id, p)
+
+
+def roster_of(info: RunInfo) -> Roster:
+    return Roster(info.generations, info.ranks, info.tokens_per_step, info.gone)

@@ -43,8 +43,12 @@ class Ledger(dict[str, LearnerRecord]):
         record.step_time_s = h.step_time_s or record.step_time_s
         return fresh
 
-    def live(self, now: float, timeout_s: float) -> set[str]:
-        return {name for name, rec in self.items() if now - rec.last_seen <= timeout_s}
+    def heard(self, h: FragmentHeader, now: float) -> None:
+        """A chunk of the learner's current generation came in: a heartbeat (a long push on a slow link arrives
+        chunk by chunk; liveness.py reads `last_seen`)."""
+        rec = self.get(h.learner)
+        if rec is not None and rec.generation == h.generation:
+            rec.last_seen = max(rec.last_seen, now)
 
     def slowest_step_s(self, live: set[str]) -> float:
         return max((self[name].step_time_s for name in live), default=0.0)

@@ -27,6 +27,7 @@ class Roster:
     generations: Mapping[str, int] = field(default_factory=dict)
     ranks: Mapping[str, int] = field(default_factory=dict)
     tokens_per_step: int = 0        # token slots one rank takes per inner step (micro_batch x grad_accum x seq_len)
+    gone: Mapping[str, int] = field(default_factory=dict)   # learner id -> newest generation reported gone (liveness.py)
 
 
 def identity(h: FragmentHeader, *, run_id: str, sender: str | None, roster: Roster | None) -> Rejection | None:

@@ -4,7 +4,9 @@ Pure fold over events; `decide` asks for a final cut once per run and shard (lev
 restart a requested but unfinished cut is taken again). The runs fold the same on every shard (each
 shard's FinalCutDone is kept), so one snapshot serves them all: `dump`/`load` are its codec (JSON, exact
 round trip), and `load` is told the shard of the instance that resumes from it. IslandUp / IslandReplaced
-announce the learner generations the data plane admits (roster.py), with their ranks.
+announce the learner generations the data plane admits (roster.py), with their ranks; IslandExited,
+IslandPreempted, IslandStopped and IslandDropped say a generation is gone: it stops counting as live at once
+(liveness.py), and a replacement counts again from its first chunk.
 """
 from __future__ import annotations
 
@@ -14,9 +16,19 @@ from typing import Any
 
 from yeto.schemas.base import Event, Message, parse, to_bytes
 from yeto.schemas.final import FinalCutDone, FinalCutRequested
-from yeto.schemas.fleet import IslandReplaced, IslandUp, RunLaunched, learner_name
+from yeto.schemas.fleet import (
+    IslandDropped,
+    IslandExited,
+    IslandPreempted,
+    IslandReplaced,
+    IslandStopped,
+    IslandUp,
+    RunLaunched,
+    learner_name,
+)
 
 TRAIN_DEFAULTS = {"micro_batch": 4, "grad_accum": 1, "seq_len": 512}     # learners/torch/recipe.py's TrainRecipe
+GONE = (IslandExited, IslandPreempted, IslandStopped, IslandDropped)     # a generation's end, as the launcher saw it
 
 
 @dataclass(frozen=True)
@@ -27,6 +39,7 @@ class RunInfo:
     generations: dict[str, int] = field(default_factory=dict)  # learner id -> newest generation the launcher announced
     ranks: dict[str, int] = field(default_factory=dict)        # learner id -> ranks of its island (nodes x count)
     tokens_per_step: int = 0                                   # token slots of one rank per inner step (the recipe's)
+    gone: dict[str, int] = field(default_factory=dict)         # learner id -> newest generation the launcher saw end
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,11 @@ def evolve(state: SyncerState, event: Event) -> SyncerState:
         ranks = _positive(spec.get("count"), 1) * _positive(spec.get("nodes"), 1)
         runs = {**runs, event.run_id: replace(info, generations={**info.generations, name: event.generation},
                                               ranks={**info.ranks, name: ranks})}
+    elif isinstance(event, GONE) and event.run_id in runs:
+        info, name = runs[event.run_id], learner_name(event.island)
+        if event.generation <= info.gone.get(name, -1):
+            return state
+        runs = {**runs, event.run_id: replace(info, gone={**info.gone, name: event.generation})}
     elif isinstance(event, FinalCutRequested) and event.run_id in runs:
         runs = {**runs, event.run_id: replace(runs[event.run_id], cut_requested=runs[event.run_id].cut_requested or event)}
     elif isinstance(event, FinalCutDone) and event.run_id in runs:
@@ -76,13 +94,13 @@ def decide(state: SyncerState, msg: Message | None, now: object) -> list[FinalCu
             if info.cut_requested and not state.cut_done(run_id)]
 
 
-CODEC_VERSION = "2"      # bump when SyncerState's shape changes: older snapshots are then ignored (full replay)
+CODEC_VERSION = "3"      # bump when SyncerState's shape changes: older snapshots are then ignored (full replay)
 
 
 def dump(state: SyncerState) -> bytes:
     """The runs, not the shard: that is the resuming instance's own (its --shard)."""
     runs = {run_id: {"sync": info.sync, "cuts_done": sorted(info.cuts_done), "generations": info.generations,
-                     "ranks": info.ranks, "tokens_per_step": info.tokens_per_step,
+                     "ranks": info.ranks, "tokens_per_step": info.tokens_per_step, "gone": info.gone,
                      "cut_requested": json.loads(to_bytes(info.cut_requested)) if info.cut_requested else None}
             for run_id, info in state.runs.items()}
     return json.dumps({"runs": runs}, sort_keys=True).encode()
@@ -91,7 +109,7 @@ def dump(state: SyncerState) -> bytes:
 def load(data: bytes, shard: tuple[int, int] = (0, 1)) -> SyncerState:
     runs = {run_id: RunInfo(sync=info["sync"], cuts_done=frozenset((k, n) for k, n in info["cuts_done"]),
                             cut_requested=_request(info["cut_requested"]), generations=info["generations"],
-                            ranks=info["ranks"], tokens_per_step=info["tokens_per_step"])
+                            ranks=info["ranks"], tokens_per_step=info["tokens_per_step"], gone=info["gone"])
             for run_id, info in json.loads(data)["runs"].items()}
     return SyncerState(runs=runs, shard=shard)
 

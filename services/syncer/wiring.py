@@ -32,6 +32,7 @@ def spec(plane: DataPlane) -> ServiceSpec:
     return ServiceSpec(name="syncer", initial=lambda: runs.SyncerState(shard=plane.shard), evolve=runs.evolve,
                        decide=runs.decide, act=act,
                        event_subjects=tuple(event_subject("*", t) for t in ("RunLaunched", "IslandUp", "IslandReplaced",
+                                                                                *(g.__name__ for g in runs.GONE),
                                                                                 "FinalCutRequested", "FinalCutDone")),
                        background=(data_plane,), codec=codec)
 
