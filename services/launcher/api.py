@@ -1,6 +1,8 @@
-"""The launcher's public face: what the CLI may use (the local backend, for `yeto chaos kill`)."""
+"""The launcher's public face: what the CLI may use (the local backend for `yeto chaos kill`, a cloud run's head VM)."""
 from __future__ import annotations
 
 from yeto.services.launcher.backends.local import LocalBackend
+from yeto.services.launcher.backends.sky_api import sky_api
+from yeto.services.launcher.head import HeadError, head_memory_gb, launch_head, take_down
 
-__all__ = ["LocalBackend"]
+__all__ = ["HeadError", "LocalBackend", "head_memory_gb", "launch_head", "sky_api", "take_down"]

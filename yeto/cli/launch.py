@@ -6,8 +6,9 @@ import secrets
 import time
 
 from yeto.cli import launch_checks as checks
+from yeto.cli import launch_cloud as cloud_launch
 from yeto.cli import launch_limits as limits
-from yeto.cli.common import conf, run_id_arg, url_or_none
+from yeto.cli.common import conf, publish, run_id_arg, url_for_run, url_or_none
 from yeto.cli.follow import follow_or_detach
 from yeto.cli.shape import add_plan_arguments
 from yeto.infra.bus import connect
@@ -46,6 +47,7 @@ def register(sub) -> None:
         a(f"--{flag.replace('_', '-')}", type=float if "lr" in flag or "alpha" in flag or "momentum" in flag else int)
     a("--run-id", type=run_id_arg, help="run id (default: generated)")
     a("--wait", action="store_true", help="follow the run; exit 0 when finalized, non-zero otherwise")
+    cloud_launch.add_arguments(p)
     p.set_defaults(func=cmd_launch)
 
     d = sub.add_parser("down", help="stop a run: final cut, artifact, teardown (--now aborts)")
@@ -66,7 +68,7 @@ def build_launch(args, run_id: str, fleet: list[dict]) -> LaunchRun:
     sync = checks.sync_settings(args)
     train = checks.train_recipe(args, sync)
     cloud = any(f["cloud"] != "local" for f in fleet)
-    recipe = {"train": train, "data_check": data_check, "output": args.output, "shard": args.shard,
+    recipe = {"train": train, "data_check": data_check, "output": args.output, "shard": args.shard, "bus_url": "",
               "base_quantization": args.base_quantization,
               "recover_timeout_s": checks.duration_s(args.recover_timeout, "--recover-timeout"),
               "head_price_per_hour": args.head_price if cloud else 0.0,
@@ -103,15 +105,6 @@ async def _run_exists(url: str, run_id: str) -> bool:
         await bus.close()
 
 
-async def _publish(url: str, *msgs) -> None:
-    bus = await connect(url, name="cli")
-    try:
-        for msg in msgs:
-            await bus.publish(msg)
-    finally:
-        await bus.close()
-
-
 def cmd_launch(args) -> int:
     from yeto.cli.launch_plan import fleet_from_planner, local_stack_url
 
@@ -126,30 +119,33 @@ def cmd_launch(args) -> int:
                                 micro_batch=args.micro_batch)
         launch = build_launch(args, run_id, checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands),
                                                                 local_price=args.local_price))
-    local = launch is not None and all(f["cloud"] == "local" for f in launch.fleet)
-    url = url_or_none(args) or (local_stack_url(args) if local else None)
-    if url is None:
-        raise ValueError("cloud islands need a reachable stack: bring up a head with `yeto stack up --head` on a VM "
-                         "(or `yeto stack up` here for testing) and pass --nats-url / set YETO_NATS_URL")
-    if launch is None:
-        fleet = fleet_from_planner(args, url, run_id)
+    named = conf(args).nats_url        # --nats-url / $YETO_NATS_URL: a stack the user runs
+    if launch is None:                 # the planner picks: the named stack's, else planned in this process
+        fleet = fleet_from_planner(args, named, run_id) if named else cloud_launch.plan_here(args)
         if fleet is None:
             return 1
         limits.check_fleet_size(fleet, args)
         launch = build_launch(args, run_id, fleet)
-    if asyncio.run(_run_exists(url, run_id)):
-        raise ValueError(f"run {run_id} exists already; pick another --run-id")
-    asyncio.run(_publish(url, *checks.data_events(launch), launch))
+    if any(f["cloud"] != "local" for f in launch.fleet) and not named:
+        url, launch = cloud_launch.run_on_head(args, launch)      # the run's own head VM, then the run on it
+    else:
+        if named and any(f["cloud"] != "local" for f in launch.fleet):
+            cloud_launch.refuse_loopback(named)
+            launch = launch.model_copy(update={"recipe": {**launch.recipe, "bus_url": named}})
+        url = url_or_none(args) or local_stack_url(args)
+        if asyncio.run(_run_exists(url, run_id)):
+            raise ValueError(f"run {run_id} exists already; pick another --run-id")
+        asyncio.run(publish(url, *checks.data_events(launch), launch))
     print(f"launched {run_id}: {len(launch.fleet)} island(s)\n  follow: yeto status {run_id} | yeto logs {run_id} --follow\n"
           f"  stop:   yeto down {run_id}   (abort: yeto down {run_id} --now)")
     return follow_or_detach(url, run_id) if args.wait else 0
 
 
 def cmd_down(args) -> int:
-    url = url_or_none(args)
+    url = url_for_run(args, args.run)
     if url is None:
         raise ValueError(f"no stack is running under {conf(args).state_dir}; nothing to stop")
     msg = StopRun(id=derive_id(args.run, "StopRun", args.now, time.time()), run_id=args.run, source="cli", now=args.now)
-    asyncio.run(_publish(url, msg))
+    asyncio.run(publish(url, msg))
     print(f"{'abort' if args.now else 'graceful stop (final cut, artifact, teardown)'} requested for {args.run}")
     return 0

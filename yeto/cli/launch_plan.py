@@ -47,10 +47,16 @@ async def ask_planner(url: str, run_id: str, request: dict, timeout_s: float = 1
 
 
 def fleet_from_planner(args, url: str, run_id: str) -> list[dict] | None:
-    from yeto.cli.shape import render, request_from_args
+    from yeto.cli.shape import request_from_args
+
+    return fleet_from_answer(args, asyncio.run(ask_planner(url, run_id, request_from_args(args).to_dict())))
+
+
+def fleet_from_answer(args, answer: dict) -> list[dict] | None:
+    """The planner's answer shown; its fleet once the user confirms (or --confirm), else None."""
+    from yeto.cli.shape import render
     from yeto.services.planner.api import FleetPlan
 
-    answer = asyncio.run(ask_planner(url, run_id, request_from_args(args).to_dict()))
     if answer["type"] == "FleetPlanFailed":
         print(f"yeto launch: no fleet: {answer['reason']}", file=sys.stderr)
         return None

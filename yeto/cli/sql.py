@@ -10,6 +10,7 @@ import io
 import json
 from typing import Any
 
+from yeto.cli.common import run_id_arg, run_source
 from yeto.infra.bus import connect
 from yeto.infra.settings import load
 from yeto.infra.stack import StackPaths, stack_url
@@ -34,28 +35,34 @@ def register(sub) -> None:
     p.add_argument("query", help="one SELECT / WITH / SHOW / DESCRIBE / EXPLAIN statement")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format (default: table)")
     p.add_argument("--max-rows", type=int, default=10_000, help="stop after this many rows (default: 10000)")
+    p.add_argument("--run", type=run_id_arg, help="ask this run's tape: its head VM's, or the copy of a cloud run that ended")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    result = tape_query(args, args.query, max_rows=args.max_rows)
+    result = tape_query(args, args.query, max_rows=args.max_rows, run=args.run)
     print(render(result["columns"], result["rows"], args.format), end="")
     if result.get("truncated") and args.format == "table":
         print(f"(stopped at {args.max_rows} rows; add a LIMIT or raise --max-rows)")
     return 0
 
 
-def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
-    """{columns, rows, ...}: from the running stack's tape writer, else from the tape file read-only."""
+def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = None) -> dict[str, Any]:
+    """{columns, rows, ...}: from the running stack's tape writer, else from the tape file read-only. With `run`,
+    from where that run's tape is (its head VM, or the tape copied back from it: common.run_source)."""
     settings = load(state_dir=getattr(args, "state_dir", None), nats_url=getattr(args, "nats_url", None))
-    url = settings.nats_url or stack_url(settings.state_dir)
+    if run:
+        url, db, only = run_source(args, run)
+    else:
+        url, db = settings.nats_url or stack_url(settings.state_dir), StackPaths(settings.state_dir).db
+        only = "check --nats-url / $YETO_NATS_URL" if settings.nats_url else None
     if url:
         try:
             return asyncio.run(_ask(url, sql, max_rows))
         except (ConnectionError, NoTapeWriterError) as e:
-            if settings.nats_url:  # a remote stack named explicitly: there is no local file to fall back on
-                raise ValueError(f"{e}; check --nats-url / $YETO_NATS_URL") from None
-    return query_file(StackPaths(settings.state_dir).db, sql, max_rows=max_rows)
+            if only:  # a remote stack: there is no local file to fall back on
+                raise ValueError(f"{e}; {only}") from None
+    return query_file(db, sql, max_rows=max_rows)
 
 
 async def _ask(url: str, sql: str, max_rows: int) -> dict[str, Any]:

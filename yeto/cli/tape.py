@@ -54,7 +54,7 @@ def run_show(args) -> int:
         where.append(f"type = {quote(args.type)}")
     cond = f"WHERE {' AND '.join(where)}" if where else ""
     sql = f"SELECT seq, ts, run_id, type, source, payload FROM events {cond} ORDER BY seq DESC LIMIT {int(args.limit)}"
-    result = tape_query(args, sql)
+    result = tape_query(args, sql, run=args.run)
     rows = [[seq, clock(ts, "%Y-%m-%d %H:%M:%S.%f"), run, type_, source, _summary(payload)]
             for seq, ts, run, type_, source, payload in reversed(result["rows"])]
     print(format_table(["seq", "ts", "run", "type", "source", "fields"], rows), end="")
@@ -88,7 +88,7 @@ def run_events(args, run: str, until: int | None = None) -> Iterator[tuple[int, 
     after, cond = 0, run_filter(run) + (f" AND seq <= {int(until)}" if until is not None else "")
     while True:
         rows = tape_query(args, f"SELECT seq, payload FROM events WHERE {cond} AND seq > {after} "
-                                f"ORDER BY seq LIMIT {PAGE}")["rows"]
+                                f"ORDER BY seq LIMIT {PAGE}", run=run)["rows"]
         for seq, payload in rows:
             data = json.loads(payload) if isinstance(payload, str) else payload
             if isinstance(data, dict):  # an unparsable payload has nothing to fold

@@ -1,0 +1,100 @@
+"""A cloud run's head VM, from the laptop: size it, rent it through SkyApi, wait until its nats-server answers over TLS.
+
+Once the head answers and has the run, it owns the run's teardown (islands cancelled, the head terminated by
+SkyPilot's autodown after its stack exits), so the laptop can go away. Until then the laptop owns it: every
+failure on the way (the cloud says no, the head never answers, Ctrl-C) takes the head down again.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from yeto.infra import heads
+from yeto.infra.bus import connect
+from yeto.services.launcher.backends.sky_api import sky_api
+from yeto.services.launcher.backends.sky_tasks import NATS_PORT, head_task
+
+HEAD_PORT = NATS_PORT
+IDLE_MINUTES_TO_AUTODOWN = 5
+# Head RAM, an estimate: the syncer keeps ~4 f32 copies of the trainable parameters (global, outer momentum,
+# the round's merge accumulator, the snapshot being written) plus decode buffers of about one more: ~20 bytes
+# each; 4 GB for the OS, nats-server and the services; never under 16 GB.
+BYTES_PER_TRAINABLE = 20
+BASE_GB, MIN_GB = 4, 16
+LORA_FRACTION = 0.02   # LoRA adapters on every linear layer hold ~0.5-2.5% of a model's parameters at ranks 16-64
+
+
+class HeadError(ConnectionError):
+    """The head VM could not be rented, or never answered; nothing of it is left running."""
+
+
+def head_memory_gb(weights_gb: float | None, tuning: str) -> int:
+    """GB of RAM for the head, estimated from the trainable parameter count (bf16 weights: 2 bytes each)."""
+    if weights_gb is None:
+        return MIN_GB
+    trainable = weights_gb * 1e9 / 2 * (1.0 if tuning == "full" else LORA_FRACTION)
+    return max(MIN_GB, math.ceil(BASE_GB + trainable * BYTES_PER_TRAINABLE / 1e9))
+
+
+def launch_head(state_dir: Path, run_id: str, *, memory_gb: int, cloud: str | None = None, region: str | None = None,
+                linger_s: int = 3600, wait_s: float = 900.0, say: Callable[[str], None] = print) -> str:
+    """Rent the head (its bundle prepared: infra/heads.py), wait until it answers; its URL. This process must hold
+    the head's operator env (heads.head_env) for the wait. On any failure the head is taken down again."""
+    rec = heads.head_record(state_dir, run_id)
+    assert rec is not None, "prepare the head's bundle and record first"
+    api, cluster = sky_api(), rec["cluster"]
+    task = head_task(run_id, heads.bundle_dir(state_dir, run_id), cloud=cloud, region=region, memory_gb=memory_gb,
+                     linger_s=linger_s)
+    say(f"renting the head VM {cluster} (on-demand CPU, {memory_gb}+ GB RAM{f', {cloud}' if cloud else ''}); "
+        f"this takes a few minutes")
+    try:
+        api.launch_cluster(task, cluster, idle_minutes_to_autodown=IDLE_MINUTES_TO_AUTODOWN)
+        address = api.cluster_address(cluster)
+        if not address:
+            raise HeadError(f"SkyPilot launched {cluster} but reports no address for it")
+        url = f"tls://{address}:{HEAD_PORT}"
+        heads.update_head(state_dir, run_id, url=url)
+        why = asyncio.run(wait_answering(url, wait_s, say))
+        if why is not None:
+            raise HeadError(f"the head at {url} did not answer within {wait_s:.0f}s ({why}); it was taken down "
+                            f"again. Check that the cloud lets TCP port {HEAD_PORT} in, then launch again "
+                            f"(`sky logs {cluster}` during the next attempt shows the head's set-up)")
+    except BaseException as e:     # Ctrl-C included: before the head has the run, nobody else would stop it
+        take_down(state_dir, run_id, say)
+        if isinstance(e, Exception) and not isinstance(e, HeadError):
+            raise HeadError(f"the head VM {cluster} could not be started ({type(e).__name__}: {e}); "
+                            f"`yeto check` says which clouds work; it was taken down again") from e
+        raise
+    heads.update_head(state_dir, run_id, state="up")
+    return url
+
+
+async def wait_answering(url: str, wait_s: float, say: Callable[[str], None], every_s: float = 30.0) -> str | None:
+    """None once the head's nats-server answers over TLS with the operator credential, else after wait_s why it did
+    not; a progress line per failed attempt (each retries the connection for up to every_s)."""
+    start = time.monotonic()
+    while True:
+        left = wait_s - (time.monotonic() - start)
+        try:
+            bus = await connect(url, name="head-wait", connect_timeout=max(1.0, min(every_s, left)))
+        except ConnectionError as e:
+            waited = time.monotonic() - start
+            say(f"  waiting for the head's nats-server at {url} ({waited:.0f}s of at most {wait_s:.0f}s)")
+            if waited >= wait_s:
+                return str(e).split(" (", 1)[-1].rsplit("):", 1)[0]    # the client's last error, without our advice
+            continue
+        await bus.close()
+        say(f"the head answers at {url}")
+        return None
+
+
+def take_down(state_dir: Path, run_id: str, say: Callable[[str], None] = print) -> None:
+    """Terminate the run's head VM (nothing if it is gone) and record it."""
+    rec = heads.head_record(state_dir, run_id)
+    assert rec is not None
+    say(f"taking the head VM {rec['cluster']} down")
+    sky_api().down_cluster(rec["cluster"])
+    heads.update_head(state_dir, run_id, state="down")

@@ -1,0 +1,267 @@
+"""`yeto launch` with cloud islands rents the run's head, waits until it answers over TLS and hands it the run; `yeto
+status / sql / down RUN` find the head through its record; secrets reach only the bundle's 0600 env file.
+
+The head here is the real stack (`stack.up(..., head_run=...)`, TLS on 127.0.0.1) started from the bundle the CLI
+made, by `LocalHeadSky`, a SkyApi behind the protocol that copies the task's file mount as the VM's state dir.
+Executing the task itself in network namespaces is the rehearsal's (test_cloud_rehearsal*.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from waiting import until, wait_for
+from yeto.cli.main import main
+from yeto.infra import heads, stack
+from yeto.infra.bus import connect
+from yeto.schemas.subjects import event_subject
+from yeto.services.launcher import head as head_module
+from yeto.services.launcher.backends.sky_api import ManagedJob
+
+pytestmark = pytest.mark.timeout(300)
+REPO = Path(__file__).resolve().parents[2]
+CATALOG = REPO / "services" / "planner" / "fixtures" / "catalog"
+SECRET, OTHER_SECRET = "hf_not-for-the-tape-7f3a9c", "value-of-my-key-51be02"
+WORLD: dict = {"calls": [], "root": None, "port": 0, "address": "127.0.0.1", "fail": None}
+
+
+class LocalHeadSky:
+    """SkyApi whose head is a local head stack; islands are never rented here (jobs_launch refuses)."""
+
+    def launch_cluster(self, task, cluster: str, *, idle_minutes_to_autodown: int) -> None:
+        WORLD["calls"].append(("launch_cluster", cluster, idle_minutes_to_autodown, task))
+        if WORLD["fail"]:
+            raise RuntimeError(WORLD["fail"])
+        if WORLD["address"] is None:
+            return                         # "provisioned", but nothing will ever answer there
+        ((target, source),) = task.file_mounts.items()
+        vm_state = Path(WORLD["root"]) / cluster / target.replace("~/", "")
+        shutil.copytree(source, vm_state)  # what the file mount ships, and nothing else
+        env = {k: v for k, v in os.environ.items() if not k.startswith("YETO_NATS")}
+        code = (f"from pathlib import Path; from yeto.infra import stack; stack.up(Path({str(vm_state)!r}), "
+                f"port={WORLD['port']}, head_run={cluster.removeprefix('yeto-head-')!r}, hosts=['127.0.0.1'])")
+        path = os.pathsep.join([str(Path(__file__).parent), str(REPO / "tests")])   # where $YETO_SKY_API is found
+        subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": path},
+                       check=True, timeout=180, stdout=subprocess.DEVNULL)
+
+    def cluster_address(self, cluster: str) -> str | None:
+        return WORLD["address"]
+
+    def down_cluster(self, cluster: str) -> None:
+        WORLD["calls"].append(("down_cluster", cluster))
+        stack.down(Path(WORLD["root"]) / cluster / ".yeto" / "head")
+
+    def jobs_launch(self, task, name: str) -> int:
+        raise RuntimeError("this test rents no islands")
+
+    def jobs_queue(self) -> list[ManagedJob]:
+        return []
+
+    def jobs_cancel(self, job_ids: list[int]) -> None:
+        WORLD["calls"].append(("jobs_cancel", job_ids))
+
+    def jobs_logs(self, job_id: int) -> str:
+        return ""
+
+    def check(self) -> dict[str, str | None]:
+        return {"aws": None}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def material(tmp_path_factory):
+    sys.path.insert(0, str(REPO / "tests" / "learner"))
+    from learner_tiny import write_chat_jsonl, write_model_dir
+
+    root = tmp_path_factory.mktemp("cloud-head")
+    return write_model_dir(root / "model"), write_chat_jsonl(root / "chat.jsonl", 40)
+
+
+def _world(mp: pytest.MonkeyPatch, root: Path, **changes) -> None:
+    WORLD.update({"calls": [], "root": str(root), "port": _free_port(), "address": "127.0.0.1", "fail": None, **changes})
+    mp.setattr(head_module, "HEAD_PORT", WORLD["port"])
+    mp.setenv("YETO_SKY_API", f"{__name__}:LocalHeadSky")
+    for name in ("YETO_NATS_CREDS", "YETO_NATS_CA", "YETO_NATS_URL", "YETO_HOME"):
+        mp.setenv(name, "")               # the CLI sets some of these in this process: restored after the test
+        mp.delenv(name)
+
+
+def _launch(material, state: Path, run: str, *extra: str) -> int:
+    model, data = material
+    return main(["--state-dir", str(state), "launch", "--gpu", "aws:1xA100", "--model", str(model), "--data", str(data),
+                 "--catalog-dir", str(CATALOG), "--seq-len", "64", "--max-steps", "3", "--run-id", run, *extra])
+
+
+@pytest.fixture(scope="module")
+def launched(material, tmp_path_factory):
+    """One cloud launch for the module's tests: (laptop state dir, run id, head record, the CLI's output, SkyApi calls)."""
+    root, run = tmp_path_factory.mktemp("cloud-launch"), "r-cloud-head"
+    with pytest.MonkeyPatch.context() as mp:
+        _world(mp, root / "vms")
+        mp.setenv("HF_TOKEN", SECRET)
+        mp.setenv("MY_KEY", OTHER_SECRET)
+        capture = root / "out.txt"
+        with open(capture, "w") as out:
+            mp.setattr(sys, "stdout", out)
+            mp.setattr(sys, "stderr", out)
+            code = _launch(material, root / "laptop", run, "--env-from-host", "MY_KEY")
+        try:
+            assert code == 0, capture.read_text()
+            yield root / "laptop", run, heads.head_record(root / "laptop", run), capture.read_text(), WORLD["calls"]
+        finally:
+            stack.down(root / "vms" / f"yeto-head-{run}" / ".yeto" / "head")
+
+
+def test_launch_rents_the_head_records_it_privately_and_waits_until_it_answers(launched):
+    state, run, rec, out, calls = launched
+    assert rec["state"] == "up" and rec["url"].startswith("tls://127.0.0.1:") and rec["cluster"] == f"yeto-head-{run}"
+    ((_, cluster, idle, task),) = [c for c in calls if c[0] == "launch_cluster"]
+    assert cluster == rec["cluster"] and idle == 5
+    assert task.file_mounts == {"~/.yeto/head": str(heads.bundle_dir(state, run))}
+    assert f"stack up --head --run-id {run}" in task.run and "--foreground" in task.run
+    assert f"the head answers at {rec['url']}" in out and not [c for c in calls if c[0] == "down_cluster"]
+    inside = list(heads.head_dir(state, run).rglob("*"))
+    for folder in (state / "heads", heads.head_dir(state, run), *[p for p in inside if p.is_dir()]):
+        assert oct(folder.stat().st_mode & 0o777) == "0o700", folder
+    files = [p for p in inside if p.is_file()]
+    assert {p.name for p in files} >= {"head.json", "operator.json", "service.json", "users.conf", "server.pem", "server.key",
+                                       "env.json"}
+    for f in files:
+        assert oct(f.stat().st_mode & 0o777) == "0o600", f
+    assert Path(rec["ca_file"]).is_file() and Path(rec["creds_file"]).is_file()
+
+
+def test_the_run_on_the_head_carries_the_heads_url_and_secrets_stay_in_the_env_file(launched, monkeypatch):
+    state, run, rec, out, _ = launched
+    for name, value in heads.head_env(rec).items():
+        monkeypatch.setenv(name, value)
+
+    async def run_launched() -> dict:
+        bus, seen, changed = await connect(rec["url"], name="test"), [], asyncio.Event()
+
+        async def on_event(d) -> None:
+            seen.append(json.loads(d.data))
+            changed.set()
+        watch = await bus.watch(event_subject(run, "RunLaunched"), on_event)
+        try:
+            return (await until(lambda: seen, 60, "RunLaunched on the head's bus", changed=changed))[0]
+        finally:
+            await watch.close()
+            await bus.close()
+
+    assert asyncio.run(run_launched())["recipe"]["bus_url"] == rec["url"]
+    env_file = heads.bundle_dir(state, run) / "secrets" / "env.json"
+    assert json.loads(env_file.read_text()) == {"HF_TOKEN": SECRET, "MY_KEY": OTHER_SECRET}
+    tape = wait_for(lambda: _sql(state, run, "select type, payload from events"), 60, "the run's events on the head's tape",
+                    detail=lambda: _sql(state, run, "select type from events"))
+    password = json.loads(Path(rec["creds_file"]).read_text())["password"]
+    for text in (tape, out, (heads.head_dir(state, run) / "head.json").read_text()):
+        assert SECRET not in text and OTHER_SECRET not in text and password not in text
+
+
+def _sql(state: Path, run: str, query: str) -> str:
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):   # the head's tape writer may be starting
+        code = main(["--state-dir", str(state), "sql", "--run", run, query, "--format", "json"])
+    return buf.getvalue() if code == 0 and "RunLaunched" in buf.getvalue() else ""
+
+
+def test_status_and_down_reach_the_head_through_its_record(launched, capsys):
+    state, run, rec, _, _ = launched
+    assert stack.stack_url(state) is None                          # no local stack: only the record leads there
+    assert main(["--state-dir", str(state), "status", run]) == 0
+    assert run in capsys.readouterr().out
+    assert main(["--state-dir", str(state), "status"]) == 0
+    assert run in capsys.readouterr().out
+
+    async def stop_seen() -> dict:
+        bus, seen, changed = await connect(rec["url"], name="test"), [], asyncio.Event()
+
+        async def on_msg(msg) -> None:
+            seen.append(json.loads(msg.data))
+            changed.set()
+        sub = await bus.nc.subscribe("yeto.cmd.>", cb=on_msg)      # core NATS sees what JetStream stores
+        await bus.nc.flush()
+        try:
+            assert await asyncio.to_thread(main, ["--state-dir", str(state), "down", run, "--now"]) == 0
+            return (await until(lambda: [m for m in seen if m["type"] == "StopRun"], 30, "StopRun on the head",
+                                changed=changed))[0]
+        finally:
+            await sub.unsubscribe()
+            await bus.close()
+
+    stop = asyncio.run(stop_seen())
+    assert stop["run_id"] == run and stop["now"] is True
+
+
+def test_a_missing_env_from_host_variable_is_refused_before_anything_is_rented(material, tmp_path, monkeypatch, capsys):
+    _world(monkeypatch, tmp_path / "vms")
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    assert _launch(material, tmp_path / "laptop", "r-no-var", "--env-from-host", "NOT_SET_HERE") == 2
+    assert "NOT_SET_HERE" in capsys.readouterr().err
+    assert WORLD["calls"] == [] and not (tmp_path / "laptop" / "heads").exists()
+
+
+def test_a_loopback_nats_url_is_refused_for_cloud_islands(material, tmp_path, monkeypatch, capsys):
+    _world(monkeypatch, tmp_path / "vms")
+    assert main(["--nats-url", "nats://127.0.0.1:4222", "--state-dir", str(tmp_path), "launch", "--gpu", "aws:1xA100",
+                 "--model", str(material[0]), "--data", str(material[1]), "--catalog-dir", str(CATALOG),
+                 "--seq-len", "64"]) == 2
+    assert "cannot reach 127.0.0.1" in capsys.readouterr().err and WORLD["calls"] == []
+
+
+@pytest.mark.parametrize("fail, address, says", [
+    ("the cloud said no: quota", "127.0.0.1", "could not be started (RuntimeError: the cloud said no: quota)"),
+    (None, None, "reports no address"),
+])
+def test_a_head_that_fails_to_come_up_is_taken_down_again(material, tmp_path, monkeypatch, capsys, fail, address, says):
+    _world(monkeypatch, tmp_path / "vms", fail=fail, address=address)
+    assert _launch(material, tmp_path / "laptop", "r-no-head") == 1
+    assert says in capsys.readouterr().err
+    assert ("down_cluster", "yeto-head-r-no-head") in WORLD["calls"]
+    assert heads.head_record(tmp_path / "laptop", "r-no-head")["state"] == "down"
+
+
+def test_a_head_that_never_answers_is_taken_down_after_the_deadline(tmp_path, monkeypatch):
+    _world(monkeypatch, tmp_path / "vms", address=None)
+    monkeypatch.setattr(LocalHeadSky, "cluster_address", lambda self, cluster: "127.0.0.1")   # nothing listens there
+    heads.prepare_bundle(tmp_path, "r-silent", {})
+    rec = heads.write_head(tmp_path, heads.new_record(tmp_path, "r-silent", price_per_hour=0.2, launched_at=0.0))
+    for name, value in heads.head_env(rec).items():
+        monkeypatch.setenv(name, value)
+    lines: list[str] = []
+    with pytest.raises(head_module.HeadError, match="did not answer within"):
+        head_module.launch_head(tmp_path, "r-silent", memory_gb=16, wait_s=2.0, say=lines.append)
+    assert any("waiting for the head's nats-server" in line for line in lines)
+    assert ("down_cluster", "yeto-head-r-silent") in WORLD["calls"]
+
+
+def test_the_head_is_sized_from_the_trainable_parameters():
+    assert head_module.head_memory_gb(None, "lora") == 16                       # unknown: the floor
+    assert head_module.head_memory_gb(16.0, "lora") == 16                       # 8B LoRA: ~160M trainable
+    assert head_module.head_memory_gb(16.0, "full") == 4 + 8 * 20                # 8B full: 20 bytes each + 4 GB
+
+
+def test_env_from_host_names_must_be_names_and_hf_token_goes_when_set():
+    assert heads.host_secrets({"HF_TOKEN": "t", "A": "1", "B": "2"}, ["A"]) == {"HF_TOKEN": "t", "A": "1"}
+    assert heads.host_secrets({}, []) == {}
+    with pytest.raises(ValueError, match="not an environment variable name"):
+        heads.host_secrets({}, ["A=B"])
+    with pytest.raises(ValueError, match="--env-from-host X, Y: not set"):
+        heads.host_secrets({"A": "1"}, ["A", "X", "Y"])

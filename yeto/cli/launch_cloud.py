@@ -1,0 +1,75 @@
+"""`yeto launch` with cloud islands and no --nats-url: the run's own head VM first (infra/heads.py records it), then
+the run published on it. Once the head has the run it owns the teardown, so this CLI may exit or crash freely."""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import sys
+import time
+from urllib.parse import urlsplit
+
+from yeto.cli import launch_checks as checks
+from yeto.cli.common import publish, state_dir
+from yeto.infra import heads
+from yeto.services.launcher.api import head_memory_gb, launch_head, take_down
+
+
+def add_arguments(p) -> None:
+    a = p.add_argument
+    a("--env-from-host", action="append", default=[], metavar="NAME",
+      help="give the islands this environment variable's value from this shell (repeat; HF_TOKEN goes when set); "
+           "it travels as a 0600 file, never on a command line, the tape or in logs")
+    a("--head-cloud", help="cloud of the run's head VM (default: SkyPilot's cheapest CPU VM that fits)")
+    a("--head-region", help="region of the head VM (with --head-cloud)")
+
+
+def refuse_loopback(url: str) -> None:
+    """Cloud islands must reach the stack over the network: a URL on this machine's loopback cannot serve them."""
+    for part in url.split(","):
+        host = urlsplit(part.strip() if "://" in part else f"nats://{part.strip()}").hostname or ""
+        try:
+            local = ipaddress.ip_address(host).is_loopback or ipaddress.ip_address(host).is_unspecified
+        except ValueError:
+            local = host == "localhost"
+        if local:
+            raise ValueError(f"--nats-url {url}: cloud islands cannot reach {host} (this machine's loopback); "
+                             f"omit --nats-url and `yeto launch` starts a head VM for the run, or give the head's public address")
+
+
+def plan_here(args) -> list[dict] | None:
+    """Without a stack to ask, the planner runs in this process (as `yeto shape` does); the fleet, or None."""
+    from yeto.cli.launch_plan import fleet_from_answer
+    from yeto.cli.shape import plan_from_args
+
+    plan = plan_from_args(args)
+    answer = {"type": "FleetPlanned", "plan": plan.to_dict()} if plan.feasible else {"type": "FleetPlanFailed",
+                                                                                       "reason": plan.reason}
+    return fleet_from_answer(args, answer)
+
+
+def run_on_head(args, launch):
+    """Rent and wait for the run's head, then publish the run on it (its islands told the head's URL);
+    (the head's URL, the LaunchRun as published). Nothing is rented before every check has passed."""
+    state, run_id = state_dir(args), launch.run_id
+    secrets = heads.host_secrets(os.environ, args.env_from_host)
+    old = heads.head_record(state, run_id)
+    if old and old["state"] != "down":
+        raise ValueError(f"run {run_id} has a head already ({old['cluster']}, {old['state']}); pick another --run-id")
+    heads.prepare_bundle(state, run_id, secrets)
+    rec = heads.write_head(state, heads.new_record(state, run_id, price_per_hour=args.head_price, launched_at=time.time()))
+    os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
+    memory_gb = head_memory_gb(args.weights_gb or checks.known_weights_gb(args.model), args.tuning)
+    print(f"head VM for {run_id}: about {memory_gb} GB RAM (an estimate from the trainable parameters), "
+          f"${args.head_price:.2f}/hr counted in spend; secrets for the islands: {', '.join(secrets) or 'none'}")
+    url = launch_head(state, run_id, memory_gb=memory_gb, cloud=args.head_cloud, region=args.head_region)
+    launch = launch.model_copy(update={"recipe": {**launch.recipe, "bus_url": url}})
+    try:
+        asyncio.run(publish(url, *checks.data_events(launch), launch))
+    except BaseException:     # the head never got the run: it would wait for one forever
+        print(f"yeto launch: the run could not be handed to the head at {url}", file=sys.stderr)
+        take_down(state, run_id)
+        raise
+    print(f"the head owns the run now: it cancels the islands and terminates itself when the run ends "
+          f"(abort everything: yeto down {run_id} --now)")
+    return url, launch
