@@ -9,15 +9,16 @@ from collections.abc import Callable
 from yeto.infra.runner import Context, Retry
 from yeto.schemas.base import Message, derive_id
 from yeto.schemas.fleet import IslandExited, IslandReplaced, IslandStopped, IslandUp
-from yeto.services.launcher.backends.base import Backend, IslandLaunch
+from yeto.services.launcher.backends.base import Backend, IslandLaunch, IslandRef
 from yeto.services.launcher.logic import SOURCE, Kill, Spawn
+from yeto.services.launcher.reach import island_url
 from yeto.services.launcher.state import State, backend_of
 
 log = logging.getLogger(__name__)
 
 
 class Effects:
-    """Holds the backends (by name) and the URL learners reach the stack at."""
+    """Holds the backends (by name) and the URL local learners reach the stack at (cloud ones: the run's bus_url)."""
 
     def __init__(self, backends: dict[str, Backend], nats_url: str, *, poll_s: float = 1.0):
         self.backends, self.nats_url, self.poll_s = backends, nats_url, poll_s
@@ -38,7 +39,8 @@ class Effects:
     async def spawn(self, intent: Spawn) -> Message:
         c = intent.cmd
         launch = IslandLaunch(run_id=c.run_id, island=c.island, generation=c.generation, spec=c.spec, recipe=c.recipe,
-                              num_islands=c.num_islands, nats_url=self.nats_url, start_step=c.start_step)
+                              num_islands=c.num_islands, nats_url=island_url(c.spec, c.recipe, self.nats_url),
+                              start_step=c.start_step)
         backend = self.backend(c.spec)
         try:
             handle = await asyncio.to_thread(backend.start, launch)
@@ -54,25 +56,26 @@ class Effects:
     async def kill(self, intent: Kill) -> Message:
         c = intent.cmd
         backend = self.backend(c.spec)
-        await asyncio.to_thread(backend.stop, c.run_id, c.island, c.generation, "")
+        await asyncio.to_thread(backend.stop, c.run_id, c.island, c.generation, intent.handle)
         return IslandStopped(id=derive_id(c.run_id, "IslandStopped", c.island, c.generation), run_id=c.run_id,
                              source=SOURCE, island=c.island, generation=c.generation, spec=c.spec,
-                             price_per_hour=c.price_per_hour, backend=backend.name, reason=c.reason)
+                             price_per_hour=c.price_per_hour, backend=backend.name, handle=intent.handle, reason=c.reason)
 
     def exits(self, state: State) -> list[IslandExited]:
-        """One IslandExited per island generation that is up in the state but no longer runs."""
+        """One IslandExited per island generation that is up in the state but no longer runs: one batch status
+        call per backend for all its islands (a cloud backend reads its job list at most as often as it allows)."""
         out = []
-        for run in state.values():
-            for isl in run.islands:
-                if isl.phase != "up" or backend_of(isl.spec) not in self.backends:
-                    continue
-                st = self.backends[backend_of(isl.spec)].status(run.run_id, isl.index, isl.generation, isl.handle)
-                if not st.running:
-                    out.append(IslandExited(
-                        id=derive_id(run.run_id, "IslandExited", isl.index, isl.generation), run_id=run.run_id,
-                        source=SOURCE, island=isl.index, generation=isl.generation, spec=isl.spec,
-                        price_per_hour=isl.price_per_hour, backend=backend_of(isl.spec), handle=isl.handle,
-                        exit_code=st.exit_code, detail=st.detail))
+        for name, backend in self.backends.items():
+            up = [(run.run_id, isl) for run in state.values() for isl in run.islands
+                  if isl.phase == "up" and backend_of(isl.spec) == name]
+            if not up:
+                continue
+            seen = backend.statuses([IslandRef(rid, isl.index, isl.generation, isl.handle) for rid, isl in up])
+            out += [IslandExited(
+                id=derive_id(rid, "IslandExited", isl.index, isl.generation), run_id=rid, source=SOURCE,
+                island=isl.index, generation=isl.generation, spec=isl.spec, price_per_hour=isl.price_per_hour,
+                backend=name, handle=isl.handle, exit_code=st.exit_code, detail=st.detail)
+                for (rid, isl), st in zip(up, seen, strict=True) if not st.running]
         return out
 
     def watcher(self) -> Callable[[Context], asyncio.Future]:

@@ -15,7 +15,8 @@ from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import IslandDropped, IslandPreempted, IslandRequested, RunLaunched, StartIsland, StopIsland
 from yeto.schemas.island_view import Island
 from yeto.schemas.run_view import RunView
-from yeto.services.launcher.state import State, backend_of
+from yeto.services.launcher.reach import unreachable
+from yeto.services.launcher.state import State, backend_of, recorded_handle
 
 SOURCE = "launcher"
 DEFAULTS = {"recover_timeout_s": 600.0, "heartbeat_timeout_s": 300.0, "startup_timeout_s": 1800.0, "max_crashes": 3}
@@ -29,8 +30,9 @@ class Spawn:
 
 @dataclass(frozen=True)
 class Kill:
-    """Stop one island generation."""
+    """Stop one island generation; `handle`: what its IslandUp/IslandReplaced recorded ("" if the state lacks it)."""
     cmd: StopIsland
+    handle: str = ""
 
 
 def setting(recipe: dict, name: str) -> float:
@@ -44,7 +46,11 @@ def _island_fields(run_id: str, isl: Island, generation: int) -> dict:
 
 
 def start(run_id: str, recipe: dict, num_islands: int, isl: Island, generation: int) -> list[Publish]:
-    """StartIsland first, then IslandRequested: a crash between the two leaves the island to be started again."""
+    """StartIsland first, then IslandRequested: a crash between the two leaves the island to be started again.
+    A cloud island its learners could not reach the bus from ends at once, dropped with the reason (no retry)."""
+    if why := unreachable(isl.spec, recipe):
+        return [Publish(IslandDropped(id=derive_id(run_id, "IslandDropped", isl.index, generation), reason=why,
+                                      **_island_fields(run_id, isl, generation)))]
     cmd = StartIsland(id=derive_id(run_id, "StartIsland", isl.index, generation), run_id=run_id, source=SOURCE,
                       island=isl.index, generation=generation, spec=isl.spec, recipe=recipe, num_islands=num_islands,
                       price_per_hour=isl.price_per_hour, start_step=isl.last_step if generation else 0)
@@ -80,7 +86,9 @@ def _needs(run: RunView, isl: Island, now: datetime) -> list[Publish]:
     r, rid, cutting = run.recipe, run.run_id, run.phase == "finalizing"
     age = (now - isl.since).total_seconds() if isl.since else 0.0
     if isl.phase == "exited" and not cutting:
-        return [_event(IslandPreempted, rid, isl, reason=isl.exit_detail or "the island's processes ended")]
+        gone = _event(IslandPreempted, rid, isl, reason=isl.exit_detail or "the island's processes ended")
+        # SkyPilot recovers a preempted managed job by itself: cancel it, its replacement is a new job
+        return [gone] if backend_of(isl.spec) == "local" else [gone, stop(rid, isl, "preempted")]
     if isl.phase == "up" and not cutting:
         beat = (now - isl.last_beat).total_seconds() if isl.last_beat else None
         if beat is not None and beat > setting(r, "heartbeat_timeout_s"):
@@ -100,8 +108,9 @@ def _needs(run: RunView, isl: Island, now: datetime) -> list[Publish]:
 
 def reconcile(run: RunView, now: datetime) -> list[Publish]:
     """What the run needs now: replacements, drops, and teardown once it has ended."""
-    if run.ended:
-        return [stop(run.run_id, isl, f"run ended ({run.ended})") for isl in run.islands if isl.phase in ("up", "replacing")]
+    if run.ended:   # a cloud island's job may outlive its exit (SkyPilot recovering it): cancelled as well
+        return [stop(run.run_id, isl, f"run ended ({run.ended})") for isl in run.islands
+                if isl.phase in ("up", "replacing") or (isl.phase == "exited" and backend_of(isl.spec) != "local")]
     return [p for isl in run.islands for p in _needs(run, isl, now)]
 
 
@@ -116,6 +125,6 @@ def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity 
         stale = run is not None and (bool(run.ended) or superseded)
         return [] if stale else [Spawn(msg)]
     if isinstance(msg, StopIsland):
-        return [Kill(msg)]
+        return [Kill(msg, recorded_handle(state, msg.run_id, msg.island, msg.generation))]
     runs = [state[msg.run_id]] if msg is not None and msg.run_id in state else list(state.values()) if msg is None else []
     return [p for run in runs for p in reconcile(run, now)]

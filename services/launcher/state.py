@@ -15,12 +15,22 @@ State = dict[str, RunView]
 CODEC_VERSION = "launcher-1"   # bump when RunView's shape changes: an older snapshot is then refolded from seq 1
 _JSON = TypeAdapter(State)
 
-__all__ = ["CODEC_VERSION", "State", "backend_of", "dump", "evolve", "load"]
+__all__ = ["CODEC_VERSION", "State", "backend_of", "dump", "evolve", "load", "recorded_handle"]
+# In these phases an island's handle is the one its current generation's IslandUp/IslandReplaced recorded; in
+# the others ("replacing", "dropped") it may still be the previous generation's.
+OWN_HANDLE = ("up", "exited", "preempted", "finished", "stopped")
 
 
 def backend_of(spec: dict[str, Any]) -> str:
     """The backend that runs an island of this fleet entry."""
     return "local" if spec.get("cloud") == "local" else "skypilot"
+
+
+def recorded_handle(state: State, run_id: str, island: int, generation: int) -> str:
+    """The backend handle recorded for this island generation ("" when the state holds none for it)."""
+    run = state.get(run_id)
+    isl = run.islands[island] if run and island < len(run.islands) else None
+    return isl.handle if isl and isl.generation == generation and isl.phase in OWN_HANDLE else ""
 
 
 def dump(state: State) -> bytes:

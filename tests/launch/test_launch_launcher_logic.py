@@ -21,7 +21,7 @@ from yeto.schemas.fleet import (
     StopIsland,
 )
 from yeto.schemas.training import LearnerProgress
-from yeto.services.launcher.logic import Spawn, decide
+from yeto.services.launcher.logic import Kill, Spawn, decide
 from yeto.services.launcher.state import evolve
 
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -145,3 +145,64 @@ def test_a_launch_over_the_launchers_capacity_is_rejected_before_anything_is_pub
     with pytest.raises(Reject, match="2 islands is more than the cap of 1"):
         decide({}, LAUNCH, T0, capacity=Capacity(cpus=4, gpus=0, max_islands=1))
     assert len(published(decide({}, LAUNCH, T0, capacity=Capacity(cpus=2, gpus=0)))) == 5
+
+
+CLOUD = {**SPEC, "cloud": "aws", "gpu": "A100", "spot": True}
+
+
+def cloud_launched(*fleet: dict) -> RunLaunched:
+    cmd = LaunchRun(id="L", run_id="r1", fleet=list(fleet), recipe={**RECIPE, "bus_url": "tls://203.0.113.7:4222"})
+    return published(decide({}, cmd, T0))[0].model_copy(update={"ts": T0})
+
+
+@pytest.mark.parametrize("bus_url, why", [("", "no bus URL"), ("tls://127.0.0.1:4222", "loopback"),
+                                          ("nats://localhost:4222", "loopback"), ("tls://[::1]:4222", "loopback"),
+                                          ("tls://0.0.0.0:4222", "loopback")])
+def test_a_cloud_island_without_a_reachable_bus_url_ends_dropped_with_the_reason_and_is_never_started(bus_url, why):
+    cmd = LaunchRun(id="L", run_id="r1", fleet=[CLOUD, SPEC], recipe={**RECIPE, "bus_url": bus_url})
+    msgs = published(decide({}, cmd, T0))
+    assert [(type(m), getattr(m, "island", None)) for m in msgs] == [
+        (RunLaunched, None), (IslandDropped, 0), (StartIsland, 1), (IslandRequested, 1)]     # the local island starts
+    assert why in msgs[1].reason and "yeto launch" in msgs[1].reason
+    state = fold([m.model_copy(update={"ts": T0}) for m in msgs if not isinstance(m, StartIsland)])
+    assert state["r1"].islands[0].phase == "dropped"
+    assert published(decide(state, None, at(3600))) == []                                  # no retry, ever
+
+
+def test_a_cloud_island_with_the_heads_public_url_is_started():
+    cmd = LaunchRun(id="L", run_id="r1", fleet=[CLOUD], recipe={**RECIPE, "bus_url": "tls://203.0.113.7:4222"})
+    assert [type(m) for m in published(decide({}, cmd, T0))] == [RunLaunched, StartIsland, IslandRequested]
+
+
+def test_stop_island_is_killed_with_the_handle_its_island_up_recorded():
+    state = fold(launched_and_up())
+    stop = StopIsland(run_id="r1", island=1, generation=0, spec=SPEC, reason="user")
+    assert decide(state, stop, at(1)) == [Kill(stop, "200")]
+
+
+def test_a_generation_whose_start_is_not_recorded_is_killed_without_the_previous_generations_handle():
+    state = fold(launched_and_up() + [isl(IslandExited, 0, t=5, exit_code=1), isl(IslandPreempted, 0, t=5, reason="x"),
+                                      isl(IslandRequested, 0, 1, t=5)])
+    assert state["r1"].islands[0].handle == "100"          # generation 0's, still in the view while 1 is replacing
+    stop = StopIsland(run_id="r1", island=0, generation=1, spec=SPEC, reason="dropped")
+    assert decide(state, stop, at(6)) == [Kill(stop, "")]
+
+
+def test_a_cloud_island_that_exits_is_preempted_and_its_job_cancelled_a_local_one_only_preempted():
+    events = [cloud_launched(CLOUD, SPEC), IslandUp(run_id="r1", island=0, spec=CLOUD, handle="7", ts=T0),
+              isl(IslandUp, 1, handle="300")]
+    events += [IslandExited(run_id="r1", island=0, spec=CLOUD, handle="7", ts=at(9)), isl(IslandExited, 1, t=9)]
+    out = published(decide(fold(events), None, at(10)))
+    assert [(type(m), m.island) for m in out] == [(IslandPreempted, 0), (StopIsland, 0), (IslandPreempted, 1)]
+
+
+def test_a_run_that_ends_stops_a_cloud_island_that_exited_during_the_final_cut():
+    from yeto.schemas.final import FinalCutRequested
+
+    events = [cloud_launched(CLOUD), IslandUp(run_id="r1", island=0, spec=CLOUD, handle="7", ts=T0)]
+    cut = FinalCutRequested(run_id="r1", reason="max_steps", ts=at(5))
+    exited = IslandExited(run_id="r1", island=0, spec=CLOUD, handle="7", ts=at(6))
+    assert published(decide(fold(events + [cut, exited]), None, at(7))) == []      # no replacement during the cut
+    end = RunFinalized(run_id="r1", output="o", manifest_sha256="h", reason="max_steps", spend_usd=0, ts=at(10))
+    (stop,) = published(decide(fold(events + [cut, exited, end]), None, at(11)))
+    assert isinstance(stop, StopIsland) and decide(fold(events + [cut, exited, end]), stop, at(11)) == [Kill(stop, "7")]

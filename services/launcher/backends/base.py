@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from yeto.schemas.fleet import learner_name
 
@@ -47,6 +47,15 @@ class IslandStatus:
     detail: str = ""
 
 
+class IslandRef(NamedTuple):
+    """One island generation as the launcher's state records it (its handle: what the backend returned at start)."""
+
+    run_id: str
+    island: int
+    generation: int
+    handle: str
+
+
 class Backend(Protocol):
     name: str
 
@@ -55,6 +64,10 @@ class Backend(Protocol):
 
     def status(self, run_id: str, island: int, generation: int, handle: str) -> IslandStatus:
         """The island generation's status now."""
+
+    def statuses(self, islands: list[IslandRef]) -> list[IslandStatus]:
+        """The status of each of these island generations, in order: what the launcher's watcher polls (a cloud
+        backend answers a whole fleet from one listing of its jobs, read at most as often as it allows)."""
 
     def stop(self, run_id: str, island: int, generation: int, handle: str) -> None:
         """Stop the island generation; nothing if it is already gone."""

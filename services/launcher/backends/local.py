@@ -23,7 +23,7 @@ from pathlib import Path
 
 from yeto.infra import bus_auth, procs
 from yeto.infra.run_paths import run_path
-from yeto.services.launcher.backends.base import IslandLaunch, IslandStatus, learner_args
+from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus, learner_args
 
 # `sh -c WRAP exitfile cmd...` runs cmd, then records its status: the one thing a non-parent can read later.
 WRAP = '"$@"; echo $? > "$0"'
@@ -121,6 +121,9 @@ class LocalBackend:
         if len(codes) == len(group["pids"]):
             return IslandStatus(False, 0, "every rank finished")
         return IslandStatus(False, None, "killed: the processes are gone without an exit status")
+
+    def statuses(self, islands: list[IslandRef]) -> list[IslandStatus]:
+        return [self.status(*ref) for ref in islands]     # local files and /proc: cheap at every 1 s poll
 
     def stop(self, run_id: str, island: int, generation: int, handle: str, *, sig: int = signal.SIGTERM) -> None:
         try:

@@ -1,105 +1,36 @@
-"""Cloud islands through SkyPilot: the head VM task, and one managed job per island (spot by default).
+"""Cloud islands through SkyPilot: one managed job per island (spot by default), through `sky_api()`.
 
 A managed job per island means a preemption touches one island, never the fleet. SkyPilot would recover
 a preempted job by itself; Yeto instead sees RECOVERING as a preemption and starts the next generation
-as a new job (cancelling the old one), so the tape records every gap and the learner rejoins with a new
-generation, exactly as on the local backend. Building the task objects needs no cloud (tests build them).
+as a new job (the launcher cancels the old one), so the tape records every gap and the learner rejoins with a
+new generation, exactly as on the local backend. A job's handle is its managed job id: stopping an island
+cancels that id. The whole fleet's status comes from one `jobs_queue()` read, made at most every
+`max_age_s` (15 s) however many islands and launcher threads ask: learners' heartbeats over NATS are the fast
+signal, this one only has to be sure. The task builders live in sky_tasks.py (the head's too).
 """
 from __future__ import annotations
 
-import json
-import shlex
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from yeto.services.launcher.backends.base import IslandLaunch, IslandStatus, learner_args
+from yeto.infra import bus_auth
+from yeto.infra.run_paths import run_path
+from yeto.infra.stack import StackPaths, read_record
+from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus
+from yeto.services.launcher.backends.sky_api import ManagedJob, SkyApi, sky_api
+from yeto.services.launcher.backends.sky_tasks import CREDS_MOUNT, head_task, island_task, job_name
 
-REPO = Path(__file__).resolve().parents[3]
-NATS_PORT = 4222
-# The torch build per accelerator vendor: the wheel index pip installs from (None: PyPI's default, CUDA).
-TORCH_INDEX = {"nvidia": None, "amd": "https://download.pytorch.org/whl/rocm6.2", "cpu": "https://download.pytorch.org/whl/cpu"}
-AMD_GPUS = ("MI300X", "MI250X")
-
-
-def vendor(gpu: str) -> str:
-    return "amd" if gpu.upper() in AMD_GPUS else "cpu" if gpu.lower() == "cpu" else "nvidia"
+__all__ = ["CREDS_MOUNT", "QUEUE_MAX_AGE_S", "SkyPilotBackend", "head_task", "island_task", "job_name", "status_of"]
+QUEUE_MAX_AGE_S = 15.0
+RUNNING = ("PENDING", "SUBMITTED", "STARTING", "RUNNING")
 
 
-def setup_script(gpu: str) -> str:
-    """Install the right torch for the island's hardware first, then Yeto from the synced workdir."""
-    index = TORCH_INDEX[vendor(gpu)]
-    torch = "pip install -q torch" + (f" --index-url {index}" if index else "")
-    extras = "launcher,gpu" if vendor(gpu) == "nvidia" else "launcher"
-    return "\n".join(["set -e", "python3 -m pip install -q --upgrade pip", f"python3 -m {torch}",
-                      f"python3 -m pip install -q -e '.[{extras}]'"])
-
-
-def is_remote_data(data: str) -> bool:
-    """Local files and object-store URIs ship by file mount; a Hugging Face dataset id is read from the Hub."""
-    return Path(data).expanduser().exists() or "://" in data
-
-
-def data_mount(data: str) -> tuple[dict[str, str], str]:
-    """({remote path: source}, the path learners read) for --data; no mount for a Hub dataset id."""
-    if not data or not is_remote_data(data):
-        return {}, data
-    source = str(Path(data).expanduser().resolve()) if "://" not in data else data
-    target = f"/yeto/data/{Path(data.rstrip('/')).name}"
-    return {target: source}, target
-
-
-CREDS_MOUNT = "/yeto/auth/learner.json"
-
-
-def island_task(launch: IslandLaunch, creds: Path | None = None):
-    """The island's managed job. Its bus credential (`creds`, the island's 0600 file) ships as a file mount
-    and is named by path in $YETO_NATS_CREDS: never its contents in `envs`, which SkyPilot prints."""
-    import sky
-
-    spec = launch.spec
-    mounts, data_path = data_mount(launch.recipe.get("train", {}).get("data", ""))
-    train = {**launch.recipe.get("train", {}), "data": data_path}
-    count, nodes = int(spec.get("count", 1)), int(spec.get("nodes", 1))
-    torchrun = ("torchrun --nnodes $SKYPILOT_NUM_NODES --node-rank $SKYPILOT_NODE_RANK "
-                f"--nproc-per-node {count} --master-addr $(echo \"$SKYPILOT_NODE_IPS\" | head -n1) --master-port 29500")
-    run = f"{torchrun} -m yeto.learners.torch " + " ".join(
-        shlex.quote(a) if a != "$YETO_RECIPE" else '"$YETO_RECIPE"'
-        for a in learner_args(launch, "$YETO_RECIPE"))
-    task = sky.Task(name=job_name(launch.run_id, launch.island, launch.generation), setup=setup_script(spec["gpu"]),
-                    run=run, num_nodes=nodes, workdir=str(REPO),
-                    envs={"YETO_RECIPE": json.dumps(train, sort_keys=True), "YETO_NATS_URL": launch.nats_url,
-                          "HF_HUB_ENABLE_HF_TRANSFER": "0", **({"YETO_NATS_CREDS": CREDS_MOUNT} if creds else {})})
-    task.set_resources(sky.Resources(
-        cloud=sky.CLOUD_REGISTRY.from_str(spec["cloud"]), accelerators={spec["gpu"]: count},
-        use_spot=bool(spec.get("spot", True)), region=spec.get("region"),
-        job_recovery={"strategy": "FAILOVER", "max_restarts_on_errors": 0}))
-    if creds:
-        mounts = {**mounts, CREDS_MOUNT: str(creds)}
-    if mounts:
-        task.set_file_mounts(mounts)
-    return task
-
-
-def head_task(run_id: str, *, cloud: str | None = None, region: str | None = None):
-    """The small on-demand head VM: `yeto stack up --head` (nats-server with TLS and per-run credentials,
-    the services, the tape). Its port is opened for the islands."""
-    import sky
-
-    task = sky.Task(name=f"yeto-head-{run_id}", workdir=str(REPO), setup=setup_script("cpu"),
-                    run=f"yeto stack up --head --run-id {shlex.quote(run_id)} --port {NATS_PORT} --foreground")
-    task.set_resources(sky.Resources(cloud=sky.CLOUD_REGISTRY.from_str(cloud) if cloud else None, region=region,
-                                     cpus="4+", memory="16+", use_spot=False, ports=[NATS_PORT]))
-    return task
-
-
-def job_name(run_id: str, island: int, generation: int) -> str:
-    return f"yeto-{run_id}-island-{island}-g{generation}"
-
-
-def status_of(job_status: Any) -> IslandStatus:
+def status_of(job_status: object) -> IslandStatus:
     """A managed job's status as the launcher sees it; RECOVERING is a preemption."""
-    name = getattr(job_status, "value", str(job_status))
-    if name in ("PENDING", "SUBMITTED", "STARTING", "RUNNING"):
+    name = str(getattr(job_status, "value", job_status))
+    if name in RUNNING:
         return IslandStatus(True)
     if name == "SUCCEEDED":
         return IslandStatus(False, 0, "the managed job succeeded")
@@ -111,35 +42,74 @@ def status_of(job_status: Any) -> IslandStatus:
 class SkyPilotBackend:
     name = "skypilot"
 
-    def __init__(self, state_dir: Path | None = None):
-        self.state_dir = state_dir      # the stack's, where islands' credentials are issued (None: no auth)
+    def __init__(self, state_dir: Path | None = None, *, api: SkyApi | None = None,
+                 clock: Callable[[], float] = time.monotonic, max_age_s: float = QUEUE_MAX_AGE_S):
+        self.state_dir = state_dir      # the stack's: islands' credentials are issued there (None: no auth)
+        self.api, self.clock, self.max_age_s = api or sky_api(), clock, max_age_s
+        self._lock = threading.Lock()   # the launcher's worker threads share one queue read
+        self._jobs: dict[int, ManagedJob] = {}
+        self._read_at: float | None = None
+        self._error: Exception | None = None
+
+    def queue(self) -> dict[int, ManagedJob]:
+        """The last queue read (plus the jobs launched since), read again once older than max_age_s. A failed
+        read is not retried sooner either: its error is raised again until then."""
+        with self._lock:
+            now = self.clock()
+            if self._read_at is None or now - self._read_at >= self.max_age_s:
+                self._read_at = now
+                try:
+                    self._jobs, self._error = {j.job_id: j for j in self.api.jobs_queue()}, None
+                except Exception as e:  # noqa: BLE001 - whatever SkyPilot raised: kept, and raised to each caller
+                    self._error = e
+            if self._error is not None:
+                raise RuntimeError(f"reading SkyPilot's managed jobs: {self._error}") from self._error
+            return dict(self._jobs)
+
+    def _named(self, name: str) -> ManagedJob | None:
+        jobs = [j for j in self.queue().values() if j.name == name]
+        return max(jobs, key=lambda j: j.job_id) if jobs else None
 
     def start(self, launch: IslandLaunch) -> str:
-        import sky
-
-        from yeto.infra.bus_auth import issue_learner
-
-        existing = self._find(job_name(launch.run_id, launch.island, launch.generation))
-        if existing is not None:
-            return str(existing["job_id"])
-        creds = issue_learner(self.state_dir, launch.run_id, launch.learner) if self.state_dir else None
         name = job_name(launch.run_id, launch.island, launch.generation)
-        job_id, _ = sky.get(sky.jobs.launch(island_task(launch, creds), name=name))
+        existing = self._named(name)     # a redelivered StartIsland: the job submitted before is the one
+        if existing is not None:
+            return str(existing.job_id)
+        job_id = self.api.jobs_launch(island_task(launch, **self._files(launch)), name)
+        with self._lock:    # known before the next read lists it, so a poll in between does not call it gone
+            self._jobs[job_id] = ManagedJob(job_id, name, "PENDING")
         return str(job_id)
 
+    def _files(self, launch: IslandLaunch) -> dict[str, Path | None]:
+        """The island's own credential, the head's certificate (the stack record's), and a 0600 copy of the
+        secret environment the laptop shipped to the head (<state>/secrets/env.json), when there is one."""
+        if self.state_dir is None:
+            return {}
+        state = Path(self.state_dir)
+        ca = (read_record(StackPaths(state)) or {}).get("ca_file")
+        env_file, secrets = None, state / "secrets" / "env.json"
+        if secrets.exists():
+            env_file = bus_auth.write_secret(run_path(state, launch.run_id) / "islands" / str(launch.island) / "env.json",
+                                             secrets.read_text())
+        return {"creds": bus_auth.issue_learner(state, launch.run_id, launch.learner),
+                "ca": Path(ca) if ca else None, "env_file": env_file}
+
+    def statuses(self, islands: list[IslandRef]) -> list[IslandStatus]:
+        jobs = self.queue()
+        by_name = {j.name: j for j in sorted(jobs.values(), key=lambda j: j.job_id)}
+        found = [jobs.get(int(r.handle)) if r.handle.isdigit() else by_name.get(job_name(r.run_id, r.island, r.generation))
+                 for r in islands]
+        return [IslandStatus(False, None, "the managed job is gone") if j is None else status_of(j.status) for j in found]
+
     def status(self, run_id: str, island: int, generation: int, handle: str) -> IslandStatus:
-        job = self._find(job_name(run_id, island, generation))
-        return IslandStatus(False, None, "the managed job is gone") if job is None else status_of(job["status"])
+        return self.statuses([IslandRef(run_id, island, generation, handle)])[0]
 
     def stop(self, run_id: str, island: int, generation: int, handle: str) -> None:
-        import sky
-
+        """Cancel the job by its recorded id; without one (a generation whose start the launcher's state never
+        recorded), every job of the generation's name."""
         if handle.isdigit():
-            sky.get(sky.jobs.cancel(job_ids=[int(handle)]))
-
-    @staticmethod
-    def _find(name: str) -> dict | None:
-        import sky
-
-        jobs = [j for j in sky.get(sky.jobs.queue(refresh=True)) if j.get("job_name") == name]
-        return max(jobs, key=lambda j: j["job_id"]) if jobs else None
+            ids = [int(handle)]
+        else:
+            ids = [j.job_id for j in self.queue().values() if j.name == job_name(run_id, island, generation)]
+        if ids:
+            self.api.jobs_cancel(ids)
