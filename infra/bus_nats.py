@@ -49,11 +49,11 @@ class NatsBus:
         (a head's self-signed one), else against the system's CAs with its hostname."""
         tls = None
         if url.startswith("tls://"):
-            ca = os.environ.get("YETO_NATS_CA") or None
+            ca = os.path.expanduser(os.environ.get("YETO_NATS_CA") or "") or None   # ~/...: a cloud island's mounts
             tls = ssl.create_default_context(cafile=ca)
             tls.check_hostname = ca is None   # a pinned certificate is the identity; else the name must match
         creds = os.environ.get(CREDS_ENV)
-        ident = load_identity(creds) if creds else {}
+        ident = load_identity(os.path.expanduser(creds)) if creds else {}
         auth = {k: ident[k] for k in ("user", "password", "inbox_prefix") if k in ident}
         # nats-py retries the first connection forever (max_reconnect_attempts=-1, also what keeps a running
         # service through a server restart), refused and unauthorized alike: the deadline is ours to keep.

@@ -10,6 +10,7 @@ import argparse
 import itertools
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -50,6 +51,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def load_recipe(text: str) -> TrainRecipe:
     return TrainRecipe.from_json(text if text.lstrip().startswith("{") else Path(text).read_text())
+
+
+def load_env_file() -> None:
+    """$YETO_ENV_FILE: a cloud island's secrets (HF_TOKEN, ...), a file mount of a JSON object of names to strings."""
+    if name := os.environ.get("YETO_ENV_FILE"):
+        try:
+            os.environ.update({str(k): str(v) for k, v in json.loads(Path(name).expanduser().read_text()).items()})
+        except (OSError, ValueError, AttributeError) as e:
+            raise ValueError(f"$YETO_ENV_FILE={name}: not a JSON object of names to strings ({type(e).__name__})") from None
 
 
 def emit(**fields) -> None:
@@ -116,7 +126,9 @@ def run(args: argparse.Namespace) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        run(parse_args(argv))
+        args = parse_args(argv)
+        load_env_file()     # before anything reads the environment (the Hub's token)
+        run(args)
     except ValueError as err:
         log.error("error: %s", err)   # to stderr as before (logging's last resort, or install's), and the bus
         return 2
