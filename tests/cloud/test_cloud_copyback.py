@@ -31,7 +31,7 @@ import learner_tiny
 
 YETO = str(Path(sys.executable).parent / "yeto")
 TRAIN = ("--seq-len", "64", "--sync-every", "8", "--fragments", "2", "--lr", "3e-3", "--warmup-steps", "2",
-         "--max-steps", "24")
+         "--max-steps", "16")
 COLUMNS = "seq, ts, run_id, type, version, source, payload::VARCHAR"
 
 
@@ -113,21 +113,25 @@ def test_pull_copies_a_finished_runs_tape_and_artifact_over_tls_and_the_head_sto
     run_id, laptop = "r-copyback", tmp_path / "laptop"
     model = learner_tiny.write_model_dir(tmp_path / "model")
     data = learner_tiny.write_chat_jsonl(tmp_path / "chat.jsonl", 120)
+    started = time.monotonic()
     head = Head(tmp_path, run_id, linger_s=600)
     try:
         for k, v in head.env.items():
             monkeypatch.setenv(k, v)
+        print(f"head up {time.monotonic() - started:.1f}s")
         launch = subprocess.run([YETO, "--nats-url", head.rec["url"], "launch", "--gpu", "local:1xcpu", "--model",
                                  str(model), "--data", str(data), *TRAIN, "--run-id", run_id],
                                 env=_env(**head.env), capture_output=True, text=True, timeout=120)
         assert launch.returncode == 0, launch.stdout + launch.stderr
         written = asyncio.run(_watch_end(head.rec["url"], run_id, timeout=200))
         assert not written["uploaded"]                      # the artifact is on the head's disk only
+        print(f"run finalized {time.monotonic() - started:.1f}s")
         laptop_record(laptop, head, run_id)
 
         pull = subprocess.run([YETO, "--state-dir", str(laptop), "pull", run_id], env=_env(), capture_output=True,
                               text=True, timeout=120)
         assert pull.returncode == 0, pull.stdout + pull.stderr
+        print(f"pulled {time.monotonic() - started:.1f}s")
         assert heads.head_record(laptop, run_id)["state"] == "copied"
 
         assert head.exited(60) == 0 and "copied the run back" in head.text(), head.text()
