@@ -10,8 +10,8 @@ import pytest
 
 from tape_events import scripted_run
 from waiting import wait_for
+from yeto.cli.logs_files import follow_logs, log_files
 from yeto.cli.main import main
-from yeto.cli.runs import follow_logs, log_files
 from yeto.infra.stack import StackPaths
 from yeto.infra.tape_store import TapeStore
 from yeto.schemas.base import to_bytes
