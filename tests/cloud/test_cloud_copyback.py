@@ -202,3 +202,67 @@ def test_the_head_is_done_only_once_the_run_ended_and_was_copied_back_or_lingere
     assert why is not None and "--linger 60s" in why
     assert verdict({"RunStopped": 10.0}, 20.0, 60) == (None, 50.0)            # stopped or failed: no artifact to wait for
     assert verdict({"RunFailed": 10.0, "RunCopiedBack": 30.0}, 31.0, 60)[0] == "the laptop copied the run back"
+
+
+def _artifact(state: Path, run_id: str, files: dict[str, bytes]) -> str:
+    """An artifact folder as the finalizer leaves it on a head; returns its manifest's sha256."""
+    import hashlib
+
+    folder = state / "runs" / run_id / "artifact"
+    folder.mkdir(parents=True)
+    for name, body in files.items():
+        (folder / name).write_bytes(body)
+    text = json.dumps({"files": {n: hashlib.sha256(b).hexdigest() for n, b in files.items()}}).encode()
+    (folder / "manifest.json").write_bytes(text)
+    (state / "stack.json").write_text("not an artifact file")
+    return hashlib.sha256(text).hexdigest()
+
+
+@pytest.mark.timeout(60)
+async def test_the_head_serves_only_the_manifests_files_and_the_pull_checks_every_one(bus, tmp_path, run_id):
+    from yeto.infra import artifact_files
+    from yeto.schemas.subjects import CHUNK_BYTES, artifact_subject
+
+    head, dest = tmp_path / "head", tmp_path / "laptop" / "artifact"
+    big = os.urandom(2 * CHUNK_BYTES + 123)             # several chunks, the last a short one
+    sha = _artifact(head, run_id, {"adapter_model.safetensors": big, "adapter_config.json": b"{}"})
+    sub = await artifact_files.serve(bus, head, run_id)
+    try:
+        manifest = await artifact_files.fetch(bus, run_id, dest, sha)
+        assert (dest / "adapter_model.safetensors").read_bytes() == big and set(manifest["files"]) == {
+            "adapter_model.safetensors", "adapter_config.json"}
+        assert sorted(p.name for p in dest.iterdir()) == ["adapter_config.json", "adapter_model.safetensors",
+                                                          "manifest.json"]
+        for name in ("../../../stack.json", "/etc/passwd", "..", "stack.json"):   # nothing outside the manifest
+            reply = await bus.request(artifact_subject(run_id), json.dumps({"file": name, "offset": 0}).encode(),
+                                      timeout_s=10)
+            assert reply == b"", name
+        with pytest.raises(ValueError, match="manifest.json from the head does not match"):
+            await artifact_files.fetch(bus, run_id, tmp_path / "other", "0" * 64)   # not the run's manifest
+
+        (head / "runs" / run_id / "artifact" / "adapter_config.json").write_bytes(b"{tampered}")
+        (dest / "adapter_config.json").unlink()
+        with pytest.raises(ValueError, match="adapter_config.json from the head does not match"):
+            await artifact_files.fetch(bus, run_id, dest, sha)
+        assert not (dest / "adapter_config.json").exists() and not list(dest.glob(".*.part"))
+    finally:
+        await sub.close()
+
+
+@pytest.mark.timeout(60)
+async def test_the_tape_copy_holds_the_runs_events_with_the_streams_sequences_and_resumes(bus, tmp_path, run_id):
+    from yeto.infra.copyback import copy_tape
+
+    def rejected(i: int) -> MessageRejected:
+        return MessageRejected(id=f"{run_id}-{i}", run_id=run_id, subject="yeto.frag.x", reason=f"event {i}")
+
+    seqs = [await bus.publish(rejected(i)) for i in range(3)]
+    await bus.publish(MessageRejected(run_id="another-run", subject="yeto.frag.x", reason="not this run's"))
+    db = tmp_path / "tape.duckdb"
+    first = await copy_tape(bus, run_id, db)
+    seqs += [await bus.publish(rejected(i)) for i in range(3, 5)]
+    second = await copy_tape(bus, run_id, db)                       # only what came after the first copy
+    assert (first.rows, first.last_seq, second.rows, second.last_seq) == (3, seqs[2], 5, seqs[4])
+    rows = query_file(db, "SELECT seq, run_id, type, payload->>'reason' FROM events ORDER BY seq")["rows"]
+    assert rows == [[s, run_id, "MessageRejected", f"event {i}"] for i, s in enumerate(seqs)]
+    assert second.ends == {} and second.written is None            # the run has not ended
