@@ -31,7 +31,7 @@ RUN = "r-logs"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     state = tmp_path_factory.mktemp("state")
-    users = bus_auth.prepare(state, tuple((run, f"island-{i}") for run in (RUN, "r-follow") for i in (0, 1)))
+    users = bus_auth.prepare(state, tuple((run, f"island-{i}") for run in (RUN, "r-follow", "r-crash") for i in (0, 1)))
     srv = NatsServer(state / "nats", users_file=users).start()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(state)))
@@ -122,6 +122,30 @@ def test_follow_prints_a_line_published_after_it_started_and_ends_with_the_run(s
         handler.close()
 
 
+CRASHING_LEARNER = """
+import logging, os, sys
+from yeto.learners.transport.logs_setup import install
+install(sys.argv[1], run_id="r-crash", learner="island-0", generation=0)
+logging.getLogger("yeto.learner").info("starting with %s and %s", os.environ["HF_TOKEN"], "wandb-secret-123456")
+raise RuntimeError("out of memory in build")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_learners_crash_reaches_yeto_logs_with_its_traceback_and_no_secret(server, tmp_path):
+    srv, state = server
+    (tmp_path / "env.json").write_text('{"WANDB_API_KEY": "wandb-secret-123456"}')
+    env = {**os.environ, bus_auth.CREDS_ENV: str(bus_auth.learner_file(state, "r-crash", "island-0")),
+           "HF_TOKEN": "hf_abcdefghijklmnop", "YETO_ENV_FILE": str(tmp_path / "env.json")}
+    crashed = subprocess.run([sys.executable, "-c", CRASHING_LEARNER, srv.url], capture_output=True, text=True,
+                             timeout=60, env=env)
+    assert crashed.returncode == 1 and crashed.stderr.count("Traceback") == 1   # stderr as without the handler
+    done = _yeto(server, "logs", "r-crash")
+    assert done.returncode == 0, done.stderr
+    assert "INFO yeto.learner: starting with *** and ***" in done.stdout   # $HF_TOKEN, and a value of $YETO_ENV_FILE
+    assert "CRITICAL yeto.learner: uncaught exception" in done.stdout and "RuntimeError: out of memory in build" in done.stdout
+
+
 def test_with_nothing_on_the_bus_the_local_files_are_shown_and_it_says_so(server):
     logs = StackPaths(server[1] / "home").run_dir("r-files") / "logs"
     logs.mkdir(parents=True)
@@ -138,7 +162,7 @@ class RecordingSky:
         return f"job {job_id}: pip install failed\nERROR: no space left on device\n"
 
 
-def test_a_skypilot_island_that_never_published_shows_skypilots_log(tmp_path, monkeypatch, capsys):
+def test_a_skypilot_islands_job_log_is_shown_when_no_bus_has_its_lines(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("YETO_NATS_URL", raising=False)
     monkeypatch.setenv("YETO_SKY_API", f"{__name__}:RecordingSky")
     spec = {"cloud": "aws", "gpu": "A10G", "count": 1}
@@ -150,7 +174,7 @@ def test_a_skypilot_island_that_never_published_shows_skypilots_log(tmp_path, mo
     assert main(["--state-dir", str(tmp_path), "logs", "r-sky"]) == 0
     said = capsys.readouterr()
     assert said.out == "[island-0] job 17: pip install failed\n[island-0] ERROR: no space left on device\n"
-    assert "island 0 never published a line; SkyPilot's log of its job 17" in said.err
+    assert "island 0 may have published lines, but no bus of the run answers; SkyPilot's log of its job 17" in said.err
 
 
 def test_while_the_bus_is_away_lines_are_dropped_counted_and_said_once_it_is_back(tmp_path):

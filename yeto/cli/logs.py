@@ -8,6 +8,7 @@ tail of SkyPilot's log of its managed job; and, when the stream has nothing of t
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -27,8 +28,6 @@ EXAMPLES = """Examples:
 
 
 def register(sub) -> None:
-    import argparse
-
     lg = sub.add_parser("logs", help="print a run's learner log lines (its log stream, else the local files)",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     lg.add_argument("run", type=run_id_arg, help="the run id")
@@ -51,7 +50,8 @@ def run_logs(args) -> int:
 
     def then(printed: int, seen: set[str]) -> bool:
         """After the stream's newest lines: the cloud islands that never published, and whether to follow it."""
-        found["stream"], found["sky"] = printed, print_setup_logs(jobs, seen, args.lines)
+        why = "never published a line" if url else "may have published lines, but no bus of the run answers"
+        found["stream"], found["sky"] = printed, print_setup_logs(jobs, seen, args.lines, why)
         return args.follow and (printed > 0 or not files())
 
     if url:
@@ -87,7 +87,7 @@ def skypilot_jobs(args) -> dict[int, str]:
     return jobs
 
 
-def print_setup_logs(jobs: dict[int, str], seen: set[str], lines: int) -> int:
+def print_setup_logs(jobs: dict[int, str], seen: set[str], lines: int, why: str) -> int:
     """The tail of SkyPilot's log of each island's job whose learner has no line on the bus; how many were shown."""
     silent = {i: job for i, job in sorted(jobs.items()) if learner_name(i) not in seen}
     if silent:
@@ -98,7 +98,7 @@ def print_setup_logs(jobs: dict[int, str], seen: set[str], lines: int) -> int:
             text = sky_api().jobs_logs(int(job))
         except Exception as e:  # noqa: BLE001 - SkyPilot's own errors are many; the user reads its first line
             text = f"(SkyPilot did not give it: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
-        print(f"yeto: island {island} never published a line; SkyPilot's log of its job {job}:", file=sys.stderr)
+        print(f"yeto: island {island} {why}; SkyPilot's log of its job {job}:", file=sys.stderr)
         for line in text.splitlines()[-lines:]:
             print(f"[{learner_name(island)}] {line}")
     sys.stdout.flush()
