@@ -29,7 +29,7 @@ class SyncConfig:
     step_time_ema: float = 0.8
     """Weight of the previous value in a learner's EMA of its step time (sent with each push; sizes the grace window)."""
     learner_timeout_s: float = 60.0
-    """A learner not heard from for this long stops counting as live (for quorum and grace)."""
+    """Upper bound on a learner's silence before it stops counting as live (the syncer's bound is a few of its push gaps)."""
     outer_lr: float = 0.7
     """eta of the Nesterov outer step."""
     momentum: float = 0.9
