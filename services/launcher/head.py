@@ -46,8 +46,12 @@ def launch_head(state_dir: Path, run_id: str, *, memory_gb: int, cloud: str | No
     rec = heads.head_record(state_dir, run_id)
     assert rec is not None, "prepare the head's bundle and record first"
     api, cluster = sky_api(), rec["cluster"]
-    task = head_task(run_id, heads.bundle_dir(state_dir, run_id), cloud=cloud, region=region, memory_gb=memory_gb,
-                     linger_s=linger_s)
+    try:
+        task = head_task(run_id, heads.bundle_dir(state_dir, run_id), cloud=cloud, region=region, memory_gb=memory_gb,
+                         linger_s=linger_s)
+    except ValueError as e:        # SkyPilot knows no such cloud: nothing was rented
+        heads.update_head(state_dir, run_id, state="down")
+        raise ValueError(f"--head-cloud {cloud}: {e}") from None
     say(f"renting the head VM {cluster} (on-demand CPU, {memory_gb}+ GB RAM{f', {cloud}' if cloud else ''}); "
         f"this takes a few minutes")
     try:

@@ -238,6 +238,25 @@ def test_a_head_that_fails_to_come_up_is_taken_down_again(material, tmp_path, mo
     assert heads.head_record(tmp_path / "laptop", "r-no-head")["state"] == "down"
 
 
+def test_the_planner_path_plans_here_and_reaches_the_heads_provisioning_without_a_stack(material, tmp_path, monkeypatch,
+                                                                                         capsys):
+    _world(monkeypatch, tmp_path / "vms", fail="no cloud account here")
+    model, data = material
+    assert main(["--state-dir", str(tmp_path / "laptop"), "launch", "--model", str(model), "--data", str(data),
+                 "--budget", "40", "--confirm", "--catalog-dir", str(CATALOG), "--seq-len", "64", "--run-id", "r-planned"]) == 1
+    out, err = capsys.readouterr()
+    assert "Fleet for" in out and "no cloud account here" in err
+    assert [c[0] for c in WORLD["calls"]] == ["launch_cluster", "down_cluster"]
+    assert not (tmp_path / "laptop" / "stack.json").exists()                 # no local stack was needed to plan
+
+
+def test_an_unknown_head_cloud_is_refused_before_renting(material, tmp_path, monkeypatch, capsys):
+    _world(monkeypatch, tmp_path / "vms")
+    assert _launch(material, tmp_path / "laptop", "r-moon", "--head-cloud", "moon") == 2
+    assert "--head-cloud moon" in capsys.readouterr().err and WORLD["calls"] == []
+    assert heads.head_record(tmp_path / "laptop", "r-moon")["state"] == "down"
+
+
 def test_a_head_that_never_answers_is_taken_down_after_the_deadline(tmp_path, monkeypatch):
     _world(monkeypatch, tmp_path / "vms", address=None)
     monkeypatch.setattr(LocalHeadSky, "cluster_address", lambda self, cluster: "127.0.0.1")   # nothing listens there
@@ -250,6 +269,31 @@ def test_a_head_that_never_answers_is_taken_down_after_the_deadline(tmp_path, mo
         head_module.launch_head(tmp_path, "r-silent", memory_gb=16, wait_s=2.0, say=lines.append)
     assert any("waiting for the head's nats-server" in line for line in lines)
     assert ("down_cluster", "yeto-head-r-silent") in WORLD["calls"]
+
+
+def test_a_cloud_run_copied_back_answers_status_and_sql_from_its_copy_with_no_head_up(tmp_path, monkeypatch, capsys):
+    from yeto.infra.tape_store import TapeStore
+    from yeto.schemas.fleet import RunLaunched
+
+    _world(monkeypatch, tmp_path / "vms")
+    launched = json.loads((REPO / "schemas" / "fixtures" / "RunLaunched.v1.json").read_text()) | {"run_id": "r-copied"}
+    heads.prepare_bundle(tmp_path, "r-copied", {})
+    heads.write_head(tmp_path, heads.new_record(tmp_path, "r-copied", price_per_hour=0.2, launched_at=0.0)
+                     | {"url": "tls://192.0.2.1:4222", "state": "copied"})     # a head that is gone
+    tape = TapeStore(heads.copied_tape(tmp_path, "r-copied"))
+    tape.append([7], ["r-copied"], [RunLaunched.model_validate(launched).model_dump_json()])
+    tape.close()
+    assert main(["--state-dir", str(tmp_path), "sql", "--run", "r-copied", "select seq, type from events"]) == 0
+    assert "RunLaunched" in capsys.readouterr().out
+    heads.prepare_bundle(tmp_path, "r-gone", {})
+    heads.write_head(tmp_path, heads.new_record(tmp_path, "r-gone", price_per_hour=0.2, launched_at=1.0)
+                     | {"url": f"tls://127.0.0.1:{_free_port()}", "state": "up"})   # recorded up, nothing answers
+    assert main(["--state-dir", str(tmp_path), "status"]) == 0                     # no local tape: the copy is listed
+    out = capsys.readouterr().out
+    (gone,) = [line for line in out.splitlines() if "r-gone" in line]               # one line for the silent head
+    assert gone.startswith("r-gone: its head yeto-head-r-gone does not answer") and "r-copied" in out
+    assert main(["--state-dir", str(tmp_path), "status", "r-copied"]) == 0
+    assert "r-copied" in capsys.readouterr().out
 
 
 def test_the_head_is_sized_from_the_trainable_parameters():

@@ -55,7 +55,8 @@ def run_on_head(args, launch):
     secrets = heads.host_secrets(os.environ, args.env_from_host)
     old = heads.head_record(state, run_id)
     if old and old["state"] != "down":
-        raise ValueError(f"run {run_id} has a head already ({old['cluster']}, {old['state']}); pick another --run-id")
+        raise ValueError(f"run {run_id} has a head already ({old['cluster']}, {old['state']}); pick another --run-id "
+                         f"(an interrupted launch: `sky down {old['cluster']}`, then remove {heads.head_dir(state, run_id)})")
     heads.prepare_bundle(state, run_id, secrets)
     rec = heads.write_head(state, heads.new_record(state, run_id, price_per_hour=args.head_price, launched_at=time.time()))
     os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
