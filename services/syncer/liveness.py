@@ -1,12 +1,12 @@
-"""Which learners count as live for quorum and grace: gone at once by the launcher's word, or silent for a few of
-their own push gaps; time is passed in (docs/SYNC_MATH.md, "Who is live").
+"""Which learners count as live for quorum and grace: the launcher's island events, and missed heartbeats.
 
 A generation stops counting the moment the launcher reports it exited, preempted, stopped or dropped (runs.py
 folds those into the roster's `gone`); its replacement counts from the first chunk it sends. Otherwise a learner
 counts while it is heard from: every chunk it sends is a heartbeat. Silence is measured against the newest
 arrival from any learner of the run, not against the wall clock alone, so a syncer that stalled (a slow disk, a
 long merge) does not find everyone silent when it wakes: a learner is silent once others were heard more than its
-bound after it. `learner_timeout_s` bounds silence on the wall clock as well, and the bound from above.
+bound after it. `learner_timeout_s` bounds silence on the wall clock as well, and the bound from above. Time is
+passed in (docs/SYNC_MATH.md, "Who is live").
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Who counts as live for quorum: a generation the launcher reports gone stops counting at once, a learner
-silent for a few of its push gaps (relative to the others' arrivals) stops counting, a replacement counts from
-its first chunk; rounds that waited on a learner gone merge at once. Pure: every time is passed in."""
+"""Liveness: a generation reported gone stops counting at once, a silent learner soon after; rounds waiting on it merge.
+
+A learner is silent after a few of its push gaps, relative to the others' arrivals; a replacement counts from its
+first chunk. Pure: every time is passed in; the last test drives the data plane over the in-memory bus."""
 from __future__ import annotations
 
 from functools import reduce
