@@ -107,12 +107,10 @@ class RealSky:
         return out.getvalue()
 
     def check(self) -> dict[str, str | None]:
-        """Runs SkyPilot's check (it refreshes its cache of enabled clouds), then reads which clouds passed."""
-        from sky.client import sdk
+        """SkyPilot's own check, in this process when its API server is local (sky_check.py says why)."""
+        from yeto.services.launcher.backends.sky_check import check_clouds
 
-        sdk.get(sdk.check(clouds=None, verbose=False))
-        enabled = {str(c).lower() for c in sdk.get(sdk.enabled_clouds())}
-        return {c: None for c in sorted(enabled)}
+        return check_clouds()
 
 def sky_api() -> SkyApi:
     """The implementation $YETO_SKY_API names (`module:attribute`), else SkyPilot's."""

@@ -1,0 +1,55 @@
+"""SkyPilot's own credential check (`sky check`), for `RealSky.check`: which clouds work, and why the others do not.
+
+With SkyPilot's default local API server, the server runs on this machine with this user's credentials and
+shares SkyPilot's cache of enabled clouds (~/.sky), so the check runs in this process: nothing has to start
+(skypilot 0.9.2's server also starts only with the FastAPI it was released with), and it takes seconds.
+`check_capabilities` refreshes SkyPilot's cache as `sky check` does (so `sky launch` sees the same clouds);
+each cloud SkyPilot did not enable is asked once more for its reason, SkyPilot's own hint. With a remote API
+server (`api_server.endpoint` in ~/.sky/config.yaml) only the server's credentials count: it is asked.
+"""
+from __future__ import annotations
+
+
+def _reason(text: str | None) -> str:
+    """SkyPilot's hint on one line, cut short (it spans several, with the commands that fix it)."""
+    line = " ".join((text or "disabled").split())
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
+def check_clouds() -> dict[str, str | None]:
+    """Cloud name (lower case, as --gpu spells it) -> None when SkyPilot may use it, else why not (its hint)."""
+    from sky import check as sky_check
+    from sky import sky_logging
+    from sky.clouds.cloud import CloudCapability
+    from sky.server import common as server_common
+    from sky.utils import registry
+
+    if not server_common.is_api_server_local():
+        return _ask_server()
+    compute = CloudCapability.COMPUTE
+    result: dict[str, str | None] = {}
+    with sky_logging.silent():    # else its progress lines, meant for an API server's client, land on stdout
+        try:
+            enabled = set(sky_check.check_capabilities(quiet=True, capabilities=[compute]))
+        except SystemExit:        # SkyPilot's way of saying that no cloud is enabled
+            enabled = set()
+        for cloud in registry.CLOUD_REGISTRY.values():
+            if repr(cloud) in enabled:
+                result[repr(cloud).lower()] = None
+                continue
+            try:
+                ok, reason = cloud.check_credentials(compute)
+            except Exception as e:  # noqa: BLE001 - SkyPilot's check catches everything per cloud too
+                ok, reason = False, f"{type(e).__name__}: {e}"
+            result[repr(cloud).lower()] = "not in allowed_clouds of ~/.sky/config.yaml" if ok else _reason(reason)
+    return dict(sorted(result.items()))
+
+
+def _ask_server() -> dict[str, str | None]:
+    from sky.client import sdk
+
+    try:
+        sdk.get(sdk.check(clouds=None, verbose=False))
+    except SystemExit:            # the server's check found no cloud: its cache below says the same
+        pass
+    return {str(c).lower(): None for c in sdk.get(sdk.enabled_clouds())}
