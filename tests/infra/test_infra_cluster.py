@@ -1,0 +1,100 @@
+"""The stack on a three-node NATS cluster (`stack.up(cluster=3)`): the generated configuration, and a real run that
+outlives a kill -9 of the node leading the event stream and of one instance of each service, nothing lost on the tape."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from yeto.infra import natscluster, stack
+from yeto.infra.natsserver import TlsConfig, render_config
+from yeto.infra.stack_components import component_commands
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "learner"))
+
+RUN = "clustered"
+NODES = {f"nats-server-{k}" for k in range(3)}
+
+
+@pytest.fixture(autouse=True)
+def _own_credentials(monkeypatch):
+    """stack.up points this process at its stack's operator credential; undo that after the test."""
+    monkeypatch.delenv("YETO_NATS_CREDS", raising=False)
+    monkeypatch.delenv("YETO_NATS_CA", raising=False)
+
+
+def test_cluster_nodes_route_to_each_other_on_loopback_with_their_own_store_and_name(tmp_path):
+    servers = natscluster.cluster_servers(tmp_path / "nats", 3, users_file=tmp_path / "auth" / "users.conf",
+                                          logs=tmp_path / "logs")
+    assert list(servers) == sorted(NODES)
+    routes = sorted(s.cluster.port for s in servers.values())
+    for k, (name, server) in enumerate(servers.items()):
+        conf = server.config
+        assert f'server_name: "yeto-{k}"' in conf and 'name: "yeto"' in conf
+        assert f'listen: "127.0.0.1:{server.cluster.port}"' in conf and f'listen: "127.0.0.1:{server.port}"' in conf
+        assert all(f'"nats-route://127.0.0.1:{p}"' in conf for p in routes)
+        assert f'store_dir: "{tmp_path}/nats/node-{k}/jetstream"' in conf
+        assert 'include "../../auth/users.conf"' in conf      # every node admits only the stack's users
+    assert natscluster.cluster_url(servers) == ",".join(f"nats://127.0.0.1:{s.port}" for s in servers.values())
+    again = natscluster.cluster_servers(tmp_path / "nats", 3, users_file=tmp_path / "auth" / "users.conf",
+                                        logs=tmp_path / "logs", nodes=natscluster.node_ports(servers))
+    assert {n: s.config for n, s in again.items()} == {n: s.config for n, s in servers.items()}  # a restart: same place
+
+
+def test_streams_get_one_copy_per_node_up_to_five_and_a_two_node_cluster_is_refused(tmp_path):
+    from yeto.infra.natsserver import stream_config
+    from yeto.schemas.subjects import STREAMS
+
+    assert [natscluster.replicas(n) for n in (1, 3, 5, 7)] == [1, 3, 5, 5]
+    assert stream_config(STREAMS[0], 3).num_replicas == 3 and stream_config(STREAMS[0]).num_replicas == 1
+    for size in (0, 2):
+        with pytest.raises(ValueError, match="3 or more nodes"):
+            stack.up(tmp_path / "home", cluster=size)
+    with pytest.raises(ValueError, match="--cluster with --head"):
+        stack.up(tmp_path / "home", cluster=3, head_run="r1")
+    assert not (tmp_path / "home").exists()                   # refused before anything started
+    with pytest.raises(AssertionError, match="one machine"):
+        render_config(host="0.0.0.0", port=1, store_dir=tmp_path, max_payload=1, users_file=tmp_path,
+                      tls=TlsConfig(cert_file=tmp_path / "c", key_file=tmp_path / "k"),
+                      cluster=natscluster.cluster_servers(tmp_path, 3, users_file=tmp_path, logs=tmp_path)
+                      ["nats-server-0"].cluster)
+
+
+def test_a_cluster_runs_two_of_each_service_that_can_run_twice_and_one_syncer_per_shard(tmp_path):
+    names = set(component_commands("nats://a,nats://b", tmp_path, tmp_path / "tape.duckdb", syncers=2, instances=2))
+    assert names == {"tape", "planner-0", "planner-1", "launcher-0", "launcher-1", "syncer-0", "syncer-1",
+                     "finalizer-0", "finalizer-1"}
+    cmds = component_commands("nats://a,nats://b", tmp_path, tmp_path / "tape.duckdb", instances=2)
+    assert cmds["launcher-1"][-2:] == ["--instance", "launcher-1"] and "syncer" in cmds
+    assert all("nats://a,nats://b" in cmd for cmd in cmds.values())
+
+
+@pytest.fixture(scope="module")
+def material(tmp_path_factory) -> dict:
+    import learner_tiny
+
+    root = tmp_path_factory.mktemp("material")
+    return {"model": learner_tiny.write_model_dir(root / "model"),
+            "data": learner_tiny.write_chat_jsonl(root / "chat.jsonl", 300)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_run_on_a_three_node_cluster_outlives_a_node_and_an_instance_of_each_service_with_nothing_lost(
+        tmp_path, material):
+    from cluster_run import ClusterRun
+
+    c = ClusterRun(tmp_path / "home", material)
+    try:
+        c.start_and_kill_faults(RUN)
+        c.finalize_and_check(RUN)
+    finally:
+        c.down()
+
+
+def test_a_stack_record_names_its_nodes_whatever_their_number():
+    rec = {"pids": {"nats-server-0": 1, "nats-server-1": 2, "tape": 3, "launcher-0": 4}}
+    assert natscluster.node_names(rec) == ["nats-server-0", "nats-server-1"]
+    assert natscluster.node_names({"pids": {"nats-server": 1, "syncer": 2}}) == ["nats-server"]
