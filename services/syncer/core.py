@@ -58,6 +58,7 @@ class SyncerCore:
         self.refused: str | None = None  # why the last chunk received was refused (None: taken; the data plane terms it)
         self._norms: dict[int, tuple[int, float]] = {}
         self._live: set[str] = set()     # who counted as live when last looked at
+        self._num_owned = sum(1 for p in range(config.num_fragments) if self.owned is None or p in self.owned)
 
     def receive(self, h: FragmentHeader, chunk: bytes, now: float, *, sender: str | None = None) -> list:
         """One chunk; `sender` is the learner of the subject it came on (None: not checked)."""
@@ -85,9 +86,8 @@ class SyncerCore:
         return [out for p in sorted(self.fragments) for out in self._decide(self.fragments[p], now)]
 
     def live(self, now: float) -> set[str]:
-        owned = sum(1 for p in range(self.config.num_fragments) if self.owned is None or p in self.owned)
         return liveness.live(self.learners, now=now, gone=self.roster.gone if self.roster else {}, config=self.config,
-                             num_owned=owned)
+                             num_owned=self._num_owned)
 
     def _recheck(self, now: float) -> list:
         """Every round decided again when a learner stopped counting as live since the last look (a round may
