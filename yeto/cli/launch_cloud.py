@@ -29,9 +29,10 @@ def refuse_loopback(url: str) -> None:
     for part in url.split(","):
         host = urlsplit(part.strip() if "://" in part else f"nats://{part.strip()}").hostname or ""
         try:
-            local = ipaddress.ip_address(host).is_loopback or ipaddress.ip_address(host).is_unspecified
+            ip = ipaddress.ip_address(host)
+            local = ip.is_loopback or ip.is_unspecified
         except ValueError:
-            local = host == "localhost"
+            local = host == "localhost" or host.endswith(".localhost")
         if local:
             raise ValueError(f"--nats-url {url}: cloud islands cannot reach {host} (this machine's loopback); "
                              f"omit --nats-url and `yeto launch` starts a head VM for the run, or give the head's public address")
