@@ -31,7 +31,7 @@ RUN = "r-logs"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     state = tmp_path_factory.mktemp("state")
-    users = bus_auth.prepare(state, tuple((run, f"island-{i}") for run in (RUN, "r-follow", "r-crash") for i in (0, 1)))
+    users = bus_auth.prepare(state, tuple((run, f"island-{i}") for run in (RUN, "r-follow", "r-crash", "r-copy") for i in (0, 1)))
     srv = NatsServer(state / "nats", users_file=users).start()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(state)))
@@ -153,6 +153,31 @@ def test_with_nothing_on_the_bus_the_local_files_are_shown_and_it_says_so(server
     done = _yeto(server, "logs", "r-files")
     assert done.returncode == 0 and done.stdout == "set up\ntraining\n"
     assert "no log lines of run r-files on the bus; the local files under" in done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_copied_back_runs_lines_are_read_from_its_files_once_its_bus_is_gone(server, monkeypatch, tmp_path, capsys):
+    from yeto.infra.log_copy import save_run_logs
+
+    for i in (0, 1):
+        handler = _learner_handler(server, monkeypatch, "r-copy", i)
+        _logger(f"copy{i}", handler).info("island %d trained", i)
+        wait_for(lambda h=handler: h.num_sent == 1, 30, f"island {i}'s line published")
+        handler.close()
+
+    async def copy() -> int:
+        monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(server[1])))
+        bus = await connect(server[0].url)
+        try:
+            await save_run_logs(bus, tmp_path, "r-copy")
+            return await save_run_logs(bus, tmp_path, "r-copy")     # again: the files are rewritten, not doubled
+        finally:
+            await bus.close()
+    assert asyncio.run(copy()) == 2
+    monkeypatch.delenv("YETO_NATS_URL", raising=False)
+    assert main(["--state-dir", str(tmp_path), "logs", "r-copy"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == ["[island-0]", "[island-1]"] and lines[1].endswith("island 1 trained")
 
 
 class RecordingSky:
