@@ -3,8 +3,9 @@
 Where they come from: the run's log stream (YETO_LOG), where every learner publishes its lines, local and cloud
 alike (learners/transport/logs.py), read from wherever the run's bus answers (its head for a cloud run); then, for
 a SkyPilot island that never published a line (it failed while setting up, before its learner connected), the
-tail of SkyPilot's log of its managed job; and, when the stream has nothing of the run, the launcher's local files
-`<state>/runs/<run>/logs/*.log` (logs_files.py), saying so.
+tail of SkyPilot's log of its managed job; and, when the stream has nothing of the run, the local files
+`<state>/runs/<run>/logs/*.log` (logs_files.py: a local run's launcher writes them, a cloud run's copy-back saves its
+stream there before the head goes), saying so.
 """
 from __future__ import annotations
 
