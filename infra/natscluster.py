@@ -66,10 +66,9 @@ async def ready(url: str, num_replicas: int, timeout_s: float = 60.0) -> None:
     unavailable), then create or update the streams with `num_replicas` copies."""
     from nats.js.errors import ServiceUnavailableError
 
-    from yeto.infra.bus import connect
-    from yeto.infra.bus_nats import RETRYABLE
+    from yeto.infra.bus_nats import RETRYABLE, NatsBus
 
-    bus = await connect(url, name="stack-up")
+    bus = await NatsBus.connect(url, name="stack-up")
     try:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

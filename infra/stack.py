@@ -16,11 +16,14 @@ from pathlib import Path
 
 from yeto.infra import bus_auth, natscluster, procs
 from yeto.infra.natscluster import node_names
-from yeto.infra.natsserver import NatsServer, ensure_streams
+from yeto.infra.natsserver import ensure_streams
 from yeto.infra.run_paths import run_path
+from yeto.infra.stack_components import alive_in as _alive
 from yeto.infra.stack_components import component_commands, spawn
+from yeto.infra.stack_servers import head_server, local_url, restart_nodes, servers_for
 from yeto.infra.stack_stop import stop_components, stop_islands
-from yeto.schemas.base import check_run_id
+
+__all__ = ["StackPaths", "alive", "down", "head_server", "local_url", "read_record", "stack_url", "status", "up"]
 
 
 @dataclass(frozen=True)
@@ -72,12 +75,6 @@ def _commands(rec: dict, paths: StackPaths, url: str) -> dict[str, list[str]]:
     return component_commands(url, paths.root, paths.db, rec.get("syncers", 1), 2 if rec.get("cluster", 1) > 1 else 1)
 
 
-def _alive(rec: dict, name: str) -> bool:
-    """The recorded process runs and is the one recorded (its start time); a record without one proves nothing."""
-    started = rec.get("started_at", {}).get(name)
-    return started is not None and procs.alive(rec["pids"].get(name, -1), started)
-
-
 def operator_env(root: Path, rec: dict) -> dict[str, str]:
     env = {bus_auth.CREDS_ENV: str(bus_auth.operator_file(root))} if bus_auth.users_file(root).exists() else {}
     return env | ({"YETO_NATS_CA": rec["ca_file"]} if rec.get("ca_file") else {})
@@ -93,18 +90,6 @@ async def _ensure_streams(url: str) -> None:
     bus = await connect(url, name="stack-up")
     await ensure_streams(bus)
     await bus.close()
-
-
-def head_server(paths: StackPaths, *, port: int, run_id: str, hosts: list[str]) -> NatsServer:
-    """A head VM's nats-server: all interfaces, TLS with a self-signed certificate, only the stack's users (the
-    launcher issues each island's learner credential as it starts the island)."""
-    from yeto.infra.natsserver import TlsConfig
-    from yeto.infra.tls import self_signed
-
-    check_run_id(run_id)   # it names the run's bus user and subjects in the users file: never a free-form string
-    cert, key = self_signed(paths.root / "tls", hosts)
-    return NatsServer(paths.nats, host="0.0.0.0", port=port or 4222, tls=TlsConfig(cert_file=cert, key_file=key),
-                      users_file=bus_auth.prepare(paths.root), log_file=paths.logs / "nats-server.log")
 
 
 def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: list[str] | None = None,
@@ -129,7 +114,7 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
             if want is not None and want != rec.get(key, 1):
                 raise ValueError(f"the stack under {state_dir} runs with {flag} {rec.get(key, 1)}; "
                                  f"`yeto stack down` first to change {flag}")
-        _restart_nodes(paths, rec)
+        restart_nodes(paths, rec)
         env = component_env(paths.root, rec)
         for name, cmd in _commands(rec, paths, rec["url"]).items():  # restart any component that died
             if not _alive(rec, name):
@@ -142,7 +127,7 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     prev_port = rec["port"] if rec else 0
     paths.logs.mkdir(parents=True, exist_ok=True)
     size = cluster or (rec or {}).get("cluster", 1)
-    servers = _servers(paths, size, port=port or prev_port, head_run=head_run, hosts=hosts, nodes=(rec or {}).get("nodes"))
+    servers = servers_for(paths, size, port=port or prev_port, head_run=head_run, hosts=hosts, nodes=(rec or {}).get("nodes"))
     for server in servers.values():
         server.start(detach=True)
     url = natscluster.cluster_url(servers) if size > 1 else local_url(servers[natscluster.SINGLE])
@@ -153,7 +138,8 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     asyncio.run(natscluster.ready(url, natscluster.replicas(size)) if size > 1 else _ensure_streams(url))
     # Only nats-server died (killed, crashed): the components still run and reconnect to the same URL, so
     # keep them. Starting them again would put two tape writers on one DuckDB file and two syncers on one run.
-    survivors = {n: p for n, p in (rec or {}).get("pids", {}).items() if n not in node_names(rec or {}) and _alive(rec, n)}
+    prev = rec or {}
+    survivors = {n: p for n, p in prev.get("pids", {}).items() if n not in node_names(prev) and _alive(prev, n)}
     if rec and rec["url"] != url:
         for n, pid in survivors.items():      # connected to an address that is gone: replace them
             procs.signal_if_ours(pid, rec.get("started_at", {}).get(n))
@@ -164,44 +150,15 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     env = component_env(paths.root, new)
     for name, cmd in _commands(new, paths, url).items():
         if name in survivors:
-            pids[name], started[name] = survivors[name], rec["started_at"][name]
+            pids[name], started[name] = survivors[name], prev["started_at"][name]
         else:
             pids[name], started[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
     _write_record(paths, new)
     return new
 
 
-def _servers(paths: StackPaths, size: int, *, port: int, head_run: str | None, hosts: list[str] | None,
-             nodes: dict | None) -> dict[str, NatsServer]:
-    if head_run:
-        return {natscluster.SINGLE: head_server(paths, port=port, run_id=head_run,
-                                                hosts=hosts or ["127.0.0.1", "localhost"])}
-    if size > 1:
-        return natscluster.cluster_servers(paths.nats, size, users_file=bus_auth.prepare(paths.root), logs=paths.logs,
-                                           nodes=nodes)
-    return {natscluster.SINGLE: NatsServer(paths.nats, port=port, users_file=bus_auth.prepare(paths.root),
-                                           log_file=paths.logs / "nats-server.log")}
-
-
-def _restart_nodes(paths: StackPaths, rec: dict) -> None:
-    """A cluster node that died comes back at its recorded ports with its store, and rejoins (the others serve)."""
-    if rec.get("cluster", 1) == 1:
-        return
-    servers = natscluster.cluster_servers(paths.nats, rec["cluster"], users_file=bus_auth.users_file(paths.root),
-                                          logs=paths.logs, nodes=rec["nodes"])
-    for name, server in servers.items():
-        if not _alive(rec, name):
-            server.start(detach=True)
-            rec["pids"][name], rec["started_at"][name] = server.pid, procs.started_at(server.pid)
-
-
 def _write_record(paths: StackPaths, rec: dict) -> None:
     bus_auth.write_secret(paths.record, json.dumps(rec, indent=2))   # no secret inside; private all the same
-
-
-def local_url(server: NatsServer) -> str:
-    """How processes on this machine reach the server (a head binds 0.0.0.0; locally it is 127.0.0.1)."""
-    return server.url.replace("@0.0.0.0:", "@127.0.0.1:").replace("//0.0.0.0:", "//127.0.0.1:")
 
 
 def status(state_dir: Path) -> dict[str, bool] | None:

@@ -41,3 +41,10 @@ def spawn(cmd: list[str], log_path: Path, env: dict | None = None) -> tuple[int,
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env={**os.environ, **(env or {})})
     return proc.pid, procs.started_at(proc.pid)
+
+
+def alive_in(rec: dict, name: str) -> bool:
+    """The process a stack record names runs and is the one recorded (its start time); a record without one
+    proves nothing."""
+    started = rec.get("started_at", {}).get(name)
+    return started is not None and procs.alive(rec["pids"].get(name, -1), started)

@@ -30,7 +30,7 @@ def test_cluster_nodes_route_to_each_other_on_loopback_with_their_own_store_and_
                                           logs=tmp_path / "logs")
     assert list(servers) == sorted(NODES)
     routes = sorted(s.cluster.port for s in servers.values())
-    for k, (name, server) in enumerate(servers.items()):
+    for k, server in enumerate(servers.values()):
         conf = server.config
         assert f'server_name: "yeto-{k}"' in conf and 'name: "yeto"' in conf
         assert f'listen: "127.0.0.1:{server.cluster.port}"' in conf and f'listen: "127.0.0.1:{server.port}"' in conf
