@@ -95,6 +95,8 @@ class BusLogHandler(logging.Handler):
             if stopping and (held or not self.lines):   # a failed last publish already waited its 2 s
                 break
             self._wake.clear()
+            if self._stopping.is_set() and not stopping:   # close() came during this pass: flush now, not after a wait
+                continue
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
             except asyncio.TimeoutError:
