@@ -15,6 +15,7 @@ from pathlib import Path
 
 from yeto.infra import artifact_files, heads
 from yeto.infra.bus import Bus, connect
+from yeto.infra.log_copy import save_run_logs
 from yeto.infra.run_paths import run_path
 from yeto.infra.tape_store import TapeStore, subject_run
 from yeto.schemas.base import derive_id
@@ -73,6 +74,7 @@ async def copy_back(state_dir: Path, run_id: str, url: str) -> RunCopiedBack:
         if end_of_run(copied.ends) is None:
             raise ValueError(f"run {run_id} has not ended yet (no RunFinalized with its artifact, RunStopped or "
                              f"RunFailed): `yeto pull` copies a run once it is over; `yeto status {run_id}` follows it")
+        await save_run_logs(bus, state_dir, run_id)     # the learners' log lines: the log stream goes with the head
         written, manifest = copied.written, None
         if written and not written.get("uploaded"):     # on the head's disk only: it goes with the VM
             manifest = await artifact_files.fetch(bus, run_id, run_path(state_dir, run_id, "artifact"),
