@@ -25,3 +25,10 @@ class Hangs:
     def check(self) -> dict[str, str | None]:
         self.release.wait()
         return {}
+
+
+class AwsWithoutServer(AwsOnly):
+    """AWS works, but SkyPilot's API server (every launch goes through it) cannot start."""
+
+    def api_server_problem(self) -> str | None:
+        return "SkyPilot's API server cannot start here: TypeError: boom"

@@ -35,6 +35,15 @@ def test_check_names_the_clouds_skypilots_check_enables_and_why_a_named_one_is_n
     assert check(capsys, tmp_path, "--gpu", "aws:8xa100")[0] == 0
 
 
+def test_an_api_server_that_cannot_start_is_missing_for_a_cloud_launch(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv(SKY_API_ENV, "check_sky:AwsWithoutServer")
+    rc, items = check(capsys, tmp_path, "--gpu", "aws:8xa100")
+    assert rc == 1 and items["clouds"][0] == OK
+    assert items["skypilot"] == (MISSING, "SkyPilot's API server cannot start here: TypeError: boom")
+    rc, items = check(capsys, tmp_path)
+    assert rc == 0 and items["skypilot"][0] == NO      # a local run does not need it
+
+
 def test_no_cloud_is_fine_for_a_local_run_and_missing_for_a_cloud_one(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv(SKY_API_ENV, "check_sky:NoCloud")
     rc, items = check(capsys, tmp_path)
@@ -121,7 +130,7 @@ def test_check_reaches_the_local_stack_and_each_recorded_head(capsys, monkeypatc
 
 
 def test_skypilots_own_check_in_a_home_without_credentials_says_no_cloud_enabled(tmp_path):
-    """RealSky.check for real: SkyPilot's check of every cloud, in this process (no API server), offline."""
+    """RealSky for real: SkyPilot's check of every cloud, in this process (no API server started), offline."""
     pytest.importorskip("sky")
     env = {k: v for k, v in os.environ.items() if k != SKY_API_ENV
            and not k.startswith(("AWS_", "GOOGLE_", "AZURE_", "KUBECONFIG", "SKYPILOT_", "LAMBDA_", "RUNPOD_"))}
@@ -137,4 +146,7 @@ def test_skypilots_own_check_in_a_home_without_credentials_says_no_cloud_enabled
     assert {"aws", "gcp", "azure", "kubernetes"} <= set(clouds) and all(why for why in clouds.values())
     assert [i["detail"] for i in out["items"] if i["name"] == "clouds"] == [
         "no cloud enabled: set up a cloud's credentials (`sky check` shows how for each)"]
+    # SkyPilot's API server (every launch goes through it) either can start here, or says why in one line
+    server = [(i["status"], i["detail"]) for i in out["items"] if i["name"] == "skypilot"]
+    assert server == [] or (server[0][0] == NO and server[0][1].startswith("SkyPilot's API server cannot start"))
     assert took < 90, f"SkyPilot's check took {took:.0f}s"

@@ -62,13 +62,15 @@ def cloud_items(gpu: str | None, timeout: float) -> tuple[list[Item], dict[str, 
     sky = version_of("sky", "skypilot")
     if sky is None:
         return [Item("skypilot", MISSING if wanted else NO, "not installed: pip install -e '.[launcher]'")], {}
-    found, why = clouds(lambda: sky_api().check(), timeout)
+    found, why, server = clouds(sky_api(), timeout)
     enabled = [c for c, reason in found.items() if reason is None]
     if why or not enabled:
         line = why or "no cloud enabled: set up a cloud's credentials (`sky check` shows how for each)"
         items = [Item("clouds", MISSING if wanted else NO, line)]
     else:
         items = [Item("clouds", OK, f"enabled: {', '.join(enabled)} (SkyPilot {sky})")]
+    if server:
+        items.append(Item("skypilot", MISSING if wanted else NO, server))
     for cloud in wanted:
         if found.get(cloud, "") is not None and not why:
             items.append(Item(cloud, MISSING, found.get(cloud) or "SkyPilot does not know this cloud"))

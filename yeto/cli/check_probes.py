@@ -78,19 +78,23 @@ def answers(url: str, env: dict[str, str], timeout: float = 3.0) -> str | None:
                 os.environ[k] = v
 
 
-def clouds(check: Callable[[], dict[str, str | None]], timeout: float) -> tuple[dict[str, str | None], str | None]:
-    """(cloud -> None when enabled else why not, None) from SkyPilot's check; ({}, why) when it gives no answer."""
+def clouds(api, timeout: float) -> tuple[dict[str, str | None], str | None, str | None]:
+    """SkyPilot's check through `api`: (cloud -> None when enabled else why not, why there is no answer, why its API
+    server could not serve a launch); a SkyApi without a server (a test double, the rehearsal) has no such problem."""
+    def ask() -> tuple[dict[str, str | None], str | None]:
+        return api.check(), getattr(api, "api_server_problem", lambda: None)()
     try:
-        return within(timeout, check), None
+        found, server = within(timeout, ask)
+        return found, None, server
     except ModuleNotFoundError as e:
         if (e.name or "").split(".")[0] != "sky":
             raise
-        return {}, "SkyPilot is not installed: pip install -e '.[launcher]'"
+        return {}, "SkyPilot is not installed: pip install -e '.[launcher]'", None
     except TimeoutError as e:
-        return {}, f"SkyPilot's check gave {e} (offline, or a cloud's API hangs); `sky check` says which"
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - its API server cannot start, a config error, ...
+        return {}, f"SkyPilot's check gave {e} (offline, or a cloud's API hangs); `sky check` says which", None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a config error, a cloud SDK that breaks, ...
         text = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        return {}, f"SkyPilot's check failed: {text}"
+        return {}, f"SkyPilot's check failed: {text}", None
 
 
 def output_item(output: str, cloud_run: bool) -> Item:

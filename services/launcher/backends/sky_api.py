@@ -112,6 +112,12 @@ class RealSky:
 
         return check_clouds()
 
+    def api_server_problem(self) -> str | None:
+        """Why SkyPilot's API server, which every launch goes through, cannot answer; None when it can."""
+        from yeto.services.launcher.backends.sky_check import api_server_problem
+
+        return api_server_problem()
+
 def sky_api() -> SkyApi:
     """The implementation $YETO_SKY_API names (`module:attribute`), else SkyPilot's."""
     target = os.environ.get(SKY_API_ENV, "").strip()

@@ -53,3 +53,25 @@ def _ask_server() -> dict[str, str | None]:
     except SystemExit:            # the server's check found no cloud: its cache below says the same
         pass
     return {str(c).lower(): None for c in sdk.get(sdk.enabled_clouds())}
+
+
+def api_server_problem() -> str | None:
+    """None when SkyPilot's API server answers, or (a local one) can start here; else why not, on one line.
+    Every launch goes through it; a local server starts on the first call, by importing the module tried here."""
+    from sky import exceptions
+    from sky.server import common as server_common
+
+    try:
+        server_common.check_server_healthy()
+        return None
+    except exceptions.ApiServerConnectionError:
+        if not server_common.is_api_server_local():
+            return f"SkyPilot's API server at {server_common.get_server_url()} does not answer"
+    except RuntimeError as e:     # a server of another SkyPilot version
+        return _reason(str(e))
+    try:
+        import sky.server.server  # noqa: F401 - what `sky api start` runs: importing it builds the server's app
+    except Exception as e:  # noqa: BLE001 - whatever stops it, the launch would stop on it too
+        hint = " (this SkyPilot's server needs fastapi<0.145: pip install 'fastapi<0.145')" if "FastAPI.__init__" in str(e) else ""
+        return _reason(f"SkyPilot's API server cannot start here: {type(e).__name__}: {e}{hint}")
+    return None
