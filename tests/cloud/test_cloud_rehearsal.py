@@ -1,0 +1,105 @@
+"""The cloud path rehearsed end to end: `yeto launch --gpu aws:1xt4,aws:1xt4` from this machine's namespace (the
+laptop) rents the head through the rehearsal's SkyApi (its stack in a namespace of its own, TLS on its veth
+address); the head's launcher starts each island as a managed job in another namespace, with only what its task
+ships. The run finishes and finalizes, its tape and artifact come back to the laptop's state dir and `yeto sql`
+answers with the head gone; `yeto down` of a second run cancels every island job and leaves none of its processes.
+(The learners train on CPU here: the rehearsal has no T4, and a learner takes what the machine has.)"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rehearsal
+from rehearsal_net import pids
+from waiting import wait_for
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "learner"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))
+import learner_tiny
+from e2e_stack import TRAIN_FLAGS
+
+pytestmark = pytest.mark.slow
+YETO = str(Path(sys.executable).parent / "yeto")
+ISLANDS = "aws:1xt4,aws:1xt4"
+
+
+class Laptop:
+    """The user's machine: `yeto` with its own state dir, SkyPilot stood in for by the rehearsal."""
+
+    def __init__(self, home: Path, world: Path, model: Path, data: Path):
+        self.home, self.world, self.model, self.data = home, world, model, data
+        self.env = {**os.environ, "YETO_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+
+    def yeto(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([YETO, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def launch(self, run_id: str, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return self.yeto("launch", "--gpu", ISLANDS, "--model", str(self.model), "--data", str(self.data), *TRAIN_FLAGS,
+                         "--run-id", run_id, *flags, timeout=timeout)
+
+    def islands(self, run_id: str) -> list[dict]:
+        jobs = rehearsal.record(self.world)["jobs"].values()
+        return sorted((j for j in jobs if j["name"].startswith(f"yeto-{run_id}-island-")), key=lambda j: j["name"])
+
+    def story(self) -> str:
+        """The tail of every log of the world (the heads' stacks, the islands' runs)."""
+        logs = sorted(self.world.rglob("run.log")) + sorted(self.world.rglob(".yeto/head/logs/*.log"))
+        return "\n".join(f"--- {p.relative_to(self.world)}\n{p.read_text(errors='replace')[-3000:]}" for p in logs)
+
+
+@pytest.fixture(scope="module")
+def laptop(module_rehearsal_dir, tmp_path_factory) -> Laptop:
+    root = tmp_path_factory.mktemp("laptop")
+    return Laptop(root / "home", module_rehearsal_dir, learner_tiny.write_model_dir(root / "model"),
+                  learner_tiny.write_chat_jsonl(root / "chat.jsonl", 300))
+
+
+@pytest.mark.timeout(600)
+def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(laptop):
+    run = "cloud-r1"
+    done = laptop.launch(run, "--max-steps", "24", "--wait", timeout=500)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{laptop.story()}"
+    islands = laptop.islands(run)
+    assert [j["name"] for j in islands] == [f"yeto-{run}-island-0-g0", f"yeto-{run}-island-1-g0"]
+    assert len({j["ns"] for j in islands}) == 2 and len({j["ip"] for j in islands}) == 2
+    pulled = laptop.yeto("pull", run)       # `launch --wait` copies back by itself; a second pull is harmless
+    assert pulled.returncode == 0, f"{pulled.stdout}\n{pulled.stderr}\n{laptop.story()}"
+    head = json.loads((laptop.home / "heads" / run / "head.json").read_text())
+    assert head["state"] == "copied" and head["url"].startswith("tls://10.236.")
+    assert (laptop.home / "heads" / run / "tape.duckdb").exists()
+    artifact = laptop.home / "runs" / run / "artifact"
+    assert any(p.suffix == ".safetensors" for p in artifact.rglob("*")), sorted(artifact.rglob("*"))
+    # the run ended: no island job runs on (each finished, or the head cancelled it), none of their processes is left
+    api, cancelled = rehearsal.RehearsalSky(), {i for call in rehearsal.record(laptop.world)["cancels"] for i in call}
+    ended = {j["id"]: rehearsal.job_status(api, j["id"]) for j in islands}
+    assert all(s == "SUCCEEDED" or (s == "CANCELLED" and i in cancelled) for i, s in ended.items()), ended
+    assert not [j["ns"] for j in islands if Path(f"/run/netns/{j['ns']}").exists() and pids(j["ns"])]
+    wait_for(lambda: api.cluster_address(head["cluster"]) is None, 120, "the head to go once the tape was home",
+             interval=0.5, detail=laptop.story)
+    query = f"select type from events where run_id = '{run}' and type = 'RunFinalized'"
+    rows = laptop.yeto("sql", "--run", run, query, "--format", "csv")      # from the copy: no head is up
+    assert rows.returncode == 0 and "RunFinalized" in rows.stdout, rows.stdout + rows.stderr
+
+
+@pytest.mark.timeout(600)
+def test_down_of_a_cloud_run_cancels_every_island_job_and_kills_its_processes(laptop):
+    run = "cloud-r2"
+    started = laptop.launch(run, "--max-steps", "100000", timeout=300)
+    assert started.returncode == 0, f"{started.stdout}\n{started.stderr}\n{laptop.story()}"
+    islands = wait_for(lambda: len(jobs := laptop.islands(run)) == 2 and all(j["status"] == "RUNNING" for j in jobs) and jobs,
+                       180, "both islands' jobs running", interval=0.5, detail=laptop.story)
+    wait_for(lambda: all(len(pids(j["ns"])) >= 3 for j in islands), 120, "each island's learner started (torchrun, worker)",
+             interval=0.5, detail=laptop.story)
+    stopped = laptop.yeto("down", run)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    ids = {j["id"] for j in islands}
+    wait_for(lambda: ids <= {i for call in rehearsal.record(laptop.world)["cancels"] for i in call}, 180,
+             "every island's job cancelled by the head", interval=0.5, detail=laptop.story)
+    api = rehearsal.RehearsalSky()
+    assert {rehearsal.job_status(api, i) for i in ids} <= {"CANCELLED", "SUCCEEDED"}
+    assert not [j["ns"] for j in islands if Path(f"/run/netns/{j['ns']}").exists() and pids(j["ns"])]
