@@ -72,6 +72,7 @@ def api_server_problem() -> str | None:
     try:
         import sky.server.server  # noqa: F401 - what `sky api start` runs: importing it builds the server's app
     except Exception as e:  # noqa: BLE001 - whatever stops it, the launch would stop on it too
-        hint = " (this SkyPilot's server needs fastapi<0.145: pip install 'fastapi<0.145')" if "FastAPI.__init__" in str(e) else ""
+        too_new = "FastAPI.__init__" in str(e)    # skypilot 0.9 passes FastAPI a keyword that 0.145 dropped
+        hint = " (this SkyPilot's server needs fastapi<0.145: pip install 'fastapi<0.145')" if too_new else ""
         return _reason(f"SkyPilot's API server cannot start here: {type(e).__name__}: {e}{hint}")
     return None
