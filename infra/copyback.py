@@ -2,63 +2,22 @@
 laptop's copy of the tape, its artifact fetched and verified, then RunCopiedBack (the CLI reads the copy through
 yeto/cli/common.run_source once the head is gone).
 
-The copy is written by the tape writer's own store (TapeStore: the same rows, keyed by the head's stream
+The copy is made with the tape writer's own code (infra/tape_copy.py: the same rows, keyed by the head's stream
 sequences), never a copy of the head's DuckDB file, so it resumes where it stopped: a second pull appends only
-what came after its last sequence. Once RunCopiedBack is on the bus the head's supervisor stops the head.
+what came after its last sequence. The artifact comes over the bus from the head's supervisor
+(infra/artifact_files.py). Once RunCopiedBack is on the bus the supervisor stops the head.
 """
 from __future__ import annotations
 
-import asyncio
-import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from yeto.infra import artifact_files, heads
-from yeto.infra.bus import Bus, connect
+from yeto.infra.bus_nats import NatsBus, redact
 from yeto.infra.log_copy import save_run_logs
 from yeto.infra.run_paths import run_path
-from yeto.infra.tape_store import TapeStore, subject_run
+from yeto.infra.tape_copy import copy_tape
 from yeto.schemas.base import derive_id
-from yeto.schemas.final import ENDING_EVENTS, RunCopiedBack, end_of_run
-from yeto.schemas.subjects import run_events
-
-BATCH = 5000
-
-
-@dataclass(frozen=True)
-class Copied:
-    rows: int                       # the run's events on the copy
-    last_seq: int                   # the head's stream sequence of the newest
-    ends: dict[str, int]            # ENDING_EVENTS on the copy -> the sequence of the newest of each
-    written: dict | None            # the newest ArtifactWritten's payload
-
-
-async def copy_tape(bus: Bus, run_id: str, db: Path) -> Copied:
-    """Append the run's events after the copy's last sequence until none is pending."""
-    store = await asyncio.to_thread(TapeStore, db)
-    try:
-        consumer = await bus.consumer([run_events(run_id)], ack=False, after_seq=store.last_seq)
-        try:
-            while True:
-                batch = await consumer.fetch(BATCH, timeout_s=2.0)
-                if batch:
-                    await asyncio.to_thread(store.append, [d.seq for d in batch], [subject_run(d.subject) for d in batch],
-                                            [d.data.decode("utf-8", "replace") for d in batch])
-                if (batch[-1].num_pending if batch else await consumer.num_pending()) == 0:
-                    break
-        finally:
-            await consumer.close()
-        return await asyncio.to_thread(_summary, store)
-    finally:
-        store.close()
-
-
-def _summary(store: TapeStore) -> Copied:
-    (rows,) = store.con.execute("SELECT count(*) FROM events").fetchone() or (0,)
-    kinds = ", ".join(f"'{t}'" for t in ENDING_EVENTS)
-    ends = dict(store.con.execute(f"SELECT type, max(seq) FROM events WHERE type IN ({kinds}) GROUP BY type").fetchall())
-    written = store.con.execute("SELECT payload FROM events WHERE type = 'ArtifactWritten' ORDER BY seq DESC LIMIT 1").fetchone()
-    return Copied(rows=int(rows), last_seq=store.last_seq, ends=ends, written=json.loads(written[0]) if written else None)
+from yeto.schemas.final import RunCopiedBack, end_of_run
 
 
 async def copy_back(state_dir: Path, run_id: str, url: str) -> RunCopiedBack:
@@ -66,11 +25,11 @@ async def copy_back(state_dir: Path, run_id: str, url: str) -> RunCopiedBack:
     ValueError while the run has not ended (what was copied stays, and the next pull resumes it)."""
     db = heads.copied_tape(state_dir, run_id)
     db.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    bus = await connect(url, name="yeto-pull")
+    bus = await NatsBus.connect(url, name="yeto-pull")
     try:
         copied = await copy_tape(bus, run_id, db)
         if copied.rows == 0:
-            raise ValueError(f"the stack at {url} has no events of run {run_id}")
+            raise ValueError(f"the stack at {redact(url)} has no events of run {run_id}")
         if end_of_run(copied.ends) is None:
             raise ValueError(f"run {run_id} has not ended yet (no RunFinalized with its artifact, RunStopped or "
                              f"RunFailed): `yeto pull` copies a run once it is over; `yeto status {run_id}` follows it")
