@@ -266,3 +266,17 @@ async def test_the_tape_copy_holds_the_runs_events_with_the_streams_sequences_an
     rows = query_file(db, "SELECT seq, run_id, type, payload->>'reason' FROM events ORDER BY seq")["rows"]
     assert rows == [[s, run_id, "MessageRejected", f"event {i}"] for i, s in enumerate(seqs)]
     assert second.ends == {} and second.written is None            # the run has not ended
+
+
+def test_only_the_operator_may_ask_for_or_serve_a_heads_artifact_files():
+    from yeto.infra.bus_perms import learner_permissions, operator_permissions, service_permissions
+    from yeto.schemas.subjects import artifact_subject, subject_matches
+
+    def may(perms: dict, action: str) -> bool:
+        rule = perms[action]
+        return (any(subject_matches(p, artifact_subject("r1")) for p in rule["allow"])
+                and not any(subject_matches(p, artifact_subject("r1")) for p in rule.get("deny", [])))
+
+    assert may(operator_permissions(), "publish") and may(operator_permissions(), "subscribe")
+    for perms in (service_permissions(), learner_permissions("r1", "island-0")):
+        assert not may(perms, "publish") and not may(perms, "subscribe")
