@@ -13,28 +13,24 @@ import sky
 
 import rehearsal
 from waiting import wait_for
-from yeto.infra import bus_auth, tls
+from yeto.infra import bus_auth, heads, procs
 from yeto.infra.bus import connect
+from yeto.services.launcher.backends.sky_tasks import CA_MOUNT, CREDS_MOUNT, head_task
 
 RUN, OTHER = "r-perm", "r-perm-other"
 pytestmark = pytest.mark.slow
 
 
-def head_task(bundle) -> sky.Task:
-    task = sky.Task(name=f"yeto-head-{RUN}", workdir=str(rehearsal.jobs.REPO), setup="true",
-                    run=f"yeto --state-dir ~/.yeto/head stack up --head --run-id {RUN} --port 4222 --foreground")
-    task.set_file_mounts({"~/.yeto/head": str(bundle)})
-    return task
-
-
 @pytest.fixture(scope="module")
 def head(module_rehearsal_dir, tmp_path_factory):
-    """The head's address and the laptop's copy of its bundle (what `yeto launch` would make before renting)."""
-    bundle = tmp_path_factory.mktemp("heads") / "bundle"
+    """The head (the task `yeto launch` rents, over the bundle it makes) with credentials issued for an island of
+    RUN and one of OTHER; its URL, the laptop's bundle, the certificate to pin and the head's nats-server log."""
+    laptop = tmp_path_factory.mktemp("laptop")
+    bundle = heads.prepare_bundle(laptop, RUN, {})
     bus_auth.prepare(bundle, ((RUN, "island-0"), (OTHER, "island-0")))
-    cert, _ = tls.self_signed(bundle / "tls", ["yeto-head", "127.0.0.1", "localhost"])
+    cert = heads.new_record(laptop, RUN, price_per_hour=0.0, launched_at=0.0)["ca_file"]
     api = rehearsal.RehearsalSky()
-    api.launch_cluster(head_task(bundle), f"yeto-head-{RUN}", idle_minutes_to_autodown=5)
+    api.launch_cluster(head_task(RUN, bundle), f"yeto-head-{RUN}", idle_minutes_to_autodown=5)
     url = f"tls://{api.cluster_address(f'yeto-head-{RUN}')}:4222"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(bundle)))
@@ -42,7 +38,7 @@ def head(module_rehearsal_dir, tmp_path_factory):
         log = module_rehearsal_dir / f"cluster-yeto-head-{RUN}" / "run.log"
         wait_for(lambda: asyncio.run(_streams(url)), 120, "the head's streams over TLS from this machine", interval=0.5,
                  detail=log.read_text)
-        yield url, bundle, cert
+        yield url, bundle, cert, log.parent / "home" / ".yeto" / "head" / "logs" / "nats-server.log"
 
 
 async def _streams(url: str) -> bool:
@@ -58,13 +54,14 @@ async def _streams(url: str) -> bool:
         await bus.close()
 
 
-def island(head, probe: list[str], *, creds=None, with_ca: bool = True) -> dict:
-    """An island-shaped task (credential and CA by file mount, paths in envs) running the probe; what it printed."""
-    url, bundle, cert = head
-    mounts = {"~/.yeto/island/learner.json": str(creds or bus_auth.learner_file(bundle, RUN, "island-0"))}
-    envs = {"YETO_NATS_URL": url, "YETO_NATS_CREDS": "~/.yeto/island/learner.json"}
+def island(head, probe: list[str], *, creds=None, with_ca: bool = True) -> tuple[dict, str]:
+    """An island-shaped task (credential and CA by file mount, paths in envs) running the probe; what it printed,
+    and the island's address."""
+    url, bundle, cert, _ = head
+    mounts = {CREDS_MOUNT: str(creds or bus_auth.learner_file(bundle, RUN, "island-0"))}
+    envs = {"YETO_NATS_URL": url, "YETO_NATS_CREDS": CREDS_MOUNT}
     if with_ca:
-        mounts["~/.yeto/island/ca.pem"], envs["YETO_NATS_CA"] = str(cert), "~/.yeto/island/ca.pem"
+        mounts[CA_MOUNT], envs["YETO_NATS_CA"] = str(cert), CA_MOUNT
     task = sky.Task(name="probe", run=f"python3 tests/cloud/island_probe.py {' '.join(probe)}", envs=envs,
                     workdir=str(rehearsal.jobs.REPO))
     task.set_file_mounts(mounts)
@@ -72,29 +69,32 @@ def island(head, probe: list[str], *, creds=None, with_ca: bool = True) -> dict:
     job = api.jobs_launch(task, "probe")
     status = wait_for(lambda: (s := rehearsal.job_status(api, job)) != "RUNNING" and s, 90, "the probe")
     assert status == "SUCCEEDED", api.jobs_logs(job)
-    return json.loads(api.jobs_logs(job).strip().splitlines()[-1])
+    ip = rehearsal.record(rehearsal.jobs.rehearsal_dir())["jobs"][str(job)]["ip"]
+    return json.loads(api.jobs_logs(job).strip().splitlines()[-1]), ip
 
 
 def test_a_learner_is_refused_commands_other_runs_and_other_islands_and_its_own_push_lands(head):
-    seen = island(head, ["attacks", RUN, OTHER])
+    seen, _ = island(head, ["attacks", RUN, OTHER])
     assert "for publish to" in seen["launch"] and "launchrun" in seen["launch"]
     assert "for subscription to" in seen["other_run"] and OTHER in seen["other_run"]
     assert "for publish to" in seen["other_island"] and "island-1" in seen["other_island"]
     assert seen["own_push"]["stream"] == "YETO_FRAG" and seen["own_push"]["seq"] > 0 and seen["own_push"]["connected"]
-    assert all(run.get("cluster_status") == "UP" for run in rehearsal.record(rehearsal.jobs.rehearsal_dir())["clusters"].values())
+    stack = json.loads((head[3].parents[1] / "stack.json").read_text())     # the head's stack goes on, every process
+    assert all(procs.alive(pid, stack["started_at"][name]) for name, pid in stack["pids"].items()), stack["pids"]
 
 
 def test_a_learner_without_the_ca_cannot_connect(head):
-    seen = island(head, ["connect"], with_ca=False)
+    seen, _ = island(head, ["connect"], with_ca=False)
     assert not seen["connected"] and "certificate verify failed" in seen["error"].lower()
 
 
 def test_a_learner_with_a_wrong_password_cannot_connect(head, tmp_path):
     ident = json.loads(bus_auth.learner_file(head[1], RUN, "island-0").read_text())
     wrong = bus_auth.write_secret(tmp_path / "learner.json", json.dumps({**ident, "password": ident["password"][::-1]}))
-    seen = island(head, ["connect"], creds=wrong)
-    assert not seen["connected"] and "authorization violation" in seen["error"].lower()
+    seen, ip = island(head, ["connect"], creds=wrong)
+    refused = [line for line in head[3].read_text().splitlines() if f"{ip}:" in line and "authentication error" in line]
+    assert not seen["connected"] and refused and f'User "learner-{RUN}-island-0"' in refused[0], seen["error"]
 
 
 def test_with_the_ca_and_its_credential_the_learner_connects(head):
-    assert island(head, ["connect"]) == {"connected": True, "error": ""}
+    assert island(head, ["connect"])[0] == {"connected": True, "error": ""}

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,9 +62,10 @@ def laptop(module_rehearsal_dir, tmp_path_factory) -> Laptop:
 
 @pytest.mark.timeout(600)
 def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(laptop):
-    run = "cloud-r1"
-    done = laptop.launch(run, "--max-steps", "24", "--wait", timeout=500)
+    run, started = "cloud-r1", time.monotonic()
+    done = laptop.launch(run, "--max-steps", "16", "--wait", timeout=500)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{laptop.story()}"
+    print(f"{run}: launch --wait took {time.monotonic() - started:.0f}s:\n{done.stdout}")
     islands = laptop.islands(run)
     assert [j["name"] for j in islands] == [f"yeto-{run}-island-0-g0", f"yeto-{run}-island-1-g0"]
     assert len({j["ns"] for j in islands}) == 2 and len({j["ip"] for j in islands}) == 2
@@ -81,6 +83,7 @@ def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(la
     assert not [j["ns"] for j in islands if Path(f"/run/netns/{j['ns']}").exists() and pids(j["ns"])]
     wait_for(lambda: api.cluster_address(head["cluster"]) is None, 120, "the head to go once the tape was home",
              interval=0.5, detail=laptop.story)
+    print(f"{run}: launch to the head gone {time.monotonic() - started:.0f}s")
     query = f"select type from events where run_id = '{run}' and type = 'RunFinalized'"
     rows = laptop.yeto("sql", "--run", run, query, "--format", "csv")      # from the copy: no head is up
     assert rows.returncode == 0 and "RunFinalized" in rows.stdout, rows.stdout + rows.stderr
