@@ -280,3 +280,20 @@ def test_only_the_operator_may_ask_for_or_serve_a_heads_artifact_files():
     assert may(operator_permissions(), "publish") and may(operator_permissions(), "subscribe")
     for perms in (service_permissions(), learner_permissions("r1", "island-0")):
         assert not may(perms, "publish") and not may(perms, "subscribe")
+
+
+def test_pull_says_what_it_cannot_copy_and_a_copied_run_is_not_copied_twice(tmp_path, capsys, monkeypatch):
+    from yeto.cli.main import main
+
+    monkeypatch.delenv("YETO_NATS_URL", raising=False)
+    laptop = str(tmp_path)
+    assert main(["--state-dir", laptop, "pull", "r-local"]) == 2
+    assert "no head record" in capsys.readouterr().err
+    record = {"run_id": "r-gone", "cluster": "yeto-head-r-gone", "url": "tls://203.0.113.7:4222", "state": "down",
+              "ca_file": "", "creds_file": "", "price_per_hour": 0.1, "launched_at": 0.0}
+    heads.write_head(tmp_path, record)
+    assert main(["--state-dir", laptop, "pull", "r-gone"]) == 2
+    assert "head is down: there is nothing to copy from" in capsys.readouterr().err
+    heads.write_head(tmp_path, {**record, "state": "copied"})
+    assert main(["--state-dir", laptop, "pull", "r-gone"]) == 0
+    assert "copied back already" in capsys.readouterr().out

@@ -25,10 +25,15 @@ def cmd_pull(args) -> int:
     if rec is None and not c.nats_url:
         raise ValueError(f"run {run} has no head record under {c.state_dir}: a local run's tape is here already "
                          f"(`yeto status {run}`); for a head launched elsewhere pass its --nats-url")
+    if rec is not None and not c.nats_url:
+        if rec["state"] == "copied":
+            print(f"run {run} was copied back already: {heads.copied_tape(c.state_dir, run)} (`yeto status {run}`)")
+            return 0
+        if rec["state"] == "down" or not rec["url"]:
+            raise ValueError(f"run {run}'s head is {'down' if rec['state'] == 'down' else 'not up yet'}: there is "
+                             f"nothing to copy from")
     url = url_for_run(args, run)
-    if url is None:
-        raise ValueError(f"run {run}'s head is {rec['state'] if rec else 'unknown'}: there is nothing to copy from "
-                         f"(the copy is {heads.copied_tape(c.state_dir, run)})")
+    assert url is not None, "a head that is up, or --nats-url"
     copied = asyncio.run(copy_back(c.state_dir, run, url))
     print(f"copied run {run}: {copied.tape_rows} events to {heads.copied_tape(c.state_dir, run)}")
     if copied.num_files:
