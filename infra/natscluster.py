@@ -38,6 +38,16 @@ def check_size(size: int) -> None:
                          f"(its Raft groups need a majority); use 1 for a single server, or 3")
 
 
+def check_store(nats_dir: Path, size: int | None) -> int:
+    """The number of nodes to start: `size`, or (None) as many as keep the streams under nats_dir. Another number
+    than those is refused: its streams would start empty beside a tape that holds the old ones' sequence numbers."""
+    kept = len(list(nats_dir.glob("node-*"))) or (1 if (nats_dir / "jetstream").exists() else 0)
+    if size is not None and kept and size != kept:
+        raise ValueError(f"{nats_dir} keeps the streams of a {kept}-server stack: start it as one (`--cluster {kept}`), "
+                         f"or use another --state-dir for a {size}-server stack")
+    return size or kept or 1
+
+
 def cluster_servers(nats_dir: Path, size: int, *, users_file: Path, logs: Path, nodes: dict | None = None
                     ) -> dict[str, NatsServer]:
     """The `size` nodes, not started. `nodes`: the ports recorded by an earlier start ({name: {port, route_port}}),

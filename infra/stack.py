@@ -126,7 +126,7 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     os.chmod(paths.root, 0o700)     # logs, tape and credentials: this user's alone
     prev_port = rec["port"] if rec else 0
     paths.logs.mkdir(parents=True, exist_ok=True)
-    size = cluster or (rec or {}).get("cluster", 1)
+    size = natscluster.check_store(paths.nats, cluster or (rec or {}).get("cluster") or None)
     servers = servers_for(paths, size, port=port or prev_port, head_run=head_run, hosts=hosts, nodes=(rec or {}).get("nodes"))
     for server in servers.values():
         server.start(detach=True)

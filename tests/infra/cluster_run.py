@@ -54,6 +54,7 @@ class ClusterRun(Stack):
         self.rec = stack.up(home, cluster=3)
         print(f"stack up --cluster 3: {time.monotonic() - started:.1f}s")
         self.url = self.rec["url"]
+        self.kill_seq, self.dead = 0, list[str]()     # the tape's last seq before the kills, what was killed
 
     def merged_after(self, run: str, seq: int, what: str, more: int) -> None:
         """Wait until both fragments merged `more` versions past their last before `seq`, from both learners."""
@@ -82,7 +83,7 @@ class ClusterRun(Stack):
         # The node leading the event stream, and one instance of each doubled service; none of them restarted.
         leader = wait_for(lambda: asyncio.run(stream_leader(self.url)), 30, "a leader of YETO_EVT")
         victim = f"nats-server-{leader.rsplit('-', 1)[1]}"
-        seq = self.last_seq()
+        seq = self.kill_seq = self.last_seq()
         for name in (victim, *(f"{s}-0" for s in SCALED)):
             self.kill9(name)
         print(f"killed {victim} (leader of {EVT_STREAM}, {leader}) and " + ", ".join(f"{s}-0" for s in SCALED))
@@ -113,10 +114,11 @@ class ClusterRun(Stack):
             assert vs == list(range(1, len(vs) + 1)), f"fragment {p}: merged versions {vs}"
         for p, vs in round_versions(self.events(run, "GlobalVersionPublished")).items():
             assert vs == list(range(len(vs))), f"fragment {p}: published versions {vs}"
-        steps: dict[tuple[str, int], list[int]] = {}
+        steps: dict[tuple[str, int], list[tuple[int, int]]] = {}
         for e in self.events(run, "LearnerProgress"):
-            steps.setdefault((e["learner"], e["generation"]), []).append(e["step"])
+            steps.setdefault((e["learner"], e["generation"]), []).append((e["seq"], e["step"]))
         assert sorted(steps) == [("island-0", 0), ("island-1", 0)], sorted(steps)   # no island was lost on the way
         for key, ss in steps.items():
-            assert ss == sorted(set(ss)) and len(ss) > 10, f"{key}: progress steps {ss}"
+            assert [s for _, s in ss] == sorted({s for _, s in ss}), f"{key}: progress steps {ss}"
+            assert ss[-1][0] > self.kill_seq, f"{key}: no progress after the kills: {ss}"
         print(f"{len(stream)} events on the stream and the tape; progress reports {[len(s) for s in steps.values()]}")
