@@ -88,7 +88,8 @@ class RehearsalSky:
         with jobs.locked(self.root) as state:
             job_id = len(state["jobs"]) + 1
             rec = self._start(state, task, f"job-{job_id}")
-            state["jobs"][str(job_id)] = {**rec, "id": job_id, "name": name}
+            # envs are what SkyPilot prints for everyone to see: kept, so a test can check no secret is among them
+            state["jobs"][str(job_id)] = {**rec, "id": job_id, "name": name, "envs": dict(task.envs or {})}
             return job_id
 
     def jobs_queue(self) -> list[ManagedJob]:

@@ -27,6 +27,7 @@ from e2e_stack import TRAIN_FLAGS
 pytestmark = pytest.mark.slow
 YETO = str(Path(sys.executable).parent / "yeto")
 ISLANDS = "aws:1xt4,aws:1xt4"
+TOKEN = "hf_rehearsal_not_a_real_token"     # the laptop's HF_TOKEN: it reaches the islands by file only
 
 
 class Laptop:
@@ -34,7 +35,7 @@ class Laptop:
 
     def __init__(self, home: Path, world: Path, model: Path, data: Path):
         self.home, self.world, self.model, self.data = home, world, model, data
-        self.env = {**os.environ, "YETO_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+        self.env = {**os.environ, "YETO_HOME": str(home), "PYTHONUNBUFFERED": "1", "HF_TOKEN": TOKEN}
 
     def yeto(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([YETO, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -69,6 +70,14 @@ def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(la
     islands = laptop.islands(run)
     assert [j["name"] for j in islands] == [f"yeto-{run}-island-0-g0", f"yeto-{run}-island-1-g0"]
     assert len({j["ns"] for j in islands}) == 2 and len({j["ip"] for j in islands}) == 2
+    for i, job in enumerate(islands):     # each island got only what its task ships; secrets by file, never in envs
+        home = Path(job["dir"]) / "home"
+        assert sorted(str(p.relative_to(home)) for p in (home / ".yeto").rglob("*") if p.is_file()) == [
+            ".yeto/data/chat.jsonl", ".yeto/island/ca.pem", ".yeto/island/env.json", ".yeto/island/learner.json"]
+        assert json.loads((home / ".yeto/island/env.json").read_text()) == {"HF_TOKEN": TOKEN}
+        assert json.loads((home / ".yeto/island/learner.json").read_text())["user"] == f"learner-{run}-island-{i}"
+        assert (home / ".yeto/island/env.json").stat().st_mode & 0o777 == 0o600
+        assert TOKEN not in json.dumps(job["envs"]) and TOKEN not in (Path(job["dir"]) / "run.log").read_text()
     pulled = laptop.yeto("pull", run)       # `launch --wait` copies back by itself; a second pull is harmless
     assert pulled.returncode == 0, f"{pulled.stdout}\n{pulled.stderr}\n{laptop.story()}"
     head = json.loads((laptop.home / "heads" / run / "head.json").read_text())
@@ -87,6 +96,8 @@ def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(la
     query = f"select type from events where run_id = '{run}' and type = 'RunFinalized'"
     rows = laptop.yeto("sql", "--run", run, query, "--format", "csv")      # from the copy: no head is up
     assert rows.returncode == 0 and "RunFinalized" in rows.stdout, rows.stdout + rows.stderr
+    leaked = laptop.yeto("sql", "--run", run, f"select count(*) from events where payload like '%{TOKEN}%'", "--format", "csv")
+    assert leaked.returncode == 0 and leaked.stdout.split()[-1] == "0" and TOKEN not in done.stdout + done.stderr
 
 
 @pytest.mark.timeout(600)
