@@ -5,8 +5,8 @@ restart a requested but unfinished cut is taken again). The runs fold the same o
 shard's FinalCutDone is kept), so one snapshot serves them all: `dump`/`load` are its codec (JSON, exact
 round trip), and `load` is told the shard of the instance that resumes from it. IslandUp / IslandReplaced
 announce the learner generations the data plane admits (roster.py), with their ranks; IslandExited,
-IslandPreempted, IslandStopped and IslandDropped say a generation is gone: it stops counting as live at once
-(liveness.py), and a replacement counts again from its first chunk.
+IslandPreempted, IslandStopped and IslandDropped say a generation is gone (IslandReplaced, that its predecessor
+is): it stops counting as live at once (liveness.py), and a replacement counts again from its first chunk.
 """
 from __future__ import annotations
 
@@ -70,8 +70,11 @@ def evolve(state: SyncerState, event: Event) -> SyncerState:
             return state
         spec = _dict(event.spec)
         ranks = _positive(spec.get("count"), 1) * _positive(spec.get("nodes"), 1)
+        gone = info.gone                # a replacement up means its predecessors are over, whatever else was said
+        if isinstance(event, IslandReplaced) and event.previous_generation > gone.get(name, -1):
+            gone = {**gone, name: event.previous_generation}
         runs = {**runs, event.run_id: replace(info, generations={**info.generations, name: event.generation},
-                                              ranks={**info.ranks, name: ranks})}
+                                              ranks={**info.ranks, name: ranks}, gone=gone)}
     elif isinstance(event, GONE) and event.run_id in runs:
         info, name = runs[event.run_id], learner_name(event.island)
         if event.generation <= info.gone.get(name, -1):

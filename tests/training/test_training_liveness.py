@@ -70,6 +70,8 @@ def test_the_launchers_island_ends_fold_into_gone_and_the_codec_keeps_them():
     assert runs.evolve(state, IslandStopped(run_id="other", island=0, spec=SPEC)) == state
     assert runs.load(runs.dump(state)) == state and runs.CODEC_VERSION == "3"
     assert roster_of(info).gone == {"island-1": 0, "island-0": 0}
+    alone = fold(IslandReplaced(run_id=RUN, island=0, generation=2, spec=SPEC, previous_generation=1)).runs[RUN]
+    assert alone.gone == {"island-0": 1}, "a replacement up means its predecessor is over, even unannounced"
 
 
 def test_silence_bound_is_a_few_push_gaps_of_the_learners_own_step_time_within_floor_and_timeout():
