@@ -25,9 +25,10 @@ FINAL = ("SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED")
 
 def world_up(root: Path) -> dict:
     """Make the world (bridge, handle) under `root`, the future $YETO_REHEARSAL_DIR."""
-    world = {**net.world_up(secrets.token_hex(3)[:5]), "venv_bin": jobs.venv_bin()}
+    world = {**net.world_names(secrets.token_hex(3)[:5]), "venv_bin": jobs.venv_bin()}
     with jobs.locked(root) as state:
         state.update(world=world, clusters={}, jobs={}, cancels=[], next_index=1)
+    net.world_up(world)
     return world
 
 

@@ -48,14 +48,17 @@ def free_net() -> str:
     return next(f"10.236.{k}" for k in range(256) if f" 10.236.{k}." not in used)
 
 
-def world_up(tag: str) -> dict:
-    """The bridge and the handle on this machine's namespace; the world's description (kept in the state file)."""
-    world = {"tag": tag, "net": free_net(), "bridge": f"yrb{tag}", "root": f"yreh-{tag}-root"}
+def world_names(tag: str) -> dict:
+    """The world's names and its /24 (nothing made yet: recorded first, so `world_down` finds a half-made world)."""
+    return {"tag": tag, "net": free_net(), "bridge": f"yrb{tag}", "root": f"yreh-{tag}-root"}
+
+
+def world_up(world: dict) -> None:
+    """The handle on this machine's namespace and the bridge."""
     sh("ip", "netns", "attach", world["root"], str(os.getpid()))
     sh("ip", "link", "add", world["bridge"], "type", "bridge")
     sh("ip", "addr", "add", f"{world['net']}.1/24", "dev", world["bridge"])
     sh("ip", "link", "set", world["bridge"], "up")
-    return world
 
 
 def ns_up(world: dict, what: str, index: int) -> tuple[str, str]:
