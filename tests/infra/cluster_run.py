@@ -122,3 +122,30 @@ class ClusterRun(Stack):
             assert [s for _, s in ss] == sorted({s for _, s in ss}), f"{key}: progress steps {ss}"
             assert ss[-1][0] > self.kill_seq, f"{key}: no progress after the kills: {ss}"
         print(f"{len(stream)} events on the stream and the tape; progress reports {[len(s) for s in steps.values()]}")
+
+
+async def stream_messages(url: str) -> int:
+    """How many messages YETO_EVT holds."""
+    bus = await connect(url, name="test-count")
+    try:
+        return (await bus.js.stream_info(EVT_STREAM)).state.messages
+    finally:
+        await bus.close()
+
+
+async def replicas_current(url: str) -> bool:
+    """Every stream has a leader and all its other copies are online and current (a rejoined node has caught up)."""
+    from yeto.schemas.subjects import STREAMS
+
+    bus = await connect(url, name="test-replicas")
+    try:
+        for spec in STREAMS:
+            cluster = (await bus.js.stream_info(spec.name)).cluster
+            peers = cluster.replicas or []
+            if not cluster.leader or len(peers) != 2 or not all(p.current and not p.offline for p in peers):
+                return False
+        return True
+    except Exception:  # noqa: BLE001 - a stream without a leader right now: not yet
+        return False
+    finally:
+        await bus.close()

@@ -2,7 +2,10 @@
 outlives a kill -9 of the node leading the event stream and of one instance of each service, nothing lost on the tape."""
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -118,3 +121,29 @@ def test_a_state_dir_keeps_the_shape_its_streams_were_made_in(tmp_path):
     assert natscluster.check_store(other, None) == 3         # `yeto stack up` after `down` comes back as a cluster
     with pytest.raises(ValueError, match="--cluster 3"):
         natscluster.check_store(other, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_dead_node_rejoins_at_its_address_and_catches_up_and_down_then_up_brings_the_cluster_back(tmp_path):
+    from cluster_run import replicas_current, stream_messages
+    from waiting import wait_for
+
+    home = tmp_path / "home"
+    first = stack.up(home, cluster=3)
+    try:
+        node = "nats-server-1"
+        os.kill(first["pids"][node], signal.SIGKILL)
+        wait_for(lambda: not stack.status(home)[node], 10, f"{node} gone after SIGKILL")
+        before = asyncio.run(stream_messages(first["url"]))
+        again = stack.up(home)                                   # restarts the node alone, at its address
+        assert again["url"] == first["url"] and again["pids"][node] != first["pids"][node]
+        assert {n: p for n, p in again["pids"].items() if n != node} == \
+               {n: p for n, p in first["pids"].items() if n != node}
+        wait_for(lambda: asyncio.run(replicas_current(first["url"])), 60, "every replica of every stream current")
+        stack.down(home)
+        back = stack.up(home)                                    # no flag: the store says three nodes
+        assert set(natscluster.node_names(back)) == NODES and back["cluster"] == 3
+        assert asyncio.run(stream_messages(back["url"])) >= before   # the streams came back with their events
+    finally:
+        stack.down(home)
