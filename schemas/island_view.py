@@ -77,8 +77,10 @@ def _phase(isl: Island, e: IslandEvent) -> Island:
         return replace(isl, phase="preempted", since=ts)
     if isinstance(e, IslandDropped):
         return replace(isl, phase="dropped", since=ts)
-    if isinstance(e, IslandStopped) and current and isl.phase in ("requested", "up", "exited"):
-        return replace(isl, phase="stopped", since=ts)
+    if isinstance(e, IslandStopped) and current and isl.phase in (*LIVE, "exited"):
+        # a generation stopped while it was being started (the run ended meanwhile) ends too: else the launcher
+        # would ask to stop it again once per de-duplication window; it never recorded a handle of its own
+        return replace(isl, phase="stopped", since=ts, handle="" if isl.phase == "replacing" else isl.handle)
     return isl
 
 

@@ -12,7 +12,7 @@ from pydantic import TypeAdapter
 from yeto.schemas.run_view import RunView, evolve
 
 State = dict[str, RunView]
-CODEC_VERSION = "launcher-1"   # bump when RunView's shape changes: an older snapshot is then refolded from seq 1
+CODEC_VERSION = "launcher-2"   # bump when RunView's shape or fold changes: an older snapshot is then refolded from seq 1
 _JSON = TypeAdapter(State)
 
 __all__ = ["CODEC_VERSION", "State", "backend_of", "dump", "evolve", "load", "recorded_handle"]

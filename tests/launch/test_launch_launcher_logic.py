@@ -206,3 +206,19 @@ def test_a_run_that_ends_stops_a_cloud_island_that_exited_during_the_final_cut()
     end = RunFinalized(run_id="r1", output="o", manifest_sha256="h", reason="max_steps", spend_usd=0, ts=at(10))
     (stop,) = published(decide(fold(events + [cut, exited, end]), None, at(11)))
     assert isinstance(stop, StopIsland) and decide(fold(events + [cut, exited, end]), stop, at(11)) == [Kill(stop, "7")]
+
+
+def test_a_replacing_island_stopped_at_the_runs_end_is_stopped_and_not_asked_again():
+    from yeto.schemas.fleet import IslandStopped
+
+    replacing = launched_and_up() + [isl(IslandExited, 0, t=5, exit_code=1), isl(IslandPreempted, 0, t=5, reason="x"),
+                                     isl(IslandRequested, 0, 1, t=5)]
+    old_stop = isl(IslandStopped, 0, 0, t=6, handle="100", reason="preempted")      # the previous generation's stop
+    assert fold(replacing + [old_stop])["r1"].islands[0].phase == "replacing"      # ... does not end the replacement
+    end = RunFinalized(run_id="r1", output="o", manifest_sha256="h", reason="max_steps", spend_usd=0, ts=at(10))
+    out = published(decide(fold(replacing + [old_stop, end]), None, at(11)))
+    assert [(type(m), m.island, m.generation) for m in out] == [(StopIsland, 0, 1), (StopIsland, 1, 0)]
+    stopped = [isl(IslandStopped, m.island, m.generation, t=12, handle="", reason=m.reason) for m in out]
+    state = fold(replacing + [old_stop, end, *stopped])
+    assert [(i.phase, i.handle) for i in state["r1"].islands] == [("stopped", ""), ("stopped", "200")]
+    assert published(decide(state, None, at(13))) == published(decide(state, None, at(600))) == []
