@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from yeto.infra.model_source import ModelSource, resolve
+from yeto.services.finalizer import resume_state
 
 ADAPTER_NAME = "default"   # peft's name of the one adapter a learner trains
 
@@ -77,7 +78,8 @@ def _write_full(state: dict[str, np.ndarray], source, out: Path, max_shard_size:
 
 
 def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out: Path, run_id: str,
-                   versions: dict[int, int], acked: list[str], max_shard_size: str = "2GB") -> tuple[str, list[str], str]:
+                   versions: dict[int, int], acked: list[str], max_shard_size: str = "2GB",
+                   snapshot_dir: Path | None = None) -> tuple[str, list[str], str]:
     """Write the artifact into `out`; returns (kind, files, manifest sha256). Deterministic for the same input."""
     train = recipe.get("train", {})
     source = resolve(train["model"])
@@ -88,12 +90,14 @@ def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out:
     before = {p.name for p in out.iterdir()}
     _save_tokenizer(source, out)
     files += sorted({p.name for p in out.iterdir()} - before - set(files))
+    files += resume_state.write(out, snapshot_dir)      # the syncer's final θ and outer momentum, for --resume-from
     manifest = {
         "run_id": run_id, "kind": kind, "base_model": train["model"], "base_location": base,
         "files": {f: sha256_file(out / f) for f in sorted(set(files))},
         "versions": {str(k): v for k, v in sorted(versions.items())}, "acked_by": sorted(acked),
         "recipe": recipe, "data": recipe.get("data_check", {}),
         "num_parameters": int(sum(v.size for v in state.values())),
+        "resume": resume_state.describe(out, files, recipe),
     }
     text = json.dumps(manifest, indent=2, sort_keys=True)
     (out / "manifest.json").write_text(text)

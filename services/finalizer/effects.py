@@ -55,7 +55,8 @@ class Effects:
         state = await read_final_state(ctx.bus, cmd.run_id)
         out = self.artifact_dir(cmd.run_id)
         kind, files, manifest_sha = await asyncio.to_thread(
-            write_artifact, state, recipe=cmd.recipe, out=out, run_id=cmd.run_id, versions=cmd.versions, acked=cmd.acked)
+            write_artifact, state, recipe=cmd.recipe, out=out, run_id=cmd.run_id, versions=cmd.versions, acked=cmd.acked,
+            snapshot_dir=run_path(self.state_dir, cmd.run_id, area="syncer"))
         where, uploaded = await asyncio.to_thread(deliver, out, cmd.recipe.get("output") or "")
         return cmd.caused(ArtifactWritten, output=where, local_path=str(out), artifact_kind=kind, files=files,
                           manifest_sha256=manifest_sha, uploaded=uploaded, source=SOURCE)
