@@ -1,7 +1,8 @@
 """The head VM's supervisor (`yeto stack up --head --foreground`): serves the run's artifact files to the laptop and,
 once the run has ended and the laptop copied it back (RunCopiedBack), or `--linger` seconds after the end, stops
 the stack and exits 0; SkyPilot's autodown then terminates the VM. So the head owns its own end: a laptop that
-crashed or went offline costs at most the linger, never a VM left running."""
+crashed or went offline costs at most the linger, never a VM left running. A head whose run never arrives (the CLI
+died after renting it) stops `--await-run` seconds after it started."""
 from __future__ import annotations
 
 import asyncio
@@ -15,13 +16,18 @@ from yeto.schemas import parse
 from yeto.schemas.final import ENDING_EVENTS, end_of_run
 from yeto.schemas.subjects import event_subject
 
-WATCHED = (*ENDING_EVENTS, "RunCopiedBack")
+WATCHED = ("RunLaunched", *ENDING_EVENTS, "RunCopiedBack")
 
 
-def verdict(seen: dict[str, float], now: float, linger_s: float) -> tuple[str | None, float | None]:
+def verdict(seen: dict[str, float], now: float, linger_s: float, *, started: float | None = None,
+            await_s: float | None = None) -> tuple[str | None, float | None]:
     """Why the head is done (None: not yet), and how long to wait for news at most (None: until some comes).
-    `seen` maps each WATCHED event type seen to its time (the first of each)."""
+    `seen` maps each WATCHED event type seen to its time (the first of each); with `started` and `await_s`, a
+    head that has seen no RunLaunched `await_s` after it started is done."""
     end = end_of_run(seen)
+    if end is None and "RunLaunched" not in seen and started is not None and await_s is not None:
+        left = started + await_s - now
+        return (f"no run arrived within --await-run {await_s:g}s", 0.0) if left <= 0 else (None, left)
     if end is None:
         return None, None
     if "RunCopiedBack" in seen:
@@ -30,8 +36,10 @@ def verdict(seen: dict[str, float], now: float, linger_s: float) -> tuple[str | 
     return (f"nobody copied the run back within --linger {linger_s:g}s", 0.0) if left <= 0 else (None, left)
 
 
-async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, stop: asyncio.Event) -> str:
+async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, stop: asyncio.Event,
+                    await_s: float | None = None) -> str:
     """Serve and watch until the head is done (or `stop` is set); returns why."""
+    started = time.time()
     bus = await connect(url, name="head-watch")
     seen: dict[str, float] = {}
     news = asyncio.Event()
@@ -46,7 +54,7 @@ async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, sto
     try:
         while True:
             news.clear()
-            why, wait_s = verdict(seen, time.time(), linger_s)
+            why, wait_s = verdict(seen, time.time(), linger_s, started=started, await_s=await_s)
             if why or stop.is_set():
                 return why or "stopped by a signal"
             waits = [asyncio.create_task(news.wait()), asyncio.create_task(stop.wait())]
@@ -59,20 +67,20 @@ async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, sto
         await bus.close()
 
 
-async def _main(state_dir: Path, url: str, run_id: str, linger_s: float) -> str:
+async def _main(state_dir: Path, url: str, run_id: str, linger_s: float, await_s: float | None) -> str:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    return await supervise(state_dir, url, run_id, linger_s, stop)
+    return await supervise(state_dir, url, run_id, linger_s, stop, await_s)
 
 
-def run(state_dir: Path, url: str, run_id: str, linger_s: float) -> int:
+def run(state_dir: Path, url: str, run_id: str, linger_s: float, await_s: float | None = None) -> int:
     """The head's foreground loop: supervise, then stop the stack. Exit status 0 however it ended."""
     print(f"head of run {run_id}: serving until the run has ended and is copied back (or --linger {linger_s:g}s "
           f"after its end)", flush=True)
     try:
-        why = asyncio.run(_main(state_dir, url, run_id, linger_s))
+        why = asyncio.run(_main(state_dir, url, run_id, linger_s, await_s))
     finally:
         stopped = stack.down(state_dir)
     print(f"{why}: stopped {', '.join(stopped)}", flush=True)
