@@ -25,6 +25,9 @@ def register(sub) -> None:
     up.add_argument("--linger", type=float, default=3600.0, metavar="SECONDS",
                     help="with --head --foreground: once the run has ended, stop the stack when the laptop copied it "
                          "back (`yeto pull`) or this long after the end, whichever comes first (default 3600)")
+    up.add_argument("--await-run", type=float, default=1800.0, metavar="SECONDS",
+                    help="with --head --foreground: stop the stack when no run arrived this long after the start "
+                         "(the CLI that rented the head died before handing it the run; default 1800)")
     up.add_argument("--syncers", type=int, default=None, metavar="N",
                     help="run the syncer as N shards (syncer-K owns fragments p with p %% N == K); default 1, "
                          "or what the stack under the state dir last ran")
@@ -49,7 +52,7 @@ def cmd_up(args) -> int:
         print(f"  learners pin the certificate with YETO_NATS_CA={rec['ca_file']}")
     print(f"  bus credentials (0600, passed by path in $YETO_NATS_CREDS): {stack.bus_auth.auth_dir(state_dir(args))}")
     if args.foreground and args.head:
-        return head_watch.run(state_dir(args), rec["url"], args.run_id, args.linger)
+        return head_watch.run(state_dir(args), rec["url"], args.run_id, args.linger, args.await_run)
     if args.foreground:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
