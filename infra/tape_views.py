@@ -1,4 +1,4 @@
-"""SQL views over the tape for the common questions: runs, rounds, learner progress, island uptime, spend, rejections.
+"""SQL views over the tape for the common questions: runs, rounds, progress, uptime, spend, lineage, rejections.
 
 Views read payload fields by name with try_cast, so a field an event type does not carry (yet) reads
 NULL instead of failing: the views work before and after the other areas' events exist. `runs`,
@@ -95,6 +95,13 @@ SELECT run_id, coalesce(islands.usd, 0) + coalesce(head.usd, 0) AS usd, coalesce
        coalesce(head.usd, 0) AS head_usd, coalesce(islands.hours, 0) AS island_hours,
        coalesce(num_islands, 0) AS num_islands, coalesce(num_open, 0) AS num_open
 FROM head FULL JOIN islands USING (run_id)""",
+    # One row per lineage edge: a run resumed or branched from its parent's artifact (schemas/lineage.py).
+    "lineage": """
+SELECT seq, ts, run_id, CASE type WHEN 'RunResumed' THEN 'resume' ELSE 'branch' END AS kind,
+       payload->>'parent_run' AS parent_run, payload->>'parent_artifact' AS parent_artifact,
+       payload->>'parent_artifact_sha256' AS parent_artifact_sha256,
+       try_cast(payload->>'start_step' AS BIGINT) AS start_step
+FROM events WHERE type IN ('RunResumed', 'RunBranched')""",
     "rejections": """
 SELECT seq, ts, run_id, type, payload->>'subject' AS subject, payload->>'reason' AS reason,
        payload->>'consumer' AS consumer, payload->>'excerpt' AS excerpt

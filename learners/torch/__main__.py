@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> float:
         batches = train_batches(recipe, built.tokenizer, shard=args.learner_index * topology.world_size + topology.rank,
                                 num_shards=args.num_learners * topology.world_size)
         # A replacement continues its predecessor: same shard order, past the micro-batches already trained on.
-        batches = itertools.islice(batches, args.start_step * recipe.grad_accum, None)
+        start_step = max(args.start_step, recipe.start_step)    # a replacement's, or a resumed lineage's
+        batches = itertools.islice(batches, start_step * recipe.grad_accum, None)
         # DDP replicas evaluate on rank 0 alone, unwrapped (no collectives); FSDP2 shards need every rank.
         evaluates = topology.rank == 0 or built.sharded
         eval_model = built.wrapped if built.sharded else built.model
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> float:
 
         started = time.monotonic()
         results = train(built.model, batches, recipe, accel=accel, topology=topology, sync=sync,
-                        on_step=on_step, wrapped=built.wrapped, start_step=args.start_step)
+                        on_step=on_step, wrapped=built.wrapped, start_step=start_step)
         elapsed = time.monotonic() - started
         held = evaluate(eval_model, heldout, accel=accel) if heldout else float("nan")
         if topology.rank == 0:

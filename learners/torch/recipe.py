@@ -49,6 +49,8 @@ class TrainRecipe:
     """Floor of the cosine schedule as a fraction of `lr`."""
     max_steps: int = 1000
     """Inner optimizer steps of one learner (the schedule's horizon and the loop's end)."""
+    start_step: int = 0
+    """The step a resumed lineage continues from (yeto launch --resume-from): step count, schedule, data position."""
     clip_norm: float = 1.0
     """Gradient norm clipping threshold (0 disables)."""
     micro_batch: int = 4

@@ -22,7 +22,7 @@ from yeto.infra.run_paths import run_path
 from yeto.schemas.fragments import FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import fragment_filters, learner_of_fragment, run_of_fragment
-from yeto.services.syncer import snapshot
+from yeto.services.syncer import seed, snapshot
 from yeto.services.syncer.bus_sink import BusSink
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.held import Held
@@ -50,6 +50,7 @@ class DataPlane:
         self.busy = False                        # a fetched batch is being taken in
         self.refusals = Refusals(instance)
         self.run_dirs: dict[str, Path] = {}
+        self.seeded: dict[str, list] = {}        # a seeded run's keyframes, sent with its first message
 
     def run_dir(self, run_id: str) -> Path:
         """The run's snapshot folder, `<state>/syncer/<run_id>`, checked to stay there (once per run: every
@@ -71,6 +72,8 @@ class DataPlane:
                 core.restore(snaps, time.monotonic())
                 log.info("run %s: resumed %d fragments from snapshots (versions %s)", run_id, len(snaps),
                          {p: s.version for p, s in snaps.items()})
+            else:                           # a resumed or branched run: its first versions are its parent's
+                self.seeded[run_id] = seed.seed(core, sync, time.monotonic())
             self.cores[run_id] = core
         return self.cores[run_id]
 
@@ -123,6 +126,8 @@ class DataPlane:
         async with self.lock:
             core = self.core(run_id, info.sync)
             core.roster = roster_of(info)
+            if run_id in self.seeded:       # the seeded versions go out before anything of the run is taken in
+                await self.perform(bus, run_id, self.seeded.pop(run_id))
             outputs = core.receive(header, msg.data, time.monotonic(), sender=learner_of_fragment(msg.subject))
             refused = core.refused
             if refused == "not_announced" and await self.refusals.retry(msg):

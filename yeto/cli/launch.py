@@ -8,6 +8,7 @@ import time
 from yeto.cli import launch_checks as checks
 from yeto.cli import launch_cloud as cloud_launch
 from yeto.cli import launch_limits as limits
+from yeto.cli import launch_lineage as lineage
 from yeto.cli.common import conf, publish, run_id_arg, url_for_run, url_or_none
 from yeto.cli.follow import follow_or_detach
 from yeto.cli.shape import add_plan_arguments
@@ -48,6 +49,7 @@ def register(sub) -> None:
     a("--run-id", type=run_id_arg, help="run id (default: generated)")
     a("--wait", action="store_true", help="follow the run; exit 0 when finalized, non-zero otherwise")
     cloud_launch.add_arguments(p)
+    lineage.add_arguments(p)
     p.set_defaults(func=cmd_launch)
 
     d = sub.add_parser("down", help="stop a run: final cut, artifact, teardown (--now aborts)")
@@ -126,6 +128,7 @@ def cmd_launch(args) -> int:
             return 1
         limits.check_fleet_size(fleet, args)
         launch = build_launch(args, run_id, fleet)
+    launch, lineage_events = lineage.apply(args, launch)      # a parent mismatch is refused before anything starts
     if any(f["cloud"] != "local" for f in launch.fleet) and not named:
         url, launch = cloud_launch.run_on_head(args, launch)      # the run's own head VM, then the run on it
     else:
@@ -135,7 +138,7 @@ def cmd_launch(args) -> int:
         url = url_or_none(args) or local_stack_url(args)
         if asyncio.run(_run_exists(url, run_id)):
             raise ValueError(f"run {run_id} exists already; pick another --run-id")
-        asyncio.run(publish(url, *checks.data_events(launch), launch))
+        asyncio.run(publish(url, *checks.data_events(launch), *lineage_events, launch))
     print(f"launched {run_id}: {len(launch.fleet)} island(s)\n  follow: yeto status {run_id} | yeto logs {run_id} --follow\n"
           f"  stop:   yeto down {run_id}   (abort: yeto down {run_id} --now)")
     return follow_or_detach(url, run_id) if args.wait else 0

@@ -7,7 +7,8 @@ import logging
 import sys
 
 # Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
-COMMAND_MODULES = ("stack", "launch", "runs", "logs", "sql", "tape", "pull", "data", "shape", "chaos", "merge", "check")
+COMMAND_MODULES = ("stack", "launch", "runs", "logs", "sql", "tape", "pull", "data", "shape", "chaos", "merge", "check",
+                   "lineage")
 
 EPILOG = """\
 Quick start (one machine, no cloud account):
