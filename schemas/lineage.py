@@ -16,10 +16,12 @@ from yeto.schemas.base import Event, registry
 
 # Train-recipe fields a resume may change: the schedule's end (and so the lineage's total steps).
 SAFE_TRAIN = frozenset({"max_steps"})
+# Train fields keyed elsewhere: the base by name and pins, the data by its fingerprint; the resume's own start step.
+NOT_KEYED = frozenset({"model", "data", "pins", "start_step"})
 # Sync settings that shape θ and the outer momentum a resume carries on (the rest is fleet tuning: safe).
 STRICT_SYNC = ("num_fragments", "outer_lr", "momentum", "merge")
 # What the parent's weights depend on: a branch must keep these too (`train.*` names are recipe fields).
-WEIGHT_FIELDS = ("base_model", "base_revision", "tokenizer_sha256", "chat_template_sha256", "train.tuning",
+WEIGHT_FIELDS = ("base_model", "base_revision", "base_files", "tokenizer_sha256", "chat_template_sha256", "train.tuning",
                  "train.lora_r", "train.lora_alpha", "train.target_modules", "sync.num_fragments")
 
 
@@ -63,15 +65,17 @@ def tokenizer_digests(tok: Any) -> tuple[str, str]:
     return digest(tok.get_vocab()), digest(getattr(tok, "chat_template", None) or "")
 
 
-def key_of(recipe: dict[str, Any], *, base_revision: str | None, tokenizer_sha256: str | None,
-           chat_template_sha256: str | None) -> dict[str, Any]:
-    """What a lineage is pinned to, flat: base, tokenizer, data fingerprint, every train field, the strict sync ones."""
+def key_of(recipe: dict[str, Any], *, tokenizer_sha256: str | None, chat_template_sha256: str | None) -> dict[str, Any]:
+    """What a lineage is pinned to, flat: the base (id, pinned revision, its files' hashes), tokenizer, the data
+    fingerprint, every train field, and the strict sync ones."""
     train = dict(recipe.get("train", {}))
     sync = train.pop("sync", {}) or {}
-    key = {"base_model": train.get("model"), "base_revision": base_revision, "tokenizer_sha256": tokenizer_sha256,
+    base = (train.pop("pins", {}) or {}).get("base") or {}
+    key = {"base_model": train.get("model"), "base_revision": base.get("revision"),
+           "base_files": digest(base["files"]) if base.get("files") else None, "tokenizer_sha256": tokenizer_sha256,
            "chat_template_sha256": chat_template_sha256,
            "data_fingerprint": (recipe.get("data_check") or {}).get("fingerprint")}
-    key.update({f"train.{k}": v for k, v in train.items() if k not in ("model", "data")})
+    key.update({f"train.{k}": v for k, v in train.items() if k not in NOT_KEYED})
     key.update({f"sync.{k}": sync.get(k) for k in STRICT_SYNC})
     return key
 

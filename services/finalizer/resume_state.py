@@ -35,7 +35,7 @@ def _header(path: Path) -> dict[str, Any]:
         return json.loads((f.metadata() or {}).get("yeto", "{}"))
 
 
-def describe(out: Path, files: list[str], recipe: dict[str, Any], base_revision: str | None = None) -> dict[str, Any]:
+def describe(out: Path, files: list[str], recipe: dict[str, Any]) -> dict[str, Any]:
     """`manifest["resume"]`: the lineage key, the layout fingerprint, each fragment's version, each learner's steps."""
     from transformers import AutoTokenizer
 
@@ -47,7 +47,7 @@ def describe(out: Path, files: list[str], recipe: dict[str, Any], base_revision:
             steps[learner] = max(steps.get(learner, 0), int(entry.get("last_step", 0)))
     fingerprints = sorted({h["fingerprint"] for h in headers.values()})
     train = recipe.get("train", {})
-    return {"key": key_of(recipe, base_revision=base_revision, tokenizer_sha256=tokenizer_sha, chat_template_sha256=template_sha),
+    return {"key": key_of(recipe, tokenizer_sha256=tokenizer_sha, chat_template_sha256=template_sha),
             "layout_fingerprint": fingerprints[0] if len(fingerprints) == 1 else None,
             "tokenizer_sha256": tokenizer_sha, "chat_template_sha256": template_sha,
             "lora": {k: train.get(f"lora_{k}") for k in ("r", "alpha", "dropout")} | {"target_modules": train.get("target_modules")},
