@@ -8,9 +8,14 @@ random island at random times (`yeto chaos kill`). From the tape:
              trained after its last report (progress is rate-limited): its last tokens/s times the seconds
              from that report to its IslandExited (which the launcher's watcher sees within ~1 s, so the
              estimate errs high, making goodput slightly pessimistic)
-  rejoin_s = from a replacement's IslandReplaced to the first RoundMerged that lists its learner
+  rejoin_s = from a replacement's IslandReplaced to the first RoundMerged that lists its learner after it joined
+  kill_to_next_global_s = from the kill (wall clock, same machine as the tape's) to the next RoundMerged without the
+             killed island: the global model moving on without it (exited_to_next_global_s: from the launcher's
+             IslandExited); rounds_merged_while_down = RoundMerged from the kill to the replacement's first merged
+             contribution (or the run's end). A syncer that waited out a silence timeout merges none for a minute.
   quality  = held-out masked CE of each run's artifact (the finalizer's export of the syncer's state)
-Targets (issue 7): goodput >= 0.88, rejoin <= 30 s on CPU. Last line: goodput=<value>.
+Targets (issue 7): goodput >= 0.88, rejoin <= 30 s on CPU; (issue 14) next global <= 5 s after the island is
+reported gone. Last line: goodput=<value>.
 
     .venv/bin/python benchmarks/chaos.py [--steps 400] [--kills 2] [--seed 0] [--dry-run]
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import subprocess
@@ -65,14 +71,33 @@ def metrics(env, run: str) -> dict:
         join (select 'island-' || (payload->>'island') learner, cast(payload->>'generation' as int) generation, min(ts) ts
               from events where run_id = '{run}' and type = 'IslandExited' and payload->>'exit_code' is null group by 1, 2) x
         on lp.learner = x.learner and lp.generation = x.generation""")[0][0]
+    # A round listing the learner counts once its new generation joined (the dead one's last push may merge later).
     rejoin = sql(env, f"""select r.learner, r.generation, epoch(min(m.ts) - r.ts) from
         (select ts, 'island-' || (payload->>'island') learner, cast(payload->>'generation' as int) generation
          from events where run_id = '{run}' and type = 'IslandReplaced') r
-        left join rounds m on m.run_id = '{run}' and m.ts > r.ts and cast(m.responders as varchar) like '%"' || r.learner || '"%'
+        left join (select payload->>'learner' learner, cast(payload->>'generation' as int) generation, min(ts) ts
+                   from events where run_id = '{run}' and type = 'LearnerJoined' group by 1, 2) j
+          on j.learner = r.learner and j.generation = r.generation
+        left join rounds m on m.run_id = '{run}' and m.ts > j.ts and cast(m.responders as varchar) like '%"' || r.learner || '"%'
         group by r.learner, r.generation, r.ts order by r.ts""")
     computed_all = computed + lost
     return {"fragments": frags, "tokens_merged": merged, "tokens_computed": computed_all, "tokens_reported": computed,
             "tokens_lost_estimate": lost, "goodput": merged / max(1, computed_all), "rejoin_s": [row[2] for row in rejoin]}
+
+
+def after_kill(env, run: str, at: float, island: int) -> dict:
+    """The global model after one kill at wall time `at` (epoch seconds): see the module's docstring."""
+    victim, where = f"island-{island}", f"run_id = '{run}' and epoch(ts) > {at}"
+    without = f"cast(responders as varchar) not like '%\"island-{island}\"%'"
+    exited = sql(env, f"select min(epoch(ts)) from events where {where} and type = 'IslandExited' "
+                      f"and payload->>'island' = '{island}'")[0][0]
+    merged = sql(env, f"select min(epoch(ts)) from rounds where {where} and {without}")[0][0]
+    back = sql(env, f"""select min(epoch(r.ts)) from rounds r where r.run_id = '{run}' and not ({without}) and r.ts >
+        (select min(ts) from events where {where} and type = 'LearnerJoined' and payload->>'learner' = '{victim}')""")[0][0]
+    down = sql(env, f"select count(*) from rounds where {where} and epoch(ts) < {back or 1e18}")[0][0]
+    return {"island": island, "kill_to_next_global_s": None if merged is None else merged - at,
+            "exited_to_next_global_s": None if merged is None or exited is None else merged - exited,
+            "rounds_merged_while_down": down, "down_until_rejoin_s": None if back is None else back - at}
 
 
 def artifact_ce(env, run: str, data: Path) -> float:
@@ -91,18 +116,23 @@ def artifact_ce(env, run: str, data: Path) -> float:
 
 def run_one(env, args, model, data, run: str, kills: list[tuple[float, int]]) -> dict:
     launch(env, args, model, data, run)
-    started, pending, outcome = time.monotonic(), list(kills), None
+    started, pending, outcome, killed, training = time.monotonic(), list(kills), None, [], None
     while outcome is None:
-        now = time.monotonic() - started
-        if now > args.timeout_s:
+        if time.monotonic() - started > args.timeout_s:
             raise RuntimeError(f"run {run} did not finish within {args.timeout_s} s")
+        if training is None and sql(env, f"select count(*) from rounds where run_id = '{run}' "
+                                         f"and num_responders >= {args.islands}")[0][0]:
+            training = time.monotonic()      # kills count from the first round every island is in: all train
+        now = time.monotonic() - (training or math.inf)
         if pending and now >= pending[0][0]:
             at, island = pending.pop(0)
+            killed.append((time.time(), island))
             print(f"{run}: t={now:.0f}s kill island {island}: "
                   f"{yeto(env, 'chaos', 'kill', run, str(island), check=False).strip()}", flush=True)
-        time.sleep(2.0)
+        time.sleep(2.0)        # polling the tape through the CLI, as an operator would: not a synchronization
         outcome = finished(env, run)
-    out = {"outcome": outcome, "wall_s": time.monotonic() - started, **metrics(env, run)}
+    out = {"outcome": outcome, "wall_s": time.monotonic() - started, **metrics(env, run),
+           "kills": [after_kill(env, run, at, island) for at, island in killed]}
     out["heldout_ce"] = artifact_ce(env, run, data) if outcome == "RunFinalized" else float("nan")
     print(f"{run}: {json.dumps(out)}", flush=True)
     return out
@@ -114,7 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=400, help="inner steps per learner")
     ap.add_argument("--sync-every", type=int, default=24)
     ap.add_argument("--kills", type=int, default=2)
-    ap.add_argument("--first-kill-s", type=float, default=40.0, help="earliest kill, seconds after launch")
+    ap.add_argument("--first-kill-s", type=float, default=40.0,
+                    help="earliest kill, seconds after the first round every island is in (all of them train)")
     ap.add_argument("--gap-s", type=float, default=45.0, help="mean seconds between kills (exponential)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout-s", type=float, default=900.0)
@@ -125,7 +156,7 @@ def main(argv=None) -> int:
     for _ in range(args.kills):
         kills.append((round(t, 1), rng.randrange(args.islands)))
         t += rng.expovariate(1.0 / args.gap_s)
-    print(f"islands={args.islands} steps={args.steps} H={args.sync_every} kills (s after launch, island)={kills}")
+    print(f"islands={args.islands} steps={args.steps} H={args.sync_every} kills (s after all train, island)={kills}")
     if args.dry_run:
         print("dry_run=ok")
         return 0
@@ -145,8 +176,17 @@ def main(argv=None) -> int:
           f"rejoin_s={rejoin} (replacements never merged: {len(faulty['rejoin_s']) - len(rejoin)})")
     print(f"quality_delta_pct={100 * (faulty['heldout_ce'] - clean['heldout_ce']) / clean['heldout_ce']:+.2f} "
           f"max_rejoin_s={max(rejoin, default=float('nan')):.1f}")
+    for k in faulty["kills"]:
+        print(" ".join(f"{key}={_num(value)}" for key, value in k.items()))
+    waits = [k["kill_to_next_global_s"] for k in faulty["kills"]]
+    print(f"max_kill_to_next_global_s={_num(max(waits, key=lambda w: math.inf if w is None else w, default=None))} "
+          f"min_rounds_merged_while_down={min((k['rounds_merged_while_down'] for k in faulty['kills']), default=0)}")
     print(f"goodput={faulty['goodput']:.3f}")
     return 0
+
+
+def _num(value) -> str:
+    return "none" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 if __name__ == "__main__":
