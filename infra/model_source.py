@@ -79,6 +79,8 @@ class ModelSource:
     """An HF id or a local directory."""
     gguf_file: str | None = None
     """File name inside `location` for GGUF checkpoints (dequantized on load); None otherwise."""
+    revision: str | None = None
+    """The Hub commit hash the run pinned (infra/source_pins.py); None: a local model, or not pinned."""
 
     @property
     def is_local(self) -> bool:

@@ -71,13 +71,19 @@ class ArtifactWritten(Event):
     """The artifact is written (and uploaded and verified when --output is remote)."""
 
     type: Literal["ArtifactWritten"] = "ArtifactWritten"
-    version: Literal[1] = 1
+    version: Literal[2] = 2
     output: str                     # where it is: a local directory, a store URI or hf://org/repo
     local_path: str                 # the directory the finalizer assembled
     artifact_kind: Literal["adapter", "full"]
     files: list[str]
     manifest_sha256: str
     uploaded: bool = False
+    signer_public_key: str = ""     # v2: hex Ed25519 key of the stack that signed manifest.json (`yeto verify --key`)
+
+
+@registry.upcaster("ArtifactWritten", 1)
+def _artifact_written_v1(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "signer_public_key": ""}
 
 
 @registry.register
@@ -154,10 +160,18 @@ class BuildArtifact(Command):
 
     owner: ClassVar[str] = "finalizer"
     type: Literal["BuildArtifact"] = "BuildArtifact"
-    version: Literal[1] = 1
+    version: Literal[2] = 2
     recipe: dict[str, Any]
     versions: dict[int, int]
     acked: list[str] = Field(default_factory=list)
+    fleet: list[dict[str, Any]] = Field(default_factory=list)    # v2: each island's spec and generations (provenance)
+    rounds_merged: int = 0                                        # v2
+    learner_steps: dict[str, int] = Field(default_factory=dict)   # v2: learner -> the furthest step it reported
+
+
+@registry.upcaster("BuildArtifact", 1)
+def _build_artifact_v1(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "fleet": [], "rounds_merged": 0, "learner_steps": {}}
 
 
 _RECIPE = {"train": {"model": "smollm2-135m", "max_steps": 20}, "limits": {"max_spend": 5.0}, "output": "",
@@ -172,7 +186,8 @@ EXAMPLES = [
     LearnerFinalAck(id="ex-learner-final-ack", run_id="r-demo", source="learner", learner="island-0", versions={0: 12, 1: 12}),
     ArtifactWritten(id="ex-artifact-written", run_id="r-demo", source="finalizer", output="/state/runs/r-demo/artifact",
                     local_path="/state/runs/r-demo/artifact", artifact_kind="adapter",
-                    files=["adapter_config.json", "adapter_model.safetensors", "manifest.json"], manifest_sha256="1" * 64),
+                    files=["adapter_config.json", "adapter_model.safetensors", "manifest.json", "manifest.sig"],
+                    manifest_sha256="1" * 64, signer_public_key="2" * 64),
     RunFinalized(id="ex-run-finalized", run_id="r-demo", source="finalizer", output="/state/runs/r-demo/artifact",
                  manifest_sha256="1" * 64, reason="max_steps", spend_usd=0.0, acked=["island-0"], missing_acks=[]),
     RunFailed(id="ex-run-failed", run_id="r-demo", source="finalizer", reason="every island was dropped"),
@@ -182,5 +197,6 @@ EXAMPLES = [
     MarkFinal(id="ex-mark-final", run_id="r-demo", source="finalizer", versions={0: 12}, snapshot_path="/s/final",
               sha256="0" * 64),
     BuildArtifact(id="ex-build-artifact", run_id="r-demo", source="finalizer", recipe=_RECIPE, versions={0: 12},
-                  acked=["island-0"]),
+                  acked=["island-0"], fleet=[{"island": 0, "cloud": "local", "gpu": "cpu", "count": 1, "generations": 2}],
+                  rounds_merged=12, learner_steps={"island-0": 48}),
 ]

@@ -29,7 +29,7 @@ def layer_of(module: str) -> str:
 FACES = ("yeto.services.planner.api", "yeto.services.launcher.api", "yeto.services.finalizer.api",
          "yeto.learners.torch.api", "yeto.learners.data")
 TRANSPORT = ("yeto.learners.bus_client", "yeto.learners.transport")   # the learners' one door to the bus
-SHARED_EDGES = ("yeto.infra.model_source",)   # edges every layer above infra reads (what a --model name is, on disk)
+SHARED_EDGES = ("yeto.infra.model_source", "yeto.infra.source_pins")   # edges every layer above infra reads (a --model on disk, its pin)
 
 
 def allowed(source: str, target: str) -> bool:

@@ -5,9 +5,10 @@ from dataclasses import dataclass
 
 import torch
 
+from yeto.infra.source_pins import check_data_pin, pinned_source
 from yeto.learners import accel as accel_policy
 from yeto.learners.torch import dist
-from yeto.learners.torch.model import load_model, load_tokenizer, resolve
+from yeto.learners.torch.model import load_model, load_tokenizer
 from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning
 
@@ -40,7 +41,9 @@ def resolve_accel(recipe: TrainRecipe, *, local_rank: int, prefer: str | None = 
 
 
 def build(recipe: TrainRecipe, *, accel: accel_policy.Accel, topology: dist.Topology) -> Built:
-    source = resolve(recipe.model)
+    # What was loaded is what the run pinned: a differing base or data file refuses to train (ValueError: exit 2).
+    source = pinned_source(recipe.model, recipe.pins.get("base"))
+    check_data_pin(recipe.data, recipe.pins.get("data"))
     tokenizer = load_tokenizer(source)
     model = load_model(source, dtype=accel_policy.weight_dtype(accel, tuning=recipe.tuning))
     model = apply_tuning(model, recipe)   # on the CPU, from the shared seed: identical on every island

@@ -20,7 +20,7 @@ def load_tokenizer(source: ModelSource):
     """The tokenizer (with its chat template) that belongs to the model."""
     from transformers import AutoTokenizer
     try:
-        tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file)
+        tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
     except OSError as err:
         raise _hub_error(source, err) from err
     if tok.pad_token is None:   # packed training never pads, but collators and generate want one
@@ -32,7 +32,8 @@ def load_model(source: ModelSource, *, dtype: torch.dtype = torch.float32):
     """The causal LM on the CPU in `dtype` (GGUF weights are dequantized), ready to be tuned and moved."""
     from transformers import AutoModelForCausalLM
     try:
-        model = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, dtype=dtype,
+                                                     revision=source.revision)
     except OSError as err:
         raise _hub_error(source, err) from err
     model.config.use_cache = False      # training never reuses the KV cache

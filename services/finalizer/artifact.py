@@ -1,16 +1,22 @@
 """The run's artifact, assembled from the syncer's final f32 state: a peft LoRA adapter or a full model in
-sharded safetensors, with the tokenizer (and its chat template) and a manifest of hashes, recipe and versions."""
+sharded safetensors, with the tokenizer (and its chat template) and a signed manifest: every file's sha256, the recipe,
+the provenance (provenance.py) and what a resume needs (resume_state.py); manifest.sig is the stack's Ed25519
+signature of manifest.json's bytes (infra/signing.py)."""
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from yeto.infra import signing
 from yeto.infra.model_source import ModelSource, resolve
 from yeto.services.finalizer import resume_state
+from yeto.services.finalizer.provenance import provenance
 
 ADAPTER_NAME = "default"   # peft's name of the one adapter a learner trains
 
@@ -52,7 +58,7 @@ def _save_tokenizer(source: ModelSource, out: Path) -> None:
     """The base's tokenizer and chat template, with the pad token the learners train with (eos when it has none)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file)
+    tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.save_pretrained(str(out))
@@ -73,16 +79,18 @@ def _write_full(state: dict[str, np.ndarray], source, out: Path, max_shard_size:
         index = {"metadata": {"total_size": sum(t.numel() * 4 for t in tensors.values())}, "weight_map": split.tensor_to_filename}
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
         files.append("model.safetensors.index.json")
-    AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file).save_pretrained(str(out))
+    AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision).save_pretrained(str(out))
     return files + ["config.json"]
 
 
 def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out: Path, run_id: str,
                    versions: dict[int, int], acked: list[str], max_shard_size: str = "2GB",
-                   snapshot_dir: Path | None = None) -> tuple[str, list[str], str]:
-    """Write the artifact into `out`; returns (kind, files, manifest sha256). Deterministic for the same input."""
+                   snapshot_dir: Path | None = None, run: dict[str, Any] | None = None,
+                   key: Ed25519PrivateKey | None = None) -> tuple[str, list[str], str]:
+    """Write the artifact into `out`; returns (kind, files, manifest sha256). Deterministic for the same input.
+    `run` is the finalizer's run summary (fleet, rounds_merged, learner_steps); `key` signs the manifest."""
     train = recipe.get("train", {})
-    source = resolve(train["model"])
+    source = replace(resolve(train["model"]), revision=train.get("pins", {}).get("base", {}).get("revision"))
     out.mkdir(parents=True, exist_ok=True)
     kind = "adapter" if is_adapter(state) else "full"
     base = source.location if source.gguf_file is None else str(Path(source.location) / source.gguf_file)
@@ -92,13 +100,18 @@ def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out:
     files += sorted({p.name for p in out.iterdir()} - before - set(files))
     files += resume_state.write(out, snapshot_dir)      # the syncer's final θ and outer momentum, for --resume-from
     manifest = {
-        "run_id": run_id, "kind": kind, "base_model": train["model"], "base_location": base,
+        "manifest_version": 2, "run_id": run_id, "kind": kind, "base_model": train["model"], "base_location": base,
         "files": {f: sha256_file(out / f) for f in sorted(set(files))},
         "versions": {str(k): v for k, v in sorted(versions.items())}, "acked_by": sorted(acked),
         "recipe": recipe, "data": recipe.get("data_check", {}),
         "num_parameters": int(sum(v.size for v in state.values())),
         "resume": resume_state.describe(out, files, recipe),
+        "provenance": provenance(recipe, run or {}), "signer_public_key": signing.public_hex(key) if key else "",
     }
     text = json.dumps(manifest, indent=2, sort_keys=True)
     (out / "manifest.json").write_text(text)
-    return kind, sorted(set(files)) + ["manifest.json"], hashlib.sha256(text.encode()).hexdigest()
+    written = sorted(set(files)) + ["manifest.json"]
+    if key is not None:     # over manifest.json's exact bytes: every file's sha256 is in them
+        (out / signing.SIG_FILE).write_text(signing.sign(key, text.encode()) + "\n")
+        written.append(signing.SIG_FILE)
+    return kind, written, hashlib.sha256(text.encode()).hexdigest()

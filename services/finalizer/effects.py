@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from yeto.infra import signing
 from yeto.infra.bus import Bus
 from yeto.infra.run_paths import run_path
 from yeto.infra.runner import Context, Retry
@@ -54,9 +55,12 @@ class Effects:
             raise Retry(f"no reader of the final state: {e}", delay_s=30) from e
         state = await read_final_state(ctx.bus, cmd.run_id)
         out = self.artifact_dir(cmd.run_id)
+        key = signing.stack_key(self.state_dir)     # the stack's own: `yeto verify` names who signed
+        summary = {"fleet": cmd.fleet, "rounds_merged": cmd.rounds_merged, "learner_steps": cmd.learner_steps}
         kind, files, manifest_sha = await asyncio.to_thread(
             write_artifact, state, recipe=cmd.recipe, out=out, run_id=cmd.run_id, versions=cmd.versions, acked=cmd.acked,
-            snapshot_dir=run_path(self.state_dir, cmd.run_id, area="syncer"))
+            snapshot_dir=run_path(self.state_dir, cmd.run_id, area="syncer"), run=summary, key=key)
         where, uploaded = await asyncio.to_thread(deliver, out, cmd.recipe.get("output") or "")
         return cmd.caused(ArtifactWritten, output=where, local_path=str(out), artifact_kind=kind, files=files,
-                          manifest_sha256=manifest_sha, uploaded=uploaded, source=SOURCE)
+                          manifest_sha256=manifest_sha, uploaded=uploaded, signer_public_key=signing.public_hex(key),
+                          source=SOURCE)

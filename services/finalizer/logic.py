@@ -45,6 +45,14 @@ def stop_islands(run: FinalRun, reason: str) -> list[Publish]:
             for isl in run.view.islands if isl.phase == "up"]
 
 
+def run_summary(run: FinalRun) -> dict:
+    """What the artifact's provenance records of the run: each island's hardware and generations, rounds, steps."""
+    fleet = [{"island": isl.index, **{k: isl.spec.get(k) for k in ("cloud", "gpu", "count", "nodes", "region", "spot")},
+              "generations": isl.generation + 1} for isl in run.view.islands]
+    steps = {name: learner.step for name, learner in sorted(run.view.learners.items())}
+    return {"fleet": fleet, "rounds_merged": run.view.rounds_merged, "learner_steps": steps}
+
+
 def _training(run: FinalRun, now: datetime, period_s: float) -> list[Publish]:
     phases = [isl.phase for isl in run.view.islands]
     if phases and all(p == "dropped" for p in phases):
@@ -74,7 +82,8 @@ def reconcile(run: FinalRun, now: datetime, period_s: float) -> list[Publish]:
         expected = run.expected_acks()
         waited = (now - run.marked_at).total_seconds()
         if expected <= run.acks or waited >= setting(run, "final_ack_timeout_s"):
-            build = _msg(BuildArtifact, run, recipe=run.view.recipe, versions=run.final["versions"], acked=sorted(run.acks))
+            build = _msg(BuildArtifact, run, recipe=run.view.recipe, versions=run.final["versions"], acked=sorted(run.acks),
+                         **run_summary(run))
             return [build, *stop_islands(run, "final cut done")]
         return []
     if run.phase == "written":

@@ -113,6 +113,18 @@ def train_recipe(args, sync: dict[str, Any]) -> dict[str, Any]:
     return TrainRecipe(**fields).to_dict()
 
 
+def pin_sources(train: dict[str, Any], data_check: dict[str, Any]) -> dict[str, Any]:
+    """The train recipe with its sources pinned for every island: the base model (Hub commit hash, or each local
+    file's sha256) and the data (a Hub dataset read at the commit its check resolved, local files by sha256)."""
+    from yeto.infra.source_pins import pin_data, pin_model
+
+    data, revision = train["data"], data_check.get("revision")
+    pins = {"base": pin_model(train["model"]), "data": pin_data(data, revision)}
+    if revision:     # islands read the commit, never a branch that may move during the run
+        data = f"{data.removeprefix('hf://datasets/').split('@')[0]}@{revision}"
+    return {**train, "data": data, "pins": pins}
+
+
 def parse_fleet(text: str) -> list[IslandSpec]:
     islands = parse_gpu(text)
     kinds = {i.cloud == "local" for i in islands}

@@ -1,0 +1,76 @@
+"""The provenance section of an artifact's manifest: the base and data as launch pinned them, the fleet, the rounds
+merged, and the code (Yeto's version, git commit, package hash) and libraries that made the artifact."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import importlib.metadata
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from yeto.infra.model_source import resolve
+from yeto.infra.source_pins import pin_model
+
+LIBRARIES = ("torch", "transformers", "peft", "safetensors", "tokenizers", "datasets", "huggingface_hub", "numpy",
+             "accelerate", "bitsandbytes", "cryptography", "nats-py", "duckdb", "pydantic")
+PACKAGES = ("yeto", "yeto.schemas", "yeto.infra", "yeto.services", "yeto.learners")   # pyproject's package-dir
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git(root: Path, *argv: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@functools.cache    # once per process: the code does not change under a running finalizer
+def code_version() -> dict[str, Any]:
+    """Yeto's version, the sha256 of its Python sources (an installed wheel has no git), and the git commit
+    with whether tracked files differ from it, when it runs from a checkout."""
+    digest, folders = hashlib.sha256(), [Path(importlib.import_module(p).__file__ or "").parent for p in PACKAGES]
+    for name, folder in zip(PACKAGES, folders):
+        for f in sorted(folder.rglob("*.py")):
+            if "__pycache__" not in f.parts:
+                digest.update(f"{name}/{f.relative_to(folder)}\0".encode() + f.read_bytes() + b"\0")
+    root = folders[0].parent
+    commit = _git(root, "rev-parse", "HEAD")
+    dirty = None if commit is None else bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
+    return {"version": _version("yeto"), "git_commit": commit, "git_dirty": dirty, "package_sha256": digest.hexdigest()}
+
+
+def libraries() -> dict[str, str | None]:
+    return {"python": platform.python_version(), **{name: _version(name) for name in LIBRARIES}}
+
+
+def base_pin(train: dict[str, Any]) -> dict[str, Any]:
+    """The base as launch pinned it; a recipe without pins (an older run) is hashed now when the base is local."""
+    if pin := train.get("pins", {}).get("base"):
+        return dict(pin)
+    source = resolve(train["model"])
+    return pin_model(train["model"]) if source.is_local else {"id": train["model"], "revision": None, "files": {}}
+
+
+def data_record(recipe: dict[str, Any]) -> dict[str, Any]:
+    check, pin = recipe.get("data_check", {}), recipe.get("train", {}).get("pins", {}).get("data", {})
+    num_bad = int(check.get("num_bad") or 0)
+    return {"source": check.get("source", recipe.get("train", {}).get("data")), "revision": check.get("revision"),
+            "fingerprint": check.get("fingerprint"), "rows_used": int(check.get("num_rows") or 0) - num_bad,
+            "bad_rows_skipped": num_bad if check.get("on_bad_rows") == "skip" else 0, "files": pin.get("files", {})}
+
+
+def provenance(recipe: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's "provenance": `run` is the finalizer's summary (fleet, rounds_merged, learner_steps)."""
+    return {"base": base_pin(recipe.get("train", {})), "data": data_record(recipe), "fleet": run.get("fleet", []),
+            "rounds_merged": run.get("rounds_merged", 0), "learner_steps": run.get("learner_steps", {}),
+            "yeto": code_version(), "libraries": libraries()}
