@@ -3,15 +3,17 @@
 No cloud is reachable here, so everything after provisioning is rehearsed: `launch_cluster` runs the head's task
 in its namespace and `cluster_address` is its veth address; `jobs_launch` runs an island's task in a namespace of
 its own; `jobs_cancel` records the call and kills the job's processes. How a task is executed (HOME, env, setup
-checked but not run): rehearsal_jobs.py; the network: rehearsal_net.py. Processes select this implementation with
-$YETO_SKY_API=tests.cloud.rehearsal:RehearsalSky and find the shared record through $YETO_REHEARSAL_DIR (the
-test's fixture makes the world with `world_up` and removes all of it with `world_down`). A head whose process
-has exited is torn down at the next call (SkyPilot's autodown, without the idle minutes).
+checked but not run): rehearsal_jobs.py; the network: rehearsal_net.py. Processes pick it with $YETO_SKY_API=
+tests.cloud.rehearsal:RehearsalSky and share its record through $YETO_REHEARSAL_DIR (the fixture's `world_up` makes
+the world, `world_down` removes all of it). A head whose process has exited is torn down at the next call
+(SkyPilot's autodown, without the idle minutes).
 """
 from __future__ import annotations
 
+import os
 import secrets
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,6 @@ sys.path.insert(0, str(Path(__file__).parent))     # imported as tests.cloud.reh
 import rehearsal_jobs as jobs
 import rehearsal_net as net
 from yeto.services.launcher.backends.sky_api import ManagedJob
-
-FINAL = ("SUCCEEDED", "FAILED", "FAILED_SETUP", "CANCELLED")
 
 
 def world_up(root: Path) -> dict:
@@ -95,6 +95,7 @@ class RehearsalSky:
 
     def jobs_queue(self) -> list[ManagedJob]:
         with jobs.locked(self.root) as state:
+            state.setdefault("queue_calls", []).append([time.time(), os.getpid()])    # who polls how often
             return [ManagedJob(int(i), rec["name"], jobs.status(rec)) for i, rec in state["jobs"].items()]
 
     def jobs_cancel(self, job_ids: list[int]) -> None:
@@ -102,7 +103,7 @@ class RehearsalSky:
             state["cancels"].append([int(i) for i in job_ids])
             for i in job_ids:
                 rec = state["jobs"].get(str(i))
-                if rec is None or jobs.status(rec) in FINAL:
+                if rec is None or jobs.status(rec) != "RUNNING":     # ended already: nothing to cancel
                     continue
                 rec["status"] = "CANCELLED"
                 net.ns_down(state["world"], rec["ns"], rec["index"])
