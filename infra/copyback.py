@@ -43,7 +43,10 @@ async def copy_back(state_dir: Path, run_id: str, url: str) -> RunCopiedBack:
                             num_files=len(manifest["files"]) + 1 if manifest else 0,
                             manifest_sha256=written["manifest_sha256"] if manifest and written else "")
         await bus.publish(msg)
-        await copy_tape(bus, run_id, db)                # RunCopiedBack on the copy too: it says when it was made
+        try:
+            await copy_tape(bus, run_id, db)            # RunCopiedBack on the copy too: it says when it was made
+        except Exception:  # noqa: BLE001 - the head stops its stack once RunCopiedBack is in: it may be gone already
+            pass
     finally:
         await bus.close()
     if heads.head_record(state_dir, run_id):

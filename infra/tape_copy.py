@@ -77,9 +77,9 @@ def _in_order(msgs: list[Any], next_delivery: int, last_seq: int) -> tuple[list[
 
 
 async def _drop(pull: RawPull) -> None:
-    if pull.sub is not None:
-        await pull.sub.unsubscribe()
     try:
+        if pull.sub is not None:
+            await pull.sub.unsubscribe()
         await pull.bus.js.delete_consumer(EVT_STREAM, pull.durable)
     except Exception:  # noqa: BLE001 - never made, or the connection is gone: it expires with the head
         pass

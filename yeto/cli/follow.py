@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 
 from yeto.infra.bus import Delivery, connect
 from yeto.schemas.base import SchemaError, parse
@@ -81,9 +82,13 @@ async def follow(url: str, run_id: str, *, out=sys.stdout) -> int:
         await bus.close()
 
 
-def follow_or_detach(url: str, run_id: str) -> int:
+def follow_or_detach(url: str, run_id: str, then: Callable[[], str | None] | None = None) -> int:
+    """Follow the run to its end, then `then()` (a line to print, or None); Ctrl-C detaches (0) and skips it."""
     try:
-        return asyncio.run(follow(url, run_id))
+        code = asyncio.run(follow(url, run_id))
     except KeyboardInterrupt:
         print(f"\ndetached; the run goes on (`yeto status {run_id}`, `yeto down {run_id}`)")
         return 0
+    if then is not None and (line := then()):
+        print(line, flush=True)
+    return code

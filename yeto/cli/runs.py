@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from yeto.cli.autopull import pull_if_ended
 from yeto.cli.common import run_id_arg
 from yeto.cli.describe import describe
 from yeto.cli.sql import format_table, tape_query
@@ -28,7 +29,10 @@ def register(sub) -> None:
 def run_status(args) -> int:
     if args.run:
         run_filter(args.run)
-        print(describe(load_run(args, args.run), datetime.now(timezone.utc)), end="")
+        view = load_run(args, args.run)
+        print(describe(view, datetime.now(timezone.utc)), end="")
+        if view.ended and (line := pull_if_ended(load(state_dir=args.state_dir).state_dir, args.run)):
+            print(line)          # a cloud run that ended comes home on the first look (its head may go then)
         return 0
     c = load(state_dir=args.state_dir, nats_url=args.nats_url)
     recs = [] if c.nats_url else heads(c.state_dir)     # this machine's cloud runs, each asked of its head
