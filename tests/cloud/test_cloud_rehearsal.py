@@ -101,6 +101,8 @@ def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(la
     query = f"select type from events where run_id = '{run}' and type = 'RunFinalized'"
     rows = laptop.yeto("sql", "--run", run, query, "--format", "csv")      # from the copy: no head is up
     assert rows.returncode == 0 and "RunFinalized" in rows.stdout, rows.stdout + rows.stderr
+    status = laptop.yeto("status", run)
+    assert status.returncode == 0 and "finalized" in status.stdout.lower(), status.stdout + status.stderr
     leaked = laptop.yeto("sql", "--run", run, f"select count(*) from events where payload like '%{TOKEN}%'", "--format", "csv")
     assert leaked.returncode == 0 and leaked.stdout.split()[-1] == "0" and TOKEN not in done.stdout + done.stderr
 
@@ -114,6 +116,10 @@ def test_down_of_a_cloud_run_cancels_every_island_job_and_kills_its_processes(la
                        180, "both islands' jobs running", interval=0.5, detail=laptop.story)
     wait_for(lambda: all(len(pids(j["ns"])) >= 3 for j in islands), 120, "each island's learner started (torchrun, worker)",
              interval=0.5, detail=laptop.story)
+    def trained(island: int) -> bool:       # `yeto logs` reads the island's lines from the head's log stream
+        lines = laptop.yeto("logs", run, "--island", str(island))
+        return lines.returncode == 0 and '"event": "step"' in lines.stdout
+    wait_for(lambda: trained(0) and trained(1), 180, "both islands' step lines in `yeto logs`", interval=1, detail=laptop.story)
     stopped = laptop.yeto("down", run)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     ids = {j["id"] for j in islands}
