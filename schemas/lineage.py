@@ -14,8 +14,9 @@ from typing import Any, Literal
 
 from yeto.schemas.base import Event, registry
 
-# Train-recipe fields a resume may change: the schedule's end (and so the lineage's total steps).
-SAFE_TRAIN = frozenset({"max_steps"})
+# Train-recipe fields a resume may change: the schedule's end (and so the lineage's total steps), and how an island
+# lays out its memory (the fleet's business: the same numbers either way).
+SAFE_TRAIN = frozenset({"max_steps", "shard", "activation_checkpointing"})
 # Train fields keyed elsewhere: the base by name and pins, the data by its fingerprint; the resume's own start step.
 NOT_KEYED = frozenset({"model", "data", "pins", "start_step"})
 # Sync settings that shape θ and the outer momentum a resume carries on (the rest is fleet tuning: safe).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from yeto.cli.common import conf
 from yeto.infra.run_paths import run_path
@@ -55,7 +55,8 @@ def child_key(recipe: dict[str, Any]) -> dict[str, Any]:
 
 def apply(args, launch: LaunchRun) -> tuple[LaunchRun, list]:
     """The launch pointed at its parent, and the lineage event to publish with it; ValueError on any mismatch."""
-    kind = "resume" if getattr(args, "resume_from", None) else "branch" if getattr(args, "branch_from", None) else None
+    kind: Literal["resume", "branch"] | None = \
+        "resume" if getattr(args, "resume_from", None) else "branch" if getattr(args, "branch_from", None) else None
     if kind is None:
         return launch, []
     target = args.resume_from or args.branch_from
