@@ -18,6 +18,7 @@ from pathlib import Path
 
 from yeto.infra.bus_types import Bus, Subscription
 from yeto.infra.run_paths import run_path
+from yeto.infra.signing import SIG_FILE as SIGNATURE  # the manifest's signature: fetched beside it, for `yeto verify`
 from yeto.schemas.subjects import CHUNK_BYTES, artifact_subject
 
 MANIFEST = "manifest.json"
@@ -26,7 +27,7 @@ IN_FLIGHT = 4            # chunk requests outstanding per file: over a WAN link 
 
 def _sizes(folder: Path) -> dict:
     try:
-        names = [*json.loads((folder / MANIFEST).read_text())["files"], MANIFEST]
+        names = [*json.loads((folder / MANIFEST).read_text())["files"], MANIFEST, SIGNATURE]
         return {n: (folder / n).stat().st_size for n in names if _inside(folder, n)}
     except (OSError, ValueError, KeyError, TypeError) as e:
         return {"error": f"no artifact in {folder} ({type(e).__name__}: {e})"}
@@ -88,6 +89,9 @@ async def fetch(bus: Bus, run_id: str, dest: Path, manifest_sha256: str, *, time
                 digest.update(chunk)
         _check(name, digest.hexdigest(), sha, part)
         os.replace(part, final)
+    if SIGNATURE in sizes:
+        sig = b"".join([c async for c in _chunks(bus, subject, SIGNATURE, sizes[SIGNATURE], timeout_s)])
+        (dest / SIGNATURE).write_bytes(sig)
     (dest / f".{MANIFEST}.part").write_bytes(text)
     os.replace(dest / f".{MANIFEST}.part", dest / MANIFEST)
     return dict(manifest)

@@ -97,7 +97,7 @@ def pinned_source(model: str, pin: dict[str, Any] | None) -> ModelSource:
     problems = _differences("base model", str(path.parent if source.gguf_file else path),
                             local_files(path, model=True), pin.get("files", {}))
     if problems:
-        raise ValueError("refusing to train on a base model other than the run's: " + "; ".join(problems))
+        raise ValueError("refusing a base model other than the one the run pinned: " + "; ".join(problems))
     return source
 
 
@@ -109,4 +109,4 @@ def check_data_pin(data: str, pin: dict[str, Any] | None) -> None:
     got = local_files(path, model=False) if path.exists() else {}
     problems = _differences("data", str(path.parent if path.is_file() else path), got, pin["files"])
     if problems:
-        raise ValueError("refusing to train on data other than the run's: " + "; ".join(problems))
+        raise ValueError("refusing data other than the data the run pinned: " + "; ".join(problems))

@@ -13,6 +13,11 @@ from learner_tiny import write_model_dir
 from yeto.cli.main import main
 
 
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("YETO_HOME", str(tmp_path / "state"))    # the merge is signed with this stack's key
+
+
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory):
     from peft import LoraConfig, get_peft_model

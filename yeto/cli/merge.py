@@ -1,15 +1,19 @@
 """`yeto merge`: fold a LoRA adapter into its base and write deployment-ready sharded SafeTensors, safely.
 
-Safely means: the adapter's manifest hashes are checked (files changed since the run wrote them are
-refused), the base is the one the run trained on (another needs --base and --force), and the merged
-model's logits on a probe are compared with base+adapter before anything is written.
+Safely means: the adapter's manifest hashes and signature are checked (files changed since the run wrote them
+are refused), the base is the one the run trained on (another needs --base and --force), and the merged
+model's logits on a probe are compared with base+adapter before anything is written. The merged model's own
+manifest.json carries the adapter's provenance and records the merge; this machine's stack key signs it.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from yeto.services.finalizer.api import sha256_file
+from yeto.cli.common import state_dir
+from yeto.cli.verify import MANIFEST, check_artifact
+from yeto.infra.signing import SIG_FILE, public_hex, sign, stack_key
+from yeto.services.finalizer.api import code_version, sha256_file
 
 PROBE = "Yeto merges adapters into their base model."
 
@@ -27,15 +31,31 @@ def register(sub) -> None:
 
 
 def check_manifest(adapter: Path) -> dict:
-    path = adapter / "manifest.json"
-    if not path.exists():
+    """The adapter's manifest, its files and signature checked (an unsigned one from before manifest v2 passes on
+    its hashes); {} when the folder has none."""
+    if not (adapter / MANIFEST).exists():
         return {}
-    manifest = json.loads(path.read_text())
-    changed = [f for f, sha in manifest.get("files", {}).items() if not (adapter / f).exists() or sha256_file(adapter / f) != sha]
-    if changed:
-        raise ValueError(f"{adapter}: {', '.join(changed)} changed since the run wrote the artifact (manifest hashes "
-                         f"differ); merge the original files")
+    manifest, verdict = check_artifact(adapter)
+    if verdict.changed:
+        raise ValueError(f"{adapter}: {', '.join(verdict.changed)}: changed since the run wrote the artifact (manifest "
+                         f"hashes differ); merge the original files")
+    if verdict.signature in ("bad", "missing"):
+        raise ValueError(f"{adapter}: {verdict.problems[-1]}; merge the artifact as the run wrote it (`yeto verify`)")
     return manifest
+
+
+def merged_manifest(args, manifest: dict, adapter: Path, out: Path, base: str, err: float, key) -> dict:
+    """The merged model's manifest: the adapter's provenance carried over, and the merge itself recorded."""
+    source_sha = sha256_file(adapter / MANIFEST) if manifest else None
+    return {"manifest_version": 2, "kind": "merged", "run_id": manifest.get("run_id"), "base_model": base,
+            "files": {f: sha256_file(out / f) for f in sorted(p.name for p in out.iterdir())},
+            "recipe": manifest.get("recipe", {}), "provenance": manifest.get("provenance", {}),
+            "merge": {"source": str(adapter), "source_manifest_sha256": source_sha,
+                      "source_signer_public_key": manifest.get("signer_public_key") or None,
+                      "base": base, "forced_other_base": bool(args.force and base != manifest.get("base_model")),
+                      "dtype": args.dtype, "max_shard_size": args.max_shard_size, "probe_max_abs_error": err,
+                      "yeto": code_version()},
+            "signer_public_key": public_hex(key)}
 
 
 def pick_base(args, manifest: dict) -> str:
@@ -53,7 +73,7 @@ def cmd_merge(args) -> int:
     import torch
     from peft import PeftModel
 
-    from yeto.infra.model_source import resolve
+    from yeto.infra.source_pins import pinned_source
     from yeto.learners.torch.api import load_model, load_tokenizer
 
     adapter, out = Path(args.adapter), Path(args.out)
@@ -62,7 +82,10 @@ def cmd_merge(args) -> int:
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not empty; pick a new --out")
     manifest = check_manifest(adapter)
-    source = resolve(pick_base(args, manifest))
+    base = pick_base(args, manifest)
+    # The run's base at its pinned revision, local files checked against their hashes; --force skips the pin.
+    pin = manifest.get("provenance", {}).get("base") if base == manifest.get("base_model") else None
+    source = pinned_source(base, pin)
     tokenizer = load_tokenizer(source)
     model = PeftModel.from_pretrained(load_model(source, dtype=torch.float32), str(adapter)).eval()
     probe = tokenizer(PROBE, return_tensors="pt")
@@ -76,10 +99,11 @@ def cmd_merge(args) -> int:
     merged = merged.to(getattr(torch, args.dtype))
     merged.save_pretrained(str(out), max_shard_size=args.max_shard_size, safe_serialization=True)
     tokenizer.save_pretrained(str(out))
+    key = stack_key(state_dir(args))      # this machine's stack key signs what it merged (`yeto verify OUT`)
+    text = json.dumps(merged_manifest(args, manifest, adapter, out, base, err, key), indent=2, sort_keys=True)
+    (out / MANIFEST).write_text(text)
+    (out / SIG_FILE).write_text(sign(key, text.encode()) + "\n")
     files = sorted(p.name for p in out.iterdir())
-    (out / "merge_manifest.json").write_text(json.dumps({
-        "adapter": str(adapter), "base": source.location, "dtype": args.dtype, "probe_max_abs_error": err,
-        "adapter_manifest_run": manifest.get("run_id"), "files": {f: sha256_file(out / f) for f in files}}, indent=2))
     shards = [f for f in files if f.endswith(".safetensors")]
     print(f"merged {adapter} into {source.location}: {len(shards)} shard(s) in {out} (probe error {err:.2e})")
     return 0

@@ -50,6 +50,20 @@ def group_alive(group: dict) -> bool:
     return not group.get("ended") and procs.group_is_ours(group["pgid"], members)
 
 
+def last_error(log: Path, generation: int) -> str:
+    """The learner's last `error: ...` line of this generation in the island's log ('' when none), so the reason an
+    island refused to train (a base file other than the pinned one, bad data) reaches the tape in IslandExited."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    starts = [i for i, line in enumerate(lines) if line.startswith("=== island ") and line.endswith(f" {generation} ===")]
+    errors = [line for line in lines[starts[-1] if starts else 0:] if line.startswith("error: ")]
+    return errors[-1].removeprefix("error: ")[:1000] if errors else ""
+
+
 class LocalBackend:
     name = "local"
 
@@ -115,7 +129,8 @@ class LocalBackend:
             (gdir / "group.json").write_text(json.dumps({**group, "ended": True}))
         if failed:
             rank, code = min(failed.items())
-            return IslandStatus(False, code, f"rank {rank} exited with status {code}")
+            why = last_error(self.log_path(run_id, island), generation)
+            return IslandStatus(False, code, f"rank {rank} exited with status {code}" + (f": {why}" if why else ""))
         if alive:
             return IslandStatus(True)
         if len(codes) == len(group["pids"]):
