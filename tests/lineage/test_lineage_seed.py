@@ -58,7 +58,8 @@ def test_a_seeded_syncer_starts_at_the_parents_theta_and_momentum_and_broadcasts
     saved = [o.snapshot for o in outputs if isinstance(o, SaveSnapshot)]
     assert [(s.fragment, s.ledger) for s in saved] == [(0, {}), (1, {})]
     keyframes = [o for o in outputs if isinstance(o, Broadcast)]
-    assert [(k.header.run_id, k.header.kind, k.header.version) for k in keyframes] == [("r-b", "keyframe", 7), ("r-b", "keyframe", 8)]
+    assert [(k.header.run_id, k.header.kind, k.header.version) for k in keyframes] == \
+        [("r-b", "keyframe", 7), ("r-b", "keyframe", 8)]
     for k in keyframes:
         assert np.array_equal(codecs.decode(k.header.codec, k.payload, k.header.numel), parent[k.header.fragment].theta)
 
