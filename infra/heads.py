@@ -17,6 +17,7 @@ from yeto.infra import bus_auth, tls
 from yeto.schemas.base import check_run_id
 
 CERT_HOSTS = ["yeto-head", "127.0.0.1", "localhost"]
+HEAD_STATE = "~/.yeto/head"             # the bundle's place on the head VM: its state dir (`~` is the head's home)
 STATES = ("launching", "up", "copied", "down")
 HOST_SECRETS = ("HF_TOKEN",)            # always forwarded when set on this machine
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

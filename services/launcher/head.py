@@ -40,7 +40,7 @@ def head_memory_gb(weights_gb: float | None, tuning: str) -> int:
 
 
 def launch_head(state_dir: Path, run_id: str, *, memory_gb: int, cloud: str | None = None, region: str | None = None,
-                linger_s: int = 3600, wait_s: float = 900.0, say: Callable[[str], None] = print) -> str:
+                linger_s: int = 3600, wait_s: float = 900.0, say: Callable[[str], None] = print, output: str = "") -> str:
     """Rent the head (its bundle prepared: infra/heads.py), wait until it answers; its URL. This process must hold
     the head's operator env (heads.head_env) for the wait. On any failure the head is taken down again."""
     rec = heads.head_record(state_dir, run_id)
@@ -48,7 +48,7 @@ def launch_head(state_dir: Path, run_id: str, *, memory_gb: int, cloud: str | No
     api, cluster = sky_api(), rec["cluster"]
     try:
         task = head_task(run_id, heads.bundle_dir(state_dir, run_id), cloud=cloud, region=region, memory_gb=memory_gb,
-                         linger_s=linger_s)
+                         linger_s=linger_s, output=output)
     except ValueError as e:        # SkyPilot knows no such cloud: nothing was rented
         heads.update_head(state_dir, run_id, state="down")
         raise ValueError(f"--head-cloud {cloud}: {e}") from None

@@ -185,10 +185,6 @@ def _sql(state: Path, run: str, query: str) -> str:
 def test_status_and_down_reach_the_head_through_its_record(launched, capsys):
     state, run, rec, _, _ = launched
     assert stack.stack_url(state) is None                          # no local stack: only the record leads there
-    assert main(["--state-dir", str(state), "status", run]) == 0
-    assert run in capsys.readouterr().out
-    assert main(["--state-dir", str(state), "status"]) == 0
-    assert run in capsys.readouterr().out
 
     async def stop_seen() -> dict:
         bus, seen, changed = await connect(rec["url"], name="test"), [], asyncio.Event()
@@ -208,6 +204,11 @@ def test_status_and_down_reach_the_head_through_its_record(launched, capsys):
 
     stop = asyncio.run(stop_seen())
     assert stop["run_id"] == run and stop["now"] is True
+    # The run ended at once (its island was dropped: the head's URL is loopback here), so status copies it back
+    assert main(["--state-dir", str(state), "status", run]) == 0
+    assert f"copied run {run} back" in capsys.readouterr().out and heads.head_record(state, run)["state"] == "copied"
+    assert main(["--state-dir", str(state), "status"]) == 0
+    assert run in capsys.readouterr().out
 
 
 def test_a_missing_env_from_host_variable_is_refused_before_anything_is_rented(material, tmp_path, monkeypatch, capsys):
@@ -309,3 +310,18 @@ def test_env_from_host_names_must_be_names_and_hf_token_goes_when_set():
         heads.host_secrets({}, ["A=B"])
     with pytest.raises(ValueError, match="--env-from-host X, Y: not set"):
         heads.host_secrets({"A": "1"}, ["A", "X", "Y"])
+
+
+def test_a_local_data_file_goes_with_the_head_and_the_heads_launcher_mounts_it_on_islands(launched, monkeypatch):
+    from yeto.services.launcher.backends.sky_tasks import data_mount
+
+    state, run, rec, _, _ = launched
+    shipped = heads.bundle_dir(state, run) / "data" / "chat.jsonl"          # 0600 like the rest (checked above)
+    recipe = wait_for(lambda: _sql(state, run, "select type, payload->'recipe'->'train'->>'data' d from events "
+                                               "where type = 'RunLaunched'"), 60, "RunLaunched on the head's tape")
+    assert json.loads(recipe)[0]["d"] == "~/.yeto/head/data/chat.jsonl"      # the head's path, not this machine's
+    vm_home = state.parent / "vms" / rec["cluster"]                           # LocalHeadSky's VM: the mount, copied
+    assert (vm_home / ".yeto/head/data/chat.jsonl").read_bytes() == shipped.read_bytes()
+    monkeypatch.setenv("HOME", str(vm_home))                                  # `~` as the head's launcher sees it
+    assert data_mount("~/.yeto/head/data/chat.jsonl") == (
+        {"~/.yeto/data/chat.jsonl": str(vm_home / ".yeto/head/data/chat.jsonl")}, "~/.yeto/data/chat.jsonl")

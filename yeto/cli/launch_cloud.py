@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from yeto.cli import launch_checks as checks
 from yeto.cli.common import publish, state_dir
 from yeto.infra import heads
+from yeto.infra.head_data import ship_data
 from yeto.services.launcher.api import head_memory_gb, launch_head, take_down
 
 
@@ -59,12 +60,16 @@ def run_on_head(args, launch):
         raise ValueError(f"run {run_id} has a head already ({old['cluster']}, {old['state']}); pick another --run-id "
                          f"(an interrupted launch: `sky down {old['cluster']}`, then remove {heads.head_dir(state, run_id)})")
     heads.prepare_bundle(state, run_id, secrets)
+    train = launch.recipe["train"]           # a local --data goes with the head: its launcher ships it to the islands
+    train = {**train, "data": ship_data(state, run_id, train.get("data", ""))}
+    launch = launch.model_copy(update={"recipe": {**launch.recipe, "train": train}})
     rec = heads.write_head(state, heads.new_record(state, run_id, price_per_hour=args.head_price, launched_at=time.time()))
     os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
     memory_gb = head_memory_gb(args.weights_gb or checks.known_weights_gb(args.model), args.tuning)
     print(f"head VM for {run_id}: about {memory_gb} GB RAM (an estimate from the trainable parameters), "
           f"${args.head_price:.2f}/hr counted in spend; secrets for the islands: {', '.join(secrets) or 'none'}")
-    url = launch_head(state, run_id, memory_gb=memory_gb, cloud=args.head_cloud, region=args.head_region)
+    url = launch_head(state, run_id, memory_gb=memory_gb, cloud=args.head_cloud, region=args.head_region,
+                      output=launch.recipe.get("output", ""))
     launch = launch.model_copy(update={"recipe": {**launch.recipe, "bus_url": url}})
     try:
         asyncio.run(publish(url, *checks.data_events(launch), launch))

@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from yeto.infra.heads import HEAD_STATE
 from yeto.services.launcher.backends.base import IslandLaunch, learner_args
 
 REPO = Path(__file__).resolve().parents[3]
@@ -21,7 +22,10 @@ AMD_GPUS = ("MI300X", "MI250X")
 ISLAND_DIR = "~/.yeto/island"
 CREDS_MOUNT, CA_MOUNT, ENV_MOUNT = f"{ISLAND_DIR}/learner.json", f"{ISLAND_DIR}/ca.pem", f"{ISLAND_DIR}/env.json"
 DATA_DIR = "~/.yeto/data"
-HEAD_STATE = "~/.yeto/head"
+# The fsspec package the head's finalizer needs to upload to an --output store (r2 and cos speak S3; hf:// uses
+# huggingface_hub, which Yeto installs anyway; a path on the head needs nothing).
+STORE_PACKAGES = {"s3": "s3fs", "r2": "s3fs", "cos": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
+                  "oci": "ocifs"}
 
 
 def vendor(gpu: str) -> str:
@@ -91,8 +95,14 @@ def island_task(launch: IslandLaunch, creds: Path | None = None, *, ca: Path | N
     return task
 
 
+def head_setup(output: str = "") -> str:
+    """The head's setup: torch for CPU and Yeto, then the store package its finalizer uploads `output` with."""
+    package = STORE_PACKAGES.get(output.split("://", 1)[0]) if "://" in output else None
+    return setup_script("cpu") + (f"\npython3 -m pip install -q {package}" if package else "")
+
+
 def head_task(run_id: str, bundle_dir: str | Path, *, cloud: str | None = None, region: str | None = None,
-              cpus: str = "4+", memory_gb: int = 16, linger_s: int = 3600):
+              cpus: str = "4+", memory_gb: int = 16, linger_s: int = 3600, output: str = ""):
     """The run's on-demand head VM: `yeto stack up --head` (nats-server with TLS and per-run credentials, the
     services, the tape) over the bundle the laptop made (shipped as the head's state dir); its port is open
     for the islands. It outlives the run by at most `linger_s` waiting for the laptop to copy the tape back."""
@@ -100,7 +110,7 @@ def head_task(run_id: str, bundle_dir: str | Path, *, cloud: str | None = None, 
 
     run = (f"yeto --state-dir {HEAD_STATE} stack up --head --run-id {shlex.quote(run_id)} --port {NATS_PORT} "
            f"--foreground --linger {int(linger_s)}")
-    task = sky.Task(name=f"yeto-head-{run_id}", workdir=str(REPO), setup=setup_script("cpu"), run=run)
+    task = sky.Task(name=f"yeto-head-{run_id}", workdir=str(REPO), setup=head_setup(output), run=run)
     task.set_resources(sky.Resources(cloud=sky.CLOUD_REGISTRY.from_str(cloud) if cloud else None, region=region,
                                      cpus=cpus, memory=f"{int(memory_gb)}+", use_spot=False, ports=[NATS_PORT]))
     task.set_file_mounts({HEAD_STATE: str(Path(bundle_dir).expanduser().resolve())})
