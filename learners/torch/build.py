@@ -7,7 +7,7 @@ import torch
 
 from yeto.infra.source_pins import check_data_pin, pinned_source
 from yeto.learners import accel as accel_policy
-from yeto.learners.torch import dist
+from yeto.learners.torch import dist, quant
 from yeto.learners.torch.model import load_model, load_tokenizer
 from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning
@@ -45,12 +45,15 @@ def build(recipe: TrainRecipe, *, accel: accel_policy.Accel, topology: dist.Topo
     source = pinned_source(recipe.model, recipe.pins.get("base"))
     check_data_pin(recipe.data, recipe.pins.get("data"))
     tokenizer = load_tokenizer(source)
-    model = load_model(source, dtype=accel_policy.weight_dtype(accel, tuning=recipe.tuning))
+    nf4 = recipe.base_quantization == "nf4"      # QLoRA: quantized while loading, onto this rank's device
+    model = load_model(source, dtype=accel_policy.weight_dtype(accel, tuning=recipe.tuning),
+                       quantization=quant.nf4_config(accel) if nf4 else None,
+                       device_map=quant.device_map(accel) if nf4 else None)
     model = apply_tuning(model, recipe)   # on the CPU, from the shared seed: identical on every island
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    sharded = accel_policy.needs_sharding(accel, param_bytes=param_bytes, tuning=recipe.tuning,
-                                          world_size=topology.world_size)
-    if not sharded:
+    sharded = not nf4 and accel_policy.needs_sharding(accel, param_bytes=param_bytes, tuning=recipe.tuning,
+                                                      world_size=topology.world_size)
+    if not sharded and not nf4:
         model = model.to(accel.device)
     wrapped = dist.wrap(model, accel, topology, shard=sharded)
     accel_policy.empty_cache(accel)

@@ -28,12 +28,17 @@ def load_tokenizer(source: ModelSource):
     return tok
 
 
-def load_model(source: ModelSource, *, dtype: torch.dtype = torch.float32):
-    """The causal LM on the CPU in `dtype` (GGUF weights are dequantized), ready to be tuned and moved."""
+def load_model(source: ModelSource, *, dtype: torch.dtype = torch.float32, quantization=None, device_map=None):
+    """The causal LM on the CPU in `dtype` (GGUF weights are dequantized), ready to be tuned and moved; with a
+    `quantization` config (learners/torch/quant.py), quantized while loading onto `device_map`'s device."""
     from transformers import AutoModelForCausalLM
+    if quantization is not None and source.gguf_file is not None:
+        raise ValueError(f"--base-quantization nf4 quantizes a safetensors base, not the .gguf {source.gguf_file}: "
+                         "pass the model's Hugging Face id or a local model directory")
+    extra = {"quantization_config": quantization, "device_map": device_map} if quantization is not None else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, dtype=dtype,
-                                                     revision=source.revision)
+                                                     revision=source.revision, **extra)
     except OSError as err:
         raise _hub_error(source, err) from err
     model.config.use_cache = False      # training never reuses the KV cache

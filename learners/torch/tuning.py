@@ -28,7 +28,10 @@ def target_modules(model: torch.nn.Module, recipe: TrainRecipe) -> tuple[str, ..
 def apply_tuning(model: torch.nn.Module, recipe: TrainRecipe) -> torch.nn.Module:
     """Make the recipe's parameters trainable. Call with the model on the CPU: LoRA's random init is
     drawn from the CPU generator seeded with the run's seed, so every island starts bit-identical."""
-    assert next(model.parameters()).device.type == "cpu", "initialize adapters on the CPU"
+    # peft creates each adapter on the CPU before moving it beside its base layer, so an NF4 base already on
+    # its device (quantized while loading) still gets CPU-seeded, bit-identical adapters.
+    assert next(model.parameters()).device.type == "cpu" or getattr(model, "is_loaded_in_4bit", False), \
+        "initialize adapters on the CPU"
     if recipe.tuning == "full":
         for param in model.parameters():
             param.requires_grad_(True)

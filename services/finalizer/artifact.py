@@ -105,6 +105,8 @@ def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out:
         "versions": {str(k): v for k, v in sorted(versions.items())}, "acked_by": sorted(acked),
         "recipe": recipe, "data": recipe.get("data_check", {}),
         "num_parameters": int(sum(v.size for v in state.values())),
+        "adapter_for": None if kind != "adapter" else "the bf16 base" + (   # QLoRA: the NF4 base was only for training
+            ", trained over its NF4 quantization" if train.get("base_quantization") == "nf4" else ""),
         "resume": resume_state.describe(out, files, recipe),
         "provenance": provenance(recipe, run or {}), "signer_public_key": signing.public_hex(key) if key else "",
     }

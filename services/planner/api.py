@@ -4,13 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from yeto.services.planner.catalog import FIXTURE_DIR, Offering, load_catalog
-from yeto.services.planner.gpus import GPUS
+from yeto.services.planner.gpus import GPUS, NO_NF4
 from yeto.services.planner.memory import Workload, fits
 from yeto.services.planner.plan import FleetPlan, plan_fleet
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import gather_signals
 
-__all__ = ["FIXTURE_DIR", "GPUS", "FleetPlan", "Offering", "PlanRequest", "Workload", "fits", "load_catalog",
+__all__ = ["FIXTURE_DIR", "GPUS", "NO_NF4", "FleetPlan", "Offering", "PlanRequest", "Workload", "fits", "load_catalog",
            "shape_fleet"]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from yeto.services.planner.catalog import Offering
-from yeto.services.planner.gpus import GPUS, spot_goodput
+from yeto.services.planner.gpus import GPUS, NO_NF4, spot_goodput
 from yeto.services.planner.memory import Need, Workload, fits
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals
@@ -16,6 +16,7 @@ REASONS = {
     "excluded": "region in --exclude-regions",
     "unknown_gpu": "no peak TFLOPs on record for this GPU",
     "no_bf16": "no bf16 tensor cores",
+    "no_nf4": "--base-quantization nf4 needs bitsandbytes, which islands of this GPU do not install",
     "memory": "model does not fit",
     "quota": "quota minus current usage leaves no room",
     "stock": "out of stock",
@@ -83,6 +84,8 @@ def screen(o: Offering, req: PlanRequest, w: Workload, signals: Signals) -> Cand
         return _reject(o, "unknown_gpu", o.gpu)
     if spec.peak_bf16_tflops <= 0:
         return _reject(o, "no_bf16", o.gpu)
+    if w.base_quantization == "nf4" and o.gpu in NO_NF4:
+        return _reject(o, "no_nf4", o.gpu)
     for nodes in (n for n in NODE_OPTIONS if n <= req.max_nodes):
         ok, need = fits(w, o.count * nodes, spec.memory_gb)
         if ok:

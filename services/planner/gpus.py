@@ -44,6 +44,10 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
     GpuSpec("T4", 16 * GIB, 0.0),
 )}
 
+# GPUs whose islands cannot run QLoRA (--base-quantization nf4): their image gets no bitsandbytes (the
+# launcher installs the `gpu` extra, which brings it, on NVIDIA islands only; AMD islands run ROCm torch).
+NO_NF4 = ("MI300X", "MI250X")
+
 # Expected spot preemptions per island-hour without live signals (documented in docs/PLANNER.md): AWS's
 # Spot Instance Advisor puts most GPU types in the 5-15 %/month-to-">20 %" buckets; GPU spot churns more
 # than CPU spot, so these are deliberately pessimistic. Clouds with no spot market have no entry.

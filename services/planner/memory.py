@@ -74,7 +74,9 @@ def per_gpu_need(w: Workload, num_gpus: int) -> Need:
     # Activation checkpointing: a bf16 input per layer, one layer's working set (34 s b h bytes,
     # Korthikanti et al. 2022, flash attention), and the fp32 logits with their gradient.
     activations = tokens * hidden * layers * 2 + tokens * hidden * 34 + tokens * w.vocab * 4 * 2
-    return Need(state / num_gpus / 1e9, activations / 1e9, OVERHEAD_GB)
+    # FSDP2 shards a bf16 or f32 state over the island; an NF4 base is replicated (QLoRA islands run DDP).
+    shards = 1 if w.base_quantization == "nf4" else num_gpus
+    return Need(state / shards / 1e9, activations / 1e9, OVERHEAD_GB)
 
 
 def fits(w: Workload, num_gpus: int, gpu_memory_gb: float) -> tuple[bool, Need]:

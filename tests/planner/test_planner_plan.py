@@ -76,6 +76,9 @@ def test_every_rejection_reason_is_reachable():
                       exclude_regions=("eu-north-1",), max_nodes=1)
     plan = plan_fleet(req, catalog, signals)
     codes = {r["code"] for r in plan.rejected}
+    amd = [off("runpod", "US", "8x_MI300X_SECURE", "MI300X", 8, 23.92)]     # QLoRA where bitsandbytes is not
+    codes |= {r["code"] for r in plan_fleet(PlanRequest(model="llama31-70b", budget=30.0, base_quantization="nf4"),
+                                            amd, signals).rejected}
     assert codes == set(REASONS), set(REASONS) - codes
     assert all(r["reason"] and r["shape"] for r in plan.rejected)
 

@@ -41,7 +41,10 @@ def known_weights_gb(model: str) -> float | None:
 
 def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tuning: str, base_quantization: str,
                      seq_len: int, micro_batch: int) -> None:
-    """Refuse a cloud island whose GPUs cannot hold the model (when its size is known)."""
+    """Refuse a cloud island whose GPUs cannot hold the model (when its size is known), or cannot run NF4."""
+    if base_quantization == "nf4":
+        from yeto.cli.launch_nf4 import check_nf4
+        check_nf4(islands)
     if weights_gb is None:
         return
     from yeto.services.planner.api import GPUS, Workload, fits
@@ -106,7 +109,8 @@ def train_recipe(args, sync: dict[str, Any]) -> dict[str, Any]:
     from yeto.learners.torch.api import TrainRecipe
 
     fields = dict(model=args.model, data=args.data, data_format=args.data_format, tuning=args.tuning,
-                  seq_len=args.seq_len, micro_batch=args.micro_batch, sync=sync, seed=args.seed)
+                  seq_len=args.seq_len, micro_batch=args.micro_batch, sync=sync, seed=args.seed,
+                  base_quantization=args.base_quantization, shard=args.shard)
     for name in ("lr", "max_steps", "lora_r", "warmup_steps"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
