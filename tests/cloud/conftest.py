@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import rehearsal
 import rehearsal_jobs
 import rehearsal_net
+import rehearsal_world
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
-def rehearsal_world(root: Path):
+def world_at(root: Path):
     """A world under `root`; this process (and what it starts) uses the rehearsal as its SkyApi meanwhile."""
     why = rehearsal_net.available()
     if why:
@@ -25,23 +25,23 @@ def rehearsal_world(root: Path):
     root.mkdir()
     with pytest.MonkeyPatch.context() as mp:
         try:
-            rehearsal.world_up(root)
+            rehearsal_world.world_up(root)
             mp.setenv(rehearsal_jobs.REHEARSAL_DIR_ENV, str(root))
             mp.setenv("YETO_SKY_API", rehearsal_jobs.SKY_API)
             # `tests.cloud.rehearsal` is found from the repository root (the head's processes: from its workdir)
             mp.setenv("PYTHONPATH", str(REPO))
             yield root
         finally:
-            rehearsal.world_down(root)
+            rehearsal_world.world_down(root)
 
 
 @pytest.fixture
 def rehearsal_dir(tmp_path) -> Path:
-    with rehearsal_world(tmp_path / "rehearsal") as root:
+    with world_at(tmp_path / "rehearsal") as root:
         yield root
 
 
 @pytest.fixture(scope="module")
 def module_rehearsal_dir(tmp_path_factory) -> Path:
-    with rehearsal_world(tmp_path_factory.mktemp("world") / "rehearsal") as root:
+    with world_at(tmp_path_factory.mktemp("world") / "rehearsal") as root:
         yield root

@@ -4,14 +4,13 @@ No cloud is reachable here, so everything after provisioning is rehearsed: `laun
 in its namespace and `cluster_address` is its veth address; `jobs_launch` runs an island's task in a namespace of
 its own; `jobs_cancel` records the call and kills the job's processes. How a task is executed (HOME, env, setup
 checked but not run): rehearsal_jobs.py; the network: rehearsal_net.py. Processes pick it with $YETO_SKY_API=
-tests.cloud.rehearsal:RehearsalSky and share its record through $YETO_REHEARSAL_DIR (the fixture's `world_up` makes
-the world, `world_down` removes all of it). A head whose process has exited is torn down at the next call
+tests.cloud.rehearsal:RehearsalSky and share its record through $YETO_REHEARSAL_DIR (rehearsal_world.py makes the
+world for the fixtures, and removes all of it). A head whose process has exited is torn down at the next call
 (SkyPilot's autodown, without the idle minutes).
 """
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -23,36 +22,20 @@ import rehearsal_net as net
 from yeto.services.launcher.backends.sky_api import ManagedJob
 
 
-def world_up(root: Path) -> dict:
-    """Make the world (bridge, handle) under `root`, the future $YETO_REHEARSAL_DIR."""
-    world = {**net.world_names(secrets.token_hex(3)[:5]), "venv_bin": jobs.venv_bin()}
-    with jobs.locked(root) as state:
-        state.update(world=world, clusters={}, jobs={}, cancels=[], next_index=1)
-    net.world_up(world)
-    return world
-
-
-def world_down(root: Path) -> None:
-    """Every process, namespace, veth and the bridge of the world under `root`, by name."""
-    with jobs.locked(root) as state:
-        if state.get("world"):
-            net.world_down(state["world"])
-
-
 class RehearsalSky:
     """SkyApi over the shared record in $YETO_REHEARSAL_DIR."""
 
     def __init__(self) -> None:
         self.root = jobs.rehearsal_dir()
 
-    def _start(self, state: dict, task: Any, what: str) -> dict:
+    def _start(self, state: dict, task: Any, what: str, hide: list[str] = ()) -> dict:
         index = state["next_index"]
         state["next_index"] = index + 1
         ns, ip = net.ns_up(state["world"], what, index)
         folder = self.root / what
         rec = {"ns": ns, "ip": ip, "index": index, "dir": str(folder)}
         try:
-            return {**rec, **jobs.execute(task, folder, state["world"], ns, ip, index)}
+            return {**rec, **jobs.execute(task, folder, state["world"], ns, ip, index, hide)}
         except Exception:
             net.ns_down(state["world"], ns, index)
             raise
@@ -88,7 +71,7 @@ class RehearsalSky:
     def jobs_launch(self, task: Any, name: str) -> int:
         with jobs.locked(self.root) as state:
             job_id = len(state["jobs"]) + 1
-            rec = self._start(state, task, f"job-{job_id}")
+            rec = self._start(state, task, f"job-{job_id}", state["world"].get("hidden", []))
             # envs are what SkyPilot prints for everyone to see: kept, so a test can check no secret is among them
             state["jobs"][str(job_id)] = {**rec, "id": job_id, "name": name, "envs": dict(task.envs or {})}
             return job_id
@@ -117,13 +100,3 @@ class RehearsalSky:
     def check(self) -> dict[str, str | None]:
         """The clouds the rehearsal stands in for, all with working credentials."""
         return {"aws": None, "gcp": None}
-
-
-def job_status(api: RehearsalSky, job_id: int) -> str:
-    return next(j.status for j in api.jobs_queue() if j.job_id == job_id)
-
-
-def record(root: Path) -> dict:
-    """The shared record as it is now (for tests)."""
-    with jobs.locked(root) as state:
-        return state

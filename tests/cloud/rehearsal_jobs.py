@@ -81,9 +81,10 @@ def environment(task, home: Path, world: dict, ip: str, job_id: int) -> dict[str
             "YETO_SKY_API": SKY_API, REHEARSAL_DIR_ENV: str(rehearsal_dir())}
 
 
-def execute(task, folder: Path, world: dict, ns: str, ip: str, job_id: int) -> dict:
+def execute(task, folder: Path, world: dict, ns: str, ip: str, job_id: int, hide: list[str] = ()) -> dict:
     """Ship, check setup, start run in the namespace (its own process group); the record's process fields.
-    A setup that is not valid bash ends the job as FAILED_SETUP without running anything."""
+    A setup that is not valid bash ends the job as FAILED_SETUP without running anything. Folders in `hide` (the
+    laptop's) are empty for the job: it reads only what shipped (a mount namespace of its own, no way back)."""
     home = folder / "home"
     home.mkdir(parents=True)
     ship(task, home)
@@ -94,7 +95,9 @@ def execute(task, folder: Path, world: dict, ns: str, ip: str, job_id: int) -> d
         (folder / "run.log").write_text(f"setup is not valid bash:\n{checked.stderr}")
         return {"status": "FAILED_SETUP", "pid": None, "started": None}
     wrapper = 'bash "$1" > "$2" 2>&1; echo $? > "$3.tmp"; mv "$3.tmp" "$3"'   # the exit code outlives the launcher
-    argv = [*net.enter(ns), "bash", "-c", wrapper, "job", *(str(folder / f) for f in ("run.sh", "run.log", "exit"))]
+    hiding = 'for p in "${@:4}"; do mount -t tmpfs -o size=64k hidden "$p" || exit 97; done; ' if hide else ""
+    argv = [*net.enter(ns), *(["unshare", "--mount", "--propagation", "slave"] if hide else []), "bash", "-c", hiding + wrapper,
+            "job", *(str(folder / f) for f in ("run.sh", "run.log", "exit")), *hide]
     quiet = subprocess.DEVNULL
     proc = subprocess.Popen(argv, env=environment(task, home, world, ip, job_id), cwd=home / "sky_workdir", stdin=quiet,
                             stdout=quiet, stderr=quiet, start_new_session=True)

@@ -12,6 +12,7 @@ import pytest
 import sky
 
 import rehearsal
+import rehearsal_world
 from waiting import wait_for
 from yeto.infra import bus_auth, heads, procs
 from yeto.infra.bus import connect
@@ -67,9 +68,9 @@ def island(head, probe: list[str], *, creds=None, with_ca: bool = True) -> tuple
     task.set_file_mounts(mounts)
     api = rehearsal.RehearsalSky()
     job = api.jobs_launch(task, "probe")
-    status = wait_for(lambda: (s := rehearsal.job_status(api, job)) != "RUNNING" and s, 90, "the probe")
+    status = wait_for(lambda: (s := rehearsal_world.job_status(api, job)) != "RUNNING" and s, 90, "the probe")
     assert status == "SUCCEEDED", api.jobs_logs(job)
-    ip = rehearsal.record(rehearsal.jobs.rehearsal_dir())["jobs"][str(job)]["ip"]
+    ip = rehearsal_world.record(rehearsal.jobs.rehearsal_dir())["jobs"][str(job)]["ip"]
     return json.loads(api.jobs_logs(job).strip().splitlines()[-1]), ip
 
 

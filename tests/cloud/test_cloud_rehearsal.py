@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import rehearsal
+import rehearsal_world
 from rehearsal_net import pids
 from waiting import wait_for
 
@@ -45,7 +46,7 @@ class Laptop:
                          "--run-id", run_id, *flags, timeout=timeout)
 
     def islands(self, run_id: str) -> list[dict]:
-        jobs = rehearsal.record(self.world)["jobs"].values()
+        jobs = rehearsal_world.record(self.world)["jobs"].values()
         return sorted((j for j in jobs if j["name"].startswith(f"yeto-{run_id}-island-")), key=lambda j: j["name"])
 
     def story(self) -> str:
@@ -85,15 +86,15 @@ def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(la
     artifact = laptop.home / "runs" / run / "artifact"
     assert any(p.suffix == ".safetensors" for p in artifact.rglob("*")), sorted(artifact.rglob("*"))
     # the run ended: no island job runs on (each finished, or the head cancelled it), none of their processes is left
-    api, cancelled = rehearsal.RehearsalSky(), {i for call in rehearsal.record(laptop.world)["cancels"] for i in call}
-    ended = {j["id"]: rehearsal.job_status(api, j["id"]) for j in islands}
+    api, cancelled = rehearsal.RehearsalSky(), {i for call in rehearsal_world.record(laptop.world)["cancels"] for i in call}
+    ended = {j["id"]: rehearsal_world.job_status(api, j["id"]) for j in islands}
     assert all(s == "SUCCEEDED" or (s == "CANCELLED" and i in cancelled) for i, s in ended.items()), ended
     assert not [j["ns"] for j in islands if Path(f"/run/netns/{j['ns']}").exists() and pids(j["ns"])]
     wait_for(lambda: api.cluster_address(head["cluster"]) is None, 120, "the head to go once the tape was home",
              interval=0.5, detail=laptop.story)
     print(f"{run}: launch to the head gone {time.monotonic() - started:.0f}s")
     polls: dict[int, list[float]] = {}      # the head's launcher reads the fleet's status at most every 15 s
-    for at, pid in rehearsal.record(laptop.world)["queue_calls"]:
+    for at, pid in rehearsal_world.record(laptop.world)["queue_calls"]:
         polls.setdefault(pid, []).append(at)
     gaps = [b - a for pid, ats in polls.items() if pid != os.getpid() for a, b in zip(ats, ats[1:])]
     assert len(polls) >= 2 and min(gaps, default=15) >= 14.5, polls
@@ -122,8 +123,8 @@ def test_down_of_a_cloud_run_cancels_every_island_job_and_kills_its_processes(la
     stopped = laptop.yeto("down", run)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     ids = {j["id"] for j in islands}
-    wait_for(lambda: ids <= {i for call in rehearsal.record(laptop.world)["cancels"] for i in call}, 180,
+    wait_for(lambda: ids <= {i for call in rehearsal_world.record(laptop.world)["cancels"] for i in call}, 180,
              "every island's job cancelled by the head", interval=0.5, detail=laptop.story)
     api = rehearsal.RehearsalSky()
-    assert {rehearsal.job_status(api, i) for i in ids} <= {"CANCELLED", "SUCCEEDED"}
+    assert {rehearsal_world.job_status(api, i) for i in ids} <= {"CANCELLED", "SUCCEEDED"}
     assert not [j["ns"] for j in islands if Path(f"/run/netns/{j['ns']}").exists() and pids(j["ns"])]

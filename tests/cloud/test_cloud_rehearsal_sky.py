@@ -10,6 +10,7 @@ import pytest
 import sky
 
 import rehearsal
+import rehearsal_world
 from waiting import wait_for
 from yeto.infra import procs
 
@@ -54,7 +55,7 @@ def test_an_absolute_mount_target_is_refused_and_leaves_no_namespace(rehearsal_d
     task.set_file_mounts({"/yeto/auth/learner.json": str(tmp_path / "f")})
     with pytest.raises(ValueError, match="not under ~/"):
         rehearsal.RehearsalSky().jobs_launch(task, "abs")
-    tag = rehearsal.record(rehearsal_dir)["world"]["tag"]
+    tag = rehearsal_world.record(rehearsal_dir)["world"]["tag"]
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"yreh-{tag}-") and not n.endswith("-root")]
 
 
@@ -72,10 +73,10 @@ def test_cancel_is_recorded_and_kills_every_process_of_the_job(rehearsal_dir, tm
     job = api.jobs_launch(sky.Task(name="long", run=run), "long")
     wait_for(lambda: (tmp_path / "escaped").exists() and (tmp_path / "escaped").read_text().strip(), 30, "the job started")
     escaped = int((tmp_path / "escaped").read_text())
-    rec = rehearsal.record(rehearsal_dir)["jobs"][str(job)]
+    rec = rehearsal_world.record(rehearsal_dir)["jobs"][str(job)]
     assert _status(api, job) == "RUNNING" and procs.alive(rec["pid"]) and procs.alive(escaped)
     api.jobs_cancel([job])
-    state = rehearsal.record(rehearsal_dir)
+    state = rehearsal_world.record(rehearsal_dir)
     assert state["cancels"] == [[job]] and _status(api, job) == "CANCELLED"
     assert not procs.alive(rec["pid"]) and not procs.alive(escaped)
     assert not os.path.exists(f"/run/netns/{rec['ns']}")
@@ -91,7 +92,21 @@ def test_a_job_reaches_the_heads_veth_address_and_down_removes_the_head(rehearsa
             ".recv(4).decode()); break\n except OSError: time.sleep(0.05)'")
     job = api.jobs_launch(sky.Task(name="dial", run=dial), "dial")
     assert _ended(api, job) == "SUCCEEDED" and api.jobs_logs(job).strip() == "head"
-    head = rehearsal.record(rehearsal_dir)["clusters"]["yeto-head-r"]
+    head = rehearsal_world.record(rehearsal_dir)["clusters"]["yeto-head-r"]
     api.down_cluster("yeto-head-r")
     assert api.cluster_address("yeto-head-r") is None and not procs.alive(head["pid"])
     assert not os.path.exists(f"/run/netns/{head['ns']}")
+
+
+def test_an_island_finds_the_laptops_folders_empty_and_reads_only_what_shipped(rehearsal_dir, tmp_path):
+    model = tmp_path / "laptop" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"shipped": true}')
+    rehearsal_world.hide(rehearsal_dir, [tmp_path / "laptop"])
+    task = sky.Task(name="hidden", run=f"test -e {model}/config.json && echo seen || echo hidden; cat ~/.yeto/model/config.json")
+    task.set_file_mounts({"~/.yeto/model": str(model)})
+    api = rehearsal.RehearsalSky()
+    job = api.jobs_launch(task, "hidden")
+    assert _ended(api, job) == "SUCCEEDED", api.jobs_logs(job)
+    assert api.jobs_logs(job).split() == ["hidden", '{"shipped":', "true}"]
+    assert (model / "config.json").exists()             # hidden from the island only
