@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from yeto.schemas.base import Event, registry
+from yeto.schemas.recipe import SyncConfig
 
 # Train-recipe fields a resume may change: the schedule's end (and so the lineage's total steps), and how an island
 # lays out its memory (the fleet's business: the same numbers either way).
@@ -77,7 +78,8 @@ def key_of(recipe: dict[str, Any], *, tokenizer_sha256: str | None, chat_templat
            "chat_template_sha256": chat_template_sha256,
            "data_fingerprint": (recipe.get("data_check") or {}).get("fingerprint")}
     key.update({f"train.{k}": v for k, v in train.items() if k not in NOT_KEYED})
-    key.update({f"sync.{k}": sync.get(k) for k in STRICT_SYNC})
+    defaults = {f.name: f.default for f in fields(SyncConfig)}   # a setting not given is its default, not unknown
+    key.update({f"sync.{k}": sync.get(k, defaults[k]) for k in STRICT_SYNC})
     return key
 
 

@@ -72,6 +72,13 @@ def test_tokenizer_and_chat_template_are_refused_and_not_compared_when_unknown()
     assert compare(key(), key(tok=None, chat=None), "resume") == []     # a Hub model's tokenizer not downloaded
 
 
+def test_a_sync_setting_not_given_is_its_default():
+    bare = changed(sync={})
+    bare["train"]["sync"] = {"num_fragments": 2}              # outer_lr, momentum, merge: the defaults
+    assert compare(key(bare), key(changed(sync={"outer_lr": 0.7})), "resume") == []
+    assert [m.field for m in compare(key(bare), key(changed(sync={"outer_lr": 0.5})), "resume")] == ["sync.outer_lr"]
+
+
 def test_what_a_resume_may_change_passes():
     child = {**changed(max_steps=400, data="/elsewhere/chat.jsonl", start_step=100, shard="fsdp", activation_checkpointing=True,
                        sync={"inner_steps": 16, "quorum": 2, "seed": "/a/artifact", "seed_momentum": True}),
