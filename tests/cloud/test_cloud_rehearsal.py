@@ -58,6 +58,8 @@ class Laptop:
 @pytest.fixture(scope="module")
 def laptop(module_rehearsal_dir, tmp_path_factory) -> Laptop:
     root = tmp_path_factory.mktemp("laptop")
+    # Not hidden from the islands (rehearsal_world.hide) yet: an island's task does not ship a local --model, which
+    # it reads here through the shared file system; hidden, the learners exit "--model ...: no such directory".
     return Laptop(root / "home", module_rehearsal_dir, learner_tiny.write_model_dir(root / "model"),
                   learner_tiny.write_chat_jsonl(root / "chat.jsonl", 300))
 
