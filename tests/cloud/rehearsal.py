@@ -11,6 +11,7 @@ world for the fixtures, and removes all of it). A head whose process has exited 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,8 +37,9 @@ class RehearsalSky:
         rec = {"ns": ns, "ip": ip, "index": index, "dir": str(folder)}
         try:
             return {**rec, **jobs.execute(task, folder, state["world"], ns, ip, index, hide)}
-        except Exception:
+        except Exception:       # nothing of a refused task stays: a later job may take its id
             net.ns_down(state["world"], ns, index)
+            shutil.rmtree(folder, ignore_errors=True)
             raise
 
     def _autodown(self, state: dict) -> None:

@@ -57,6 +57,7 @@ def test_an_absolute_mount_target_is_refused_and_leaves_no_namespace(rehearsal_d
         rehearsal.RehearsalSky().jobs_launch(task, "abs")
     tag = rehearsal_world.record(rehearsal_dir)["world"]["tag"]
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"yreh-{tag}-") and not n.endswith("-root")]
+    assert rehearsal.RehearsalSky().jobs_launch(sky.Task(name="next", run="true"), "next") == 1   # the id is free again
 
 
 def test_status_follows_the_process_and_bad_setup_never_runs(rehearsal_dir, tmp_path):
