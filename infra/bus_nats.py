@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import nats
 from nats.errors import ConnectionClosedError, ConnectionReconnectingError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
 from yeto.infra.bus_auth import CREDS_ENV, load_identity
 from yeto.infra.bus_nats_consumer import NatsConsumer, NatsSubscription, watch
@@ -23,6 +23,13 @@ log = logging.getLogger(__name__)
 # No stream answering is retried too: right after a restart JetStream may not have loaded its streams yet.
 RETRYABLE = (NatsTimeout, asyncio.TimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionClosedError,
              ConnectionReconnectingError, NoStreamResponseError)
+# A cluster refuses a publish whose Nats-Msg-Id an identical message from another publisher holds in a Raft proposal
+# (two instances of a service publish one derived id at once): asked again, it answers with the duplicate's ack.
+DUPLICATE_IN_PROCESS = 10158
+
+
+def retryable(e: Exception) -> bool:
+    return isinstance(e, RETRYABLE) or (isinstance(e, APIError) and e.err_code == DUPLICATE_IN_PROCESS)
 
 
 def redact(url: str) -> str:
@@ -92,7 +99,9 @@ class NatsBus:
             try:
                 ack = await self.js.publish(subject, payload, headers=hdrs or None)
                 return ack.seq
-            except RETRYABLE as e:
+            except Exception as e:
+                if not retryable(e):
+                    raise
                 if loop.time() > deadline:
                     raise ConnectionError(f"publish to {subject} failed for {retry_for:.0f}s: {e!r}") from e
                 await asyncio.sleep(delay)

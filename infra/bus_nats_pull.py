@@ -44,8 +44,9 @@ class RawPull:
     async def start_at(self, seq: int) -> None:
         """(Re)create the durable consumer to deliver from `seq` on; what `buf` held is dropped."""
         js, nc = self.bus.js, self.bus.nc
-        if self.sub:
-            await self.sub.unsubscribe()
+        if self.sub:   # forgotten first: a retry after a failed delete (a cluster electing the consumer's leader)
+            sub, self.sub = self.sub, None     # must not unsubscribe it twice (BadSubscriptionError, for good)
+            await sub.unsubscribe()
         self.buf = []
         try:
             await js.delete_consumer(self.stream, self.durable)
