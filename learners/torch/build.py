@@ -7,7 +7,7 @@ import torch
 
 from yeto.infra.source_pins import check_data_pin, pinned_source
 from yeto.learners import accel as accel_policy
-from yeto.learners.torch import dist, quant
+from yeto.learners.torch import checkpointing, dist, quant
 from yeto.learners.torch.model import load_model, load_tokenizer
 from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning
@@ -29,6 +29,8 @@ class Built:
     """The hardware policy in force."""
     sharded: bool
     """True when FSDP2 shards the model across the island's ranks."""
+    checkpointed: bool = False
+    """True when decoder layers recompute their activations in the backward pass."""
 
 
 def resolve_accel(recipe: TrainRecipe, *, local_rank: int, prefer: str | None = None) -> accel_policy.Accel:
@@ -55,6 +57,8 @@ def build(recipe: TrainRecipe, *, accel: accel_policy.Accel, topology: dist.Topo
                                                       world_size=topology.world_size)
     if not sharded and not nf4:
         model = model.to(accel.device)
+    checkpointed = checkpointing.apply(model, checkpointing.wanted(model, recipe, accel))   # before FSDP2 wraps layers
     wrapped = dist.wrap(model, accel, topology, shard=sharded)
     accel_policy.empty_cache(accel)
-    return Built(model=model, wrapped=wrapped, tokenizer=tokenizer, accel=accel, sharded=sharded)
+    return Built(model=model, wrapped=wrapped, tokenizer=tokenizer, accel=accel, sharded=sharded,
+                 checkpointed=checkpointed)

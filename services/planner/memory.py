@@ -16,6 +16,9 @@ LORA_STATE_BYTES = 16.0         # adapter weights, grads, fp32 master and Adam m
 OVERHEAD_GB = 1.5               # CUDA context, NCCL buffers, allocator fragmentation, per GPU
 USABLE_FRACTION = 0.95          # headroom the allocator cannot hand out
 DEFAULT_VOCAB = 128_000
+CHECKPOINTING = ("auto", "on", "off")
+CHECKPOINT_SHARE = 0.9          # auto: checkpoint when a step's full activations need more of what the state leaves
+WORKING_SET = 34                # bytes per token and hidden unit of one layer's activations (flash attention)
 HIDDEN_PER_LAYER = 128          # h / L of Llama-style dense models (7B: 4096/32, 8B: 4096/32, 70B: 8192/80)
 
 
@@ -35,6 +38,8 @@ class Workload:
     """adapter rank on every linear layer (the recipe's `lora_r`, `--lora-r`)."""
     vocab: int = DEFAULT_VOCAB
     """vocabulary size (the fp32 logits are materialised per micro-batch)."""
+    activation_checkpointing: str = "auto"
+    """on, off, or auto: on where a step's activations without it would not fit (the learner's same rule)."""
 
     def __post_init__(self) -> None:
         if (self.tuning, self.base_quantization) not in BYTES_PER_PARAM:
@@ -42,6 +47,8 @@ class Workload:
                              f"use lora with none or nf4, or full with none")
         if self.weights_gb <= 0 or self.seq_len < 1 or self.micro_batch < 1:
             raise ValueError("--weights-gb, --seq-len and --micro-batch must be positive")
+        if self.activation_checkpointing not in CHECKPOINTING:
+            raise ValueError(f"--activation-checkpointing must be one of {', '.join(CHECKPOINTING)}")
 
 
 def shape_of(params: float) -> tuple[float, float]:
@@ -57,13 +64,17 @@ class Need:
     state_gb: float
     activations_gb: float
     overhead_gb: float
+    checkpointed: bool = True
+    """whether the activations counted are those of a checkpointed step."""
 
     @property
     def total_gb(self) -> float:
         return self.state_gb + self.activations_gb + self.overhead_gb
 
 
-def per_gpu_need(w: Workload, num_gpus: int) -> Need:
+def per_gpu_need(w: Workload, num_gpus: int, *, checkpointed: bool | None = None) -> Need:
+    """The need with activation checkpointing as `checkpointed` says (None: on unless the workload turns it off)."""
+    checkpointed = w.activation_checkpointing != "off" if checkpointed is None else checkpointed
     params = w.weights_gb * 1e9 / 2
     hidden, layers = shape_of(params)
     state = params * BYTES_PER_PARAM[(w.tuning, w.base_quantization)]
@@ -71,14 +82,23 @@ def per_gpu_need(w: Workload, num_gpus: int) -> Need:
         # q,k,v,o add 8h per layer and rank; gate/up/down with a 2.7h MLP add 3 x 3.7h.
         state += w.lora_r * layers * 19 * hidden * LORA_STATE_BYTES
     tokens = w.seq_len * w.micro_batch
-    # Activation checkpointing: a bf16 input per layer, one layer's working set (34 s b h bytes,
-    # Korthikanti et al. 2022, flash attention), and the fp32 logits with their gradient.
-    activations = tokens * hidden * layers * 2 + tokens * hidden * 34 + tokens * w.vocab * 4 * 2
+    # Checkpointed: a bf16 input per layer and one layer's working set (34 s b h bytes, Korthikanti et al.
+    # 2022, flash attention); without: every layer's working set. Plus the fp32 logits with their gradient.
+    kept = tokens * hidden * (layers * 2 + WORKING_SET) if checkpointed else tokens * hidden * layers * WORKING_SET
+    activations = kept + tokens * w.vocab * 4 * 2
     # FSDP2 shards a bf16 or f32 state over the island; an NF4 base is replicated (QLoRA islands run DDP).
     shards = 1 if w.base_quantization == "nf4" else num_gpus
-    return Need(state / shards / 1e9, activations / 1e9, OVERHEAD_GB)
+    return Need(state / shards / 1e9, activations / 1e9, OVERHEAD_GB, checkpointed)
 
 
 def fits(w: Workload, num_gpus: int, gpu_memory_gb: float) -> tuple[bool, Need]:
+    """Whether the workload fits, and its need as the learner will run it: under auto, checkpointing stays off
+    while a step's full activations take at most CHECKPOINT_SHARE of what state and overhead leave
+    (learners/torch/checkpointing.py applies the same rule to the device's measured free memory)."""
+    usable = gpu_memory_gb * USABLE_FRACTION
+    if w.activation_checkpointing == "auto":
+        full = per_gpu_need(w, num_gpus, checkpointed=False)
+        if full.activations_gb <= CHECKPOINT_SHARE * (usable - full.state_gb - full.overhead_gb):
+            return True, full
     need = per_gpu_need(w, num_gpus)
-    return need.total_gb <= gpu_memory_gb * USABLE_FRACTION, need
+    return need.total_gb <= usable, need

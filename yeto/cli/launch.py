@@ -32,6 +32,8 @@ def register(sub) -> None:
     a("--data-format", default="auto", help="auto, openai, sharegpt, alpaca, text, prompt-completion")
     a("--on-bad-rows", choices=("error", "skip"), default="error")
     a("--shard", choices=("auto", "ddp", "fsdp"), default="auto", help="inside an island: DDP replicas or FSDP2 shards")
+    a("--activation-checkpointing", choices=("auto", "on", "off"), default="auto",
+      help="recompute activations in the backward pass (auto: where the memory model says they do not fit)")
     a("--confirm", action="store_true", help="launch the planner's fleet without asking")
     a("--output", default="", help="local path, store URI (s3://, gs://, ...) or hf://org/repo (default: the run folder)")
     a("--max-steps", type=int, help="inner steps per learner")
@@ -119,7 +121,7 @@ def cmd_launch(args) -> int:
         limits.check_fleet_size([i.to_dict() for i in islands], args)
         checks.check_memory_fit(islands, weights_gb=args.weights_gb or checks.known_weights_gb(args.model),
                                 tuning=args.tuning, base_quantization=args.base_quantization, seq_len=args.seq_len,
-                                micro_batch=args.micro_batch)
+                                micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing)
         launch = build_launch(args, run_id, checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands),
                                                                 local_price=args.local_price))
     named = conf(args).nats_url        # --nats-url / $YETO_NATS_URL: a stack the user runs

@@ -40,7 +40,7 @@ def known_weights_gb(model: str) -> float | None:
 
 
 def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tuning: str, base_quantization: str,
-                     seq_len: int, micro_batch: int) -> None:
+                     seq_len: int, micro_batch: int, activation_checkpointing: str = "auto") -> None:
     """Refuse a cloud island whose GPUs cannot hold the model (when its size is known), or cannot run NF4."""
     if base_quantization == "nf4":
         from yeto.cli.launch_nf4 import check_nf4
@@ -50,7 +50,7 @@ def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tun
     from yeto.services.planner.api import GPUS, Workload, fits
 
     w = Workload(weights_gb=weights_gb, tuning=tuning, base_quantization=base_quantization, seq_len=seq_len,
-                 micro_batch=micro_batch)
+                 micro_batch=micro_batch, activation_checkpointing=activation_checkpointing)
     for i in islands:
         if i.cloud == "local" or i.gpu not in GPUS:
             continue
@@ -110,7 +110,8 @@ def train_recipe(args, sync: dict[str, Any]) -> dict[str, Any]:
 
     fields = dict(model=args.model, data=args.data, data_format=args.data_format, tuning=args.tuning,
                   seq_len=args.seq_len, micro_batch=args.micro_batch, sync=sync, seed=args.seed,
-                  base_quantization=args.base_quantization, shard=args.shard)
+                  base_quantization=args.base_quantization, shard=args.shard,
+                  activation_checkpointing=args.activation_checkpointing)
     for name in ("lr", "max_steps", "lora_r", "warmup_steps"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
