@@ -64,6 +64,15 @@ def test_a_hub_model_that_cannot_be_pinned_is_refused_before_renting(monkeypatch
         pin_model("yeto-test-nobody/no-such-model")
 
 
+def test_a_hub_model_whose_revision_the_hub_cannot_tell_is_refused_with_what_to_do(monkeypatch):
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")   # a Hub that refuses every connection
+    with pytest.raises(ValueError, match=r"--model org/model: could not pin its Hub revision to a commit hash \(\w+Error: "
+                                         r".*check the id, the network and HF_TOKEN, or pass a local model folder"):
+        pin_model("org/model")
+
+
 def test_a_pinned_hub_model_is_loaded_at_its_commit_without_rehashing():
     source = pinned_source("some-org/some-model", {"id": "some-org/some-model", "revision": "a" * 40, "files": {}})
     assert (source.location, source.revision) == ("some-org/some-model", "a" * 40)
