@@ -9,6 +9,11 @@ from typing import Any
 TUNINGS = ("lora", "full")
 SCHEDULES = ("cosine", "constant")
 DTYPES = ("auto", "bf16", "f32")
+QUANTIZATIONS = ("none", "nf4")
+CHECKPOINTING = ("auto", "on", "off")
+SHARDINGS = ("auto", "ddp", "fsdp")
+_CHOICES = {"tuning": TUNINGS, "schedule": SCHEDULES, "dtype": DTYPES, "base_quantization": QUANTIZATIONS,
+            "activation_checkpointing": CHECKPOINTING, "shard": SHARDINGS}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,18 +68,24 @@ class TrainRecipe:
     """Shared seed: LoRA / random init (identical on every island) and data order."""
     dtype: str = "auto"
     """Compute dtype: "auto" (bf16 on accelerators, f32 on CPU), "bf16" or "f32"."""
+    base_quantization: str = "none"
+    """"nf4" loads the frozen base in 4-bit NormalFloat through bitsandbytes (QLoRA; LoRA only), "none" keeps it."""
+    activation_checkpointing: str = "auto"
+    """Recompute each decoder layer in the backward pass: "on", "off", or "auto" (on where the memory model needs it)."""
+    shard: str = "auto"
+    """Inside the island: "ddp" replicas, "fsdp" FSDP2 shards, or "auto" (FSDP2 when one replica does not fit)."""
     sync: dict[str, Any] = field(default_factory=dict)
     """Options of the step-boundary sync (learners/diloco_sync.py), passed through unchanged."""
     pins: dict[str, Any] = field(default_factory=dict)
     """What launch pinned, {"base": ..., "data": ...} (infra/source_pins.py); each island checks it before training."""
 
     def __post_init__(self) -> None:
-        if self.tuning not in TUNINGS:
-            raise ValueError(f"tuning {self.tuning!r} is not one of {', '.join(TUNINGS)}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule {self.schedule!r} is not one of {', '.join(SCHEDULES)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} {getattr(self, name)!r} is not one of {', '.join(choices)}")
+        if self.base_quantization == "nf4" and (self.tuning != "lora" or self.shard == "fsdp"):
+            raise ValueError("base_quantization nf4 (QLoRA) trains LoRA adapters on a frozen 4-bit base replicated on "
+                             "every rank (DDP): use tuning lora, and shard ddp or auto (nf4 already quarters the base)")
         for name in ("max_steps", "micro_batch", "grad_accum", "seq_len", "lora_r"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
