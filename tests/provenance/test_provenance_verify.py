@@ -81,6 +81,7 @@ def test_the_manifest_records_provenance_and_verify_passes_and_says_what_it_reco
     out = capsys.readouterr().out
     assert f"base:     {base}" in out and "7 merged" in out and "local:1xcpu (2 gen)" in out and f"signer:   {key}" in out
     assert "98 rows used, 2 bad rows skipped" in out and out.rstrip().endswith("every file's sha256 match")
+    assert f"torch {prov['libraries']['torch']}" in out
 
 
 def test_a_tampered_removed_or_added_file_fails_verify_naming_the_file(artifact, tmp_path, capsys):

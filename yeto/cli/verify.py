@@ -77,7 +77,7 @@ def check_artifact(folder: Path, *, key: str | None = None) -> tuple[dict, Verdi
 def summary(manifest: dict) -> list[str]:
     """What the manifest records, one line each (docs/PROVENANCE.md says what that proves)."""
     prov, train = manifest.get("provenance", {}), manifest.get("recipe", {}).get("train", {})
-    base, data, code = prov.get("base", {}), prov.get("data", {}), prov.get("yeto", {})
+    base, data, code = prov.get("base", {}), prov.get("data") or manifest.get("data", {}), prov.get("yeto", {})
     lines = [f"artifact: {manifest.get('kind')} of run {manifest.get('run_id')}, {len(manifest.get('files', {}))} files",
              f"base:     {base.get('id', manifest.get('base_model'))} revision {base.get('revision') or '-'} "
              f"({len(base.get('files', {}))} files by sha256)",
@@ -91,6 +91,7 @@ def summary(manifest: dict) -> list[str]:
              f"rounds:   {prov.get('rounds_merged')} merged",
              f"yeto:     {code.get('version')} commit {code.get('git_commit') or '-'}"
              f"{' (+ local changes)' if code.get('git_dirty') else ''} package {(code.get('package_sha256') or '-')[:16]}",
+             "libs:     " + (", ".join(f"{k} {v}" for k, v in prov.get("libraries", {}).items() if v) or "-"),
              f"signer:   {manifest.get('signer_public_key') or '- (unsigned)'}"]
     if merge := manifest.get("merge"):
         lines.append(f"merge:    of the artifact whose manifest has sha256 {merge.get('source_manifest_sha256')}")
