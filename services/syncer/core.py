@@ -9,7 +9,8 @@ One push, from the learner to the broadcast, one file per step:
     services/syncer/admission.py    admit: fingerprint, generation, numel, duplicate, base version lag; then roster.py's
                                     token bound, and after decoding its norm bound
  5. services/syncer/fragment.py     take_in: decode (schemas/codecs.py) into a row, its Gram row on the way (gram.py)
- 6. services/syncer/rounds.py       the push joins the round; decide: quorum, grace (grace.py) -> MergeNow or WakeAt
+ 6. services/syncer/rounds.py       the push joins the round; decide: quorum of the live (liveness.py), grace (grace.py)
+                                    -> MergeNow or WakeAt
  7. services/syncer/merge.py        weights, avg/RDA from G, the fused Nesterov outer step (FragmentState.merge)
  8. services/syncer/broadcast.py    the new version as a delta against the shadow, and keyframes (FragmentState.publish)
  9. services/syncer/outputs.py      perform, in order: the snapshot if due (snapshot.py), the broadcast's chunks, the
