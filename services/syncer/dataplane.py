@@ -72,8 +72,8 @@ class DataPlane:
                 core.restore(snaps, time.monotonic())
                 log.info("run %s: resumed %d fragments from snapshots (versions %s)", run_id, len(snaps),
                          {p: s.version for p, s in snaps.items()})
-            else:                           # a resumed or branched run: its first versions are its parent's
-                self.seeded[run_id] = seed.seed(core, sync, time.monotonic())
+            elif seeded := seed.seed(core, sync, time.monotonic()):   # a resumed or branched run: its parent's versions
+                self.seeded[run_id] = seeded
             self.cores[run_id] = core
         return self.cores[run_id]
 
