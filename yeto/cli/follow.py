@@ -54,10 +54,11 @@ class Progress:
         return None
 
 
-async def follow(url: str, run_id: str, *, out=sys.stdout) -> int:
-    """Print the run's progress until it ends; 0 when finalized, 1 when it failed or was stopped."""
+async def follow(url: str, run_id: str, *, out=sys.stdout, progress=None) -> int:
+    """Print the run's progress until it ends; 0 when finalized, 1 when it failed or was stopped.
+    `progress`: the renderer (`line(event)`; trackers.py's follower feeds trackers and a live view), else Progress."""
     bus = await connect(url, name=f"follow-{run_id}")
-    progress, ended = Progress(), asyncio.get_running_loop().create_future()
+    progress, ended = progress or Progress(), asyncio.get_running_loop().create_future()
 
     async def on_event(raw: Delivery) -> None:
         try:
@@ -82,10 +83,10 @@ async def follow(url: str, run_id: str, *, out=sys.stdout) -> int:
         await bus.close()
 
 
-def follow_or_detach(url: str, run_id: str, then: Callable[[], str | None] | None = None) -> int:
+def follow_or_detach(url: str, run_id: str, then: Callable[[], str | None] | None = None, progress=None) -> int:
     """Follow the run to its end, then `then()` (a line to print, or None); Ctrl-C detaches (0) and skips it."""
     try:
-        code = asyncio.run(follow(url, run_id))
+        code = asyncio.run(follow(url, run_id, progress=progress))
     except KeyboardInterrupt:
         print(f"\ndetached; the run goes on (`yeto status {run_id}`, `yeto down {run_id}`)")
         return 0

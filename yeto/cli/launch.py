@@ -9,9 +9,9 @@ from yeto.cli import launch_checks as checks
 from yeto.cli import launch_cloud as cloud_launch
 from yeto.cli import launch_limits as limits
 from yeto.cli import launch_lineage as lineage
+from yeto.cli import trackers
 from yeto.cli.autopull import pull_if_ended
 from yeto.cli.common import conf, publish, run_id_arg, state_dir, url_for_run, url_or_none
-from yeto.cli.follow import follow_or_detach
 from yeto.cli.shape import add_plan_arguments
 from yeto.infra.bus import connect
 from yeto.schemas.base import derive_id
@@ -53,6 +53,7 @@ def register(sub) -> None:
     a("--wait", action="store_true", help="follow the run; exit 0 when finalized, non-zero otherwise")
     cloud_launch.add_arguments(p)
     lineage.add_arguments(p)
+    trackers.add_arguments(p)
     p.set_defaults(func=cmd_launch)
 
     d = sub.add_parser("down", help="stop a run: final cut, artifact, teardown (--now aborts)")
@@ -144,7 +145,7 @@ def cmd_launch(args) -> int:
         asyncio.run(publish(url, *checks.data_events(launch), *lineage_events, launch))
     print(f"launched {run_id}: {len(launch.fleet)} island(s)\n  follow: yeto status {run_id} | yeto logs {run_id} --follow\n"
           f"  stop:   yeto down {run_id}   (abort: yeto down {run_id} --now)")
-    return follow_or_detach(url, run_id, then=lambda: pull_if_ended(state_dir(args), run_id)) if args.wait else 0
+    return trackers.wait(args, url, run_id, then=lambda: pull_if_ended(state_dir(args), run_id)) if args.wait else 0
 
 
 def cmd_down(args) -> int:

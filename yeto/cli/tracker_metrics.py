@@ -1,0 +1,60 @@
+"""The numbers every experiment tracker gets from a run's events: one pure function, so TensorBoard, W&B and MLflow agree."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from yeto.schemas.run_view import RunView, spend_usd
+
+# Run-level scalars are stepped by rounds merged: the run's own clock of progress, the same live and replayed.
+RUN_TAGS = ("sync/rounds_merged", "sync/global_version", "run/spend_usd", "run/tokens")
+
+
+@dataclass(frozen=True)
+class Point:
+    tag: str          # e.g. "train/loss/island-0"; "/" groups them in TensorBoard, W&B and MLflow alike
+    value: float
+    step: int
+    wall_time: float  # the event's own time (Unix seconds), so a replay draws the same time axis as the live run
+
+
+def _wall(event: Any) -> float:
+    ts = getattr(event, "ts", None)
+    return ts.timestamp() if ts is not None else 0.0
+
+
+def _run_points(view: RunView, event: Any, wall: float) -> list[Point]:
+    step = view.rounds_merged
+    tokens = sum(sum(lr.tokens.values()) for lr in view.learners.values())
+    values = (view.rounds_merged, max(view.versions.values(), default=0), spend_usd(view, view.last_ts), tokens)
+    out = [Point(tag, float(v), step, wall) for tag, v in zip(RUN_TAGS, values)]
+    losses = [lr.loss for lr in view.learners.values() if lr.loss is not None]
+    if losses:   # no global loss is measured: the learners' latest, averaged, at each merge
+        out.append(Point("train/loss/mean", sum(losses) / len(losses), step, wall))
+    return out
+
+
+def points(event: Any, view: RunView) -> list[Point]:
+    """What `event` adds to the trackers, given the run's view folded up to and including it (no clock, no I/O)."""
+    t, wall = getattr(event, "type", None), _wall(event)
+    if t == "LearnerProgress":
+        who, step = event.learner, event.step
+        out = [Point(f"train/loss/{who}", event.loss, step, wall),
+               Point(f"train/tokens_per_s/{who}", event.tokens_per_s, step, wall),
+               Point(f"train/lr/{who}", event.lr, step, wall)]
+        if getattr(event, "eval_loss", None) is not None:
+            out.append(Point(f"eval/loss/{who}", float(event.eval_loss), step, wall))
+        return out
+    if isinstance(t, str) and t.startswith("Eval") and getattr(event, "loss", None) is not None:
+        # held-out eval (issue #17 item 2): per learner when the event names one, else the global model's
+        who = getattr(event, "learner", None) or "global"
+        step = int(getattr(event, "step", None) or getattr(event, "global_version", None) or view.rounds_merged)
+        return [Point(f"eval/loss/{who}", float(event.loss), step, wall)]
+    if t == "RoundMerged":
+        return _run_points(view, event, wall)
+    if t in ("RunFinalized", "RunFailed", "RunStopped"):
+        final = _run_points(view, event, wall)
+        spend = getattr(event, "spend_usd", None)
+        return [p if p.tag != "run/spend_usd" or spend is None else Point(p.tag, float(spend), p.step, wall)
+                for p in final]
+    return []

@@ -1,0 +1,89 @@
+"""Experiment tracker backends behind one interface (add points, close): TensorBoard, Weights & Biases, MLflow."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Protocol
+
+from yeto.cli.tracker_metrics import Point
+
+BACKENDS = ("tensorboard", "wandb", "mlflow")
+PACKAGE = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+
+
+class Sink(Protocol):
+    def add(self, p: Point) -> None: ...
+    def close(self) -> None: ...
+
+
+class TensorBoardSink:
+    """Event files under `logdir` (`tensorboard --logdir DIR`); torch's writer, which needs the tensorboard package."""
+
+    def __init__(self, run_id: str, logdir: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.dir = logdir / "tensorboard" / run_id
+        self.writer = SummaryWriter(log_dir=str(self.dir))
+
+    def add(self, p: Point) -> None:
+        self.writer.add_scalar(p.tag, p.value, global_step=p.step, walltime=p.wall_time or None)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbSink:
+    """A W&B run named after the Yeto run; WANDB_MODE=offline keeps it in files (`wandb sync` uploads them later)."""
+
+    def __init__(self, run_id: str, logdir: Path):
+        import wandb
+
+        logdir.mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(project="yeto", name=run_id, id=run_id, dir=str(logdir), resume="allow")
+        for tag in ("train/*", "eval/*"):     # per-learner curves step on the learner's step, the rest on rounds
+            self.run.define_metric(tag, step_metric="learner_step")
+        self.run.define_metric("*", step_metric="round")
+
+    def add(self, p: Point) -> None:
+        key = "learner_step" if p.tag.startswith(("train/", "eval/")) else "round"
+        self.run.log({p.tag: p.value, key: p.step})
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MlflowSink:
+    """An MLflow run named after the Yeto run; the tracking URI is $MLFLOW_TRACKING_URI, else a file store in `logdir`."""
+
+    def __init__(self, run_id: str, logdir: Path):
+        import os
+
+        import mlflow
+
+        self.mlflow = mlflow
+        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI") or (logdir / "mlruns").resolve().as_uri())
+        mlflow.set_experiment("yeto")
+        self.run = mlflow.start_run(run_name=run_id)
+
+    def add(self, p: Point) -> None:
+        self.mlflow.log_metric(p.tag, p.value, step=p.step, timestamp=int(p.wall_time * 1000) or None)
+
+    def close(self) -> None:
+        self.mlflow.end_run()
+
+
+CLASSES = {"tensorboard": TensorBoardSink, "wandb": WandbSink, "mlflow": MlflowSink}
+
+
+def check(names: list[str]) -> None:
+    """Refuse before anything starts: an unknown backend, or one whose package is not installed here."""
+    for name in names:
+        if name not in CLASSES:
+            raise ValueError(f"--report-to {name}: unknown tracker; choose from {', '.join(BACKENDS)}")
+        if importlib.util.find_spec(PACKAGE[name]) is None:
+            raise ValueError(f"--report-to {name} needs the {PACKAGE[name]} package: pip install {PACKAGE[name]}")
+
+
+def open_sinks(names: list[str], run_id: str, logdir: Path) -> list[Sink]:
+    check(names)
+    return [CLASSES[name](run_id, logdir) for name in dict.fromkeys(names)]
