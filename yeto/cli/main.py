@@ -8,7 +8,7 @@ import sys
 
 # Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
 COMMAND_MODULES = ("stack", "launch", "runs", "logs", "sql", "tape", "pull", "data", "shape", "chaos", "merge", "check",
-                   "lineage", "verify", "trackers", "plot")
+                   "lineage", "verify", "trackers", "plot", "dashboard")
 
 EPILOG = """\
 Quick start (one machine, no cloud account):
