@@ -7,7 +7,6 @@ a loss-curve PNG from the tape, and one prompt answered before and after. About 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -38,28 +37,12 @@ def yeto(state: Path, *argv: str, capture: bool = False) -> subprocess.Completed
     return subprocess.run(cmd, check=False, text=True, capture_output=capture)
 
 
-def loss_curve(state: Path, run_id: str, png: Path) -> int:
-    """Plot every learner's loss from the tape (`yeto sql`); returns the number of points."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sql = (f"select payload->>'learner' as learner, cast(payload->>'step' as int) as step, "
-           f"cast(payload->>'loss' as double) as loss from events where run_id = '{run_id}' "
-           f"and type = 'LearnerProgress' order by seq")
-    out = yeto(state, "sql", "--format", "json", sql, capture=True)
+def loss_curve(state: Path, run_id: str, png: Path) -> str:
+    """Every learner's loss, and the global mean per round, from the tape (`yeto plot`); returns its summary line."""
+    out = yeto(state, "plot", run_id, "--out", str(png), capture=True)
     if out.returncode != 0:
-        raise SystemExit(f"yeto sql failed: {out.stderr}")
-    rows = json.loads(out.stdout)            # [{learner, step, loss}, ...]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for learner in sorted({r["learner"] for r in rows}):
-        ax.plot([r["step"] for r in rows if r["learner"] == learner], [r["loss"] for r in rows if r["learner"] == learner],
-                marker=".", label=learner)
-    ax.set(xlabel="inner step", ylabel="training loss", title=f"Yeto demo {run_id}: two islands, one model")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(png, dpi=120)
-    return len(rows)
+        raise SystemExit(f"yeto plot failed: {out.stderr}")
+    return out.stdout.strip()
 
 
 def main() -> int:
@@ -97,8 +80,7 @@ def main() -> int:
                              f"see `yeto --state-dir {state} logs {run_id}`")
         adapter = state / "runs" / run_id / "artifact"
         say(f"adapter: {adapter}")
-        points = loss_curve(state, run_id, out / "loss.png")
-        say(f"loss curve from the tape ({points} points): {out / 'loss.png'}")
+        say(f"loss curves from the tape: {loss_curve(state, run_id, out / 'loss.png')}")
     finally:
         if not args.keep_stack:
             yeto(state, "stack", "down")

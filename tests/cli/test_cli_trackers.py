@@ -1,0 +1,135 @@
+"""Trackers, plot and progress from a real tape: `yeto report --to tensorboard` read back with TensorBoard's own
+reader, `yeto plot` a PNG with one curve per learner and the global one, the rich live view rendered from the events,
+the refusal of a tracker whose package is missing, and the plain lines without a terminal."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "tape"))
+from tape_events import scripted_run  # noqa: E402
+from yeto.cli.follow import Progress  # noqa: E402
+from yeto.cli.main import main  # noqa: E402
+from yeto.cli.progress_view import LiveView  # noqa: E402
+from yeto.cli.trackers import Reporter  # noqa: E402
+from yeto.infra.stack import StackPaths  # noqa: E402
+from yeto.infra.tape_store import TapeStore  # noqa: E402
+from yeto.schemas.base import to_bytes  # noqa: E402
+
+RUN = "r-track"
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    """A state directory whose tape holds one scripted run (two islands, a preemption, three rounds), stack down."""
+    monkeypatch.delenv("YETO_NATS_URL", raising=False)
+    events = scripted_run(RUN)
+    store = TapeStore(StackPaths(tmp_path).db)
+    store.append(list(range(1, len(events) + 1)), [e.run_id for e in events], [to_bytes(e).decode() for e in events])
+    store.close()
+    return tmp_path
+
+
+def yeto(state, *argv) -> int:
+    return main(["--state-dir", str(state), *argv])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="pip install tensorboard (extra: trackers)")
+def test_report_to_tensorboard_writes_what_tensorboard_reads_back(state, tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert yeto(state, "report", RUN, "--to", "tensorboard", "--report-dir", str(tmp_path / "tb")) == 0
+    assert f"points of {RUN} sent to tensorboard" in capsys.readouterr().out
+    acc = EventAccumulator(str(tmp_path / "tb" / "tensorboard" / RUN))
+    acc.Reload()
+    scalars = {tag: [(s.step, s.value) for s in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    assert scalars["train/loss/island-0"] == [(10, 2.5)]
+    assert scalars["train/loss/island-1"] == [(20, 2.0), (5, pytest.approx(1.8))]   # generation 1 starts again at step 5
+    assert scalars["sync/rounds_merged"] == [(1, 1.0), (2, 2.0), (3, 3.0), (3, 3.0)]   # each merge, then the end
+    assert scalars["sync/global_version"][-1] == (3, 2.0)
+    assert scalars["run/spend_usd"][-1] == (3, 4.5)      # the finalizer's figure at the end (the scripted spend)
+    assert {"train/tokens_per_s/island-0", "train/loss/mean"} <= set(scalars)
+
+
+def test_every_tracker_sees_the_same_points_live_and_replayed(state):
+    class Keep:
+        def __init__(self):
+            self.points = []
+
+        def add(self, p):
+            self.points.append(p)
+
+        def close(self):
+            pass
+
+    live, replayed = Keep(), Keep()
+    rep = Reporter([live], Progress(every_s=0.0))
+    lines = [rep.line(e) for e in scripted_run(RUN)]       # the follower's path: event by event, as on the bus
+    from yeto.cli.tape import load_run
+    from yeto.cli.trackers import replay
+
+    replay(load_run, type("Args", (), {"state_dir": str(state), "nats_url": None})(), RUN, [replayed])
+    assert live.points == replayed.points and len(live.points) > 10
+    assert any(line and line.startswith("  island-1 g1: step 5 loss 1.8000") for line in lines)   # console unchanged
+
+
+def test_a_tracker_whose_package_is_missing_is_refused_before_anything_starts(state, capsys):
+    missing = [n for n in ("wandb", "mlflow") if importlib.util.find_spec(n) is None]
+    if not missing:
+        pytest.skip("wandb and mlflow are both installed here")
+    with pytest.raises(SystemExit) as exit_:
+        yeto(state, "report", RUN, "--to", missing[0])
+    assert exit_.value.code == 2
+    assert f"pip install {missing[0]}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        yeto(state, "launch", "--data", "x.jsonl", "--report-to", f"tensorboard,{missing[0]}")
+    assert f"pip install {missing[0]}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        yeto(state, "report", RUN, "--to", "neptune")
+    assert "unknown tracker; choose from tensorboard, wandb, mlflow" in capsys.readouterr().err
+
+
+def test_plot_writes_a_png_with_a_curve_per_learner_and_the_global_one(state, tmp_path, capsys):
+    png = tmp_path / "loss.png"
+    assert yeto(state, "plot", RUN, "--out", str(png)) == 0
+    assert capsys.readouterr().out.strip() == f"{png}: 3 curve(s) of {RUN}"     # island-0, island-1, the global mean
+    head = png.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", head[16:24])
+    assert width > 1000 and height > 400           # two panels side by side
+
+
+def test_plot_of_a_run_without_progress_says_so(state, capsys):
+    events = scripted_run("r-empty")[:3]
+    store = TapeStore(StackPaths(state).db)
+    store.append([100, 101, 102], [e.run_id for e in events], [to_bytes(e).decode() for e in events])
+    store.close()
+    assert yeto(state, "plot", "r-empty") == 2
+    assert "no LearnerProgress" in capsys.readouterr().err
+
+
+def test_live_view_renders_a_bar_per_learner_rounds_and_spend():
+    console = Console(record=True, force_terminal=True, width=140, file=io.StringIO())
+    view = LiveView(console, live=False)
+    for event in scripted_run(RUN):
+        view.line(event)
+    console.print(view)
+    text = console.export_text()
+    assert "island-0 g0" in text and "10/100" in text and "loss 2.5000" in text
+    assert "island-1 g1" in text and "5/100" in text and "ETA 1:35" in text      # 95 steps left at 1 s a step
+    assert "rounds merged 3, global version 2, spend $4.5000 of $10" in text
+    assert "island 1 g0: preempted (spot reclaimed)" in text      # the island lines print above the view
+    assert "run finalized (max_steps)" in text
+
+
+def test_plain_lines_without_a_terminal_keep_their_format():
+    plain = Progress(every_s=0.0)
+    lines = [line for e in scripted_run(RUN) if (line := plain.line(e))]
+    assert "  island-0 g0: step 10 loss 2.5000 (1 tok/s), rounds merged 0" in lines
+    assert lines[-1] == "run finalized (max_steps): /out, spend $4.5000, acks none"
