@@ -3,6 +3,7 @@ reader, `yeto plot` a PNG with one curve per learner and the global one, the ric
 the refusal of a tracker whose package is missing, and the plain lines without a terminal."""
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import io
 import struct
@@ -13,14 +14,14 @@ import pytest
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tape"))
-from tape_events import scripted_run  # noqa: E402
-from yeto.cli.follow import Progress  # noqa: E402
-from yeto.cli.main import main  # noqa: E402
-from yeto.cli.progress_view import LiveView  # noqa: E402
-from yeto.cli.trackers import Reporter  # noqa: E402
-from yeto.infra.stack import StackPaths  # noqa: E402
-from yeto.infra.tape_store import TapeStore  # noqa: E402
-from yeto.schemas.base import to_bytes  # noqa: E402
+from tape_events import scripted_run
+from yeto.cli.follow import Progress
+from yeto.cli.main import main
+from yeto.cli.progress_view import LiveView
+from yeto.cli.trackers import Reporter
+from yeto.infra.stack import StackPaths
+from yeto.infra.tape_store import TapeStore
+from yeto.schemas.base import to_bytes
 
 RUN = "r-track"
 
@@ -40,21 +41,46 @@ def yeto(state, *argv) -> int:
     return main(["--state-dir", str(state), *argv])
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="pip install tensorboard (extra: trackers)")
-def test_report_to_tensorboard_writes_what_tensorboard_reads_back(state, tmp_path, capsys):
+needs_tensorboard = pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
+                                       reason="pip install tensorboard (the trackers extra)")
+
+
+def read_back(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of a TensorBoard log directory, read with TensorBoard's own reader."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    acc = EventAccumulator(str(logdir))
+    acc.Reload()
+    return {tag: [(s.step, s.value) for s in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+@needs_tensorboard
+def test_report_to_tensorboard_writes_what_tensorboard_reads_back(state, tmp_path, capsys):
     assert yeto(state, "report", RUN, "--to", "tensorboard", "--report-dir", str(tmp_path / "tb")) == 0
     assert f"points of {RUN} sent to tensorboard" in capsys.readouterr().out
-    acc = EventAccumulator(str(tmp_path / "tb" / "tensorboard" / RUN))
-    acc.Reload()
-    scalars = {tag: [(s.step, s.value) for s in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    scalars = read_back(tmp_path / "tb" / "tensorboard" / RUN)
     assert scalars["train/loss/island-0"] == [(10, 2.5)]
     assert scalars["train/loss/island-1"] == [(20, 2.0), (5, pytest.approx(1.8))]   # generation 1 starts again at step 5
     assert scalars["sync/rounds_merged"] == [(1, 1.0), (2, 2.0), (3, 3.0), (3, 3.0)]   # each merge, then the end
     assert scalars["sync/global_version"][-1] == (3, 2.0)
     assert scalars["run/spend_usd"][-1] == (3, 4.5)      # the finalizer's figure at the end (the scripted spend)
     assert {"train/tokens_per_s/island-0", "train/loss/mean"} <= set(scalars)
+
+
+@needs_tensorboard
+def test_the_wait_follower_feeds_tensorboard_from_the_bus_as_the_replay_does(nats_server, run_id, state, tmp_path):
+    from yeto.cli.common import publish
+    from yeto.cli.follow import follow
+    from yeto.cli.tracker_sinks import open_sinks
+
+    asyncio.run(publish(nats_server.url, *scripted_run(run_id)))
+    rep, out = Reporter(open_sinks(["tensorboard"], run_id, tmp_path / "live"), Progress(every_s=0.0)), io.StringIO()
+    assert asyncio.run(follow(nats_server.url, run_id, out=out, progress=rep)) == 0     # RunFinalized ends it
+    rep.close()
+    assert out.getvalue().splitlines()[-1] == "run finalized (max_steps): /out, spend $4.5000, acks none"
+    assert yeto(state, "report", RUN, "--to", "tensorboard", "--report-dir", str(tmp_path / "replay")) == 0
+    live = read_back(tmp_path / "live" / "tensorboard" / run_id)
+    assert live == read_back(tmp_path / "replay" / "tensorboard" / RUN) and len(live) >= 10
 
 
 def test_every_tracker_sees_the_same_points_live_and_replayed(state):

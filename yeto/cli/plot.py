@@ -28,19 +28,30 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_plot)
 
 
+def _broken(points: list[tuple[int, float]]) -> list[tuple[float, float]]:
+    """A gap where the step goes back (a replaced island's new generation counts again), not a line back to it."""
+    out: list[tuple[float, float]] = []
+    for step, value in points:
+        if out and step < out[-1][0]:
+            out.append((float("nan"), float("nan")))
+        out.append((step, value))
+    return out
+
+
 def loss_png(series: dict[str, list[tuple[int, float]]], png: Path, title: str) -> int:
     """Per-learner train (solid) and eval (dashed) loss by inner step; the global mean by rounds merged on its right.
     Returns the number of curves drawn."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     learners = sorted(t for t in series if t.startswith(("train/loss/", "eval/loss/")) and not t.endswith("/mean"))
     merged = series.get("train/loss/mean", [])
     fig, axes = plt.subplots(1, 2 if merged else 1, figsize=(11 if merged else 7, 4), squeeze=False)
     ax = axes[0][0]
     for tag in learners:
-        steps, values = zip(*series[tag])
+        steps, values = zip(*_broken(series[tag]))
         kind, who = tag.split("/")[0], tag.split("/")[-1]
         ax.plot(steps, values, marker=".", linestyle="--" if kind == "eval" else "-", label=f"{who} ({kind})")
     ax.set(xlabel="inner step", ylabel="loss", title=title)
@@ -50,6 +61,7 @@ def loss_png(series: dict[str, list[tuple[int, float]]], png: Path, title: str) 
         rounds, values = zip(*merged)
         axes[0][1].plot(rounds, values, marker=".", color="black", label="mean of the learners' latest")
         axes[0][1].set(xlabel="rounds merged", ylabel="loss", title="global")
+        axes[0][1].xaxis.set_major_locator(MaxNLocator(integer=True))
         axes[0][1].legend()
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
