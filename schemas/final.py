@@ -167,6 +167,7 @@ class BuildArtifact(Command):
     fleet: list[dict[str, Any]] = Field(default_factory=list)    # v2: each island's spec and generations (provenance)
     rounds_merged: int = 0                                        # v2
     learner_steps: dict[str, int] = Field(default_factory=dict)   # v2: learner -> the furthest step it reported
+    learner_losses: dict[str, float] = Field(default_factory=dict)   # learner -> its last loss (the model card)
 
 
 @registry.upcaster("BuildArtifact", 1)

@@ -1,7 +1,7 @@
 """The run's artifact, assembled from the syncer's final f32 state: a peft LoRA adapter or a full model in
 sharded safetensors, with the tokenizer (and its chat template) and a signed manifest: every file's sha256, the recipe,
-the provenance (provenance.py) and what a resume needs (resume_state.py); manifest.sig is the stack's Ed25519
-signature of manifest.json's bytes (infra/signing.py)."""
+the provenance (provenance.py) and what a resume needs (resume_state.py), a model card (card.py); manifest.sig is the
+stack's Ed25519 signature of manifest.json's bytes (infra/signing.py)."""
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from yeto.infra import signing
 from yeto.infra.model_source import ModelSource, resolve
 from yeto.services.finalizer import resume_state
+from yeto.services.finalizer.card import CARD_FILE, hub_id, model_card
 from yeto.services.finalizer.provenance import provenance
 
 ADAPTER_NAME = "default"   # peft's name of the one adapter a learner trains
@@ -43,12 +44,16 @@ def target_modules(state: dict[str, np.ndarray]) -> list[str]:
 
 
 def _write_adapter(state: dict[str, np.ndarray], train: dict[str, Any], base: str, out: Path) -> list[str]:
+    """`base` is where the base loads from here; the config names its Hub id (and pinned commit) where it has one,
+    so AutoPeftModelForCausalLM loads the adapter on any machine that can reach or has cached that id."""
     from peft import LoraConfig
     from safetensors.numpy import save_file
 
+    hub = hub_id(train["model"])
+    revision = train.get("pins", {}).get("base", {}).get("revision") if hub else None
     config = LoraConfig(r=train.get("lora_r", 16), lora_alpha=train.get("lora_alpha", 32),
                         lora_dropout=train.get("lora_dropout", 0.0), target_modules=target_modules(state),
-                        bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base)
+                        bias="none", task_type="CAUSAL_LM", base_model_name_or_path=hub or base, revision=revision)
     config.save_pretrained(str(out))
     save_file(adapter_tensors(state), str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
     return ["adapter_config.json", "adapter_model.safetensors"]
@@ -99,6 +104,9 @@ def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out:
     _save_tokenizer(source, out)
     files += sorted({p.name for p in out.iterdir()} - before - set(files))
     files += resume_state.write(out, snapshot_dir)      # the syncer's final θ and outer momentum, for --resume-from
+    prov = provenance(recipe, run or {})
+    model_card(run_id=run_id, kind=kind, recipe=recipe, provenance=prov, run=run or {}).save(out / CARD_FILE)
+    files.append(CARD_FILE)     # before the manifest: hashed and signed like every other file
     manifest = {
         "manifest_version": 2, "run_id": run_id, "kind": kind, "base_model": train["model"], "base_location": base,
         "files": {f: sha256_file(out / f) for f in sorted(set(files))},
@@ -108,7 +116,7 @@ def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out:
         "adapter_for": None if kind != "adapter" else "the bf16 base" + (   # QLoRA: the NF4 base was only for training
             ", trained over its NF4 quantization" if train.get("base_quantization") == "nf4" else ""),
         "resume": resume_state.describe(out, files, recipe),
-        "provenance": provenance(recipe, run or {}), "signer_public_key": signing.public_hex(key) if key else "",
+        "provenance": prov, "signer_public_key": signing.public_hex(key) if key else "",
     }
     text = json.dumps(manifest, indent=2, sort_keys=True)
     (out / "manifest.json").write_text(text)

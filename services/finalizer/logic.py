@@ -50,7 +50,8 @@ def run_summary(run: FinalRun) -> dict:
     fleet = [{"island": isl.index, **{k: isl.spec.get(k) for k in ("cloud", "gpu", "count", "nodes", "region", "spot")},
               "generations": isl.generation + 1} for isl in run.view.islands]
     steps = {name: learner.step for name, learner in sorted(run.view.learners.items())}
-    return {"fleet": fleet, "rounds_merged": run.view.rounds_merged, "learner_steps": steps}
+    losses = {name: learner.loss for name, learner in sorted(run.view.learners.items()) if learner.loss is not None}
+    return {"fleet": fleet, "rounds_merged": run.view.rounds_merged, "learner_steps": steps, "learner_losses": losses}
 
 
 def _training(run: FinalRun, now: datetime, period_s: float) -> list[Publish]:

@@ -16,6 +16,18 @@ from yeto.infra.signing import SIG_FILE, public_hex, sign, stack_key
 from yeto.services.finalizer.api import code_version, sha256_file
 
 PROBE = "Yeto merges adapters into their base model."
+DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def out_dtype(choice: str, source) -> str:
+    """The torch dtype name to write: the named one, or (auto) the base's as its config records it."""
+    if DTYPES.get(choice, choice) is not None:
+        return DTYPES.get(choice, choice)
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
+    found = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)   # transformers 5 / 4 name
+    return str(found).removeprefix("torch.") if found is not None and source.gguf_file is None else "bfloat16"
 
 
 def register(sub) -> None:
@@ -26,7 +38,8 @@ def register(sub) -> None:
     p.add_argument("--base", default=None, help="base model (alias, HF id, directory or .gguf); default: the manifest's")
     p.add_argument("--force", action="store_true", help="merge into a --base other than the one the run trained on")
     p.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard, e.g. 500MB, 2GB (default 2GB)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32", help="dtype of the written weights")
+    p.add_argument("--dtype", choices=(*DTYPES, "float32", "bfloat16", "float16"), default="auto",
+                   help="dtype of the written weights: auto (default) keeps the base's (its config's dtype; bf16 for a .gguf)")
     p.set_defaults(func=cmd_merge)
 
 
@@ -96,6 +109,7 @@ def cmd_merge(args) -> int:
     err = float((got - expected).abs().max())
     if err > 1e-3 * max(1.0, float(expected.abs().max())):
         raise ValueError(f"merging changed the model's outputs by {err:.3g} on a probe; the adapter does not fit this base")
+    args.dtype = out_dtype(args.dtype, source)      # recorded by the manifest as the name written
     merged = merged.to(getattr(torch, args.dtype))
     merged.save_pretrained(str(out), max_shard_size=args.max_shard_size, safe_serialization=True)
     tokenizer.save_pretrained(str(out))
@@ -105,5 +119,5 @@ def cmd_merge(args) -> int:
     (out / SIG_FILE).write_text(sign(key, text.encode()) + "\n")
     files = sorted(p.name for p in out.iterdir())
     shards = [f for f in files if f.endswith(".safetensors")]
-    print(f"merged {adapter} into {source.location}: {len(shards)} shard(s) in {out} (probe error {err:.2e})")
+    print(f"merged {adapter} into {source.location}: {len(shards)} {args.dtype} shard(s) in {out} (probe error {err:.2e})")
     return 0
