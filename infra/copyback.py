@@ -15,6 +15,7 @@ from yeto.infra import artifact_files, heads
 from yeto.infra.bus_nats import NatsBus, redact
 from yeto.infra.log_copy import save_run_logs
 from yeto.infra.run_paths import run_path
+from yeto.infra.signing import SIG_FILE
 from yeto.infra.tape_copy import copy_tape
 from yeto.schemas.base import derive_id
 from yeto.schemas.final import RunCopiedBack, end_of_run
@@ -34,13 +35,13 @@ async def copy_back(state_dir: Path, run_id: str, url: str) -> RunCopiedBack:
             raise ValueError(f"run {run_id} has not ended yet (no RunFinalized with its artifact, RunStopped or "
                              f"RunFailed): `yeto pull` copies a run once it is over; `yeto status {run_id}` follows it")
         await save_run_logs(bus, state_dir, run_id)     # the learners' log lines: the log stream goes with the head
-        written, manifest = copied.written, None
+        written, manifest, folder = copied.written, None, run_path(state_dir, run_id, "artifact")
         if written and not written.get("uploaded"):     # on the head's disk only: it goes with the VM
-            manifest = await artifact_files.fetch(bus, run_id, run_path(state_dir, run_id, "artifact"),
-                                                  written["manifest_sha256"])
+            manifest = await artifact_files.fetch(bus, run_id, folder, written["manifest_sha256"])
         msg = RunCopiedBack(id=derive_id(run_id, "RunCopiedBack", copied.last_seq), run_id=run_id, source="cli",
                             tape_rows=copied.rows, last_seq=copied.last_seq,
-                            num_files=len(manifest["files"]) + 1 if manifest else 0,
+                            # the files, the manifest and its signature when the artifact has one
+                            num_files=len(manifest["files"]) + 1 + (folder / SIG_FILE).exists() if manifest else 0,
                             manifest_sha256=written["manifest_sha256"] if manifest and written else "")
         await bus.publish(msg)
         try:
