@@ -21,11 +21,14 @@ def with_both(evs: list[dict]) -> list[dict]:
     return [e for e in evs if {"island-0", "island-1"} <= set(e["responders"])]
 
 
-async def stream_leader(url: str) -> str | None:
-    """The server name of the node leading YETO_EVT (None while it is being elected)."""
+async def leaders(url: str) -> tuple[str, str] | None:
+    """The server names of the nodes leading YETO_EVT and the tape writer's durable consumer on it (None while
+    either is being elected)."""
     bus = await connect(url, name="test-leader")
     try:
-        return (await bus.js.stream_info(EVT_STREAM)).cluster.leader
+        stream = (await bus.js.stream_info(EVT_STREAM)).cluster.leader
+        tape = (await bus.js.consumer_info(EVT_STREAM, "tape")).cluster.leader
+        return (stream, tape) if stream and tape else None
     except Exception:  # noqa: BLE001 - no leader right now: not yet
         return None
     finally:
@@ -80,16 +83,18 @@ class ClusterRun(Stack):
         again = stack.up(self.home)["pids"]
         assert {n: p for n, p in again.items() if n != "syncer"} == others, "stack.up restarts only what died"
         self.merged_after(run, self.last_seq(), "syncer kill -9 -> 2 versions on", more=2)
-        # The node leading the event stream, and one instance of each doubled service; none of them restarted.
-        leader = wait_for(lambda: asyncio.run(stream_leader(self.url)), 30, "a leader of YETO_EVT")
-        victim = f"nats-server-{leader.rsplit('-', 1)[1]}"
+        # The node leading the tape's consumer (the mirror that must lose nothing), and one instance of each doubled
+        # service; none of them restarted.
+        stream, tape = wait_for(lambda: asyncio.run(leaders(self.url)), 30, f"leaders of {EVT_STREAM} and its tape consumer")
+        victim = f"nats-server-{tape.rsplit('-', 1)[1]}"
         seq = self.kill_seq = self.last_seq()
         for name in (victim, *(f"{s}-0" for s in SCALED)):
             self.kill9(name)
-        print(f"killed {victim} (leader of {EVT_STREAM}, {leader}) and " + ", ".join(f"{s}-0" for s in SCALED))
-        new = wait_for(lambda: (lead := asyncio.run(stream_leader(self.url))) not in (None, leader) and lead, 60,
-                       f"another node to lead {EVT_STREAM} after {leader} died")
-        print(f"{EVT_STREAM} now led by {new}")
+        print(f"killed {victim} (leader of the tape consumer{f' and of {EVT_STREAM}' if stream == tape else ''}) and "
+              + ", ".join(f"{s}-0" for s in SCALED))
+        now = wait_for(lambda: (found := asyncio.run(leaders(self.url))) and tape not in found and found, 60,
+                       f"other nodes to lead {EVT_STREAM} and the tape consumer after {tape} died")
+        print(f"{EVT_STREAM} now led by {now[0]}, the tape consumer by {now[1]}")
         # Pushes on versions from before the kill are admitted up to max_base_lag (4) versions later: 6 more on both
         # fragments prove the learners receive new globals through the surviving nodes.
         self.merged_after(run, seq, "node and instances kill -9 -> 6 versions on", more=6)
@@ -124,11 +129,13 @@ class ClusterRun(Stack):
         print(f"{len(stream)} events on the stream and the tape; progress reports {[len(s) for s in steps.values()]}")
 
 
-async def stream_messages(url: str) -> int:
-    """How many messages YETO_EVT holds."""
+async def stream_messages(url: str) -> int | None:
+    """How many messages YETO_EVT holds (None while it has no leader to answer)."""
     bus = await connect(url, name="test-count")
     try:
         return (await bus.js.stream_info(EVT_STREAM)).state.messages
+    except Exception:  # noqa: BLE001 - a leader being elected: not yet
+        return None
     finally:
         await bus.close()
 

@@ -132,10 +132,13 @@ def test_a_dead_node_rejoins_at_its_address_and_catches_up_and_down_then_up_brin
     home = tmp_path / "home"
     first = stack.up(home, cluster=3)
     try:
+        started = len(first["pids"]) - 4                        # a ServiceStarted from each but the nodes and the tape
+        wait_for(lambda: asyncio.run(replicas_current(first["url"])) and
+                 (asyncio.run(stream_messages(first["url"])) or 0) >= started, 60, "a settled cluster, services started")
         node = "nats-server-1"
         os.kill(first["pids"][node], signal.SIGKILL)
         wait_for(lambda: not stack.status(home)[node], 10, f"{node} gone after SIGKILL")
-        before = asyncio.run(stream_messages(first["url"]))
+        before = wait_for(lambda: asyncio.run(stream_messages(first["url"])), 60, "YETO_EVT answering on two nodes")
         again = stack.up(home)                                   # restarts the node alone, at its address
         assert again["url"] == first["url"] and again["pids"][node] != first["pids"][node]
         assert {n: p for n, p in again["pids"].items() if n != node} == \
@@ -144,6 +147,39 @@ def test_a_dead_node_rejoins_at_its_address_and_catches_up_and_down_then_up_brin
         stack.down(home)
         back = stack.up(home)                                    # no flag: the store says three nodes
         assert set(natscluster.node_names(back)) == NODES and back["cluster"] == 3
-        assert asyncio.run(stream_messages(back["url"])) >= before   # the streams came back with their events
+        after = wait_for(lambda: asyncio.run(stream_messages(back["url"])), 60, "YETO_EVT answering after the restart")
+        assert after >= before > 0                               # the streams came back with their events
     finally:
         stack.down(home)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_two_services_publishing_one_derived_id_at_once_on_a_cluster_store_it_once_and_both_go_on(tmp_path, monkeypatch):
+    """Without a retry a cluster refuses one of them ("duplicate message id is in process": the first is still a Raft
+    proposal), which ended the service that published second."""
+    from yeto.infra import bus_auth
+    from yeto.infra.bus_nats import NatsBus
+
+    (tmp_path / "logs").mkdir()
+    users = bus_auth.prepare(tmp_path)
+    monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(tmp_path)))
+    servers = natscluster.cluster_servers(tmp_path / "nats", 3, users_file=users, logs=tmp_path / "logs")
+
+    async def race() -> None:
+        await natscluster.ready(natscluster.cluster_url(servers), 3)
+        a, b = await NatsBus.connect(servers["nats-server-0"].url), await NatsBus.connect(servers["nats-server-2"].url)
+        for i in range(100):
+            first, second = await asyncio.gather(*(bus.publish_raw("yeto.evt.r1.X", b"{}", msg_id=f"m{i}", retry_for=10)
+                                                   for bus in (a, b)))
+            assert first == second, f"message {i}: stored at {first} and {second}"
+        assert (await a.js.stream_info("YETO_EVT")).state.messages == 100
+        await a.close()
+        await b.close()
+    try:
+        for server in servers.values():
+            server.start()
+        asyncio.run(race())
+    finally:
+        for server in servers.values():
+            server.stop()
