@@ -32,6 +32,12 @@ def retryable(e: Exception) -> bool:
     return isinstance(e, RETRYABLE) or (isinstance(e, APIError) and e.err_code == DUPLICATE_IN_PROCESS)
 
 
+# A client pings every 2 s, so the server sees a live one's traffic even while it only downloads and pings (and drops,
+# natsserver.py) only a silent one. Its own verdict takes 30 PINGs: a PONG queues behind a long download on a slow link,
+# and a false "stale" would drop and restart that download again and again. Rounds never wait on either (liveness.py).
+PING_INTERVAL_S, MAX_PINGS_OUT = 2, 30
+
+
 def redact(url: str) -> str:
     """The URL without any user:password@ part (for messages and logs)."""
     scheme, sep, rest = url.rpartition("://")
@@ -73,6 +79,7 @@ class NatsBus:
             # A cluster's URL names every node, comma-separated: nats-py takes them as a list
             await asyncio.wait_for(nc.connect(url.split(","), name=name, max_reconnect_attempts=-1,
                                               reconnect_time_wait=0.25,  # type: ignore[arg-type] # seconds; a float works
+                                              ping_interval=PING_INTERVAL_S, max_outstanding_pings=MAX_PINGS_OUT,
                                               connect_timeout=2, allow_reconnect=True, error_cb=on_error, tls=tls, **auth),
                                    connect_timeout)
         except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:

@@ -66,7 +66,9 @@ def render_config(*, host: str, port: int, store_dir: Path, max_payload: int,
     if host not in LOOPBACK and not (tls and users_file):
         raise ValueError(f"refusing to bind nats-server to {host}: a non-loopback address needs TLS and "
                          f"authentication (pass tls= and users_file=), or bind 127.0.0.1")
+    # A client silent for 3 pings 2 s apart (a dead or black-holed peer: live clients ping every 2 s) is dropped.
     lines = [f'listen: "{host}:{port}"', f"max_payload: {max_payload}", "max_pending: 268435456",
+             'ping_interval: "2s"', "ping_max: 3",
              "jetstream {", f'  store_dir: "{store_dir}"', f"  max_file_store: {STORE_BYTES}", "}"]
     if tls:
         lines += ["tls {", f'  cert_file: "{tls.cert_file}"', f'  key_file: "{tls.key_file}"']
