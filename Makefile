@@ -33,7 +33,7 @@ STRICT := -p yeto.schemas -p yeto.learners.transport \
 	$(addprefix -m yeto.learners.,keyframe_demand sync_hook bus_client) \
 	$(addprefix -m yeto.services.,planner.logic planner.plan planner.request planner.memory planner.candidates \
 	planner.explain planner.gpus planner.api finalizer.state launcher.state syncer.rounds syncer.grace \
-	syncer.admission syncer.ledger syncer.runs syncer.outputs syncer.roster syncer.intake)
+	syncer.admission syncer.ledger syncer.runs syncer.outputs syncer.roster syncer.intake syncer.liveness launcher.reach)
 
 # Part of `make test`. Both tools run; either failing fails.
 # mypy follows yeto.* imports through build/links (scripts/link_packages.py: package-dir as folder links).
