@@ -7,12 +7,13 @@ import ipaddress
 import os
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from yeto.cli import launch_checks as checks
 from yeto.cli.common import publish, state_dir
 from yeto.infra import heads
-from yeto.infra.head_data import ship_data
+from yeto.infra.head_data import ship_data, ship_model, ship_parent
 from yeto.services.launcher.api import head_memory_gb, launch_head, take_down
 
 
@@ -50,9 +51,22 @@ def plan_here(args) -> list[dict] | None:
     return fleet_from_answer(args, answer)
 
 
-def run_on_head(args, launch):
-    """Rent and wait for the run's head, then publish the run on it (its islands told the head's URL);
-    (the head's URL, the LaunchRun as published). Nothing is rented before every check has passed."""
+def ship(state, launch):
+    """A local --data and --model go with the head (its launcher mounts them on the islands), and a parent
+    artifact too (its syncer seeds from it): the recipe names each at its head-side path. The pins, taken here
+    before, name files relative to the folder, so the islands check the copies against them."""
+    run_id, train = launch.run_id, launch.recipe["train"]
+    train = {**train, "data": ship_data(state, run_id, train.get("data", "")),
+             "model": ship_model(state, run_id, train["model"])}
+    if seed := (train.get("sync") or {}).get("seed"):
+        train["sync"] = {**train["sync"], "seed": ship_parent(state, run_id, Path(seed))}
+    return launch.model_copy(update={"recipe": {**launch.recipe, "train": train}})
+
+
+def run_on_head(args, launch, events=()):
+    """Rent and wait for the run's head, then publish the run on it (after `events`, its lineage's) with its
+    islands told the head's URL; (the head's URL, the LaunchRun as published). Nothing is rented before every
+    check has passed."""
     state, run_id = state_dir(args), launch.run_id
     secrets = heads.host_secrets(os.environ, args.env_from_host)
     old = heads.head_record(state, run_id)
@@ -60,9 +74,7 @@ def run_on_head(args, launch):
         raise ValueError(f"run {run_id} has a head already ({old['cluster']}, {old['state']}); pick another --run-id "
                          f"(an interrupted launch: `sky down {old['cluster']}`, then remove {heads.head_dir(state, run_id)})")
     heads.prepare_bundle(state, run_id, secrets)
-    train = launch.recipe["train"]           # a local --data goes with the head: its launcher ships it to the islands
-    train = {**train, "data": ship_data(state, run_id, train.get("data", ""))}
-    launch = launch.model_copy(update={"recipe": {**launch.recipe, "train": train}})
+    launch = ship(state, launch)
     rec = heads.write_head(state, heads.new_record(state, run_id, price_per_hour=args.head_price, launched_at=time.time()))
     os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
     memory_gb = head_memory_gb(args.weights_gb or checks.known_weights_gb(args.model), args.tuning)
@@ -72,7 +84,7 @@ def run_on_head(args, launch):
                       output=launch.recipe.get("output", ""))
     launch = launch.model_copy(update={"recipe": {**launch.recipe, "bus_url": url}})
     try:
-        asyncio.run(publish(url, *checks.data_events(launch), launch))
+        asyncio.run(publish(url, *checks.data_events(launch), *events, launch))
     except BaseException:     # the head never got the run: it would wait for one forever
         print(f"yeto launch: the run could not be handed to the head at {url}", file=sys.stderr)
         take_down(state, run_id)

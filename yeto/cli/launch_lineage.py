@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from yeto.cli.common import conf
+from yeto.infra.heads import HEAD_STATE
 from yeto.infra.run_paths import run_path
 from yeto.schemas.base import check_run_id
 from yeto.schemas.commands import LaunchRun
@@ -53,6 +54,15 @@ def child_key(recipe: dict[str, Any]) -> dict[str, Any]:
     return key_of(recipe, tokenizer_sha256=digests[0], chat_template_sha256=digests[1])
 
 
+def parent_key(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The parent's lineage key, its base named as the user gave it: a cloud run's head keyed a local model by the
+    copy it was shipped (launch_cloud.ship), and the provenance's pin keeps the name typed at launch."""
+    key = manifest["resume"]["key"]
+    if str(key.get("base_model") or "").startswith(f"{HEAD_STATE}/model/"):
+        return {**key, "base_model": manifest.get("provenance", {}).get("base", {}).get("id", key["base_model"])}
+    return key
+
+
 def apply(args, launch: LaunchRun) -> tuple[LaunchRun, list]:
     """The launch pointed at its parent, and the lineage event to publish with it; ValueError on any mismatch."""
     kind: Literal["resume", "branch"] | None = \
@@ -60,9 +70,6 @@ def apply(args, launch: LaunchRun) -> tuple[LaunchRun, list]:
     if kind is None:
         return launch, []
     target = args.resume_from or args.branch_from
-    if any(f["cloud"] != "local" for f in launch.fleet):
-        raise ValueError(f"--{kind}-from: a run on cloud islands cannot read the parent artifact yet; "
-                         "resume or branch on local islands (docs/ADAPTER_LIFECYCLE.md)")
     folder = find_artifact(target, Path(conf(args).state_dir))
     text = (folder / "manifest.json").read_bytes()
     manifest, resume = json.loads(text), json.loads(text).get("resume")
@@ -71,12 +78,13 @@ def apply(args, launch: LaunchRun) -> tuple[LaunchRun, list]:
         raise ValueError(f"--{kind}-from {target}: {folder} carries no resume state (resume.frag-*.safetensors): an "
                          f"artifact written before Yeto kept it, or a merged model; train a new run instead")
     train = dict(launch.recipe["train"])
-    if mismatches := compare(resume["key"], child_key(launch.recipe), kind):
+    if mismatches := compare(parent_key(manifest), child_key(launch.recipe), kind):
         raise ValueError(refusal(mismatches, kind, parent))
     start = int(resume.get("start_step", 0)) if kind == "resume" else 0
     if kind == "resume" and train["max_steps"] <= start:
         raise ValueError(f"--resume-from {parent}: --max-steps {train['max_steps']} is the lineage's total and the "
                          f"parent stopped at step {start}; pass a larger --max-steps")
+    # A cloud run's head gets a copy of the parent (yeto/cli/launch_cloud.py ships it and renames the seed)
     sync = {**(train.get("sync") or {}), "seed": str(folder), "seed_momentum": kind == "resume"}
     recipe = {**launch.recipe, "train": {**train, "sync": sync, "start_step": start}}
     sha = hashlib.sha256(text).hexdigest()

@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from yeto.infra.head_data import local_model
 from yeto.infra.heads import HEAD_STATE
 from yeto.services.launcher.backends.base import IslandLaunch, learner_args
 
@@ -21,7 +22,7 @@ TORCH_INDEX = {"nvidia": None, "amd": "https://download.pytorch.org/whl/rocm6.2"
 AMD_GPUS = ("MI300X", "MI250X")
 ISLAND_DIR = "~/.yeto/island"
 CREDS_MOUNT, CA_MOUNT, ENV_MOUNT = f"{ISLAND_DIR}/learner.json", f"{ISLAND_DIR}/ca.pem", f"{ISLAND_DIR}/env.json"
-DATA_DIR = "~/.yeto/data"
+DATA_DIR, MODEL_DIR = "~/.yeto/data", "~/.yeto/model"
 # The fsspec package the head's finalizer needs to upload to an --output store (r2 and cos speak S3; hf:// uses
 # huggingface_hub, which Yeto installs anyway; a path on the head needs nothing).
 STORE_PACKAGES = {"s3": "s3fs", "r2": "s3fs", "cos": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
@@ -55,6 +56,16 @@ def data_mount(data: str) -> tuple[dict[str, str], str]:
     return {target: source}, target
 
 
+def model_mount(model: str) -> tuple[dict[str, str], str]:
+    """({remote path: source}, the name learners load) for --model: a local folder or .gguf file (on the head, the
+    copy the laptop shipped) goes to ~/.yeto/model/<name>; an alias or a Hub id stays (each island resolves it)."""
+    source = local_model(model)
+    if source is None:
+        return {}, model
+    target = f"{MODEL_DIR}/{source.resolve().name}"
+    return {target: str(source.resolve())}, target
+
+
 def island_resources(spec: dict[str, Any]):
     """The island's machines: its GPUs (spot unless asked otherwise), or for a CPU island two vCPUs per rank."""
     import sky
@@ -73,8 +84,10 @@ def island_task(launch: IslandLaunch, creds: Path | None = None, *, ca: Path | N
     import sky
 
     spec = launch.spec
-    mounts, data_path = data_mount(launch.recipe.get("train", {}).get("data", ""))
-    train = {**launch.recipe.get("train", {}), "data": data_path}
+    train = launch.recipe.get("train", {})
+    mounts, data_path = data_mount(train.get("data", ""))
+    model_files, model_path = model_mount(train.get("model", ""))
+    mounts, train = {**mounts, **model_files}, {**train, "data": data_path, "model": model_path}
     count, nodes = int(spec.get("count", 1)), int(spec.get("nodes", 1))
     torchrun = ("torchrun --nnodes $SKYPILOT_NUM_NODES --node-rank $SKYPILOT_NODE_RANK "
                 f"--nproc-per-node {count} --master-addr $(echo \"$SKYPILOT_NODE_IPS\" | head -n1) --master-port 29500")
