@@ -34,7 +34,7 @@ def seed(core: SyncerCore, sync: dict, now: float) -> list:
     """Restore `core` from the run's seed (if its recipe names one); the snapshots and keyframes to send."""
     if not sync.get("seed"):
         return []
-    snaps = read(Path(sync["seed"]), core.owned, bool(sync.get("seed_momentum", True)))
+    snaps = read(Path(sync["seed"]).expanduser(), core.owned, bool(sync.get("seed_momentum", True)))
     core.restore(snaps, now)
     out: list = []
     for p in sorted(snaps):
