@@ -134,7 +134,7 @@ def cmd_launch(args) -> int:
         launch = build_launch(args, run_id, fleet)
     launch, lineage_events = lineage.apply(args, launch)      # a parent mismatch is refused before anything starts
     if any(f["cloud"] != "local" for f in launch.fleet) and not named:
-        url, launch = cloud_launch.run_on_head(args, launch)      # the run's own head VM, then the run on it
+        url, launch = cloud_launch.run_on_head(args, launch, lineage_events)      # the run's own head VM, then the run on it
     else:
         if named and any(f["cloud"] != "local" for f in launch.fleet):
             cloud_launch.refuse_loopback(named)
