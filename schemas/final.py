@@ -160,19 +160,24 @@ class BuildArtifact(Command):
 
     owner: ClassVar[str] = "finalizer"
     type: Literal["BuildArtifact"] = "BuildArtifact"
-    version: Literal[2] = 2
+    version: Literal[3] = 3
     recipe: dict[str, Any]
     versions: dict[int, int]
     acked: list[str] = Field(default_factory=list)
     fleet: list[dict[str, Any]] = Field(default_factory=list)    # v2: each island's spec and generations (provenance)
     rounds_merged: int = 0                                        # v2
     learner_steps: dict[str, int] = Field(default_factory=dict)   # v2: learner -> the furthest step it reported
-    learner_losses: dict[str, float] = Field(default_factory=dict)   # learner -> its last loss (the model card)
+    learner_losses: dict[str, float] = Field(default_factory=dict)  # v3: learner -> its last loss (the model card)
 
 
 @registry.upcaster("BuildArtifact", 1)
 def _build_artifact_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "fleet": [], "rounds_merged": 0, "learner_steps": {}}
+
+
+@registry.upcaster("BuildArtifact", 2)
+def _build_artifact_v2(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "learner_losses": {}}
 
 
 _RECIPE = {"train": {"model": "smollm2-135m", "max_steps": 20}, "limits": {"max_spend": 5.0}, "output": "",
@@ -199,5 +204,5 @@ EXAMPLES = [
               sha256="0" * 64),
     BuildArtifact(id="ex-build-artifact", run_id="r-demo", source="finalizer", recipe=_RECIPE, versions={0: 12},
                   acked=["island-0"], fleet=[{"island": 0, "cloud": "local", "gpu": "cpu", "count": 1, "generations": 2}],
-                  rounds_merged=12, learner_steps={"island-0": 48}),
+                  rounds_merged=12, learner_steps={"island-0": 48}, learner_losses={"island-0": 1.25}),
 ]

@@ -50,11 +50,12 @@ def test_build_artifact_carries_the_fleet_generations_rounds_and_steps():
                            {"island": 1, "cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": None,
                             "spot": False, "generations": 2}]
     assert (build.rounds_merged, build.learner_steps) == (3, {"island-0": 30, "island-1": 12})
+    assert build.learner_losses == {"island-0": 1.0, "island-1": 1.0}      # the last loss each reported: the card's
 
 
 def test_v1_build_artifact_and_artifact_written_read_with_the_new_fields_empty():
     build = parse((FIXTURES / "BuildArtifact.v1.json").read_bytes())
-    assert (build.version, build.fleet, build.rounds_merged, build.learner_steps) == (2, [], 0, {})
+    assert (build.version, build.fleet, build.rounds_merged, build.learner_steps, build.learner_losses) == (3, [], 0, {}, {})
     written = parse((FIXTURES / "ArtifactWritten.v1.json").read_bytes())
     assert (written.version, written.signer_public_key) == (2, "")
     assert json.loads((FIXTURES / "ArtifactWritten.v2.json").read_text())["signer_public_key"] == "2" * 64
