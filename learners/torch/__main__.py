@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 
 from yeto.learners import accel as accel_policy
-from yeto.learners.torch import dist
+from yeto.learners.torch import dist, shards
 from yeto.learners.torch.batches import heldout_batches, train_batches
 from yeto.learners.torch.build import build, resolve_accel
 from yeto.learners.torch.evaluate import evaluate
 from yeto.learners.torch.loop import StepResult, train
 from yeto.learners.torch.recipe import TrainRecipe
+from yeto.learners.torch.tuning import trainable_parameters
 
 log = logging.getLogger("yeto.learner")   # with sync, its lines go to the run's log stream too (`yeto logs`)
 
@@ -81,10 +82,13 @@ def run(args: argparse.Namespace) -> float:
     dist.init(topology, accel)
     try:
         built = build(recipe, accel=accel, topology=topology)
-        sync = None
-        if not args.no_sync and topology.rank == 0:
-            from yeto.learners.torch.hook import connect_sync  # the NATS client only where it is used
-            sync = connect_sync(built, recipe, args)
+        sync, params = None, trainable_parameters(built.model)
+        if not args.no_sync:    # on rank 0; FSDP2's other ranks serve the gathers its initial values need
+
+            def connect():
+                from yeto.learners.torch.hook import connect_sync  # the NATS client only where it is used
+                return connect_sync(built, recipe, args)
+            sync = shards.on_rank0(connect, params, rank=topology.rank, sharded=built.sharded)
         batches = train_batches(recipe, built.tokenizer, shard=args.learner_index * topology.world_size + topology.rank,
                                 num_shards=args.num_learners * topology.world_size)
         # A replacement continues its predecessor: same shard order, past the micro-batches already trained on.
@@ -117,8 +121,9 @@ def run(args: argparse.Namespace) -> float:
         if topology.rank == 0:
             emit(event="done", steps=len(results), tokens=sum(r.tokens for r in results),
                  seconds=round(elapsed, 3), heldout=held)
+        if not args.no_sync:    # FSDP2: the last pushes gather fragments from every rank
+            shards.on_rank0(sync and sync.close, params, rank=topology.rank, sharded=built.sharded)
         if sync is not None:
-            sync.close()
             emit(event="sync", **sync.stats())
         return held
     finally:

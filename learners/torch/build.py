@@ -53,8 +53,9 @@ def build(recipe: TrainRecipe, *, accel: accel_policy.Accel, topology: dist.Topo
                        device_map=quant.device_map(accel) if nf4 else None)
     model = apply_tuning(model, recipe)   # on the CPU, from the shared seed: identical on every island
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    sharded = not nf4 and accel_policy.needs_sharding(accel, param_bytes=param_bytes, tuning=recipe.tuning,
-                                                      world_size=topology.world_size)
+    # --shard: fsdp shards any island of several ranks; auto only where one replica does not fit (accel.py).
+    sharded = topology.distributed and not nf4 and (recipe.shard == "fsdp" or recipe.shard == "auto" and (
+        accel_policy.needs_sharding(accel, param_bytes=param_bytes, tuning=recipe.tuning, world_size=topology.world_size)))
     if not sharded and not nf4:
         model = model.to(accel.device)
     checkpointed = checkpointing.apply(model, checkpointing.wanted(model, recipe, accel))   # before FSDP2 wraps layers

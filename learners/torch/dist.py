@@ -69,13 +69,15 @@ def wrap(model: torch.nn.Module, accel: Accel, topology: Topology, *, shard: boo
         from torch.nn.parallel import DistributedDataParallel
         device_ids = [accel.device.index] if accel.is_accelerator else None
         return DistributedDataParallel(model, device_ids=device_ids)
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    mesh = init_device_mesh(accel.kind, (topology.world_size,))   # the island; a "cpu" mesh runs over gloo
     policy = MixedPrecisionPolicy(param_dtype=accel.compute_dtype, reduce_dtype=torch.float32)
     layer_classes = set(getattr(_base(model), "_no_split_modules", None) or ())
     for module in model.modules():
         if type(module).__name__ in layer_classes:
-            fully_shard(module, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+            fully_shard(module, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 
 

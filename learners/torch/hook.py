@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from yeto.learners.diloco_sync import DilocoSync
 from yeto.learners.sync_hook import DilocoHook
+from yeto.learners.torch import shards
 from yeto.learners.torch.adapter import TorchArrays
+from yeto.learners.torch.shards import ShardedArrays
+from yeto.learners.torch.tuning import trainable_parameters
 from yeto.learners.transport.protocol import Transport
 from yeto.schemas.recipe import SyncConfig
 
@@ -13,8 +16,9 @@ __all__ = ["DilocoHook", "connect_sync", "make_hook"]
 def make_hook(model, recipe, transport: Transport, *, run_id: str, learner: str, generation: int,
               join_wait_s: float = 10.0, sends_init: bool = True) -> DilocoHook:
     """DilocoSync over `model`'s trainable parameters (the unwrapped module) with the recipe's sync options."""
-    sync = DilocoSync(TorchArrays.of(model), SyncConfig.from_dict(recipe.sync), run_id=run_id, learner=learner,
-                      generation=generation)
+    params = trainable_parameters(model)     # FSDP2 shards: rank 0 gathers and scatters whole tensors (shards.py)
+    arrays = ShardedArrays(params) if shards.is_sharded(params) else TorchArrays.of(model)
+    sync = DilocoSync(arrays, SyncConfig.from_dict(recipe.sync), run_id=run_id, learner=learner, generation=generation)
     return DilocoHook(sync, transport, join_wait_s=join_wait_s, sends_init=sends_init)
 
 

@@ -10,7 +10,7 @@ from typing import Protocol
 import torch
 
 from yeto.learners import accel as accel_policy
-from yeto.learners.torch import dist
+from yeto.learners.torch import dist, shards
 from yeto.learners.torch.evaluate import IGNORE_INDEX, loss_sum, to_device
 from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr
 from yeto.learners.torch.recipe import TrainRecipe
@@ -62,8 +62,14 @@ def train(model: torch.nn.Module, batches: Iterator[dict[str, torch.Tensor]], re
     params = trainable_parameters(model)
     optimizer = build_optimizer(params, recipe)
     is_sync_rank = topology.rank == 0 and sync is not None
-    changed = sync.join() if is_sync_rank else False
-    if dist.all_reduce_sum([float(changed)], accel)[0]:
+    sharded = shards.is_sharded(params)     # FSDP2: the other ranks serve rank 0's gathers and scatters
+    syncing = sharded and dist.all_reduce_sum([float(is_sync_rank)], accel)[0] > 0
+
+    def boundary(call: Callable[[], bool]) -> bool:
+        return bool(shards.on_rank0(call if is_sync_rank else None, params, rank=topology.rank, sharded=syncing))
+
+    changed = boundary(lambda: sync.join())
+    if dist.all_reduce_sum([float(changed)], accel)[0] and not sharded:   # shards were written in place
         dist.broadcast_parameters([p for _, p in params], accel)
     wrapped.train()
     results = []
@@ -89,9 +95,9 @@ def train(model: torch.nn.Module, batches: Iterator[dict[str, torch.Tensor]], re
             torch.nn.utils.clip_grad_norm_([p for _, p in params], recipe.clip_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        changed = sync.after_step(step + 1, int(island_tokens)) if is_sync_rank else False
+        changed = boundary(lambda s=step + 1, t=int(island_tokens): sync.after_step(s, t))
         island_loss, num_changed = dist.all_reduce_sum([float(loss_total), float(changed)], accel)
-        if num_changed:
+        if num_changed and not sharded:
             dist.broadcast_parameters([p for _, p in params], accel)
         result = StepResult(step=step + 1, loss=island_loss / max(1.0, island_tokens), tokens=int(island_tokens),
                             seconds=time.perf_counter() - started, lr=lr, synced=bool(num_changed))

@@ -40,6 +40,8 @@ class Workload:
     """vocabulary size (the fp32 logits are materialised per micro-batch)."""
     activation_checkpointing: str = "auto"
     """on, off, or auto: on where a step's activations without it would not fit (the learner's same rule)."""
+    shard: str = "auto"
+    """auto or fsdp: the state is sharded over the island's GPUs (FSDP2); ddp: every GPU holds all of it."""
 
     def __post_init__(self) -> None:
         if (self.tuning, self.base_quantization) not in BYTES_PER_PARAM:
@@ -86,8 +88,9 @@ def per_gpu_need(w: Workload, num_gpus: int, *, checkpointed: bool | None = None
     # 2022, flash attention); without: every layer's working set. Plus the fp32 logits with their gradient.
     kept = tokens * hidden * (layers * 2 + WORKING_SET) if checkpointed else tokens * hidden * layers * WORKING_SET
     activations = kept + tokens * w.vocab * 4 * 2
-    # FSDP2 shards a bf16 or f32 state over the island; an NF4 base is replicated (QLoRA islands run DDP).
-    shards = 1 if w.base_quantization == "nf4" else num_gpus
+    # FSDP2 shards a bf16 or f32 state over the island; an NF4 base is replicated (QLoRA islands run DDP),
+    # and so is everything under --shard ddp.
+    shards = 1 if w.base_quantization == "nf4" or w.shard == "ddp" else num_gpus
     return Need(state / shards / 1e9, activations / 1e9, OVERHEAD_GB, checkpointed)
 
 

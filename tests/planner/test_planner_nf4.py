@@ -1,5 +1,6 @@
 """The planner never plans QLoRA (--base-quantization nf4) on GPUs whose islands get no bitsandbytes, and its
-memory model keeps an NF4 base whole on every GPU (NF4 islands replicate it with DDP; FSDP shards bf16 only)."""
+memory model keeps an NF4 base whole on every GPU (NF4 islands replicate it with DDP; FSDP shards bf16 only), as
+it keeps any state whole under --shard ddp."""
 import pytest
 
 from yeto.services.planner.catalog import Offering
@@ -28,3 +29,8 @@ def test_an_nf4_base_is_replicated_not_sharded():
     assert per_gpu_need(w, 2).state_gb == pytest.approx(per_gpu_need(w, 1).state_gb)
     bf16 = Workload(weights_gb=140)
     assert per_gpu_need(bf16, 2).state_gb == pytest.approx(per_gpu_need(bf16, 1).state_gb / 2)
+
+
+def test_shard_ddp_replicates_the_state_and_fsdp_shards_it():
+    ddp, fsdp = Workload(weights_gb=140, tuning="full", shard="ddp"), Workload(weights_gb=140, tuning="full", shard="fsdp")
+    assert per_gpu_need(ddp, 8).state_gb == pytest.approx(8 * per_gpu_need(fsdp, 8).state_gb)

@@ -122,7 +122,8 @@ def cmd_launch(args) -> int:
         limits.check_fleet_size([i.to_dict() for i in islands], args)
         checks.check_memory_fit(islands, weights_gb=args.weights_gb or checks.known_weights_gb(args.model),
                                 tuning=args.tuning, base_quantization=args.base_quantization, seq_len=args.seq_len,
-                                micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing)
+                                micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing,
+                                shard=args.shard)
         launch = build_launch(args, run_id, checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands),
                                                                 local_price=args.local_price))
     named = conf(args).nats_url        # --nats-url / $YETO_NATS_URL: a stack the user runs

@@ -40,7 +40,7 @@ def known_weights_gb(model: str) -> float | None:
 
 
 def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tuning: str, base_quantization: str,
-                     seq_len: int, micro_batch: int, activation_checkpointing: str = "auto") -> None:
+                     seq_len: int, micro_batch: int, activation_checkpointing: str = "auto", shard: str = "auto") -> None:
     """Refuse a cloud island whose GPUs cannot hold the model (when its size is known), or cannot run NF4."""
     if base_quantization == "nf4":
         from yeto.cli.launch_nf4 import check_nf4
@@ -50,7 +50,7 @@ def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tun
     from yeto.services.planner.api import GPUS, Workload, fits
 
     w = Workload(weights_gb=weights_gb, tuning=tuning, base_quantization=base_quantization, seq_len=seq_len,
-                 micro_batch=micro_batch, activation_checkpointing=activation_checkpointing)
+                 micro_batch=micro_batch, activation_checkpointing=activation_checkpointing, shard=shard)
     for i in islands:
         if i.cloud == "local" or i.gpu not in GPUS:
             continue
