@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 from yeto.infra import heads
-from yeto.infra.copyback import copy_back
 
 
 def pull_if_ended(state_dir: Path, run_id: str) -> str | None:
@@ -17,6 +16,7 @@ def pull_if_ended(state_dir: Path, run_id: str) -> str | None:
     rec = heads.head_record(state_dir, run_id)
     if rec is None or rec["state"] not in ("launching", "up") or not rec["url"]:
         return None
+    from yeto.infra.copyback import copy_back  # DuckDB and Arrow: imported by a copy, not by every command
     os.environ.update(heads.head_env(rec))          # this process talks to the head as its operator
     try:
         copied = asyncio.run(copy_back(state_dir, run_id, rec["url"]))

@@ -5,7 +5,6 @@ import asyncio
 
 from yeto.cli.common import conf, run_id_arg, url_for_run
 from yeto.infra import heads
-from yeto.infra.copyback import copy_back
 from yeto.infra.run_paths import run_path
 
 
@@ -32,6 +31,7 @@ def cmd_pull(args) -> int:
         if rec["state"] == "down" or not rec["url"]:
             raise ValueError(f"run {run}'s head is {'down' if rec['state'] == 'down' else 'not up yet'}: there is "
                              f"nothing to copy from")
+    from yeto.infra.copyback import copy_back  # DuckDB and Arrow: for this command, not for every `yeto`
     url = url_for_run(args, run)
     assert url is not None, "a head that is up, or --nats-url"
     copied = asyncio.run(copy_back(c.state_dir, run, url))

@@ -7,9 +7,12 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from yeto.infra.model_source import resolve_model
-from yeto.services.planner.api import FleetPlan, PlanRequest, load_catalog, shape_fleet
+
+if TYPE_CHECKING:   # the planner imports OR-Tools (~1 s): only a command that plans pays for it
+    from yeto.services.planner.api import FleetPlan, PlanRequest
 
 
 def _csv(text: str | None) -> tuple[str, ...]:
@@ -47,6 +50,7 @@ def register(sub) -> None:
 
 
 def request_from_args(args) -> PlanRequest:
+    from yeto.services.planner.api import PlanRequest
     ref = resolve_model(args.model)
     weights = args.weights_gb if args.weights_gb is not None else ref.weights_gb
     if weights is None and ref.hf_id:
@@ -72,6 +76,7 @@ def hub_weights_gb(hf_id: str) -> float:
 
 def plan_from_args(args) -> FleetPlan:
     """Build the request from parsed flags, read the catalog, and plan as the planner service does."""
+    from yeto.services.planner.api import load_catalog, shape_fleet
     req = request_from_args(args)
     catalog = load_catalog(catalog_dir=args.catalog_dir, clouds=list(req.clouds) or None)
     home = Path(getattr(args, "state_dir", None) or os.environ.get("YETO_HOME") or "~/.yeto").expanduser()

@@ -14,7 +14,8 @@ from yeto.cli.common import run_id_arg, run_source
 from yeto.infra.bus import connect
 from yeto.infra.settings import load
 from yeto.infra.stack import StackPaths, stack_url
-from yeto.infra.tape_sql import MAX_ROWS, NoTapeWriterError, ask, query_file
+
+MAX_ROWS = 100_000   # infra.tape_sql's; that module imports DuckDB, which only a command that queries should pay for
 
 HELP = """Examples:
   yeto sql "select type, count(*) from events group by 1 order by 2 desc"
@@ -50,6 +51,7 @@ def run(args) -> int:
 def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = None) -> dict[str, Any]:
     """{columns, rows, ...}: from the running stack's tape writer, else from the tape file read-only. With `run`,
     from where that run's tape is (its head VM, or the tape copied back from it: common.run_source)."""
+    from yeto.infra.tape_sql import NoTapeWriterError, query_file
     settings = load(state_dir=getattr(args, "state_dir", None), nats_url=getattr(args, "nats_url", None))
     if run:
         url, db, only = run_source(args, run)
@@ -66,6 +68,7 @@ def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = No
 
 
 async def _ask(url: str, sql: str, max_rows: int) -> dict[str, Any]:
+    from yeto.infra.tape_sql import ask
     try:
         bus = await connect(url, name="yeto-cli", connect_timeout=2)
     except Exception as e:  # noqa: BLE001 - any failure to connect means: read the file instead
