@@ -27,7 +27,8 @@ class Proc:
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **(env or {})})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+                                          "YETO_LOG_FORMAT": "json", **(env or {})})
         self.lines: list[tuple[float, dict]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()

@@ -2,7 +2,7 @@
 
 One process per rank of an island. Rank 0 talks to the syncer through the sync hook (built by
 learners/torch/hook.py over learners/bus_client.py); `--no-sync` trains locally with no NATS at all.
-Progress goes to stdout as one JSON object per line.
+Progress goes to stdout, one line per event: readable, or JSON with --log-format json (learners/torch/console.py).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from yeto.learners import accel as accel_policy
-from yeto.learners.torch import dist, shards
+from yeto.learners.torch import console, dist, shards
 from yeto.learners.torch.batches import heldout_batches, train_batches
 from yeto.learners.torch.build import build, resolve_accel
 from yeto.learners.torch.evaluate import evaluate
@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-sync", action="store_true", help="train locally, without NATS and without DiLoCo")
     p.add_argument("--eval-every", type=int, default=0, help="held-out evaluation every N steps (0: at the end)")
     p.add_argument("--log-every-s", type=float, default=2.0, help="minimum seconds between progress lines")
+    p.add_argument("--log-format", choices=console.FORMATS, default=None, help="progress lines: text (default) or "
+                   "json, one object per line for machines (default $YETO_LOG_FORMAT, else text)")
     return p.parse_args(argv)
 
 
@@ -63,13 +65,19 @@ def load_env_file() -> None:
             raise ValueError(f"$YETO_ENV_FILE={name}: not a JSON object of names to strings ({type(e).__name__})") from None
 
 
+LOG_FORMAT = ["text"]      # run() sets it from --log-format / $YETO_LOG_FORMAT
+
+
 def emit(**fields) -> None:
-    print(json.dumps(fields), flush=True)
-    log.info(json.dumps(fields))
+    line = console.render(fields, LOG_FORMAT[0])
+    print(line, flush=True)
+    log.info(line)
 
 
 def run(args: argparse.Namespace) -> float:
     """Train one rank to the recipe's end; return the final held-out loss (rank 0; NaN elsewhere)."""
+    LOG_FORMAT[0] = console.log_format(args.log_format)
+    console.quiet()
     recipe = load_recipe(args.recipe)
     topology = dist.Topology.from_env(rank=args.rank, world_size=args.world_size, local_rank=args.local_rank,
                                       master_addr=args.master_addr, master_port=args.master_port)

@@ -58,7 +58,7 @@ def test_lora_two_local_islands_finalize_with_both_learners_merged_and_a_better_
     sql = shared.yeto("sql", "select num_responders from rounds where run_id = 'accept-lora'", "--format", "csv")
     assert sql.returncode == 0 and "2" in sql.stdout.split(), sql.stdout + sql.stderr   # `yeto sql` itself
     logs = shared.yeto("logs", "accept-lora", "--island", "1")    # what the learner published on the log stream
-    assert logs.returncode == 0 and 'INFO yeto.learner: {"event": "done"' in logs.stdout, logs.stdout + logs.stderr
+    assert logs.returncode == 0 and "INFO yeto.learner: done: steps " in logs.stdout, logs.stdout + logs.stderr
 
 
 @pytest.mark.timeout(200)

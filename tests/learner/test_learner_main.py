@@ -20,7 +20,7 @@ def _learner(*args: str) -> subprocess.CompletedProcess:
 
 def _env() -> dict:
     import os
-    return dict(os.environ)
+    return {**os.environ, "YETO_LOG_FORMAT": "json"}     # the machine format (console.py); people get text lines
 
 
 @pytest.mark.slow

@@ -1,0 +1,65 @@
+"""The learner's own lines (stdout, and its log stream): a readable line by default, one JSON object with `json`.
+
+`--log-format json` or `$YETO_LOG_FORMAT=json` is for machines (benchmarks/lib_wan_proc.py and tests parse it);
+people read `step 40  loss 2.3456  ...`. `quiet()` silences the libraries' known noise at the learner's start.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+FORMATS = ("text", "json")
+
+
+def log_format(flag: str | None = None) -> str:
+    """The flag's format, else $YETO_LOG_FORMAT's, else text; an unknown one is refused with the choices."""
+    value = (flag or os.environ.get("YETO_LOG_FORMAT") or "text").strip().lower()
+    if value not in FORMATS:
+        raise ValueError(f"log format {value!r}: choose from {', '.join(FORMATS)} (--log-format, $YETO_LOG_FORMAT)")
+    return value
+
+
+def _num(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    return f"{value:.3e}" if 0 < abs(value) < 1e-3 else f"{value:.4f}"
+
+
+def text_line(fields: dict) -> str:
+    """`step 3  loss 3.3607  tokens 104  lr 4.500e-05  0.0646 s  heldout 3.3760`; `done: ...`; other events `name: k v`."""
+    fields = dict(fields)
+    event = fields.pop("event", "log")
+    if event == "step":
+        synced = " synced" if fields.pop("synced", False) else ""
+        held = fields.pop("heldout", None)
+        parts = [f"step {fields.pop('step')}"] + [f"{k} {_num(v)}" for k, v in fields.items() if k != "seconds"]
+        parts.append(f"{_num(fields.get('seconds', 0.0))} s{synced}")
+        return "  ".join(parts + ([f"heldout {_num(held)}"] if held is not None else []))
+    return f"{event}: " + "  ".join(f"{k} {_num(v)}" for k, v in fields.items() if v is not None)
+
+
+def render(fields: dict, fmt: str) -> str:
+    return json.dumps(fields) if fmt == "json" else text_line(fields)
+
+
+def quiet() -> None:
+    """The libraries' progress bars and deprecation notices are not the learner's news (errors still print)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    for module in ("transformers", "peft", "torch", "huggingface_hub", "datasets", "accelerate"):
+        for category in (FutureWarning, DeprecationWarning):     # "X is deprecated, use Y": for the library's users
+            warnings.filterwarnings("ignore", category=category, module=module)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:      # transformers not installed: nothing of it to silence
+        pass
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    except ImportError:
+        pass
