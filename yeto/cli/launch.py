@@ -11,7 +11,7 @@ from yeto.cli import launch_limits as limits
 from yeto.cli import launch_lineage as lineage
 from yeto.cli import trackers
 from yeto.cli.autopull import pull_if_ended
-from yeto.cli.common import conf, publish, run_id_arg, state_dir, url_for_run, url_or_none
+from yeto.cli.common import conf, known_runs, publish, run_id_arg, run_or_last, state_dir, unknown_run, url_for_run, url_or_none
 from yeto.cli.shape import add_plan_arguments
 from yeto.infra.bus import connect
 from yeto.schemas.base import derive_id
@@ -57,7 +57,8 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_launch)
 
     d = sub.add_parser("down", help="stop a run: final cut, artifact, teardown (--now aborts)")
-    d.add_argument("run", type=run_id_arg, help="run id")
+    d.add_argument("run", nargs="?", type=run_id_arg, help="run id")
+    d.add_argument("--last", action="store_true", help="the newest run instead of RUN")
     d.add_argument("--now", action="store_true", help="abort at once: no final cut, no artifact")
     d.set_defaults(func=cmd_down)
 
@@ -150,9 +151,13 @@ def cmd_launch(args) -> int:
 
 
 def cmd_down(args) -> int:
+    args.run = run_or_last(args)
     url = url_for_run(args, args.run)
     if url is None:
         raise ValueError(f"no stack is running under {conf(args).state_dir}; nothing to stop")
+    # a typo must not read as success; the bus answers for a run launched an instant ago (the tape may lag)
+    if args.run not in (known := known_runs(args)) and not asyncio.run(_run_exists(url, args.run)):
+        raise unknown_run(args, args.run, known)
     msg = StopRun(id=derive_id(args.run, "StopRun", args.now, time.time()), run_id=args.run, source="cli", now=args.now)
     asyncio.run(publish(url, msg))
     print(f"{'abort' if args.now else 'graceful stop (final cut, artifact, teardown)'} requested for {args.run}")

@@ -1,7 +1,7 @@
 """`yeto lineage RUN`: the tree of runs resumed and branched from one another around RUN, read from the tape."""
 from __future__ import annotations
 
-from yeto.cli.common import run_id_arg
+from yeto.cli.common import check_run, run_id_arg
 from yeto.cli.sql import tape_query
 
 LINEAGE_SQL = "SELECT run_id, kind, parent_run, start_step FROM lineage ORDER BY seq"
@@ -48,6 +48,7 @@ def tree(edges: list[tuple[str, str, str, int | None]], run: str) -> list[str]:
 
 
 def cmd_lineage(args) -> int:
+    check_run(args, args.run)
     rows = tape_query(args, LINEAGE_SQL)["rows"]
     print("\n".join(tree([tuple(r) for r in rows], args.run)))
     return 0

@@ -14,7 +14,7 @@ import asyncio
 import json
 import sys
 
-from yeto.cli.common import conf, run_id_arg, url_for_run
+from yeto.cli.common import conf, known_runs, run_id_arg, run_or_last, unknown_run, url_for_run
 from yeto.cli.logs_files import follow_logs, log_files
 from yeto.cli.logs_stream import read_logs
 from yeto.cli.sql import tape_query
@@ -31,7 +31,8 @@ EXAMPLES = """Examples:
 def register(sub) -> None:
     lg = sub.add_parser("logs", help="print a run's learner log lines (its log stream, else the local files)",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    lg.add_argument("run", type=run_id_arg, help="the run id")
+    lg.add_argument("run", nargs="?", type=run_id_arg, help="the run id")
+    lg.add_argument("--last", action="store_true", help="the newest run instead of RUN")
     lg.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the run ends or Ctrl-C")
     lg.add_argument("--island", type=int, default=None, help="only island N's lines")
     lg.add_argument("--lines", "-n", type=int, default=50, help="newest lines to start with (default: 50; of each "
@@ -40,6 +41,7 @@ def register(sub) -> None:
 
 
 def run_logs(args) -> int:
+    args.run = run_or_last(args)
     run_filter(args.run)
     url, state = url_for_run(args, args.run), conf(args).state_dir
     learner = None if args.island is None else learner_name(args.island)
@@ -68,6 +70,8 @@ def run_logs(args) -> int:
         return 0
     if found["sky"]:
         return 0
+    if args.run not in (known := known_runs(args)):
+        raise unknown_run(args, args.run, known)
     raise ValueError(f"no log lines of run {args.run!r}: none on the bus{'' if url else ' (no stack answers for it)'}, "
                      f"none under {files_dir}; `yeto status` lists the runs")
 

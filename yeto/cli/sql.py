@@ -10,7 +10,7 @@ import io
 import json
 from typing import Any
 
-from yeto.cli.common import run_id_arg, run_source
+from yeto.cli.common import check_run, run_id_arg, run_source
 from yeto.infra.bus import connect
 from yeto.infra.settings import load
 from yeto.infra.stack import StackPaths, stack_url
@@ -41,6 +41,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if args.run:
+        check_run(args, args.run)
     result = tape_query(args, args.query, max_rows=args.max_rows, run=args.run)
     print(render(result["columns"], result["rows"], args.format), end="")
     if result.get("truncated") and args.format == "table":

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
-from yeto.cli.common import run_id_arg
+from yeto.cli.common import check_run, run_id_arg, suggest
 from yeto.cli.describe import describe
 from yeto.cli.sql import format_table, tape_query
 from yeto.schemas import SchemaError, parse
@@ -49,7 +49,7 @@ def run_filter(run: str) -> str:
 
 
 def run_show(args) -> int:
-    where = [run_filter(args.run)] if args.run else []
+    where = [run_filter(check_run(args, args.run))] if args.run else []
     if args.type:
         where.append(f"type = {quote(args.type)}")
     cond = f"WHERE {' AND '.join(where)}" if where else ""
@@ -105,7 +105,7 @@ def load_run(args, run: str, until: int | None = None, each: Callable[[int, Any,
         if each:
             each(seq, event, view)
     if view is None:
-        raise ValueError(f"no events of run {run!r} on the tape; `yeto status` lists the runs")
+        raise ValueError(f"no events of run {run!r} on the tape; {suggest(args, run)}")
     return view
 
 
