@@ -64,7 +64,7 @@ def test_report_to_tensorboard_writes_what_tensorboard_reads_back(state, tmp_pat
     assert scalars["sync/rounds_merged"] == [(1, 1.0), (2, 2.0), (3, 3.0), (3, 3.0)]   # each merge, then the end
     assert scalars["sync/global_version"][-1] == (3, 2.0)
     assert scalars["run/spend_usd"][-1] == (3, 4.5)      # the finalizer's figure at the end (the scripted spend)
-    assert {"train/tokens_per_s/island-0", "train/loss/mean"} <= set(scalars)
+    assert {"train/tokens_per_s/island-0", "global/loss"} <= set(scalars)
 
 
 @needs_tensorboard
@@ -105,20 +105,57 @@ def test_every_tracker_sees_the_same_points_live_and_replayed(state):
     assert any(line and line.startswith("  island-1 g1: step 5 loss 1.8000") for line in lines)   # console unchanged
 
 
-def test_a_tracker_whose_package_is_missing_is_refused_before_anything_starts(state, capsys):
-    missing = [n for n in ("wandb", "mlflow") if importlib.util.find_spec(n) is None]
-    if not missing:
-        pytest.skip("wandb and mlflow are both installed here")
+def test_a_tracker_whose_package_is_missing_is_refused_before_anything_starts(state, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)       # how Python marks a module unimportable: find_spec says None
     with pytest.raises(SystemExit) as exit_:
-        yeto(state, "report", RUN, "--to", missing[0])
+        yeto(state, "report", RUN, "--to", "wandb")
     assert exit_.value.code == 2
-    assert f"pip install {missing[0]}" in capsys.readouterr().err
+    assert "pip install wandb" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        yeto(state, "launch", "--data", "x.jsonl", "--report-to", f"tensorboard,{missing[0]}")
-    assert f"pip install {missing[0]}" in capsys.readouterr().err
+        yeto(state, "launch", "--data", "x.jsonl", "--report-to", "tensorboard,wandb")
+    assert "--report-to wandb needs the wandb package: pip install wandb" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         yeto(state, "report", RUN, "--to", "neptune")
     assert "unknown tracker; choose from tensorboard, wandb, mlflow" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None or importlib.util.find_spec("mlflow") is None,
+                    reason="pip install wandb mlflow-skinny")
+def test_report_to_wandb_offline_and_mlflow_files(state, tmp_path, monkeypatch):
+    import mlflow
+
+    from yeto.cli.tracker_sinks import WandbSink
+
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):     # nothing of it in the home folder
+        monkeypatch.setenv(name, str(tmp_path / name.lower()))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    summary: dict = {}        # W&B's offline run: its last value of each key, read just before it finishes
+    monkeypatch.setattr(WandbSink, "close", lambda self, _close=WandbSink.close: summary.update(self.run.summary) or _close(self))
+    assert yeto(state, "report", RUN, "--to", "wandb,mlflow", "--report-dir", str(tmp_path)) == 0
+    assert (summary["train/loss/island-1"], summary["run/spend_usd"], summary["sync/rounds_merged"]) == \
+        (pytest.approx(1.8), 4.5, 3)
+    assert list((tmp_path / "wandb").glob(f"offline-run-*/run-{RUN}.wandb"))    # what `wandb sync` uploads later
+    client = mlflow.tracking.MlflowClient((tmp_path / "mlruns").resolve().as_uri())
+    run = client.search_runs([client.get_experiment_by_name("yeto").experiment_id])[0]
+    assert run.info.run_name == RUN
+    history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss/island-1")]
+    assert history == [(20, 2.0), (5, pytest.approx(1.8))]
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "run/spend_usd")][-1] == 4.5
+
+
+def test_eval_loss_reaches_the_trackers_beside_the_train_loss():
+    from yeto.cli.tracker_metrics import points
+    from yeto.schemas.run_view import fold
+    from yeto.schemas.training import LearnerProgress
+
+    if "eval_loss" not in LearnerProgress.model_fields:
+        pytest.skip("LearnerProgress has no eval_loss here")
+    progress = scripted_run(RUN)[5].model_copy(update={"eval_loss": 2.25})
+    tags = {p.tag: (p.step, p.value) for p in points(progress, fold(None, progress))}
+    assert tags["eval/loss/island-0"] == (10, 2.25) and tags["train/loss/island-0"] == (10, 2.5)
 
 
 def test_plot_writes_a_png_with_a_curve_per_learner_and_the_global_one(state, tmp_path, capsys):

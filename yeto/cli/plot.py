@@ -46,8 +46,8 @@ def loss_png(series: dict[str, list[tuple[int, float]]], png: Path, title: str) 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    learners = sorted(t for t in series if t.startswith(("train/loss/", "eval/loss/")) and not t.endswith("/mean"))
-    merged = series.get("train/loss/mean", [])
+    learners = sorted(t for t in series if t.startswith(("train/loss/", "eval/loss/")))
+    merged, merged_eval = series.get("global/loss", []), series.get("global/eval_loss", [])
     fig, axes = plt.subplots(1, 2 if merged else 1, figsize=(11 if merged else 7, 4), squeeze=False)
     ax = axes[0][0]
     for tag in learners:
@@ -60,6 +60,8 @@ def loss_png(series: dict[str, list[tuple[int, float]]], png: Path, title: str) 
     if merged:
         rounds, values = zip(*merged)
         axes[0][1].plot(rounds, values, marker=".", color="black", label="mean of the learners' latest")
+        if merged_eval:
+            axes[0][1].plot(*zip(*merged_eval), marker=".", linestyle="--", color="black", label="eval")
         axes[0][1].set(xlabel="rounds merged", ylabel="loss", title="global")
         axes[0][1].xaxis.set_major_locator(MaxNLocator(integer=True))
         axes[0][1].legend()
@@ -67,7 +69,7 @@ def loss_png(series: dict[str, list[tuple[int, float]]], png: Path, title: str) 
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=120)
     plt.close(fig)
-    return len(learners) + (1 if merged else 0)
+    return len(learners) + (1 if merged else 0) + (1 if merged and merged_eval else 0)
 
 
 def cmd_plot(args) -> int:

@@ -6,7 +6,8 @@ from typing import Any
 
 from yeto.schemas.run_view import RunView, spend_usd
 
-# Run-level scalars are stepped by rounds merged: the run's own clock of progress, the same live and replayed.
+# Per-learner scalars (train/*, eval/*) step by the learner's inner step; the run's (sync/*, run/*, global/*) by rounds
+# merged: the run's own clock of progress, the same live and replayed.
 RUN_TAGS = ("sync/rounds_merged", "sync/global_version", "run/spend_usd", "run/tokens")
 
 
@@ -30,7 +31,7 @@ def _run_points(view: RunView, event: Any, wall: float) -> list[Point]:
     out = [Point(tag, float(v), step, wall) for tag, v in zip(RUN_TAGS, values)]
     losses = [lr.loss for lr in view.learners.values() if lr.loss is not None]
     if losses:   # no global loss is measured: the learners' latest, averaged, at each merge
-        out.append(Point("train/loss/mean", sum(losses) / len(losses), step, wall))
+        out.append(Point("global/loss", sum(losses) / len(losses), step, wall))
     return out
 
 
@@ -46,10 +47,10 @@ def points(event: Any, view: RunView) -> list[Point]:
             out.append(Point(f"eval/loss/{who}", float(event.eval_loss), step, wall))
         return out
     if isinstance(t, str) and t.startswith("Eval") and getattr(event, "loss", None) is not None:
-        # held-out eval (issue #17 item 2): per learner when the event names one, else the global model's
-        who = getattr(event, "learner", None) or "global"
-        step = int(getattr(event, "step", None) or getattr(event, "global_version", None) or view.rounds_merged)
-        return [Point(f"eval/loss/{who}", float(event.loss), step, wall)]
+        # held-out eval (issue #17 item 2): per learner by its step when the event names one, else the global model's
+        if getattr(event, "learner", None):
+            return [Point(f"eval/loss/{event.learner}", float(event.loss), int(getattr(event, "step", 0) or 0), wall)]
+        return [Point("global/eval_loss", float(event.loss), view.rounds_merged, wall)]
     if t == "RoundMerged":
         return _run_points(view, event, wall)
     if t in ("RunFinalized", "RunFailed", "RunStopped"):

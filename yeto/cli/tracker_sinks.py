@@ -40,9 +40,9 @@ class WandbSink:
 
         logdir.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(project="yeto", name=run_id, id=run_id, dir=str(logdir), resume="allow")
-        for tag in ("train/*", "eval/*"):     # per-learner curves step on the learner's step, the rest on rounds
-            self.run.define_metric(tag, step_metric="learner_step")
-        self.run.define_metric("*", step_metric="round")
+        for prefix, step in (("train", "learner_step"), ("eval", "learner_step"), ("sync", "round"), ("run", "round"),
+                             ("global", "round")):     # tracker_metrics.py: what each group is stepped by
+            self.run.define_metric(f"{prefix}/*", step_metric=step)
 
     def add(self, p: Point) -> None:
         key = "learner_step" if p.tag.startswith(("train/", "eval/")) else "round"
@@ -61,7 +61,9 @@ class MlflowSink:
         import mlflow
 
         self.mlflow = mlflow
-        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI") or (logdir / "mlruns").resolve().as_uri())
+        if not os.environ.get("MLFLOW_TRACKING_URI"):   # local files, as `mlflow ui --backend-store-uri DIR` reads
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")    # MLflow 3 asks for this opt-in
+            mlflow.set_tracking_uri((logdir / "mlruns").resolve().as_uri())
         mlflow.set_experiment("yeto")
         self.run = mlflow.start_run(run_name=run_id)
 
