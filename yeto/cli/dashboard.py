@@ -4,10 +4,10 @@ from __future__ import annotations
 HELP = """Examples:
   yeto dashboard                     # http://127.0.0.1:8765/ lists the runs; /run/RUN is one run, live
   yeto dashboard --port 0            # any free port (printed)
-  ssh -L 8765:127.0.0.1:8765 box     # watching a remote machine's runs: tunnel, do not bind 0.0.0.0
 
 The page polls /api/run/RUN every second: the run's events on the tape after the last one it folded,
-through the same path as `yeto sql` (the stack's tape writer, else the tape file). docs/DASHBOARD.md.
+through the same path as `yeto sql` (the stack's tape writer, else the tape file). Another machine's runs:
+an SSH tunnel (ssh -L 8765:127.0.0.1:8765 HOST) rather than --host 0.0.0.0. docs/DASHBOARD.md.
 """
 
 
