@@ -79,3 +79,17 @@ def test_an_unknown_command_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["statsu"])
     assert e.value.code == 2 and "invalid choice: 'statsu'" in capsys.readouterr().err
+
+
+def test_stack_status_json_says_which_processes_are_up(tmp_path, capsys):
+    assert main(["stack", "status", "--state-dir", str(tmp_path), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == {"state_dir": str(tmp_path), "url": None, "processes": []}
+    assert main(["stack", "up", "--state-dir", str(tmp_path)]) == 0
+    try:
+        capsys.readouterr()
+        assert main(["stack", "status", "--json", "--state-dir", str(tmp_path)]) == 0
+        st = json.loads(capsys.readouterr().out)
+        assert st["url"].startswith("nats://") and {"nats-server", "tape"} <= {p["name"] for p in st["processes"]}
+        assert all(p["up"] and p["pid"] > 0 for p in st["processes"])
+    finally:
+        main(["stack", "down", "--state-dir", str(tmp_path)])

@@ -89,3 +89,11 @@ def test_down_refuses_a_typo_and_stops_a_run_launched_an_instant_ago(fresh_nats,
     assert "graceful stop" in capsys.readouterr().out
     stop = asyncio.run(_last_stop(nats_server.url, "r-down-real"))
     assert stop.run_id == "r-down-real" and not stop.now
+
+
+def test_tape_show_json_gives_the_events_with_their_payloads(state, capsys):
+    assert main(["--state-dir", str(state), "tape", "show", "r-one", "--type", "RoundMerged", "--json"]) == 0
+    events = json.loads(capsys.readouterr().out)["events"]
+    merged = [e for e in scripted_run("r-one") if type(e).__name__ == "RoundMerged"]
+    assert [e["type"] for e in events] == ["RoundMerged"] * len(merged) and events[0]["seq"] < events[1]["seq"]
+    assert events[0]["run_id"] == "r-one" and events[0]["payload"]["fragment"] == merged[0].fragment

@@ -1,6 +1,7 @@
 """`yeto stack up|status|down`: the local stack (nats-server, tape writer, services) under the state dir."""
 from __future__ import annotations
 
+import json
 import signal
 import threading
 
@@ -35,7 +36,9 @@ def register(sub) -> None:
                     "cluster on this machine (N >= 3, streams replicated on each) with two instances of each service "
                     "that can run twice (docs/CLUSTER.md); default 1, or what the stack under the state dir last ran")
     up.set_defaults(func=cmd_up)
-    s.add_parser("status", help="which stack processes are alive").set_defaults(func=cmd_status)
+    st = s.add_parser("status", help="which stack processes are alive")
+    st.add_argument("--json", action="store_true", help='print {"state_dir", "url", "processes": [{name, up, pid}]}')
+    st.set_defaults(func=cmd_status)
     s.add_parser("down", help="stop what `up` started; the data stays").set_defaults(func=cmd_down)
 
 
@@ -65,10 +68,14 @@ def cmd_up(args) -> int:
 
 def cmd_status(args) -> int:
     st = stack.status(state_dir(args))
+    rec = stack.read_record(stack.StackPaths(state_dir(args))) if st is not None else None
+    if getattr(args, "json", False):
+        procs = [{"name": n, "up": ok, "pid": rec["pids"][n]} for n, ok in (st or {}).items()] if rec else []
+        print(json.dumps({"state_dir": str(state_dir(args)), "url": rec["url"] if rec else None, "processes": procs}))
+        return 0 if st and all(st.values()) else 1
     if st is None:
         print(f"no stack under {state_dir(args)} (start one with `yeto stack up`)")
         return 1
-    rec = stack.read_record(stack.StackPaths(state_dir(args)))
     assert rec is not None, "status() read it a moment ago"
     print(f"stack at {rec['url']} (state {state_dir(args)})")
     for name, ok in st.items():

@@ -33,6 +33,7 @@ def register(sub) -> None:
     show.add_argument("run", nargs="?", type=run_id_arg, help="only this run's events")
     show.add_argument("--type", help="only events of this type (e.g. RoundMerged)")
     show.add_argument("--limit", type=int, default=50, help="how many of the latest events (default: 50)")
+    show.add_argument("--json", action="store_true", help='print {"events": [{seq, ts, run_id, type, source, payload}]}')
     show.set_defaults(func=run_show)
     rep = tsub.add_parser("replay", help="refold the run's projection from its first event and print the timeline")
     rep.add_argument("run", type=run_id_arg, help="the run id")
@@ -55,6 +56,11 @@ def run_show(args) -> int:
     cond = f"WHERE {' AND '.join(where)}" if where else ""
     sql = f"SELECT seq, ts, run_id, type, source, payload FROM events {cond} ORDER BY seq DESC LIMIT {int(args.limit)}"
     result = tape_query(args, sql, run=args.run)
+    if args.json:
+        events = [dict(zip(["seq", "ts", "run_id", "type", "source"], r[:5]), payload=_dict(r[5]))
+                  for r in reversed(result["rows"])]
+        print(json.dumps({"events": events}, default=str))
+        return 0
     rows = [[seq, clock(ts, "%Y-%m-%d %H:%M:%S.%f"), run, type_, source, _summary(payload)]
             for seq, ts, run, type_, source, payload in reversed(result["rows"])]
     print(format_table(["seq", "ts", "run", "type", "source", "fields"], rows), end="")
@@ -68,8 +74,12 @@ def clock(ts: Any, fmt: str = "%H:%M:%S.%f") -> str:
     return ts.strftime(fmt)[:-3] if ts else ""
 
 
+def _dict(payload: Any) -> Any:
+    return json.loads(payload) if isinstance(payload, str) else payload
+
+
 def _summary(payload: Any) -> str:
-    data = json.loads(payload) if isinstance(payload, str) else payload
+    data = _dict(payload)
     if not isinstance(data, dict):
         return repr(data)
     return " ".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in data.items() if k not in ENVELOPE)
