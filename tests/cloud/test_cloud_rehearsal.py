@@ -1,7 +1,7 @@
 """The cloud path rehearsed end to end: `yeto launch --gpu aws:1xt4,aws:1xt4` from this machine's namespace (the
 laptop) rents the head through the rehearsal's SkyApi (its stack in a namespace of its own, TLS on its veth
 address); the head's launcher starts each island as a managed job in another namespace, with only what its task
-ships. The run finishes and finalizes, `launch --wait` brings its tape and artifact home and `yeto sql`
+ships (the laptop's folders, its --model and --data among them, hidden: they reach an island through the head). The run finishes and finalizes, `launch --wait` brings its tape and artifact home and `yeto sql`
 answers with the head gone; `yeto down` of a second run cancels every island job and leaves none of its processes.
 (The learners train on CPU here: the rehearsal has no T4, and a learner takes what the machine has.)"""
 from __future__ import annotations
@@ -58,8 +58,7 @@ class Laptop:
 @pytest.fixture(scope="module")
 def laptop(module_rehearsal_dir, tmp_path_factory) -> Laptop:
     root = tmp_path_factory.mktemp("laptop")
-    # Not hidden from the islands (rehearsal_world.hide) yet: an island's task does not ship a local --model, which
-    # it reads here through the shared file system; hidden, the learners exit "--model ...: no such directory".
+    rehearsal_world.hide(module_rehearsal_dir, [root])    # islands read only what their task ships: model and data too
     return Laptop(root / "home", module_rehearsal_dir, learner_tiny.write_model_dir(root / "model"),
                   learner_tiny.write_chat_jsonl(root / "chat.jsonl", 300))
 
@@ -75,8 +74,11 @@ def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(la
     assert len({j["ns"] for j in islands}) == 2 and len({j["ip"] for j in islands}) == 2
     for i, job in enumerate(islands):     # each island got only what its task ships; secrets by file, never in envs
         home = Path(job["dir"]) / "home"
-        assert sorted(str(p.relative_to(home)) for p in (home / ".yeto").rglob("*") if p.is_file()) == [
-            ".yeto/data/chat.jsonl", ".yeto/island/ca.pem", ".yeto/island/env.json", ".yeto/island/learner.json"]
+        files = sorted(str(p.relative_to(home)) for p in (home / ".yeto").rglob("*") if p.is_file())
+        model = sorted(f".yeto/model/model/{p.relative_to(laptop.model)}" for p in laptop.model.rglob("*") if p.is_file())
+        assert model and files == sorted([*model, ".yeto/data/chat.jsonl", ".yeto/island/ca.pem", ".yeto/island/env.json",
+                                          ".yeto/island/learner.json"])
+        assert json.loads(job["envs"]["YETO_RECIPE"])["model"] == "~/.yeto/model/model"
         assert json.loads((home / ".yeto/island/env.json").read_text()) == {"HF_TOKEN": TOKEN}
         assert json.loads((home / ".yeto/island/learner.json").read_text())["user"] == f"learner-{run}-island-{i}"
         assert (home / ".yeto/island/env.json").stat().st_mode & 0o777 == 0o600
