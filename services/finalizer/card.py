@@ -27,7 +27,8 @@ def _hub_dataset(source: str | None) -> str | None:
 
 
 def _rows(pairs: list[tuple[str, Any]]) -> str:
-    return "| | |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in pairs if v not in (None, "", [], {}))
+    rows = "".join(f"| {k} | {v} |\n" for k, v in pairs if v not in (None, "", [], {}))
+    return "| | |\n|---|---|\n" + rows if rows else "not recorded\n"
 
 
 def _recipe(train: dict[str, Any], kind: str) -> str:
@@ -49,11 +50,14 @@ def _fleet(fleet: list[dict[str, Any]]) -> str:
 
 
 def _losses(run: dict[str, Any]) -> str:
-    train, held = run.get("learner_losses") or {}, run.get("learner_eval_losses") or {}
-    if not train and not held:
-        return "not recorded (no learner reported a loss)\n"
-    head = "| learner | last train loss | last eval loss |\n|---|---|---|\n"
-    return head + "".join(f"| {n} | {_num(train.get(n))} | {_num(held.get(n))} |\n" for n in sorted({*train, *held}))
+    steps, train, held = (run.get(k) or {} for k in ("learner_steps", "learner_losses", "learner_eval_losses"))
+    names = sorted({*steps, *train, *held})
+    if not names:
+        return "No learner reported progress.\n"
+    head = "| learner | steps | last train loss |" + (" last eval loss |" if held else "")
+    rows = "".join(f"| {n} | {steps.get(n, '-')} | {_num(train.get(n))} |" + (f" {_num(held.get(n))} |" if held else "")
+                   + "\n" for n in names)
+    return head + "\n|---|---|---|" + ("---|" if held else "") + "\n" + rows
 
 
 def _num(x: float | None) -> str:
@@ -71,7 +75,10 @@ def model_card(*, run_id: str, kind: str, recipe: dict[str, Any], provenance: di
     meta = ModelCardData(library_name="peft" if kind == "adapter" else "transformers", base_model=base_id,
                          tags=TAGS, datasets=[dataset] if dataset else None, pipeline_tag="text-generation")
     loader = "peft import AutoPeftModelForCausalLM" if kind == "adapter" else "transformers import AutoModelForCausalLM"
-    base_line = (f"[{base_id}](https://huggingface.co/{base_id}), revision `{base.get('revision') or 'main'}`"
+    gguf = resolve(train["model"]).gguf_file
+    base_line = (f"[{base_id}](https://huggingface.co/{base_id}), " + (
+        f"revision `{base.get('revision')}`" if base.get("revision") else "revision not pinned") + (
+        f"; trained over its GGUF copy `{gguf}`, dequantized: close to the Hub's weights, not identical" if gguf else "")
                  if base_id else f"the local model `{train['model']}` (no Hub id: loading this {kind} needs that "
                  "path on the machine that loads it)")
     body = f"""
@@ -101,7 +108,7 @@ model = {loader.rsplit(' ', 1)[-1]}.from_pretrained("<this folder or repo>")
 {_fleet(run.get("fleet", []))}
 ## Training
 
-Rounds merged: {run.get("rounds_merged", 0)}; learner steps: {run.get("learner_steps") or "-"}.
+Rounds merged: {run.get("rounds_merged", 0)}.
 
 {_losses(run)}
 ## Yeto

@@ -21,8 +21,8 @@ DTYPES = {"auto": None, "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"
 
 def out_dtype(choice: str, source) -> str:
     """The torch dtype name to write: the named one, or (auto) the base's as its config records it."""
-    if DTYPES.get(choice, choice) is not None:
-        return DTYPES.get(choice, choice)
+    if (named := DTYPES.get(choice, choice)) is not None:
+        return named
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
