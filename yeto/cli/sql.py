@@ -20,7 +20,7 @@ MAX_ROWS = 100_000   # infra.tape_sql's; that module imports DuckDB, which only 
 HELP = """Examples:
   yeto sql "select type, count(*) from events group by 1 order by 2 desc"
   yeto sql "select * from runs"
-  yeto sql "select run_id, fragment, version, num_responders, grace_ms from rounds order by seq desc limit 10"
+  yeto sql "select run_id, fragment, global_version, num_responders, grace_ms from rounds order by seq desc limit 10"
   yeto sql "select learner, max(step), min(loss) from learner_progress where run_id = 'r-demo' group by 1"
   yeto sql "select * from spend" --format csv
 
