@@ -53,7 +53,8 @@ SELECT seq, ts, run_id,
        try_cast(payload->>'loss' AS DOUBLE) AS loss,
        try_cast(payload->>'tokens' AS BIGINT) AS tokens,
        try_cast(payload->>'tokens_per_s' AS DOUBLE) AS tokens_per_s,
-       try_cast(payload->>'step_time_s' AS DOUBLE) AS step_time_s, try_cast(payload->>'lr' AS DOUBLE) AS lr
+       try_cast(payload->>'step_time_s' AS DOUBLE) AS step_time_s, try_cast(payload->>'lr' AS DOUBLE) AS lr,
+       try_cast(payload->>'eval_loss' AS DOUBLE) AS eval_loss
 FROM events WHERE type = 'LearnerProgress'""",
     # One row per IslandUp / IslandReplaced that starts a meter (none older than a generation already up):
     # billed at its price until the island's next meter event of that or a newer generation, else the

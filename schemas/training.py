@@ -1,7 +1,7 @@
 """Events of the training area: merged and aborted rounds, rejected pushes, snapshots, learner progress."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from yeto.schemas.base import Event, registry
 
@@ -97,7 +97,7 @@ class LearnerProgress(Event):
     """A learner's training progress, emitted at a bounded rate."""
 
     type: Literal["LearnerProgress"] = "LearnerProgress"
-    version: Literal[1] = 1
+    version: Literal[2] = 2
     learner: str
     generation: int = 0
     step: int
@@ -106,6 +106,12 @@ class LearnerProgress(Event):
     tokens_per_s: float
     step_time_s: float
     lr: float
+    eval_loss: float | None = None  # v2: held-out loss after this step (TrainRecipe.eval_every), else None
+
+
+@registry.upcaster("LearnerProgress", 1)
+def _learner_progress_v1(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "eval_loss": None}
 
 
 @registry.register
@@ -133,7 +139,7 @@ EXAMPLES = [
                     versions={3: 12}, sha256="0" * 64),
     LearnerJoined(id="ex-learner-joined", run_id="r-demo", source="syncer", learner="l0", generation=0, fingerprint="41aa" * 16),
     LearnerProgress(id="ex-learner-progress", run_id="r-demo", source="learner", learner="l0", step=120, loss=2.31,
-                    tokens=245760, tokens_per_s=2048.0, step_time_s=1.0, lr=3e-4),
+                    tokens=245760, tokens_per_s=2048.0, step_time_s=1.0, lr=3e-4, eval_loss=2.4),
     GlobalVersionPublished(id="ex-global-version-published", run_id="r-demo", source="syncer", fragment=3, global_version=12,
                            keyframe=False, num_bytes=1056),
 ]

@@ -7,6 +7,7 @@ Progress goes to stdout, one line per event: readable, or JSON with --log-format
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import logging
@@ -45,7 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--master-port", type=int, default=None, help="rendezvous port (default $MASTER_PORT or 29500)")
     p.add_argument("--device", choices=accel_policy.KINDS, default=None, help="force a device kind")
     p.add_argument("--no-sync", action="store_true", help="train locally, without NATS and without DiLoCo")
-    p.add_argument("--eval-every", type=int, default=0, help="held-out evaluation every N steps (0: at the end)")
+    p.add_argument("--eval-every", type=int, default=0, help="held-out evaluation every N steps (default: the recipe's "
+                   "eval_every; 0 there: at the end)")
     p.add_argument("--log-every-s", type=float, default=2.0, help="minimum seconds between progress lines")
     p.add_argument("--log-format", choices=console.FORMATS, default=None, help="progress lines: text (default) or "
                    "json, one object per line for machines (default $YETO_LOG_FORMAT, else text)")
@@ -107,15 +109,16 @@ def run(args: argparse.Namespace) -> float:
         eval_model = built.wrapped if built.sharded else built.model
         heldout = heldout_batches(recipe, built.tokenizer) if evaluates else []
         last_log = [0.0]
+        eval_every = args.eval_every or recipe.eval_every
 
         def on_step(result: StepResult) -> None:
             held = None
-            if args.eval_every and result.step % args.eval_every == 0 and heldout:
+            if eval_every and result.step % eval_every == 0 and heldout:
                 held = evaluate(eval_model, heldout, accel=accel)
             if topology.rank != 0:
                 return
-            if sync is not None:
-                sync.progress(result)
+            if sync is not None:     # an evaluated step is reported at once, its eval loss on the tape
+                sync.progress(result if held is None else dataclasses.replace(result, eval_loss=held))
             if held is not None or time.monotonic() - last_log[0] >= args.log_every_s:
                 last_log[0] = time.monotonic()
                 emit(event="step", step=result.step, loss=round(result.loss, 5), tokens=result.tokens,

@@ -10,12 +10,14 @@ from yeto.learners.torch.evaluate import batched
 from yeto.learners.torch.recipe import TrainRecipe
 
 
-def data_spec(recipe: TrainRecipe):
+def data_spec(recipe: TrainRecipe, *, eval_data: bool = False):
+    """The training data's spec; with `eval_data`, the recipe's own held-out data read whole (no split)."""
     from yeto.learners.data.spec import DataSpec
     if not recipe.data:
         raise ValueError("the recipe has no data: set `data` to a chat JSONL file, a directory or a dataset id")
-    return DataSpec(source=recipe.data, data_format=recipe.data_format, seq_len=recipe.seq_len, seed=recipe.seed,
-                    train_on=recipe.train_on, heldout_fraction=recipe.heldout_fraction)
+    source, fraction = (recipe.eval_data, 0.0) if eval_data else (recipe.data, recipe.heldout_fraction)
+    return DataSpec(source=source, data_format=recipe.data_format, seq_len=recipe.seq_len, seed=recipe.seed,
+                    train_on=recipe.train_on, heldout_fraction=fraction, field_map=recipe.field_map or None)
 
 
 def _data():
@@ -48,7 +50,9 @@ def train_batches(recipe: TrainRecipe, tokenizer, *, shard: int, num_shards: int
 
 def heldout_batches(recipe: TrainRecipe, tokenizer, *, max_blocks: int = 64,
                     batch_size: int = 4) -> list[dict[str, torch.Tensor]]:
-    """The first `max_blocks` held-out blocks (the whole held-out split, unsharded), collated."""
+    """The first `max_blocks` held-out blocks (the held-out split, or `eval_data` whole; unsharded), collated."""
     iter_blocks, collate = _data()
-    blocks = islice(iter_blocks(data_spec(recipe), tokenizer, shard=0, num_shards=1, split="heldout"), max_blocks)
+    own = bool(recipe.eval_data)
+    blocks = islice(iter_blocks(data_spec(recipe, eval_data=own), tokenizer, shard=0, num_shards=1,
+                                split="train" if own else "heldout"), max_blocks)
     return list(batched(blocks, batch_size, collate))

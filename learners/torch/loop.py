@@ -43,6 +43,8 @@ class StepResult:
     """Learning rate used."""
     synced: bool
     """Whether the sync boundary changed the parameters (a global version applied)."""
+    eval_loss: float | None = None
+    """Held-out loss measured after this step (the recipe's eval_every), else None."""
 
 
 def _labelled(batch: dict[str, torch.Tensor]) -> int:

@@ -9,7 +9,7 @@ from yeto.learners.torch.recipe import TrainRecipe
 
 
 def lr_at(step: int, recipe: TrainRecipe, *, resumed_at: int = 0) -> float:
-    """Learning rate of optimizer step `step` (0-based): linear warmup, then cosine to the floor or constant.
+    """Learning rate of optimizer step `step` (0-based): linear warmup, then cosine or linear to the floor, or constant.
     A replacement resumed at `resumed_at` > 0 starts a fresh AdamW (no moments): it warms up again over
     `warmup_steps`, scaling the schedule's rate from 1/warmup_steps up to 1, instead of taking full-size
     sign-like first steps at the resumed rate."""
@@ -21,6 +21,8 @@ def lr_at(step: int, recipe: TrainRecipe, *, resumed_at: int = 0) -> float:
     decay_steps = max(1, recipe.max_steps - recipe.warmup_steps)
     progress = min(1.0, (step - recipe.warmup_steps) / decay_steps)
     floor = recipe.min_lr_ratio * recipe.lr
+    if recipe.schedule == "linear":
+        return rewarm * (recipe.lr - (recipe.lr - floor) * progress)
     return rewarm * (floor + (recipe.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 

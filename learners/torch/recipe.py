@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TUNINGS = ("lora", "full")
-SCHEDULES = ("cosine", "constant")
+SCHEDULES = ("cosine", "constant", "linear")
 DTYPES = ("auto", "bf16", "f32")
 QUANTIZATIONS = ("none", "nf4")
 CHECKPOINTING = ("auto", "on", "off")
@@ -30,6 +30,12 @@ class TrainRecipe:
     """Which tokens carry loss: "assistant" (chat replies only) or "all"."""
     heldout_fraction: float = 0.02
     """Fraction of examples kept out of training for the held-out loss."""
+    field_map: dict[str, str] = field(default_factory=dict)
+    """Canonical data key -> this data's key (yeto.learners.data's --field-map, e.g. {"messages": "dialog"})."""
+    eval_every: int = 0
+    """Held-out evaluation every N inner steps, reported on the tape (0: only at the end)."""
+    eval_data: str = ""
+    """Held-out data of its own (read whole); empty: the `heldout_fraction` split of `data`."""
     tuning: str = "lora"
     """"lora" trains low-rank adapters on a frozen base; "full" trains every weight."""
     lora_r: int = 16
@@ -49,7 +55,7 @@ class TrainRecipe:
     warmup_steps: int = 20
     """Inner steps of linear warmup from 0 to `lr`."""
     schedule: str = "cosine"
-    """After warmup: "cosine" decays to `min_lr_ratio * lr` at `max_steps`; "constant" stays at `lr`."""
+    """After warmup: "cosine" or "linear" decays to `min_lr_ratio * lr` at `max_steps`; "constant" stays at `lr`."""
     min_lr_ratio: float = 0.1
     """Floor of the cosine schedule as a fraction of `lr`."""
     max_steps: int = 1000
@@ -89,8 +95,8 @@ class TrainRecipe:
         for name in ("max_steps", "micro_batch", "grad_accum", "seq_len", "lora_r"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.warmup_steps < 0 or self.lr <= 0:
-            raise ValueError("warmup_steps must be >= 0 and lr > 0")
+        if self.warmup_steps < 0 or self.lr <= 0 or self.eval_every < 0:
+            raise ValueError("warmup_steps and eval_every must be >= 0 and lr > 0")
         # Lists from JSON become tuples so the record stays immutable and comparable.
         object.__setattr__(self, "target_modules", tuple(self.target_modules))
         object.__setattr__(self, "betas", tuple(self.betas))

@@ -45,8 +45,8 @@ class Reports:
         """Count the step; a LearnerProgress event if `progress_every_s` passed since the last one."""
         self.tokens += result.tokens
         self.last = result
-        if now - self.last_at < self.progress_every_s:
-            return None
+        if now - self.last_at < self.progress_every_s and getattr(result, "eval_loss", None) is None:
+            return None     # an evaluated step is never held back: its eval loss would be lost
         return self._report(result, now)
 
     def unreported(self, now: float) -> Event | None:
@@ -59,4 +59,4 @@ class Reports:
         self.last_at, self.reported = now, result
         return LearnerProgress(**self._fields("LearnerProgress", result.step), step=result.step, loss=result.loss,
                                tokens=self.tokens, tokens_per_s=self.tokens / max(now - self.started_at, 1e-9),
-                               step_time_s=result.seconds, lr=result.lr)
+                               step_time_s=result.seconds, lr=result.lr, eval_loss=getattr(result, "eval_loss", None))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from yeto.cli.launch_recipe import SEQ_LEN
 from yeto.learners.data import FORMATS
 
 
@@ -18,7 +19,7 @@ def register(sub) -> None:
     c.add_argument("--data-format", default="auto", choices=("auto",) + FORMATS)
     c.add_argument("--field-map", default=None, help="rename keys: messages=dialog,role=speaker,assistant_tag=agent")
     c.add_argument("--model", default=None, help="count tokens with this model's tokenizer and chat template")
-    c.add_argument("--seq-len", type=int, default=512)
+    c.add_argument("--seq-len", type=int, default=SEQ_LEN, help=f"tokens per packed sequence (default {SEQ_LEN})")
     c.add_argument("--train-on", default="assistant", choices=("assistant", "all"))
     c.add_argument("--on-bad-rows", default="error", choices=("error", "skip"))
     c.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -42,6 +42,6 @@ def describe(v: RunView, now: datetime | None) -> str:
                  round(isl.meter.usd_at(until), 4)] for isl in v.islands]
         text += format_table(["island", "phase", "generation", "$/hour", "uptime s", "spend $"], rows)
     if v.learners:
-        rows = [[name, lr.step, lr.loss, sum(lr.tokens.values())] for name, lr in sorted(v.learners.items())]
-        text += format_table(["learner", "step", "loss", "tokens"], rows)
+        rows = [[name, lr.step, lr.loss, lr.eval_loss, sum(lr.tokens.values())] for name, lr in sorted(v.learners.items())]
+        text += format_table(["learner", "step", "loss", "eval loss", "tokens"], rows)
     return text

@@ -9,6 +9,7 @@ from yeto.cli import launch_checks as checks
 from yeto.cli import launch_cloud as cloud_launch
 from yeto.cli import launch_limits as limits
 from yeto.cli import launch_lineage as lineage
+from yeto.cli import launch_recipe as recipe_flags
 from yeto.cli import trackers
 from yeto.cli.autopull import pull_if_ended
 from yeto.cli.common import conf, known_runs, publish, run_id_arg, run_or_last, state_dir, unknown_run, url_for_run, url_or_none
@@ -24,7 +25,6 @@ def register(sub) -> None:
                        description="Validate everything that can be checked before renting, publish LaunchRun, "
                                    "print the run id and detach. Ctrl-C never kills a run.")
     add_plan_arguments(p)
-    p.set_defaults(seq_len=1024)
     a = p.add_argument
     a("--gpu", help="islands: cloud:[nodes x]<count>x<gpu>[@region],... or local:<count>x<cpu|cuda>,... "
                      "(omit: the planner picks)")
@@ -54,6 +54,7 @@ def register(sub) -> None:
     cloud_launch.add_arguments(p)
     lineage.add_arguments(p)
     trackers.add_arguments(p)
+    recipe_flags.add_arguments(p)      # last: -c/--config, and which flags were typed (they beat the file)
     p.set_defaults(func=cmd_launch)
 
     d = sub.add_parser("down", help="stop a run: final cut, artifact, teardown (--now aborts)")
@@ -70,12 +71,15 @@ def new_run_id() -> str:
 def build_launch(args, run_id: str, fleet: list[dict]) -> LaunchRun:
     from yeto.infra.model_source import resolve
 
+    recipe_flags.apply_config(args)    # the --config file under the flags (once)
     source = resolve(args.model)
     data_check = checks.check_data(args, source)
+    recipe_flags.apply_epochs(args, data_check, fleet)     # --epochs -> max_steps from the packed tokens
     sync = checks.sync_settings(args)
     train = checks.pin_sources(checks.train_recipe(args, sync), data_check)
     cloud = any(f["cloud"] != "local" for f in fleet)
     recipe = {"train": train, "data_check": data_check, "output": args.output, "shard": args.shard, "bus_url": "",
+              "config": recipe_flags.settings(args),
               "base_quantization": args.base_quantization,
               "recover_timeout_s": checks.duration_s(args.recover_timeout, "--recover-timeout"),
               "head_price_per_hour": args.head_price if cloud else 0.0,
@@ -115,6 +119,7 @@ async def _run_exists(url: str, run_id: str) -> bool:
 def cmd_launch(args) -> int:
     from yeto.cli.launch_plan import fleet_from_planner, local_stack_url
 
+    recipe_flags.apply_config(args, echo=True)
     run_id = args.run_id or new_run_id()
     launch = None
     limits.check_numbers(args)

@@ -63,6 +63,7 @@ def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tun
 
 def check_data(args, source) -> dict[str, Any]:
     """Read every row as training will; refuse bad data with the report. Returns what the manifest records."""
+    from yeto.cli.launch_recipe import data_options
     from yeto.learners.data import DataSpec
     from yeto.learners.data import check_data as run_check
 
@@ -71,7 +72,7 @@ def check_data(args, source) -> dict[str, Any]:
         from yeto.learners.torch.api import load_tokenizer
         tokenizer = load_tokenizer(source)
     spec = DataSpec(source=args.data, data_format=args.data_format, seq_len=args.seq_len,
-                    on_bad_rows=args.on_bad_rows)
+                    on_bad_rows=args.on_bad_rows, **data_options(args))
     report = run_check(spec, tokenizer)
     if not report.ok:
         raise ValueError(f"--data {args.data} is not usable:\n{report.render()}")
@@ -115,7 +116,8 @@ def train_recipe(args, sync: dict[str, Any]) -> dict[str, Any]:
     for name in ("lr", "max_steps", "lora_r", "warmup_steps"):
         if getattr(args, name) is not None:
             fields[name] = getattr(args, name)
-    return TrainRecipe(**fields).to_dict()
+    from yeto.cli.launch_recipe import recipe_fields
+    return TrainRecipe(**fields, **recipe_fields(args)).to_dict()
 
 
 def pin_sources(train: dict[str, Any], data_check: dict[str, Any]) -> dict[str, Any]:

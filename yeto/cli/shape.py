@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from yeto.cli.launch_recipe import SEQ_LEN
 from yeto.infra.model_source import resolve_model
 
 if TYPE_CHECKING:   # the planner imports OR-Tools (~1 s): only a command that plans pays for it
@@ -27,7 +28,7 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, include_model: bool = True
     p.add_argument("--flops", type=float, help="effective TFLOPs to reach at least cost")
     p.add_argument("--tuning", choices=("lora", "full"), default="lora")
     p.add_argument("--base-quantization", choices=("none", "nf4"), default="none", help="nf4 = QLoRA")
-    p.add_argument("--seq-len", type=int, default=4096)
+    p.add_argument("--seq-len", type=int, default=SEQ_LEN, help=f"tokens per packed sequence (default {SEQ_LEN})")
     p.add_argument("--micro-batch", type=int, default=1)
     p.add_argument("--weights-gb", type=float, help="bf16 size of the model in GB (for (Hub) models offline)")
     p.add_argument("--clouds", help="comma-separated clouds allowed (default: all in the catalog)")

@@ -1,0 +1,140 @@
+"""`yeto launch -c run.yaml|run.toml`: launch settings from a file (Yeto, axolotl or LLaMA-Factory key names), under the flags."""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+# axolotl / LLaMA-Factory keys that map one to one onto a launch setting (docs/CONFIG.md has the table).
+ALIASES = {
+    "base_model": "model", "model_name_or_path": "model", "dataset": "data", "eval_dataset": "eval_data",
+    "lora_rank": "lora_r", "lora_target_modules": "target_modules", "lora_target": "target_modules",
+    "learning_rate": "lr", "num_epochs": "epochs", "num_train_epochs": "epochs", "micro_batch_size": "micro_batch",
+    "per_device_train_batch_size": "micro_batch", "gradient_accumulation_steps": "grad_accum",
+    "sequence_len": "seq_len", "cutoff_len": "seq_len", "lr_scheduler": "schedule", "lr_scheduler_type": "schedule",
+    "lr_schedule": "schedule", "output_dir": "output", "val_set_size": "eval_split", "val_size": "eval_split",
+    "eval_steps": "eval_every", "finetuning_type": "tuning", "adapter": "tuning",
+}
+# Settings whose values are named otherwise there: {their value: ours}.
+VALUES: dict[str, dict[Any, str]] = {
+    "schedule": {"cosine": "cosine", "linear": "linear", "constant": "constant", "constant_with_warmup": "constant"},
+    "tuning": {"lora": "lora", "qlora": "lora", "full": "full"},
+}
+# Keys whose value becomes another setting's: (setting, {their value: ours}).
+FLAGS: dict[str, tuple[str, dict[Any, str]]] = {
+    "train_on_inputs": ("train_on", {False: "assistant", True: "all"}),
+    "gradient_checkpointing": ("activation_checkpointing", {True: "on", False: "off"}),
+    "load_in_4bit": ("base_quantization", {True: "nf4", False: "none"}),
+}
+# Their keys that ask for what Yeto always does, or set nothing here: accepted, and said so.
+NOTED = {
+    "sample_packing": "Yeto always packs sequences", "pad_to_sequence_len": "packed blocks are always seq_len long",
+    "lora_target_linear": "LoRA targets are picked by architecture unless target_modules is given",
+    "load_in_8bit": "8-bit bases are not supported; nf4 (load_in_4bit) is", "optimizer": "Yeto's inner optimizer is AdamW",
+    "bf16": "the dtype follows the hardware (bf16 on accelerators)", "tf32": "set by the hardware policy",
+    "flash_attention": "attention is picked by the model's loader", "logging_steps": "progress is on the tape",
+    "dataset_prepared_path": "data is read as training reads it", "strict": "unknown keys are always refused",
+    "stage": "Yeto does supervised fine-tuning (sft)", "do_train": "a launch trains", "template": "the chat template "
+    "is the tokenizer's", "report_to": "pass --report-to", "lora_model_dir": "use --resume-from or --branch-from",
+    "hub_model_id": "use --output hf://org/repo", "overwrite_output_dir": "a run writes its own artifact",
+    **{f"wandb_{k}": "pass --report-to wandb" for k in ("project", "entity", "watch", "name", "log_model")},
+}
+NOT_SETTINGS = {"help", "config", "explicit", "config_applied", "func", "command"}
+
+
+def load(path: str) -> dict[str, Any]:
+    """The file's top-level table: YAML (.yaml/.yml) or TOML (.toml)."""
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ValueError(f"--config {path}: cannot read it ({e.strerror})") from None
+    try:
+        if p.suffix == ".toml":
+            import tomllib
+            data = tomllib.loads(text)
+        else:
+            import yaml
+            data = yaml.safe_load(text) or {}
+    except Exception as e:  # noqa: BLE001 - any parser's error is the user's file: one line naming it
+        raise ValueError(f"--config {path}: not valid {'TOML' if p.suffix == '.toml' else 'YAML'} ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path}: expected a table of settings at the top level")
+    return data
+
+
+def settings_of(data: dict[str, Any], actions: dict[str, argparse.Action]) -> tuple[dict[str, Any], list[str]]:
+    """File keys -> launch settings (dest: value), and notes on keys accepted without effect. Unknown keys are
+    refused with the nearest known names."""
+    out: dict[str, Any] = {}
+    notes = [f"{k}: ignored ({NOTED[k]})" for k, v in data.items() if k in NOTED and v not in (None, False, "")]
+    for key, value in data.items():
+        if key == "optimizer" and value and not str(value).startswith("adamw"):
+            raise ValueError(f"--config: optimizer {value!r}: Yeto's inner optimizer is AdamW (adamw_* keys map to it)")
+        if key in NOTED:
+            continue
+        if key == "datasets":
+            key, value = "data", _first_dataset(value, out)
+        if key in FLAGS:
+            dest, table = FLAGS[key]
+            key, value = dest, table.get(value, value)
+        dest = ALIASES.get(key, key.replace("-", "_"))
+        if dest not in actions:
+            near = difflib.get_close_matches(key, [*actions, *ALIASES, *FLAGS, *NOTED], n=3, cutoff=0.6)
+            raise ValueError(f"--config: unknown key {key!r}" + (f"; did you mean {', '.join(near)}?" if near else
+                             "; see docs/CONFIG.md for the keys Yeto reads"))
+        if value is None:       # an empty key (`lora_model_dir:`) sets nothing
+            continue
+        if key in ("adapter", "finetuning_type") and value == "qlora":
+            out["base_quantization"] = "nf4"
+        if dest in VALUES:
+            value = VALUES[dest].get(value, value)
+        if isinstance(value, list) and dest == "target_modules":
+            value = ",".join(map(str, value))
+        out[dest] = _typed(actions[dest], value, key)
+    return out, notes
+
+
+def _first_dataset(value: Any, out: dict[str, Any]) -> Any:
+    """axolotl's `datasets: [{path, type}]`: one dataset; its type names the data format where one maps."""
+    items = value if isinstance(value, list) else [value]
+    if len(items) != 1:
+        raise ValueError(f"--config: datasets lists {len(items)} datasets; Yeto trains on one (`data`)")
+    item = items[0]
+    if isinstance(item, dict):
+        kind = {"alpaca": "alpaca", "sharegpt": "sharegpt", "chat_template": "auto", "completion": "text"}
+        if item.get("type") is not None:
+            out["data_format"] = kind.get(str(item["type"]), "auto")
+        return item.get("path")
+    return item
+
+
+def _typed(action: argparse.Action, value: Any, key: str) -> Any:
+    convert = action.type
+    if callable(convert) and not isinstance(value, bool):
+        try:
+            value = convert(value) if not isinstance(value, list) else [convert(v) for v in value]
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"--config: {key}: {value!r} is not valid here ({e})") from None
+    if action.choices is not None and value not in action.choices:
+        raise ValueError(f"--config: {key}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def apply(args, parser_actions: dict[str, argparse.Action]) -> list[str]:
+    """Fill every setting not given as a flag from args.config; return the notes to print."""
+    if not args.config:
+        return []
+    values, notes = settings_of(load(args.config), parser_actions)
+    explicit: set[str] = getattr(args, "explicit", set())
+    for dest, value in values.items():
+        if dest not in explicit:
+            setattr(args, dest, value)
+    return notes
+
+
+def settings(args, dests) -> dict[str, Any]:
+    """The resolved launch settings (file under flags), JSON-ready, as stored in LaunchRun.recipe["config"]."""
+    return {d: json.loads(json.dumps(getattr(args, d, None), default=str)) for d in sorted(dests) if d not in NOT_SETTINGS}
