@@ -70,6 +70,15 @@ def schema_version() -> str:
     return _sky_catalog().CATALOG_SCHEMA_VERSION
 
 
+def catalog_failure(stderr: str, returncode: int) -> str:
+    """One line for why the catalog reader failed: its last line (the exception), a download said as such."""
+    lines = stderr.strip().splitlines()
+    last = lines[-1] if lines else f"exit status {returncode}"
+    if any(s in last for s in ("ConnectionError", "NameResolution", "Max retries", "timed out")):
+        return "SkyPilot could not download it (no network?)"
+    return last[-300:]
+
+
 def load_catalog(*, catalog_dir: str | Path | None = None, clouds: list[str] | None = None,
                  timeout_s: float = 300.0) -> list[Offering]:
     """Offerings for `clouds` from `catalog_dir` (a folder of `<cloud>/vms.csv`) or SkyPilot's own catalog."""
@@ -93,7 +102,7 @@ def load_catalog(*, catalog_dir: str | Path | None = None, clouds: list[str] | N
         proc = subprocess.run([sys.executable, "-m", "yeto.services.planner.catalog", *clouds],
                               env=env, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
-        raise ValueError(f"reading the SkyPilot catalog failed: {proc.stderr.strip()[-600:]}; "
+        raise ValueError(f"reading the SkyPilot catalog failed: {catalog_failure(proc.stderr, proc.returncode)}; "
                          f"offline? pass --catalog-dir with a copy of ~/.sky/catalogs/<version>/")
     return [Offering(**row) for row in json.loads(proc.stdout.strip().splitlines()[-1])]
 

@@ -26,6 +26,6 @@ def why_not(req: PlanRequest, cheapest: Candidate | None) -> str:
     name = f"{cheapest.label()} at ${cheapest.price:.2f}/hr (+{req.price_margin:.0%} margin, + head ${req.head_price:.2f}/hr)"
     if req.budget is not None and req.flops is None:
         return (f"budget ${req.budget:.2f}/hr fits no island: the cheapest option is {name} = ${cost:.2f}/hr; "
-                f"raise --budget to at least {cost:.2f}")
+                f"raise --budget-per-hour to at least {cost:.2f}")
     return (f"no fleet reaches {req.flops:g} effective TFLOPs within the limits (budget, --max-islands, stock, quotas); "
             f"the cheapest option is {name} with {cheapest.tflops:.0f} TFLOPs")

@@ -46,9 +46,9 @@ class PlanRequest:
 
     def __post_init__(self) -> None:
         if self.budget is None and self.flops is None:
-            raise ValueError("give --budget ($/hr) and/or --flops (TFLOPs) so the planner knows what to optimise")
+            raise ValueError("give --budget-per-hour ($/hr) and/or --flops (TFLOPs) so the planner knows what to optimise")
         if self.budget is not None and self.budget <= 0 or self.flops is not None and self.flops <= 0:
-            raise ValueError("--budget and --flops must be positive")
+            raise ValueError("--budget-per-hour and --flops must be positive")
         if self.max_islands < 1 or self.max_nodes < 1 or self.price_margin < 0:
             raise ValueError("--max-islands must be at least 1 and the price margin not negative")
 

@@ -86,7 +86,7 @@ def test_every_rejection_reason_is_reachable():
 def test_a_budget_nothing_fits_names_the_cheapest_option():
     plan = plan_fleet(PlanRequest(model="qwen35-9b", budget=1.0), CATALOG, Signals())
     assert not plan.feasible
-    assert "runpod:1xa100-80gb@CA" in plan.reason and "raise --budget to at least 1.72" in plan.reason
+    assert "runpod:1xa100-80gb@CA" in plan.reason and "raise --budget-per-hour to at least 1.72" in plan.reason
     assert plan.cheapest["instance_type"] == "1x_A100-80GB_SECURE"
 
 

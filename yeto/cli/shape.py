@@ -20,11 +20,23 @@ def _csv(text: str | None) -> tuple[str, ...]:
     return tuple(x.strip() for x in (text or "").split(",") if x.strip())
 
 
+class BudgetPerHour(argparse.Action):
+    """--budget-per-hour; the old --budget still works, with a warning: it read as a total, which --max-spend is."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string == "--budget":
+            print("yeto: warning: --budget is deprecated; say --budget-per-hour ($/hr; --max-spend caps the total $)",
+                  file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_plan_arguments(p: argparse.ArgumentParser, *, include_model: bool = True) -> None:
     """The planner's flags, shared by `yeto shape` and `yeto launch` without --gpu."""
     if include_model:
         p.add_argument("--model", required=True, help="alias (see README), Hugging Face id, or local path")
-    p.add_argument("--budget", type=float, help="$/hr for islands plus head; maximise effective TFLOPs under it")
+    p.add_argument("--budget-per-hour", "--budget", dest="budget", type=float, action=BudgetPerHour, metavar="USD",
+                   help="$/hr for islands plus head; maximise effective TFLOPs under it (--max-spend caps total $; "
+                        "--budget is its old name)")
     p.add_argument("--flops", type=float, help="effective TFLOPs to reach at least cost")
     p.add_argument("--tuning", choices=("lora", "full"), default="lora")
     p.add_argument("--base-quantization", choices=("none", "nf4"), default="none", help="nf4 = QLoRA")

@@ -1,0 +1,39 @@
+"""Money words: --budget-per-hour ($/hr; the old --budget warns), one-line catalog errors offline, and `yeto shape`
+showing prices one way (with the margin, said once) with identical islands grouped."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from yeto.cli.main import main
+from yeto.services.planner.catalog import FIXTURE_DIR, catalog_failure
+
+SHAPE = ["shape", "--model", "qwen35-9b", "--catalog-dir", str(FIXTURE_DIR)]
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("YETO_HOME", str(tmp_path))
+    monkeypatch.delenv("RUNPOD_API_KEY", raising=False)
+
+
+def test_budget_per_hour_plans_and_the_old_name_warns_but_plans_the_same(capsys):
+    assert main([*SHAPE, "--budget-per-hour", "40", "--json"]) == 0
+    new = capsys.readouterr()
+    assert main([*SHAPE, "--budget", "40", "--json"]) == 0
+    old = capsys.readouterr()
+    assert "deprecated" not in new.err and "--budget is deprecated; say --budget-per-hour" in old.err
+    drop = ("solve_seconds", "gap")
+    assert {k: v for k, v in json.loads(new.out).items() if k not in drop} == \
+        {k: v for k, v in json.loads(old.out).items() if k not in drop}
+
+
+def test_a_catalog_download_that_fails_is_said_in_one_line():
+    chain = ("Traceback (most recent call last):\n  File \"x.py\", line 1\nsocket.gaierror: [Errno -2] Name or service "
+             "not known\n\nDuring handling of the above exception, another exception occurred:\n\n"
+             "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='raw.githubusercontent.com', port=443): "
+             "Max retries exceeded with url: /skypilot-org/skypilot-catalog/master/catalogs/v6/aws/vms.csv\n")
+    assert catalog_failure(chain, 1) == "SkyPilot could not download it (no network?)"
+    assert catalog_failure("Traceback ...\nKeyError: 'aws'\n", 1) == "KeyError: 'aws'"
+    assert catalog_failure("", 3) == "exit status 3"
