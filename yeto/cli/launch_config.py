@@ -37,7 +37,7 @@ NOTED = {
     "flash_attention": "attention is picked by the model's loader", "logging_steps": "progress is on the tape",
     "dataset_prepared_path": "data is read as training reads it", "strict": "unknown keys are always refused",
     "stage": "Yeto does supervised fine-tuning (sft)", "do_train": "a launch trains", "template": "the chat template "
-    "is the tokenizer's", "report_to": "pass --report-to", "lora_model_dir": "use --resume-from or --branch-from",
+    "is the tokenizer's", "lora_model_dir": "use --resume-from or --branch-from",
     "hub_model_id": "use --output hf://org/repo", "overwrite_output_dir": "a run writes its own artifact",
     **{f"wandb_{k}": "pass --report-to wandb" for k in ("project", "entity", "watch", "name", "log_model")},
 }
@@ -93,6 +93,8 @@ def settings_of(data: dict[str, Any], actions: dict[str, argparse.Action]) -> tu
             value = VALUES[dest].get(value, value)
         if isinstance(value, list) and dest == "target_modules":
             value = ",".join(map(str, value))
+        if dest == "target_modules" and value in ("all", "all-linear"):
+            continue            # LLaMA-Factory's default: every linear layer, as Yeto's by-architecture pick
         out[dest] = _typed(actions[dest], value, key)
     return out, notes
 
@@ -113,11 +115,16 @@ def _first_dataset(value: Any, out: dict[str, Any]) -> Any:
 
 def _typed(action: argparse.Action, value: Any, key: str) -> Any:
     convert = action.type
+    repeated = isinstance(action, (argparse._AppendAction, argparse._ExtendAction))   # --env-from-host, --report-to
+    if repeated and not isinstance(value, list):
+        value = [value]
     if callable(convert) and not isinstance(value, bool):
         try:
             value = convert(value) if not isinstance(value, list) else [convert(v) for v in value]
         except (TypeError, ValueError) as e:
             raise ValueError(f"--config: {key}: {value!r} is not valid here ({e})") from None
+    if repeated:    # extend's type returns lists: flatten as the flag repeated would
+        value = [x for v in value for x in (v if isinstance(v, list) else [v])]
     if action.choices is not None and value not in action.choices:
         raise ValueError(f"--config: {key}: {value!r} is not one of {', '.join(map(str, action.choices))}")
     return value
