@@ -1,8 +1,10 @@
 """The cloud path rehearsed end to end: `yeto launch --gpu aws:1xt4,aws:1xt4` from this machine's namespace (the
 laptop) rents the head through the rehearsal's SkyApi (its stack in a namespace of its own, TLS on its veth
 address); the head's launcher starts each island as a managed job in another namespace, with only what its task
-ships (the laptop's folders, its --model and --data among them, hidden: they reach an island through the head). The run finishes and finalizes, `launch --wait` brings its tape and artifact home and `yeto sql`
-answers with the head gone; `yeto down` of a second run cancels every island job and leaves none of its processes.
+ships (the laptop's folders, its --model and --data among them, are hidden: they reach an island through the
+head). The run finishes and finalizes, `launch --wait` brings its tape and artifact home and `yeto sql` answers
+with the head gone; a second run resumes from it (the head seeds from the shipped parent); `yeto down` of a third
+run cancels every island job and leaves none of its processes.
 (The learners train on CPU here: the rehearsal has no T4, and a learner takes what the machine has.)"""
 from __future__ import annotations
 
@@ -109,6 +111,24 @@ def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(la
     assert status.returncode == 0 and "finalized" in status.stdout.lower(), status.stdout + status.stderr
     leaked = laptop.yeto("sql", "--run", run, f"select count(*) from events where payload like '%{TOKEN}%'", "--format", "csv")
     assert leaked.returncode == 0 and leaked.stdout.split()[-1] == "0" and TOKEN not in done.stdout + done.stderr
+
+
+@pytest.mark.timeout(600)
+def test_a_cloud_run_resumes_from_a_cloud_parent_whose_artifact_its_head_seeds_from(laptop):
+    run, parent = "cloud-r3", laptop.home / "runs" / "cloud-r1" / "artifact"
+    assert (parent / "manifest.json").is_file(), "cloud-r1 (the first test) brought its artifact home"
+    done = laptop.launch(run, "--max-steps", "24", "--resume-from", "cloud-r1", "--wait", timeout=500)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{laptop.story()}"
+    shipped = laptop.home / "heads" / run / "bundle" / "parent" / "artifact"
+    assert sorted(p.name for p in shipped.iterdir()) == sorted(
+        p.name for p in parent.iterdir() if p.name == "manifest.json" or p.name.startswith("resume."))
+    for job in laptop.islands(run):      # the learners go on from the parent's step
+        assert json.loads(job["envs"]["YETO_RECIPE"])["start_step"] == 16
+    query = f"select type from events where run_id = '{run}' and type in ('RunResumed', 'RunFinalized') order by type"
+    rows = laptop.yeto("sql", "--run", run, query, "--format", "csv")
+    assert rows.returncode == 0 and rows.stdout.split()[-2:] == ["RunFinalized", "RunResumed"], rows.stdout + rows.stderr
+    manifest = json.loads((laptop.home / "runs" / run / "artifact" / "manifest.json").read_text())
+    assert manifest["resume"]["start_step"] == 24, manifest["resume"]
 
 
 @pytest.mark.timeout(600)
