@@ -29,8 +29,9 @@ def _state_dir(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def hub_artifact(tmp_path_factory) -> Path:
-    """An artifact whose base is a Hub id, written and loaded back in a process that sees only an offline HF cache."""
+def hub_artifact(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """An artifact whose base is a Hub id, written and loaded back in a process that sees only an offline HF cache
+    (and that process's environment)."""
     root = tmp_path_factory.mktemp("hub")
     snapshot = root / "hf" / "hub" / f"models--{HUB_ID.replace('/', '--')}" / "snapshots" / COMMIT
     write_model_dir(snapshot)                                    # the cache layout huggingface_hub reads offline
@@ -42,25 +43,34 @@ def hub_artifact(tmp_path_factory) -> Path:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["max_abs_error"] < 1e-4 and result["base_class"] == "LlamaForCausalLM"
-    return root / "artifact"
+    return root / "artifact", env
 
 
 def test_the_adapter_names_its_base_by_hub_id_and_pinned_commit(hub_artifact):
-    config = json.loads((hub_artifact / "adapter_config.json").read_text())
+    config = json.loads((hub_artifact[0] / "adapter_config.json").read_text())
     assert (config["base_model_name_or_path"], config["revision"]) == (HUB_ID, COMMIT)
 
 
 def test_the_card_carries_hub_metadata_and_the_run_and_is_signed_with_the_rest(hub_artifact, capsys):
     from huggingface_hub import ModelCard
 
-    card = ModelCard.load(hub_artifact / "README.md")
+    artifact, _ = hub_artifact
+    card = ModelCard.load(artifact / "README.md")
     assert (card.data.library_name, card.data.base_model, card.data.tags) == ("peft", HUB_ID, ["yeto", "diloco", "lora"])
     assert card.data.datasets == ["yeto-test/chat"]
     for text in (f"revision `{COMMIT}`", "| LoRA r / alpha / dropout | 4 / 8 / 0.0 |", "Rounds merged: 5",
                  "| island-0 | 20 | 1.2345 |", "| 0 | local | 1× cpu |", "| rows used | 90 |", "AutoPeftModelForCausalLM"):
         assert text in card.text, text
-    manifest = json.loads((hub_artifact / "manifest.json").read_text())
+    manifest = json.loads((artifact / "manifest.json").read_text())
     assert "README.md" in manifest["files"] and manifest["provenance"]["yeto"]["version"] in card.text
+
+
+def test_merge_loads_the_hub_base_at_its_pinned_commit(hub_artifact, tmp_path):
+    (artifact, env), out = hub_artifact, tmp_path / "merged"
+    done = subprocess.run([sys.executable, "-m", "yeto.cli.main", "merge", str(artifact), "--out", str(out)],
+                          env={**env, "YETO_HOME": str(tmp_path / "state")}, capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"into {HUB_ID}: 1 float32 shard(s)" in done.stdout       # auto: the tiny base's own dtype
 
 
 def test_local_and_alias_bases(tmp_path):
@@ -106,7 +116,7 @@ def _dtypes(folder: Path) -> set[str]:
     return dtypes
 
 
-@pytest.mark.parametrize(("flag", "dtype"), [([], "BF16"), (["--dtype", "fp32"], "F32"), (["--dtype", "fp16"], "F16")])
+@pytest.mark.parametrize(("flag", "dtype"), [([], "BF16"), (["--dtype", "fp16"], "F16")])
 def test_merge_keeps_the_bases_dtype_unless_told(bf16_adapter, tmp_path, flag, dtype, capsys):
     base, adapter = bf16_adapter
     out = tmp_path / "merged"
