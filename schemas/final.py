@@ -168,6 +168,7 @@ class BuildArtifact(Command):
     rounds_merged: int = 0                                        # v2
     learner_steps: dict[str, int] = Field(default_factory=dict)   # v2: learner -> the furthest step it reported
     learner_losses: dict[str, float] = Field(default_factory=dict)  # v3: learner -> its last loss (the model card)
+    learner_eval_losses: dict[str, float] = Field(default_factory=dict)  # v3: learner -> its last held-out loss
 
 
 @registry.upcaster("BuildArtifact", 1)
@@ -177,7 +178,7 @@ def _build_artifact_v1(data: dict[str, Any]) -> dict[str, Any]:
 
 @registry.upcaster("BuildArtifact", 2)
 def _build_artifact_v2(data: dict[str, Any]) -> dict[str, Any]:
-    return {**data, "learner_losses": {}}
+    return {**data, "learner_losses": {}, "learner_eval_losses": {}}
 
 
 _RECIPE = {"train": {"model": "smollm2-135m", "max_steps": 20}, "limits": {"max_spend": 5.0}, "output": "",
@@ -204,5 +205,6 @@ EXAMPLES = [
               sha256="0" * 64),
     BuildArtifact(id="ex-build-artifact", run_id="r-demo", source="finalizer", recipe=_RECIPE, versions={0: 12},
                   acked=["island-0"], fleet=[{"island": 0, "cloud": "local", "gpu": "cpu", "count": 1, "generations": 2}],
-                  rounds_merged=12, learner_steps={"island-0": 48}, learner_losses={"island-0": 1.25}),
+                  rounds_merged=12, learner_steps={"island-0": 48}, learner_losses={"island-0": 1.25},
+                  learner_eval_losses={"island-0": 1.5}),
 ]

@@ -57,7 +57,7 @@ class Effects:
         out = self.artifact_dir(cmd.run_id)
         key = signing.stack_key(self.state_dir)     # the stack's own: `yeto verify` names who signed
         summary = {"fleet": cmd.fleet, "rounds_merged": cmd.rounds_merged, "learner_steps": cmd.learner_steps,
-                   "learner_losses": cmd.learner_losses}
+                   "learner_losses": cmd.learner_losses, "learner_eval_losses": cmd.learner_eval_losses}
         kind, files, manifest_sha = await asyncio.to_thread(
             write_artifact, state, recipe=cmd.recipe, out=out, run_id=cmd.run_id, versions=cmd.versions, acked=cmd.acked,
             snapshot_dir=run_path(self.state_dir, cmd.run_id, area="syncer"), run=summary, key=key)

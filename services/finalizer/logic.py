@@ -51,7 +51,9 @@ def run_summary(run: FinalRun) -> dict:
               "generations": isl.generation + 1} for isl in run.view.islands]
     steps = {name: learner.step for name, learner in sorted(run.view.learners.items())}
     losses = {name: learner.loss for name, learner in sorted(run.view.learners.items()) if learner.loss is not None}
-    return {"fleet": fleet, "rounds_merged": run.view.rounds_merged, "learner_steps": steps, "learner_losses": losses}
+    held = {name: learner.eval_loss for name, learner in sorted(run.view.learners.items()) if learner.eval_loss is not None}
+    return {"fleet": fleet, "rounds_merged": run.view.rounds_merged, "learner_steps": steps, "learner_losses": losses,
+            "learner_eval_losses": held}
 
 
 def _training(run: FinalRun, now: datetime, period_s: float) -> list[Publish]:

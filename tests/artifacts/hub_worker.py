@@ -14,7 +14,8 @@ from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
 from yeto.services.finalizer.artifact import write_artifact
 
 RUN = {"fleet": [{"island": 0, "cloud": "local", "gpu": "cpu", "count": 1, "generations": 1}], "rounds_merged": 5,
-       "learner_steps": {"island-0": 20}, "learner_losses": {"island-0": 1.2345}}
+       "learner_steps": {"island-0": 20}, "learner_losses": {"island-0": 1.2345},
+       "learner_eval_losses": {"island-0": 1.5}}
 DATA_CHECK = {"source": "yeto-test/chat@main", "revision": "c" * 40, "fingerprint": "ab" * 32, "num_rows": 90, "num_bad": 0}
 
 

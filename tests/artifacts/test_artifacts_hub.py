@@ -59,7 +59,8 @@ def test_the_card_carries_hub_metadata_and_the_run_and_is_signed_with_the_rest(h
     assert (card.data.library_name, card.data.base_model, card.data.tags) == ("peft", HUB_ID, ["yeto", "diloco", "lora"])
     assert card.data.datasets == ["yeto-test/chat"]
     for text in (f"revision `{COMMIT}`", "| LoRA r / alpha / dropout | 4 / 8 / 0.0 |", "Rounds merged: 5",
-                 "| island-0 | 20 | 1.2345 |", "| 0 | local | 1× cpu |", "| rows used | 90 |", "AutoPeftModelForCausalLM"):
+                 "| island-0 | 20 | 1.2345 | 1.5000 |", "| 0 | local | 1× cpu |", "| rows used | 90 |",
+                 "AutoPeftModelForCausalLM"):
         assert text in card.text, text
     manifest = json.loads((artifact / "manifest.json").read_text())
     assert "README.md" in manifest["files"] and manifest["provenance"]["yeto"]["version"] in card.text
