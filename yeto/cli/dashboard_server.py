@@ -28,17 +28,21 @@ class Feed:
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         where = run_filter(run_id)      # a bad id: ValueError
-        with self.lock:                 # one refresh at a time: boards are folded in stream order
+        with self.lock:
             board = self.boards.setdefault(run_id, Board())
-            while True:
-                rows = tape_query(self.args, f"SELECT seq, payload FROM events WHERE {where} AND seq > {board.last_seq} "
-                                             f"ORDER BY seq LIMIT {PAGE}", run=run_id)["rows"]
+        while True:     # the read holds no lock: a slow or stuck one never blocks the next poll
+            rows = tape_query(self.args, f"SELECT seq, payload FROM events WHERE {where} AND seq > {board.last_seq} "
+                                         f"ORDER BY seq LIMIT {PAGE}", run=run_id)["rows"]
+            with self.lock:             # boards are folded in stream order, each event once
                 for seq, payload in rows:
+                    if seq <= board.last_seq:
+                        continue        # another poll folded it meanwhile
                     data = json.loads(payload) if isinstance(payload, str) else payload
                     board = absorb(board, seq, as_event(data)) if isinstance(data, dict) else board
                     board.last_seq = seq
-                if len(rows) < PAGE:
-                    break
+            if len(rows) < PAGE:
+                break
+        with self.lock:
             return snapshot(board, datetime.now(timezone.utc)) if board.view else None
 
     def runs(self) -> list[dict[str, Any]]:
