@@ -55,7 +55,7 @@ class LiveView:
     def _learner(self, e: Any) -> None:
         total = _max_steps(self.view) if self.view else None
         left = (total - e.step) * e.step_time_s if total else None
-        fields = dict(loss=f"{e.loss:.4f}", tps=f"{e.tokens_per_s:.0f}", eta=_eta(left))
+        fields: dict[str, Any] = dict(loss=f"{e.loss:.4f}", tps=f"{e.tokens_per_s:.0f}", eta=_eta(left))
         if e.learner not in self.tasks:
             self.tasks[e.learner] = self.bars.add_task(e.learner, total=total, **fields)
         self.bars.update(self.tasks[e.learner], completed=e.step, description=f"{e.learner} g{e.generation}", **fields)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -74,7 +75,7 @@ class MlflowSink:
         self.mlflow.end_run()
 
 
-CLASSES = {"tensorboard": TensorBoardSink, "wandb": WandbSink, "mlflow": MlflowSink}
+CLASSES: dict[str, Callable[[str, Path], Sink]] = {"tensorboard": TensorBoardSink, "wandb": WandbSink, "mlflow": MlflowSink}
 
 
 def check(names: list[str]) -> None:

@@ -56,12 +56,13 @@ class Reporter:
     """A follower: folds each event into the run's view, hands its points to every sink, then to the console renderer."""
 
     def __init__(self, sinks: list[Sink], inner: Any = None):
-        self.sinks, self.inner, self.view = sinks, inner, None
+        self.sinks, self.inner = sinks, inner
+        self.view: RunView | None = None
         self.points = 0
 
     def feed(self, event: Any, seq: int = 0) -> None:
-        self.view = fold(self.view, event, seq)
-        for p in points(event, self.view):
+        self.view = view = fold(self.view, event, seq)
+        for p in points(event, view):
             self.points += 1
             for sink in self.sinks:
                 sink.add(p)
