@@ -37,3 +37,21 @@ def test_a_catalog_download_that_fails_is_said_in_one_line():
     assert catalog_failure(chain, 1) == "SkyPilot could not download it (no network?)"
     assert catalog_failure("Traceback ...\nKeyError: 'aws'\n", 1) == "KeyError: 'aws'"
     assert catalog_failure("", 3) == "exit status 3"
+
+
+def test_shape_groups_identical_islands_and_prices_them_with_the_margin_said_once(capsys):
+    assert main([*SHAPE, "--budget-per-hour", "40", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert main([*SHAPE, "--budget-per-hour", "40"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if "×" in line]
+    counts = {}
+    for i in plan["islands"]:
+        counts[i["instance_type"]] = counts.get(i["instance_type"], 0) + 1
+    assert {r[2]: int(r[0].rstrip("×")) for r in rows} == counts and max(counts.values()) > 1   # one row per offering
+    by_type = {i["instance_type"]: i["price_per_hour"] for i in plan["islands"]}
+    assert all(float(r[4 if r[3] in ("spot", "on-demand") else 5]) == pytest.approx(by_type[r[2]] * 1.1, abs=0.006)
+               for r in rows)
+    total = float(next(line for line in out.splitlines() if line.strip().startswith("total")).split()[1])
+    assert total == pytest.approx(sum(by_type[i["instance_type"]] for i in plan["islands"]) * 1.1 + 0.19, abs=0.01)
+    assert sum("margin" in line for line in out.splitlines()) == 1 and "include the 10% price margin" in out

@@ -62,7 +62,7 @@ def fleet_from_answer(args, answer: dict) -> list[dict] | None:
         return None
     plan = answer["plan"]
     try:
-        print(render(FleetPlan.from_dict(plan), args.model))
+        print(render(FleetPlan.from_dict(plan), args.model, args.price_margin))
     except TypeError:
         print(f"planned fleet: {plan.get('gpu')} at ${plan.get('total_price_per_hour', 0):.2f}/hr")
     if not args.confirm and input("Launch this fleet? [y/N] ").strip().lower() not in ("y", "yes"):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from yeto.cli.launch_recipe import SEQ_LEN
+from yeto.cli.shape_render import render
 from yeto.infra.model_source import resolve_model
 
 if TYPE_CHECKING:   # the planner imports OR-Tools (~1 s): only a command that plans pays for it
@@ -96,30 +97,12 @@ def plan_from_args(args) -> FleetPlan:
     return shape_fleet(req, catalog, cache_path=home / "cache" / "signals.json", now=time.time())
 
 
-def render(plan: FleetPlan, model: str) -> str:
-    lines = [f"Fleet for {model} ({plan.mode} mode): {plan.status}, solved in {plan.solve_seconds:.3f} s"
-             + (f", gap {plan.gap:.1%}" if plan.gap else "")]
-    lines.append(f"  {'#':>2}  {'entry':<28} {'instance':<26} {'capacity':<9} {'$/hr':>8} {'TFLOPs':>9} {'GB/GPU':>7}")
-    for n, i in enumerate(plan.islands, 1):
-        nodes = f"{i['nodes']}x" if i["nodes"] > 1 else ""
-        entry = f"{i['cloud']}:{nodes}{i['count']}x{i['gpu'].lower()}@{i['region']}"
-        lines.append(f"  {n:>2}  {entry:<28} {i['instance_type']:<26} {'spot' if i['spot'] else 'on-demand':<9} "
-                     f"{i['price_per_hour']:>8.2f} {i['tflops']:>9.1f} {i['memory_per_gpu_gb']:>7.1f}")
-    lines.append(f"      {'head (on-demand)':<64} {plan.head_price_per_hour:>8.2f}")
-    lines.append(f"      {'total':<64} {plan.total_price_per_hour:>8.2f} {plan.total_tflops:>9.1f}  effective")
-    lines += ["Binding constraints:"] + [f"  - {b}" for b in plan.binding or ["none"]]
-    lines += [f"Rejected shapes ({len(plan.rejected)}):"] + [f"  - {r['shape']}: {r['reason']}" for r in plan.rejected]
-    lines += ["Warnings:"] + [f"  - {w}" for w in plan.warnings or ["none"]]
-    lines += ["Launch it with:", f"  {plan.launch_command}"]
-    return "\n".join(lines)
-
-
 def run(args) -> int:
     plan = plan_from_args(args)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     elif plan.feasible:
-        print(render(plan, args.model))
+        print(render(plan, args.model, args.price_margin))
     else:
         for r in plan.rejected:
             print(f"  rejected {r['shape']}: {r['reason']}", file=sys.stderr)

@@ -1,0 +1,45 @@
+"""`yeto shape`'s text: the fleet with identical islands grouped (`3×`), prices one way (the margin included, said once)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from yeto.services.planner.api import FleetPlan
+
+
+def _entry(i: dict[str, Any]) -> str:
+    nodes = f"{i['nodes']}x" if i["nodes"] > 1 else ""
+    return f"{i['cloud']}:{nodes}{i['count']}x{i['gpu'].lower()}@{i['region']}"
+
+
+def grouped(islands: Sequence[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """(how many, island) per distinct offering, in plan order: three identical islands read as one `3×` row."""
+    groups: dict[tuple, list] = {}
+    for i in islands:
+        key = (_entry(i), i["instance_type"], i["spot"], i["price_per_hour"], i["tflops"], i["memory_per_gpu_gb"])
+        groups.setdefault(key, [0, i])[0] += 1
+    return [(n, i) for n, i in groups.values()]
+
+
+def render(plan: FleetPlan, model: str, margin: float = 0.0) -> str:
+    """The plan as text; island prices are the catalog's plus `margin` (the planner budgets with it), so the
+    table, the total and the binding budget line are one kind of dollar."""
+    up = 1 + margin
+    lines = [f"Fleet for {model} ({plan.mode} mode): {plan.status}, solved in {plan.solve_seconds:.3f} s"
+             + (f", gap {plan.gap:.1%}" if plan.gap else "")]
+    lines.append(f"  {'n':>3}  {'entry':<28} {'instance':<26} {'capacity':<9} {'$/hr each':>9} {'TFLOPs each':>11} "
+                 f"{'GB/GPU':>7}")
+    for n, i in grouped(plan.islands):
+        lines.append(f"  {n:>2}×  {_entry(i):<28} {i['instance_type']:<26} {'spot' if i['spot'] else 'on-demand':<9} "
+                     f"{i['price_per_hour'] * up:>9.2f} {i['tflops']:>11.1f} {i['memory_per_gpu_gb']:>7.1f}")
+    total = plan.islands_price_per_hour * up + plan.head_price_per_hour
+    lines.append(f"       {'head (on-demand)':<64} {plan.head_price_per_hour:>9.2f}")
+    lines.append(f"       {'total':<64} {total:>9.2f} {plan.total_tflops:>11.1f}  effective")
+    if margin:
+        lines.append(f"  $/hr include the {margin:.0%} price margin (--price-margin) on catalog prices; the head's is flat")
+    lines += ["Binding constraints:"] + [f"  - {b}" for b in plan.binding or ["none"]]
+    lines += [f"Rejected shapes ({len(plan.rejected)}):"] + [f"  - {r['shape']}: {r['reason']}" for r in plan.rejected]
+    lines += ["Warnings:"] + [f"  - {w}" for w in plan.warnings or ["none"]]
+    lines += ["Launch it with:", f"  {plan.launch_command}"]
+    return "\n".join(lines)
