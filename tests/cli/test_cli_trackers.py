@@ -3,6 +3,7 @@ reader, `yeto plot` a PNG with one curve per learner and the global one, the ric
 the refusal of a tracker whose package is missing, and the plain lines without a terminal."""
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib.util
 import io
@@ -189,6 +190,27 @@ def test_live_view_renders_a_bar_per_learner_rounds_and_spend():
     assert "rounds merged 3, global version 2, spend $4.5000 of $10" in text
     assert "island 1 g0: preempted (spot reclaimed)" in text      # the island lines print above the view
     assert "run finalized (max_steps)" in text
+
+
+def test_wait_on_a_terminal_follows_the_bus_with_the_live_view(nats_server, run_id, tmp_path, monkeypatch):
+    from yeto.cli.common import publish
+    from yeto.cli.trackers import wait
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:      # what rich and trackers.wait ask of stdout
+            return True
+
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stdout", screen)
+    monkeypatch.setenv("COLUMNS", "140")
+    asyncio.run(publish(nats_server.url, *scripted_run(run_id)))
+    args = argparse.Namespace(report_to=["tensorboard"] if importlib.util.find_spec("tensorboard") else [],
+                              report_dir=str(tmp_path), state_dir=str(tmp_path), nats_url=None)
+    assert wait(args, nats_server.url, run_id) == 0
+    text = screen.getvalue()
+    assert "\x1b[" in text and "━" in text                                   # a terminal's live display, not plain lines
+    assert "island-1 g1" in text and "rounds merged 3, global version 2" in text
+    assert "run finalized (max_steps)" in text and "tok/s), rounds merged" not in text    # no plain progress lines
 
 
 def test_plain_lines_without_a_terminal_keep_their_format():
