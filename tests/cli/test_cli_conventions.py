@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import subprocess
 import sys
 
@@ -32,7 +33,7 @@ def test_top_level_help_imports_no_command_module():
            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()): main(['--help'])"
     probe = code + "\nimport sys; print(sorted(m for m in sys.modules if m.startswith(('yeto.cli.', 'pydantic'))))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['yeto.cli.main']"
+    assert out.strip() == "['yeto.cli.main', 'yeto.cli.version']"
 
 
 def test_the_command_table_is_what_the_modules_register():
@@ -93,3 +94,17 @@ def test_stack_status_json_says_which_processes_are_up(tmp_path, capsys):
         assert all(p["up"] and p["pid"] > 0 for p in st["processes"])
     finally:
         main(["stack", "down", "--state-dir", str(tmp_path)])
+
+
+def test_the_shell_completes_commands_and_a_command_s_flags(tmp_path):
+    """What `eval "$(register-python-argcomplete yeto)"` asks: the real entry point with argcomplete's variables."""
+    def complete(line: str) -> list[str]:
+        out = tmp_path / "completions"
+        env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_IFS": "\n", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+               "ARGCOMPLETE_USE_TEMPFILES": "1", "_ARGCOMPLETE_STDOUT_FILENAME": str(out)}
+        subprocess.run([sys.executable, "-c", "from yeto.cli.main import main; main()"], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return sorted(w.strip() for w in out.read_text().split("\n") if w.strip())
+    assert complete("yeto sta") == ["stack", "status"]
+    assert complete("yeto status --j") == ["--json"]
+    assert {"--type", "--json", "--state-dir"} <= set(complete("yeto tape show --"))

@@ -4,7 +4,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+
+from yeto.cli.version import VersionAction
 
 # Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
 COMMAND_MODULES = ("stack", "launch", "runs", "logs", "sql", "tape", "pull", "data", "shape", "chaos", "merge", "check",
@@ -47,18 +50,6 @@ Exit status: 0 success, 1 runtime error (a stack or head that does not answer, a
 """
 
 
-class _Version(argparse.Action):
-    """--version: computed only when asked (a git call costs time every other command should not pay)."""
-
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
-        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        from yeto.cli.version import version_line
-        print(version_line())
-        parser.exit()
-
-
 def _add_global_flags(parser: argparse.ArgumentParser, top: bool) -> None:
     """The global flags on the top parser and on every (sub)command, so they are accepted before or after it;
     below the top they default to SUPPRESS, so an absent flag never overwrites one given before the command."""
@@ -77,7 +68,7 @@ def build_parser(only: set[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="yeto", description="Fine-tune models across cheap, scattered GPUs with asynchronous DiLoCo.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action=_Version, help="print the version (and the git commit in a checkout)")
+    parser.add_argument("--version", action=VersionAction, help="print the version (and the git commit in a checkout)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         if only is not None and name not in only:
@@ -113,9 +104,16 @@ def command_of(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    completing = "_ARGCOMPLETE" in os.environ       # a shell asks for completions (argcomplete; docs/CLI.md)
+    argv = os.environ.get("COMP_LINE", "").split()[1:] if completing else sys.argv[1:] if argv is None else argv
     command = COMMANDS.get(command_of(argv) or "")
     parser = build_parser({command[0]} if command else set())
+    if completing:
+        try:
+            import argcomplete
+        except ImportError:
+            return 1                                # no completions without it; never a traceback in the shell
+        argcomplete.autocomplete(parser)            # prints the completions and exits
     args = parser.parse_args(argv)
     # Library warnings (a NATS client retrying its connection every 0.25 s) are not for the user: errors end in one line.
     logging.basicConfig(level=logging.ERROR, format="yeto: %(name)s: %(message)s")

@@ -1,12 +1,24 @@
 """`yeto --version`: the package version, and the git commit when yeto runs from a checkout."""
 from __future__ import annotations
 
-import subprocess
+import argparse
 from pathlib import Path
+
+
+class VersionAction(argparse.Action):
+    """--version: computed only when asked (a git call costs time every other command should not pay)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit()
 
 
 def git_commit(where: Path) -> str | None:
     """The checkout's short commit (with `+dirty` when files changed), or None outside a git checkout."""
+    import subprocess
     if not any((p / ".git").exists() for p in (where, *where.parents)):
         return None
     try:
