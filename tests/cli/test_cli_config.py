@@ -158,3 +158,12 @@ def test_repeated_flags_and_llama_factory_all_targets_from_a_file(tmp_path):
     launch_recipe.apply_config(args)
     assert args.report_to == ["tensorboard", "mlflow"] and args.env_from_host == ["HF_TOKEN", "WANDB_API_KEY"]
     assert args.target_modules is None and (args.model, args.data) == ("m", "d.jsonl")
+
+
+def test_bad_eval_data_is_refused_before_anything_starts(material, tmp_path):
+    model, data, _ = material
+    (tmp_path / "eval.jsonl").write_text('{"messages": [{"role": "user"}]}\n')
+    with pytest.raises(ValueError, match="--eval-data .* is not usable"):
+        launch_of(["--model", str(model), "--data", str(data), "--eval-data", str(tmp_path / "eval.jsonl")])
+    with pytest.raises(ValueError, match="--eval-every needs held-out data"):
+        launch_of(["--model", str(model), "--data", str(data), "--eval-every", "5", "--eval-split", "0"])

@@ -5,6 +5,8 @@ import argparse
 import math
 from typing import Any
 
+from yeto.cli.launch_config import track
+
 SEQ_LEN = 1024
 """The one --seq-len default of every command (launch, shape, data check): tokens per packed sequence."""
 SCHEDULES = ("cosine", "linear", "constant")
@@ -31,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         if action.dest in ("model", "data"):
             action.required = False      # a config file may name them; apply_config checks they are set
         if action.option_strings:
-            _track(action)
+            track(action)
             _ACTIONS[action.dest] = action
     _ACTIONS.pop("help", None)
 
@@ -64,18 +66,6 @@ def settings(args) -> dict[str, Any]:
     return {**resolved(args, _ACTIONS), "config": getattr(args, "config", None)}
 
 
-def _track(action: argparse.Action) -> None:
-    """Record the action's dest in `namespace.explicit` when its flag is typed: flags beat the config file."""
-    base = type(action)
-
-    class Tracked(base):  # type: ignore[valid-type, misc]
-        def __call__(self, parser, namespace, values, option_string=None):
-            namespace.explicit = {*getattr(namespace, "explicit", ()), self.dest}
-            super().__call__(parser, namespace, values, option_string)
-
-    action.__class__ = Tracked
-
-
 def data_options(args) -> dict[str, Any]:
     """How the data is read, for the launch's data check (DataSpec)."""
     from yeto.learners.data import parse_field_map
@@ -101,7 +91,18 @@ def recipe_fields(args) -> dict[str, Any]:
         fields["heldout_fraction"] = 0.0     # the eval set is its own: every row of --data trains
     if args.eval_every is not None and not args.eval_data and fields.get("heldout_fraction", 1) == 0:
         raise ValueError("--eval-every needs held-out data: give --eval-data, or an --eval-split above 0")
+    if args.eval_data:
+        _check_eval_data(args)
     return fields
+
+
+def _check_eval_data(args) -> None:
+    """--eval-data read as the learners will (every row), before anything starts."""
+    from yeto.learners.data import DataSpec, check_data
+    spec = DataSpec(source=args.eval_data, data_format=args.data_format, seq_len=args.seq_len, **data_options(args))
+    report = check_data(spec, None)
+    if not report.ok or not report.num_rows:
+        raise ValueError(f"--eval-data {args.eval_data} is not usable:\n{report.render()}")
 
 
 def apply_epochs(args, data_check: dict[str, Any], fleet: list[dict[str, Any]]) -> None:
