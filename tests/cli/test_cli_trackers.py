@@ -118,6 +118,9 @@ def test_a_tracker_whose_package_is_missing_is_refused_before_anything_starts(st
     with pytest.raises(SystemExit):
         yeto(state, "report", RUN, "--to", "neptune")
     assert "unknown tracker; choose from tensorboard, wandb, mlflow" in capsys.readouterr().err
+    (state / "run.yaml").write_text("report_to: wandb\n")                # a config file's key: the same refusal
+    assert yeto(state, "launch", "-c", str(state / "run.yaml"), "--data", "x.jsonl") == 2
+    assert "pip install wandb" in capsys.readouterr().err
 
 
 @pytest.mark.slow

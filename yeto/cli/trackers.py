@@ -24,13 +24,17 @@ HELP = """Examples:
 """
 
 
+class TrackerRefused(argparse.ArgumentTypeError, ValueError):
+    """argparse prints its message as a usage error; a config file's loader (launch_config.py) catches ValueError."""
+
+
 def _names(value: str) -> list[str]:
     """argparse `type=`: comma-separated trackers, each known and installed, else a usage error before anything starts."""
-    names = [v.strip() for v in value.split(",") if v.strip()]
+    names = [v.strip() for v in str(value).split(",") if v.strip()]
     try:
         check(names)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        raise TrackerRefused(str(e)) from None
     return names
 
 
