@@ -7,7 +7,7 @@ import torch
 
 from yeto.infra.source_pins import check_data_pin, pinned_source
 from yeto.learners import accel as accel_policy
-from yeto.learners.torch import checkpointing, dist, quant
+from yeto.learners.torch import checkpointing, dist, lowmem, quant
 from yeto.learners.torch.model import load_model, load_tokenizer
 from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning
@@ -48,18 +48,24 @@ def build(recipe: TrainRecipe, *, accel: accel_policy.Accel, topology: dist.Topo
     check_data_pin(recipe.data, recipe.pins.get("data"))
     tokenizer = load_tokenizer(source)
     nf4 = recipe.base_quantization == "nf4"      # QLoRA: quantized while loading, onto this rank's device
-    model = load_model(source, dtype=accel_policy.weight_dtype(accel, tuning=recipe.tuning),
-                       quantization=quant.nf4_config(accel) if nf4 else None,
-                       device_map=quant.device_map(accel) if nf4 else None)
-    model = apply_tuning(model, recipe)   # on the CPU, from the shared seed: identical on every island
-    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    dtype = accel_policy.weight_dtype(accel, tuning=recipe.tuning)
+    model = lowmem.skeleton(source, recipe, dtype=dtype) if topology.distributed and not nf4 else None
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) if model is not None else 0
     # --shard: fsdp shards any island of several ranks; auto only where one replica does not fit (accel.py).
-    sharded = topology.distributed and not nf4 and (recipe.shard == "fsdp" or recipe.shard == "auto" and (
+    sharded = model is not None and (recipe.shard == "fsdp" or recipe.shard == "auto" and (
         accel_policy.needs_sharding(accel, param_bytes=param_bytes, tuning=recipe.tuning, world_size=topology.world_size)))
+    if not sharded or topology.rank == 0:   # FSDP2: rank 0 alone reads the weights (lowmem.py)
+        model = load_model(source, dtype=dtype, quantization=quant.nf4_config(accel) if nf4 else None,
+                           device_map=quant.device_map(accel) if nf4 else None)
+        model = apply_tuning(model, recipe)   # on the CPU, from the shared seed: identical on every island
+    state = lowmem.full_state(model) if sharded and topology.rank == 0 else None
     if not sharded and not nf4:
         model = model.to(accel.device)
     checkpointed = checkpointing.apply(model, checkpointing.wanted(model, recipe, accel))   # before FSDP2 wraps layers
     wrapped = dist.wrap(model, accel, topology, shard=sharded)
+    if sharded:
+        lowmem.materialize(model, state, accel.device)
+        del state
     accel_policy.empty_cache(accel)
     return Built(model=model, wrapped=wrapped, tokenizer=tokenizer, accel=accel, sharded=sharded,
                  checkpointed=checkpointed)

@@ -30,7 +30,7 @@ def apply_tuning(model: torch.nn.Module, recipe: TrainRecipe) -> torch.nn.Module
     drawn from the CPU generator seeded with the run's seed, so every island starts bit-identical."""
     # peft creates each adapter on the CPU before moving it beside its base layer, so an NF4 base already on
     # its device (quantized while loading) still gets CPU-seeded, bit-identical adapters.
-    assert next(model.parameters()).device.type == "cpu" or getattr(model, "is_loaded_in_4bit", False), \
+    assert next(model.parameters()).device.type in ("cpu", "meta") or getattr(model, "is_loaded_in_4bit", False), \
         "initialize adapters on the CPU"
     if recipe.tuning == "full":
         for param in model.parameters():

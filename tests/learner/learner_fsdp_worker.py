@@ -13,6 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 import learner_loopback
 import learner_tiny
+import yeto.learners.torch.build as build_module
 from yeto.learners.torch import dist, shards
 from yeto.learners.torch.build import build, resolve_accel
 from yeto.learners.torch.hook import make_hook
@@ -33,7 +34,11 @@ def main(out: str, model_dir: str, shard: str, tuning: str) -> None:
                          micro_batch=GLOBAL_BATCH // topology.world_size, seed=2, shard=shard, sync=SYNC.to_dict())
     accel = resolve_accel(recipe, local_rank=topology.local_rank, prefer="cpu")
     dist.init(topology, accel)
+    loads = []          # low-memory loading: under FSDP2 only rank 0 reads the weights
+    real_load = build_module.load_model
+    build_module.load_model = lambda *a, **k: loads.append(1) or real_load(*a, **k)
     built = build(recipe, accel=accel, topology=topology)
+    Path(f"{out}.rank{topology.rank}").write_text(str(len(loads)))
     assert built.sharded == (shard == "fsdp")
     params = trainable_parameters(built.model)
     assert shards.is_sharded(params) == built.sharded

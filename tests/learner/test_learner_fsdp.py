@@ -1,6 +1,7 @@
 """FSDP2 inside an island that syncs: two gloo ranks on the CPU shard a tiny model (full tuning and LoRA),
 train it with sync on through the real SyncerCore (rank 0 gathers fragments to push and scatters globals back
-to the shards) and follow the loss curve of the same island under DDP."""
+to the shards) and follow the loss curve of the same island under DDP; rank 1 of the FSDP2 island never reads
+the weights (low-memory loading)."""
 from __future__ import annotations
 
 import json
@@ -44,3 +45,6 @@ def test_fsdp2_island_with_sync_follows_the_ddp_island(tmp_path, tuning):
     assert any(ddp["synced"]) and fsdp["synced"] == ddp["synced"]  # globals applied at the same steps
     assert fsdp["merged"] == ddp["merged"] >= 4 and fsdp["versions"] == ddp["versions"]
     assert fsdp["losses"] == pytest.approx(ddp["losses"], rel=1e-4, abs=1e-5)
+    # Low-memory loading: under FSDP2 rank 1 never read the weights (meta skeleton, shards from rank 0).
+    loads = {name: [(tmp_path / f"{name}.json.rank{r}").read_text() for r in range(2)] for name in ("ddp", "fsdp")}
+    assert loads == {"ddp": ["1", "1"], "fsdp": ["1", "0"]}
