@@ -3,6 +3,8 @@ showing prices one way (with the margin, said once) with identical islands group
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +57,27 @@ def test_shape_groups_identical_islands_and_prices_them_with_the_margin_said_onc
     total = float(next(line for line in out.splitlines() if line.strip().startswith("total")).split()[1])
     assert total == pytest.approx(sum(by_type[i["instance_type"]] for i in plan["islands"]) * 1.1 + 0.19, abs=0.01)
     assert sum("margin" in line for line in out.splitlines()) == 1 and "include the 10% price margin" in out
+
+
+def test_shape_with_data_estimates_hours_and_cost_from_the_data_s_tokens(tmp_path, capsys):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "learner"))
+    import learner_tiny
+    from yeto.infra.model_source import resolve
+    from yeto.learners.data import DataSpec, check_data
+    from yeto.learners.torch.api import load_tokenizer
+
+    model = learner_tiny.write_model_dir(tmp_path / "model")
+    data = learner_tiny.write_chat_jsonl(tmp_path / "chat.jsonl", num_rows=50)
+    argv = ["shape", "--model", str(model), "--weights-gb", "18", "--budget-per-hour", "40", "--catalog-dir",
+            str(FIXTURE_DIR), "--data", str(data), "--epochs", "3", "--seq-len", "64"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("Estimate:"))
+    tokens = check_data(DataSpec(source=str(data), seq_len=64), load_tokenizer(resolve(str(model)))).tokens.num_tokens
+    assert main([*argv, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    tok_s = plan["total_tflops"] * 1e12 / (4 * 9e9)                  # LoRA: 4 FLOPs per parameter and token
+    hours = tokens * 3 / tok_s / 3600
+    usd = plan["islands_price_per_hour"] * 1.1 + plan["head_price_per_hour"]
+    assert f"{tokens:,} tokens x 3 epoch(s)" in line and f"= {hours:.2f} h, ${hours * usd:.2f} at ${usd:.2f}/hr" in line
+    assert f"--data {data}" in out                                    # the launch line carries the data

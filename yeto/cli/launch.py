@@ -12,7 +12,8 @@ from yeto.cli import launch_lineage as lineage
 from yeto.cli import launch_recipe as recipe_flags
 from yeto.cli import trackers
 from yeto.cli.autopull import pull_if_ended
-from yeto.cli.common import conf, known_runs, publish, run_id_arg, run_or_last, state_dir, unknown_run, url_for_run, url_or_none
+from yeto.cli.common import conf, publish, run_id_arg, state_dir, url_for_run, url_or_none
+from yeto.cli.run_ids import known_runs, run_or_last, unknown_run
 from yeto.cli.shape import add_plan_arguments
 from yeto.infra.bus import connect
 from yeto.schemas.base import derive_id

@@ -1,7 +1,8 @@
 """`yeto lineage RUN`: the tree of runs resumed and branched from one another around RUN, read from the tape."""
 from __future__ import annotations
 
-from yeto.cli.common import check_run, run_id_arg
+from yeto.cli.common import run_id_arg
+from yeto.cli.run_ids import check_run
 from yeto.cli.sql import tape_query
 
 LINEAGE_SQL = "SELECT run_id, kind, parent_run, start_step FROM lineage ORDER BY seq"

@@ -14,9 +14,10 @@ import asyncio
 import json
 import sys
 
-from yeto.cli.common import conf, known_runs, run_id_arg, run_or_last, unknown_run, url_for_run
+from yeto.cli.common import conf, run_id_arg, url_for_run
 from yeto.cli.logs_files import follow_logs, log_files
 from yeto.cli.logs_stream import read_logs
+from yeto.cli.run_ids import known_runs, run_or_last, unknown_run
 from yeto.cli.sql import tape_query
 from yeto.cli.tape import run_filter
 from yeto.infra.run_paths import run_path

@@ -60,6 +60,9 @@ def register(sub) -> None:
                        description="Plan the fleet `yeto launch` would rent when --gpu is omitted.")
     add_plan_arguments(p)
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    p.add_argument("--data", help="the training data: estimate the job's hours and cost from its tokens (the model's "
+                                  "tokenizer must be local)")
+    p.add_argument("--epochs", type=float, default=1.0, help="passes over --data for the estimate (default 1)")
     p.set_defaults(func=run)
 
 
@@ -97,12 +100,30 @@ def plan_from_args(args) -> FleetPlan:
     return shape_fleet(req, catalog, cache_path=home / "cache" / "signals.json", now=time.time())
 
 
+def job_estimate(args, plan: FleetPlan) -> str:
+    """The estimate line: the data's tokens counted as training will count them, with the model's local tokenizer."""
+    from yeto.cli.shape_render import estimate
+    from yeto.infra.model_source import resolve
+    from yeto.learners.data import DataSpec, check_data
+    ref, source = resolve_model(args.model), resolve(args.model)
+    if not source.is_local or (weights := args.weights_gb or ref.weights_gb) is None:
+        return f"Estimate: needs {args.model}'s tokenizer and size on this machine (a local model dir, or --weights-gb)"
+    from yeto.learners.torch.api import load_tokenizer
+    report = check_data(DataSpec(source=args.data, seq_len=args.seq_len), load_tokenizer(source))
+    if not report.ok or report.tokens is None:
+        return f"Estimate: --data {args.data} is not usable (`yeto data check --data {args.data}` says why)"
+    usd = plan.islands_price_per_hour * (1 + args.price_margin) + plan.head_price_per_hour
+    return estimate(report.tokens.num_tokens, args.epochs, weights, plan.total_tflops, args.tuning, usd)
+
+
 def run(args) -> int:
     plan = plan_from_args(args)
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     elif plan.feasible:
         print(render(plan, args.model, args.price_margin))
+        if args.data:
+            print(job_estimate(args, plan))
     else:
         for r in plan.rejected:
             print(f"  rejected {r['shape']}: {r['reason']}", file=sys.stderr)

@@ -43,3 +43,15 @@ def render(plan: FleetPlan, model: str, margin: float = 0.0) -> str:
     lines += ["Warnings:"] + [f"  - {w}" for w in plan.warnings or ["none"]]
     lines += ["Launch it with:", f"  {plan.launch_command}"]
     return "\n".join(lines)
+
+
+def estimate(tokens: int, epochs: float, weights_gb: float, tflops: float, tuning: str, usd_per_hour: float) -> str:
+    """How long and how much: the data's tokens over the fleet's effective TFLOPs at 6 FLOPs per parameter and token
+    (full fine-tuning) or 4 (LoRA: no weight gradients); DiLoCo's sync and preemptions come on top."""
+    params = weights_gb * 1e9 / 2                       # bf16: two bytes per parameter
+    per_token = (6 if tuning == "full" else 4) * params
+    tok_s = tflops * 1e12 / per_token
+    hours = tokens * epochs / tok_s / 3600
+    return (f"Estimate: {tokens:,} tokens x {epochs:g} epoch(s) at ~{tok_s:,.0f} tokens/s ({per_token / params:.0f} "
+            f"FLOPs per parameter and token) = {hours:.2f} h, ${hours * usd_per_hour:.2f} at ${usd_per_hour:.2f}/hr "
+            f"(before sync overhead and preemptions)")

@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
-from yeto.cli.common import check_run, run_id_arg, suggest
+from yeto.cli.common import run_id_arg
 from yeto.cli.describe import describe
+from yeto.cli.run_ids import check_run, suggest
 from yeto.cli.sql import format_table, tape_query
 from yeto.schemas import SchemaError, parse
 from yeto.schemas.base import check_run_id

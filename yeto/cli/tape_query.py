@@ -1,0 +1,43 @@
+"""The read-side commands' one way to the tape: asked of the running tape writer over NATS, else the file read-only."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from yeto.cli.common import run_source
+from yeto.infra.bus import connect
+from yeto.infra.settings import load
+from yeto.infra.stack import StackPaths, stack_url
+
+MAX_ROWS = 100_000   # infra.tape_sql's; that module imports DuckDB, which only a command that queries should pay for
+
+
+def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = None) -> dict[str, Any]:
+    """{columns, rows, ...}: from the running stack's tape writer, else from the tape file read-only. With `run`,
+    from where that run's tape is (its head VM, or the tape copied back from it: common.run_source)."""
+    from yeto.infra.tape_sql import NoTapeWriterError, query_file
+    settings = load(state_dir=getattr(args, "state_dir", None), nats_url=getattr(args, "nats_url", None))
+    if run:
+        url, db, only = run_source(args, run)
+    else:
+        url, db = settings.nats_url or stack_url(settings.state_dir), StackPaths(settings.state_dir).db
+        only = "check --nats-url / $YETO_NATS_URL" if settings.nats_url else None
+    if url:
+        try:
+            return asyncio.run(_ask(url, sql, max_rows))
+        except (ConnectionError, NoTapeWriterError) as e:
+            if only:  # a remote stack: there is no local file to fall back on
+                raise ValueError(f"{e}; {only}") from None
+    return query_file(db, sql, max_rows=max_rows)
+
+
+async def _ask(url: str, sql: str, max_rows: int) -> dict[str, Any]:
+    from yeto.infra.tape_sql import ask
+    try:
+        bus = await connect(url, name="yeto-cli", connect_timeout=2)
+    except Exception as e:  # noqa: BLE001 - any failure to connect means: read the file instead
+        raise ConnectionError(str(e)) from None
+    try:
+        return await ask(bus, sql, max_rows=max_rows)
+    finally:
+        await bus.close()
