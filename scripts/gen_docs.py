@@ -54,6 +54,9 @@ def describe(path: Path) -> str:
     if path.suffix == ".sh":      # the first comment after the shebang
         comments = [line for line in path.read_text().splitlines()[1:] if line.startswith("# ")]
         return comments[0][2:].strip() if comments else ""
+    if path.suffix in {".yaml", ".yml", ".toml"}:    # a config file: its first comment line
+        comments = [line for line in path.read_text().splitlines() if line.startswith("# ")]
+        return comments[0][2:].strip() if comments else ""
     if path.suffix in {".jsonl", ".json", ".csv", ".png"}:
         return "data"
     return ""
