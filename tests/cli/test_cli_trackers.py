@@ -221,3 +221,10 @@ def test_plain_lines_without_a_terminal_keep_their_format():
     lines = [line for e in scripted_run(RUN) if (line := plain.line(e))]
     assert "  island-0 g0: step 10 loss 2.5000 (1 tok/s), rounds merged 0" in lines
     assert lines[-1] == "run finalized (max_steps): /out, spend $4.5000, acks none"
+
+
+def test_report_to_without_wait_is_refused_naming_yeto_report(state, capsys):
+    """Nothing would feed the trackers without --wait's follower: the flag is refused, never accepted and ignored."""
+    assert yeto(state, "launch", "--gpu", "local:1xcpu", "--model", "m", "--data", "x.jsonl", "--report-to", "tensorboard") == 2
+    err = capsys.readouterr().err
+    assert "--report-to tensorboard needs --wait" in err and "yeto report RUN --to tensorboard" in err

@@ -124,6 +124,7 @@ def cmd_launch(args) -> int:
     run_id = args.run_id or new_run_id()
     launch = None
     limits.check_numbers(args)
+    trackers.check_launch(args)
     if args.gpu:   # everything is checked before a stack is started or anything rented
         islands = checks.parse_fleet(args.gpu)
         limits.check_fleet_size([i.to_dict() for i in islands], args)

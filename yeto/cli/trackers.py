@@ -42,8 +42,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The launch flags (one call from launch.py's register)."""
     p.add_argument("--report-to", action="extend", type=_names, default=[], metavar="TRACKER",
                    help=f"with --wait, log the run live to {', '.join(BACKENDS)} (repeat or comma-separate; "
-                        "`yeto report RUN` does it afterwards)")
+                        "refused without --wait: `yeto report RUN` does it afterwards)")
     p.add_argument("--report-dir", default=None, help="where tracker files go (default: the run's folder)")
+
+
+def check_launch(args: argparse.Namespace) -> None:
+    """--report-to is fed by --wait's follower: without it nothing would ever reach the trackers, so it is refused."""
+    if getattr(args, "report_to", None) and not args.wait:
+        raise ValueError(f"--report-to {','.join(args.report_to)} needs --wait (its follower feeds the trackers); "
+                         f"without --wait, run `yeto report RUN --to {','.join(args.report_to)}` once the run is going or done")
 
 
 def register(sub) -> None:
