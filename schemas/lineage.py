@@ -15,9 +15,10 @@ from typing import Any, Literal
 from yeto.schemas.base import Event, registry
 from yeto.schemas.recipe import SyncConfig
 
-# Train-recipe fields a resume may change: the schedule's end (and so the lineage's total steps), and how an island
-# lays out its memory (the fleet's business: the same numbers either way).
-SAFE_TRAIN = frozenset({"max_steps", "shard", "activation_checkpointing"})
+# Train-recipe fields a resume may change: the schedule's end (and so the lineage's total steps), how an island
+# lays out its memory (the fleet's business: the same numbers either way), and held-out evaluation (it never
+# touches the weights).
+SAFE_TRAIN = frozenset({"max_steps", "shard", "activation_checkpointing", "eval_every", "eval_data"})
 # Train fields keyed elsewhere: the base by name and pins, the data by its fingerprint; the resume's own start step.
 NOT_KEYED = frozenset({"model", "data", "pins", "start_step"})
 # Sync settings that shape θ and the outer momentum a resume carries on (the rest is fleet tuning: safe).

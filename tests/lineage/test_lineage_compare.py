@@ -11,6 +11,7 @@ TRAIN = {"model": "/m/tiny", "data": "/d/chat.jsonl", "data_format": "auto", "tr
          "betas": [0.9, 0.95], "warmup_steps": 20, "schedule": "cosine", "min_lr_ratio": 0.1, "max_steps": 100,
          "clip_norm": 1.0, "micro_batch": 4, "grad_accum": 1, "seq_len": 128, "seed": 0, "dtype": "auto",
          "heldout_fraction": 0.05, "base_quantization": "none", "shard": "auto", "activation_checkpointing": False,
+         "field_map": {}, "eval_every": 0, "eval_data": "",
          "sync": {"num_fragments": 2, "outer_lr": 0.7, "momentum": 0.9, "merge": "rda", "inner_steps": 8},
          "pins": {"base": {"id": "/m/tiny", "revision": None, "files": {"model.safetensors": "aa" * 32}}}}
 RECIPE = {"train": TRAIN, "data_check": {"fingerprint": "f" * 64}, "limits": {"max_steps": 100}}
@@ -28,7 +29,8 @@ def changed(**train) -> dict:
 OTHER = {"data_format": "openai", "train_on": "all", "tuning": "full", "lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.1,
          "target_modules": ["q_proj"], "lr": 1e-3, "weight_decay": 0.0, "betas": [0.9, 0.99], "warmup_steps": 5,
          "schedule": "constant", "min_lr_ratio": 0.2, "clip_norm": 0.5, "micro_batch": 8, "grad_accum": 2,
-         "seq_len": 256, "seed": 1, "dtype": "f32", "heldout_fraction": 0.1, "base_quantization": "nf4"}
+         "seq_len": 256, "seed": 1, "dtype": "f32", "heldout_fraction": 0.1, "base_quantization": "nf4",
+         "field_map": {"messages": "conversation"}}
 
 
 @pytest.mark.parametrize("name", sorted(OTHER))
