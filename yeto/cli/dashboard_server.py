@@ -10,8 +10,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from yeto.cli.dashboard_model import Board, absorb, snapshot
-from yeto.cli.sql import tape_query
 from yeto.cli.tape import PAGE, as_event, run_filter
+from yeto.cli.tape_query import tape_query
 
 RUNS_SQL = """
 SELECT r.run_id, r.phase, strftime(r.started, '%Y-%m-%d %H:%M:%S') AS started, r.num_rounds AS rounds,
