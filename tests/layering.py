@@ -29,7 +29,8 @@ def layer_of(module: str) -> str:
 FACES = ("yeto.services.planner.api", "yeto.services.launcher.api", "yeto.services.finalizer.api",
          "yeto.learners.torch.api", "yeto.learners.data")
 TRANSPORT = ("yeto.learners.bus_client", "yeto.learners.transport")   # the learners' one door to the bus
-SHARED_EDGES = ("yeto.infra.model_source", "yeto.infra.source_pins")   # edges every layer above infra reads (a --model on disk, its pin)
+# Edges every layer above infra reads (a --model on disk, its pin).
+SHARED_EDGES = ("yeto.infra.model_source", "yeto.infra.source_pins")
 
 
 def allowed(source: str, target: str) -> bool:
