@@ -4,6 +4,7 @@ the stream has nothing; SkyPilot's log for a cloud island that never published; 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import queue
@@ -88,6 +89,10 @@ def test_learner_lines_reach_yeto_logs_every_island_or_one_with_secrets_masked(s
     one = _yeto(server, "logs", RUN, "--island", "1", "-n", "2")
     assert one.returncode == 0 and one.stdout.splitlines()[0].endswith("INFO yeto.test.island1: island 1 step 2")
     assert len(one.stdout.splitlines()) == 2 and "[island" not in one.stdout
+    as_json = _yeto(server, "logs", RUN, "--json", "-n", "5")      # the same lines, one object each, for machines
+    objects = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [(o["source"], o["learner"]) for o in objects] == [("stream", "island-0")] + [("stream", "island-1")] * 4
+    assert objects[-1]["line"].endswith("WARNING yeto.test.island1: token is ***")
 
 
 @pytest.mark.timeout(120)
@@ -153,6 +158,9 @@ def test_with_nothing_on_the_bus_the_local_files_are_shown_and_it_says_so(server
     done = _yeto(server, "logs", "r-files")
     assert done.returncode == 0 and done.stdout == "set up\ntraining\n"
     assert "no log lines of run r-files on the bus; the local files under" in done.stderr
+    as_json = _yeto(server, "logs", "r-files", "--json")
+    assert [json.loads(line) for line in as_json.stdout.splitlines()] == [
+        {"source": "file", "learner": None, "line": "set up"}, {"source": "file", "learner": None, "line": "training"}]
 
 
 @pytest.mark.timeout(120)

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import TextIO
 
 from yeto.cli.common import conf, run_id_arg, url_for_run
 from yeto.cli.logs_files import follow_logs, log_files
@@ -38,6 +39,8 @@ def register(sub) -> None:
     lg.add_argument("--island", type=int, default=None, help="only island N's lines")
     lg.add_argument("--lines", "-n", type=int, default=50, help="newest lines to start with (default: 50; of each "
                                                                    "file when read from the local files)")
+    lg.add_argument("--json", action="store_true", help='one JSON object a line: {"source": "stream"|"file"|"skypilot", '
+                                                        '"learner", "line"}')
     lg.set_defaults(func=run_logs)
 
 
@@ -55,11 +58,12 @@ def run_logs(args) -> int:
     def then(printed: int, seen: set[str]) -> bool:
         """After the stream's newest lines: the cloud islands that never published, and whether to follow it."""
         why = "never published a line" if url else "may have published lines, but no bus of the run answers"
-        found["stream"], found["sky"] = printed, print_setup_logs(jobs, seen, args.lines, why)
+        found["stream"], found["sky"] = printed, print_setup_logs(jobs, seen, args.lines, why,
+                                                                  output(args, "skypilot", learner))
         return args.follow and (printed > 0 or not files())
 
     if url:
-        asyncio.run(read_logs(url, args.run, learner, lines=args.lines, out=sys.stdout, then=then))
+        asyncio.run(read_logs(url, args.run, learner, lines=args.lines, out=output(args, "stream", learner), then=then))
     else:
         then(0, set())
     if found["stream"] or (url and args.follow and not files()):
@@ -67,7 +71,7 @@ def run_logs(args) -> int:
     if files():
         where = "on the bus" if url else "on the bus (no stack answers for it)"
         print(f"yeto: no log lines of run {args.run} {where}; the local files under {files_dir}:", file=sys.stderr)
-        follow_logs(files, sys.stdout, lines=args.lines, follow=args.follow)
+        follow_logs(files, output(args, "file", learner), lines=args.lines, follow=args.follow)
         return 0
     if found["sky"]:
         return 0
@@ -93,7 +97,7 @@ def skypilot_jobs(args) -> dict[int, str]:
     return jobs
 
 
-def print_setup_logs(jobs: dict[int, str], seen: set[str], lines: int, why: str) -> int:
+def print_setup_logs(jobs: dict[int, str], seen: set[str], lines: int, why: str, out: TextIO = sys.stdout) -> int:
     """The tail of SkyPilot's log of each island's job whose learner has no line on the bus; how many were shown."""
     silent = {i: job for i, job in sorted(jobs.items()) if learner_name(i) not in seen}
     if silent:
@@ -106,6 +110,31 @@ def print_setup_logs(jobs: dict[int, str], seen: set[str], lines: int, why: str)
             text = f"(SkyPilot did not give it: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
         print(f"yeto: island {island} {why}; SkyPilot's log of its job {job}:", file=sys.stderr)
         for line in text.splitlines()[-lines:]:
-            print(f"[{learner_name(island)}] {line}")
-    sys.stdout.flush()
+            print(f"[{learner_name(island)}] {line}", file=out)
+    out.flush()
     return len(silent)
+
+
+def output(args, source: str, learner: str | None) -> TextIO:
+    """Where lines go: stdout as they are, or with --json as JSON objects (JsonLines)."""
+    return JsonLines(sys.stdout, source, learner) if args.json else sys.stdout
+
+
+class JsonLines:
+    """A text sink turning each line ("[learner] text", or "text" of the one learner asked for) into a JSON object."""
+
+    def __init__(self, out: TextIO, source: str, learner: str | None):
+        self.out, self.source, self.learner, self.buffer = out, source, learner, ""
+
+    def write(self, text: str) -> int:
+        self.buffer += text
+        *lines, self.buffer = self.buffer.split("\n")
+        for line in lines:
+            who, rest = self.learner, line
+            if line.startswith("[") and "] " in line:
+                who, rest = line[1:line.index("] ")], line[line.index("] ") + 2:]
+            self.out.write(json.dumps({"source": self.source, "learner": who, "line": rest}) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
