@@ -132,14 +132,16 @@ def cmd_launch(args) -> int:
                                 tuning=args.tuning, base_quantization=args.base_quantization, seq_len=args.seq_len,
                                 micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing,
                                 shard=args.shard)
-        launch = build_launch(args, run_id, checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands),
-                                                                local_price=args.local_price))
+        fleet = checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands), local_price=args.local_price)
+        limits.ask_for_limit(args, fleet)
+        launch = build_launch(args, run_id, fleet)
     named = conf(args).nats_url        # --nats-url / $YETO_NATS_URL: a stack the user runs
     if launch is None:                 # the planner picks: the named stack's, else planned in this process
         fleet = fleet_from_planner(args, named, run_id) if named else cloud_launch.plan_here(args)
         if fleet is None:
             return 1
         limits.check_fleet_size(fleet, args)
+        limits.ask_for_limit(args, fleet)
         launch = build_launch(args, run_id, fleet)
     launch, lineage_events = lineage.apply(args, launch)      # a parent mismatch is refused before anything starts
     if any(f["cloud"] != "local" for f in launch.fleet) and not named:

@@ -44,3 +44,28 @@ def check_fleet_size(fleet: list[dict[str, Any]], args) -> None:
     cap = Capacity(cpus=os.cpu_count() or 1, gpus=_cuda_devices() if cuda else 0, max_islands=args.max_islands)
     if why := over_capacity(fleet, cap):
         raise ValueError(f"--gpu {args.gpu or '(the planned fleet)'}: {why}")
+
+
+LIMITS = ("max_spend", "max_steps", "max_tokens", "max_time")
+
+
+def ask_for_limit(args, fleet: list[dict[str, Any]], *, ask=input, interactive: bool | None = None) -> None:
+    """A cloud run with no limit bills until `yeto down`: on a terminal, ask for --max-spend (empty: go on without);
+    elsewhere say so on stderr. Sets args.max_spend from the answer (the recipe is built after this)."""
+    import sys
+
+    if all(e.get("cloud") == "local" for e in fleet) or any(getattr(args, f, None) for f in LIMITS):
+        return
+    interactive = sys.stdin.isatty() if interactive is None else interactive
+    warning = ("this cloud run has no limit (--max-spend, --max-steps, --max-tokens, --max-time): it bills, "
+               "islands and head, until `yeto down`")
+    if not interactive:
+        print(f"yeto: warning: {warning}", file=sys.stderr)
+        return
+    answer = ask(f"{warning}.\n  --max-spend in USD (empty: no limit): ").strip().lstrip("$")
+    if answer:
+        try:
+            args.max_spend = float(answer)
+        except ValueError:
+            raise ValueError(f"--max-spend {answer!r}: not a number of dollars") from None
+        _finite("--max-spend", args.max_spend)
