@@ -15,7 +15,7 @@ def run(*argv):
 
 
 @pytest.mark.parametrize("argv, expect", [
-    (["benchmarks/chaos.py", "--kills", "3", "--seed", "1"], "kills (s after launch, island)="),
+    (["benchmarks/chaos.py", "--kills", "3", "--seed", "1"], "kills (s after all train, island)="),
     (["scripts/smoke_models.py", "--tier", "small"], "tiny-llama (built here)"),
     (["scripts/benchmark_diffusion_diloco.py", "--model", "Lightricks/LTX-Video", "--data", "media", "--height", "512",
       "--width", "512", "--settings", "all"], "arm straggler_q1:"),
