@@ -167,7 +167,8 @@ def eval_artifact(recipe: dict, artifact: Path, work: Path) -> float:
     """Held-out loss of a full-model artifact, measured as the learners measure theirs (the learner program
     with no steps left: `--start-step max_steps --no-sync` evaluates the model it loaded)."""
     path = work / f"eval-{artifact.parent.name}-recipe.json"
-    path.write_text(json.dumps({**{k: v for k, v in recipe.items() if k != "sync"}, "model": str(artifact)}))
+    # The artifact is the model now: the base's pins (and the sync settings) are not its own.
+    path.write_text(json.dumps({**{k: v for k, v in recipe.items() if k not in ("sync", "pins")}, "model": str(artifact)}))
     proc = Proc([*LEARNER, "--run-id", "eval", "--learner", "eval", "--recipe", str(path), "--no-sync",
                  "--start-step", str(recipe["max_steps"]), "--device", "cpu"], log=work / f"eval-{artifact.parent.name}.log")
     proc.wait(600)

@@ -153,10 +153,10 @@ def test_one_seq_len_default_across_commands():
 
 def test_repeated_flags_and_llama_factory_all_targets_from_a_file(tmp_path):
     (tmp_path / "run.yaml").write_text("model_name_or_path: m\ndataset: d.jsonl\nlora_target: all\n"
-                                       "report_to: tensorboard,mlflow\nenv_from_host: [HF_TOKEN, WANDB_API_KEY]\n")
+                                       "report_to: [tensorboard]\nenv_from_host: [HF_TOKEN, WANDB_API_KEY]\n")
     args = build_parser().parse_args(["launch", "-c", str(tmp_path / "run.yaml")])
     launch_recipe.apply_config(args)
-    assert args.report_to == ["tensorboard", "mlflow"] and args.env_from_host == ["HF_TOKEN", "WANDB_API_KEY"]
+    assert args.report_to == ["tensorboard"] and args.env_from_host == ["HF_TOKEN", "WANDB_API_KEY"]
     assert args.target_modules is None and (args.model, args.data) == ("m", "d.jsonl")
 
 
