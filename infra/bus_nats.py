@@ -168,4 +168,8 @@ class NatsBus:
         # Not drain(): every publish was acknowledged already and every consumed message acked or left
         # for redelivery, so there is nothing to wait for (drain waits on idle ordered consumers).
         if not self.nc.is_closed:
-            await self.nc.close()
+            try:
+                await self.nc.close()
+            except (AttributeError, OSError):  # the server went away first: nats-py then writes into a torn-down TLS
+                pass                            # transport (AttributeError); there is nothing left to close
+
