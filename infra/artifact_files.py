@@ -19,6 +19,7 @@ from pathlib import Path
 from yeto.infra.bus_types import Bus, Subscription
 from yeto.infra.run_paths import run_path
 from yeto.infra.signing import SIG_FILE as SIGNATURE  # the manifest's signature: fetched beside it, for `yeto verify`
+from yeto.infra.source_pins import sha256_file as sha256_of
 from yeto.schemas.subjects import CHUNK_BYTES, artifact_subject
 
 MANIFEST = "manifest.json"
@@ -57,13 +58,6 @@ async def serve(bus: Bus, state_dir: Path, run_id: str) -> Subscription:
 
     return await bus.serve(artifact_subject(run_id), answer)
 
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 async def fetch(bus: Bus, run_id: str, dest: Path, manifest_sha256: str, *, timeout_s: float = 120.0) -> dict:

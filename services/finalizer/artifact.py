@@ -15,19 +15,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from yeto.infra import signing
 from yeto.infra.model_source import ModelSource, resolve
+from yeto.infra.source_pins import sha256_file  # one file hash for pins, manifests and fetches (re-exported: api.py)
 from yeto.services.finalizer import resume_state
 from yeto.services.finalizer.card import CARD_FILE, hub_id, model_card
 from yeto.services.finalizer.provenance import provenance
 
 ADAPTER_NAME = "default"   # peft's name of the one adapter a learner trains
 
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def is_adapter(state: dict[str, np.ndarray]) -> bool:
