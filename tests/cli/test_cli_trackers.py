@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tape"))
-from tape_events import scripted_run
+from tape_events import scripted_run, write_tape
 from yeto.cli.follow import Progress
 from yeto.cli.main import main
 from yeto.cli.progress_view import LiveView
@@ -31,11 +31,7 @@ RUN = "r-track"
 def state(tmp_path, monkeypatch):
     """A state directory whose tape holds one scripted run (two islands, a preemption, three rounds), stack down."""
     monkeypatch.delenv("YETO_NATS_URL", raising=False)
-    events = scripted_run(RUN)
-    store = TapeStore(StackPaths(tmp_path).db)
-    store.append(list(range(1, len(events) + 1)), [e.run_id for e in events], [to_bytes(e).decode() for e in events])
-    store.close()
-    return tmp_path
+    return write_tape(tmp_path, scripted_run(RUN))
 
 
 def yeto(state, *argv) -> int:

@@ -14,8 +14,5 @@ import learner_tiny
 @pytest.fixture(scope="session")
 def material(tmp_path_factory) -> dict:
     """A random-init 2-layer Llama with a word-level tokenizer, a learnable counting chat set, held-out rows."""
-    root = tmp_path_factory.mktemp("material")
-    return {"model": learner_tiny.write_model_dir(root / "model"),
-            "data": learner_tiny.write_chat_jsonl(root / "chat.jsonl", 300),
-            "heldout": learner_tiny.chat_rows(40, seed=99)}
+    return learner_tiny.material(tmp_path_factory.mktemp("material"))
 

@@ -80,3 +80,9 @@ def packed_batches(tokenizer, rows: list[dict], *, seq_len: int, micro_batch: in
                 ids = torch.tensor(stream[:seq_len * micro_batch]).view(micro_batch, seq_len)
                 del stream[:seq_len * micro_batch]
                 yield {"input_ids": ids, "labels": ids.clone()}
+
+
+def material(root: Path) -> dict:
+    """A random-init 2-layer Llama with a word-level tokenizer, a learnable counting chat set, held-out rows."""
+    return {"model": write_model_dir(root / "model"), "data": write_chat_jsonl(root / "chat.jsonl", 300),
+            "heldout": chat_rows(40, seed=99)}

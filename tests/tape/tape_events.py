@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from yeto.schemas.final import FinalCutRequested, RunFinalized
 from yeto.schemas.fleet import IslandPreempted, IslandReplaced, IslandRequested, IslandUp, RunLaunched
@@ -45,3 +46,15 @@ def scripted_run(run_id: str = "r-demo") -> list:
 
 # Island 0: 60 min at $2/h = $2. Island 1: 30 min + 20 min at $3/h = $2.5.
 SCRIPTED_SPEND = 4.5
+
+
+def write_tape(state: Path, events: list) -> Path:
+    """A state directory whose tape holds `events` (stream sequences 1..n), with no stack running."""
+    from yeto.infra.stack import StackPaths
+    from yeto.infra.tape_store import TapeStore
+    from yeto.schemas.base import to_bytes
+
+    store = TapeStore(StackPaths(state).db)
+    store.append(list(range(1, len(events) + 1)), [e.run_id for e in events], [to_bytes(e).decode() for e in events])
+    store.close()
+    return state

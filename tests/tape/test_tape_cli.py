@@ -8,24 +8,18 @@ import threading
 
 import pytest
 
-from tape_events import scripted_run
+from tape_events import scripted_run, write_tape
 from waiting import wait_for
 from yeto.cli.logs_files import follow_logs, log_files
 from yeto.cli.main import main
 from yeto.infra.stack import StackPaths
-from yeto.infra.tape_store import TapeStore
-from yeto.schemas.base import to_bytes
 
 
 @pytest.fixture
 def state(tmp_path, monkeypatch):
     """A state directory whose tape holds two scripted runs, with no stack running."""
     monkeypatch.delenv("YETO_NATS_URL", raising=False)
-    events = scripted_run("r-one") + scripted_run("r-two")[:6]
-    store = TapeStore(StackPaths(tmp_path).db)
-    store.append(list(range(1, len(events) + 1)), [e.run_id for e in events], [to_bytes(e).decode() for e in events])
-    store.close()
-    return tmp_path
+    return write_tape(tmp_path, scripted_run("r-one") + scripted_run("r-two")[:6])
 
 
 def yeto(state, *argv) -> int:
