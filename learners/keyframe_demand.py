@@ -4,7 +4,8 @@ Keyframes (f32, 4 bytes a parameter) may arrive as announcements only: a header 
 fresh run's version 0 is some learner's initial values: equal to ours (same sha256), it is adopted with
 no download. Any other keyframe is fetched only to join (no version of the fragment yet) or when the
 learner stays behind it for `patience_s` because a delta never came, so periodic keyframes cost a learner
-that follows the deltas nothing but their headers.
+that follows the deltas nothing but their headers. A keyframe asked for that has not landed after
+`retry_s` (its fetch gave up while the server was away) is asked for again.
 """
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from yeto.schemas.fragments import FragmentHeader
 
 
 class KeyframeDemand:
-    def __init__(self, *, patience_s: float) -> None:
-        self.patience_s = patience_s
+    def __init__(self, *, patience_s: float, retry_s: float = 30.0) -> None:
+        self.patience_s, self.retry_s = patience_s, retry_s
         self.announced: dict[int, tuple[FragmentHeader, float]] = {}   # fragment -> newest keyframe header, when seen
-        self.requested: set[tuple[int, int]] = set()                   # (fragment, version) keyframes asked for
+        self.requested: dict[tuple[int, int], float] = {}              # (fragment, version) asked for -> when
         self.num_adopted = 0                                           # adopted by checksum, never downloaded
+        self.num_requested = 0                                         # fetches asked for, retries included
 
     def announce(self, header: FragmentHeader, now: float) -> None:
         seen = self.announced.get(header.fragment)
@@ -37,13 +39,16 @@ class KeyframeDemand:
         return adopted
 
     def wanted(self, versions: dict[int, int | None], now: float) -> list[FragmentHeader]:
-        """Announced keyframes to fetch now (each asked for once): no version yet, or stuck behind one."""
+        """Announced keyframes to fetch now: no version yet, or stuck behind one; each asked for once, and again
+        every `retry_s` while it has not landed."""
         out = []
         for p, (h, seen_at) in self.announced.items():
             v = versions[p]
             stuck = v is not None and v < h.version and now - seen_at >= self.patience_s
-            if (v is None or stuck) and (p, h.version) not in self.requested:
-                self.requested.add((p, h.version))
+            asked = self.requested.get((p, h.version))
+            if (v is None or stuck) and (asked is None or now - asked >= self.retry_s):
+                self.requested[(p, h.version)] = now
+                self.num_requested += 1
                 out.append(h)
         return out
 
@@ -52,3 +57,5 @@ class KeyframeDemand:
         seen = self.announced.get(fragment)
         if seen is not None and seen[0].version <= version:
             del self.announced[fragment]
+        for key in [k for k in self.requested if k[0] == fragment and k[1] <= version]:
+            del self.requested[key]

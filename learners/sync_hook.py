@@ -63,7 +63,7 @@ class DilocoHook:
 
     def stats(self) -> dict[str, int]:
         """What the protocol cost this learner: keyframes adopted by checksum or fetched, chunks dropped, bytes."""
-        return dict(adopted=self.sync.keyframes.num_adopted, keyframes_requested=len(self.sync.keyframes.requested),
+        return dict(adopted=self.sync.keyframes.num_adopted, keyframes_requested=self.sync.keyframes.num_requested,
                     dropped_chunks=self.sync.num_dropped, bytes_sent=self.transport.bytes_sent,
                     bytes_fetched=self.transport.bytes_fetched)
 

@@ -21,6 +21,7 @@ class Shadow:
         self.keyframe_every, self.codec_down = keyframe_every, codec_down
         self.values: np.ndarray | None = None         # None until version 0 is published (or restored)
         self.version = 0
+        self.keyframed: int | None = None             # the version of the newest keyframe sent
 
     def publish(self, version: int, theta: np.ndarray) -> list[tuple[FragmentHeader, bytes]]:
         """Messages announcing `version` of the fragment whose f32 values are `theta` (host array)."""
@@ -40,6 +41,7 @@ class Shadow:
     def keyframe(self) -> tuple[FragmentHeader, bytes]:
         """An f32 keyframe of the current shadow: a joining learner ends up bit-identical to the others."""
         payload = codecs.encode("f32", self.values)
+        self.keyframed = self.version
         return self._header(self.version, "keyframe", "f32", payload), payload
 
     def reset(self, version: int, values: np.ndarray) -> None:

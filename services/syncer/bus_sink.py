@@ -34,8 +34,10 @@ class BusSink:
 
     async def chunk(self, h: FragmentHeader, chunk: bytes) -> None:
         subject = (keyframe_subject if h.kind == "keyframe" else delta_subject)(h.run_id, h.fragment, h.chunk)
-        await self.bus.publish_raw(subject, chunk, msg_id=f"g.{h.run_id}.{h.fragment}.{h.kind}.{h.version}.{h.chunk}",
-                                   headers=h.to_nats())
+        # The id names the content: a resend of the same bytes is dropped by the stream, while another keyframe
+        # of the same version (the final cut's exact Θ after the shadow's) still goes out.
+        msg_id = f"g.{h.run_id}.{h.fragment}.{h.kind}.{h.version}.{h.sha256[:16]}.{h.chunk}"
+        await self.bus.publish_raw(subject, chunk, msg_id=msg_id, headers=h.to_nats())
 
     async def event(self, event: Event) -> None:
         await self.bus.publish(event)

@@ -103,7 +103,8 @@ class SyncerCore:
                                      record=self.learners.get(h.learner), config=self.config)
                      or roster.tokens(h, roster=self.roster))
         if rejection is not None:
-            return self._refuse(h, rejection)
+            repair = frag.repair(h.base_version) if rejection.reason == "stale_base" else []
+            return self._refuse(h, rejection) + [Broadcast(*m) for m in repair]
         h = roster.bounded(h, version=frag.version, roster=self.roster, config=self.config)   # its weight and credit
         products = frag.take_in(h, payload)
         if not np.isfinite(products[-1]):
@@ -173,11 +174,17 @@ class SyncerCore:
     def snapshot(self, p: int) -> FragmentSnapshot:
         return self.fragments[p].snapshot(self.learners.entries(p))
 
-    def restore(self, snaps: dict[int, FragmentSnapshot], now: float) -> None:
-        """Resume from snapshots; learners in their ledgers count as live (last seen `now`) until they time out."""
+    def restore(self, snaps: dict[int, FragmentSnapshot], now: float) -> list[Broadcast]:
+        """Resume from snapshots; learners in their ledgers count as live (last seen `now`) until they time out.
+        Returns a keyframe of each restored version to send before anything else: a snapshot is written before
+        its broadcast, so the predecessor may have died in between, and learners stuck before a delta that
+        never went out fetch this keyframe (they download only when stuck; the others see a header)."""
+        out = []
         for p, s in sorted(snaps.items()):
             self.fingerprint = self.fingerprint or s.fingerprint
             if s.fingerprint != self.fingerprint:
                 raise ValueError(f"snapshot of fragment {p} has another layout fingerprint: another run's, or another layout's")
             self.fragments[p] = FragmentState.restored(s, self.run_id, self.config)
             self.learners.restore(p, s.ledger, now)
+            out.append(Broadcast(*self.fragments[p].shadow.keyframe()))
+        return out

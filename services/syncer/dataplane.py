@@ -50,7 +50,8 @@ class DataPlane:
         self.busy = False                        # a fetched batch is being taken in
         self.refusals = Refusals(instance)
         self.run_dirs: dict[str, Path] = {}
-        self.seeded: dict[str, list] = {}        # a seeded run's keyframes, sent with its first message
+        self.first: dict[str, list] = {}         # keyframes sent before a run's first message is taken in: a
+                                                 # seeded run's versions, or a restored run's (core.restore)
 
     def run_dir(self, run_id: str) -> Path:
         """The run's snapshot folder, `<state>/syncer/<run_id>`, checked to stay there (once per run: every
@@ -69,11 +70,11 @@ class DataPlane:
             # Shards share the run's snapshot folder: restore only this shard's fragments.
             snaps = {p: s for p, s in snapshot.read_all(self.run_dir(run_id)).items() if core.owned is None or p in core.owned}
             if snaps:
-                core.restore(snaps, time.monotonic())
+                self.first[run_id] = core.restore(snaps, time.monotonic())
                 log.info("run %s: resumed %d fragments from snapshots (versions %s)", run_id, len(snaps),
                          {p: s.version for p, s in snaps.items()})
             elif seeded := seed.seed(core, sync, time.monotonic()):   # a resumed or branched run: its parent's versions
-                self.seeded[run_id] = seeded
+                self.first[run_id] = seeded
             self.cores[run_id] = core
         return self.cores[run_id]
 
@@ -126,8 +127,8 @@ class DataPlane:
         async with self.lock:
             core = self.core(run_id, info.sync)
             core.roster = roster_of(info)
-            if run_id in self.seeded:       # the seeded versions go out before anything of the run is taken in
-                await self.perform(bus, run_id, self.seeded.pop(run_id))
+            if run_id in self.first:        # seeded or restored versions go out before anything of the run is taken in
+                await self.perform(bus, run_id, self.first.pop(run_id))
             outputs = core.receive(header, msg.data, time.monotonic(), sender=learner_of_fragment(msg.subject))
             refused = core.refused
             if refused == "not_announced" and await self.refusals.retry(msg):

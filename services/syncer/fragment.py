@@ -103,6 +103,15 @@ class FragmentState:
             self.since_snapshot = 0
         return messages, due
 
+    def repair(self, base_version: int) -> list[tuple[FragmentHeader, bytes]]:
+        """A keyframe of the current version for learners stuck at `base_version`, unless one newer than it went
+        out already (they fetch that one and apply the deltas they hold after it). Learners stuck behind a
+        delta that never reached them (a syncer killed between its snapshot and the broadcast, a publish lost
+        with a node) get no new version otherwise: every push of theirs is refused as stale."""
+        if self.shadow.values is None or (self.shadow.keyframed is not None and self.shadow.keyframed > base_version):
+            return []
+        return [self.shadow.keyframe()]
+
     # -- snapshots and the final cut -------------------------------------------------------------------
     def snapshot(self, ledger: dict[str, dict]) -> FragmentSnapshot:
         """The fragment as of now: Θ, momentum, the broadcast shadow, version, and the learners' `ledger` of it."""

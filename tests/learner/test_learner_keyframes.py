@@ -120,6 +120,23 @@ def test_a_learner_following_deltas_never_fetches_periodic_keyframes_but_does_wh
     assert first not in b.keyframes.announced
 
 
+def test_a_keyframe_whose_fetch_gave_up_is_asked_for_again_after_retry_s():
+    """A fetch that gave up (the server away through all its tries) must not leave the learner stuck for good:
+    nothing else would ever ask for that keyframe again."""
+    clock = Clock()
+    a, b = learner(0), learner(1, clock, name="l1")
+    shadow = BroadcastShadow(run_id="r", fingerprint=a.fingerprint, keyframe_every=16, codec_down="q4")
+    for h, _ in keyframes_of(a, shadow, 0, {p: a.anchors[p] for p in a.active}):
+        b.offer(h, None)
+    first = [(h.fragment, h.version) for h in b.keyframes_wanted()]
+    assert sorted(first) == sorted((p, 0) for p in b.active)
+    clock.t += b.keyframes.retry_s - 1
+    assert b.keyframes_wanted() == [], "not again before retry_s"
+    clock.t += 1
+    assert sorted((h.fragment, h.version) for h in b.keyframes_wanted()) == sorted(first), "asked again: nothing landed"
+    assert b.keyframes.num_requested == 2 * len(b.active)
+
+
 class Recorder(LocalTransport):
     """A transport that records pushes and hands out scripted globals."""
 

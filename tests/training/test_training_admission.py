@@ -10,6 +10,7 @@ from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import LearnerRejected, RoundMerged
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.grace import grace_s, quorum_size
+from yeto.services.syncer.outputs import Broadcast
 from yeto.services.syncer.rounds import WakeAt
 
 N, FP = 600, "a" * 64
@@ -107,3 +108,18 @@ def test_overlapping_pushes_are_credited_their_tokens_once():
     assert rec.credit(push(300, 300, fragment=1)) == 300, "fragments are credited apart"
     assert rec.credit(push(80, 80, generation=1)) == 80, "another generation: its own counts"
     assert rec.credit(push(40, 0)) == 40, "a learner that sends no tokens_to is credited c_tokens"
+
+
+def keyframes(out):
+    return [(o.header.fragment, o.header.version) for o in out if isinstance(o, Broadcast) and o.header.kind == "keyframe"]
+
+
+def test_a_stale_push_brings_a_keyframe_of_the_current_version_once(core):
+    """Learners whose pushes are all stale have missed a delta: nothing else makes a new keyframe (no new
+    version merges while every push is refused), so the refusal does, unless one newer than their base is out."""
+    core.fragments[0].shadow.version = 3
+    out = send(core, msg(base_version=1))
+    assert reasons(out) == ["stale_base"] and keyframes(out) == [(0, 3)]
+    out = send(core, msg(base_version=1, learner="l1"))
+    assert reasons(out) == ["stale_base"] and keyframes(out) == [], "keyframe 3 is newer than their base: fetch that"
+    assert keyframes(send(core, msg(base_version=3, local_step=2))) == [], "an admitted push brings none"

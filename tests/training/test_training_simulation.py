@@ -148,3 +148,57 @@ def test_syncer_resumes_from_snapshot_and_refuses_replays(tmp_path):
     push = sync._push(p)
     outs = resumed.receive(*split_chunks(push.header, push.payload)[0], bus.now)
     assert [o.reason for o in outs if isinstance(o, LearnerRejected)] == ["duplicate"]
+
+
+class LossyWire(Wire):
+    """A wire whose broadcasts are lost while `lose` is set: the syncer merged and snapshotted, then died
+    before its broadcast went out."""
+
+    lose = False
+
+    def chunk(self, h, chunk) -> None:
+        if not self.lose:
+            super().chunk(h, chunk)
+
+
+@pytest.mark.timeout(120)
+def test_a_broadcast_lost_with_a_killed_syncer_does_not_leave_learners_stuck(tmp_path):
+    """The successor restores the snapshot written before the lost broadcast; the learners, one delta short,
+    recover from the keyframe it sends and every fragment keeps merging (they were refused as stale forever)."""
+    rng = np.random.default_rng(3)
+    init = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+    config = SyncConfig(num_fragments=4, inner_steps=8, alpha=0.5)
+    core = SyncerCore(config, run_id="r-sim")
+    bus = LossyWire(core, tmp_path)
+    learners = [DilocoSync(DictArrays(init), config, run_id="r-sim", learner=f"l{m}", clock=lambda: bus.now) for m in range(2)]
+    transports = [bus.transport(f"l{m}") for m in range(2)]
+    for sync, t in zip(learners, transports):
+        for push in sync.init_pushes():
+            t.send_push(push.header, push.payload)
+
+    def steps(first, last):
+        for step in range(first, last + 1):
+            bus.now = step * 0.05
+            for sync, t in zip(learners, transports):
+                for value in sync.arrays.values.values():
+                    value -= 0.05 * (value - 1.0)
+                sync.step_boundary(step, 100, t, step_time_s=0.05)
+            bus.handle(bus.core.tick(bus.now))
+
+    steps(1, 40)
+    bus.lose, merged = True, len([e for e in bus.events if isinstance(e, RoundMerged)])
+    step = 41
+    while len([e for e in bus.events if isinstance(e, RoundMerged)]) == merged:
+        steps(step, step)
+        step += 1
+    bus.lose = False                                                  # the syncer dies here; its successor:
+    lost = next(e for e in reversed(bus.events) if isinstance(e, RoundMerged))
+    bus.core = SyncerCore(config, run_id="r-sim")
+    bus.handle(bus.core.restore(snapshot.read_all(tmp_path), now=bus.now))
+    versions_at_restore = {p: f.version for p, f in bus.core.fragments.items()}
+    steps(step, step + 120)
+    for sync in learners:
+        for p in sync.active:
+            assert sync.versions[p] == bus.core.fragments[p].version, f"fragment {p} (lost: {lost.fragment})"
+            assert sync.anchors[p].tobytes() == bus.core.fragments[p].shadow.values.tobytes()
+    assert all(bus.core.fragments[p].version >= v + 4 for p, v in versions_at_restore.items()), "every fragment merges on"
