@@ -3,21 +3,24 @@
 One file per fragment, `frag-<p>.safetensors`, written to a temporary name, fsynced and renamed, so a
 reader sees the old snapshot or the new one, never a torn one. The `yeto` metadata key holds the JSON
 header: fingerprint, fragment, version, role and the per-learner ledger (newest generation and last
-admitted step per learner), which is what resume needs to refuse replays.
+admitted step per learner), which is what resume needs to refuse replays. The arrays are streamed to the
+file from where they lie and hashed on the way (no serialised copy), and read back memory-mapped (pages of
+the file, not the heap): writing or restoring a model never needs a second copy of it in RAM.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from safetensors import safe_open
-from safetensors.numpy import save
 
 FORMAT = 1
+NAMES = ("theta", "momentum", "shadow")
 
 
 @dataclass
@@ -37,17 +40,20 @@ def path_of(directory: Path, fragment: int) -> Path:
 
 
 def write(directory: Path, snap: FragmentSnapshot) -> tuple[Path, str]:
-    """Write atomically; return (path, sha256 of the file)."""
+    """Write atomically, one array at a time straight from memory; return (path, sha256 of the file)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     header = dict(format=FORMAT, fragment=snap.fragment, version=snap.version, fingerprint=snap.fingerprint,
                   role=snap.role, ledger=snap.ledger)
-    tensors = {name: np.ascontiguousarray(getattr(snap, name), dtype=np.float32) for name in ("theta", "momentum", "shadow")}
-    data = save(tensors, metadata={"yeto": json.dumps(header, sort_keys=True)})
+    arrays = [(name, np.ascontiguousarray(getattr(snap, name), dtype="<f4").reshape(-1)) for name in NAMES]
     final = path_of(directory, snap.fragment)
     tmp = final.with_suffix(f".tmp{os.getpid()}")
+    digest = hashlib.sha256()
     with open(tmp, "wb") as f:
-        f.write(data)
+        meta = {"yeto": json.dumps(header, sort_keys=True)}
+        for part in (_header(arrays, meta), *(memoryview(a).cast("B") for _, a in arrays)):
+            digest.update(part)
+            f.write(part)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, final)
@@ -56,19 +62,41 @@ def write(directory: Path, snap: FragmentSnapshot) -> tuple[Path, str]:
         os.fsync(dir_fd)                 # the rename itself must survive a crash
     finally:
         os.close(dir_fd)
-    return final, hashlib.sha256(data).hexdigest()
+    return final, digest.hexdigest()
+
+
+def _header(arrays: list[tuple[str, np.ndarray]], metadata: dict[str, str]) -> bytes:
+    """The safetensors header: little-endian u64 length, then JSON padded with spaces to 8 bytes."""
+    entries: dict = {"__metadata__": metadata}
+    offset = 0
+    for name, a in arrays:
+        entries[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(entries, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text
 
 
 def read(path: Path) -> FragmentSnapshot:
-    """Load one fragment snapshot; ValueError naming the file when it is not a Yeto snapshot."""
+    """Load one fragment snapshot, its arrays memory-mapped read-only; ValueError naming the file when it is not a
+    Yeto snapshot."""
     with safe_open(str(path), framework="np") as f:
         meta = f.metadata() or {}
-        if "yeto" not in meta:
-            raise ValueError(f"{path} is not a Yeto syncer snapshot (no 'yeto' metadata); remove it or point --state elsewhere")
-        header = json.loads(meta["yeto"])
-        arrays = {name: f.get_tensor(name) for name in ("theta", "momentum", "shadow")}
+    if "yeto" not in meta:
+        raise ValueError(f"{path} is not a Yeto syncer snapshot (no 'yeto' metadata); remove it or point --state elsewhere")
+    header = json.loads(meta["yeto"])
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        entries = json.loads(f.read(size))
+    arrays = {name: _mapped(path, 8 + size + entries[name]["data_offsets"][0], tuple(entries[name]["shape"])) for name in NAMES}
     return FragmentSnapshot(fragment=header["fragment"], version=header["version"], fingerprint=header["fingerprint"],
                             role=header.get("role", "layers"), ledger=header.get("ledger", {}), **arrays)
+
+
+def _mapped(path: Path, offset: int, shape: tuple[int, ...]) -> np.ndarray:
+    if not np.prod(shape):
+        return np.zeros(shape, dtype=np.float32)       # mmap cannot map nothing
+    return np.memmap(path, dtype="<f4", mode="r", offset=offset, shape=shape)
 
 
 def read_all(directory: Path) -> dict[int, FragmentSnapshot]:
