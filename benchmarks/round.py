@@ -1,0 +1,156 @@
+"""The whole syncer round through the real SyncerCore, stage by stage, against memcpy of the same bytes in one run.
+
+One round of one fragment of `n` values with M learners, as the data plane drives it: every push's q4 chunks
+taken in (admission, reassembly, q4 decode with its Gram row), the merge and Nesterov outer step (the
+RoundMerged event's merge_ms), the broadcast (q4 encode of Θ − shadow, the shadow advanced by the decoded
+delta, a keyframe every `keyframe_every` versions), then the outputs performed in order: the snapshot
+written and fsynced before the broadcast's chunks go out (outputs.py). Every stage's wall time is divided
+by the wall time of one memcpy of the bytes the round's rows hold ((M + 4) f32 rows: pushes, Θ, momentum,
+shadow, the decode target), timed in the same run, so the ratios are wall over wall. The older
+`merge_vs_memcpy` of benchmarks/merge.py counts logical bytes; here `merge_logical_bytes_per_s_over_memcpy`
+is that figure, named for what it is. Best of `--reps` rounds per size.
+
+    .venv/bin/python benchmarks/round.py [--values 1M,4M,16M] [--learners 4] [--reps 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # single-threaded, like memcpy: a fair ratio
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from yeto.schemas import codecs
+from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
+from yeto.schemas.recipe import SyncConfig
+from yeto.schemas.subjects import CHUNK_BYTES
+from yeto.schemas.training import RoundMerged
+from yeto.services.syncer import snapshot
+from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.outputs import perform
+
+FP = "f" * 64
+STAGES = ("ingest", "merge", "broadcast_encode", "snapshot", "chunking")
+
+
+class Sink:
+    """Where the round's outputs go: the snapshot to disk (fsynced), the broadcast's chunks counted."""
+
+    chunk_bytes = CHUNK_BYTES
+
+    def __init__(self, directory: Path) -> None:
+        self.dir, self.seconds, self.events, self.bytes_out = directory, dict.fromkeys(("snapshot", "chunking"), 0.0), [], 0
+        self._mark = time.perf_counter()
+
+    def snapshot(self, snap) -> None:
+        start = time.perf_counter()
+        snapshot.write(self.dir, snap)
+        self.seconds["snapshot"] += time.perf_counter() - start
+        self._mark = time.perf_counter()
+
+    def chunk(self, header, chunk) -> None:
+        self.bytes_out += len(chunk)
+        now = time.perf_counter()
+        self.seconds["chunking"] += now - self._mark
+        self._mark = now
+
+    def event(self, event) -> None:
+        self.events.append(event)
+
+    def wake(self, at) -> None:
+        pass
+
+
+def header(learner: str, kind: str, codec: str, n: int, payload: bytes, *, step: int, base: int) -> FragmentHeader:
+    return FragmentHeader(run_id="bench", learner=learner, fragment=0, kind=kind, fingerprint=FP, codec=codec, numel=n,
+                          c_tokens=1000, c_steps=8, local_step=step, base_version=base, sha256=sha256(payload))
+
+
+def one_round(core: SyncerCore, pushes: list[list[tuple]], sink: Sink) -> dict[str, float]:
+    """Take in every push's chunks (the last chunk closes the round), perform the outputs; seconds per stage."""
+    ingest, outputs = 0.0, []
+    for chunks in pushes:
+        for h, c in chunks:
+            start = time.perf_counter()
+            out = core.receive(h, c, time.monotonic())
+            ingest += time.perf_counter() - start
+            outputs += out
+    merged = [o for o in outputs if isinstance(o, RoundMerged)]
+    assert len(merged) == 1, f"the round did not merge: {[type(o).__name__ for o in outputs]}"
+    merge_s = merged[0].merge_ms / 1e3
+    sink.seconds = dict.fromkeys(sink.seconds, 0.0)
+    start = time.perf_counter()
+    perform(outputs, sink)
+    perform_s = time.perf_counter() - start
+    # The last receive did the merge and the broadcast encode after its chunk's ingest: split it by the event's
+    # merge_ms and the encode timed on its own below (run_size), so `ingest` is the chunks' intake alone.
+    return dict(ingest=ingest, merge=merge_s, perform=perform_s, **sink.seconds)
+
+
+def run_size(n: int, learners: int, reps: int, directory: Path) -> dict[str, float]:
+    rng = np.random.default_rng(0)
+    config = SyncConfig(num_fragments=1, quorum=learners, keyframe_every=1 << 30, snapshot_every=1)
+    core = SyncerCore(config, run_id="bench", fingerprint=FP)
+    init = rng.standard_normal(n, dtype=np.float32)
+    payload = codecs.encode("f32", init)
+    for m in range(learners):
+        for h, c in split_chunks(header(f"l{m}", "init", "f32", n, payload, step=0, base=0), payload):
+            core.receive(h, c, time.monotonic())
+    deltas = [codecs.encode("q4", rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(learners)]
+    sink = Sink(directory)
+    best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "memcpy"), float("inf"))
+    rows = np.empty((learners + 4, n), dtype=np.float32)
+    dst = np.empty_like(rows)
+    theta = core.fragments[0].theta
+    for rep in range(reps):
+        version = core.fragments[0].version
+        pushes = [split_chunks(header(f"l{m}", "push", "q4", n, d, step=rep + 1, base=version), d) for m, d in enumerate(deltas)]
+        for stage, seconds in one_round(core, pushes, sink).items():
+            best[stage] = min(best[stage], seconds)
+        start = time.perf_counter()
+        codecs.encode("q4", theta - core.fragments[0].shadow.values)      # what publish encodes, on its own
+        best["broadcast_encode"] = min(best["broadcast_encode"], time.perf_counter() - start)
+        start = time.perf_counter()
+        np.copyto(dst, rows)
+        best["memcpy"] = min(best["memcpy"], time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--values", default="1M,4M,16M", help="values per fragment, comma-separated (K and M suffixes)")
+    ap.add_argument("--learners", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    scale = {"K": 1 << 10, "M": 1 << 20}
+    sizes = [int(float(v[:-1]) * scale[v[-1]]) if v[-1] in scale else int(v) for v in args.values.split(",")]
+    m = args.learners
+    print(f"one round of one fragment, {m} learners, q4 up and down, snapshot fsynced before the broadcast; best of {args.reps}")
+    columns = " ".join(f"{s:>17}" for s in STAGES)
+    print(f"{'values':>10} {'MiB':>6} {'memcpy ms':>10} {columns} {'round ms':>9} {'round/memcpy':>12}")
+    with tempfile.TemporaryDirectory(prefix="yeto-round-") as tmp:
+        for n in sizes:
+            b = run_size(n, m, args.reps, Path(tmp))
+            ingest_only = max(0.0, b["ingest"] - b["merge"] - b["broadcast_encode"])
+            stages = dict(ingest=ingest_only, merge=b["merge"], broadcast_encode=b["broadcast_encode"],
+                          snapshot=b["snapshot"], chunking=b["perform"] - b["snapshot"])
+            total = b["ingest"] + b["perform"]
+            cells = " ".join(f"{stages[s] * 1e3:8.1f} ({stages[s] / b['memcpy']:5.2f}x)" for s in STAGES)
+            print(f"{n:>10} {4 * n / 2**20:>6.0f} {b['memcpy'] * 1e3:>10.1f} {cells} {total * 1e3:>9.1f} "
+                  f"{total / b['memcpy']:>12.2f}")
+            logical = (m + 4) * 4 * n                          # pushes, Θ and momentum read, Θ and momentum written
+            memcpy_bps = 2 * (m + 4) * 4 * n / b["memcpy"]      # read + write
+            last = dict(round_wall_over_memcpy_wall=total / b["memcpy"],
+                        round_without_snapshot_over_memcpy_wall=(total - b["snapshot"]) / b["memcpy"],
+                        merge_logical_bytes_per_s_over_memcpy=logical / b["merge"] / memcpy_bps)
+    print("(each stage: ms, and in brackets its wall time over one memcpy of the round's (M + 4) rows)")
+    for name, value in last.items():
+        print(f"{name}={value:.3f}")
+
+
+if __name__ == "__main__":
+    main()
