@@ -81,11 +81,13 @@ iv AS (SELECT u.seq, u.run_id, u.island, u.generation, u.ts AS up_at,
        WHERE u.newest_before IS NULL OR u.generation >= u.newest_before)
 SELECT *, epoch(down_at - up_at) / 3600.0 AS hours, price_per_hour * epoch(down_at - up_at) / 3600.0 AS usd
 FROM iv""",
-    # Islands plus the head: the head at the recipe's head_price_per_hour from RunLaunched to the run's end.
+    # Islands plus the head: the head at the recipe's head_price_per_hour (recipe v2: under prices) from RunLaunched
+    # to the run's end.
     "spend": f"""
 WITH {_ENDS},
 launches AS (SELECT run_id, arg_min(ts, seq) AS launched_at,
-                    arg_min(coalesce(try_cast(payload->'recipe'->>'head_price_per_hour' AS DOUBLE), 0), seq) AS head_price
+                    arg_min(coalesce(try_cast(payload->'recipe'->'prices'->>'head_price_per_hour' AS DOUBLE),
+                                    try_cast(payload->'recipe'->>'head_price_per_hour' AS DOUBLE), 0), seq) AS head_price
              FROM events WHERE type = 'RunLaunched' GROUP BY run_id),
 head AS (SELECT run_id, head_price * epoch(greatest(launched_at, coalesce(ends.ended, now())) - launched_at) / 3600.0 AS usd
          FROM launches LEFT JOIN ends USING (run_id)),

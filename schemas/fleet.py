@@ -40,7 +40,7 @@ class IslandEvent(Event):
 
 @registry.register
 class RunLaunched(Event):
-    """The launcher accepted a run; `recipe` holds `train` (TrainRecipe), `limits`, `output`, `recover_timeout_s`."""
+    """The launcher accepted a run; `recipe` is LaunchRun's (a LaunchRecipe's wire dict, schemas/launch_recipe.py)."""
 
     type: Literal["RunLaunched"] = "RunLaunched"
     version: Literal[1] = 1

@@ -2,7 +2,7 @@
 
 The bus is untrusted: a message whose fleet or recipe breaks these rules fails validation (a MessageRejected),
 so no service folds a price that is a string, a count in the billions or a recipe whose `train` is not a mapping.
-Only the parts services read are checked; unknown keys pass (tolerant readers).
+The recipe is then read as its typed model (schemas/launch_recipe.py): a key no version of it holds is refused.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field
 
 from yeto.schemas.gpuspec import KNOWN_CLOUDS
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.recipe import SyncConfig
 
 MAX_ISLANDS = 1024       # hard bounds of the schema; the launcher's own caps are lower (services/launcher/limits.py)
@@ -92,6 +93,7 @@ def check_recipe(recipe: dict[str, Any]) -> dict[str, Any]:
         _mapping(recipe.get(key), key)
     if not isinstance(recipe.get("output", ""), (str, type(None))):
         raise ValueError(f"output must be a string, got {type(recipe['output']).__name__}")
+    LaunchRecipe.upcast(recipe)     # every reader upcasts it: what parses here never fails them
     return recipe
 
 

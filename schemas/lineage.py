@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from yeto.schemas.base import Event, registry
-from yeto.schemas.recipe import SyncConfig
+from yeto.schemas.launch_recipe import LaunchRecipe
 
 # Train-recipe fields a resume may change: the schedule's end (and so the lineage's total steps), how an island
 # lays out its memory (the fleet's business: the same numbers either way), and held-out evaluation (it never
@@ -68,19 +68,22 @@ def tokenizer_digests(tok: Any) -> tuple[str, str]:
     return digest(tok.get_vocab()), digest(getattr(tok, "chat_template", None) or "")
 
 
-def key_of(recipe: dict[str, Any], *, tokenizer_sha256: str | None, chat_template_sha256: str | None) -> dict[str, Any]:
+def key_of(recipe: dict[str, Any] | LaunchRecipe, *, tokenizer_sha256: str | None,
+           chat_template_sha256: str | None) -> dict[str, Any]:
     """What a lineage is pinned to, flat: the base (id, pinned revision, its files' hashes), tokenizer, the data
-    fingerprint, every train field, and the strict sync ones."""
-    train = dict(recipe.get("train", {}))
-    sync = train.pop("sync", {}) or {}
+    fingerprint, every train field the recipe gave, and the strict sync ones (a sync setting not given is its
+    default, not unknown)."""
+    typed = LaunchRecipe.upcast(recipe)
+    train = typed.train.model_dump(mode="json", exclude_unset=True)
+    sync = typed.train.sync.config()
+    train.pop("sync", None)
     base = (train.pop("pins", {}) or {}).get("base") or {}
     key = {"base_model": train.get("model"), "base_revision": base.get("revision"),
            "base_files": digest(base["files"]) if base.get("files") else None, "tokenizer_sha256": tokenizer_sha256,
            "chat_template_sha256": chat_template_sha256,
-           "data_fingerprint": (recipe.get("data_check") or {}).get("fingerprint")}
+           "data_fingerprint": typed.data_check.fingerprint}
     key.update({f"train.{k}": v for k, v in train.items() if k not in NOT_KEYED})
-    defaults = {f.name: f.default for f in fields(SyncConfig)}   # a setting not given is its default, not unknown
-    key.update({f"sync.{k}": sync.get(k, defaults[k]) for k in STRICT_SYNC})
+    key.update({f"sync.{k}": getattr(sync, k) for k in STRICT_SYNC})
     return key
 
 

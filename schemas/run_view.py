@@ -23,6 +23,7 @@ from yeto.schemas.final import (
 )
 from yeto.schemas.fleet import IslandEvent, IslandReplaced, IslandUp, RunLaunched
 from yeto.schemas.island_view import Island, beat, fold_island, island_index
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.spend import hours_between
 from yeto.schemas.training import LearnerProgress, RoundMerged
 
@@ -72,7 +73,7 @@ class RunView:
 
     @property
     def head_price_per_hour(self) -> float:
-        return float(self.recipe.get("head_price_per_hour") or 0.0)
+        return LaunchRecipe.upcast(self.recipe).prices.head_price_per_hour
 
 
 def head_usd(view: RunView, now: datetime | None) -> float:

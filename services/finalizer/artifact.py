@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from yeto.infra import signing
 from yeto.infra.model_source import ModelSource, resolve
 from yeto.infra.source_pins import sha256_file  # one file hash for pins, manifests and fetches (re-exported: api.py)
+from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.train_section import TrainSection
 from yeto.services.finalizer import resume_state
 from yeto.services.finalizer.card import CARD_FILE, hub_id, model_card
 from yeto.services.finalizer.provenance import provenance
@@ -37,16 +39,16 @@ def target_modules(state: dict[str, np.ndarray]) -> list[str]:
     return sorted({n.split(".lora_")[0].rsplit(".", 1)[-1] for n in state if ".lora_" in n})
 
 
-def _write_adapter(state: dict[str, np.ndarray], train: dict[str, Any], base: str, out: Path) -> list[str]:
+def _write_adapter(state: dict[str, np.ndarray], train: TrainSection, base: str, out: Path) -> list[str]:
     """`base` is where the base loads from here; the config names its Hub id (and pinned commit) where it has one,
     so AutoPeftModelForCausalLM loads the adapter on any machine that can reach or has cached that id."""
     from peft import LoraConfig
     from safetensors.numpy import save_file
 
-    hub = hub_id(train["model"])
-    revision = train.get("pins", {}).get("base", {}).get("revision") if hub else None
-    config = LoraConfig(r=train.get("lora_r", 16), lora_alpha=train.get("lora_alpha", 32),
-                        lora_dropout=train.get("lora_dropout", 0.0), target_modules=target_modules(state),
+    hub = hub_id(train.model)
+    revision = train.pins.get("base", {}).get("revision") if hub else None
+    config = LoraConfig(r=train.lora_r, lora_alpha=train.lora_alpha,
+                        lora_dropout=train.lora_dropout, target_modules=target_modules(state),
                         bias="none", task_type="CAUSAL_LM", base_model_name_or_path=hub or base, revision=revision)
     config.save_pretrained(str(out))
     save_file(adapter_tensors(state), str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
@@ -82,14 +84,15 @@ def _write_full(state: dict[str, np.ndarray], source, out: Path, max_shard_size:
     return files + ["config.json"]
 
 
-def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out: Path, run_id: str,
+def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any] | LaunchRecipe, out: Path, run_id: str,
                    versions: dict[int, int], acked: list[str], max_shard_size: str = "2GB",
                    snapshot_dir: Path | None = None, run: dict[str, Any] | None = None,
                    key: Ed25519PrivateKey | None = None) -> tuple[str, list[str], str]:
     """Write the artifact into `out`; returns (kind, files, manifest sha256). Deterministic for the same input.
     `run` is the finalizer's run summary (fleet, rounds_merged, learner_steps); `key` signs the manifest."""
-    train = recipe.get("train", {})
-    source = replace(resolve(train["model"]), revision=train.get("pins", {}).get("base", {}).get("revision"))
+    typed = LaunchRecipe.upcast(recipe)
+    train = typed.train
+    source = replace(resolve(train.model), revision=train.pins.get("base", {}).get("revision"))
     out.mkdir(parents=True, exist_ok=True)
     kind = "adapter" if is_adapter(state) else "full"
     base = source.location if source.gguf_file is None else str(Path(source.location) / source.gguf_file)
@@ -98,18 +101,19 @@ def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any], out:
     _save_tokenizer(source, out)
     files += sorted({p.name for p in out.iterdir()} - before - set(files))
     files += resume_state.write(out, snapshot_dir)      # the syncer's final θ and outer momentum, for --resume-from
-    prov = provenance(recipe, run or {})
-    model_card(run_id=run_id, kind=kind, recipe=recipe, provenance=prov, run=run or {}).save(out / CARD_FILE)
+    prov = provenance(typed, run or {})
+    model_card(run_id=run_id, kind=kind, recipe=typed, provenance=prov, run=run or {}).save(out / CARD_FILE)
     files.append(CARD_FILE)     # before the manifest: hashed and signed like every other file
     manifest = {
-        "manifest_version": 2, "run_id": run_id, "kind": kind, "base_model": train["model"], "base_location": base,
+        "manifest_version": 2, "run_id": run_id, "kind": kind, "base_model": train.model, "base_location": base,
         "files": {f: sha256_file(out / f) for f in sorted(set(files))},
         "versions": {str(k): v for k, v in sorted(versions.items())}, "acked_by": sorted(acked),
-        "recipe": recipe, "data": recipe.get("data_check", {}),
+        "recipe": typed.wire() if isinstance(recipe, LaunchRecipe) else recipe,      # the run's, as launched
+        "data": typed.data_check.model_dump(exclude_unset=True),
         "num_parameters": int(sum(v.size for v in state.values())),
         "adapter_for": None if kind != "adapter" else "the bf16 base" + (   # QLoRA: the NF4 base was only for training
-            ", trained over its NF4 quantization" if train.get("base_quantization") == "nf4" else ""),
-        "resume": resume_state.describe(out, files, recipe),
+            ", trained over its NF4 quantization" if train.base_quantization == "nf4" else ""),
+        "resume": resume_state.describe(out, files, typed),
         "provenance": prov, "signer_public_key": signing.public_hex(key) if key else "",
     }
     text = json.dumps(manifest, indent=2, sort_keys=True)

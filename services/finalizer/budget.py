@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.run_view import RunView, spend_usd
 
 
@@ -20,9 +21,9 @@ class Limits:
     """USD, islands plus head."""
 
     @classmethod
-    def from_recipe(cls, recipe: dict[str, Any]) -> Limits:
-        lim = recipe.get("limits") or {}
-        return cls(**{k: lim.get(k) for k in ("max_tokens", "max_time_s", "max_spend")})
+    def from_recipe(cls, recipe: dict[str, Any] | LaunchRecipe) -> Limits:
+        lim = LaunchRecipe.upcast(recipe).limits
+        return cls(max_tokens=lim.max_tokens, max_time_s=lim.max_time_s, max_spend=lim.max_spend)
 
 
 def cut_reason(run: RunView, *, now: datetime, period_s: float) -> tuple[str, str] | None:

@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from yeto.infra.model_source import SMOLLM2_ALIASES, SMOLLM2_HF_ID, resolve, resolve_model
+from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.train_section import TrainSection
 
 CARD_FILE = "README.md"
 TAGS = ["yeto", "diloco", "lora"]
@@ -31,14 +33,15 @@ def _rows(pairs: list[tuple[str, Any]]) -> str:
     return "| | |\n|---|---|\n" + rows if rows else "not recorded\n"
 
 
-def _recipe(train: dict[str, Any], kind: str) -> str:
-    pairs: list[tuple[str, Any]] = [("tuning", train.get("tuning", "lora" if kind == "adapter" else "full"))]
+def _recipe(train: TrainSection, kind: str) -> str:
+    given = train.model_fields_set      # a hand-written recipe's card shows what it gave
+    pairs: list[tuple[str, Any]] = [("tuning", train.tuning if "tuning" in given else "lora" if kind == "adapter" else "full")]
     if kind == "adapter":
-        pairs += [("LoRA r / alpha / dropout", f"{train.get('lora_r', 16)} / {train.get('lora_alpha', 32)} / "
-                                               f"{train.get('lora_dropout', 0.0)}"),
-                  ("target modules", ", ".join(train.get("target_modules") or []) or "the learner's default")]
-    pairs += [(k, train.get(k)) for k in ("lr", "schedule", "warmup_steps", "weight_decay", "max_steps", "seq_len",
-                                          "micro_batch", "grad_accum", "seed", "base_quantization")]
+        pairs += [("LoRA r / alpha / dropout", f"{train.lora_r} / {train.lora_alpha} / {train.lora_dropout}"),
+                  ("target modules", ", ".join(train.target_modules) or "the learner's default")]
+    pairs += [(k, getattr(train, k) if k in given else None)
+              for k in ("lr", "schedule", "warmup_steps", "weight_decay", "max_steps", "seq_len", "micro_batch",
+                        "grad_accum", "seed", "base_quantization")]
     return _rows(pairs)
 
 
@@ -64,25 +67,26 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
 
 
-def model_card(*, run_id: str, kind: str, recipe: dict[str, Any], provenance: dict[str, Any], run: dict[str, Any]):
+def model_card(*, run_id: str, kind: str, recipe: dict[str, Any] | LaunchRecipe, provenance: dict[str, Any],
+               run: dict[str, Any]):
     """The card of an artifact of `kind` adapter or full; `provenance` is the manifest's, `run` the finalizer's
     summary (fleet, rounds, steps, losses)."""
     from huggingface_hub import ModelCard, ModelCardData
 
-    train, data, yeto = recipe.get("train", {}), provenance.get("data", {}), provenance.get("yeto", {})
-    base_id, base = hub_id(train["model"]), provenance.get("base", {})
+    train, data, yeto = LaunchRecipe.upcast(recipe).train, provenance.get("data", {}), provenance.get("yeto", {})
+    base_id, base = hub_id(train.model), provenance.get("base", {})
     dataset = _hub_dataset(data.get("source"))
     meta = ModelCardData(library_name="peft" if kind == "adapter" else "transformers", base_model=base_id,
                          tags=TAGS, datasets=[dataset] if dataset else None, pipeline_tag="text-generation")
     loader = "peft import AutoPeftModelForCausalLM" if kind == "adapter" else "transformers import AutoModelForCausalLM"
-    gguf = resolve(train["model"]).gguf_file
+    gguf = resolve(train.model).gguf_file
     base_line = (f"[{base_id}](https://huggingface.co/{base_id}), " + (
         f"revision `{base.get('revision')}`" if base.get("revision") else "revision not pinned") + (
         f"; trained over its GGUF copy `{gguf}`, dequantized: close to the Hub's weights, not identical" if gguf else "")
-                 if base_id else f"the local model `{train['model']}` (no Hub id: loading this {kind} needs that "
+                 if base_id else f"the local model `{train.model}` (no Hub id: loading this {kind} needs that "
                  "path on the machine that loads it)")
     body = f"""
-# {run_id}: {"a LoRA adapter of" if kind == "adapter" else "a full fine-tune of"} {base_id or train['model']}
+# {run_id}: {"a LoRA adapter of" if kind == "adapter" else "a full fine-tune of"} {base_id or train.model}
 
 Trained by Yeto with DiLoCo across {len(run.get('fleet', []))} island(s).
 `manifest.json` holds every file's sha256 and the full provenance; `manifest.sig` signs it (`yeto verify`).

@@ -11,6 +11,7 @@ from yeto.infra.runner import Context, Retry
 from yeto.schemas.base import Message
 from yeto.schemas.final import ArtifactWritten, BuildArtifact, CheckpointMarkedFinal, MarkFinal
 from yeto.schemas.fragments import FragmentHeader
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.subjects import keyframe_subject
 from yeto.services.finalizer.artifact import write_artifact
 from yeto.services.finalizer.logic import SOURCE
@@ -61,7 +62,7 @@ class Effects:
         kind, files, manifest_sha = await asyncio.to_thread(
             write_artifact, state, recipe=cmd.recipe, out=out, run_id=cmd.run_id, versions=cmd.versions, acked=cmd.acked,
             snapshot_dir=run_path(self.state_dir, cmd.run_id, area="syncer"), run=summary, key=key)
-        where, uploaded = await asyncio.to_thread(deliver, out, cmd.recipe.get("output") or "")
+        where, uploaded = await asyncio.to_thread(deliver, out, LaunchRecipe.upcast(cmd.recipe).output)
         return cmd.caused(ArtifactWritten, output=where, local_path=str(out), artifact_kind=kind, files=files,
                           manifest_sha256=manifest_sha, uploaded=uploaded, signer_public_key=signing.public_hex(key),
                           source=SOURCE)

@@ -13,17 +13,17 @@ from yeto.schemas.base import Message, derive_id
 from yeto.schemas.commands import StopRun
 from yeto.schemas.final import BuildArtifact, FinalCutRequested, MarkFinal, RunFailed, RunFinalized, RunStopped
 from yeto.schemas.fleet import StopIsland, learner_name
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.run_view import spend_usd
 from yeto.services.finalizer.budget import cut_reason
 from yeto.services.finalizer.state import ENDED, FinalRun, State
 
 SOURCE = "finalizer"
-DEFAULTS = {"final_ack_timeout_s": 30.0, "final_cut_timeout_s": 900.0}
 
 
 def setting(run: FinalRun, name: str) -> float:
-    value = run.view.recipe.get(name)
-    return float(DEFAULTS[name] if value is None else value)
+    """One of the recipe's timeouts, its default where the recipe gives none."""
+    return float(getattr(LaunchRecipe.upcast(run.view.recipe).timeouts, name))
 
 
 def run_spend(run: FinalRun, now: datetime) -> float:

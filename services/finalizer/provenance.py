@@ -13,6 +13,8 @@ from typing import Any
 
 from yeto.infra.model_source import resolve
 from yeto.infra.source_pins import pin_model
+from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.train_section import TrainSection
 
 LIBRARIES = ("torch", "transformers", "peft", "safetensors", "tokenizers", "datasets", "huggingface_hub", "numpy",
              "accelerate", "bitsandbytes", "cryptography", "nats-py", "duckdb", "pydantic")
@@ -53,24 +55,24 @@ def libraries() -> dict[str, str | None]:
     return {"python": platform.python_version(), **{name: _version(name) for name in LIBRARIES}}
 
 
-def base_pin(train: dict[str, Any]) -> dict[str, Any]:
+def base_pin(train: TrainSection) -> dict[str, Any]:
     """The base as launch pinned it; a recipe without pins (an older run) is hashed now when the base is local."""
-    if pin := train.get("pins", {}).get("base"):
+    if pin := train.pins.get("base"):
         return dict(pin)
-    source = resolve(train["model"])
-    return pin_model(train["model"]) if source.is_local else {"id": train["model"], "revision": None, "files": {}}
+    source = resolve(train.model)
+    return pin_model(train.model) if source.is_local else {"id": train.model, "revision": None, "files": {}}
 
 
-def data_record(recipe: dict[str, Any]) -> dict[str, Any]:
-    check, pin = recipe.get("data_check", {}), recipe.get("train", {}).get("pins", {}).get("data", {})
-    num_bad = int(check.get("num_bad") or 0)
-    return {"source": check.get("source", recipe.get("train", {}).get("data")), "revision": check.get("revision"),
-            "fingerprint": check.get("fingerprint"), "rows_used": int(check.get("num_rows") or 0) - num_bad,
-            "bad_rows_skipped": num_bad if check.get("on_bad_rows") == "skip" else 0, "files": pin.get("files", {})}
+def data_record(recipe: LaunchRecipe) -> dict[str, Any]:
+    check, pin = recipe.data_check, recipe.train.pins.get("data", {})
+    return {"source": check.source if "source" in check.model_fields_set else recipe.train.data,
+            "revision": check.revision, "fingerprint": check.fingerprint, "rows_used": check.num_rows - check.num_bad,
+            "bad_rows_skipped": check.num_bad if check.on_bad_rows == "skip" else 0, "files": pin.get("files", {})}
 
 
-def provenance(recipe: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+def provenance(recipe: dict[str, Any] | LaunchRecipe, run: dict[str, Any]) -> dict[str, Any]:
     """The manifest's "provenance": `run` is the finalizer's summary (fleet, rounds_merged, learner_steps)."""
-    return {"base": base_pin(recipe.get("train", {})), "data": data_record(recipe), "fleet": run.get("fleet", []),
+    typed = LaunchRecipe.upcast(recipe)
+    return {"base": base_pin(typed.train), "data": data_record(typed), "fleet": run.get("fleet", []),
             "rounds_merged": run.get("rounds_merged", 0), "learner_steps": run.get("learner_steps", {}),
             "yeto": code_version(), "libraries": libraries()}

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.lineage import key_of, tokenizer_digests
 
 PREFIX = "resume."
@@ -35,7 +36,7 @@ def _header(path: Path) -> dict[str, Any]:
         return json.loads((f.metadata() or {}).get("yeto", "{}"))
 
 
-def describe(out: Path, files: list[str], recipe: dict[str, Any]) -> dict[str, Any]:
+def describe(out: Path, files: list[str], recipe: dict[str, Any] | LaunchRecipe) -> dict[str, Any]:
     """`manifest["resume"]`: the lineage key, the layout fingerprint, each fragment's version, each learner's steps."""
     from transformers import AutoTokenizer
 
@@ -46,13 +47,14 @@ def describe(out: Path, files: list[str], recipe: dict[str, Any]) -> dict[str, A
         for learner, entry in h.get("ledger", {}).items():
             steps[learner] = max(steps.get(learner, 0), int(entry.get("last_step", 0)))
     fingerprints = sorted({h["fingerprint"] for h in headers.values()})
-    train = recipe.get("train", {})
-    return {"key": key_of(recipe, tokenizer_sha256=tokenizer_sha, chat_template_sha256=template_sha),
+    typed = LaunchRecipe.upcast(recipe)
+    train = typed.train
+    return {"key": key_of(typed, tokenizer_sha256=tokenizer_sha, chat_template_sha256=template_sha),
             "layout_fingerprint": fingerprints[0] if len(fingerprints) == 1 else None,
             "tokenizer_sha256": tokenizer_sha, "chat_template_sha256": template_sha,
-            "lora": {"r": train.get("lora_r"), "alpha": train.get("lora_alpha"), "dropout": train.get("lora_dropout"),
-                     "target_modules": train.get("target_modules")},
-            "data_fingerprint": (recipe.get("data_check") or {}).get("fingerprint"),
+            "lora": {"r": train.lora_r, "alpha": train.lora_alpha, "dropout": train.lora_dropout,
+                     "target_modules": list(train.target_modules)},
+            "data_fingerprint": typed.data_check.fingerprint,
             "versions": {str(p): h["version"] for p, h in sorted(headers.items())},
             "learner_steps": dict(sorted(steps.items())), "start_step": max(steps.values(), default=0),
             "files": sorted(f for f in files if f.startswith(PREFIX))}

@@ -14,12 +14,12 @@ from yeto.schemas.capacity import Capacity, over_capacity
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import IslandDropped, IslandPreempted, IslandRequested, RunLaunched, StartIsland, StopIsland
 from yeto.schemas.island_view import Island
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.run_view import RunView
 from yeto.services.launcher.reach import unreachable
 from yeto.services.launcher.state import State, backend_of, recorded_handle
 
 SOURCE = "launcher"
-DEFAULTS = {"recover_timeout_s": 600.0, "heartbeat_timeout_s": 300.0, "startup_timeout_s": 1800.0, "max_crashes": 3}
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,8 @@ class Kill:
 
 
 def setting(recipe: dict, name: str) -> float:
-    value = recipe.get(name)
-    return float(DEFAULTS[name] if value is None else value)
+    """One of the recipe's timeouts (or max_crashes), its default where the recipe gives none."""
+    return float(getattr(LaunchRecipe.upcast(recipe).timeouts, name))
 
 
 def _island_fields(run_id: str, isl: Island, generation: int) -> dict:

@@ -1,7 +1,7 @@
 """Which bus URL an island's learners get, and why a cloud island cannot start with the one it would get (pure).
 
 Local islands share the launcher's host and use its own URL. A cloud island gets the run's public URL,
-`LaunchRun.recipe["bus_url"]` (the head's `tls://<addr>:4222`): with none, or a loopback one, its learners
+the recipe's `bus_url` (the head's `tls://<addr>:4222`): with none, or a loopback one, its learners
 could never connect, so the launcher refuses to start it and the island ends with the reason on the tape.
 """
 from __future__ import annotations
@@ -10,20 +10,21 @@ import ipaddress
 from typing import Any
 from urllib.parse import urlsplit
 
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.state import backend_of
 
 FIX = "cloud islands reach the run's head at its public address: launch them with `yeto launch`, which starts the head"
 
 
 def island_url(spec: dict[str, Any], recipe: dict[str, Any], launcher_url: str) -> str:
-    return launcher_url if backend_of(spec) == "local" else str(recipe.get("bus_url") or "")
+    return launcher_url if backend_of(spec) == "local" else LaunchRecipe.upcast(recipe).bus_url
 
 
 def unreachable(spec: dict[str, Any], recipe: dict[str, Any]) -> str:
     """Why an island of this fleet entry could not reach the bus at its URL ("" when it can; always for local ones)."""
     if backend_of(spec) == "local":
         return ""
-    url = str(recipe.get("bus_url") or "")
+    url = LaunchRecipe.upcast(recipe).bus_url
     if not url:
         return f"no bus URL for a cloud island (the run's recipe has no bus_url); {FIX}"
     try:

@@ -26,14 +26,14 @@ from yeto.schemas.fleet import (
     RunLaunched,
     learner_name,
 )
+from yeto.schemas.launch_recipe import LaunchRecipe
 
-TRAIN_DEFAULTS = {"micro_batch": 4, "grad_accum": 1, "seq_len": 512}     # learners/torch/recipe.py's TrainRecipe
 GONE = (IslandExited, IslandPreempted, IslandStopped, IslandDropped)     # a generation's end, as the launcher saw it
 
 
 @dataclass(frozen=True)
 class RunInfo:
-    sync: dict[str, Any]
+    sync: dict[str, Any]                                       # the sync settings the recipe gave (SyncConfig.from_dict)
     cut_requested: FinalCutRequested | None = None
     cuts_done: frozenset[tuple[int, int]] = frozenset()      # (K, N) of the shards that reported FinalCutDone
     generations: dict[str, int] = field(default_factory=dict)  # learner id -> newest generation the launcher announced
@@ -61,9 +61,9 @@ class FinalCut:
 def evolve(state: SyncerState, event: Event) -> SyncerState:
     runs = state.runs
     if isinstance(event, RunLaunched):
-        train = _dict(event.recipe.get("train"))
-        sync = _dict(train.get("sync")) or _dict(event.recipe.get("sync"))
-        runs = {**runs, event.run_id: RunInfo(sync=sync, tokens_per_step=_tokens_per_step(train))}
+        train = _recipe(event.recipe).train
+        runs = {**runs, event.run_id: RunInfo(sync=train.sync.model_dump(exclude_unset=True),
+                                              tokens_per_step=train.tokens_per_step)}
     elif isinstance(event, (IslandUp, IslandReplaced)) and event.run_id in runs:
         info, name = runs[event.run_id], learner_name(event.island)
         if event.generation < info.generations.get(name, -1):
@@ -132,9 +132,9 @@ def _positive(value: object, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
-def _tokens_per_step(train: dict[str, Any]) -> int:
-    """Token slots one rank takes per inner step: micro_batch x grad_accum x seq_len (TrainRecipe's defaults)."""
-    n = 1
-    for key, default in TRAIN_DEFAULTS.items():
-        n *= _positive(train.get(key), default)
-    return n
+def _recipe(raw: object) -> LaunchRecipe:
+    """The run's recipe; its defaults where one bypassed parsing (a parsed recipe always upcasts)."""
+    try:
+        return LaunchRecipe.upcast(raw)
+    except ValueError:
+        return LaunchRecipe()

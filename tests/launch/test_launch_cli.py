@@ -85,7 +85,8 @@ def test_the_launch_command_carries_fleet_recipe_limits_and_the_data_fingerprint
     assert [f["cloud"] for f in cmd.fleet] == ["local", "local"] and all(f["price_per_hour"] == 0.0 for f in cmd.fleet)
     assert cmd.recipe["limits"] == {"max_steps": 30, "max_tokens": None, "max_time_s": 3600.0, "max_spend": 2.0}
     assert cmd.recipe["train"]["max_steps"] == 30 and cmd.recipe["train"]["seq_len"] == 64
-    assert cmd.recipe["train"]["sync"] == {"num_fragments": 2, "inner_steps": 4}
+    sync = cmd.recipe["train"]["sync"]          # the typed recipe's wire form: every setting, the flags' among them
+    assert (sync["num_fragments"], sync["inner_steps"]) == (2, 4) and cmd.recipe["recipe_version"] == 2
     assert len(cmd.recipe["data_check"]["fingerprint"]) == 64 and cmd.recipe["output"] == "/tmp/x"
     assert cmd.id == build_launch(args, "r-test", fleet).id                       # derived: a re-run publishes once
     (checked,) = checks.data_events(cmd)                                          # the data check goes on the tape

@@ -10,7 +10,7 @@ TRAIN = {"model": "/m/tiny", "data": "/d/chat.jsonl", "data_format": "auto", "tr
          "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": [], "lr": 3e-4, "weight_decay": 0.01,
          "betas": [0.9, 0.95], "warmup_steps": 20, "schedule": "cosine", "min_lr_ratio": 0.1, "max_steps": 100,
          "clip_norm": 1.0, "micro_batch": 4, "grad_accum": 1, "seq_len": 128, "seed": 0, "dtype": "auto",
-         "heldout_fraction": 0.05, "base_quantization": "none", "shard": "auto", "activation_checkpointing": False,
+         "heldout_fraction": 0.05, "base_quantization": "none", "shard": "auto", "activation_checkpointing": "auto",
          "field_map": {}, "eval_every": 0, "eval_data": "",
          "sync": {"num_fragments": 2, "outer_lr": 0.7, "momentum": 0.9, "merge": "rda", "inner_steps": 8},
          "pins": {"base": {"id": "/m/tiny", "revision": None, "files": {"model.safetensors": "aa" * 32}}}}
@@ -82,7 +82,7 @@ def test_a_sync_setting_not_given_is_its_default():
 
 
 def test_what_a_resume_may_change_passes():
-    child = {**changed(max_steps=400, data="/elsewhere/chat.jsonl", start_step=100, shard="fsdp", activation_checkpointing=True,
+    child = {**changed(max_steps=400, data="/elsewhere/chat.jsonl", start_step=100, shard="fsdp", activation_checkpointing="on",
                        sync={"inner_steps": 16, "quorum": 2, "seed": "/a/artifact", "seed_momentum": True}),
              "limits": {"max_steps": 400, "max_spend": 3.0}, "output": "s3://b/x"}
     assert compare(key(), key(child), "resume") == []

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from yeto.cli.describe import eta_s, max_steps
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.run_view import RunView, fold, spend_usd
 
 MAX_POINTS = 1500      # per series: a long run's older points are thinned, the page stays light
@@ -92,7 +93,7 @@ def snapshot(board: Board, now: datetime) -> dict[str, Any]:
     assert v is not None
     until = v.ended_at or now
     up = {f"island-{isl.index}" for isl in v.islands if isl.phase == "up"}
-    limits = v.recipe.get("limits") if isinstance(v.recipe.get("limits"), dict) else {}
+    limits = LaunchRecipe.upcast(v.recipe).limits
     return {
         "run_id": v.run_id, "phase": v.phase, "reason": v.reason, "last_seq": board.last_seq,
         "num_events": v.num_events, "launched_at": v.launched_at.isoformat() if v.launched_at else None,
@@ -106,7 +107,7 @@ def snapshot(board: Board, now: datetime) -> dict[str, Any]:
         "rounds": board.rounds, "rounds_merged": v.rounds_merged, "versions": v.versions,
         "tokens": v.num_tokens,
         "tokens_per_s": sum(r for n, r in board.rate.items() if n in up) if not v.ended else 0.0,
-        "spend_usd": round(spend_usd(v, now), 6), "max_spend": limits.get("max_spend"),
+        "spend_usd": round(spend_usd(v, now), 6), "max_spend": limits.max_spend,
         "step": max((lr.step for lr in v.learners.values()), default=0), "max_steps": max_steps(v.recipe),
         "eta_s": eta_s(v, now),
     }

@@ -4,15 +4,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from yeto.cli.sql import format_table
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.run_view import RunView, head_usd, spend_usd
 
 
 def max_steps(recipe: dict) -> int | None:
-    """--max-steps from a run's recipe: its limits, its train recipe, or the top level."""
-    for part in (recipe.get("limits"), recipe.get("train"), recipe):
-        if isinstance(part, dict) and part.get("max_steps") is not None:
-            return int(part["max_steps"])
-    return None
+    """--max-steps from a run's recipe: its limits, else its train section's (where the recipe gives one)."""
+    typed = LaunchRecipe.upcast(recipe)
+    return typed.limits.max_steps or (typed.train.max_steps if "max_steps" in typed.train.model_fields_set else None)
 
 
 def eta_s(v: RunView, now: datetime) -> float | None:

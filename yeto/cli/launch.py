@@ -10,7 +10,7 @@ from yeto.cli import launch_cloud as cloud_launch
 from yeto.cli import launch_limits as limits
 from yeto.cli import launch_lineage as lineage
 from yeto.cli import launch_recipe as recipe_flags
-from yeto.cli import trackers
+from yeto.cli import launch_wire, trackers
 from yeto.cli.autopull import pull_if_ended
 from yeto.cli.common import conf, publish, run_id_arg, state_dir, url_for_run, url_or_none
 from yeto.cli.run_ids import known_runs, run_or_last, unknown_run
@@ -18,6 +18,7 @@ from yeto.cli.shape import add_plan_arguments
 from yeto.infra.bus import connect
 from yeto.schemas.base import derive_id
 from yeto.schemas.commands import LaunchRun, StopRun
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.subjects import event_subject
 
 
@@ -73,19 +74,14 @@ def build_launch(args, run_id: str, fleet: list[dict]) -> LaunchRun:
     from yeto.infra.model_source import resolve
 
     recipe_flags.apply_config(args)    # the --config file under the flags (once)
+    launch_wire.refuse_unread(args)    # before the data check: a flag nothing would read is refused at once
     source = resolve(args.model)
     data_check = checks.check_data(args, source)
     recipe_flags.apply_epochs(args, data_check, fleet)     # --epochs -> max_steps from the packed tokens
     sync = checks.sync_settings(args)
     train = checks.pin_sources(checks.train_recipe(args, sync), data_check)
     cloud = any(f["cloud"] != "local" for f in fleet)
-    recipe = {"train": train, "data_check": data_check, "output": args.output, "shard": args.shard, "bus_url": "",
-              "config": recipe_flags.settings(args),
-              "base_quantization": args.base_quantization,
-              "recover_timeout_s": checks.duration_s(args.recover_timeout, "--recover-timeout"),
-              "head_price_per_hour": args.head_price if cloud else 0.0,
-              "limits": {"max_steps": args.max_steps, "max_tokens": args.max_tokens,
-                         "max_time_s": checks.duration_s(args.max_time, "--max-time"), "max_spend": args.max_spend}}
+    recipe = launch_wire.launch_recipe(args, train=train, data_check=data_check, cloud=cloud)
     if args.max_spend is not None and any(f["price_per_hour"] is None for f in fleet):
         raise ValueError("--max-spend needs each island's price, and the catalog has none for some --gpu entry; "
                          "pass --catalog-dir with SkyPilot's catalog, or let the planner pick the fleet")
@@ -149,7 +145,7 @@ def cmd_launch(args) -> int:
     else:
         if named and any(f["cloud"] != "local" for f in launch.fleet):
             cloud_launch.refuse_loopback(named)
-            launch = launch.model_copy(update={"recipe": {**launch.recipe, "bus_url": named}})
+            launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(bus_url=named).wire()})
         url = url_or_none(args) or local_stack_url(args)
         if asyncio.run(_run_exists(url, run_id)):
             raise ValueError(f"run {run_id} exists already; pick another --run-id")

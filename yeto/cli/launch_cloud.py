@@ -14,6 +14,7 @@ from yeto.cli import launch_checks as checks
 from yeto.cli.common import publish, state_dir
 from yeto.infra import heads
 from yeto.infra.head_data import ship_data, ship_model, ship_parent
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.api import head_memory_gb, launch_head, take_down
 
 
@@ -55,12 +56,11 @@ def ship(state, launch):
     """A local --data and --model go with the head (its launcher mounts them on the islands), and a parent
     artifact too (its syncer seeds from it): the recipe names each at its head-side path. The pins, taken here
     before, name files relative to the folder, so the islands check the copies against them."""
-    run_id, train = launch.run_id, launch.recipe["train"]
-    train = {**train, "data": ship_data(state, run_id, train.get("data", "")),
-             "model": ship_model(state, run_id, train["model"])}
-    if seed := (train.get("sync") or {}).get("seed"):
-        train["sync"] = {**train["sync"], "seed": ship_parent(state, run_id, Path(seed))}
-    return launch.model_copy(update={"recipe": {**launch.recipe, "train": train}})
+    run_id, recipe = launch.run_id, LaunchRecipe.upcast(launch.recipe)
+    train: dict = {"data": ship_data(state, run_id, recipe.train.data), "model": ship_model(state, run_id, recipe.train.model)}
+    if seed := recipe.train.sync.seed:
+        train["sync"] = {**recipe.train.sync.model_dump(), "seed": ship_parent(state, run_id, Path(seed))}
+    return launch.model_copy(update={"recipe": recipe.updated(train=train).wire()})
 
 
 def run_on_head(args, launch, events=()):
@@ -81,8 +81,8 @@ def run_on_head(args, launch, events=()):
     print(f"head VM for {run_id}: about {memory_gb} GB RAM (an estimate from the trainable parameters), "
           f"${args.head_price:.2f}/hr counted in spend; secrets for the islands: {', '.join(secrets) or 'none'}")
     url = launch_head(state, run_id, memory_gb=memory_gb, cloud=args.head_cloud, region=args.head_region,
-                      output=launch.recipe.get("output", ""))
-    launch = launch.model_copy(update={"recipe": {**launch.recipe, "bus_url": url}})
+                      output=LaunchRecipe.upcast(launch.recipe).output)
+    launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(bus_url=url).wire()})
     try:
         asyncio.run(publish(url, *checks.data_events(launch), *events, launch))
     except BaseException:     # the head never got the run: it would wait for one forever

@@ -13,6 +13,7 @@ from yeto.infra.heads import HEAD_STATE
 from yeto.infra.run_paths import run_path
 from yeto.schemas.base import check_run_id
 from yeto.schemas.commands import LaunchRun
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.lineage import RunBranched, RunResumed, compare, key_of, refusal, tokenizer_digests
 
 
@@ -41,12 +42,12 @@ def find_artifact(target: str, state_dir: Path) -> Path:
     return folder.resolve()
 
 
-def child_key(recipe: dict[str, Any]) -> dict[str, Any]:
+def child_key(recipe: LaunchRecipe) -> dict[str, Any]:
     """The new launch's lineage key; the tokenizer is compared when it is at hand (a local model), else the base's
     id, pinned revision and files stand for it (no download before renting)."""
     from yeto.infra.model_source import resolve
 
-    source = resolve(recipe["train"]["model"])
+    source = resolve(recipe.train.model)
     digests: tuple[str | None, str | None] = (None, None)
     if source.is_local:
         from yeto.learners.torch.api import load_tokenizer
@@ -77,18 +78,19 @@ def apply(args, launch: LaunchRun) -> tuple[LaunchRun, list]:
     if not resume or not resume.get("files"):
         raise ValueError(f"--{kind}-from {target}: {folder} carries no resume state (resume.frag-*.safetensors): an "
                          f"artifact written before Yeto kept it, or a merged model; train a new run instead")
-    train = dict(launch.recipe["train"])
-    if mismatches := compare(parent_key(manifest), child_key(launch.recipe), kind):
+    recipe = LaunchRecipe.upcast(launch.recipe)
+    train = recipe.train
+    if mismatches := compare(parent_key(manifest), child_key(recipe), kind):
         raise ValueError(refusal(mismatches, kind, parent))
     start = int(resume.get("start_step", 0)) if kind == "resume" else 0
-    if kind == "resume" and train["max_steps"] <= start:
-        raise ValueError(f"--resume-from {parent}: --max-steps {train['max_steps']} is the lineage's total and the "
+    if kind == "resume" and train.max_steps <= start:
+        raise ValueError(f"--resume-from {parent}: --max-steps {train.max_steps} is the lineage's total and the "
                          f"parent stopped at step {start}; pass a larger --max-steps")
     # A cloud run's head gets a copy of the parent (yeto/cli/launch_cloud.py ships it and renames the seed)
-    sync = {**(train.get("sync") or {}), "seed": str(folder), "seed_momentum": kind == "resume"}
-    recipe = {**launch.recipe, "train": {**train, "sync": sync, "start_step": start}}
+    sync = {**train.sync.model_dump(), "seed": str(folder), "seed_momentum": kind == "resume"}
+    recipe = recipe.updated(train={"sync": sync, "start_step": start})
     sha = hashlib.sha256(text).hexdigest()
     fields = dict(parent_run=parent, parent_artifact=str(folder), parent_artifact_sha256=sha, source="cli")
     event = (launch.caused(RunResumed, parent, start_step=start, **fields) if kind == "resume"
              else launch.caused(RunBranched, parent, **fields))
-    return launch.model_copy(update={"recipe": recipe}), [event]
+    return launch.model_copy(update={"recipe": recipe.wire()}), [event]

@@ -8,13 +8,14 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.text import Text
 
+from yeto.cli.describe import max_steps
 from yeto.cli.follow import Progress as Lines
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.run_view import RunView, fold, spend_usd
 
 
 def _max_steps(view: RunView) -> int | None:
-    recipe = view.recipe or {}
-    return (recipe.get("limits") or {}).get("max_steps") or (recipe.get("train") or {}).get("max_steps")
+    return max_steps(view.recipe)
 
 
 def _eta(seconds: float | None) -> str:
@@ -48,7 +49,7 @@ class LiveView:
         if v is None:
             return Text("waiting for the run's first event ...")
         version = max(v.versions.values(), default=0)
-        limit = ((v.recipe or {}).get("limits") or {}).get("max_spend")
+        limit = LaunchRecipe.upcast(v.recipe).limits.max_spend
         spend = f"${spend_usd(v, v.last_ts):.4f}" + (f" of ${limit:g}" if limit else "")
         return Text(f"{v.phase}: rounds merged {v.rounds_merged}, global version {version}, spend {spend}")
 

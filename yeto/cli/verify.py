@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from yeto.infra.signing import SIG_FILE, signature_ok
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.finalizer.api import sha256_file
 
 MANIFEST = "manifest.json"
@@ -76,7 +77,11 @@ def check_artifact(folder: Path, *, key: str | None = None) -> tuple[dict, Verdi
 
 def summary(manifest: dict) -> list[str]:
     """What the manifest records, one line each (docs/PROVENANCE.md says what that proves)."""
-    prov, train = manifest.get("provenance", {}), manifest.get("recipe", {}).get("train", {})
+    prov, train, why = manifest.get("provenance", {}), None, ""
+    try:
+        train = LaunchRecipe.upcast(manifest.get("recipe", {})).train
+    except ValueError as e:     # a recipe this Yeto cannot read (a newer one's): the rest of the summary holds
+        why = str(e)
     base, data, code = prov.get("base", {}), prov.get("data") or manifest.get("data", {}), prov.get("yeto", {})
     lines = [f"artifact: {manifest.get('kind')} of run {manifest.get('run_id')}, {len(manifest.get('files', {}))} files",
              f"base:     {base.get('id', manifest.get('base_model'))} revision {base.get('revision') or '-'} "
@@ -84,8 +89,8 @@ def summary(manifest: dict) -> list[str]:
              f"data:     {data.get('source')} revision {data.get('revision') or '-'} fingerprint "
              f"{(data.get('fingerprint') or '-')[:16]}, {data.get('rows_used')} rows used, "
              f"{data.get('bad_rows_skipped')} bad rows skipped",
-             f"recipe:   {train.get('tuning')} r={train.get('lora_r')} lr={train.get('lr')} max_steps={train.get('max_steps')} "
-             f"seq_len={train.get('seq_len')} seed={train.get('seed')}",
+             f"recipe:   {train.tuning} r={train.lora_r} lr={train.lr} max_steps={train.max_steps} "
+             f"seq_len={train.seq_len} seed={train.seed}" if train is not None else f"recipe:   not readable ({why})",
              "fleet:    " + (", ".join(f"{i.get('cloud')}:{i.get('count')}x{i.get('gpu')} ({i.get('generations')} gen)"
                                         for i in prov.get("fleet", [])) or "-"),
              f"rounds:   {prov.get('rounds_merged')} merged",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from yeto.infra import bus_auth, procs
 from yeto.infra.run_paths import run_path
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus, learner_args
 
 # `sh -c WRAP exitfile cmd...` runs cmd, then records its status: the one thing a non-parent can read later.
@@ -85,7 +86,8 @@ class LocalBackend:
             return str(json.loads((gdir / "group.json").read_text())["pgid"])
         gdir.mkdir(parents=True, exist_ok=True)
         recipe_path = self.run_dir(launch.run_id) / "recipe.json"
-        recipe_path.write_text(json.dumps(launch.recipe.get("train", {}), indent=2, sort_keys=True))
+        train = LaunchRecipe.upcast(launch.recipe).train.learner_recipe()
+        recipe_path.write_text(json.dumps(train, indent=2, sort_keys=True))
         log = self.log_path(launch.run_id, launch.island)
         log.parent.mkdir(parents=True, exist_ok=True)
         port, pgid, pids = free_port(), 0, []

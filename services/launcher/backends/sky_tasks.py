@@ -13,6 +13,7 @@ from typing import Any
 
 from yeto.infra.head_data import local_model
 from yeto.infra.heads import HEAD_STATE
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.backends.base import IslandLaunch, learner_args
 
 REPO = Path(__file__).resolve().parents[3]
@@ -84,9 +85,9 @@ def island_task(launch: IslandLaunch, creds: Path | None = None, *, ca: Path | N
     import sky
 
     spec = launch.spec
-    train = launch.recipe.get("train", {})
-    mounts, data_path = data_mount(train.get("data", ""))
-    model_files, model_path = model_mount(train.get("model", ""))
+    train = LaunchRecipe.upcast(launch.recipe).train.learner_recipe()
+    mounts, data_path = data_mount(train["data"])
+    model_files, model_path = model_mount(train["model"])
     mounts, train = {**mounts, **model_files}, {**train, "data": data_path, "model": model_path}
     count, nodes = int(spec.get("count", 1)), int(spec.get("nodes", 1))
     torchrun = ("torchrun --nnodes $SKYPILOT_NUM_NODES --node-rank $SKYPILOT_NODE_RANK "

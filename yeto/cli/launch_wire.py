@@ -1,0 +1,37 @@
+"""The recipe `yeto launch` publishes: a typed LaunchRecipe from the resolved flags; flags --gpu would leave unread."""
+from __future__ import annotations
+
+from typing import Any
+
+from yeto.cli import launch_checks as checks
+from yeto.schemas.launch_recipe import RECIPE_VERSION, LaunchRecipe
+
+PLANNER_ONLY = {"budget": "--budget-per-hour", "flops": "--flops", "clouds": "--clouds", "regions": "--regions",
+                "exclude_regions": "--exclude-regions", "price_margin": "--price-margin"}
+"""Flags that only shape the fleet the planner picks: with --gpu naming the fleet, nothing reads them."""
+
+
+def launch_recipe(args, *, train: dict[str, Any], data_check: dict[str, Any], cloud: bool) -> dict[str, Any]:
+    """LaunchRun.recipe: built through the model (ValueError names a bad setting), sent as its wire dict."""
+    from yeto.cli import launch_recipe as recipe_flags
+
+    return LaunchRecipe.upcast({
+        "recipe_version": RECIPE_VERSION, "train": train, "data_check": data_check, "output": args.output,
+        "config": recipe_flags.settings(args),
+        "timeouts": {"recover_timeout_s": checks.duration_s(args.recover_timeout, "--recover-timeout")},
+        "prices": {"head_price_per_hour": args.head_price if cloud else 0.0},
+        "limits": {"max_steps": args.max_steps, "max_tokens": args.max_tokens,
+                   "max_time_s": checks.duration_s(args.max_time, "--max-time"), "max_spend": args.max_spend},
+    }).wire()
+
+
+def refuse_unread(args) -> None:
+    """With --gpu the fleet is given: a planner-only flag set to anything but its default would be silently ignored."""
+    from yeto.cli.launch_recipe import _ACTIONS as actions
+
+    if not args.gpu:
+        return
+    given = [flag for dest, flag in PLANNER_ONLY.items() if getattr(args, dest, None) != actions[dest].default]
+    if given:
+        raise ValueError(f"{', '.join(given)} only shape the fleet the planner picks, and --gpu {args.gpu} names the "
+                         f"fleet itself: drop {'them' if len(given) > 1 else 'it'}, or drop --gpu to let the planner pick")
