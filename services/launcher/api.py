@@ -3,6 +3,6 @@ from __future__ import annotations
 
 from yeto.services.launcher.backends.local import LocalBackend
 from yeto.services.launcher.backends.sky_api import sky_api
-from yeto.services.launcher.head import HeadError, head_memory_gb, launch_head, take_down
+from yeto.services.launcher.head import HeadError, launch_head, take_down
 
-__all__ = ["HeadError", "LocalBackend", "head_memory_gb", "launch_head", "sky_api", "take_down"]
+__all__ = ["HeadError", "LocalBackend", "launch_head", "sky_api", "take_down"]

@@ -1,4 +1,5 @@
-"""A cloud run's head VM, from the laptop: size it, rent it through SkyApi, wait until its nats-server answers over TLS.
+"""A cloud run's head VM, from the laptop: rent it (sized by schemas/head_size.py) through SkyApi, wait until its
+nats-server answers over TLS.
 
 Once the head answers and has the run, it owns the run's teardown (islands cancelled, the head terminated by
 SkyPilot's autodown after its stack exits), so the laptop can go away. Until then the laptop owns it: every
@@ -7,7 +8,6 @@ failure on the way (the cloud says no, the head never answers, Ctrl-C) takes the
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,28 +19,13 @@ from yeto.services.launcher.backends.sky_tasks import NATS_PORT, head_task
 
 HEAD_PORT = NATS_PORT
 IDLE_MINUTES_TO_AUTODOWN = 5
-# Head RAM, an estimate: the syncer keeps ~4 f32 copies of the trainable parameters (global, outer momentum,
-# the round's merge accumulator, the snapshot being written) plus decode buffers of about one more: ~20 bytes
-# each; 4 GB for the OS, nats-server and the services; never under 16 GB.
-BYTES_PER_TRAINABLE = 20
-BASE_GB, MIN_GB = 4, 16
-LORA_FRACTION = 0.02   # LoRA adapters on every linear layer hold ~0.5-2.5% of a model's parameters at ranks 16-64
-
-
 class HeadError(ConnectionError):
     """The head VM could not be rented, or never answered; nothing of it is left running."""
 
 
-def head_memory_gb(weights_gb: float | None, tuning: str) -> int:
-    """GB of RAM for the head, estimated from the trainable parameter count (bf16 weights: 2 bytes each)."""
-    if weights_gb is None:
-        return MIN_GB
-    trainable = weights_gb * 1e9 / 2 * (1.0 if tuning == "full" else LORA_FRACTION)
-    return max(MIN_GB, math.ceil(BASE_GB + trainable * BYTES_PER_TRAINABLE / 1e9))
-
-
 def launch_head(state_dir: Path, run_id: str, *, memory_gb: int, cloud: str | None = None, region: str | None = None,
-                linger_s: int = 3600, wait_s: float = 900.0, say: Callable[[str], None] = print, output: str = "") -> str:
+                linger_s: int = 3600, wait_s: float = 900.0, say: Callable[[str], None] = print, output: str = "",
+                syncers: int = 1) -> str:
     """Rent the head (its bundle prepared: infra/heads.py), wait until it answers; its URL. This process must hold
     the head's operator env (heads.head_env) for the wait. On any failure the head is taken down again."""
     rec = heads.head_record(state_dir, run_id)
@@ -48,7 +33,7 @@ def launch_head(state_dir: Path, run_id: str, *, memory_gb: int, cloud: str | No
     api, cluster = sky_api(), rec["cluster"]
     try:
         task = head_task(run_id, heads.bundle_dir(state_dir, run_id), cloud=cloud, region=region, memory_gb=memory_gb,
-                         linger_s=linger_s, output=output)
+                         linger_s=linger_s, output=output, syncers=syncers)
     except ValueError as e:        # SkyPilot knows no such cloud: nothing was rented
         heads.update_head(state_dir, run_id, state="down")
         raise ValueError(f"--head-cloud {cloud}: {e}") from None

@@ -9,6 +9,7 @@ from typing import Any
 
 from yeto.infra.model_source import resolve_model
 from yeto.schemas.gpuspec import IslandSpec, format_gpu
+from yeto.schemas.head_size import HeadChoice, HeadTooSmall, choose_head, trainable_of
 from yeto.services.planner.candidates import Candidate, dedupe, over_budget, screen
 from yeto.services.planner.catalog import Offering
 from yeto.services.planner.explain import launch_line, why_not
@@ -38,6 +39,7 @@ class FleetPlan:
     solve_seconds: float = 0.0
     reason: str = ""
     cheapest: dict[str, Any] | None = None
+    head: dict[str, Any] | None = None          # the head VM planned for the syncer (schemas/head_size.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -62,6 +64,16 @@ def island_dict(c: Candidate) -> dict[str, Any]:
     return {"cloud": o.cloud, "region": o.region, "instance_type": o.instance_type, "gpu": o.gpu,
             "count": o.count, "nodes": c.nodes, "spot": c.spot, "price_per_hour": round(c.price, 4),
             "tflops": round(c.tflops, 2), "memory_per_gpu_gb": round(c.need.total_gb, 2)}
+
+
+def head_dict(h: HeadChoice) -> dict[str, Any]:
+    return {"vm": h.vm.name, "memory_gb": h.vm.memory_gb, "price_per_hour": h.vm.price_per_hour,
+            "need_gb": round(h.need_gb, 1), "syncer_gb": round(h.syncer.head / 1e9, 2), "describe": h.describe()}
+
+
+def head_price(h: HeadChoice, given: float) -> float:
+    """--head-price prices the smallest head; a larger one the syncer needs costs at least its table price."""
+    return given if h.vm.memory_gb <= 16 else max(given, h.vm.price_per_hour)
 
 
 def workload_of(req: PlanRequest) -> Workload:
@@ -99,6 +111,12 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
     if sol is None or sol.status == "INFEASIBLE" or not any(sol.counts):
         return FleetPlan(feasible=False, reason=why_not(req, cheapest), cheapest=cheapest_d, **common)
     chosen = [c for c, n in zip(cands, sol.counts) for _ in range(n)]
+    try:
+        head = choose_head(trainable_of(w.weights_gb, req.tuning), num_learners=len(chosen), num_syncers=req.num_syncers,
+                           memory_gb=req.head_memory_gb)
+    except HeadTooSmall as e:
+        return FleetPlan(feasible=False, reason=str(e), cheapest=cheapest_d, **common)
+    common.update(head=head_dict(head), head_price_per_hour=head_price(head, req.head_price))
     specs = [IslandSpec(cloud=c.offering.cloud, gpu=c.offering.gpu, count=c.offering.count, nodes=c.nodes,
                         region=c.offering.region) for c in chosen]
     gpu = format_gpu(specs)

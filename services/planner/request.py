@@ -38,7 +38,12 @@ class PlanRequest:
     price_margin: float = 0.10
     """fraction added to catalog prices: spot prices move and catalogs go stale."""
     head_price: float = 0.19
-    """$/hr of the on-demand head VM (4 vCPU / 16 GB, e.g. m6i.xlarge in us-east-1)."""
+    """$/hr of the on-demand head VM (4 vCPU / 16 GB, e.g. m6i.xlarge in us-east-1); a larger head the syncer needs
+    is priced from schemas/head_size.py's table."""
+    num_syncers: int = 1
+    """syncer processes on the head (--syncers): the fragments are split over them."""
+    head_memory_gb: int | None = None
+    """RAM of the head VM (--head-memory-gb); None: the smallest head type that holds the syncer."""
     data: str | None = None
     """--data for the printed launch line."""
     time_limit_s: float = 10.0
@@ -51,6 +56,8 @@ class PlanRequest:
             raise ValueError("--budget-per-hour and --flops must be positive")
         if self.max_islands < 1 or self.max_nodes < 1 or self.price_margin < 0:
             raise ValueError("--max-islands must be at least 1 and the price margin not negative")
+        if self.num_syncers < 1 or self.head_memory_gb is not None and self.head_memory_gb < 1:
+            raise ValueError("--syncers and --head-memory-gb must be at least 1")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

@@ -22,9 +22,11 @@ from waiting import until, wait_for
 from yeto.cli.main import main
 from yeto.infra import heads, stack
 from yeto.infra.bus import connect
+from yeto.schemas.head_size import HeadTooSmall, choose_head, trainable_of
 from yeto.schemas.subjects import event_subject
 from yeto.services.launcher import head as head_module
 from yeto.services.launcher.backends.sky_api import ManagedJob
+from yeto.services.launcher.backends.sky_tasks import head_task
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[2]
@@ -297,10 +299,16 @@ def test_a_cloud_run_copied_back_answers_status_and_sql_from_its_copy_with_no_he
     assert "r-copied" in capsys.readouterr().out
 
 
-def test_the_head_is_sized_from_the_trainable_parameters():
-    assert head_module.head_memory_gb(None, "lora") == 16                       # unknown: the floor
-    assert head_module.head_memory_gb(16.0, "lora") == 16                       # 8B LoRA: ~160M trainable
-    assert head_module.head_memory_gb(16.0, "full") == 4 + 8 * 20                # 8B full: 20 bytes each + 4 GB
+def test_the_head_is_sized_to_hold_the_syncer_and_a_run_too_large_is_refused_with_the_numbers():
+    small = choose_head(trainable_of(16.0, "lora"), num_learners=4)            # 8B LoRA: ~160M trainable
+    assert small.vm.memory_gb == 16 and small.need_gb <= 16
+    full = choose_head(trainable_of(16.0, "full"), num_learners=4)             # 8B full: 8G values
+    assert full.need_gb <= full.vm.memory_gb and full.vm.memory_gb > 16
+    assert full.need_gb > full.syncer.head / 1e9, "a margin and the rest of the head on top of the syncer"
+    with pytest.raises(HeadTooSmall, match=r"--head-memory-gb \d+.*--syncers N"):
+        choose_head(trainable_of(140.0, "full"), num_learners=8)
+    assert choose_head(trainable_of(140.0, "full"), num_learners=2, memory_gb=8192).vm.memory_gb == 8192
+    assert "--syncers 3" in head_task("r1", "/tmp", syncers=3).run and "--syncers" not in head_task("r1", "/tmp").run
 
 
 def test_env_from_host_names_must_be_names_and_hf_token_goes_when_set():

@@ -114,7 +114,7 @@ async def _run_exists(url: str, run_id: str) -> bool:
 
 
 def cmd_launch(args) -> int:
-    from yeto.cli.launch_plan import fleet_from_planner, local_stack_url
+    from yeto.cli.launch_plan import fleet_from_planner, local_stack_url, refuse_syncers_elsewhere
 
     recipe_flags.apply_config(args, echo=True)
     run_id = args.run_id or new_run_id()
@@ -132,6 +132,7 @@ def cmd_launch(args) -> int:
         limits.ask_for_limit(args, fleet)
         launch = build_launch(args, run_id, fleet)
     named = conf(args).nats_url        # --nats-url / $YETO_NATS_URL: a stack the user runs
+    refuse_syncers_elsewhere(args, named)
     if launch is None:                 # the planner picks: the named stack's, else planned in this process
         fleet = fleet_from_planner(args, named, run_id) if named else cloud_launch.plan_here(args)
         if fleet is None:

@@ -14,8 +14,10 @@ from yeto.cli import launch_checks as checks
 from yeto.cli.common import publish, state_dir
 from yeto.infra import heads
 from yeto.infra.head_data import ship_data, ship_model, ship_parent
+from yeto.schemas.head_size import HeadChoice, choose_head, trainable_of
 from yeto.schemas.launch_recipe import LaunchRecipe
-from yeto.services.launcher.api import head_memory_gb, launch_head, take_down
+from yeto.schemas.recipe import SyncConfig
+from yeto.services.launcher.api import launch_head, take_down
 
 
 def add_arguments(p) -> None:
@@ -63,11 +65,23 @@ def ship(state, launch):
     return launch.model_copy(update={"recipe": recipe.updated(train=train).wire()})
 
 
+def size_head(args, launch) -> HeadChoice | None:
+    """The head VM holding the run's syncer (schemas/head_size.py), None when the model's size is unknown here;
+    HeadTooSmall, saying the numbers and what to do, when no head type does."""
+    weights = args.weights_gb or checks.known_weights_gb(args.model)
+    if weights is None:
+        return None
+    sync = SyncConfig.from_dict(dict(launch.recipe.get("train", {}).get("sync") or {}))
+    return choose_head(trainable_of(weights, args.tuning), num_learners=len(launch.fleet), sync=sync,
+                       num_syncers=args.syncers or 1, memory_gb=args.head_memory_gb)
+
+
 def run_on_head(args, launch, events=()):
     """Rent and wait for the run's head, then publish the run on it (after `events`, its lineage's) with its
     islands told the head's URL; (the head's URL, the LaunchRun as published). Nothing is rented before every
     check has passed."""
     state, run_id = state_dir(args), launch.run_id
+    head = size_head(args, launch)                 # HeadTooSmall (a ValueError) before anything is rented
     secrets = heads.host_secrets(os.environ, args.env_from_host)
     old = heads.head_record(state, run_id)
     if old and old["state"] != "down":
@@ -77,10 +91,10 @@ def run_on_head(args, launch, events=()):
     launch = ship(state, launch)
     rec = heads.write_head(state, heads.new_record(state, run_id, price_per_hour=args.head_price, launched_at=time.time()))
     os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
-    memory_gb = head_memory_gb(args.weights_gb or checks.known_weights_gb(args.model), args.tuning)
-    print(f"head VM for {run_id}: about {memory_gb} GB RAM (an estimate from the trainable parameters), "
+    print(f"head VM for {run_id}: {head.describe() if head else 'the smallest (16 GB): the model size is unknown'}; "
           f"${args.head_price:.2f}/hr counted in spend; secrets for the islands: {', '.join(secrets) or 'none'}")
-    url = launch_head(state, run_id, memory_gb=memory_gb, cloud=args.head_cloud, region=args.head_region,
+    url = launch_head(state, run_id, memory_gb=head.vm.memory_gb if head else 16, cloud=args.head_cloud,
+                      region=args.head_region, syncers=args.syncers or 1,
                       output=LaunchRecipe.upcast(launch.recipe).output)
     launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(bus_url=url).wire()})
     try:

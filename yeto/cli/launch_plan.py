@@ -13,9 +13,18 @@ from yeto.schemas.subjects import run_events
 
 
 def local_stack_url(args) -> str:
-    rec = stack.up(state_dir(args))
+    """The local stack's URL, started with --syncers N shards if none runs; a running stack with another number of
+    syncers is refused (`yeto stack down` first): shards cannot be added to a stack while it serves runs."""
+    rec = stack.up(state_dir(args), syncers=getattr(args, "syncers", None))
     print(f"started the local stack at {rec['url']} (state {state_dir(args)}; `yeto stack down` stops it)")
     return rec["url"]
+
+
+def refuse_syncers_elsewhere(args, named: str | None) -> None:
+    """--syncers starts processes; a stack someone else runs (--nats-url) is not this command's to change."""
+    if named and getattr(args, "syncers", None):
+        raise ValueError(f"--syncers {args.syncers}: the stack at {named} runs its own syncers; start it with "
+                         f"`yeto stack up --syncers {args.syncers}` instead, or omit --nats-url")
 
 
 async def ask_planner(url: str, run_id: str, request: dict, timeout_s: float = 120.0) -> dict:

@@ -51,7 +51,13 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, include_model: bool = True
     p.add_argument("--spot", dest="spot", action="store_true", default=True, help="spot where sold (default)")
     p.add_argument("--on-demand", dest="spot", action="store_false", help="on-demand capacity only")
     p.add_argument("--price-margin", type=float, default=0.10, help="fraction added to catalog prices")
-    p.add_argument("--head-price", type=float, default=0.19, help="$/hr of the on-demand head VM")
+    p.add_argument("--head-price", type=float, default=0.19, help="$/hr of the on-demand head VM (16 GB; a larger "
+                   "head the syncer needs is priced from its type)")
+    p.add_argument("--syncers", type=int, metavar="N", help="run the syncer as N processes (the head's, or the local "
+                   "stack's when `yeto launch` starts it), each owning fragments p with p %% N == k and 1/N of the "
+                   "syncer's memory; default 1, or what the running local stack runs")
+    p.add_argument("--head-memory-gb", type=int, metavar="GB", help="RAM of the head VM (default: the smallest head "
+                   "type that holds the syncer's memory model with a margin)")
     p.add_argument("--catalog-dir", help="local copy of SkyPilot's catalog (<dir>/<cloud>/vms.csv), for offline use")
 
 
@@ -77,6 +83,7 @@ def request_from_args(args) -> PlanRequest:
         base_quantization=args.base_quantization, seq_len=args.seq_len, micro_batch=args.micro_batch,
         clouds=_csv(args.clouds), regions=_csv(args.regions), exclude_regions=_csv(args.exclude_regions),
         max_islands=args.max_islands, spot=args.spot, price_margin=args.price_margin, head_price=args.head_price,
+        num_syncers=args.syncers or 1, head_memory_gb=args.head_memory_gb,
         data=getattr(args, "data", None))
 
 

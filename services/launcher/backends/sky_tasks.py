@@ -116,14 +116,14 @@ def head_setup(output: str = "") -> str:
 
 
 def head_task(run_id: str, bundle_dir: str | Path, *, cloud: str | None = None, region: str | None = None,
-              cpus: str = "4+", memory_gb: int = 16, linger_s: int = 3600, output: str = ""):
+              cpus: str = "4+", memory_gb: int = 16, linger_s: int = 3600, output: str = "", syncers: int = 1):
     """The run's on-demand head VM: `yeto stack up --head` (nats-server with TLS and per-run credentials, the
     services, the tape) over the bundle the laptop made (shipped as the head's state dir); its port is open
     for the islands. It outlives the run by at most `linger_s` waiting for the laptop to copy the tape back."""
     import sky
 
     run = (f"yeto --state-dir {HEAD_STATE} stack up --head --run-id {shlex.quote(run_id)} --port {NATS_PORT} "
-           f"--foreground --linger {int(linger_s)}")
+           f"--foreground --linger {int(linger_s)}" + (f" --syncers {int(syncers)}" if syncers > 1 else ""))
     task = sky.Task(name=f"yeto-head-{run_id}", workdir=str(REPO), setup=head_setup(output), run=run)
     task.set_resources(sky.Resources(cloud=sky.CLOUD_REGISTRY.from_str(cloud) if cloud else None, region=region,
                                      cpus=cpus, memory=f"{int(memory_gb)}+", use_spot=False, ports=[NATS_PORT]))

@@ -1,0 +1,41 @@
+"""The planner sizes the head VM for the syncer (schemas/head_size.py): `yeto shape` says which head and that the
+syncer fits, a run whose syncer no head holds is not planned (the reason says what to do), --syncers is accounted."""
+from __future__ import annotations
+
+import pytest
+
+from yeto.cli.main import main
+from yeto.services.planner.api import FIXTURE_DIR
+from yeto.services.planner.catalog import load_catalog
+from yeto.services.planner.plan import plan_fleet
+from yeto.services.planner.request import PlanRequest
+from yeto.services.planner.signals import Signals
+
+pytestmark = pytest.mark.timeout(60)
+CATALOG = load_catalog(catalog_dir=FIXTURE_DIR)
+
+
+def test_shape_plans_a_head_that_holds_the_syncer_and_says_so(capsys):
+    assert main(["shape", "--model", "llama31-70b", "--budget-per-hour", "40", "--catalog-dir", str(FIXTURE_DIR)]) == 0
+    out = capsys.readouterr().out
+    assert "the syncer fits: head " in out and "GB for the rest" in out
+    plan = plan_fleet(PlanRequest(model="llama31-70b", budget=40.0), CATALOG, Signals())
+    head = plan.head
+    assert head is not None and head["need_gb"] <= head["memory_gb"] and head["syncer_gb"] > 0
+    assert plan.head_price_per_hour == max(0.19, head["price_per_hour"]) and plan.total_price_per_hour <= 40.0
+
+
+def test_a_syncer_no_head_holds_is_not_planned_and_the_reason_says_what_to_do():
+    plan = plan_fleet(PlanRequest(model="llama31-70b", budget=200.0, tuning="full"), CATALOG, Signals())
+    assert not plan.feasible and "--head-memory-gb" in plan.reason and "trainable values" in plan.reason
+    larger = plan_fleet(PlanRequest(model="llama31-70b", budget=200.0, tuning="full", head_memory_gb=16384), CATALOG,
+                        Signals())
+    assert larger.feasible and larger.head is not None and larger.head["memory_gb"] == 16384
+
+
+def test_syncer_shards_are_sized_per_process():
+    one = plan_fleet(PlanRequest(model="llama31-70b", budget=40.0), CATALOG, Signals())
+    two = plan_fleet(PlanRequest(model="llama31-70b", budget=40.0, num_syncers=2), CATALOG, Signals())
+    assert one.head and two.head and "x 2 shards" in two.head["describe"] and two.head["syncer_gb"] >= one.head["syncer_gb"]
+    with pytest.raises(ValueError, match="--syncers"):
+        PlanRequest(model="m", budget=1.0, num_syncers=0)
