@@ -50,8 +50,8 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 def check_entry(entry: dict[str, Any]) -> dict[str, Any]:
     """One fleet entry: a known cloud, sane names, whole positive counts, a finite non-negative price."""
-    if entry.get("cloud") not in KNOWN_CLOUDS:
-        raise ValueError(f"cloud must be one of {', '.join(KNOWN_CLOUDS)}, got {entry.get('cloud')!r:.40}")
+    if entry.get("cloud") not in (*KNOWN_CLOUDS, "external"):    # external: a slot joined with a token (yeto join)
+        raise ValueError(f"cloud must be one of {', '.join(KNOWN_CLOUDS)}, external, got {entry.get('cloud')!r:.40}")
     for key in ("gpu", "region", "instance_type"):
         if entry.get(key) is not None and not (isinstance(entry[key], str) and _NAME.match(entry[key])):
             raise ValueError(f"{key} must be a short name (letters, digits, - _ .), got {entry[key]!r:.40}")

@@ -16,6 +16,7 @@ from yeto.schemas.fleet import IslandDropped, IslandPreempted, IslandRequested, 
 from yeto.schemas.island_view import Island
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.run_view import RunView
+from yeto.services.launcher import external
 from yeto.services.launcher.reach import unreachable
 from yeto.services.launcher.state import State, backend_of, recorded_handle
 
@@ -111,7 +112,7 @@ def reconcile(run: RunView, now: datetime) -> list[Publish]:
     if run.ended:   # a cloud island's job may outlive its exit (SkyPilot recovering it): cancelled as well
         return [stop(run.run_id, isl, f"run ended ({run.ended})") for isl in run.islands
                 if isl.phase in ("up", "replacing") or (isl.phase == "exited" and backend_of(isl.spec) != "local")]
-    return [p for isl in run.islands for p in _needs(run, isl, now)]
+    return [p for isl in run.islands for p in _needs(run, isl, now) + external.finished(run, isl, source=SOURCE)]
 
 
 def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity | None = None) -> list:

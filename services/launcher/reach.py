@@ -22,7 +22,7 @@ def island_url(spec: dict[str, Any], recipe: dict[str, Any], launcher_url: str) 
 
 def unreachable(spec: dict[str, Any], recipe: dict[str, Any]) -> str:
     """Why an island of this fleet entry could not reach the bus at its URL ("" when it can; always for local ones)."""
-    if backend_of(spec) == "local":
+    if backend_of(spec) in ("local", "external"):    # an external learner's URL is in its join token
         return ""
     url = LaunchRecipe.upcast(recipe).bus_url
     if not url:

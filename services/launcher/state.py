@@ -23,7 +23,8 @@ OWN_HANDLE = ("up", "exited", "preempted", "finished", "stopped")
 
 def backend_of(spec: dict[str, Any]) -> str:
     """The backend that runs an island of this fleet entry."""
-    return "local" if spec.get("cloud") == "local" else "skypilot"
+    cloud = spec.get("cloud")
+    return "local" if cloud == "local" else "external" if cloud == "external" else "skypilot"
 
 
 def recorded_handle(state: State, run_id: str, island: int, generation: int) -> str:

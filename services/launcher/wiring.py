@@ -9,6 +9,7 @@ import os
 from yeto.infra.runner import ServiceSpec, StateCodec
 from yeto.schemas.capacity import MAX_ISLANDS, Capacity
 from yeto.services.launcher import state
+from yeto.services.launcher.backends.external import ExternalBackend
 from yeto.services.launcher.backends.local import LocalBackend
 from yeto.services.launcher.backends.skypilot import SkyPilotBackend
 from yeto.services.launcher.effects import Effects
@@ -51,5 +52,6 @@ def spec(effects: Effects, *, tick_s: float = 2.0, capacity: Capacity | None = N
 
 def build(args) -> ServiceSpec:
     conf = args.settings
-    backends = {"local": LocalBackend(conf.state_dir), "skypilot": SkyPilotBackend(conf.state_dir)}
+    backends = {"local": LocalBackend(conf.state_dir), "skypilot": SkyPilotBackend(conf.state_dir),
+                "external": ExternalBackend(conf.state_dir, conf.nats_url)}
     return spec(Effects(backends, conf.nats_url))

@@ -5,6 +5,7 @@ import asyncio
 import secrets
 import time
 
+from yeto.cli import join as external
 from yeto.cli import launch_checks as checks
 from yeto.cli import launch_cloud as cloud_launch
 from yeto.cli import launch_limits as limits
@@ -54,6 +55,7 @@ def register(sub) -> None:
     a("--run-id", type=run_id_arg, help="run id (default: generated)")
     a("--wait", action="store_true", help="follow the run; exit 0 when finalized, non-zero otherwise")
     cloud_launch.add_arguments(p)
+    external.add_launch_arguments(p)
     lineage.add_arguments(p)
     trackers.add_arguments(p)
     recipe_flags.add_arguments(p)      # last: -c/--config, and which flags were typed (they beat the file)
@@ -75,12 +77,13 @@ def build_launch(args, run_id: str, fleet: list[dict]) -> LaunchRun:
 
     recipe_flags.apply_config(args)    # the --config file under the flags (once)
     launch_wire.refuse_unread(args)    # before the data check: a flag nothing would read is refused at once
+    fleet = [*fleet, *external.slots(args)]     # --external-learners: slots after the --gpu islands
     source = resolve(args.model)
     data_check = checks.check_data(args, source)
     recipe_flags.apply_epochs(args, data_check, fleet)     # --epochs -> max_steps from the packed tokens
     sync = checks.sync_settings(args)
     train = checks.pin_sources(checks.train_recipe(args, sync), data_check)
-    cloud = any(f["cloud"] != "local" for f in fleet)
+    cloud = external.on_cloud(fleet)
     recipe = launch_wire.launch_recipe(args, train=train, data_check=data_check, cloud=cloud)
     if args.max_spend is not None and any(f["price_per_hour"] is None for f in fleet):
         raise ValueError("--max-spend needs each island's price, and the catalog has none for some --gpu entry; "
@@ -141,10 +144,10 @@ def cmd_launch(args) -> int:
         limits.ask_for_limit(args, fleet)
         launch = build_launch(args, run_id, fleet)
     launch, lineage_events = lineage.apply(args, launch)      # a parent mismatch is refused before anything starts
-    if any(f["cloud"] != "local" for f in launch.fleet) and not named:
+    if external.on_cloud(launch.fleet) and not named:
         url, launch = cloud_launch.run_on_head(args, launch, lineage_events)      # the run's own head VM, then the run on it
     else:
-        if named and any(f["cloud"] != "local" for f in launch.fleet):
+        if named and external.on_cloud(launch.fleet):
             cloud_launch.refuse_loopback(named)
             launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(bus_url=named).wire()})
         url = url_or_none(args) or local_stack_url(args)
@@ -153,6 +156,7 @@ def cmd_launch(args) -> int:
         asyncio.run(publish(url, *checks.data_events(launch), *lineage_events, launch))
     print(f"launched {run_id}: {len(launch.fleet)} island(s)\n  follow: yeto status {run_id} | yeto logs {run_id} --follow\n"
           f"  stop:   yeto down {run_id}   (abort: yeto down {run_id} --now)")
+    external.print_tokens(args, run_id, launch.fleet)
     return trackers.wait(args, url, run_id, then=lambda: pull_if_ended(state_dir(args), run_id)) if args.wait else 0
 
 

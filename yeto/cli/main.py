@@ -11,7 +11,7 @@ from yeto.cli.version import VersionAction
 
 # Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
 COMMAND_MODULES = ("stack", "launch", "runs", "logs", "sql", "tape", "pull", "data", "shape", "chaos", "merge", "check",
-                   "lineage", "verify", "trackers", "plot", "dashboard")
+                   "lineage", "verify", "trackers", "plot", "dashboard", "join")
 
 # Every command, the module that registers it and its one-line help: `yeto --help` lists these without importing the
 # modules (they import DuckDB, OR-Tools, ...), and `yeto CMD` imports only CMD's module, so a command starts fast.
@@ -35,6 +35,8 @@ COMMANDS = {
     "report": ("trackers", "replay a run's tape into TensorBoard, W&B or MLflow"),
     "plot": ("plot", "draw a run's loss curves from the tape into a PNG"),
     "dashboard": ("dashboard", "serve a live web page per run: islands, rounds, loss curves, spend, ETA"),
+    "join": ("join", "run a learner here in a run's external slot (the token from yeto launch)"),
+    "join-token": ("join", "print the join token of a run's external slot (a secret)"),
 }
 GLOBAL_FLAGS = (("--state-dir", "local stack state (default $YETO_HOME or ~/.yeto)"),
                 ("--nats-url", "NATS URL of a running stack (default: the local stack's)"))

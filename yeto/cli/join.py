@@ -1,0 +1,100 @@
+"""`yeto join` (a learner on this machine takes a run's external slot), `yeto join-token`, launch's --external-* flags.
+
+`yeto join RUN --token T [--backend torch|mlx]`, `yeto join-token RUN --slot K`, and `yeto launch`'s
+`--external-learners N` / `--external-price` (slots after the --gpu islands, their tokens printed once).
+
+The token (services/launcher/join_token.py) carries the bus URL, the slot's learner credential, the run, slot,
+generation and learner recipe. The credential goes to the learner in a 0600 file named by $YETO_NATS_CREDS, never
+on a command line; give the token itself through $YETO_JOIN_TOKEN rather than --token where others list processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from yeto.cli.common import run_id_arg, state_dir
+from yeto.infra import bus_auth
+from yeto.services.launcher.api import EXTERNAL, JoinToken, external_entry, read_token
+
+BACKENDS = {"torch": "yeto.learners.torch", "mlx": "yeto.learners.mlx"}
+TOKEN_ENV = "YETO_JOIN_TOKEN"
+
+
+def register(sub) -> None:
+    j = sub.add_parser("join", help="run a learner here in a run's external slot (the token from yeto launch)",
+                       description=__doc__.splitlines()[0])
+    j.add_argument("run", type=run_id_arg, help="run id")
+    j.add_argument("--token", default=None, help=f"the slot's join token (default ${TOKEN_ENV})")
+    j.add_argument("--backend", choices=tuple(BACKENDS), default="torch", help="learner backend: torch (CUDA, CPU) or "
+                   "mlx (Apple silicon; MLX's CPU backend elsewhere)")
+    j.add_argument("--model", default=None, help="this machine's copy of the base (a local directory; the run's pin "
+                   "is still checked)")
+    j.add_argument("--data", default=None, help="this machine's copy of the data (the run's pin is still checked)")
+    j.add_argument("--device", default=None, help="passed to the learner (torch: cuda, npu, cpu; mlx: gpu, cpu)")
+    j.set_defaults(func=cmd_join)
+    t = sub.add_parser("join-token", help="print the join token of a run's external slot (a secret)")
+    t.add_argument("run", type=run_id_arg, help="run id")
+    t.add_argument("--slot", type=int, required=True, help="the slot's island index")
+    t.set_defaults(func=lambda args: print(read_token(state_dir(args), args.run, args.slot)) or 0)
+
+
+def add_launch_arguments(p) -> None:
+    p.add_argument("--external-learners", type=int, default=0, help="island slots learners on other machines join "
+                   "with `yeto join RUN --token T` (tokens printed once; again with `yeto join-token`)")
+    p.add_argument("--external-price", type=float, default=0.0, help="$/hr to bill per joined learner (default 0)")
+
+
+def slots(args) -> list[dict]:
+    """The fleet entries of --external-learners."""
+    num, price = getattr(args, "external_learners", 0) or 0, getattr(args, "external_price", 0.0) or 0.0
+    if num < 0 or price < 0:
+        raise ValueError("--external-learners and --external-price must be >= 0")
+    return [external_entry(price) for _ in range(num)]
+
+
+def on_cloud(fleet: list[dict]) -> bool:
+    """Whether any island is a cloud one (external slots are neither local processes nor cloud jobs)."""
+    return any(f["cloud"] not in ("local", EXTERNAL) for f in fleet)
+
+
+def print_tokens(args, run_id: str, fleet: list[dict], wait_s: float = 60.0) -> None:
+    """Each external slot's token, once the launcher opened it (a local stack's state dir), or how to get it."""
+    for slot in [i for i, f in enumerate(fleet) if f["cloud"] == EXTERNAL]:
+        deadline, token = time.monotonic() + wait_s, None
+        while token is None and time.monotonic() < deadline:
+            try:
+                token = read_token(state_dir(args), run_id, slot)
+            except ValueError:
+                time.sleep(0.2)      # the launcher opens slots right after RunLaunched
+        print(f"  external slot {slot}: yeto join {run_id} --backend torch|mlx --token "
+              f"{token or f'$(yeto join-token {run_id} --slot {slot})   (where the stack runs)'}")
+
+
+def learner_argv(token: JoinToken, backend: str, recipe_path: Path, device: str | None) -> list[str]:
+    argv = [sys.executable, "-m", BACKENDS[backend], "--run-id", token.run_id, "--learner", token.learner,
+            "--generation", str(token.generation), "--nats-url", token.url, "--recipe", str(recipe_path),
+            "--learner-index", str(token.slot), "--num-learners", str(token.num_islands),
+            "--start-step", str(token.start_step)]
+    return argv + (["--device", device] if device else [])
+
+
+def cmd_join(args) -> int:
+    token = JoinToken.decode(args.token or os.environ.get(TOKEN_ENV, ""))
+    if token.run_id != args.run:
+        raise ValueError(f"this token is for run {token.run_id}, not {args.run}")
+    recipe = {**token.recipe, **{k: v for k, v in (("model", args.model), ("data", args.data)) if v}}
+    with tempfile.TemporaryDirectory(prefix="yeto-join-") as tmp:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop(TOKEN_ENV, None)
+        env.pop(bus_auth.CREDS_ENV, None)
+        if token.credential:
+            env[bus_auth.CREDS_ENV] = str(bus_auth.write_secret(Path(tmp) / "creds.json", json.dumps(token.credential)))
+        recipe_path = Path(tmp) / "recipe.json"
+        recipe_path.write_text(json.dumps(recipe, sort_keys=True))
+        print(f"joining {token.run_id} as {token.learner} generation {token.generation} ({args.backend})", flush=True)
+        return subprocess.call(learner_argv(token, args.backend, recipe_path, args.device), env=env)
