@@ -1,9 +1,9 @@
 """External learners end to end on a real local stack: a PyTorch island and an MLX island joined with a token.
 
-`yeto launch --gpu local:1xcpu --external-learners 1` opens a slot, `yeto join-token` prints its token, `yeto join RUN --backend mlx` (the token in $YETO_JOIN_TOKEN) trains an
-MLX island in it beside the PyTorch island: rounds merge with both as responders, the joined island finishes at
-max_steps and is billed at --external-price, the run finalizes, and the token's secret is on neither the tape nor a
-log. One run, shared by the tests of this module."""
+`yeto launch --gpu local:1xcpu --external-learners 1` opens a slot, `yeto join-token` prints its token, and
+`yeto join RUN --backend mlx` (the token in $YETO_JOIN_TOKEN) trains an MLX island in it beside the PyTorch island:
+rounds merge with both as responders, the joined island finishes at max_steps and is billed at --external-price,
+the run finalizes, and the token's secret is on neither the tape nor a log. One run, shared by this module's tests."""
 from __future__ import annotations
 
 import base64

@@ -1,7 +1,7 @@
 """The MLX learner computes what the torch learner does on one tiny Llama: its layout, loss and AdamW steps.
 
-The same trainable tensors (names, shapes, dtypes, so one layout fingerprint and one run), the same loss, the same AdamW steps; its process
-trains to the end with the torch learner's flags and lines."""
+The same trainable tensors (names, shapes, dtypes, so one layout fingerprint and one run), the same loss, the same
+AdamW steps; its process trains to the end with the torch learner's flags and lines."""
 from __future__ import annotations
 
 import json

@@ -1,0 +1,96 @@
+"""External slots without a run: the launcher's decisions, the external backend's tokens, a token's refusals.
+
+A joined island finishes at max_steps, a silent one is re-opened as a new generation; the backend's token carries the
+slot's own credential (scoped as a cloud island's) in a 0600 file, a new generation's replacing the old."""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+from functools import reduce
+
+import pytest
+
+from yeto.infra import bus_auth
+from yeto.infra.bus_perms import learner_permissions
+from yeto.infra.runner import Publish
+from yeto.schemas.commands import LaunchRun
+from yeto.schemas.fleet import IslandExited, IslandPreempted, IslandUp, StartIsland, StopIsland
+from yeto.schemas.training import LearnerProgress
+from yeto.services.launcher.api import JoinToken, external_entry, read_token
+from yeto.services.launcher.backends.base import IslandLaunch
+from yeto.services.launcher.backends.external import ExternalBackend
+from yeto.services.launcher.logic import decide
+from yeto.services.launcher.state import evolve
+
+pytestmark = pytest.mark.timeout(30)
+T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+SLOT = external_entry(2.5)
+LAUNCH = LaunchRun(id="L", run_id="r1", fleet=[SLOT], recipe={"train": {"model": "m", "max_steps": 50}})
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def beat(step: int, t: float, generation: int = 0) -> LearnerProgress:
+    return LearnerProgress(run_id="r1", learner="island-0", generation=generation, step=step, loss=1.0, tokens=10,
+                           tokens_per_s=1, step_time_s=0.1, lr=1e-3, ts=at(t))
+
+
+def state(*events) -> dict:
+    launched = [p.msg for p in decide({}, LAUNCH, T0) if isinstance(p, Publish)][0].model_copy(update={"ts": T0})
+    up = IslandUp(run_id="r1", island=0, generation=0, spec=SLOT, price_per_hour=2.5, backend="external",
+                  handle="external:0:0", ts=at(1))
+    return reduce(evolve, [launched, up, *events], {})
+
+
+def decided(st: dict, t: float) -> list:
+    return [p.msg for p in decide(st, None, at(t)) if isinstance(p, Publish)]
+
+
+def test_a_joined_island_that_reached_max_steps_has_finished_and_one_short_of_it_has_not():
+    assert decided(state(beat(49, 5)), 6) == []
+    (done,) = decided(state(beat(50, 5)), 6)
+    assert isinstance(done, IslandExited) and done.exit_code == 0 and done.backend == "external"
+    assert evolve(state(beat(50, 5)), done)["r1"].islands[0].phase == "finished"
+
+
+def test_a_silent_joined_island_is_preempted_and_its_slot_reopened_as_the_next_generation():
+    st = state(beat(10, 5))
+    gone = decided(st, 5 + 301)                 # heartbeat_timeout_s 300 by default
+    assert [type(m) for m in gone] == [IslandPreempted, StopIsland]
+    st = reduce(evolve, gone, st)
+    start = [m for m in decided(st, 310) if isinstance(m, StartIsland)]
+    assert [(m.island, m.generation, m.spec["cloud"], m.start_step) for m in start] == [(0, 1, "external", 10)]
+
+
+def test_the_backend_writes_each_generations_token_with_the_slots_own_scoped_credential(tmp_path):
+    bus_auth.prepare(tmp_path)                  # a stack with authentication: learner credentials are issued
+    backend = ExternalBackend(tmp_path, "nats://127.0.0.1:4222")
+
+    def start(generation: int) -> JoinToken:
+        backend.start(IslandLaunch(run_id="r1", island=3, generation=generation, spec=SLOT, recipe=LAUNCH.recipe,
+                                   num_islands=4, nats_url="", start_step=7 * generation))
+        return JoinToken.decode(read_token(tmp_path, "r1", 3))
+    first = start(0)
+    assert (first.url, first.learner, first.slot, first.generation, first.num_islands) == \
+        ("nats://127.0.0.1:4222", "island-3", 3, 0, 4)
+    assert first.recipe == {"model": "m", "max_steps": 50}
+    users = (tmp_path / "auth" / "users.conf").read_text()
+    assert first.credential["user"] in users and first.credential["password"] in users
+    assert first.credential == bus_auth.load_identity(bus_auth.learner_file(tmp_path, "r1", "island-3"))
+    assert learner_permissions("r1", "island-3")["subscribe"]["allow"] == [f"{first.credential['inbox_prefix']}.>"]
+    assert oct(os.stat(next(tmp_path.rglob("slot-3.token"))).st_mode & 0o777) == "0o600"
+    second = start(1)                           # re-opened: a new generation, the same slot credential
+    assert (second.generation, second.start_step, second.credential) == (1, 7, first.credential)
+    backend.stop("r1", 3, 0, "")                # the old generation's stop leaves the new token alone
+    assert JoinToken.decode(read_token(tmp_path, "r1", 3)).generation == 1
+    backend.stop("r1", 3, 1, "")
+    with pytest.raises(ValueError, match="no open external slot 3"):
+        read_token(tmp_path, "r1", 3)
+
+
+@pytest.mark.parametrize("text", ["", "nats://x", "yeto-join-!!", "yeto-join-" + "e30="])
+def test_anything_but_a_join_token_is_refused_with_what_to_pass(text):
+    with pytest.raises(ValueError, match="not a join token"):
+        JoinToken.decode(text)
