@@ -1,10 +1,11 @@
 """Peak RSS of a syncer process against the syncer memory model (schemas/syncer_memory.py), over a ladder of sizes.
 
-Each size runs in a fresh process: a real SyncerCore takes in every learner's f32 init and `--rounds` rounds of
-q4 pushes, in chunks as the data plane fetches them. Every message's chunks are held until its fragment's round
-merges (as held.py does), every snapshot is written (snapshot.py) and every broadcast chunked (outputs.py). Each
-round opens every fragment's round before closing any (all learners but the last push every fragment first):
-the model's worst case. The process's peak RSS (ru_maxrss) is compared with the model's prediction for one process.
+Each size runs in a fresh process: a real SyncerCore takes in island 0's f32 init of every fragment (the others adopt
+version 0: learners/sync_hook.py) and `--rounds` rounds of q4 pushes, in chunks as the data plane fetches them. Every
+message's chunks are held until its fragment's round merges (as held.py does), every snapshot is written
+(snapshot.py) and every broadcast chunked (outputs.py). Each round opens every fragment's round before closing any
+(all learners but the last push every fragment first): the model's worst case. The process's peak RSS (ru_maxrss)
+is compared with the model's prediction for one process.
 
     .venv/bin/python benchmarks/memory.py [--sizes 1,8,32,135] (millions of values) [--learners 2] [--fragments 8]
 
@@ -63,11 +64,8 @@ def drive(trainable: int, num_learners: int, config: SyncConfig, rounds: int, di
                     held.pop(out.fragment, None)
 
     learners = [f"l{m}" for m in range(num_learners)]
-    for p in range(config.num_fragments):
-        init = rng.standard_normal(numel, dtype=np.float32)
-        for learner in learners:
-            take(learner, p, "init", init)
-        del init
+    for p in range(config.num_fragments):      # island 0 sends the init; the others adopt version 0 (sync_hook.py)
+        take(learners[0], p, "init", rng.standard_normal(numel, dtype=np.float32))
     for r in range(rounds):
         now += 1.0
         for learner in learners:       # every fragment's round open before the last learner closes them

@@ -31,6 +31,10 @@ class HeadChoice:
     need_gb: float        # RAM the head needs: the syncer with its margin, and the rest
     syncer: SyncerMemory
 
+    def price(self, given: float) -> float:
+        """$/hr for spend: --head-price (`given`) prices the smallest head; a larger one costs at least its type's."""
+        return given if self.vm.memory_gb <= HEAD_VMS[0].memory_gb else max(given, self.vm.price_per_hour)
+
     def describe(self) -> str:
         return (f"head {self.vm.name} ({self.vm.memory_gb} GB, ${self.vm.price_per_hour:.3f}/hr): needs {self.need_gb:.1f} GB, "
                 f"the syncer {self.syncer.describe()} + {MARGIN:.0%} + {REST_GB:g} GB for the rest")

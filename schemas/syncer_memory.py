@@ -7,11 +7,12 @@ one per live learner, since a round merges at once when every live learner has p
 snapshot's copies of Θ, momentum and shadow (3n f32; snapshot.py streams them to disk, never a serialised copy),
 an f32 keyframe and its chunks (2n f32) and the delta's; a row array's growth keeps the old array while the new one
 fills; a message taken in is joined from its chunks, then decoded. The wire: every message's chunks stay in memory
-until its fragment's round merges (held.py; the fetched batch's chunks are those), so in the first round every
-learner's f32 init is held with its push; then copies of partial messages under the assembler's cap (intake.py;
-SyncConfig.max_pending_bytes). The peak is the larger of the first round and steady state. Pure: sizes in, bytes
-out. `--syncers N` splits the fragments over N processes (p % N == k): each holds its share, its own transient and
-baseline, so the head's total grows a little with N while each process's share shrinks.
+until its fragment's round merges (held.py; the fetched batch's chunks are those), so in the first round the f32
+init (island 0 sends it; the others adopt version 0) is held with the pushes; then copies of partial messages under
+the assembler's cap (intake.py; SyncConfig.max_pending_bytes). The peak is the larger of the first round and steady
+state. Pure: sizes in, bytes out. `--syncers N` splits the fragments over N processes (p % N == k): each holds its
+share, its own transient and baseline, so the head's total grows a little with N while each process's share shrinks.
+Checked against a real syncer process's peak RSS by benchmarks/memory.py (docs/BENCHMARK_RESULTS.md).
 """
 from __future__ import annotations
 
@@ -69,9 +70,9 @@ def syncer_memory(trainable: int, *, num_learners: int, config: SyncConfig, num_
     owned, f32 = numel * num_owned, F32 * numel
     push, down = codecs.encoded_size(config.codec_up, numel), codecs.encoded_size(config.codec_down, numel)
     # (resident arrays, held messages) in steady state and in the first round, when the momentum row is not yet
-    # written but every learner's f32 init is held with its push
+    # written but the f32 init (island 0's: learners/sync_hook.py) is held with the round's pushes
     steady = ((3 + num_learners) * F32 * owned, push * num_learners * num_owned)
-    first_round = ((2 + num_learners) * F32 * owned, (f32 + push) * num_learners * num_owned)
+    first_round = ((2 + num_learners) * F32 * owned, (f32 + push * num_learners) * num_owned)
     arrays, held = max(steady, first_round, key=sum)
     grown = allocated_rows(num_learners)
     rows_before = grown // 2 if grown > 2 + INITIAL_PUSH_ROWS else 0

@@ -71,11 +71,6 @@ def head_dict(h: HeadChoice) -> dict[str, Any]:
             "need_gb": round(h.need_gb, 1), "syncer_gb": round(h.syncer.head / 1e9, 2), "describe": h.describe()}
 
 
-def head_price(h: HeadChoice, given: float) -> float:
-    """--head-price prices the smallest head; a larger one the syncer needs costs at least its table price."""
-    return given if h.vm.memory_gb <= 16 else max(given, h.vm.price_per_hour)
-
-
 def workload_of(req: PlanRequest) -> Workload:
     weights = req.weights_gb if req.weights_gb is not None else resolve_model(req.model).weights_gb
     if weights is None:
@@ -116,7 +111,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
                            memory_gb=req.head_memory_gb)
     except HeadTooSmall as e:
         return FleetPlan(feasible=False, reason=str(e), cheapest=cheapest_d, **common)
-    common.update(head=head_dict(head), head_price_per_hour=head_price(head, req.head_price))
+    common.update(head=head_dict(head), head_price_per_hour=head.price(req.head_price))
     specs = [IslandSpec(cloud=c.offering.cloud, gpu=c.offering.gpu, count=c.offering.count, nodes=c.nodes,
                         region=c.offering.region) for c in chosen]
     gpu = format_gpu(specs)

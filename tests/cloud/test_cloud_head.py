@@ -305,6 +305,7 @@ def test_the_head_is_sized_to_hold_the_syncer_and_a_run_too_large_is_refused_wit
     full = choose_head(trainable_of(16.0, "full"), num_learners=4)             # 8B full: 8G values
     assert full.need_gb <= full.vm.memory_gb and full.vm.memory_gb > 16
     assert full.need_gb > full.syncer.head / 1e9, "a margin and the rest of the head on top of the syncer"
+    assert small.price(0.5) == 0.5 and full.price(0.19) == full.vm.price_per_hour, "spend counts the larger type"
     with pytest.raises(HeadTooSmall, match=r"--head-memory-gb \d+.*--syncers N"):
         choose_head(trainable_of(140.0, "full"), num_learners=8)
     assert choose_head(trainable_of(140.0, "full"), num_learners=2, memory_gb=8192).vm.memory_gb == 8192

@@ -82,6 +82,9 @@ def run_on_head(args, launch, events=()):
     check has passed."""
     state, run_id = state_dir(args), launch.run_id
     head = size_head(args, launch)                 # HeadTooSmall (a ValueError) before anything is rented
+    price = head.price(args.head_price) if head else args.head_price
+    launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(
+        prices={"head_price_per_hour": price}).wire()})      # spend counts the head type that holds the syncer
     secrets = heads.host_secrets(os.environ, args.env_from_host)
     old = heads.head_record(state, run_id)
     if old and old["state"] != "down":
@@ -89,10 +92,10 @@ def run_on_head(args, launch, events=()):
                          f"(an interrupted launch: `sky down {old['cluster']}`, then remove {heads.head_dir(state, run_id)})")
     heads.prepare_bundle(state, run_id, secrets)
     launch = ship(state, launch)
-    rec = heads.write_head(state, heads.new_record(state, run_id, price_per_hour=args.head_price, launched_at=time.time()))
+    rec = heads.write_head(state, heads.new_record(state, run_id, price_per_hour=price, launched_at=time.time()))
     os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
     print(f"head VM for {run_id}: {head.describe() if head else 'the smallest (16 GB): the model size is unknown'}; "
-          f"${args.head_price:.2f}/hr counted in spend; secrets for the islands: {', '.join(secrets) or 'none'}")
+          f"${price:.2f}/hr counted in spend; secrets for the islands: {', '.join(secrets) or 'none'}")
     url = launch_head(state, run_id, memory_gb=head.vm.memory_gb if head else 16, cloud=args.head_cloud,
                       region=args.head_region, syncers=args.syncers or 1,
                       output=LaunchRecipe.upcast(launch.recipe).output)
