@@ -6,67 +6,16 @@ before (version 1: timeouts and the head price at the top level, sometimes `sync
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, ValidationError
 
-from yeto.schemas.train_section import Count, Section, TrainSection
+from yeto.schemas.recipe_sections import TIMEOUTS, DataCheck, Limits, Prices, Timeouts
+from yeto.schemas.train_section import Section, TrainSection
 
 RECIPE_VERSION: Final = 2
-PosFloat = Annotated[float, Field(gt=0)]
-TIMEOUTS = ("recover_timeout_s", "heartbeat_timeout_s", "startup_timeout_s", "final_ack_timeout_s",
-            "final_cut_timeout_s", "max_crashes")
 V1_KEYS = frozenset({"train", "sync", "limits", "output", "bus_url", "config", "data_check", "shard", "base_quantization",
                      "head_price_per_hour", "model", "max_steps", *TIMEOUTS})
-
-
-class Limits(Section):
-    """When a run ends (None = no limit): the finalizer cuts on tokens, time and spend; learners stop at max_steps."""
-
-    max_steps: Annotated[int, Field(ge=1)] | None = None
-    max_tokens: Annotated[int, Field(ge=1)] | None = None
-    max_time_s: PosFloat | None = None
-    max_spend: PosFloat | None = None
-
-
-class Timeouts(Section):
-    """How long the launcher and finalizer wait (services/launcher/logic.py, services/finalizer/logic.py)."""
-
-    recover_timeout_s: Annotated[float, Field(ge=0)] = 600.0
-    """A lost island not back within this is dropped (--recover-timeout)."""
-    heartbeat_timeout_s: Annotated[float, Field(ge=0)] = 300.0
-    """An island silent this long after its first progress is preempted."""
-    startup_timeout_s: Annotated[float, Field(ge=0)] = 1800.0
-    """An island with no progress this long after its start is preempted."""
-    final_ack_timeout_s: Annotated[float, Field(ge=0)] = 30.0
-    """The final cut waits this long for learners' acknowledgements."""
-    final_cut_timeout_s: Annotated[float, Field(ge=0)] = 900.0
-    """The final cut fails when the syncer has not answered within this."""
-    max_crashes: Count = 3
-    """An island that crashed this many times before any progress is dropped, not restarted."""
-
-
-class Prices(Section):
-    """What the run costs beyond its islands (whose prices are in the fleet)."""
-
-    head_price_per_hour: Annotated[float, Field(ge=0, le=1e6)] = 0.0
-
-
-class DataCheck(Section):
-    """The launch's data check (yeto/cli/launch_checks.py): the DataChecked event and the manifest's `data`."""
-
-    source: str = ""
-    revision: str | None = None
-    fingerprint: str | None = None
-    num_rows: Count = 0
-    num_bad: Count = 0
-    data_format: str = "auto"
-    on_bad_rows: Literal["error", "skip"] = "error"
-    formats: dict[str, int] = Field(default_factory=dict)
-    num_tokens: Count | None = None
-    num_over_seq_len: Count | None = None
-    masking: str | None = None
-    skipped: list[str] = Field(default_factory=list)
 
 
 class LaunchRecipe(Section):
@@ -122,7 +71,8 @@ def _say(err: Any) -> str:
 
 def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
     """Version 1 (no `recipe_version`): timeouts and the head price at the top level, `shard` and `base_quantization`
-    repeated there, `sync` beside `train` in hand-written recipes, None for "not given"."""
+    repeated there, `sync` beside `train` in hand-written recipes, None for "not given", `on_bad_rows` only in
+    `data_check`."""
     if unknown := sorted(set(data) - V1_KEYS):
         raise ValueError(f"invalid recipe: {', '.join(unknown)}: unknown key(s) of a version-1 recipe "
                          f"(it holds {', '.join(sorted(V1_KEYS))})")
@@ -133,6 +83,9 @@ def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
     for key in ("model", "max_steps", "shard", "base_quantization", "sync"):    # the copies; train's own win
         if data.get(key) is not None and key not in train:
             train[key] = data[key]
+    check = data.get("data_check")
+    if isinstance(check, dict) and check.get("on_bad_rows") and "on_bad_rows" not in train:
+        train["on_bad_rows"] = check["on_bad_rows"]     # v1 learners never got it: what launch was told, now they do
     given = {k: v for k, v in data.items() if v is not None}
     return {"train": train, "limits": given.get("limits") or {}, "data_check": given.get("data_check") or {},
             "timeouts": {k: given[k] for k in TIMEOUTS if k in given}, "config": given.get("config") or {},

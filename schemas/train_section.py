@@ -54,6 +54,7 @@ class TrainSection(Section):
     data: str = ""
     data_format: str = "auto"
     train_on: Literal["assistant", "all"] = "assistant"
+    on_bad_rows: Literal["error", "skip"] = "error"
     heldout_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.02
     field_map: dict[str, str] = Field(default_factory=dict)
     eval_every: Count = 0

@@ -17,7 +17,8 @@ def data_spec(recipe: TrainRecipe, *, eval_data: bool = False):
         raise ValueError("the recipe has no data: set `data` to a chat JSONL file, a directory or a dataset id")
     source, fraction = (recipe.eval_data, 0.0) if eval_data else (recipe.data, recipe.heldout_fraction)
     return DataSpec(source=source, data_format=recipe.data_format, seq_len=recipe.seq_len, seed=recipe.seed,
-                    train_on=recipe.train_on, heldout_fraction=fraction, field_map=recipe.field_map or None)
+                    train_on=recipe.train_on, heldout_fraction=fraction, field_map=recipe.field_map or None,
+                    on_bad_rows=recipe.on_bad_rows)
 
 
 def _data():

@@ -13,7 +13,7 @@ QUANTIZATIONS = ("none", "nf4")
 CHECKPOINTING = ("auto", "on", "off")
 SHARDINGS = ("auto", "ddp", "fsdp")
 _CHOICES = {"tuning": TUNINGS, "schedule": SCHEDULES, "dtype": DTYPES, "base_quantization": QUANTIZATIONS,
-            "activation_checkpointing": CHECKPOINTING, "shard": SHARDINGS}
+            "activation_checkpointing": CHECKPOINTING, "shard": SHARDINGS, "on_bad_rows": ("error", "skip")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +28,8 @@ class TrainRecipe:
     """Data format for yeto.learners.data (auto detects chat JSONL, text, parquet, ...)."""
     train_on: str = "assistant"
     """Which tokens carry loss: "assistant" (chat replies only) or "all"."""
+    on_bad_rows: str = "error"
+    """A bad row met while training: "error" stops the learner, "skip" drops it (as launch's data check did)."""
     heldout_fraction: float = 0.02
     """Fraction of examples kept out of training for the held-out loss."""
     field_map: dict[str, str] = field(default_factory=dict)

@@ -87,14 +87,15 @@ def check_data(args, source) -> dict[str, Any]:
 def data_events(launch) -> list:
     """The data check on the run's tape: DataChecked, and BadRowsSkipped under --on-bad-rows skip."""
     from yeto.schemas.data import BadRowsSkipped, DataChecked
+    from yeto.schemas.launch_recipe import LaunchRecipe
 
-    c = launch.recipe["data_check"]
-    events = [launch.caused(DataChecked, c["source"], data=c["source"], revision=c["revision"], fingerprint=c["fingerprint"],
-                            data_format=c["data_format"], num_rows=c["num_rows"], num_bad=c["num_bad"], formats=c["formats"],
-                            num_tokens=c["num_tokens"], num_over_seq_len=c["num_over_seq_len"], masking=c["masking"],
+    c = LaunchRecipe.upcast(launch.recipe).data_check
+    events = [launch.caused(DataChecked, c.source, data=c.source, revision=c.revision, fingerprint=c.fingerprint,
+                            data_format=c.data_format, num_rows=c.num_rows, num_bad=c.num_bad, formats=c.formats,
+                            num_tokens=c.num_tokens, num_over_seq_len=c.num_over_seq_len, masking=c.masking,
                             source="cli")]
-    if c["num_bad"] and c["on_bad_rows"] == "skip":
-        events.append(launch.caused(BadRowsSkipped, c["source"], num_skipped=c["num_bad"], rows=c["skipped"], source="cli"))
+    if c.num_bad and c.on_bad_rows == "skip":
+        events.append(launch.caused(BadRowsSkipped, c.source, num_skipped=c.num_bad, rows=c.skipped, source="cli"))
     return events
 
 
@@ -110,7 +111,7 @@ def train_recipe(args, sync: dict[str, Any]) -> dict[str, Any]:
     from yeto.learners.torch.api import TrainRecipe
 
     fields = dict(model=args.model, data=args.data, data_format=args.data_format, tuning=args.tuning,
-                  seq_len=args.seq_len, micro_batch=args.micro_batch, sync=sync, seed=args.seed,
+                  seq_len=args.seq_len, micro_batch=args.micro_batch, sync=sync, seed=args.seed, on_bad_rows=args.on_bad_rows,
                   base_quantization=args.base_quantization, shard=args.shard,
                   activation_checkpointing=args.activation_checkpointing)
     for name in ("lr", "max_steps", "lora_r", "warmup_steps"):

@@ -1,4 +1,4 @@
-"""The recipe `yeto launch` publishes: a typed LaunchRecipe from the resolved flags; flags --gpu would leave unread."""
+"""The recipe `yeto launch` publishes: a typed LaunchRecipe from the resolved flags; flags nothing would read, refused."""
 from __future__ import annotations
 
 from typing import Any
@@ -26,9 +26,13 @@ def launch_recipe(args, *, train: dict[str, Any], data_check: dict[str, Any], cl
 
 
 def refuse_unread(args) -> None:
-    """With --gpu the fleet is given: a planner-only flag set to anything but its default would be silently ignored."""
+    """A flag set to anything but its default where nothing would read it: planner-only flags with --gpu (the
+    fleet is given), --external-price without --external-learners (no slot to bill)."""
     from yeto.cli.launch_recipe import _ACTIONS as actions
 
+    if getattr(args, "external_price", 0.0) and not getattr(args, "external_learners", 0):
+        raise ValueError("--external-price bills joined learners, and there are none: add --external-learners N, "
+                         "or drop --external-price")
     if not args.gpu:
         return
     given = [flag for dest, flag in PLANNER_ONLY.items() if getattr(args, dest, None) != actions[dest].default]
