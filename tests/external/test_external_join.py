@@ -29,7 +29,8 @@ RUN = "ext-mlx"
 def joined(tmp_path_factory):
     material = learner_tiny.material(tmp_path_factory.mktemp("material"))
     s = Stack(tmp_path_factory.mktemp("external") / "home", material["model"], material["data"])
-    s.launch(RUN, "--max-steps", "60", "--seq-len", "64", "--external-learners", "1", "--external-price", "3.6",
+    # --quorum 2: a round waits for both islands, so one that starts late (the MLX one under load) still meets the other
+    s.launch(RUN, "--max-steps", "60", "--seq-len", "64", "--quorum", "2", "--external-learners", "1", "--external-price", "3.6",
              islands="local:1xcpu")
 
     def token() -> str | None:
@@ -58,6 +59,7 @@ def test_torch_and_joined_mlx_islands_merge_rounds_together_and_the_run_finalize
     merged = s.events(RUN, "RoundMerged")
     both = [e for e in merged if {"island-0", "island-1"} <= set(e["responders"])]
     assert both, f"rounds with both learners: {[(e['fragment'], e['responders']) for e in merged]}"
+    print(f"{RUN}: {len(merged)} rounds merged, {len(both)} with both the torch and the MLX island")
     layouts = {e["learner"]: e["fingerprint"] for e in s.events(RUN, "LayoutDeclared")}
     assert set(layouts) == {"island-0", "island-1"} and len(set(layouts.values())) == 1, layouts
     (final,) = s.events(RUN, "RunFinalized")
