@@ -7,6 +7,8 @@ as for any island that finished.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from yeto.infra.service_spec import Publish
 from yeto.schemas.base import derive_id
 from yeto.schemas.fleet import IslandExited
@@ -15,7 +17,7 @@ from yeto.schemas.run_view import RunView
 from yeto.services.launcher.join_token import EXTERNAL
 
 
-def max_steps(recipe: dict) -> int | None:
+def max_steps(recipe: dict[str, Any]) -> int | None:
     value = (recipe.get("train") or {}).get("max_steps") or recipe.get("max_steps")
     return int(value) if value else None
 
