@@ -10,19 +10,24 @@ from typing import Any, Final, Literal
 
 from pydantic import Field, ValidationError
 
+from yeto.schemas.diffusion_section import DiffusionSection, learner_module
 from yeto.schemas.recipe_sections import TIMEOUTS, DataCheck, Limits, Prices, Timeouts
 from yeto.schemas.train_section import Section, TrainSection
 
 RECIPE_VERSION: Final = 2
 V1_KEYS = frozenset({"train", "sync", "limits", "output", "bus_url", "config", "data_check", "shard", "base_quantization",
-                     "head_price_per_hour", "model", "max_steps", *TIMEOUTS})
+                     "head_price_per_hour", "model", "max_steps", "model_kind", "diffusion", *TIMEOUTS})
 
 
 class LaunchRecipe(Section):
     """Everything a run is: what learners train, when it ends, how long services wait, where the artifact goes."""
 
     recipe_version: Literal[2] = RECIPE_VERSION
+    model_kind: Literal["lm", "diffusion"] = "lm"
+    """Which learner trains (`yeto launch --model-kind`): the causal-LM learner, or the diffusion learner."""
     train: TrainSection = Field(default_factory=TrainSection)
+    diffusion: DiffusionSection = Field(default_factory=DiffusionSection)
+    """The diffusion learner's own settings (schemas/diffusion_section.py), read with model_kind diffusion."""
     limits: Limits = Field(default_factory=Limits)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     prices: Prices = Field(default_factory=Prices)
@@ -49,6 +54,16 @@ class LaunchRecipe(Section):
             return cls.model_validate(_from_v1(data) if version == 1 else data)
         except ValidationError as e:
             raise ValueError("invalid recipe: " + "; ".join(_say(err) for err in e.errors())) from None
+
+    @property
+    def learner_module(self) -> str:
+        """The module the launcher starts for this run's learners (`python -m`; the same flags for every kind)."""
+        return learner_module(self.model_kind)
+
+    def learner_recipe(self) -> dict[str, Any]:
+        """The learner's recipe.json: the train section, with the diffusion section flattened in for diffusion."""
+        extra = self.diffusion.model_dump(mode="json") if self.model_kind == "diffusion" else {}
+        return {**self.train.learner_recipe(), **extra}
 
     def wire(self) -> dict[str, Any]:
         """The dict LaunchRun carries (JSON types)."""
@@ -90,4 +105,4 @@ def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {"train": train, "limits": given.get("limits") or {}, "data_check": given.get("data_check") or {},
             "timeouts": {k: given[k] for k in TIMEOUTS if k in given}, "config": given.get("config") or {},
             "prices": {k: given[k] for k in ("head_price_per_hour",) if k in given},
-            **{k: given[k] for k in ("output", "bus_url") if k in given}}
+            **{k: given[k] for k in ("output", "bus_url", "model_kind", "diffusion") if k in given}}

@@ -1,59 +1,122 @@
-"""Diffusion quality against synchronous training on equal hardware: the contract (docs/DIFFUSION_BENCHMARK.md).
+"""Diffusion quality against synchronous training on equal hardware: held-out denoising loss (docs/DIFFUSION.md).
 
-The arms, metrics and media controls are fixed here and printed by --dry-run; the diffusion learner
-backend is a later issue, so a real run stops with a clear message instead of measuring something else.
+Arms: `sync` (M ranks averaging gradients every step) and Yeto settings (benchmarks/lib_compare.py SETTINGS) with M
+islands of the real diffusion loop through the real DilocoHook/DilocoSync and SyncerCore, in process over a simulated
+network (benchmarks/lib_diffusion_arms.py). Without --model/--data it builds a tiny random-init Stable Diffusion
+pipeline and captioned coloured squares (learners/diffusion/tiny.py), so it runs on a CPU in minutes:
 
-    .venv/bin/python scripts/benchmark_diffusion_diloco.py --model Lightricks/LTX-Video --data <media-dataset> \
-        --height 512 --width 512 --settings all --dry-run
-Last line: `dry_run=ok` (a real run, once built: `default_delta_pct=<mean Δ% of validation loss vs sync>`).
+    .venv/bin/python scripts/benchmark_diffusion_diloco.py --height 16 --width 16 --steps 60 --seeds 0,1,2
+    .venv/bin/python scripts/benchmark_diffusion_diloco.py --model <pipeline> --data <images> --height 512 \
+        --width 512 --steps 500 --device cuda --dry-run
+Last lines: `default_ratio=<mean held-out loss ratio Yeto / sync>` and `default_delta_pct=<mean Δ%>` (or of the
+first Yeto setting run); `dry_run=ok` for a dry run.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from lib_compare import SETTINGS, pick
+from lib_compare import SETTINGS, pick, spread, step_times
 
-METRICS = ("validation denoising loss at fixed timesteps (mean over a fixed grid of t, fixed noise seeds)",
-           "Δ% against sync at the same seed (paired), mean ± sd and [min, max] over seeds",
-           "bytes on the wire per learner, up and down", "goodput: tokens(latents) merged / computed")
+METRICS = ("held-out denoising loss of the final LoRA at a fixed grid of timesteps with fixed noise",
+           "Yeto / sync ratio and Δ% against sync at the same seed (paired), mean ± sd over seeds",
+           "bytes on the wire per run, up and down; merged rounds")
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", help="Diffusers pipeline folder (default: a tiny random-init one built here)")
+    ap.add_argument("--data", help="images with metadata.jsonl (default: captioned coloured squares built here)")
+    ap.add_argument("--height", type=int, default=16)
+    ap.add_argument("--width", type=int, default=16)
+    ap.add_argument("--frames", type=int, default=1, help="video frames per sample (1: images; video is not built)")
+    ap.add_argument("--settings", default="default", help=f"all, or some of: {', '.join(SETTINGS)}")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--islands", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--micro-batch", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--sync-every", type=int, default=8, help="inner steps between pushes of a fragment")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--workdir", default="/tmp/yeto-diffusion-bench")
+    ap.add_argument("--dry-run", action="store_true")
+    return ap.parse_args(argv)
+
+
+def check(args) -> list[str]:
+    names = pick(args.settings)
+    if min(args.height, args.width, args.frames, args.islands, args.steps) < 1 or args.height % 8 or args.width % 8:
+        raise ValueError("height and width must be positive multiples of 8; frames, islands, steps >= 1")
+    if args.height != args.width:
+        raise ValueError("the diffusion learner trains square images (--resolution): give --height equal to --width")
+    return names
+
+
+def recipe_for(args, seed: int):
+    from yeto.learners.diffusion.recipe import DiffusionRecipe
+    from yeto.learners.diffusion.tiny import write_tiny_images, write_tiny_pipeline
+    work = Path(args.workdir)
+    model = args.model or str(work / f"model-s{seed}" if (work / f"model-s{seed}").is_dir()
+                              else write_tiny_pipeline(work / f"model-s{seed}", seed=seed))
+    data = args.data or str(work / "data" if (work / "data" / "metadata.jsonl").is_file()
+                            else write_tiny_images(work / "data", num_images=80, size=args.height))
+    return DiffusionRecipe(model=model, data=data, resolution=args.height, max_steps=args.steps, lr=args.lr,
+                           warmup_steps=2, schedule="constant", micro_batch=args.micro_batch, seed=seed,
+                           heldout_fraction=0.2)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="Diffusers model id or directory (e.g. Lightricks/LTX-Video)")
-    ap.add_argument("--data", required=True, help="media folder with metadata.jsonl, or a table with file_name/text")
-    ap.add_argument("--height", type=int, required=True)
-    ap.add_argument("--width", type=int, required=True)
-    ap.add_argument("--frames", type=int, default=1, help="video frames per sample (1: images)")
-    ap.add_argument("--settings", default="default,direct", help=f"all, or some of: {', '.join(SETTINGS)}")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--islands", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=500)
-    ap.add_argument("--dry-run", action="store_true")
-    args = ap.parse_args(argv)
+    args = parse(argv)
     try:
-        names = pick(args.settings)
-        if min(args.height, args.width, args.frames, args.islands, args.steps) < 1 or args.height % 8 or args.width % 8:
-            raise ValueError("height and width must be positive multiples of 8; frames, islands, steps >= 1")
+        names = check(args)
+        if args.frames > 1 and not args.dry_run:
+            raise ValueError("--frames > 1: the diffusion learner trains images only; video is not built (docs/DIFFUSION.md)")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    shape = f"{args.frames}x{args.height}x{args.width}"
-    print(f"model={args.model} data={args.data} media={shape} (fixed: no resizing per sample, center crop)")
-    print(f"islands/ranks M={args.islands} steps={args.steps} seeds={args.seeds} tuning=lora")
-    print("arm sync: M ranks, gradients averaged every step, same media order, timesteps and noise seeds")
+    print(f"model={args.model or 'tiny random-init SD (built)'} data={args.data or 'coloured squares (built)'} "
+          f"media={args.frames}x{args.height}x{args.width} (resized, center-cropped)")
+    print(f"islands/ranks M={args.islands} steps={args.steps} seeds={args.seeds} tuning=lora device={args.device}")
+    print("arm sync: M ranks, gradients averaged every step (grad_accum=M over the M image shards)")
     for n in names:
         print(f"arm {n}: {SETTINGS[n].sync or 'recipe defaults'}  # {SETTINGS[n].note}")
     for m in METRICS:
         print(f"metric: {m}")
-    if not args.dry_run:
-        print("error: the diffusion learner backend is not built yet (its own issue); only --dry-run works today",
-              file=sys.stderr)
-        return 2
-    print("dry_run=ok")
+    if args.dry_run:
+        print("dry_run=ok")
+        return 0
+    import lib_diffusion_arms as arms
+    import torch
+
+    from yeto.schemas.recipe import SyncConfig
+    torch.set_num_threads(1)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    losses: dict[str, list[float]] = {"sync": [], **{n: [] for n in names}}
+    for seed in seeds:
+        recipe, started = recipe_for(args, seed), time.perf_counter()
+        out = arms.run_sync(recipe, args.islands, args.device)
+        losses["sync"].append(out.heldout)
+        print(f"seed {seed} sync heldout={out.heldout:.5f} images={out.images} ({time.perf_counter() - started:.0f}s)",
+              flush=True)
+        for n in names:
+            started = time.perf_counter()
+            sync = SyncConfig.from_dict({"inner_steps": args.sync_every, **SETTINGS[n].sync})
+            out = arms.run_yeto(recipe, sync, args.islands, args.device, step_s=step_times(SETTINGS[n], args.islands),
+                                run_id=f"diff-{n}-{seed}")
+            losses[n].append(out.heldout)
+            print(f"seed {seed} {n} heldout={out.heldout:.5f} images={out.images} rounds={out.stats['rounds']} "
+                  f"bytes_up={out.stats['bytes_up']} bytes_down={out.stats['bytes_down']} "
+                  f"({time.perf_counter() - started:.0f}s)", flush=True)
+    head = names[0] if "default" not in names else "default"
+    ratios = [a / s for a, s in zip(losses[head], losses["sync"])]
+    for n in names:
+        mean, sd = spread([100 * (a / s - 1) for a, s in zip(losses[n], losses["sync"])])
+        print(f"{n}: sync {spread(losses['sync'])[0]:.5f}  yeto {spread(losses[n])[0]:.5f}  Δ% {mean:+.2f} ± {sd:.2f}")
+    print(f"{head}_ratio={spread(ratios)[0]:.4f}")
+    print(f"{head}_delta_pct={100 * (spread(ratios)[0] - 1):+.3f}")
     return 0
 
 

@@ -20,6 +20,7 @@ from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.train_section import TrainSection
 from yeto.services.finalizer import resume_state
 from yeto.services.finalizer.card import CARD_FILE, hub_id, model_card
+from yeto.services.finalizer.diffusion_artifact import is_diffusion, write_diffusion_artifact
 from yeto.services.finalizer.provenance import provenance
 
 ADAPTER_NAME = "default"   # peft's name of the one adapter a learner trains
@@ -90,6 +91,9 @@ def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any] | Lau
                    key: Ed25519PrivateKey | None = None) -> tuple[str, list[str], str]:
     """Write the artifact into `out`; returns (kind, files, manifest sha256). Deterministic for the same input.
     `run` is the finalizer's run summary (fleet, rounds_merged, learner_steps); `key` signs the manifest."""
+    if is_diffusion(recipe):     # the Diffusers LoRA format, with before/after samples (diffusion_artifact.py)
+        return write_diffusion_artifact(state, recipe=recipe, out=out, run_id=run_id, versions=versions, acked=acked,
+                                        run=run, key=key)
     typed = LaunchRecipe.upcast(recipe)
     train = typed.train
     source = replace(resolve(train.model), revision=train.pins.get("base", {}).get("revision"))

@@ -34,5 +34,5 @@ def test_chaos_schedule_is_seeded():
 def test_bad_flags_exit_2_with_a_message():
     out = run("scripts/smoke_models.py", "--tier", "huge", "--dry-run")
     assert out.returncode == 2 and "unknown tier" in out.stderr
-    out = run("scripts/benchmark_diffusion_diloco.py", "--model", "m", "--data", "d", "--height", "64", "--width", "64")
-    assert out.returncode == 2 and "not built yet" in out.stderr
+    out = run("scripts/benchmark_diffusion_diloco.py", "--model", "m", "--data", "d", "--height", "64", "--width", "32")
+    assert out.returncode == 2 and "--height equal to --width" in out.stderr

@@ -114,6 +114,8 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--config": cli("cli/test_cli_config.py::test_the_axolotl_example_parses_into_the_launch_settings_and_flags_override_it"),
     "--state-dir": cli("cli/test_cli_conventions.py::test_global_flags_are_accepted_before_or_after_the_command"),
     "--nats-url": cli("cli/test_cli_conventions.py::test_global_flags_are_accepted_before_or_after_the_command"),
+    "--model-kind": cli("diffusion/test_diffusion_launch.py::test_both_islands_push_to_merged_rounds_and_the_run_finalizes"),
+    "--resolution": cli("diffusion/test_diffusion_launch.py::test_the_artifact_loads_into_the_pipeline_with_load_lora_weights"),
 }
 
 

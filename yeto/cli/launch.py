@@ -8,6 +8,7 @@ import time
 from yeto.cli import join as external
 from yeto.cli import launch_checks as checks
 from yeto.cli import launch_cloud as cloud_launch
+from yeto.cli import launch_diffusion as diffusion_flags
 from yeto.cli import launch_limits as limits
 from yeto.cli import launch_lineage as lineage
 from yeto.cli import launch_recipe as recipe_flags
@@ -58,6 +59,7 @@ def register(sub) -> None:
     external.add_launch_arguments(p)
     lineage.add_arguments(p)
     trackers.add_arguments(p)
+    diffusion_flags.add_arguments(p)
     recipe_flags.add_arguments(p)      # last: -c/--config, and which flags were typed (they beat the file)
     p.set_defaults(func=cmd_launch)
 
@@ -78,13 +80,16 @@ def build_launch(args, run_id: str, fleet: list[dict]) -> LaunchRun:
     recipe_flags.apply_config(args)    # the --config file under the flags (once)
     launch_wire.refuse_unread(args)    # before the data check: a flag nothing would read is refused at once
     fleet = [*fleet, *external.slots(args)]     # --external-learners: slots after the --gpu islands
-    source = resolve(args.model)
-    data_check = checks.check_data(args, source)
+    diffusion = args.model_kind == "diffusion"     # a Diffusers pipeline and captioned images (launch_diffusion.py)
+    data_check = diffusion_flags.check_media(args) if diffusion else checks.check_data(args, resolve(args.model))
     recipe_flags.apply_epochs(args, data_check, fleet)     # --epochs -> max_steps from the packed tokens
     sync = checks.sync_settings(args)
-    train = checks.pin_sources(checks.train_recipe(args, sync), data_check)
+    train = checks.train_recipe(args, sync)
+    train, extra = diffusion_flags.sections(args, train) if diffusion else (checks.pin_sources(train, data_check), {})
     cloud = external.on_cloud(fleet)
     recipe = launch_wire.launch_recipe(args, train=train, data_check=data_check, cloud=cloud)
+    if diffusion:
+        recipe = LaunchRecipe.upcast({**recipe, "model_kind": "diffusion", "diffusion": extra}).wire()
     if args.max_spend is not None and any(f["price_per_hour"] is None for f in fleet):
         raise ValueError("--max-spend needs each island's price, and the catalog has none for some --gpu entry; "
                          "pass --catalog-dir with SkyPilot's catalog, or let the planner pick the fleet")

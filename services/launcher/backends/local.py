@@ -33,7 +33,8 @@ RankArgv = Callable[[IslandLaunch, Path, int, int], list[str]]
 
 def torch_learner(launch: IslandLaunch, recipe_path: Path, rank: int, port: int) -> list[str]:
     """The real learner (learners/torch) for one rank of a local island."""
-    return [sys.executable, "-m", "yeto.learners.torch", *learner_args(launch, recipe_path),
+    module = LaunchRecipe.upcast(launch.recipe).learner_module     # yeto.learners.torch, or .diffusion
+    return [sys.executable, "-m", module, *learner_args(launch, recipe_path),
             "--rank", str(rank), "--world-size", str(launch.spec.get("count", 1)), "--local-rank", str(rank),
             "--master-addr", "127.0.0.1", "--master-port", str(port),
             "--device", "cuda" if launch.spec.get("gpu") == "cuda" else "cpu"]
@@ -86,7 +87,7 @@ class LocalBackend:
             return str(json.loads((gdir / "group.json").read_text())["pgid"])
         gdir.mkdir(parents=True, exist_ok=True)
         recipe_path = self.run_dir(launch.run_id) / "recipe.json"
-        train = LaunchRecipe.upcast(launch.recipe).train.learner_recipe()
+        train = LaunchRecipe.upcast(launch.recipe).learner_recipe()
         recipe_path.write_text(json.dumps(train, indent=2, sort_keys=True))
         log = self.log_path(launch.run_id, launch.island)
         log.parent.mkdir(parents=True, exist_ok=True)

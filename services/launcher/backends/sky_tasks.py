@@ -85,14 +85,14 @@ def island_task(launch: IslandLaunch, creds: Path | None = None, *, ca: Path | N
     import sky
 
     spec = launch.spec
-    train = LaunchRecipe.upcast(launch.recipe).train.learner_recipe()
+    train = LaunchRecipe.upcast(launch.recipe).learner_recipe()
     mounts, data_path = data_mount(train["data"])
     model_files, model_path = model_mount(train["model"])
     mounts, train = {**mounts, **model_files}, {**train, "data": data_path, "model": model_path}
     count, nodes = int(spec.get("count", 1)), int(spec.get("nodes", 1))
     torchrun = ("torchrun --nnodes $SKYPILOT_NUM_NODES --node-rank $SKYPILOT_NODE_RANK "
                 f"--nproc-per-node {count} --master-addr $(echo \"$SKYPILOT_NODE_IPS\" | head -n1) --master-port 29500")
-    run = f"{torchrun} -m yeto.learners.torch " + " ".join(
+    run = f"{torchrun} -m {LaunchRecipe.upcast(launch.recipe).learner_module} " + " ".join(
         shlex.quote(a) if a != "$YETO_RECIPE" else '"$YETO_RECIPE"'
         for a in learner_args(launch, "$YETO_RECIPE"))
     files = {name: (target, str(path)) for name, target, path in (

@@ -1,0 +1,29 @@
+"""The launch recipe's `diffusion` section: the diffusion learner's own settings, read when model_kind is "diffusion"
+(the shared ones, model, data, LoRA, optimizer, steps, sync and pins, are the `train` section's)."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from yeto.schemas.train_section import Loose, PosInt, Section
+
+MODEL_KINDS = ("lm", "diffusion")
+LEARNER_MODULES = {"lm": "yeto.learners.torch", "diffusion": "yeto.learners.diffusion"}
+PROMPTS = ("a red square top left", "a blue square bottom right", "a green square top right")
+
+
+class DiffusionSection(Section):
+    """Images, and the before/after samples the finalizer draws (learners/diffusion/recipe.py)."""
+
+    resolution: Annotated[int, Field(ge=8, multiple_of=8)] = 512
+    """Images are resized (shorter side) and center-cropped to resolution x resolution."""
+    sample_prompts: Annotated[tuple[str, ...], Loose] = PROMPTS
+    """Prompts sampled before and after training into the artifact's samples.png (empty: no grid)."""
+    sample_steps: PosInt = 8
+    """Inference steps of those samples (few: the grid shows the adapter's effect, not final quality)."""
+
+
+def learner_module(model_kind: str) -> str:
+    """The module a launcher starts for a run's learners (`python -m <module>`): same flags for every kind."""
+    return LEARNER_MODULES[model_kind]
