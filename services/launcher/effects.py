@@ -31,12 +31,12 @@ class Effects:
 
     async def act(self, intent, ctx: Context) -> list[Message]:
         if isinstance(intent, Spawn):
-            return [await self.spawn(intent)]
+            return [m for m in [await self.spawn(intent)] if m is not None]
         if isinstance(intent, Kill):
             return [await self.kill(intent)]
         raise AssertionError(f"unknown launcher intent {intent!r}")
 
-    async def spawn(self, intent: Spawn) -> Message:
+    async def spawn(self, intent: Spawn) -> Message | None:
         c = intent.cmd
         launch = IslandLaunch(run_id=c.run_id, island=c.island, generation=c.generation, spec=c.spec, recipe=c.recipe,
                               num_islands=c.num_islands, nats_url=island_url(c.spec, c.recipe, self.nats_url),
@@ -46,6 +46,8 @@ class Effects:
             handle = await asyncio.to_thread(backend.start, launch)
         except Exception as e:  # a cloud may say no for now: try again later
             raise Retry(f"starting island {c.island} generation {c.generation}: {e}", delay_s=10) from e
+        if backend.name == "external":     # a slot opened: up once its learner connects (services/launcher/external.py)
+            return None
         fields = dict(run_id=c.run_id, source=SOURCE, island=c.island, generation=c.generation, spec=c.spec,
                       price_per_hour=c.price_per_hour, backend=backend.name, handle=handle)
         if c.generation == 0:

@@ -1,9 +1,10 @@
-"""The launcher's decision about external islands (pure): one whose learner trained to max_steps has finished.
+"""The launcher's decisions about external islands (pure): up when their learner connects, finished at max_steps.
 
-A local island finishes when its processes exit with status 0; nothing sees a joined learner's process, so its
-progress says it instead: the current generation reported a step at or past the recipe's max_steps. The event is
-the IslandExited the exit watcher would publish (same id), so the island's phase, meter and the final cut follow
-as for any island that finished.
+The external backend only opens a slot (a credential and a join token); nothing sees the joined learner's process,
+so its events say what a local island's processes would: the generation's first LearnerProgress is its connection
+(IslandUp, or IslandReplaced for a re-opened slot: the syncer admits the generation from then on, its meter starts),
+and a step at or past the recipe's max_steps is its exit with status 0 (the IslandExited the exit watcher would
+publish, same id), so the island's phase, meter and the final cut follow as for any island.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from yeto.infra.service_spec import Publish
 from yeto.schemas.base import derive_id
-from yeto.schemas.fleet import IslandExited
+from yeto.schemas.fleet import IslandExited, IslandReplaced, IslandUp
 from yeto.schemas.island_view import Island
 from yeto.schemas.run_view import RunView
 from yeto.services.launcher.join_token import EXTERNAL
@@ -22,14 +23,24 @@ def max_steps(recipe: dict[str, Any]) -> int | None:
     return int(value) if value else None
 
 
-def finished(run: RunView, isl: Island, *, source: str) -> list[Publish]:
-    """IslandExited(0) for an external island up whose current generation reached max_steps; else nothing."""
+def handle(island: int, generation: int) -> str:
+    return f"{EXTERNAL}:{island}:{generation}"
+
+
+def needs(run: RunView, isl: Island, *, source: str) -> list[Publish]:
+    """What an external island needs now: announced once connected, finished once trained; else nothing."""
+    if isl.spec.get("cloud") != EXTERNAL or isl.last_beat is None or run.ended:
+        return []
+    rid, gen = run.run_id, isl.generation
+    fields: dict[str, Any] = dict(run_id=rid, source=source, island=isl.index, generation=gen, spec=isl.spec,
+                                  price_per_hour=isl.price_per_hour, backend=EXTERNAL, handle=handle(isl.index, gen))
+    if isl.phase == "requested" and gen == 0:
+        return [Publish(IslandUp(id=derive_id(rid, "IslandUp", isl.index, 0), **fields))]
+    if isl.phase == "replacing":
+        return [Publish(IslandReplaced(id=derive_id(rid, "IslandReplaced", isl.index, gen), previous_generation=gen - 1,
+                                       **fields))]
     steps = max_steps(run.recipe)
-    if isl.spec.get("cloud") != EXTERNAL or isl.phase != "up" or isl.last_beat is None or steps is None:
-        return []
-    if isl.last_step < steps:
-        return []
-    return [Publish(IslandExited(
-        id=derive_id(run.run_id, "IslandExited", isl.index, isl.generation), run_id=run.run_id, source=source,
-        island=isl.index, generation=isl.generation, spec=isl.spec, price_per_hour=isl.price_per_hour,
-        backend=EXTERNAL, handle=isl.handle, exit_code=0, detail=f"the joined learner trained to step {isl.last_step}"))]
+    if isl.phase == "up" and steps is not None and isl.last_step >= steps:
+        return [Publish(IslandExited(id=derive_id(rid, "IslandExited", isl.index, gen), exit_code=0,
+                                     detail=f"the joined learner trained to step {isl.last_step}", **fields))]
+    return []

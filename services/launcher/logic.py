@@ -112,7 +112,7 @@ def reconcile(run: RunView, now: datetime) -> list[Publish]:
     if run.ended:   # a cloud island's job may outlive its exit (SkyPilot recovering it): cancelled as well
         return [stop(run.run_id, isl, f"run ended ({run.ended})") for isl in run.islands
                 if isl.phase in ("up", "replacing") or (isl.phase == "exited" and backend_of(isl.spec) != "local")]
-    return [p for isl in run.islands for p in _needs(run, isl, now) + external.finished(run, isl, source=SOURCE)]
+    return [p for isl in run.islands for p in _needs(run, isl, now) + external.needs(run, isl, source=SOURCE)]
 
 
 def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity | None = None) -> list:

@@ -67,7 +67,7 @@ def test_torch_and_joined_mlx_islands_merge_rounds_together_and_the_run_finalize
 
 
 @pytest.mark.timeout(60)
-def test_the_joined_island_is_an_island_like_any_other_billed_at_the_external_price(joined):
+def test_the_joined_island_is_an_island_like_any_other_up_once_connected_billed_at_the_external_price(joined):
     s = joined["stack"]
     up = {e["island"]: e for e in s.events(RUN, "IslandUp")}
     assert up[1]["backend"] == "external" and up[1]["spec"]["cloud"] == "external"
@@ -76,6 +76,7 @@ def test_the_joined_island_is_an_island_like_any_other_billed_at_the_external_pr
     assert [e["exit_code"] for e in exited] == [0], exited
     progress = [e for e in s.events(RUN, "LearnerProgress") if e["learner"] == "island-1"]
     assert max(e["step"] for e in progress) == 60
+    assert progress[0]["seq"] < up[1]["seq"]       # up when its learner connected, not when the slot opened
 
 
 @pytest.mark.timeout(60)

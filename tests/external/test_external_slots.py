@@ -14,7 +14,7 @@ from yeto.infra import bus_auth
 from yeto.infra.bus_perms import learner_permissions
 from yeto.infra.runner import Publish
 from yeto.schemas.commands import LaunchRun
-from yeto.schemas.fleet import IslandExited, IslandPreempted, IslandUp, StartIsland, StopIsland
+from yeto.schemas.fleet import IslandExited, IslandPreempted, IslandReplaced, IslandRequested, IslandUp, StartIsland, StopIsland
 from yeto.schemas.training import LearnerProgress
 from yeto.services.launcher.api import JoinToken, external_entry, read_token
 from yeto.services.launcher.backends.base import IslandLaunch
@@ -37,15 +37,29 @@ def beat(step: int, t: float, generation: int = 0) -> LearnerProgress:
                            tokens_per_s=1, step_time_s=0.1, lr=1e-3, ts=at(t))
 
 
+def opened() -> list:
+    """RunLaunched and the slot's IslandRequested, as launched (the external backend publishes nothing itself)."""
+    launch = [p.msg for p in decide({}, LAUNCH, T0) if isinstance(p, Publish)]
+    return [m.model_copy(update={"ts": T0}) for m in launch if not isinstance(m, StartIsland)]
+
+
 def state(*events) -> dict:
-    launched = [p.msg for p in decide({}, LAUNCH, T0) if isinstance(p, Publish)][0].model_copy(update={"ts": T0})
     up = IslandUp(run_id="r1", island=0, generation=0, spec=SLOT, price_per_hour=2.5, backend="external",
                   handle="external:0:0", ts=at(1))
-    return reduce(evolve, [launched, up, *events], {})
+    return reduce(evolve, [*opened(), up, *events], {})
 
 
 def decided(st: dict, t: float) -> list:
     return [p.msg for p in decide(st, None, at(t)) if isinstance(p, Publish)]
+
+
+def test_an_open_slot_is_up_only_once_its_learner_reports_progress():
+    waiting = reduce(evolve, opened(), {})
+    assert [m.type for m in opened()] == ["RunLaunched", "IslandRequested"]
+    assert decided(waiting, 3000) == []           # no learner yet: nothing starts its meter, nothing times it out
+    (up,) = decided(evolve(waiting, beat(1, 40)), 41)
+    assert isinstance(up, IslandUp) and (up.handle, up.backend, up.price_per_hour) == ("external:0:0", "external", 2.5)
+    assert evolve(evolve(waiting, beat(1, 40)), up.model_copy(update={"ts": at(41)}))["r1"].islands[0].phase == "up"
 
 
 def test_a_joined_island_that_reached_max_steps_has_finished_and_one_short_of_it_has_not():
@@ -62,6 +76,10 @@ def test_a_silent_joined_island_is_preempted_and_its_slot_reopened_as_the_next_g
     st = reduce(evolve, gone, st)
     start = [m for m in decided(st, 310) if isinstance(m, StartIsland)]
     assert [(m.island, m.generation, m.spec["cloud"], m.start_step) for m in start] == [(0, 1, "external", 10)]
+    st = reduce(evolve, [m for m in decided(st, 310) if isinstance(m, IslandRequested)], st)
+    assert not [m for m in decided(evolve(st, beat(12, 311, generation=0)), 312) if isinstance(m, IslandReplaced)]
+    (back,) = decided(evolve(st, beat(11, 320, generation=1)), 321)     # rejoined with the new generation's token
+    assert isinstance(back, IslandReplaced) and (back.generation, back.previous_generation) == (1, 0)
 
 
 def test_the_backend_writes_each_generations_token_with_the_slots_own_scoped_credential(tmp_path):

@@ -2,9 +2,10 @@
 
 Starting a generation issues the slot's learner credential (infra/bus_auth.py, the scope of a cloud island's) and
 writes the generation's join token (services/launcher/join_token.py) to a 0600 file; stopping it removes that
-file. Nothing here sees the remote process: the island counts as running, and its learner's heartbeats decide
-(a silent one is preempted and its slot re-opened as a new generation, services/launcher/logic.py), as its
-progress to max_steps decides that it finished (services/launcher/external.py).
+file; the launcher publishes nothing yet (services/launcher/effects.py). Nothing here sees the remote process, so
+the island counts as running and its learner's events decide (services/launcher/external.py): its first progress
+is IslandUp (or IslandReplaced), max_steps is its exit; a silent one is preempted and its slot re-opened as a new
+generation (services/launcher/logic.py).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from yeto.infra import bus_auth
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus
+from yeto.services.launcher.external import handle
 from yeto.services.launcher.join_token import JoinToken, slot_file
 
 
@@ -29,7 +31,7 @@ class ExternalBackend:
                           generation=launch.generation, num_islands=launch.num_islands, start_step=launch.start_step,
                           recipe=launch.recipe.get("train", {}))
         bus_auth.write_secret(slot_file(self.state_dir, launch.run_id, launch.island), token.encode())
-        return f"external:{launch.island}:{launch.generation}"
+        return handle(launch.island, launch.generation)
 
     def status(self, run_id: str, island: int, generation: int, handle: str) -> IslandStatus:
         return IslandStatus(True)
