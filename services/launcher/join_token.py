@@ -35,6 +35,8 @@ class JoinToken:
     start_step: int
     recipe: dict[str, Any]
     """The learner's TrainRecipe as a dict."""
+    ca: str = ""
+    """The head's TLS certificate (PEM) the learner pins over tls://; empty for a local stack."""
 
     def encode(self) -> str:
         return PREFIX + base64.urlsafe_b64encode(json.dumps(asdict(self), sort_keys=True).encode()).decode()

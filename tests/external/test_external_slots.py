@@ -4,12 +4,14 @@ A joined island finishes at max_steps, a silent one is re-opened as a new genera
 slot's own credential (scoped as a cloud island's) in a 0600 file, a new generation's replacing the old."""
 from __future__ import annotations
 
+import importlib
 import os
 from datetime import datetime, timedelta, timezone
 from functools import reduce
 
 import pytest
 
+from yeto.cli.join import learner_argv
 from yeto.infra import bus_auth
 from yeto.infra.bus_perms import learner_permissions
 from yeto.infra.runner import Publish
@@ -112,3 +114,15 @@ def test_the_backend_writes_each_generations_token_with_the_slots_own_scoped_cre
 def test_anything_but_a_join_token_is_refused_with_what_to_pass(text):
     with pytest.raises(ValueError, match="not a join token"):
         JoinToken.decode(text)
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_yeto_join_starts_either_backend_with_the_learner_process_contract(backend, tmp_path):
+    token = JoinToken(url="tls://head:4222", credential={}, run_id="r1", learner="island-3", slot=3, generation=2,
+                      num_islands=4, start_step=40, recipe={}, ca="PEM")
+    argv = learner_argv(token, backend, tmp_path / "recipe.json", None, "nats://127.0.0.1:4223")
+    assert argv[1:3] == ["-m", f"yeto.learners.{backend}"]
+    parsed = importlib.import_module(f"yeto.learners.{backend}.__main__").parse_args(argv[3:])
+    assert (parsed.run_id, parsed.learner, parsed.generation, parsed.learner_index, parsed.num_learners,
+            parsed.start_step, parsed.nats_url) == ("r1", "island-3", 2, 3, 4, 40, "nats://127.0.0.1:4223")
+    assert JoinToken.decode(token.encode()) == token

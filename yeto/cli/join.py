@@ -23,6 +23,7 @@ from yeto.services.launcher.api import EXTERNAL, JoinToken, external_entry, read
 
 BACKENDS = {"torch": "yeto.learners.torch", "mlx": "yeto.learners.mlx"}
 TOKEN_ENV = "YETO_JOIN_TOKEN"
+CA_ENV = "YETO_NATS_CA"       # infra/bus_nats.py pins the server's certificate to it over tls://
 
 
 def register(sub) -> None:
@@ -75,9 +76,9 @@ def print_tokens(args, run_id: str, fleet: list[dict], wait_s: float = 60.0) -> 
               f"{token or f'$(yeto join-token {run_id} --slot {slot})   (where the stack runs)'}")
 
 
-def learner_argv(token: JoinToken, backend: str, recipe_path: Path, device: str | None) -> list[str]:
+def learner_argv(token: JoinToken, backend: str, recipe_path: Path, device: str | None, url: str) -> list[str]:
     argv = [sys.executable, "-m", BACKENDS[backend], "--run-id", token.run_id, "--learner", token.learner,
-            "--generation", str(token.generation), "--nats-url", token.url, "--recipe", str(recipe_path),
+            "--generation", str(token.generation), "--nats-url", url, "--recipe", str(recipe_path),
             "--learner-index", str(token.slot), "--num-learners", str(token.num_islands),
             "--start-step", str(token.start_step)]
     return argv + (["--device", device] if device else [])
@@ -94,7 +95,11 @@ def cmd_join(args) -> int:
         env.pop(bus_auth.CREDS_ENV, None)
         if token.credential:
             env[bus_auth.CREDS_ENV] = str(bus_auth.write_secret(Path(tmp) / "creds.json", json.dumps(token.credential)))
+        if token.ca:        # a head's TLS certificate, pinned as on a cloud island
+            env[CA_ENV] = str(bus_auth.write_secret(Path(tmp) / "ca.pem", token.ca))
         recipe_path = Path(tmp) / "recipe.json"
         recipe_path.write_text(json.dumps(recipe, sort_keys=True))
         print(f"joining {token.run_id} as {token.learner} generation {token.generation} ({args.backend})", flush=True)
-        return subprocess.call(learner_argv(token, args.backend, recipe_path, args.device), env=env)
+        # --nats-url: the same server by another route (an SSH tunnel to a local stack, which binds 127.0.0.1)
+        url = getattr(args, "nats_url", None) or token.url
+        return subprocess.call(learner_argv(token, args.backend, recipe_path, args.device, url), env=env)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from yeto.infra import bus_auth
+from yeto.infra.stack import StackPaths, read_record
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus
 from yeto.services.launcher.external import handle
 from yeto.services.launcher.join_token import JoinToken, slot_file
@@ -29,9 +30,14 @@ class ExternalBackend:
                           credential=bus_auth.load_identity(creds) if creds is not None else {},
                           run_id=launch.run_id, learner=launch.learner, slot=launch.island,
                           generation=launch.generation, num_islands=launch.num_islands, start_step=launch.start_step,
-                          recipe=launch.recipe.get("train", {}))
+                          recipe=launch.recipe.get("train", {}), ca=self._ca())
         bus_auth.write_secret(slot_file(self.state_dir, launch.run_id, launch.island), token.encode())
         return handle(launch.island, launch.generation)
+
+    def _ca(self) -> str:
+        """The head's certificate, as a cloud island gets it (the stack record's), for joins over TLS."""
+        ca = (read_record(StackPaths(self.state_dir)) or {}).get("ca_file")
+        return Path(ca).read_text() if ca else ""
 
     def status(self, run_id: str, island: int, generation: int, handle: str) -> IslandStatus:
         return IslandStatus(True)
