@@ -2,6 +2,7 @@
 denoiser with seeded LoRA adapters (the only trainable tensors, identical on every island)."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,15 +60,25 @@ def apply_lora(unet: torch.nn.Module, recipe: DiffusionRecipe) -> torch.nn.Modul
     return unet
 
 
+def _check_supported(folder: Path, model: str) -> None:
+    """One UNet conditioned by one CLIP text encoder (Stable Diffusion 1.x / 2.x layouts); say what else is missing."""
+    if not folder.is_dir():
+        return
+    if not (folder / "unet").is_dir():
+        raise ValueError(f"--model {model}: no unet/ folder; the diffusion learner trains UNet denoisers "
+                         "(transformer / DiT pipelines are not supported yet: docs/DIFFUSION.md)")
+    if "text_encoder_2" in json.loads((folder / "model_index.json").read_text()):
+        raise ValueError(f"--model {model}: a second text encoder (SDXL-style conditioning) is not supported yet "
+                         "(docs/DIFFUSION.md)")
+
+
 def build(recipe: DiffusionRecipe, *, accel: accel_policy.Accel) -> Built:
     from diffusers import AutoencoderKL, UNet2DConditionModel
     from diffusers.schedulers import DDPMScheduler, FlowMatchEulerDiscreteScheduler
     from transformers import AutoTokenizer, CLIPTextModel
 
     folder = model_folder(recipe.model, recipe.pins.get("base"))
-    if not (Path(folder) / "unet").is_dir() and Path(folder).is_dir():
-        raise ValueError(f"--model {recipe.model}: no unet/ folder; the diffusion learner trains UNet denoisers "
-                         "(transformer / DiT pipelines are not supported yet: docs/DIFFUSION.md)")
+    _check_supported(Path(folder), recipe.model)
     dtype = accel.compute_dtype
     vae = AutoencoderKL.from_pretrained(folder, subfolder="vae", torch_dtype=dtype).to(accel.device).requires_grad_(False)
     text = CLIPTextModel.from_pretrained(folder, subfolder="text_encoder", dtype=dtype).to(accel.device).requires_grad_(False)

@@ -88,3 +88,16 @@ def test_images_are_split_cropped_and_sharded_and_video_rows_refused(tiny, tmp_p
     (tmp_path / "metadata.jsonl").write_text(json.dumps({"file_name": "clip.mp4", "text": "a clip"}) + "\n")
     with pytest.raises(ValueError, match="images only"):
         media.split_items(r.replace(data=str(tmp_path)))
+
+
+def test_a_base_other_than_the_pinned_one_or_one_it_cannot_train_is_refused_by_name(tiny, tmp_path):
+    from yeto.learners.diffusion.components import model_folder
+    with pytest.raises(ValueError, match="refusing a base model other than the one the run pinned"):
+        model_folder(str(tiny["model"]), {"files": {"unet/config.json": "0" * 64}})
+    (tmp_path / "model_index.json").write_text(json.dumps({"transformer": ["diffusers", "SD3Transformer2DModel"]}))
+    with pytest.raises(ValueError, match="no unet/ folder"):
+        build(recipe(tiny, model=str(tmp_path)), accel=CPU)
+    (tmp_path / "unet").mkdir()
+    (tmp_path / "model_index.json").write_text(json.dumps({"unet": [], "text_encoder_2": []}))
+    with pytest.raises(ValueError, match="second text encoder"):
+        build(recipe(tiny, model=str(tmp_path)), accel=CPU)
