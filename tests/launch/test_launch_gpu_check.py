@@ -1,0 +1,39 @@
+"""scripts/gpu_check.sh is right before a GPU runs it: bash parses it, and its dry mode (GPU_CHECK_DRY=1) runs every
+step's command on the CPU at tiny size and passes: bf16 LoRA, NF4 QLoRA, FSDP2 launches, the merge against memcpy,
+the two-island acceptance run."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+STEPS = ("cuda_bf16_lora", "nf4_qlora", "fsdp2", "merge_vs_memcpy", "two_islands_acceptance")
+
+
+def dry(*steps: str, timeout: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPU_CHECK_DRY": "1", "GPU_CHECK_STEPS": " ".join(steps)}
+    return subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(120)
+def test_the_script_parses_and_its_dry_merge_step_passes_with_its_ratio():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
+    out = dry("merge_vs_memcpy", timeout=110)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"^PASS merge_vs_memcpy .*backend=numpy merge_vs_memcpy=[0-9.]+", out.stdout, re.M), out.stdout
+    assert "0 failure(s)" in out.stdout and "FAIL" not in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_every_step_of_the_dry_run_passes():
+    out = dry(*STEPS, timeout=1450)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for name in STEPS:
+        assert re.search(rf"^PASS {name} ", out.stdout, re.M), out.stdout
+    assert re.search(r"^PASS fsdp2 .*rounds_merged=[1-9]", out.stdout, re.M), out.stdout
