@@ -14,13 +14,15 @@ from yeto.infra.service_spec import Publish
 from yeto.schemas.base import derive_id
 from yeto.schemas.fleet import IslandExited, IslandReplaced, IslandUp
 from yeto.schemas.island_view import Island
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.run_view import RunView
 from yeto.services.launcher.join_token import EXTERNAL
 
 
 def max_steps(recipe: dict[str, Any]) -> int | None:
-    value = (recipe.get("train") or {}).get("max_steps") or recipe.get("max_steps")
-    return int(value) if value else None
+    """The learners' max_steps (None where a hand-written recipe gives none)."""
+    train = LaunchRecipe.upcast(recipe).train
+    return train.max_steps if "max_steps" in train.model_fields_set else None
 
 
 def handle(island: int, generation: int) -> str:

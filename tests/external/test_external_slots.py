@@ -95,7 +95,7 @@ def test_the_backend_writes_each_generations_token_with_the_slots_own_scoped_cre
     first = start(0)
     assert (first.url, first.learner, first.slot, first.generation, first.num_islands) == \
         ("nats://127.0.0.1:4222", "island-3", 3, 0, 4)
-    assert first.recipe == {"model": "m", "max_steps": 50}
+    assert (first.recipe["model"], first.recipe["max_steps"]) == ("m", 50)      # the typed train section, in full
     users = (tmp_path / "auth" / "users.conf").read_text()
     assert first.credential["user"] in users and first.credential["password"] in users
     assert first.credential == bus_auth.load_identity(bus_auth.learner_file(tmp_path, "r1", "island-3"))

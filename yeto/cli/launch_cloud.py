@@ -16,7 +16,6 @@ from yeto.infra import heads
 from yeto.infra.head_data import ship_data, ship_model, ship_parent
 from yeto.schemas.head_size import HeadChoice, choose_head, trainable_of
 from yeto.schemas.launch_recipe import LaunchRecipe
-from yeto.schemas.recipe import SyncConfig
 from yeto.services.launcher.api import launch_head, take_down
 
 
@@ -71,7 +70,7 @@ def size_head(args, launch) -> HeadChoice | None:
     weights = args.weights_gb or checks.known_weights_gb(args.model)
     if weights is None:
         return None
-    sync = SyncConfig.from_dict(dict(launch.recipe.get("train", {}).get("sync") or {}))
+    sync = LaunchRecipe.upcast(launch.recipe).train.sync.config()
     return choose_head(trainable_of(weights, args.tuning), num_learners=len(launch.fleet), sync=sync,
                        num_syncers=args.syncers or 1, memory_gb=args.head_memory_gb)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from yeto.infra import bus_auth
 from yeto.infra.stack import StackPaths, read_record
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus
 from yeto.services.launcher.external import handle
 from yeto.services.launcher.join_token import JoinToken, slot_file
@@ -30,7 +31,7 @@ class ExternalBackend:
                           credential=bus_auth.load_identity(creds) if creds is not None else {},
                           run_id=launch.run_id, learner=launch.learner, slot=launch.island,
                           generation=launch.generation, num_islands=launch.num_islands, start_step=launch.start_step,
-                          recipe=launch.recipe.get("train", {}), ca=self._ca())
+                          recipe=LaunchRecipe.upcast(launch.recipe).train.learner_recipe(), ca=self._ca())
         bus_auth.write_secret(slot_file(self.state_dir, launch.run_id, launch.island), token.encode())
         return handle(launch.island, launch.generation)
 
