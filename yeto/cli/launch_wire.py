@@ -9,6 +9,9 @@ from yeto.schemas.launch_recipe import RECIPE_VERSION, LaunchRecipe
 PLANNER_ONLY = {"budget": "--budget-per-hour", "flops": "--flops", "clouds": "--clouds", "regions": "--regions",
                 "exclude_regions": "--exclude-regions", "price_margin": "--price-margin"}
 """Flags that only shape the fleet the planner picks: with --gpu naming the fleet, nothing reads them."""
+CLOUD_ONLY = {"head_cloud": "--head-cloud", "head_region": "--head-region", "head_memory_gb": "--head-memory-gb",
+              "head_price": "--head-price", "env_from_host": "--env-from-host"}
+"""Flags for the run's head VM and its cloud islands: with local islands only, nothing reads them."""
 
 
 def launch_recipe(args, *, train: dict[str, Any], data_check: dict[str, Any], cloud: bool) -> dict[str, Any]:
@@ -27,7 +30,7 @@ def launch_recipe(args, *, train: dict[str, Any], data_check: dict[str, Any], cl
 
 def refuse_unread(args) -> None:
     """A flag set to anything but its default where nothing would read it: planner-only flags with --gpu (the
-    fleet is given), --external-price without --external-learners (no slot to bill)."""
+    fleet is given), head and cloud flags with local islands only, --external-price without --external-learners."""
     from yeto.cli.launch_recipe import _ACTIONS as actions
 
     if getattr(args, "external_price", 0.0) and not getattr(args, "external_learners", 0):
@@ -35,6 +38,11 @@ def refuse_unread(args) -> None:
                          "or drop --external-price")
     if not args.gpu:
         return
+    local = all(part.strip().startswith("local:") for part in args.gpu.split(","))
+    cloud = [flag for dest, flag in CLOUD_ONLY.items() if dest in actions and getattr(args, dest) != actions[dest].default]
+    if local and cloud:
+        raise ValueError(f"{', '.join(cloud)} only reach the run's head VM and cloud islands, and --gpu {args.gpu} names "
+                         f"local islands only: drop {'them' if len(cloud) > 1 else 'it'}")
     given = [flag for dest, flag in PLANNER_ONLY.items() if getattr(args, dest, None) != actions[dest].default]
     if given:
         raise ValueError(f"{', '.join(given)} only shape the fleet the planner picks, and --gpu {args.gpu} names the "
