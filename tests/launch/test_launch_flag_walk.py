@@ -213,7 +213,8 @@ PLANNED = "only shape the fleet the planner picks"
                                          (("--price-margin", "0.3"), PLANNED), (("--flops", "9"), PLANNED),
                                          (("--external-price", "0.5"), "bills joined learners, and there are none"),
                                          (("--head-cloud", "aws"), "only reach the run's head VM and cloud islands"),
-                                         (("--env-from-host", "HOME"), "only reach the run's head VM and cloud islands")])
+                                         (("--env-from-host", "HOME"), "only reach the run's head VM and cloud islands"),
+                                         (("--resolution", "64"), "sizes the images of a diffusion run")])
 def test_a_flag_nothing_would_read_is_refused_before_anything_starts(flags, says, material):
     args = build_parser().parse_args(["launch", "--model", material["MODEL"], "--data", material["DATA"], "--gpu",
                                       "local:1xcpu", *flags])

@@ -30,12 +30,15 @@ def launch_recipe(args, *, train: dict[str, Any], data_check: dict[str, Any], cl
 
 def refuse_unread(args) -> None:
     """A flag set to anything but its default where nothing would read it: planner-only flags with --gpu (the
-    fleet is given), head and cloud flags with local islands only, --external-price without --external-learners."""
+    fleet is given), head and cloud flags with local islands only, --external-price without --external-learners,
+    --resolution without --model-kind diffusion."""
     from yeto.cli.launch_recipe import _ACTIONS as actions
 
     if getattr(args, "external_price", 0.0) and not getattr(args, "external_learners", 0):
         raise ValueError("--external-price bills joined learners, and there are none: add --external-learners N, "
                          "or drop --external-price")
+    if getattr(args, "resolution", None) is not None and getattr(args, "model_kind", "lm") != "diffusion":
+        raise ValueError("--resolution sizes the images of a diffusion run: add --model-kind diffusion, or drop it")
     if not args.gpu:
         return
     local = all(part.strip().startswith("local:") for part in args.gpu.split(","))
