@@ -101,3 +101,16 @@ def test_a_base_other_than_the_pinned_one_or_one_it_cannot_train_is_refused_by_n
     (tmp_path / "model_index.json").write_text(json.dumps({"unet": [], "text_encoder_2": []}))
     with pytest.raises(ValueError, match="second text encoder"):
         build(recipe(tiny, model=str(tmp_path)), accel=CPU)
+
+
+def test_the_learner_process_trains_alone_with_held_out_evaluations_and_exits_2_on_a_bad_recipe(tiny, capsys,
+                                                                                                monkeypatch):
+    from yeto.learners.diffusion.__main__ import main
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    text = json.dumps(recipe(tiny, max_steps=4).to_dict())
+    assert main(["--run-id", "r", "--learner", "island-0", "--recipe", text, "--no-sync", "--eval-every", "2",
+                 "--log-every-s", "0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("heldout") == 3 and "done: steps 4" in out, out          # steps 2 and 4, and the end
+    assert main(["--run-id", "r", "--learner", "island-0", "--recipe", json.dumps({"model": "m", "resolution": 7}),
+                 "--no-sync"]) == 2
