@@ -4,7 +4,7 @@ Each size runs in a fresh process: a real SyncerCore takes in island 0's f32 ini
 version 0: learners/sync_hook.py) and `--rounds` rounds of q4 pushes, in chunks as the data plane fetches them. Every
 message's chunks are held until its fragment's round merges (as held.py does), every snapshot is written
 (snapshot.py) and every broadcast chunked (outputs.py). Each round opens every fragment's round before closing any
-(all learners but the last push every fragment first): the model's worst case. The process's peak RSS (ru_maxrss)
+(all learners but the last push every fragment first): the model's worst case. The process's peak RSS (VmHWM)
 is compared with the model's prediction for one process.
 
     .venv/bin/python benchmarks/memory.py [--sizes 1,8,32,135] (millions of values) [--learners 2] [--fragments 8]
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+from lib_memory_ranks import peak_rss
 
 from yeto.schemas import codecs
 from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
@@ -80,7 +80,7 @@ def child(args) -> None:
     config = SyncConfig(num_fragments=args.fragments)
     with tempfile.TemporaryDirectory() as tmp:
         drive(args.child, args.learners, config, args.rounds, Path(tmp))
-    print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+    print(json.dumps({"peak": peak_rss()}))
 
 
 def measure(trainable: int, args) -> int:
@@ -90,16 +90,38 @@ def measure(trainable: int, args) -> int:
     return int(json.loads(out.stdout.strip().splitlines()[-1])["peak"])
 
 
+def ranks(steps: int = 8, seq_len: int = 256) -> None:
+    """Each learner rank's peak RSS, beside the planner's per-GPU state and activations (no error is claimed)."""
+    import lib_memory_ranks as lib
+
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests/learner'); import learner_tiny; "
+                        f"learner_tiny.write_model_dir(__import__('pathlib').Path({tmp!r}) / 'tiny')"],
+                       cwd=lib.ROOT, check=True, capture_output=True)
+        for model, tuning, quantization in lib.LADDER:
+            r = lib.measure(model, tuning, quantization, steps=steps, seq_len=seq_len, tiny_dir=Path(tmp) / "tiny")
+            if "error" in r:
+                print(f"rank {model} {tuning} {quantization}: not measured ({r['error']})")
+                continue
+            state, acts = lib.planner_need_gb(r, tuning, quantization, seq_len)
+            print(f"rank {model} {tuning} base {quantization}: {r['params'] / 1e6:.1f}M parameters, "
+                  f"{r['trainable'] / 1e6:.2f}M trained; peak RSS {r['peak'] / 2**20:.0f} MiB (CPU, f32); planner per GPU "
+                  f"(bf16): state {state * 1e3:.0f} MB + activations {acts * 1e3:.0f} MB + 1.5 GB CUDA context")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1,8,32,135", help="trainable values, in millions (135: SmolLM2-135M in full)")
     ap.add_argument("--learners", type=int, default=2)
     ap.add_argument("--fragments", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--ranks", action="store_true", help="also each learner rank of lib_memory_ranks.LADDER (CPU)")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
         return child(args)
+    if args.ranks:
+        ranks()
     errors = []
     for millions in (float(s) for s in args.sizes.split(",")):
         trainable = int(millions * 1e6)

@@ -1,0 +1,72 @@
+"""Peak RSS of one learner rank on the CPU for benchmarks/memory.py --ranks, beside the planner's per-GPU need.
+
+A fresh process builds the learner (learners/torch/build.py: load, tuning, checkpointing as the recipe says) and
+trains `steps` steps with no sync; its VmHWM is the rank's peak, loading included. The planner's memory model
+(services/planner/memory.py) is per GPU and bf16 (a frozen LoRA base of 2 bytes per parameter, a CUDA context),
+while a CPU rank holds f32 weights and Python, torch and transformers: its need is printed beside the peak for the
+terms it shares (state, activations), not as a prediction of it.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LADDER = (("tiny", "lora", "none"), ("tiny", "full", "none"), ("tiny", "lora", "nf4"),
+          ("smollm2-135m", "lora", "none"), ("smollm2-135m", "full", "none"))
+
+
+def child(model: str, tuning: str, quantization: str, steps: int, seq_len: int) -> None:
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tests" / "learner"))
+    import learner_tiny
+    from yeto.learners.torch import dist
+    from yeto.learners.torch.build import build, resolve_accel
+    from yeto.learners.torch.loop import train
+    from yeto.learners.torch.recipe import TrainRecipe
+    from yeto.learners.torch.tuning import trainable_parameters
+
+    torch.set_num_threads(2)
+    recipe = TrainRecipe(model=model, tuning=tuning, base_quantization=quantization, max_steps=steps, seq_len=seq_len,
+                         micro_batch=1, lr=1e-4, warmup_steps=1)
+    accel = resolve_accel(recipe, local_rank=0, prefer="cpu")
+    built = build(recipe, accel=accel, topology=dist.Topology())
+    data = learner_tiny.packed_batches(built.tokenizer, learner_tiny.chat_rows(200), seq_len=seq_len, micro_batch=1)
+    train(built.model, data, recipe, accel=accel)
+    params = sum(p.numel() for p in built.model.parameters())
+    print(json.dumps({"peak": peak_rss(), "params": params,
+                      "trainable": sum(p.numel() for _, p in trainable_parameters(built.model)),
+                      "vocab": built.model.config.vocab_size, "lora_r": recipe.lora_r}))
+
+
+def peak_rss() -> int:
+    """This process's peak resident set (VmHWM): unlike ru_maxrss, it starts over at exec, so the parent's size
+    before the child exec'd is not counted."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def measure(model: str, tuning: str, quantization: str, *, steps: int, seq_len: int, tiny_dir: Path) -> dict:
+    path = str(tiny_dir) if model == "tiny" else model
+    out = subprocess.run([sys.executable, __file__, path, tuning, quantization, str(steps), str(seq_len)],
+                         capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def planner_need_gb(result: dict, tuning: str, quantization: str, seq_len: int) -> tuple[float, float]:
+    """(state, activations) in GB of the planner's per-GPU model for this rank's model and shape."""
+    from yeto.services.planner.api import Workload, fits
+
+    w = Workload(weights_gb=result["params"] * 2 / 1e9, tuning=tuning, base_quantization=quantization, seq_len=seq_len,
+                 micro_batch=1, lora_r=result["lora_r"], vocab=result["vocab"], activation_checkpointing="on")
+    _, need = fits(w, 1, 1e9)
+    return need.state_gb, need.activations_gb
+
+
+if __name__ == "__main__":
+    child(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
