@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from yeto.cli.launch_cloud import size_head
-from yeto.cli.launch_plan import refuse_syncers_elsewhere
+from yeto.cli.launch_plan import local_stack_url, refuse_syncers_elsewhere
 from yeto.infra import stack
 from yeto.schemas.head_size import HeadTooSmall
 
@@ -42,10 +42,14 @@ def test_syncers_refused_for_a_stack_this_command_does_not_run_and_for_a_running
     refuse_syncers_elsewhere(args(), "nats://elsewhere:4222")               # no --syncers: nothing to refuse
     with pytest.raises(ValueError, match="yeto stack up --syncers 2"):
         refuse_syncers_elsewhere(args(syncers=2), "nats://elsewhere:4222")
-    rec = stack.up(tmp_path, syncers=2)
+    here = args(syncers=2, state_dir=str(tmp_path), nats_url=None)
     try:
-        assert {"syncer-0", "syncer-1"} <= set(rec["pids"])
+        url = local_stack_url(here)                     # what `yeto launch --syncers 2` does with local islands
+        rec = stack.read_record(stack.StackPaths(tmp_path))
+        assert rec is not None and rec["url"] == url and {"syncer-0", "syncer-1"} <= set(rec["pids"])
+        assert "syncer" not in rec["pids"]
+        assert local_stack_url(args(state_dir=str(tmp_path), nats_url=None)) == url, "no --syncers: as it runs"
         with pytest.raises(ValueError, match="runs with --syncers 2; `yeto stack down` first"):
-            stack.up(tmp_path, syncers=3)
+            local_stack_url(args(syncers=3, state_dir=str(tmp_path), nats_url=None))
     finally:
         stack.down(tmp_path)
