@@ -97,20 +97,24 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
     groups: dict[str, float] = {}
     for c in cands:
         groups.update({k: room for k, room, _ in c.quotas})
-    problem = Problem(
-        shapes=tuple(Shape(c.label(), c.price * (1 + req.price_margin), c.tflops, c.max_islands,
-                           tuple(k for k, _, _ in c.quotas), tuple(u for _, _, u in c.quotas)) for c in cands),
-        budget=None if req.budget is None else req.budget - req.head_price,
-        target_tflops=req.flops, max_islands=req.max_islands, group_caps=groups)
-    sol = solve(problem, time_limit_s=req.time_limit_s) if cands else None
-    if sol is None or sol.status == "INFEASIBLE" or not any(sol.counts):
-        return FleetPlan(feasible=False, reason=why_not(req, cheapest), cheapest=cheapest_d, **common)
-    chosen = [c for c, n in zip(cands, sol.counts) for _ in range(n)]
-    try:
-        head = choose_head(trainable_of(w.weights_gb, req.tuning), num_learners=len(chosen), num_syncers=req.num_syncers,
-                           memory_gb=req.head_memory_gb)
-    except HeadTooSmall as e:
-        return FleetPlan(feasible=False, reason=str(e), cheapest=cheapest_d, **common)
+    shapes = tuple(Shape(c.label(), c.price * (1 + req.price_margin), c.tflops, c.max_islands,
+                         tuple(k for k, _, _ in c.quotas), tuple(u for _, _, u in c.quotas)) for c in cands)
+    head_price = req.head_price
+    for _ in range(2):      # a head larger than --head-price's costs more: solve again with its price off the budget
+        problem = Problem(shapes=shapes, budget=None if req.budget is None else req.budget - head_price,
+                          target_tflops=req.flops, max_islands=req.max_islands, group_caps=groups)
+        sol = solve(problem, time_limit_s=req.time_limit_s) if cands else None
+        if sol is None or sol.status == "INFEASIBLE" or not any(sol.counts):
+            return FleetPlan(feasible=False, reason=why_not(req, cheapest), cheapest=cheapest_d, **common)
+        chosen = [c for c, n in zip(cands, sol.counts) for _ in range(n)]
+        try:
+            head = choose_head(trainable_of(w.weights_gb, req.tuning), num_learners=len(chosen),
+                               num_syncers=req.num_syncers, memory_gb=req.head_memory_gb)
+        except HeadTooSmall as e:
+            return FleetPlan(feasible=False, reason=str(e), cheapest=cheapest_d, **common)
+        if req.budget is None or head.price(req.head_price) <= head_price:
+            break
+        head_price = head.price(req.head_price)    # fewer islands then: the head needed is no larger
     common.update(head=head_dict(head), head_price_per_hour=head.price(req.head_price))
     specs = [IslandSpec(cloud=c.offering.cloud, gpu=c.offering.gpu, count=c.offering.count, nodes=c.nodes,
                         region=c.offering.region) for c in chosen]

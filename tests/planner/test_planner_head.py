@@ -6,7 +6,7 @@ import pytest
 
 from yeto.cli.main import main
 from yeto.services.planner.api import FIXTURE_DIR
-from yeto.services.planner.catalog import load_catalog
+from yeto.services.planner.catalog import Offering, load_catalog
 from yeto.services.planner.plan import plan_fleet
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals
@@ -39,3 +39,13 @@ def test_syncer_shards_are_sized_per_process():
     assert one.head and two.head and "x 2 shards" in two.head["describe"] and two.head["syncer_gb"] >= one.head["syncer_gb"]
     with pytest.raises(ValueError, match="--syncers"):
         PlanRequest(model="m", budget=1.0, num_syncers=0)
+
+
+@pytest.mark.parametrize("budget, islands", [(4.9, 2), (5.0, 3), (40.0, 4)])
+def test_the_head_the_syncer_needs_is_paid_within_the_budget(budget, islands):
+    # A 20B model's LoRA syncer needs a 32 GB head ($0.384/hr): at $4.90/hr three A100 islands leave room for the
+    # 16 GB head's $0.19 only, so the planner solves again with the larger head's price and rents two.
+    a100 = [Offering("runpod", "CA", "1x_A100-80GB_SECURE", "A100-80GB", 1, 8.0, 64.0, 1.39, 1.39)]
+    plan = plan_fleet(PlanRequest(model="m", weights_gb=40.0, budget=budget), a100, Signals())
+    assert plan.feasible and plan.head is not None and plan.head["memory_gb"] == 32 and len(plan.islands) == islands
+    assert plan.islands_price_per_hour * 1.10 + plan.head_price_per_hour <= budget + 1e-9
