@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +67,23 @@ def planner_need_gb(result: dict, tuning: str, quantization: str, seq_len: int) 
                  micro_batch=1, lora_r=result["lora_r"], vocab=result["vocab"], activation_checkpointing="on")
     _, need = fits(w, 1, 1e9)
     return need.state_gb, need.activations_gb
+
+
+def report(steps: int = 8, seq_len: int = 256) -> None:
+    """Each learner rank's peak RSS, beside the planner's per-GPU state and activations (no error is claimed)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests/learner'); import learner_tiny; "
+                        f"learner_tiny.write_model_dir(__import__('pathlib').Path({tmp!r}) / 'tiny')"],
+                       cwd=ROOT, check=True, capture_output=True)
+        for model, tuning, quantization in LADDER:
+            r = measure(model, tuning, quantization, steps=steps, seq_len=seq_len, tiny_dir=Path(tmp) / "tiny")
+            if "error" in r:
+                print(f"rank {model} {tuning} {quantization}: not measured ({r['error']})")
+                continue
+            state, acts = planner_need_gb(r, tuning, quantization, seq_len)
+            print(f"rank {model} {tuning} base {quantization}: {r['params'] / 1e6:.1f}M parameters, "
+                  f"{r['trainable'] / 1e6:.2f}M trained; peak RSS {r['peak'] / 2**20:.0f} MiB (CPU, f32); planner per GPU "
+                  f"(bf16): state {state * 1e3:.0f} MB + activations {acts * 1e3:.0f} MB + 1.5 GB CUDA context")
 
 
 if __name__ == "__main__":

@@ -90,25 +90,6 @@ def measure(trainable: int, args) -> int:
     return int(json.loads(out.stdout.strip().splitlines()[-1])["peak"])
 
 
-def ranks(steps: int = 8, seq_len: int = 256) -> None:
-    """Each learner rank's peak RSS, beside the planner's per-GPU state and activations (no error is claimed)."""
-    import lib_memory_ranks as lib
-
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests/learner'); import learner_tiny; "
-                        f"learner_tiny.write_model_dir(__import__('pathlib').Path({tmp!r}) / 'tiny')"],
-                       cwd=lib.ROOT, check=True, capture_output=True)
-        for model, tuning, quantization in lib.LADDER:
-            r = lib.measure(model, tuning, quantization, steps=steps, seq_len=seq_len, tiny_dir=Path(tmp) / "tiny")
-            if "error" in r:
-                print(f"rank {model} {tuning} {quantization}: not measured ({r['error']})")
-                continue
-            state, acts = lib.planner_need_gb(r, tuning, quantization, seq_len)
-            print(f"rank {model} {tuning} base {quantization}: {r['params'] / 1e6:.1f}M parameters, "
-                  f"{r['trainable'] / 1e6:.2f}M trained; peak RSS {r['peak'] / 2**20:.0f} MiB (CPU, f32); planner per GPU "
-                  f"(bf16): state {state * 1e3:.0f} MB + activations {acts * 1e3:.0f} MB + 1.5 GB CUDA context")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1,8,32,135", help="trainable values, in millions (135: SmolLM2-135M in full)")
@@ -121,7 +102,8 @@ def main() -> None:
     if args.child is not None:
         return child(args)
     if args.ranks:
-        ranks()
+        import lib_memory_ranks
+        lib_memory_ranks.report()
     errors = []
     for millions in (float(s) for s in args.sizes.split(",")):
         trainable = int(millions * 1e6)
