@@ -115,6 +115,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
         if req.budget is None or head.price(req.head_price) <= head_price:
             break
         head_price = head.price(req.head_price)    # fewer islands then: the head needed is no larger
+    assert sol is not None
     common.update(head=head_dict(head), head_price_per_hour=head.price(req.head_price))
     specs = [IslandSpec(cloud=c.offering.cloud, gpu=c.offering.gpu, count=c.offering.count, nodes=c.nodes,
                         region=c.offering.region) for c in chosen]
