@@ -8,6 +8,8 @@
 #   scripts/gpu_check.sh                  # on a GPU machine (installs cupy-cuda12x and bitsandbytes if missing)
 #   GPU_CHECK_DRY=1 scripts/gpu_check.sh  # each step's command on the CPU at tiny size: the commands are right
 #   GPU_CHECK_STEPS="merge_vs_memcpy fsdp2" scripts/gpu_check.sh   # only these steps
+#   PY=/path/to/python YETO=/path/to/yeto scripts/gpu_check.sh     # an environment with CUDA torch and Yeto installed
+#                                         # (`make setup`'s .venv holds CPU torch: the GPU run needs another one)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -49,10 +51,12 @@ if [ "$DRY" = 1 ]; then
 else
   MODEL=smollm2-135m; STEPS=40; MIB=256; REPS=3; BACKEND=cupy
   NGPU=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
-  [ "$NGPU" -ge 1 ] || { echo "FAIL no CUDA device here (GPU_CHECK_DRY=1 runs the commands on the CPU)"; exit 1; }
+  [ "$NGPU" -ge 1 ] || { echo "FAIL no CUDA device for $PY's torch ($($PY -c 'import torch; print(torch.__version__)' 2>&1));" \
+    "PY= an interpreter with CUDA torch, or GPU_CHECK_DRY=1 to run the commands on the CPU"; exit 1; }
   ONE=local:1xcuda; ALL=local:${NGPU}xcuda
-  $PY -c "import cupy" 2>/dev/null || $PY -m pip install -q cupy-cuda12x
-  $PY -c "import bitsandbytes" 2>/dev/null || $PY -m pip install -q --no-deps bitsandbytes   # keep torch as it is
+  $PY -c "import cupy" 2>/dev/null || $PY -m pip install -q cupy-cuda12x || echo "FAIL setup: pip install cupy-cuda12x"
+  $PY -c "import bitsandbytes" 2>/dev/null || $PY -m pip install -q --no-deps bitsandbytes \
+    || echo "FAIL setup: pip install bitsandbytes"                    # --no-deps: torch stays as it is
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | sed 's/^/gpu: /'
 fi
 
