@@ -33,11 +33,12 @@ class Stack:
     def yeto(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([YETO, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
 
-    def launch(self, run_id: str, *flags: str, islands: str = "local:1xcpu,local:1xcpu") -> subprocess.Popen:
+    def launch(self, run_id: str, *flags: str, islands: str = "local:1xcpu,local:1xcpu",
+               train_flags: tuple[str, ...] = TRAIN_FLAGS) -> subprocess.Popen:
         """`yeto launch ... --wait` in the background; its output goes to <home>/<run_id>.out."""
         out = self.home.parent / f"{run_id}.out"
         argv = [YETO, "launch", "--gpu", islands, "--model", str(self.model), "--data", str(self.data),
-                *TRAIN_FLAGS, *flags, "--run-id", run_id, "--wait"]
+                *train_flags, *flags, "--run-id", run_id, "--wait"]
         proc = subprocess.Popen(argv, env=self.env, stdout=open(out, "w"), stderr=subprocess.STDOUT)
         self.runs[run_id] = (proc, out)
         return proc

@@ -214,7 +214,11 @@ PLANNED = "only shape the fleet the planner picks"
                                          (("--external-price", "0.5"), "bills joined learners, and there are none"),
                                          (("--head-cloud", "aws"), "only reach the run's head VM and cloud islands"),
                                          (("--env-from-host", "HOME"), "only reach the run's head VM and cloud islands"),
-                                         (("--resolution", "64"), "sizes the images of a diffusion run")])
+                                         (("--resolution", "64"), "sizes the images of a diffusion run"),
+                                         (("--seq-len", "64", "--model-kind", "diffusion"), "only reach the causal-LM learner"),
+                                         (("--eval-data", "x.jsonl", "--model-kind", "diffusion"), "only reach the causal-LM"),
+                                         (("--tuning", "full", "--model-kind", "diffusion"), "only reach the causal-LM"),
+                                         (("--external-learners", "1", "--model-kind", "diffusion"), "not the diffusion")])
 def test_a_flag_nothing_would_read_is_refused_before_anything_starts(flags, says, material):
     args = build_parser().parse_args(["launch", "--model", material["MODEL"], "--data", material["DATA"], "--gpu",
                                       "local:1xcpu", *flags])

@@ -12,6 +12,13 @@ PLANNER_ONLY = {"budget": "--budget-per-hour", "flops": "--flops", "clouds": "--
 CLOUD_ONLY = {"head_cloud": "--head-cloud", "head_region": "--head-region", "head_memory_gb": "--head-memory-gb",
               "head_price": "--head-price", "env_from_host": "--env-from-host"}
 """Flags for the run's head VM and its cloud islands: with local islands only, nothing reads them."""
+LM_ONLY = {"tuning": "--tuning", "base_quantization": "--base-quantization", "seq_len": "--seq-len",
+           "data_format": "--data-format", "on_bad_rows": "--on-bad-rows", "shard": "--shard",
+           "activation_checkpointing": "--activation-checkpointing", "lora_dropout": "--lora-dropout", "epochs": "--epochs",
+           "eval_data": "--eval-data", "field_map": "--field-map", "train_on": "--train-on", "resume_from": "--resume-from",
+           "branch_from": "--branch-from"}
+"""Flags only the causal-LM learner reads (learners/torch): a diffusion run's learner (learners/diffusion) has no
+such setting, so they are refused with --model-kind diffusion (docs/DIFFUSION.md, what does not work yet)."""
 
 
 def launch_recipe(args, *, train: dict[str, Any], data_check: dict[str, Any], cloud: bool) -> dict[str, Any]:
@@ -31,7 +38,7 @@ def launch_recipe(args, *, train: dict[str, Any], data_check: dict[str, Any], cl
 def refuse_unread(args) -> None:
     """A flag set to anything but its default where nothing would read it: planner-only flags with --gpu (the
     fleet is given), head and cloud flags with local islands only, --external-price without --external-learners,
-    --resolution without --model-kind diffusion."""
+    --resolution without --model-kind diffusion, LM-only flags with it."""
     from yeto.cli.launch_recipe import _ACTIONS as actions
 
     if getattr(args, "external_price", 0.0) and not getattr(args, "external_learners", 0):
@@ -39,6 +46,13 @@ def refuse_unread(args) -> None:
                          "or drop --external-price")
     if getattr(args, "resolution", None) is not None and getattr(args, "model_kind", "lm") != "diffusion":
         raise ValueError("--resolution sizes the images of a diffusion run: add --model-kind diffusion, or drop it")
+    lm = [flag for dest, flag in LM_ONLY.items() if dest in actions and getattr(args, dest) != actions[dest].default]
+    if getattr(args, "model_kind", "lm") == "diffusion" and getattr(args, "external_learners", 0):
+        raise ValueError("--external-learners: `yeto join` runs the causal-LM learner (torch or MLX), not the diffusion "
+                         "one; give a diffusion run its islands with --gpu")
+    if getattr(args, "model_kind", "lm") == "diffusion" and lm:
+        raise ValueError(f"{', '.join(lm)} only reach the causal-LM learner, and a --model-kind diffusion run's learner "
+                         f"reads no such setting (docs/DIFFUSION.md): drop {'them' if len(lm) > 1 else 'it'}")
     if not args.gpu:
         return
     local = all(part.strip().startswith("local:") for part in args.gpu.split(","))
