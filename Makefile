@@ -20,7 +20,7 @@ $(BIN)/yeto: pyproject.toml
 
 # The whole suite, after the linters (ruff over everything, mypy --strict over the contract and the pure cores).
 test: setup lint
-	$(PYTEST) -q tests
+	$(PYTEST) -q tests --durations=40
 
 test-unit: setup
 	$(PYTEST) -q tests -m "not slow"
