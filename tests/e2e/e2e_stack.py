@@ -74,6 +74,9 @@ class Stack:
         """The first truthy `check()`, a reading of the tape; a tape that does not answer (its writer restarting,
         the server away) reads as not yet. Fails after `timeout` s with the run's story."""
         def attempt():
+            launch = self.runs.get(run_id, (None, None))[0]
+            if launch is not None and launch.poll() not in (None, 0):     # `yeto launch` failed: nothing will come
+                raise AssertionError(f"yeto launch exited {launch.returncode} while waiting for {what}:\n{self.story(run_id)}")
             try:
                 return check()
             except ValueError:
