@@ -14,10 +14,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from yeto.infra import signing
 from yeto.infra.source_pins import sha256_file
 from yeto.schemas.diffusion_section import DiffusionSection
+from yeto.services.finalizer.diffusion_samples import WEIGHTS
 from yeto.services.finalizer.provenance import provenance
 
 ADAPTER_NAME = "default"          # peft's name of the one adapter a learner trains
-WEIGHTS = "pytorch_lora_weights.safetensors"
 CARD = "README.md"
 ATTENTION = ("to_q", "to_k", "to_v", "to_out.0")   # learners/diffusion/recipe.py's default targets
 
@@ -54,7 +54,8 @@ def _card(run_id: str, train: dict[str, Any], grid: list[str]) -> str:
     return (f"# {run_id}: a LoRA adapter of the diffusion denoiser of {train.get('model')}\n\n"
             "Trained with Yeto (asynchronous DiLoCo islands). Load it into the base pipeline:\n\n"
             "```python\nfrom diffusers import DiffusionPipeline\n"
-            f"pipe = DiffusionPipeline.from_pretrained({train.get('model')!r})\npipe.load_lora_weights(\"<this folder>\")\n```\n"
+            f"pipe = DiffusionPipeline.from_pretrained({train.get('model')!r})\n"
+            f"pipe.load_lora_weights(\"<this folder>\", weight_name=\"{WEIGHTS}\")\n```\n"
             + sample)
 
 

@@ -7,6 +7,9 @@ from typing import Any
 
 from yeto.schemas.diffusion_section import DiffusionSection
 
+WEIGHTS = "pytorch_lora_weights.safetensors"
+"""The LoRA file of a diffusion artifact (Diffusers' default name)."""
+
 GRID = "samples.png"
 SEED = 0
 
@@ -34,7 +37,7 @@ def sample_grid(base: str, out: Path, section: DiffusionSection) -> list[str]:
     pipe = DiffusionPipeline.from_pretrained(base)
     pipe.set_progress_bar_config(disable=True)
     before = _images(pipe, section)
-    pipe.load_lora_weights(str(out))
+    pipe.load_lora_weights(str(out), weight_name=WEIGHTS)   # by name: offline, diffusers < 0.42 asks for it
     after = _images(pipe, section)
     size = section.resolution
     grid = Image.new("RGB", (size * len(before), size * 2))

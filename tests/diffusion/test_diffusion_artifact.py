@@ -46,7 +46,7 @@ def test_load_lora_weights_gives_the_pipeline_the_trained_denoiser(written):
     x, states, t = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 32, 32, generator=g), torch.tensor([500])
     with torch.no_grad():
         base = pipe.unet(x, t, encoder_hidden_states=states).sample
-        pipe.load_lora_weights(str(written["out"]))
+        pipe.load_lora_weights(str(written["out"]), weight_name="pytorch_lora_weights.safetensors")
         loaded = pipe.unet(x, t, encoder_hidden_states=states).sample
         trained = written["built"].model(x, t, encoder_hidden_states=states).sample
     assert torch.allclose(loaded, trained, atol=1e-5) and not torch.allclose(base, trained, atol=1e-3)

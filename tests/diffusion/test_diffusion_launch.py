@@ -48,7 +48,7 @@ def test_the_artifact_loads_into_the_pipeline_with_load_lora_weights(run, tiny):
     x, states, t = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 32, 32, generator=g), torch.tensor([500])
     with torch.no_grad():
         base = pipe.unet(x, t, encoder_hidden_states=states).sample
-        pipe.load_lora_weights(str(artifact))
+        pipe.load_lora_weights(str(artifact), weight_name="pytorch_lora_weights.safetensors")
         tuned = pipe.unet(x, t, encoder_hidden_states=states).sample
     assert not torch.allclose(base, tuned, atol=1e-4)          # the merged adapter moved the denoiser
     assert Image.open(artifact / "samples.png").size == (3 * 16, 2 * 16)   # the default prompts, before and after
