@@ -113,9 +113,12 @@ def status(rec: dict) -> str:
         return rec["status"]
     from yeto.infra import procs
     exit_file = Path(rec["dir"]) / "exit"
+    # Alive first, the exit file after: the wrapper writes the file before it ends, so a process found gone has left
+    # its code by then (read the other way round, a job ending between the two reads was reported FAILED).
+    alive = procs.alive(rec["pid"], rec["started"])
     if exit_file.exists():
         return "SUCCEEDED" if exit_file.read_text().strip() == "0" else "FAILED"
-    return "RUNNING" if procs.alive(rec["pid"], rec["started"]) else "FAILED"
+    return "RUNNING" if alive else "FAILED"
 
 
 def venv_bin() -> str:
