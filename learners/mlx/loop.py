@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -16,22 +15,10 @@ import mlx.optimizers as optim
 from mlx.utils import tree_map
 
 from yeto.learners.schedule import lr_at
+from yeto.learners.step import StepResult
 from yeto.learners.torch.recipe import TrainRecipe
 
 IGNORE_INDEX = -100
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepResult:
-    """One optimizer step, as progress events report it (learners/transport/protocol.py's StepReport)."""
-
-    step: int
-    loss: float
-    tokens: int
-    seconds: float
-    lr: float
-    synced: bool
-    eval_loss: float | None = None
 
 
 def loss_sum(model: nn.Module, batch: dict[str, mx.array]) -> tuple[mx.array, mx.array]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from yeto.learners import accel as accel_policy
+from yeto.learners.step import StepResult
 from yeto.learners.torch import dist, shards
 from yeto.learners.torch.evaluate import IGNORE_INDEX, loss_sum, to_device
 from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr
@@ -25,26 +25,6 @@ class SyncHook(Protocol):
 
     def after_step(self, step: int, tokens: int) -> bool:
         """Apply newer globals and push due fragments after step `step`; True if parameters changed."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepResult:
-    """One optimizer step of the island, as reported to progress events and benchmarks."""
-
-    step: int
-    """Optimizer steps done (1 after the first)."""
-    loss: float
-    """Mean cross-entropy per labelled token over the island's global batch."""
-    tokens: int
-    """Labelled tokens in the island's global batch (the DiLoCo token weight)."""
-    seconds: float
-    """Wall time of the step, sync boundary included."""
-    lr: float
-    """Learning rate used."""
-    synced: bool
-    """Whether the sync boundary changed the parameters (a global version applied)."""
-    eval_loss: float | None = None
-    """Held-out loss measured after this step (the recipe's eval_every), else None."""
 
 
 def _labelled(batch: dict[str, torch.Tensor]) -> int:

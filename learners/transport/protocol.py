@@ -14,7 +14,7 @@ from yeto.schemas.fragments import FragmentHeader
 
 
 class StepReport(Protocol):
-    """One optimizer step as a progress event reports it (learners/torch/loop.py's StepResult)."""
+    """One optimizer step as a progress event reports it (learners/step.py's StepResult)."""
 
     step: int
     loss: float
