@@ -29,7 +29,7 @@ from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
 from yeto.schemas.training import RoundMerged
-from yeto.services.syncer import snapshot
+from yeto.services.syncer import backend, snapshot
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.outputs import perform
 
@@ -103,8 +103,8 @@ def run_size(n: int, learners: int, reps: int, directory: Path) -> dict[str, flo
     deltas = [codecs.encode("q4", rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(learners)]
     sink = Sink(directory)
     best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "memcpy"), float("inf"))
-    rows = np.empty((learners + 4, n), dtype=np.float32)
-    dst = np.empty_like(rows)
+    rows = backend.xp.empty((learners + 4, n), dtype=np.float32)   # where the round's rows live (device on a GPU)
+    dst = backend.xp.empty_like(rows)
     theta = core.fragments[0].theta
     for rep in range(reps):
         version = core.fragments[0].version
@@ -112,10 +112,12 @@ def run_size(n: int, learners: int, reps: int, directory: Path) -> dict[str, flo
         for stage, seconds in one_round(core, pushes, sink).items():
             best[stage] = min(best[stage], seconds)
         start = time.perf_counter()
-        codecs.encode("q4", theta - core.fragments[0].shadow.values)      # what publish encodes, on its own
+        codecs.encode("q4", backend.to_host(theta) - core.fragments[0].shadow.values)   # what publish encodes, alone
         best["broadcast_encode"] = min(best["broadcast_encode"], time.perf_counter() - start)
+        backend.synchronize()
         start = time.perf_counter()
-        np.copyto(dst, rows)
+        backend.xp.copyto(dst, rows)
+        backend.synchronize()
         best["memcpy"] = min(best["memcpy"], time.perf_counter() - start)
     return best
 
@@ -129,6 +131,7 @@ def main() -> None:
     scale = {"K": 1 << 10, "M": 1 << 20}
     sizes = [int(float(v[:-1]) * scale[v[-1]]) if v[-1] in scale else int(v) for v in args.values.split(",")]
     m = args.learners
+    print(f"backend={backend.NAME}")
     print(f"one round of one fragment, {m} learners, q4 up and down, snapshot fsynced before the broadcast; best of {args.reps}")
     columns = " ".join(f"{s:>17}" for s in STAGES)
     print(f"{'values':>10} {'MiB':>6} {'memcpy ms':>10} {columns} {'round ms':>9} {'round/memcpy':>12}")

@@ -17,7 +17,7 @@ Q4_BLOCK = 256
 Q4_LEVELS = 7                      # magnitudes 0..7 on the uniform grid
 _Q4_BLOCK_BYTES = 4 + Q4_BLOCK // 2
 _ROWS_PER_PASS = 4096              # q4 works on 1M values at a time so temporaries stay in cache
-_LUT = np.array([i / Q4_LEVELS for i in range(8)] + [-i / Q4_LEVELS for i in range(8)], dtype=np.float32)
+Q4_LUT = np.array([i / Q4_LEVELS for i in range(8)] + [-i / Q4_LEVELS for i in range(8)], dtype=np.float32)
 
 
 def encoded_size(codec: str, numel: int) -> int:
@@ -111,8 +111,8 @@ def _q4_decode(payload: bytes | bytearray | memoryview, numel: int, out: np.ndar
         stop = min(start + per_pass, num_blocks)
         packed = codes[start:stop]
         rows = np.empty((stop - start, Q4_BLOCK), dtype=np.float32)
-        np.take(_LUT, packed & 15, out=rows[:, 0::2])
-        np.take(_LUT, packed >> 4, out=rows[:, 1::2])
+        np.take(Q4_LUT, packed & 15, out=rows[:, 0::2])
+        np.take(Q4_LUT, packed >> 4, out=rows[:, 1::2])
         rows *= scales[start:stop, None]
         if stop <= full:
             out[start * Q4_BLOCK:stop * Q4_BLOCK] = rows.reshape(-1)

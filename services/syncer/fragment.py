@@ -61,8 +61,8 @@ class FragmentState:
         k = len(self.round.pending)
         row = self.rows.push(k)                 # a free row: a superseded push stays intact until this one is added
         acc = gram.RowProducts(self.rows.rows[2:2 + k + 1], row)
-        if backend.GPU:
-            row.set(codecs.decode(h.codec, payload, h.numel))
+        if backend.GPU:                         # decoded on the device: only the encoded bytes cross over
+            backend.decode_into(h.codec, payload, h.numel, row)
             acc(0, row.size)
         else:
             codecs.decode(h.codec, payload, h.numel, out=row, on_chunk=acc)
