@@ -28,6 +28,7 @@ from yeto.learners.torch.tuning import apply_tuning
 from yeto.schemas import codecs
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import LearnerRejected, RoundMerged
+from yeto.services.syncer import backend
 from yeto.services.syncer.core import SyncerCore
 
 
@@ -53,8 +54,10 @@ def _heldout(recipe: TrainRecipe, tok, max_blocks: int) -> list:
     return heldout_batches(recipe, tok, max_blocks=max_blocks, batch_size=recipe.micro_batch)
 
 
-def run_sync(recipe: TrainRecipe, ranks: int, *, device: str = "cpu", heldout_blocks: int = 64) -> Outcome:
-    """Synchronous data parallelism over `ranks` ranks: batch t of every shard in every step."""
+def run_sync(recipe: TrainRecipe, ranks: int, *, device: str = "cpu", heldout_blocks: int = 64,
+             eval_every: int = 0) -> Outcome:
+    """Synchronous data parallelism over `ranks` ranks: batch t of every shard in every step.
+    `eval_every` K > 0: stats["curve"] is [step, held-out CE] every K steps and at the end."""
     policy = accel_policy.detect(prefer=device)
     tok = load_tokenizer(resolve(recipe.model))
     model = build_model(recipe, policy.device)
@@ -65,17 +68,35 @@ def run_sync(recipe: TrainRecipe, ranks: int, *, device: str = "cpu", heldout_bl
             for shard in shards:
                 for _ in range(recipe.grad_accum):
                     yield next(shard)
-    results = train(model, interleaved(), recipe.replace(grad_accum=recipe.grad_accum * ranks), accel=policy)
-    ce = evaluate(model, _heldout(recipe, tok, heldout_blocks), accel=policy)
-    return Outcome(heldout_ce=ce, tokens=sum(r.tokens for r in results), stats={"steps": len(results)})
+    heldout = _heldout(recipe, tok, heldout_blocks)
+    curve: list[list[float]] = []
+
+    def probe(result) -> None:
+        if eval_every and result.step % eval_every == 0 and result.step < recipe.max_steps:
+            curve.append([result.step, evaluate(model, heldout, accel=policy)])
+    results = train(model, interleaved(), recipe.replace(grad_accum=recipe.grad_accum * ranks), accel=policy,
+                    on_step=probe)
+    ce = evaluate(model, heldout, accel=policy)
+    stats: dict = {"steps": len(results)}
+    if eval_every:
+        stats["curve"] = [*curve, [len(results), ce]]
+    return Outcome(heldout_ce=ce, tokens=sum(r.tokens for r in results), stats=stats)
 
 
 def export_state(core: SyncerCore, layout) -> dict[str, np.ndarray]:
     """Every trainable tensor from the syncer's exact f32 keyframes (what infra/globals_reader.py reads)."""
-    out = {}
+    flats = {}
     for p in layout.active:
         header, payload = core.fragments[p].exact_keyframe()
-        flat, offset = codecs.decode(header.codec, payload, header.numel), 0
+        flats[p] = codecs.decode(header.codec, payload, header.numel)
+    return unflatten(layout, flats)
+
+
+def unflatten(layout, flats: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+    """Named tensors from each active fragment's flat f32 values."""
+    out = {}
+    for p, flat in flats.items():
+        offset = 0
         for t in layout.fragments[p]:
             out[t.name] = flat[offset:offset + t.numel].reshape(t.shape)
             offset += t.numel
@@ -89,10 +110,34 @@ def load_state(model: torch.nn.Module, state: dict[str, np.ndarray]) -> None:
         arrays.write(name, value)
 
 
+class _Probe:
+    """Island 0's DilocoHook, which also copies the syncer's Θ (the global model) after every K-th step
+    boundary: inside the turn, so the copy is the same on every run; read-only (no keyframe is built)."""
+
+    def __init__(self, hook: DilocoHook, core: SyncerCore, every: int) -> None:
+        self.hook, self.core, self.every = hook, core, every
+        self.thetas: list[tuple[int, dict[int, np.ndarray]]] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.hook, name)
+
+    def join(self) -> bool:
+        return self.hook.join()
+
+    def after_step(self, step: int, tokens: int) -> bool:
+        changed = self.hook.after_step(step, tokens)
+        if step % self.every == 0:
+            self.thetas.append((step, {p: backend.to_host(f.theta).copy() for p, f in self.core.fragments.items()}))
+        return changed
+
+
 def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str = "cpu", step_s: list[float] | None = None,
-             latency_s: float = 0.0, heldout_blocks: int = 64, run_id: str = "compare", flush: bool = False) -> Outcome:
+             latency_s: float = 0.0, heldout_blocks: int = 64, run_id: str = "compare", flush: bool = False,
+             eval_every: int = 0) -> Outcome:
     """M islands, one data shard each, simulated step times `step_s` (1 s each by default). `flush`: each
-    island pushes every fragment's unsent progress when it finishes (learners do not do this today)."""
+    island pushes every fragment's unsent progress when it finishes (learners do not do this today).
+    `eval_every` K > 0: stats["curve"] is [step, held-out CE] of the syncer's global model after island 0's
+    every K-th step (before the final cut), then of the final model at the last step."""
     policy = accel_policy.detect(prefer=device)
     tok = load_tokenizer(resolve(recipe.model))
     recipe = recipe.replace(sync=sync.to_dict())
@@ -105,6 +150,8 @@ def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str
         clock = SimClock()
         inner = DilocoHook(DilocoSync(TorchArrays.of(models[m]), sync, run_id=run_id, learner=name),
                            net.transport(name, clock), join_wait_s=60.0, clock=clock, sleep=clock.sleep)
+        if m == 0 and eval_every:
+            inner = probe = _Probe(inner, net.core, eval_every)
         hooks.append(TurnHook(inner, clock, turn, name, step_s[m]))
         clocks.append(clock)
     errors: list[BaseException] = []
@@ -135,16 +182,22 @@ def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str
                     hook.hook.transport.send_push(push.header, push.payload)
     net.advance(end + 1e9)                  # pushes still in flight reach the syncer
     net.perform(net.core.final_cut(), end)
-    final = build_model(recipe, policy.device)
-    load_state(final, export_state(net.core, hooks[0].hook.sync.layout))
-    ce = evaluate(final, _heldout(recipe, tok, heldout_blocks), accel=policy)
+    final, heldout, layout = build_model(recipe, policy.device), _heldout(recipe, tok, heldout_blocks), hooks[0].hook.sync.layout
+    curve: list[list[float]] = []
+    for step, thetas in (probe.thetas if eval_every else []):
+        if step < recipe.max_steps:
+            load_state(final, unflatten(layout, {p: thetas[p] for p in layout.active}))
+            curve.append([step, evaluate(final, heldout, accel=policy)])
+    load_state(final, export_state(net.core, layout))
+    ce = evaluate(final, heldout, accel=policy)
     merged = [e for e in net.events if isinstance(e, RoundMerged)]
     computed = sum(h.tokens for h in hooks)
-    layout = hooks[0].hook.sync.layout
     # RoundMerged.tokens counts a fragment's tokens: every computed token is merged once per active fragment.
     responders = float(np.mean([len(e.responders) for e in merged])) if merged else 0.0
     stats = {"islands": islands, "rounds": len(merged), "responders": responders,
              "goodput": sum(e.tokens for e in merged) / max(1, computed * len(layout.active)), "bytes_up": net.bytes_up,
              "bytes_down": net.bytes_down, "rejected": sum(isinstance(e, LearnerRejected) for e in net.events),
              "trainable": sum(layout.numel(p) for p in layout.active)}
+    if eval_every:
+        stats["curve"] = [*curve, [recipe.max_steps, ce]]
     return Outcome(heldout_ce=ce, tokens=computed, stats=stats)

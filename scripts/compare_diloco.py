@@ -7,11 +7,20 @@ from the syncer's f32 state, per seed; the table gives Δ% against `sync` at the
 
     .venv/bin/python scripts/compare_diloco.py --settings all --dry-run
     .venv/bin/python scripts/compare_diloco.py --settings default,direct --seeds 0,1,2
+    .venv/bin/python scripts/compare_diloco.py --settings default,direct,alpha0 --seeds 0,1,2,3,4 \
+        --sync-lrs 1e-3,2e-3,3e-3,6e-3 --tune-seeds 100,101 --eval-every 20
     .venv/bin/python scripts/compare_diloco.py --model smollm2-135m --data examples/data/chat_demo.jsonl \
         --tuning lora --lr 3e-4 --steps 480 --micro-batch 8 --seq-len 512 --device cuda
-Without --model/--data it builds a random-init Llama (--layers, --hidden) and a synthetic order-2 Markov
-chat corpus with a known entropy floor (benchmarks/lib_task.py). The last line is
-`default_delta_pct=<mean Δ% of the default recipe against sync>` (or of the first Yeto setting run).
+Without --model/--data it builds a random-init Llama (--layers, --hidden) and a synthetic order-1 Markov
+chat corpus with a known entropy floor (benchmarks/lib_task.py).
+
+A tuned baseline: `--sync-lrs` sweeps the sync arm's lr (warmup scaled with lr: `scaled_warmup`) on
+`--tune-seeds` (100,101 by default; never reporting seeds), and the lr with the lowest mean held-out CE
+there is the sync arm's lr on the reporting seeds; `--yeto-lrs` does the same for each Yeto setting.
+Statistics: Δ% of every arm against sync is paired per seed, given as mean and 95% confidence interval
+(Student t, n - 1 df, over the per-seed differences). `--eval-every K`: held-out CE every K steps, and
+the step at which each arm first reaches sync's final CE of the same seed. The last line is
+`default_delta_pct=<mean Δ%> ci95=[<lo>,<hi>] n=<seeds>` for the default recipe (or the first Yeto setting run).
 """
 from __future__ import annotations
 
@@ -22,7 +31,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from lib_compare import SETTINGS, parse_overrides, pick, spread, step_times, table
+import lib_compare as lc
+from lib_compare import SETTINGS, step_times
 
 from yeto.schemas.recipe import SyncConfig
 
@@ -35,7 +45,12 @@ def parse(argv):
     ap.add_argument("--settings", default="default,direct", help=f"all, or some of: {', '.join(SETTINGS)}")
     ap.add_argument("--recipe", action="append", default=[], metavar="KEY=VALUE",
                     help="change the base SyncConfig of every Yeto arm (e.g. outer_lr=1.0); repeatable")
-    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--seeds", default="0,1,2", help="reporting seeds")
+    ap.add_argument("--sync-lrs", help="tune the sync arm: sweep these lrs (comma-separated, >= 2) on --tune-seeds")
+    ap.add_argument("--yeto-lrs", help="tune every Yeto setting's inner lr the same way (default: --lr for all)")
+    ap.add_argument("--tune-seeds", help="seeds of the lr sweeps, disjoint from --seeds (default 100,101)")
+    ap.add_argument("--eval-every", type=int, default=0, metavar="K",
+                    help="held-out CE every K steps: steps to reach sync's final CE (0: final CE only)")
     ap.add_argument("--islands", type=int, default=2, help="M: islands in Yeto, ranks in sync")
     ap.add_argument("--steps", type=int, default=240, help="inner steps per island (= sync steps)")
     ap.add_argument("--micro-batch", type=int, default=4)
@@ -53,15 +68,42 @@ def parse(argv):
     return ap.parse_args(argv)
 
 
+def seed_list(spec: str, flag: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in spec.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} {spec!r}: write integer seeds separated by commas, e.g. {flag} 0,1,2") from None
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{flag} {spec!r}: a seed is listed twice")
+    return seeds
+
+
 def plan(args):
-    """Validated pieces: settings, seeds, base sync config (raises ValueError on bad flags)."""
-    names = pick(args.settings)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    """Validated pieces: settings, seeds, base sync config, sweeps (raises ValueError on bad flags)."""
+    names = lc.pick(args.settings)
+    seeds = seed_list(args.seeds, "--seeds")
     if not seeds or args.islands < 1 or args.steps < 1:
         raise ValueError("need at least one seed, one island and one step")
-    base = SyncConfig.from_dict({**SyncConfig().to_dict(), **parse_overrides(args.recipe)})
+    if args.eval_every < 0:
+        raise ValueError(f"--eval-every {args.eval_every}: give a number of steps, or 0 for final CE only")
+    base = SyncConfig.from_dict({**SyncConfig().to_dict(), **lc.parse_overrides(args.recipe)})
     configs = {n: SyncConfig.from_dict({**base.to_dict(), **SETTINGS[n].sync}) for n in names}
-    return names, seeds, base, configs
+    sweeps = {"sync": lc.parse_lrs(args.sync_lrs, "--sync-lrs") if args.sync_lrs else [args.lr],
+              **{n: lc.parse_lrs(args.yeto_lrs, "--yeto-lrs") if args.yeto_lrs else [args.lr] for n in names}}
+    tuned = args.sync_lrs or args.yeto_lrs
+    if args.tune_seeds is not None and not tuned:
+        raise ValueError("--tune-seeds without --sync-lrs or --yeto-lrs: there is nothing to tune")
+    tune_seeds = seed_list(args.tune_seeds or "100,101", "--tune-seeds") if tuned else []
+    if tuned and not tune_seeds:
+        raise ValueError("--tune-seeds: give at least one tuning seed")
+    if shared := sorted(set(tune_seeds) & set(seeds)):
+        raise ValueError(f"tuning seed(s) {', '.join(map(str, shared))} are also reporting seeds (--seeds): "
+                         "an lr chosen on the seeds it is reported on flatters that arm; use disjoint seeds")
+    return names, seeds, base, configs, sweeps, tune_seeds
+
+
+def warmup_for(args, lr: float) -> int:
+    return lc.scaled_warmup(lr, args.lr, args.warmup)
 
 
 def recipe_for(args, seed: int):
@@ -77,48 +119,86 @@ def recipe_for(args, seed: int):
                        micro_batch=args.micro_batch, seq_len=args.seq_len, seed=seed, heldout_fraction=0.05)
 
 
+def run_arm(args, name: str, configs, seed: int, lr: float, eval_every: int = 0) -> dict:
+    """One arm at one seed and lr (warmup scaled with it): the JSON record of the run."""
+    import lib_arms
+    recipe = recipe_for(args, seed).replace(lr=lr, warmup_steps=warmup_for(args, lr))
+    started = time.perf_counter()
+    if name == "sync":
+        out = lib_arms.run_sync(recipe, args.islands, device=args.device, heldout_blocks=args.heldout_blocks,
+                                eval_every=eval_every)
+    else:
+        out = lib_arms.run_yeto(recipe, configs[name], args.islands, device=args.device, heldout_blocks=args.heldout_blocks,
+                                step_s=step_times(SETTINGS[name], args.islands), run_id=f"cmp-{name}-{seed}",
+                                flush=SETTINGS[name].flush, eval_every=eval_every)
+    seconds = time.perf_counter() - started
+    extra = "" if name == "sync" else f" rounds={out.stats['rounds']} goodput={out.stats['goodput']:.3f}"
+    print(f"seed {seed} {name} lr={lr:g} warmup={recipe.warmup_steps} ce={out.heldout_ce:.4f} tokens={out.tokens}"
+          f"{extra} ({seconds:.0f}s)", flush=True)
+    return {"seed": seed, "lr": lr, "warmup": recipe.warmup_steps, "heldout_ce": out.heldout_ce, "tokens": out.tokens,
+            "seconds": round(seconds, 1), "stats": out.stats, "curve": out.stats.pop("curve", None)}
+
+
+def tune(args, configs, sweeps, tune_seeds) -> tuple[dict[str, float], dict[str, list[dict]]]:
+    """Each swept arm's lr sweep on the tuning seeds: its best lr (by mean held-out CE), and every run."""
+    chosen, runs = {}, {}
+    for name, lrs in sweeps.items():
+        if len(lrs) == 1:
+            chosen[name] = lrs[0]
+            continue
+        runs[name] = [run_arm(args, name, configs, seed, lr) for lr in lrs for seed in tune_seeds]
+        sweep = {lr: [r["heldout_ce"] for r in runs[name] if r["lr"] == lr] for lr in lrs}
+        chosen[name] = lc.best_lr(sweep)
+        print("\n".join(lc.sweep_table(name, sweep, {lr: warmup_for(args, lr) for lr in lrs}, tune_seeds)))
+        edge = " (at the edge of the sweep: the optimum may lie beyond it)" if chosen[name] in (lrs[0], lrs[-1]) else ""
+        print(f"{name}_best_lr={chosen[name]:g} on tuning seeds {','.join(map(str, tune_seeds))}{edge}", flush=True)
+    return chosen, runs
+
+
 def main(argv=None) -> int:
     args = parse(argv)
-    names, seeds, base, configs = plan(args)
+    names, seeds, base, configs, sweeps, tune_seeds = plan(args)
     if args.dry_run:
         print(f"islands/ranks M={args.islands}  steps={args.steps}  seeds={seeds}  device={args.device}")
         print(f"model={args.model or f'random-init Llama {args.layers}x{args.hidden} (built)'}  "
-              f"data={args.data or 'synthetic order-2 Markov chat'}  micro_batch={args.micro_batch} seq_len={args.seq_len}")
+              f"data={args.data or 'synthetic order-1 Markov chat'}  micro_batch={args.micro_batch} seq_len={args.seq_len}")
         print("arm sync: M ranks, gradients averaged every step (grad_accum=M over the M shards)")
         for n in names:
             changed = {k: v for k, v in configs[n].to_dict().items() if v != SyncConfig().to_dict()[k]}
             print(f"arm {n}: step_s={step_times(SETTINGS[n], args.islands)} flush={SETTINGS[n].flush} changes={changed}"
                   f"  # {SETTINGS[n].note}")
-        print(f"runs={len(seeds) * (1 + len(names))} island_steps={len(seeds) * (1 + len(names)) * args.islands * args.steps}")
+        for name, lrs in sweeps.items():
+            if len(lrs) > 1:
+                print(f"sweep {name}: lr {', '.join(f'{lr:g} (warmup {warmup_for(args, lr)})' for lr in lrs)} "
+                      f"on tuning seeds {','.join(map(str, tune_seeds))}; best by mean held-out CE")
+        runs = len(seeds) * (1 + len(names)) + sum(len(lrs) * len(tune_seeds) for lrs in sweeps.values() if len(lrs) > 1)
+        print(f"runs={runs} island_steps={runs * args.islands * args.steps}")
         print("dry_run=ok")
         return 0
-    import lib_arms
     import torch
     torch.set_num_threads(args.threads)
+    lrs, sweep_runs = tune(args, configs, sweeps, tune_seeds)
     results: dict[str, list[dict]] = {"sync": [], **{n: [] for n in names}}
     for seed in seeds:
-        recipe = recipe_for(args, seed)
-        started = time.perf_counter()
-        out = lib_arms.run_sync(recipe, args.islands, device=args.device, heldout_blocks=args.heldout_blocks)
-        results["sync"].append({"seed": seed, "heldout_ce": out.heldout_ce, "tokens": out.tokens, "stats": out.stats})
-        print(f"seed {seed} sync ce={out.heldout_ce:.4f} tokens={out.tokens} ({time.perf_counter() - started:.0f}s)", flush=True)
-        for n in names:
-            started = time.perf_counter()
-            out = lib_arms.run_yeto(recipe, configs[n], args.islands, device=args.device, heldout_blocks=args.heldout_blocks,
-                                    step_s=step_times(SETTINGS[n], args.islands), run_id=f"cmp-{n}-{seed}",
-                                    flush=SETTINGS[n].flush)
-            results[n].append({"seed": seed, "heldout_ce": out.heldout_ce, "tokens": out.tokens, "stats": out.stats})
-            print(f"seed {seed} {n} ce={out.heldout_ce:.4f} tokens={out.tokens} rounds={out.stats['rounds']} "
-                  f"goodput={out.stats['goodput']:.3f} ({time.perf_counter() - started:.0f}s)", flush=True)
+        for name in results:
+            results[name].append(run_arm(args, name, configs, seed, lrs[name], args.eval_every))
     if args.out:
-        Path(args.out).write_text(json.dumps({"args": vars(args), "base": base.to_dict(), "results": results}, indent=1))
-    print("\n".join(table(results)))
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({
+            "command": " ".join(["scripts/compare_diloco.py", *(sys.argv[1:] if argv is None else argv)]),
+            "args": vars(args), "base": base.to_dict(), "tune_seeds": tune_seeds, "lrs": lrs, "sweeps": sweep_runs,
+            "ci": "95% CI of the mean paired per-seed delta, Student t with n-1 df", "results": results}, indent=1))
+    for name, lr in lrs.items():
+        swept = len(sweeps[name]) > 1
+        how = f"best of {len(sweeps[name])} on tuning seeds {','.join(map(str, tune_seeds))}" if swept else "not tuned"
+        print(f"{name}: lr {lr:g} ({how})")
+    print("Δ% is paired per seed against sync; 95% CI: Student t with n-1 df over the per-seed differences."
+          + (f" Steps: first evaluated step (every {args.eval_every}) whose held-out CE <= sync's final CE"
+             " at the same seed (Yeto: the syncer's global model)." if args.eval_every else ""))
+    print("\n".join(lc.table(results)))
     head = "default" if "default" in names else names[0]
-    d = [100 * (a["heldout_ce"] - s["heldout_ce"]) / s["heldout_ce"] for a, s in zip(results[head], results["sync"])]
-    mean, sd = spread(d)
-    print(f"{head}_delta_pct={mean:+.3f}")
+    print(lc.headline(head, [r["heldout_ce"] for r in results[head]], [r["heldout_ce"] for r in results["sync"]]))
     return 0
-
 
 if __name__ == "__main__":
     try:
