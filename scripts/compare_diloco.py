@@ -64,6 +64,9 @@ def parse(argv):
     ap.add_argument("--heldout-blocks", type=int, default=64)
     ap.add_argument("--workdir", default="/tmp/yeto-compare")
     ap.add_argument("--out", help="write every outcome as JSON here")
+    ap.add_argument("--reuse", action="append", default=[], metavar="JSON",
+                    help="take runs (arm, seed, lr, --eval-every) from an earlier --out of the same task instead of "
+                         "running them again (the simulation is deterministic); repeatable")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     return ap.parse_args(argv)
 
@@ -119,10 +122,34 @@ def recipe_for(args, seed: int):
                        micro_batch=args.micro_batch, seq_len=args.seq_len, seed=seed, heldout_fraction=0.05)
 
 
+TASK_FLAGS = ("model", "data", "tuning", "recipe", "islands", "steps", "micro_batch", "seq_len", "lr", "warmup", "layers",
+              "hidden", "device", "heldout_blocks")
+"""The flags that define the task: a run can be reused only from an output made with the same ones."""
+
+REUSED: dict[tuple, dict] = {}
+"""(arm, seed, lr, warmup, eval_every) -> the record of a run read from --reuse."""
+
+
+def load_reused(args) -> None:
+    for path in args.reuse:
+        got = json.loads(Path(path).read_text())
+        if differ := [k for k in TASK_FLAGS if got["args"].get(k) != getattr(args, k)]:
+            raise ValueError(f"--reuse {path}: made with other {', '.join('--' + k.replace('_', '-') for k in differ)}")
+        every = got["args"].get("eval_every", 0)
+        for group, runs_every in ((got.get("sweeps", {}), 0), (got["results"], every)):
+            for name, runs in group.items():
+                for r in runs:
+                    REUSED[(name, r["seed"], r["lr"], r["warmup"], runs_every)] = {**r, "reused_from": Path(path).name}
+
+
 def run_arm(args, name: str, configs, seed: int, lr: float, eval_every: int = 0) -> dict:
     """One arm at one seed and lr (warmup scaled with it): the JSON record of the run."""
     import lib_arms
     recipe = recipe_for(args, seed).replace(lr=lr, warmup_steps=warmup_for(args, lr))
+    if (old := REUSED.get((name, seed, lr, recipe.warmup_steps, eval_every))) is not None:
+        print(f"seed {seed} {name} lr={lr:g} warmup={recipe.warmup_steps} ce={old['heldout_ce']:.4f} "
+              f"(from {old['reused_from']})", flush=True)
+        return old
     started = time.perf_counter()
     if name == "sync":
         out = lib_arms.run_sync(recipe, args.islands, device=args.device, heldout_blocks=args.heldout_blocks,
@@ -158,6 +185,7 @@ def tune(args, configs, sweeps, tune_seeds) -> tuple[dict[str, float], dict[str,
 def main(argv=None) -> int:
     args = parse(argv)
     names, seeds, base, configs, sweeps, tune_seeds = plan(args)
+    load_reused(args)
     if args.dry_run:
         print(f"islands/ranks M={args.islands}  steps={args.steps}  seeds={seeds}  device={args.device}")
         print(f"model={args.model or f'random-init Llama {args.layers}x{args.hidden} (built)'}  "
