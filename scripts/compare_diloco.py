@@ -49,6 +49,7 @@ def parse(argv):
     ap.add_argument("--sync-lrs", help="tune the sync arm: sweep these lrs (comma-separated, >= 2) on --tune-seeds")
     ap.add_argument("--yeto-lrs", help="tune every Yeto setting's inner lr the same way (default: --lr for all)")
     ap.add_argument("--tune-seeds", help="seeds of the lr sweeps, disjoint from --seeds (default 100,101)")
+    ap.add_argument("--tune-only", action="store_true", help="run the sweeps and stop (no reporting seeds)")
     ap.add_argument("--eval-every", type=int, default=0, metavar="K",
                     help="held-out CE every K steps: steps to reach sync's final CE (0: final CE only)")
     ap.add_argument("--islands", type=int, default=2, help="M: islands in Yeto, ranks in sync")
@@ -97,6 +98,8 @@ def plan(args):
     if args.tune_seeds is not None and not tuned:
         raise ValueError("--tune-seeds without --sync-lrs or --yeto-lrs: there is nothing to tune")
     tune_seeds = seed_list(args.tune_seeds or "100,101", "--tune-seeds") if tuned else []
+    if args.tune_only and not tuned:
+        raise ValueError("--tune-only without --sync-lrs or --yeto-lrs: there is nothing to run")
     if tuned and not tune_seeds:
         raise ValueError("--tune-seeds: give at least one tuning seed")
     if shared := sorted(set(tune_seeds) & set(seeds)):
@@ -207,7 +210,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     lrs, sweep_runs = tune(args, configs, sweeps, tune_seeds)
     results: dict[str, list[dict]] = {"sync": [], **{n: [] for n in names}}
-    for seed in seeds:
+    for seed in [] if args.tune_only else seeds:
         for name in results:
             results[name].append(run_arm(args, name, configs, seed, lrs[name], args.eval_every))
     if args.out:
@@ -220,6 +223,8 @@ def main(argv=None) -> int:
         swept = len(sweeps[name]) > 1
         how = f"best of {len(sweeps[name])} on tuning seeds {','.join(map(str, tune_seeds))}" if swept else "not tuned"
         print(f"{name}: lr {lr:g} ({how})")
+    if args.tune_only:
+        return 0
     print("Δ% is paired per seed against sync; 95% CI: Student t with n-1 df over the per-seed differences."
           + (f" Steps: first evaluated step (every {args.eval_every}) whose held-out CE <= sync's final CE"
              " at the same seed (Yeto: the syncer's global model)." if args.eval_every else ""))
@@ -227,6 +232,7 @@ def main(argv=None) -> int:
     head = "default" if "default" in names else names[0]
     print(lc.headline(head, [r["heldout_ce"] for r in results[head]], [r["heldout_ce"] for r in results["sync"]]))
     return 0
+
 
 if __name__ == "__main__":
     try:

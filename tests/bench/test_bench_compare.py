@@ -118,6 +118,7 @@ def test_sweep_picks_the_lowest_mean_and_scales_warmup():
     (["--seeds", "0,1,2", "--sync-lrs", "1e-3,3e-3", "--tune-seeds", "2,100"], "tuning seed(s) 2 are also reporting seeds"),
     (["--sync-lrs", "3e-3"], "a sweep needs at least two distinct positive learning rates"),
     (["--tune-seeds", "100,101"], "there is nothing to tune"),
+    (["--tune-only"], "there is nothing to run"),
     (["--seeds", "0,0"], "a seed is listed twice"),
     (["--eval-every", "-5"], "--eval-every -5"),
 ])
