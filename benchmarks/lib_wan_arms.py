@@ -105,6 +105,30 @@ class YetoHub:
                          backend="local", handle="wan")
                 for i, spec in enumerate(launch.fleet)]
 
+    def exited(self, launch, codes: dict[int, int | None]) -> float:
+        """IslandExited of each island in `codes` (generation 0; exit code None = killed), as the stopped launcher's
+        process watcher would publish it (the syncer stops counting the island as live; the finalizer stops waiting
+        for its acknowledgement); returns the wall time just before publishing."""
+        import time
+
+        from yeto.infra.bus import connect
+        from yeto.schemas.base import derive_id
+        from yeto.schemas.fleet import IslandExited
+
+        async def go() -> None:
+            bus = await connect(self.rec["url"], name="wan-bench")
+            try:
+                for i, code in codes.items():
+                    await bus.publish(IslandExited(id=derive_id(launch.run_id, "IslandExited", i, 0), run_id=launch.run_id,
+                                                   source="wan-bench", island=i, generation=0, spec=launch.fleet[i],
+                                                   backend="local", handle="wan", exit_code=code,
+                                                   detail="SIGKILL (wan.py)" if code is None else ""))
+            finally:
+                await bus.close()
+        at = time.time()
+        asyncio.run(go())
+        return at
+
     def credential(self, run_id: str, learner: str) -> dict[str, str]:
         """The learner's own bus credential (issued as the launcher would), as the environment it reads it from."""
         from yeto.infra import bus_auth

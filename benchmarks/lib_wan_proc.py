@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 LEARNER = [sys.executable, "-m", "yeto.learners.torch"]
+STARTED: list[Proc] = []
+"""Every process started here, so that a run that stops early (an error, SIGTERM) kills what it left running."""
 
 
 class Proc:
@@ -32,6 +34,7 @@ class Proc:
         self.lines: list[tuple[float, dict]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        STARTED.append(self)
 
     def _read(self) -> None:
         with open(self.log, "w") as out:
@@ -59,6 +62,12 @@ class Proc:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+
+def kill_started() -> None:
+    """SIGKILL every process started here that still runs (a no-op after a run that finished)."""
+    for p in STARTED:
+        p.kill()
 
 
 def curve(proc: Proc) -> list[tuple[float, int, float]]:

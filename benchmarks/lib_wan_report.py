@@ -1,4 +1,4 @@
-"""benchmarks/wan.py's numbers: per-arm curves, time to target, the table and which issue-7 targets were met."""
+"""benchmarks/wan.py's numbers: per-arm curves, time to target, the table and which of issues 7 and 14's targets were met."""
 from __future__ import annotations
 
 import math
@@ -45,41 +45,86 @@ def target_of(ddp: dict, frac: float, steps: int) -> float:
     return min(ddp["curve"], key=lambda c: abs(c[1] - want))[2]
 
 
+NEXT_GLOBAL_S = 5.0
+"""Issue 14: after a kill, the next merged global version within this many seconds of the launcher's IslandExited."""
+
+
+def _pct(value: float | None, base: float | None) -> float:
+    return math.nan if value is None or not base else 100 * (value - base) / base
+
+
+def _f(value, spec: str) -> str:
+    return format(math.nan if value is None else value, spec)
+
+
+def _met(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
+
+
 def table(results: dict, args) -> list[str]:
-    ddp = results["ddp"]
-    target = target_of(ddp, args.target_frac, args.steps)
-    lines = [f"target held-out loss {target:.4f} (DDP at step ~{int(args.target_frac * args.steps)})",
-             f"{'arm':8} {'to target s':>12} {'wall s':>8} {'final CE':>9} {'vs DDP':>8} "
+    """The arms' rows, the global model's readings of the Yeto arms, and which of issues 7 and 14's targets were met."""
+    ddp = results.get("ddp")
+    target = target_of(ddp, args.target_frac, args.steps) if ddp else math.nan
+    lines = [f"target held-out loss {target:.4f} (DDP at step ~{int(args.target_frac * args.steps)})" if ddp
+             else "no ddp arm: no target, no time to target",
+             f"{'arm':13} {'to target s':>12} {'wall s':>8} {'final CE':>9} {'vs DDP':>8} "
              f"{'MB on links':>12} {'up/down MB':>12} {'stall s':>8}"]
     row = {}
     for name, r in results.items():
-        tt = time_to(r["curve"], target)
-        row[name] = tt
         st = r.get("stall", {}).get("stall_s")
-        lines.append(f"{name:8} {tt if tt is not None else float('nan'):12.1f} {r['wall_s']:8.1f} {r['final']:9.4f} "
-                     f"{100 * (r['final'] - ddp['final']) / ddp['final']:+7.2f}% {r['bytes'] / 1e6:12.2f} "
-                     f"{r.get('up', 0) / 1e6:5.2f}/{r.get('down', 0) / 1e6:<6.2f} "
-                     f"{st if st is not None else float('nan'):8.2f}")
-    yeto, ft = results["yeto"], results.get("torchft")
-    if yeto.get("artifact") is not None:
-        lines.append(f"yeto artifact (the finalizer's model from the syncer's final state): held-out CE {yeto['artifact']:.4f} "
-                     f"({100 * (yeto['artifact'] - ddp['final']) / ddp['final']:+.2f}% vs DDP)")
-    ratio = row["yeto"] / row["ddp"] if row.get("yeto") and row.get("ddp") else math.nan
-    final = yeto.get("artifact", yeto["final"])         # the artifact when the run was finalized: what a user gets
-    quality = 100 * (final - ddp["final"]) / ddp["final"]
-    lines.append(f"target quality ({'the artifact' if 'artifact' in yeto else 'final CE'} within 1% of DDP): "
-                 f"{'MET' if quality <= 1.0 else 'NOT MET'} ({quality:+.2f}%)")
-    st = yeto.get("stall", {})
-    no_stall = st.get("stall_s", math.inf) < STALL_S
-    lines.append(f"target no stall (survivor's longest step after the kill < median + {STALL_S:.0f} s): "
-                 f"{'MET' if no_stall else 'NOT MET'} (longest after {st.get('max_step_after_kill_s', math.nan):.2f} s, "
-                 f"before {st.get('max_step_before_kill_s', math.nan):.2f} s, median {st.get('median_step_s', math.nan):.3f} s)")
-    if ft:
-        met = row.get('yeto') and row.get('torchft') and row['yeto'] <= row['torchft']
-        lines.append(f"target time <= torchft: {'MET' if met else 'NOT MET'}")
-        lines.append(f"target bytes <= 0.15x torchft: {'MET' if yeto['bytes'] <= 0.15 * ft['bytes'] else 'NOT MET'} "
-                     f"({yeto['bytes'] / max(1, ft['bytes']):.3f}x)")
+        if "curve" not in r:                     # torchft-fault: the survivor's stall only
+            lines.append(f"{name:13} {'':>12} {'':>8} {'':>9} {'':>8} {'':>12} {'':>12} {_f(st, '8.2f')}")
+            continue
+        tt = time_to(r["curve"], target) if ddp else None
+        row[name] = tt
+        lines.append(f"{name:13} {_f(tt, '12.1f')} {r['wall_s']:8.1f} {r['final']:9.4f} "
+                     f"{_pct(r['final'], ddp and ddp['final']):+7.2f}% {r['bytes'] / 1e6:12.2f} "
+                     f"{r.get('up', 0) / 1e6:5.2f}/{r.get('down', 0) / 1e6:<6.2f} {_f(st, '8.2f')}")
+    for name, r in results.items():
+        if r.get("artifact") is not None:
+            lines.append(f"{name} artifact (the finalizer's model from the syncer's final state): held-out CE "
+                         f"{r['artifact']:.4f} ({_pct(r['artifact'], ddp and ddp['final']):+.2f}% vs DDP)")
+        g = r.get("global")
+        if g:
+            lines.append(f"{name} global model: goodput by tokens {g['goodput_tokens']:.3f} (merged "
+                         f"{g['tokens_merged']:.0f} of {g['tokens_trained']} trained), by time {g['goodput_time']:.3f} "
+                         f"({g['useful_island_s']:.1f} useful of {g['paid_island_s']:.1f} paid island-seconds)")
+    yeto, fault = results.get("yeto"), results.get("yeto-fault")
+    kill = (fault or {}).get("global", {}).get("kill")
+    if kill:
+        lines.append(f"yeto-fault after the kill: next merged global {_f(kill['kill_to_next_global_s'], '.2f')} s after "
+                     f"the kill, {_f(kill['exited_to_next_global_s'], '.2f')} s after IslandExited (published "
+                     f"{kill['launcher_exited_after_kill_s']:.2f} s after the kill); "
+                     f"{kill['rounds_merged_while_down']} rounds merged without the island")
+    if yeto and yeto.get("artifact") is not None and ddp:
+        quality = _pct(yeto["artifact"], ddp["final"])
+        lines.append(f"target quality (the artifact within 1% of DDP): {_met(quality <= 1.0)} ({quality:+.2f}%)")
+    if fault:
+        st = fault.get("stall", {})
+        lines.append(f"target no stall (survivor's longest step after the kill < median + {STALL_S:.0f} s): "
+                     f"{_met(st.get('stall_s', math.inf) < STALL_S)} (longest after "
+                     f"{st.get('max_step_after_kill_s', math.nan):.2f} s, before "
+                     f"{st.get('max_step_before_kill_s', math.nan):.2f} s, median {st.get('median_step_s', math.nan):.3f} s)")
+    if kill:
+        wait = kill["exited_to_next_global_s"]
+        lines.append(f"target next global <= {NEXT_GLOBAL_S:.0f} s after IslandExited: "
+                     f"{_met(wait is not None and wait <= NEXT_GLOBAL_S)} ({_f(wait, '.2f')} s)")
+    if fault and yeto and fault.get("artifact") is not None and yeto.get("artifact") is not None:
+        delta = _pct(fault["artifact"], yeto["artifact"])
+        lines.append(f"target fault artifact within 1% of the fault-free one: {_met(delta <= 1.0)} ({delta:+.2f}%)")
+    fts = {n: r for n, r in results.items() if n.startswith("torchft") and "curve" in r}
+    if fts and yeto:
+        times = [row[n] for n in fts if row.get(n) is not None]
+        best_t = min(times) if times else None
+        best_b = min(r["bytes"] for r in fts.values())
+        t_ratio = row["yeto"] / best_t if row.get("yeto") is not None and best_t else math.nan
+        lines.append(f"target time <= 0.8x the best torchft arm's: {_met(t_ratio <= 0.8)} ({t_ratio:.3f}x; "
+                     + ", ".join(f"{n} {_f(row.get(n), '.1f')} s" for n in fts) + ")")
+        b_ratio = yeto["bytes"] / max(1, best_b)
+        lines.append(f"target bytes <= 0.5x the best torchft arm's: {_met(b_ratio <= 0.5)} ({b_ratio:.3f}x; "
+                     + ", ".join(f"{n} {r['bytes'] / 1e6:.2f} MB" for n, r in fts.items()) + ")")
     else:
         lines.append("targets against torchft: not measured (run with --torchft)")
+    ratio = row["yeto"] / row["ddp"] if row.get("yeto") and row.get("ddp") else math.nan
     lines.append(f"yeto_time_to_target_over_ddp={ratio:.3f}")
     return lines

@@ -1,9 +1,17 @@
 """The torchft DiLoCo arm of benchmarks/wan.py: its Rust lighthouse on the hub, one replica group per namespace.
 
 Each replica group is one process (`python lib_wan_torchft.py worker ...`) running Yeto's model, data
-shard, optimizer and loss (the same as the learner's loop) wrapped in torchft's DiLoCo (fp32 pseudo-
-gradients all-reduced with gloo every --ft-sync-every steps, synchronous quorum, outer SGD lr 0.7
-momentum 0.9 Nesterov). It prints the learner's JSON progress lines, so it is timed like the others.
+shard, optimizer and loss (the same as the learner's loop) wrapped in torchft's DiLoCo (pseudo-gradients
+all-reduced with gloo every --ft-sync-every steps, synchronous quorum, outer SGD lr 0.7 momentum 0.9
+Nesterov). It prints the learner's JSON progress lines, so it is timed like the others. Two settings:
+  torchft       torchft's defaults: the whole model one fragment, fragment_sync_delay 0, fragment_update_alpha 0,
+                fp32 payloads;
+  torchft-best  Streaming DiLoCo as its paper recommends: Yeto's own fragments (learners/layout.py, the same
+                `--fragments`; the non-empty ones, as Yeto's learners push only those), fragment_sync_delay 1,
+                fragment_update_alpha 0.5, bf16 payloads. torchft's own payload compression (`should_quantize`)
+                needs Triton on a CUDA device (torchft/quantization.py; on the CPU manager.allreduce silently
+                sends fp32), and DiLoCo has no dtype option (a pseudo-gradient has its parameter's dtype), so bf16
+                is a thin shim here (`bf16_payloads`): cast to bf16, all-reduce (gloo supports it), cast back.
 """
 from __future__ import annotations
 
@@ -41,6 +49,10 @@ def worker(argv: list[str]) -> None:
         ap.add_argument(flag, required=True)
     for flag in ("--replica", "--replicas", "--sync-every", "--eval-every"):
         ap.add_argument(flag, type=int, required=True)
+    ap.add_argument("--fragments", type=int, default=1, help="Yeto's --fragments: 1 = the whole model one fragment")
+    ap.add_argument("--sync-delay", type=int, default=0)
+    ap.add_argument("--alpha", type=float, default=0.0)
+    ap.add_argument("--payload", choices=("fp32", "bf16"), default="fp32")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     recipe = TrainRecipe.from_json(Path(a.recipe).read_text())
@@ -49,7 +61,8 @@ def worker(argv: list[str]) -> None:
     model = apply_tuning(load_model(resolve(recipe.model)), recipe)
     params = trainable_parameters(model)
     inner = build_optimizer(params, recipe)
-    outer = torch.optim.SGD([p for _, p in params], lr=0.7, momentum=0.9, nesterov=True)
+    fragments = fragment_modules(params, a.fragments) if a.fragments > 1 else [model]
+    outer = [torch.optim.SGD(list(f.parameters()), lr=0.7, momentum=0.9, nesterov=True) for f in fragments]
     store = TCPStore(a.host, 0, is_master=True, wait_for_workers=False)
     manager = Manager(pg=ProcessGroupGloo(timeout=timedelta(seconds=30)), min_replica_size=1, use_async_quorum=False,
                       load_state_dict=lambda sd: model.load_state_dict(sd["model"]),
@@ -57,11 +70,14 @@ def worker(argv: list[str]) -> None:
                       store_addr=a.host, store_port=store.port, rank=0, world_size=1, lighthouse_addr=a.lighthouse,
                       hostname=a.host, timeout=timedelta(seconds=30), quorum_timeout=timedelta(seconds=30),
                       connect_timeout=timedelta(seconds=30))
+    if a.payload == "bf16":
+        bf16_payloads(manager)
     heldout = heldout_batches(recipe, tok)
     batches = train_batches(recipe, tok, shard=a.replica, num_shards=a.replicas)
     started, tokens = time.monotonic(), 0
     model.train()
-    with DiLoCo(manager, [model], inner, outer, sync_every=a.sync_every, pin_memory=False):
+    with DiLoCo(manager, fragments, inner, outer, sync_every=a.sync_every, pin_memory=False,
+                fragment_sync_delay=a.sync_delay, fragment_update_alpha=a.alpha):
         for step in range(recipe.max_steps):
             batch, t_step = next(batches), time.perf_counter()
             set_lr(inner, lr_at(step, recipe))
@@ -82,9 +98,58 @@ def worker(argv: list[str]) -> None:
     manager.shutdown()
 
 
-def run_torchft(wan, recipe: dict, work: Path, args, *, kill_step: int | None = None) -> dict:
-    """Lighthouse on the hub, one replica group per link; returns the arm's report dict. `kill_step`:
-    SIGKILL replica 1 when replica 0 reaches that step, and report replica 0's stall instead."""
+def fragment_modules(params: list, num_fragments: int) -> list:
+    """Yeto's layout of `params` ((name, tensor) pairs) over `num_fragments`, as torchft's model fragments: one
+    module per non-empty fragment holding that fragment's parameters (shared, not copied)."""
+    import torch
+
+    from yeto.learners.layout import TensorSpec, plan_layout
+    by_name = dict(params)
+    layout = plan_layout([TensorSpec(n, tuple(p.shape), str(p.dtype)) for n, p in params], num_fragments)
+    out = []
+    for f in layout.active:
+        module = torch.nn.Module()
+        for t in layout.fragments[f]:
+            module.register_parameter(t.name.replace(".", "__"), by_name[t.name])
+        out.append(module)
+    return out
+
+
+def bf16_payloads(manager) -> None:
+    """Make `manager.allreduce` carry bf16: each fp32 tensor is cast down, all-reduced, and copied back into the
+    caller's tensor when its work is waited on (DiLoCo waits on every work before it reads the result)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import ReduceOp
+
+    class CastBack(dist._Work):
+        def __init__(self, work, low, dst) -> None:
+            super().__init__()
+            self.work, self.low, self.dst = work, low, dst
+
+        def wait(self, timeout=None) -> bool:
+            self.work.wait()
+            self.dst.copy_(self.low)
+            return True
+
+    full = manager.allreduce
+
+    def allreduce(tensor, should_quantize: bool = False, reduce_op=ReduceOp.AVG):
+        if tensor.dtype != torch.float32:
+            return full(tensor, should_quantize, reduce_op)
+        low = tensor.to(torch.bfloat16)
+        return CastBack(full(low, False, reduce_op), low, tensor)
+    manager.allreduce = allreduce
+
+
+SETTINGS = {"torchft": {"fragments": 1, "sync_delay": 0, "alpha": 0.0, "payload": "fp32"},
+            "torchft-best": {"fragments": 8, "sync_delay": 1, "alpha": 0.5, "payload": "bf16"}}
+"""The two torchft arms (see the module's docstring); torchft-best's fragment count is the Yeto recipe's."""
+
+
+def run_torchft(wan, recipe: dict, work: Path, args, *, name: str = "torchft", kill_step: int | None = None) -> dict:
+    """Lighthouse on the hub, one replica group per link, with the settings of arm `name`; returns the arm's
+    report dict. `kill_step`: SIGKILL replica 1 when replica 0 reaches that step, and report replica 0's stall instead."""
     import subprocess
 
     import lib_wan_report as report
@@ -92,16 +157,20 @@ def run_torchft(wan, recipe: dict, work: Path, args, *, kill_step: int | None = 
     from lib_wan_proc import Proc, wait_all
     path = work / "torchft-recipe.json"
     path.write_text(json.dumps({k: v for k, v in recipe.items() if k != "sync"}))
+    yeto_fragments = int((recipe.get("sync") or {}).get("num_fragments") or 8)
+    setting = {**SETTINGS[name], **({"fragments": yeto_fragments} if SETTINGS[name]["fragments"] > 1 else {})}
+    settings = [x for k, v in setting.items() for x in (f"--{k.replace('_', '-')}", str(v))]
     port = 29640
     lh = subprocess.Popen([str(Path(sys.executable).parent / "torchft_lighthouse"), "--bind", f"0.0.0.0:{port}",
                            "--min_replicas", "1", "--join_timeout_ms", "2000"],
-                          stdout=open(work / "lighthouse.log", "w"), stderr=subprocess.STDOUT)
+                          stdout=open(work / f"lighthouse-{name}.log", "w"), stderr=subprocess.STDOUT)
     try:
         before, t0 = wan.bytes(), time.monotonic()
         procs = [Proc([*link.prefix(), sys.executable, __file__, "worker", "--recipe", str(path), "--host", link.ns_ip,
                        "--lighthouse", f"http://{link.hub_ip}:{port}", "--replica", str(i), "--replicas",
-                       str(len(wan.links)), "--sync-every", str(args.ft_sync_every), "--eval-every", str(args.eval_every)],
-                      log=work / f"torchft-{i}{'-kill' if kill_step else ''}.log", env={"GLOO_SOCKET_IFNAME": link.ns_if}, t0=t0)
+                       str(len(wan.links)), "--sync-every", str(args.ft_sync_every), "--eval-every", str(args.eval_every),
+                       *settings],
+                      log=work / f"{name}-{i}{'-kill' if kill_step else ''}.log", env={"GLOO_SOCKET_IFNAME": link.ns_if}, t0=t0)
                  for i, link in enumerate(wan.links)]
         if kill_step is None:
             wait_all(procs, args.timeout_s)

@@ -1,51 +1,100 @@
-"""Slow links: synchronous DDP, Yeto (and torchft DiLoCo) over the same tbf-shaped star, in one run.
+"""Slow links: synchronous DDP, Yeto and torchft DiLoCo over the same tbf-shaped star, in one run.
 
 Two learners, each in its own network namespace joined to the hub (root namespace: nats-server, the
 services, torchft's lighthouse) by a veth pair shaped with tbf to --rate on both ends (see lib_wan_net).
 Same tiny Llama, same order-1 Markov chat data, same recipe, equal tokens (2 x --steps x 4 x 128).
-Per arm: wall time from process start to the target held-out loss (DDP's held-out loss at --target-frac
-of its steps), final held-out loss, bytes on the learner links; fault run: learner 1 is SIGKILLed at
---kill-frac of the steps and learner 0's longest step interval afterwards is compared to its median before.
-Needs root (namespaces). Last line: yeto_time_to_target_over_ddp=<value>.
+Arms (--arms; the torchft ones need torchft-nightly and --torchft or --arms):
+  ddp            gloo all-reduce of the gradients every step (lib_wan_arms)
+  yeto           the real stack, default recipe, finalized and its artifact scored
+  yeto-a0        the same with --merge-alpha 0 (learners adopt the global model as is)
+  yeto-fault     yeto with learner 1 SIGKILLed at --kill-frac of the steps, measured on the global model
+                 (lib_wan_fault: next merged version after the kill, rounds merged without the island, the
+                 finalized artifact against the fault-free one, goodput by tokens and by time) and on the survivor
+  torchft        torchft DiLoCo, its defaults (one fragment, no delay, alpha 0, fp32)
+  torchft-best   torchft Streaming DiLoCo: Yeto's fragments, fragment_sync_delay 1, alpha 0.5, bf16 payloads
+  torchft-fault  torchft (defaults) with replica 1 SIGKILLed: the survivor's stall
+Per arm: wall time from process start to the target held-out loss (DDP's held-out loss at --target-frac of
+its steps), final held-out loss, bytes on the learner links. --json writes every number. Needs root
+(namespaces). Last line: yeto_time_to_target_over_ddp=<value>.
 
-    .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--latency-ms 0] [--seed 0] [--torchft] [--dry-run]
+    .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--latency-ms 0] [--seed 0] [--torchft]
+                                       [--arms ddp,yeto,...] [--json PATH] [--dry-run]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+YETO_ARMS = ("ddp", "yeto", "yeto-a0", "yeto-fault")
+TORCHFT_ARMS = ("torchft", "torchft-best", "torchft-fault")
+ARM_FLAGS = {"yeto": [], "yeto-a0": ["--merge-alpha=0"], "yeto-fault": []}
+"""`yeto launch` flags of each Yeto arm, after --yeto-flag's."""
+
+
+def arms_of(args) -> list[str]:
+    if args.arms:
+        arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+        unknown = [a for a in arms if a not in YETO_ARMS + TORCHFT_ARMS]
+        if unknown:
+            raise SystemExit(f"unknown arm(s) {unknown}; known: {', '.join(YETO_ARMS + TORCHFT_ARMS)}")
+        return [a for a in YETO_ARMS + TORCHFT_ARMS if a in arms]
+    return [*YETO_ARMS, *(TORCHFT_ARMS if args.torchft else ())]
 
 
 def plan(args) -> list[str]:
     link = (f"TUN pairs to the hub, rate {args.rate} and {args.latency_ms:g} ms one-way delay each direction (lib_wan_tun)"
             if args.latency_ms > 0 else f"veth pairs to the hub, tbf rate {args.rate} both ends")
-    return [f"link: {args.learners} learner namespaces, {link}",
-            f"task: tiny Llama (4x64, seed {args.seed}) on Markov chat, "
-            f"{args.steps} steps x micro-batch 4 x seq 128 per learner, lr 3e-3",
-            "arms: ddp (gloo all-reduce every step), "
-            f"yeto (default recipe{' ' + ' '.join(args.yeto_flags) if args.yeto_flags else ''})"
-            + (", torchft DiLoCo" if args.torchft else ""),
-            f"target: DDP held-out loss at step {int(args.target_frac * args.steps)}; eval every {args.eval_every} steps",
-            f"fault: SIGKILL learner 1 at step {int(args.kill_frac * args.steps)} of learner 0 (yeto run 2)"]
+    arms = arms_of(args)
+    extra = " ".join(args.yeto_flags)
+    what = {"ddp": "ddp (gloo all-reduce every step)",
+            "yeto": f"yeto (default recipe{' ' + extra if extra else ''})",
+            "yeto-a0": f"yeto-a0 ({' '.join([*args.yeto_flags, *ARM_FLAGS['yeto-a0']])})",
+            "yeto-fault": "yeto-fault (yeto, learner 1 killed)",
+            "torchft": f"torchft (DiLoCo defaults: 1 fragment, H {args.ft_sync_every}, delay 0, alpha 0, fp32)",
+            "torchft-best": f"torchft-best (Streaming DiLoCo: Yeto's fragments, H {args.ft_sync_every}, delay 1, "
+                            "alpha 0.5, bf16)",
+            "torchft-fault": "torchft-fault (torchft, replica 1 killed)"}
+    lines = [f"link: {args.learners} learner namespaces, {link}",
+             f"task: tiny Llama (4x64, seed {args.seed}) on Markov chat, "
+             f"{args.steps} steps x micro-batch 4 x seq 128 per learner, lr 3e-3",
+             "arms: " + ", ".join(what[a] for a in arms),
+             f"target: DDP held-out loss at step {int(args.target_frac * args.steps)}; eval every {args.eval_every} steps"]
+    if "yeto-fault" in arms or "torchft-fault" in arms:
+        lines.append(f"fault: SIGKILL learner 1 at step {int(args.kill_frac * args.steps)} of learner 0"
+                     + (" (yeto-fault: IslandExited published once it is reaped; next global version, rounds merged "
+                        "without it, artifact vs yeto's, goodput by tokens and by time)" if "yeto-fault" in arms else ""))
+    return lines
 
 
-def run_fault(hub, launch, work, args) -> tuple[list, float]:
-    from lib_wan_arms import start_yeto
-    procs = start_yeto(hub, launch, work, eval_every=args.eval_every)
-    kill_step, deadline = int(args.kill_frac * args.steps), time.monotonic() + args.timeout_s
-    while not any(d["step"] >= kill_step for _, d in procs[0].steps()):
-        if time.monotonic() > deadline or procs[0].proc.poll() is not None:
-            raise RuntimeError(f"learner 0 never reached step {kill_step}; see {procs[0].log}")
-        time.sleep(0.05)
-    kill_at = time.monotonic() - procs[0].t0
-    procs[1].kill()
-    procs[0].wait(args.timeout_s)
-    return procs, kill_at
+def run_yeto_arm(name: str, hub, model: Path, data: Path, work: Path, args) -> dict:
+    """One Yeto arm on the running hub: publish, train, finalize, score the artifact (and the fault's readings)."""
+    import lib_wan_report as report
+    from lib_wan_arms import build_launch, eval_artifact, start_yeto
+    from lib_wan_fault import global_model, run_fault
+    from lib_wan_net import since
+    from lib_wan_proc import wait_all
+    _, launch = build_launch(f"wan-{name}", model, data, steps=args.steps, learners=args.learners,
+                             extra=[f"--seed={args.seed}", *args.yeto_flags, *ARM_FLAGS[name]])
+    before, app = hub.wan.bytes(), hub.app_bytes()
+    if name == "yeto-fault":
+        procs, kill = run_fault(hub, launch, work, args)
+    else:
+        procs, kill = start_yeto(hub, launch, work, eval_every=args.eval_every), None
+        wait_all(procs, args.timeout_s)
+        hub.exited(launch, {i: 0 for i in range(len(procs))})
+    out = report.arm(procs if kill is None else procs[:1], since(hub.wan, before))
+    out["nats_up_down"] = tuple(b - a for a, b in zip(app, hub.app_bytes()))   # without TCP/IP
+    out["artifact"] = eval_artifact(launch.recipe["train"], hub.finalize(launch.run_id), work)
+    out["global"] = global_model(hub, launch.run_id, procs, kill=kill)
+    if kill is not None:
+        out["stall"] = report.stall_of(procs[0], kill["kill_at"])
+    return out
 
 
 def main(argv=None) -> int:
@@ -59,64 +108,72 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--target-frac", type=float, default=0.6)
     ap.add_argument("--kill-frac", type=float, default=0.4)
-    ap.add_argument("--torchft", action="store_true", help="add the torchft DiLoCo arm (needs torchft-nightly)")
-    ap.add_argument("--ft-sync-every", type=int, default=24, help="torchft DiLoCo's H (whole model, fp32)")
+    ap.add_argument("--arms", help=f"comma-separated, of {', '.join(YETO_ARMS + TORCHFT_ARMS)} "
+                                   f"(default: {', '.join(YETO_ARMS)}, and the torchft ones with --torchft)")
+    ap.add_argument("--torchft", action="store_true", help="add the torchft arms (needs torchft-nightly)")
+    ap.add_argument("--ft-sync-every", type=int, default=24, help="torchft DiLoCo's H (every fragment's)")
     ap.add_argument("--yeto-flag", dest="yeto_flags", action="append", default=[],
-                    help="extra `yeto launch` flag for the Yeto arm, e.g. --yeto-flag=--sync-every=24")
+                    help="extra `yeto launch` flag for every Yeto arm, e.g. --yeto-flag=--sync-every=24")
+    ap.add_argument("--json", type=Path, help="write the arguments and every arm's numbers here")
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
+    arms = arms_of(args)
     for line in plan(args):
         print(line)
     if args.dry_run:
         print("dry_run=ok")
         return 0
     import lib_task
-    from lib_wan_net import Wan, available, since
+    from lib_wan_net import Wan, available
     why = available()
     if why:
         raise SystemExit(f"benchmarks/wan.py {why}")
     import lib_wan_report as report
-    from lib_wan_arms import YetoHub, build_launch, eval_artifact, run_ddp, start_yeto
-    from lib_wan_proc import wait_all
+    from lib_wan_arms import YetoHub, build_launch, run_ddp
+    from lib_wan_proc import kill_started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # stopped from outside: clean up in `finally`
     work = Path(tempfile.mkdtemp(prefix="yeto-wan-"))
     model = lib_task.write_tiny_model(work / "model", seed=args.seed)
     data = lib_task.write_markov_chat(work / "chat.jsonl")
     wan, hub, results = Wan(args.learners, rate=args.rate, delay_ms=args.latency_ms), None, {}
     try:
         wan.up()
-        _, clean = build_launch("wan-clean", model, data, steps=args.steps, learners=args.learners,
+        _, clean = build_launch("wan-recipe", model, data, steps=args.steps, learners=args.learners,
                                 extra=[f"--seed={args.seed}", *args.yeto_flags])
-        procs, nbytes = run_ddp(wan, clean.recipe["train"], work, eval_every=args.eval_every, timeout=args.timeout_s)
-        results["ddp"] = report.arm(procs[:1], nbytes)
-        print(f"ddp: {results['ddp']}", flush=True)
-        hub = YetoHub(wan, work / "home")
-        before, app = wan.bytes(), hub.app_bytes()
-        procs = start_yeto(hub, clean, work, eval_every=args.eval_every)
-        wait_all(procs, args.timeout_s)
-        results["yeto"] = report.arm(procs, since(wan, before))
-        results["yeto"]["nats_up_down"] = tuple(b - a for a, b in zip(app, hub.app_bytes()))   # without TCP/IP
-        results["yeto"]["artifact"] = eval_artifact(clean.recipe["train"], hub.finalize(clean.run_id), work)
-        print(f"yeto: {results['yeto']}", flush=True)
-        _, faulty = build_launch("wan-kill", model, data, steps=args.steps, learners=args.learners,
-                                extra=[f"--seed={args.seed}", *args.yeto_flags])
-        procs, kill_at = run_fault(hub, faulty, work, args)
-        results["yeto"]["stall"] = report.stall_of(procs[0], kill_at)
-        print(f"yeto fault: {results['yeto']['stall']}", flush=True)
-        if args.torchft:
+        recipe = clean.recipe["train"]              # every non-Yeto arm trains this recipe
+        if "ddp" in arms:
+            procs, nbytes = run_ddp(wan, recipe, work, eval_every=args.eval_every, timeout=args.timeout_s)
+            results["ddp"] = report.arm(procs[:1], nbytes)
+            print(f"ddp: {results['ddp']}", flush=True)
+        for name in (a for a in arms if a.startswith("yeto")):
+            hub = hub or YetoHub(wan, work / "home")
+            results[name] = run_yeto_arm(name, hub, model, data, work, args)
+            print(f"{name}: {results[name]}", flush=True)
+        if hub is not None:
+            hub.close()            # the stack takes no CPU from the torchft arms
+            hub = None
+        for name in (a for a in arms if a.startswith("torchft")):
             from lib_wan_torchft import run_torchft
-            results["torchft"] = run_torchft(wan, clean.recipe["train"], work, args)
-            print(f"torchft: {results['torchft']}", flush=True)
-            results["torchft"]["stall"] = run_torchft(wan, clean.recipe["train"], work, args,
-                                                      kill_step=int(args.kill_frac * args.steps))
-            print(f"torchft fault: {results['torchft']['stall']}", flush=True)
+            if name == "torchft-fault":
+                results[name] = {"stall": run_torchft(wan, recipe, work, args, name="torchft",
+                                                      kill_step=int(args.kill_frac * args.steps))}
+            else:
+                results[name] = run_torchft(wan, recipe, work, args, name=name)
+            print(f"{name}: {results[name]}", flush=True)
     finally:
+        kill_started()
         if hub is not None:
             hub.close()
         wan.down()
     print(f"(logs and data: {work})")
-    for line in report.table(results, args):
+    lines = report.table(results, args)
+    for line in lines:
         print(line)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"argv": sys.argv[1:] if argv is None else argv, "arms": arms,
+                                         "results": results, "table": lines}, indent=1, default=str) + "\n")
     return 0
 
 

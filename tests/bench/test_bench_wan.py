@@ -19,23 +19,96 @@ def test_wan_dry_run_prints_the_plan():
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert "tbf rate 5mbit" in lines[0] and "step 60" in out.stdout and "step 40" in out.stdout
+    arms = next(line for line in lines if line.startswith("arms: "))
+    assert "ddp" in arms and "yeto-a0 (--merge-alpha=0)" in arms and "yeto-fault" in arms and "torchft" not in arms
+    assert "IslandExited" in out.stdout           # the fault arm is measured on the global model
     assert lines[-1] == "dry_run=ok"
+
+
+def test_wan_dry_run_plans_torchft_at_its_best_and_refuses_unknown_arms():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--torchft"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    arms = next(line for line in out.stdout.splitlines() if line.startswith("arms: "))
+    assert "torchft (DiLoCo defaults: 1 fragment, H 24, delay 0, alpha 0, fp32)" in arms
+    assert "torchft-best (Streaming DiLoCo: Yeto's fragments, H 24, delay 1, alpha 0.5, bf16)" in arms
+    only = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--arms", "torchft-best,ddp"],
+                          capture_output=True, text=True, timeout=60)
+    assert "arms: ddp (gloo all-reduce every step), torchft-best" in only.stdout and "fault:" not in only.stdout
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--arms", "yeto,nope"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode != 0 and "nope" in bad.stderr
+
+
+def _arm(curve, final, nbytes, **extra):
+    return {"curve": curve, "final": final, "wall_s": curve[-1][0], "bytes": nbytes, "tokens": 1, **extra}
 
 
 def test_wan_report_targets_follow_the_numbers():
     import argparse
 
     import lib_wan_report as report
-    ddp = {"curve": [(10.0, 10, 5.0), (20.0, 20, 4.0)], "final": 4.0, "wall_s": 20.0, "bytes": 1000, "tokens": 1}
-    yeto = {"curve": [(3.0, 10, 4.5), (6.0, 20, 3.99)], "final": 4.1, "wall_s": 6.0, "bytes": 10, "tokens": 1,
-            "stall": {"median_step_s": 0.1, "max_step_before_kill_s": 0.2, "max_step_after_kill_s": 0.5, "stall_s": 0.4}}
-    lines = report.table({"ddp": ddp, "yeto": yeto}, argparse.Namespace(target_frac=1.0, steps=20))
+    args = argparse.Namespace(target_frac=1.0, steps=20)
+    ddp = _arm([(10.0, 10, 5.0), (20.0, 20, 4.0)], 4.0, 1000)
+    stall = {"median_step_s": 0.1, "max_step_before_kill_s": 0.2, "max_step_after_kill_s": 0.5, "stall_s": 0.4}
+    yeto = _arm([(3.0, 10, 4.5), (6.0, 20, 3.99)], 4.1, 10)
+    lines = report.table({"ddp": ddp, "yeto": yeto}, args)
     assert lines[-1] == "yeto_time_to_target_over_ddp=0.300"
-    assert any("NOT MET (+2.50%)" in line for line in lines)          # 4.1 vs 4.0: outside 1%
-    assert any("no stall" in line and ": MET" in line for line in lines)
-    finalized = report.table({"ddp": ddp, "yeto": {**yeto, "artifact": 4.02}}, argparse.Namespace(target_frac=1.0, steps=20))
+    assert any("targets against torchft: not measured" in line for line in lines)
+    finalized = report.table({"ddp": ddp, "yeto": {**yeto, "artifact": 4.02}}, args)
     assert any("the artifact within 1% of DDP): MET (+0.50%)" in line for line in finalized)
     assert any(line.startswith("yeto artifact") and "4.0200" in line for line in finalized)
+    assert any("the artifact within 1% of DDP): NOT MET (+2.50%)" in line
+               for line in report.table({"ddp": ddp, "yeto": {**yeto, "artifact": 4.1}}, args))
+    # the torchft targets are against the best torchft arm: 0.8x its time, 0.5x its bytes
+    ft = _arm([(5.0, 10, 4.5), (9.0, 20, 3.95)], 4.0, 100)
+    best = _arm([(4.0, 10, 4.5), (7.0, 20, 3.95)], 4.0, 40)
+    lines = report.table({"ddp": ddp, "yeto": yeto, "torchft": ft, "torchft-best": best, "torchft-fault": {"stall": stall}},
+                         args)
+    assert any("time <= 0.8x the best torchft arm's: NOT MET (0.857x" in line for line in lines)
+    assert any("bytes <= 0.5x the best torchft arm's: MET (0.250x" in line for line in lines)
+    assert any(line.startswith("torchft-fault") and line.split()[-1] == "0.40" for line in lines)
+
+
+def test_wan_report_reads_the_fault_on_the_global_model():
+    import argparse
+
+    import lib_wan_report as report
+    args = argparse.Namespace(target_frac=1.0, steps=20)
+    stall = {"median_step_s": 0.1, "max_step_before_kill_s": 0.2, "max_step_after_kill_s": 0.5, "stall_s": 0.4}
+    kill = {"island": 1, "kill_to_next_global_s": 1.5, "exited_to_next_global_s": 1.25, "rounds_merged_while_down": 7,
+            "down_until_rejoin_s": None, "launcher_exited_after_kill_s": 0.25}
+    glob = {"goodput_tokens": 0.9, "tokens_merged": 900.0, "tokens_trained": 1000, "goodput_time": 0.5,
+            "useful_island_s": 5.0, "paid_island_s": 10.0}
+    yeto = _arm([(3.0, 10, 4.5), (6.0, 20, 3.99)], 4.1, 10, artifact=4.0)
+    fault = _arm([(3.0, 10, 4.5), (6.0, 20, 4.2)], 4.2, 8, artifact=4.03, stall=stall, **{"global": {**glob, "kill": kill}})
+    lines = report.table({"yeto": yeto, "yeto-fault": fault}, args)          # no ddp: no target, the rest stands
+    assert lines[0] == "no ddp arm: no target, no time to target" and lines[-1] == "yeto_time_to_target_over_ddp=nan"
+    assert any("next global <= 5 s after IslandExited: MET (1.25 s)" in line for line in lines)
+    assert any("fault artifact within 1% of the fault-free one: MET (+0.75%)" in line for line in lines)
+    assert any("by time 0.500 (5.0 useful of 10.0 paid" in line for line in lines)
+    assert any("7 rounds merged without the island" in line for line in lines)
+    assert any("no stall" in line and ": MET" in line for line in lines)
+    late = {**fault, "global": {**glob, "kill": {**kill, "exited_to_next_global_s": None}}}
+    assert any("IslandExited: NOT MET (nan s)" in line for line in report.table({"yeto-fault": late}, args))
+
+
+def test_goodput_by_time_counts_the_step_seconds_of_merged_tokens_against_each_process_life():
+    """Recorded progress lines: two learners of 4 steps (100 tokens, 0.5 s each); learner 1 killed at 3.0 s."""
+    from lib_wan_fault import goodput_time
+
+    class Recorded:
+        def __init__(self, lines):
+            self.lines = lines
+
+        def steps(self):
+            return [(t, d) for t, d in self.lines if d.get("event") == "step"]
+    step = {"event": "step", "tokens": 100, "seconds": 0.5}
+    survivor = Recorded([(1.0 + i, {**step, "step": i + 1}) for i in range(4)] + [(6.0, {"event": "done"})])
+    killed = Recorded([(1.0 + i, {**step, "step": i + 1}) for i in range(2)])
+    g = goodput_time([survivor, killed], 500.0, ends=[None, 3.0])
+    assert g["tokens_trained"] == 600 and g["goodput_tokens"] == 500 / 600
+    assert g["paid_island_s"] == 9.0 and g["step_s"] == 3.0
+    assert g["useful_island_s"] == 2.5 and g["goodput_time"] == 2.5 / 9.0
 
 
 def _why_not() -> str | None:
@@ -43,26 +116,64 @@ def _why_not() -> str | None:
     return lib_wan_net.available()
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_wan_tiny_real_run_over_shaped_links():
+def _has_torchft() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("torchft") is not None
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One real run over shaped links, shared by the tests below: ddp, the Yeto fault arm (the Yeto arms' path plus
+    the kill) and, when torchft-nightly is installed, torchft at its best; a few steps, H 8 so rounds merge."""
     why = _why_not()
     if why:
         pytest.skip(f"benchmarks/wan.py {why}")
-    out = subprocess.run([sys.executable, str(SCRIPT), "--steps", "24", "--eval-every", "8", "--rate", "50mbit"],
-                         capture_output=True, text=True, timeout=580)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    lines = out.stdout.strip().splitlines()
+    out_json = tmp_path_factory.mktemp("wan") / "wan.json"
+    arms = "ddp,yeto-fault" + (",torchft-best" if _has_torchft() else "")
+    run = subprocess.Popen([sys.executable, str(SCRIPT), "--steps", "24", "--eval-every", "8", "--rate", "50mbit",
+                            "--kill-frac", "0.5", "--arms", arms, "--yeto-flag=--sync-every=8", "--ft-sync-every", "12",
+                            "--json", str(out_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = run.communicate(timeout=540)
+    except subprocess.TimeoutExpired:
+        run.terminate()                       # wan.py's SIGTERM handler removes its processes and namespaces
+        stdout, stderr = run.communicate(timeout=60)
+    assert run.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    import json
+    return stdout.strip().splitlines(), json.loads(out_json.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_wan_tiny_real_run_reports_every_arm_over_shaped_links(tiny_run):
+    lines, data = tiny_run
     name, value = lines[-1].split("=")
     float(value)          # nan when Yeto had not reached DDP's loss in so few steps: not this test's business
     assert name == "yeto_time_to_target_over_ddp"
-    rows = {line.split()[0]: line.split() for line in lines
-            if line.split() and line.split()[0] in ("ddp", "yeto") and line.split()[1] != "artifact"}
-    assert set(rows) == {"ddp", "yeto"}
+    results = data["results"]
+    assert set(results) == set(data["arms"]) and "ddp" in results and "yeto-fault" in results
     # every arm moved bytes over the shaped links, and DDP (a full gradient every step) moved the most
-    assert 0 < float(rows["yeto"][5]) < float(rows["ddp"][5])
-    assert any(line.startswith("yeto artifact") for line in lines), "the run was finalized and its artifact scored"
+    for arm in data["arms"]:
+        assert 0 < results[arm]["bytes"] <= results["ddp"]["bytes"], arm
+        assert any(line.startswith(arm + " ") for line in lines), f"no table row for {arm}"
+    if "torchft-best" in results:
+        assert results["torchft-best"]["tokens"] == results["ddp"]["tokens"]     # equal tokens
     assert "yeto-wan-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_wan_tiny_real_fault_is_measured_on_the_global_model(tiny_run):
+    lines, data = tiny_run
+    fault = data["results"]["yeto-fault"]
+    assert fault["artifact"] > 0, "the fault run was finalized and its artifact scored"
+    kill = fault["global"]["kill"]
+    # the tape saw the launcher's IslandExited and the global model moved on without the island
+    assert kill["island"] == 1 and kill["kill_to_next_global_s"] is not None and kill["rounds_merged_while_down"] >= 1
+    assert kill["exited_to_next_global_s"] is not None and kill["exited_to_next_global_s"] < kill["kill_to_next_global_s"]
+    g = fault["global"]
+    assert 0 < g["goodput_time"] < g["goodput_tokens"] <= 1.0        # paid seconds include start-up and evaluation
+    assert any(line.startswith("target next global <= 5 s after IslandExited") for line in lines)
 
 
 ECHO = """
