@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -236,6 +237,7 @@ def main(argv=None) -> int:
     if args.dry_run:
         print("dry_run=ok")
         return 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # a kill still takes the stack down (finally)
     home = Path(tempfile.mkdtemp(prefix="yeto-lora-"))
     env = {**os.environ, "YETO_HOME": str(home / "home"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if not args.keep_gguf:
