@@ -30,7 +30,7 @@ def test_dry_run_prints_every_arms_launch():
     out = run("--dry-run", "--seeds", "0,1", "--device", "cuda", "--scale", "4")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
-    assert lines[-1] == "dry_run=ok" and "steps=400 seq_len=256" in lines[0]
+    assert lines[-1] == "dry_run=ok" and "steps=240 seq_len=256" in lines[0]
     assert "--gpu local:2xcuda" in out.stdout and "--shard ddp" in out.stdout
     assert "--gpu local:1xcuda,local:1xcuda" in out.stdout
     assert "--outer-lr 1.0 --outer-momentum 0.0 --merge-alpha 0.0" in out.stdout
