@@ -24,6 +24,7 @@ examples/data/heldout_demo.jsonl (54 rows, other wordings), 60 inner steps x 1 s
 
     .venv/bin/python benchmarks/lora_task.py --seeds 0 [--arms sync,default,direct] [--dry-run]
     .venv/bin/python benchmarks/lora_task.py --device cuda --scale 4 --seeds 0,1,2     # a machine with 2+ GPUs
+    .venv/bin/python benchmarks/lora_task.py --report benchmarks/results/lora          # the table of the JSONs kept
 """
 from __future__ import annotations
 
@@ -73,6 +74,7 @@ def parse(argv=None):
     ap.add_argument("--out-dir", default=str(RESULTS), help="one JSON per run here")
     ap.add_argument("--keep-gguf", action="store_true", help="every learner loads the .gguf itself (slow on a CPU)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    ap.add_argument("--report", metavar="DIR", help="print the table of the run JSONs in DIR (no runs)")
     args = ap.parse_args(argv)
     args.base_model = args.model
     args.arm_names = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -229,6 +231,11 @@ def default_delta(results: list[dict]) -> float:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    if args.report:
+        results = [json.loads(p.read_text()) for p in sorted(Path(args.report).glob("lora-*.json"))]
+        print("\n".join(table(results, [a for a in ARMS if any(r["arm"] == a for r in results)])))
+        print(f"default_delta_pct={default_delta(results):+.3f}")
+        return 0
     print(f"model={args.model} data={args.data} eval_data={args.eval_data} device={args.device} islands={args.islands} "
           f"steps={args.steps * args.scale} seq_len={args.seq_len * args.scale} micro_batch={args.micro_batch} "
           f"lr={args.lr} lora_r={args.lora_r} H={args.sync_every} fragments={args.fragments} seeds={args.seed_list}")

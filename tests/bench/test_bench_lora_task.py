@@ -62,3 +62,15 @@ def test_end_to_end_on_the_tiny_model(tmp_path):
     last = out.stdout.strip().splitlines()[-1]
     delta = 100 * (runs["default"]["heldout_ce"] - runs["sync"]["heldout_ce"]) / runs["sync"]["heldout_ce"]
     assert last == f"default_delta_pct={delta:+.3f}"
+
+
+def test_report_pairs_arms_by_seed(tmp_path):
+    base = {"labelled_tokens": 100, "wall_s": 60.0, "rounds_merged": 8, "bytes_up": 2e6, "bytes_down": None}
+    for arm, seed, ce in (("sync", 0, 2.0), ("sync", 1, 4.0), ("default", 0, 2.1), ("default", 1, 4.0), ("direct", 0, None)):
+        (tmp_path / f"lora-{arm}-s{seed}-x.json").write_text(json.dumps({**base, "arm": arm, "seed": seed, "heldout_ce": ce}))
+    out = run("--report", tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "default_delta_pct=+2.500"       # (+5 % at seed 0, 0 at seed 1) / 2
+    assert "| default | 0,1 | 3.0500 ± 1.3435 | +2.50 [+0.00, +5.00] | 100 | 60 | 8 | 2.00 | - |" in lines
+    assert "| direct | 0 | - | - | - | - | - | - | - |" in lines
