@@ -25,6 +25,8 @@ OTHER = {"Makefile": "setup, test, demo, bench, docs targets",
          ".ci/run": "CI: set up from nothing, then `make test`", ".gitignore": "ignored build and state files",
          "README.md": "this page", "yeto/cli/dashboard.html": "the `yeto dashboard` page: HTML, inline JS and SVG"}
 SKIP_PARTS = {"fixtures"}
+# Folders of data shown as one line: their files are outputs, named by the docs that quote them.
+COLLAPSED = {"benchmarks/results": "raw outputs of the runs docs/BENCHMARK_RESULTS.md quotes, a folder per benchmark"}
 BASE_FIELDS = {"type", "version", "id", "run_id", "ts", "causation_id", "source"}
 
 
@@ -72,6 +74,14 @@ def render_tree() -> str:
     lines, seen_dirs = ["```"], set()
     for path in tracked_files():
         rel = path.relative_to(ROOT)
+        folder = next((f for f in COLLAPSED if rel.as_posix().startswith(f + "/")), None)
+        if folder is not None:
+            parts = Path(folder).parts
+            if parts not in seen_dirs:
+                seen_dirs.add(parts)
+                name = f"{parts[-1]}/"
+                lines.append(f"{'  ' * (len(parts) - 1)}{name:<{34 - 2 * (len(parts) - 1)}} {COLLAPSED[folder]}")
+            continue
         for depth in range(1, len(rel.parts)):
             d = rel.parts[:depth]
             if d not in seen_dirs:
