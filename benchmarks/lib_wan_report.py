@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 from lib_wan_proc import Proc, curve, stall, time_to
 
@@ -27,6 +28,9 @@ def arm(procs: list[Proc], nbytes: tuple[int, int]) -> dict:
     out = {"curve": mean_curve(procs), "final": sum(finals) / len(finals) if finals else math.nan,
            "wall_s": max(ends), "bytes": sum(nbytes), "up": nbytes[0], "down": nbytes[1],
            "tokens": sum(d["tokens"] for d in done if d)}
+    seconds = [d["seconds"] for p in procs for _, d in p.steps()]
+    if seconds:      # the learners' compute per step: what a busy machine slows, whatever the network does
+        out["median_step_s"] = statistics.median(seconds)
     syncs = [d for p in procs for _, d in p.lines if d.get("event") == "sync"]      # Yeto learners' protocol costs
     if syncs:
         out["keyframes"] = {k: sum(d.get(k) or 0 for d in syncs)
@@ -67,19 +71,21 @@ def table(results: dict, args) -> list[str]:
     target = target_of(ddp, args.target_frac, args.steps) if ddp else math.nan
     lines = [f"target held-out loss {target:.4f} (DDP at step ~{int(args.target_frac * args.steps)})" if ddp
              else "no ddp arm: no target, no time to target",
-             f"{'arm':13} {'to target s':>12} {'wall s':>8} {'final CE':>9} {'vs DDP':>8} "
-             f"{'MB on links':>12} {'up/down MB':>12} {'stall s':>8}"]
+             f"{'arm':13} {'to target s':>12} {'step':>5} {'wall s':>8} {'final CE':>9} {'vs DDP':>8} "
+             f"{'MB on links':>12} {'up/down MB':>12} {'stall s':>8} {'step s':>7}"]
     row = {}
     for name, r in results.items():
         st = r.get("stall", {}).get("stall_s")
         if "curve" not in r:                     # torchft-fault: the survivor's stall only
-            lines.append(f"{name:13} {'':>12} {'':>8} {'':>9} {'':>8} {'':>12} {'':>12} {_f(st, '8.2f')}")
+            lines.append(f"{name:13} {'':>12} {'':>5} {'':>8} {'':>9} {'':>8} {'':>12} {'':>12} {_f(st, '8.2f')}")
             continue
         tt = time_to(r["curve"], target) if ddp else None
+        step = next((s for _, s, loss in r["curve"] if loss <= target), None)     # the first evaluated step there
         row[name] = tt
-        lines.append(f"{name:13} {_f(tt, '12.1f')} {r['wall_s']:8.1f} {r['final']:9.4f} "
+        lines.append(f"{name:13} {_f(tt, '12.1f')} {step if step is not None else '-':>5} {r['wall_s']:8.1f} {r['final']:9.4f} "
                      f"{_pct(r['final'], ddp and ddp['final']):+7.2f}% {r['bytes'] / 1e6:12.2f} "
-                     f"{r.get('up', 0) / 1e6:5.2f}/{r.get('down', 0) / 1e6:<6.2f} {_f(st, '8.2f')}")
+                     f"{r.get('up', 0) / 1e6:5.2f}/{r.get('down', 0) / 1e6:<6.2f} {_f(st, '8.2f')} "
+                     f"{_f(r.get('median_step_s'), '7.3f')}")
     for name, r in results.items():
         if r.get("artifact") is not None:
             lines.append(f"{name} artifact (the finalizer's model from the syncer's final state): held-out CE "
