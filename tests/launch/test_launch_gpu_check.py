@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ STEPS = ("cuda_bf16_lora", "nf4_qlora", "fsdp2", "merge_vs_memcpy", "two_islands
 
 
 def dry(*steps: str, timeout: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GPU_CHECK_DRY": "1", "GPU_CHECK_STEPS": " ".join(steps)}
+    env = {**os.environ, "GPU_CHECK_DRY": "1", "GPU_CHECK_STEPS": " ".join(steps),   # this interpreter, wherever
+           "PY": sys.executable, "YETO": str(Path(sys.executable).parent / "yeto")}  # the checkout (a frozen copy too)
     return subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
