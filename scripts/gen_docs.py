@@ -46,6 +46,9 @@ def describe(path: Path) -> str:
     rel = path.relative_to(ROOT).as_posix()
     if rel in OTHER:
         return OTHER[rel]
+    folder = next((f for f in COLLAPSED if rel.startswith(f + "/")), None)
+    if folder is not None:
+        return COLLAPSED[folder]
     if path.suffix == ".py":
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         return doc.strip().splitlines()[0] if doc.strip() else ""
