@@ -19,9 +19,9 @@ RUN = "diffusion-two"
 def run(tmp_path_factory, tiny):
     """One finalized run shared by the module's tests: (stack, what `yeto launch --wait` printed)."""
     s = Stack(tmp_path_factory.mktemp("diffusion-run") / "home", tiny["model"], tiny["data"])
-    s.launch(RUN, "--model-kind", "diffusion", "--resolution", "16", "--micro-batch", "4", "--max-steps", "16",
-             "--sync-every", "4", "--lr", "1e-2", train_flags=("--fragments", "2", "--warmup-steps", "2"))
-    try:
+    try:   # inside: a launch that fails half way still has its stack taken down
+        s.launch(RUN, "--model-kind", "diffusion", "--resolution", "16", "--micro-batch", "4", "--max-steps", "16",
+                 "--sync-every", "4", "--lr", "1e-2", train_flags=("--fragments", "2", "--warmup-steps", "2"))
         yield s, s.finish(RUN, timeout=240)
     finally:
         s.down()

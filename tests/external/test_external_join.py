@@ -29,25 +29,27 @@ RUN = "ext-mlx"
 def joined(tmp_path_factory):
     material = learner_tiny.material(tmp_path_factory.mktemp("material"))
     s = Stack(tmp_path_factory.mktemp("external") / "home", material["model"], material["data"])
-    # --quorum 2: a round waits for both islands, so one that starts late (the MLX one under load) still meets the other
-    s.launch(RUN, "--max-steps", "60", "--seq-len", "64", "--quorum", "2", "--external-learners", "1", "--external-price", "3.6",
-             islands="local:1xcpu")
+    try:   # the stack goes down even when the setup fails half way (a launch or a join that never came)
+        # --quorum 2: a round waits for both islands, so one that starts late (the MLX one under load) still meets the other
+        s.launch(RUN, "--max-steps", "60", "--seq-len", "64", "--quorum", "2", "--external-learners", "1",
+                 "--external-price", "3.6", islands="local:1xcpu")
 
-    def token() -> str | None:
-        got = s.yeto("join-token", RUN, "--slot", "1", timeout=30)
-        return got.stdout.strip() if got.returncode == 0 else None
-    secret = wait_for(token, 60, "the external slot's join token", interval=0.3, detail=lambda: s.story(RUN))
-    log = s.home.parent / "join.out"
-    env = {**s.env, "YETO_JOIN_TOKEN": secret}
-    join = subprocess.Popen([YETO, "join", RUN, "--backend", "mlx"], env=env, stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT)
-    try:
-        output = s.finish(RUN, timeout=240)
-        code = join.wait(60)
+        def token() -> str | None:
+            got = s.yeto("join-token", RUN, "--slot", "1", timeout=30)
+            return got.stdout.strip() if got.returncode == 0 else None
+        secret = wait_for(token, 60, "the external slot's join token", interval=0.3, detail=lambda: s.story(RUN))
+        log = s.home.parent / "join.out"
+        env = {**s.env, "YETO_JOIN_TOKEN": secret}
+        join = subprocess.Popen([YETO, "join", RUN, "--backend", "mlx"], env=env, stdout=open(log, "w"),
+                                stderr=subprocess.STDOUT)
+        try:
+            output = s.finish(RUN, timeout=240)
+            code = join.wait(60)
+        finally:
+            join.kill()
+        yield dict(stack=s, output=output, join_code=code, join_log=log.read_text(), token=secret)
     finally:
-        join.kill()
-    yield dict(stack=s, output=output, join_code=code, join_log=log.read_text(), token=secret)
-    s.down()
+        s.down()
 
 
 @pytest.mark.timeout(400)
