@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +21,11 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "learner"))
 import learner_tiny
 from e2e_stack import YETO, Stack
 from waiting import wait_for
+from yeto.services.launcher.backends.local import LocalBackend
 
 pytestmark = [pytest.mark.slow]
 RUN = "ext-mlx"
+STEPS = 120      # room for the two islands to train side by side once their starts are lined up (below)
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +34,17 @@ def joined(tmp_path_factory):
     s = Stack(tmp_path_factory.mktemp("external") / "home", material["model"], material["data"])
     try:   # the stack goes down even when the setup fails half way (a launch or a join that never came)
         # --quorum 2: a round waits for both islands, so one that starts late (the MLX one under load) still meets the other
-        s.launch(RUN, "--max-steps", "60", "--seq-len", "64", "--quorum", "2", "--external-learners", "1",
+        s.launch(RUN, "--max-steps", str(STEPS), "--seq-len", "64", "--quorum", "2", "--external-learners", "1",
                  "--external-price", "3.6", islands="local:1xcpu")
+        # The torch island is frozen from its start until the joined MLX island reports: on two loaded cores the MLX
+        # learner started after the torch island had trained all its steps (CI, two test workers), so no round
+        # could hold both. Frozen, an island is neither heard from nor live; it trains once the other one does.
+        backend = LocalBackend(s.home)
+        wait_for(lambda: backend.current_generation(RUN, 0) is not None, 120, "the torch island's processes",
+                 interval=0.05, detail=lambda: s.story(RUN))
+        gen = backend.current_generation(RUN, 0)
+        wait_for(lambda: backend.status(RUN, 0, gen, "").running, 30, "the torch island's processes", interval=0.05)
+        backend.stop(RUN, 0, gen, "", sig=signal.SIGSTOP)
 
         def token() -> str | None:
             got = s.yeto("join-token", RUN, "--slot", "1", timeout=30)
@@ -41,18 +53,29 @@ def joined(tmp_path_factory):
         log = s.home.parent / "join.out"
         env = {**s.env, "YETO_JOIN_TOKEN": secret}
         join = subprocess.Popen([YETO, "join", RUN, "--backend", "mlx"], env=env, stdout=open(log, "w"),
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, start_new_session=True)   # its learner is a child
         try:
-            output = s.finish(RUN, timeout=240)
+            # Then the other way round: the MLX island (fast once started) waits, frozen, for the torch one to report.
+            s.wait_for(RUN, "the joined MLX island's first progress", lambda evs: any(
+                e["learner"] == "island-1" for e in evs), "LearnerProgress", timeout=240)
+            os.killpg(join.pid, signal.SIGSTOP)
+            backend.stop(RUN, 0, gen, "", sig=signal.SIGCONT)
+            s.wait_for(RUN, "the torch island's first progress", lambda evs: any(
+                e["learner"] == "island-0" for e in evs), "LearnerProgress", timeout=240)
+            os.killpg(join.pid, signal.SIGCONT)
+            output = s.finish(RUN, timeout=300)
             code = join.wait(60)
         finally:
-            join.kill()
+            backend.stop(RUN, 0, gen, "", sig=signal.SIGCONT)   # never left frozen
+            if join.poll() is None:
+                os.killpg(join.pid, signal.SIGCONT)
+                os.killpg(join.pid, signal.SIGKILL)
         yield dict(stack=s, output=output, join_code=code, join_log=log.read_text(), token=secret)
     finally:
         s.down()
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)      # the module's run is set up inside this test's time
 def test_torch_and_joined_mlx_islands_merge_rounds_together_and_the_run_finalizes(joined):
     s = joined["stack"]
     assert "run finalized (max_steps)" in joined["output"], joined["output"]
@@ -77,7 +100,7 @@ def test_the_joined_island_is_an_island_like_any_other_up_once_connected_billed_
     exited = [e for e in s.events(RUN, "IslandExited") if e["island"] == 1]
     assert [e["exit_code"] for e in exited] == [0], exited
     progress = [e for e in s.events(RUN, "LearnerProgress") if e["learner"] == "island-1"]
-    assert max(e["step"] for e in progress) == 60
+    assert max(e["step"] for e in progress) == STEPS
     assert progress[0]["seq"] < up[1]["seq"]       # up when its learner connected, not when the slot opened
 
 
