@@ -46,7 +46,7 @@ def register(sub) -> None:
 
 def add_launch_arguments(p) -> None:
     p.add_argument("--external-learners", type=int, default=0, help="island slots learners on other machines join "
-                   "with `yeto join RUN --token T` (tokens printed once; again with `yeto join-token`)")
+                   "with `YETO_JOIN_TOKEN=T yeto join RUN` (tokens printed once; again with `yeto join-token`)")
     p.add_argument("--external-price", type=float, default=0.0, help="$/hr to bill per joined learner (default 0)")
 
 
@@ -72,8 +72,10 @@ def print_tokens(args, run_id: str, fleet: list[dict], wait_s: float = 60.0) -> 
                 token = read_token(state_dir(args), run_id, slot)
             except ValueError:
                 time.sleep(0.2)      # the launcher opens slots right after RunLaunched
-        print(f"  external slot {slot}: yeto join {run_id} --backend torch|mlx --token "
-              f"{token or f'$(yeto join-token {run_id} --slot {slot})   (where the stack runs)'}")
+        # The token in the environment, not on the learner machine's process list (as --token would be).
+        print(f"  external slot {slot}: YETO_JOIN_TOKEN="
+              f"{token or f'$(yeto join-token {run_id} --slot {slot})'} yeto join {run_id} --backend torch|mlx"
+              + ("" if token else "   (the token where the stack runs)"))
 
 
 def learner_argv(token: JoinToken, backend: str, recipe_path: Path, device: str | None, url: str) -> list[str]:
