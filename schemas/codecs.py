@@ -31,6 +31,12 @@ def encoded_size(codec: str, numel: int) -> int:
     raise ValueError(f"unknown codec {codec!r}; use one of {', '.join(CODECS)}")
 
 
+def check_size(codec: str, payload: bytes | bytearray | memoryview, numel: int) -> None:
+    """ValueError unless `payload` is exactly the encoded size of `numel` values of `codec`."""
+    if len(payload) != encoded_size(codec, numel):
+        raise ValueError(f"{codec} payload of {numel} values must be {encoded_size(codec, numel)} bytes, got {len(payload)}")
+
+
 def encode(codec: str, x: np.ndarray) -> bytes:
     """Encode a 1-D float array (any float dtype, cast to f32) to the wire bytes of `codec`."""
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
@@ -47,8 +53,7 @@ def decode(codec: str, payload: bytes | bytearray | memoryview, numel: int, out:
            on_chunk: Callable[[int, int], None] | None = None) -> np.ndarray:
     """Decode wire bytes to a 1-D f32 array of `numel` values (into `out` when given). `on_chunk(start, stop)`
     is called as each stretch of `out` is written (q4: 256K values at a time), while it is still in cache."""
-    if len(payload) != encoded_size(codec, numel):
-        raise ValueError(f"{codec} payload of {numel} values must be {encoded_size(codec, numel)} bytes, got {len(payload)}")
+    check_size(codec, payload, numel)
     out = np.empty(numel, dtype=np.float32) if out is None else out
     if codec == "f32":
         out[:] = np.frombuffer(payload, dtype="<f4", count=numel)

@@ -56,9 +56,7 @@ def decode_into(codec: str, payload: bytes | bytearray | memoryview, numel: int,
     cross to the device (a q4 push is 1/8 of its f32 values) and the decode runs there: the same table lookup
     and one f32 multiply as `codecs.decode`, so the bits are the same (a NaN block decodes to NaN, CUDA's own).
     On NumPy, callers decode in place with `codecs.decode` (it feeds the Gram row while each stretch is in cache)."""
-    if len(payload) != codecs.encoded_size(codec, numel):
-        raise ValueError(f"{codec} payload of {numel} values must be {codecs.encoded_size(codec, numel)} bytes, "
-                         f"got {len(payload)}")
+    codecs.check_size(codec, payload, numel)
     decode_array(xp, to_device(np.frombuffer(payload, dtype=np.uint8)), codec, numel, out)
 
 
