@@ -153,14 +153,15 @@ def ci95(values: list[float]) -> tuple[float, float, float] | None:
     return mean, mean - half, mean + half
 
 
-def parse_lrs(spec: str, flag: str) -> list[float]:
-    """A comma-separated list of at least two distinct positive learning rates."""
+def parse_lrs(spec: str, flag: str, least: int = 2) -> list[float]:
+    """A comma-separated list of at least `least` distinct positive learning rates (a sweep: two)."""
     try:
         lrs = [float(s) for s in spec.split(",") if s.strip()]
     except ValueError:
         raise ValueError(f"{flag} {spec!r}: write learning rates separated by commas, e.g. {flag} 1e-3,3e-3") from None
-    if len(lrs) < 2 or len(set(lrs)) != len(lrs) or min(lrs) <= 0:
-        raise ValueError(f"{flag} {spec!r}: a sweep needs at least two distinct positive learning rates")
+    if len(lrs) < least or len(set(lrs)) != len(lrs) or min(lrs, default=0) <= 0:
+        need = "a sweep needs at least two" if least >= 2 else "give"
+        raise ValueError(f"{flag} {spec!r}: {need} distinct positive learning rates")
     return sorted(lrs)
 
 

@@ -47,7 +47,8 @@ def parse(argv):
                     help="change the base SyncConfig of every Yeto arm (e.g. outer_lr=1.0); repeatable")
     ap.add_argument("--seeds", default="0,1,2", help="reporting seeds")
     ap.add_argument("--sync-lrs", help="tune the sync arm: sweep these lrs (comma-separated, >= 2) on --tune-seeds")
-    ap.add_argument("--yeto-lrs", help="tune every Yeto setting's inner lr the same way (default: --lr for all)")
+    ap.add_argument("--yeto-lrs", help="tune every Yeto setting's inner lr the same way (default: --lr for all); "
+                                       "one lr: run the Yeto arms at it, on the tuning seeds too")
     ap.add_argument("--tune-seeds", help="seeds of the lr sweeps, disjoint from --seeds (default 100,101)")
     ap.add_argument("--tune-only", action="store_true", help="run the sweeps and stop (no reporting seeds)")
     ap.add_argument("--eval-every", type=int, default=0, metavar="K",
@@ -93,7 +94,7 @@ def plan(args):
     base = SyncConfig.from_dict({**SyncConfig().to_dict(), **lc.parse_overrides(args.recipe)})
     configs = {n: SyncConfig.from_dict({**base.to_dict(), **SETTINGS[n].sync}) for n in names}
     sweeps = {"sync": lc.parse_lrs(args.sync_lrs, "--sync-lrs") if args.sync_lrs else [args.lr],
-              **{n: lc.parse_lrs(args.yeto_lrs, "--yeto-lrs") if args.yeto_lrs else [args.lr] for n in names}}
+              **{n: lc.parse_lrs(args.yeto_lrs, "--yeto-lrs", least=1) if args.yeto_lrs else [args.lr] for n in names}}
     tuned = args.sync_lrs or args.yeto_lrs
     if args.tune_seeds is not None and not tuned:
         raise ValueError("--tune-seeds without --sync-lrs or --yeto-lrs: there is nothing to tune")
@@ -125,9 +126,15 @@ def recipe_for(args, seed: int):
                        micro_batch=args.micro_batch, seq_len=args.seq_len, seed=seed, heldout_fraction=0.05)
 
 
+def swept(args, name: str) -> bool:
+    """Whether the arm runs on the tuning seeds: sync with --sync-lrs, a Yeto arm with --yeto-lrs (even one lr)."""
+    return bool(args.sync_lrs if name == "sync" else args.yeto_lrs)
+
+
 TASK_FLAGS = ("model", "data", "tuning", "recipe", "islands", "steps", "micro_batch", "seq_len", "lr", "warmup", "layers",
               "hidden", "device", "heldout_blocks")
-"""The flags that define the task: a run can be reused only from an output made with the same ones."""
+"""The flags that define the task: a run can be reused only from an output made with the same ones
+(`recipe`, the Yeto arms' SyncConfig, excepted for the sync arm, which has none)."""
 
 REUSED: dict[tuple, dict] = {}
 """(arm, seed, lr, warmup, eval_every) -> the record of a run read from --reuse."""
@@ -136,11 +143,14 @@ REUSED: dict[tuple, dict] = {}
 def load_reused(args) -> None:
     for path in args.reuse:
         got = json.loads(Path(path).read_text())
-        if differ := [k for k in TASK_FLAGS if got["args"].get(k) != getattr(args, k)]:
+        differ = [k for k in TASK_FLAGS if got["args"].get(k) != getattr(args, k)]
+        if [k for k in differ if k != "recipe"]:
             raise ValueError(f"--reuse {path}: made with other {', '.join('--' + k.replace('_', '-') for k in differ)}")
         every = got["args"].get("eval_every", 0)
         for group, runs_every in ((got.get("sweeps", {}), 0), (got["results"], every)):
             for name, runs in group.items():
+                if differ and name != "sync":      # another --recipe: only the sync arm's runs are the same
+                    continue
                 for r in runs:
                     REUSED[(name, r["seed"], r["lr"], r["warmup"], runs_every)] = {**r, "reused_from": Path(path).name}
 
@@ -173,14 +183,15 @@ def tune(args, configs, sweeps, tune_seeds) -> tuple[dict[str, float], dict[str,
     """Each swept arm's lr sweep on the tuning seeds: its best lr (by mean held-out CE), and every run."""
     chosen, runs = {}, {}
     for name, lrs in sweeps.items():
-        if len(lrs) == 1:
+        if not swept(args, name):
             chosen[name] = lrs[0]
             continue
         runs[name] = [run_arm(args, name, configs, seed, lr) for lr in lrs for seed in tune_seeds]
         sweep = {lr: [r["heldout_ce"] for r in runs[name] if r["lr"] == lr] for lr in lrs}
         chosen[name] = lc.best_lr(sweep)
         print("\n".join(lc.sweep_table(name, sweep, {lr: warmup_for(args, lr) for lr in lrs}, tune_seeds)))
-        edge = " (at the edge of the sweep: the optimum may lie beyond it)" if chosen[name] in (lrs[0], lrs[-1]) else ""
+        edge = (" (one lr: not a sweep)" if len(lrs) == 1 else " (at the edge of the sweep: the optimum may lie beyond it)"
+                if chosen[name] in (lrs[0], lrs[-1]) else "")
         print(f"{name}_best_lr={chosen[name]:g} on tuning seeds {','.join(map(str, tune_seeds))}{edge}", flush=True)
     return chosen, runs
 
@@ -199,10 +210,11 @@ def main(argv=None) -> int:
             print(f"arm {n}: step_s={step_times(SETTINGS[n], args.islands)} flush={SETTINGS[n].flush} changes={changed}"
                   f"  # {SETTINGS[n].note}")
         for name, lrs in sweeps.items():
-            if len(lrs) > 1:
+            if swept(args, name):
                 print(f"sweep {name}: lr {', '.join(f'{lr:g} (warmup {warmup_for(args, lr)})' for lr in lrs)} "
                       f"on tuning seeds {','.join(map(str, tune_seeds))}; best by mean held-out CE")
-        runs = len(seeds) * (1 + len(names)) + sum(len(lrs) * len(tune_seeds) for lrs in sweeps.values() if len(lrs) > 1)
+        runs = ((0 if args.tune_only else len(seeds) * (1 + len(names)))
+                + sum(len(lrs) * len(tune_seeds) for n, lrs in sweeps.items() if swept(args, n)))
         print(f"runs={runs} island_steps={runs * args.islands * args.steps}")
         print("dry_run=ok")
         return 0
@@ -220,8 +232,8 @@ def main(argv=None) -> int:
             "args": vars(args), "base": base.to_dict(), "tune_seeds": tune_seeds, "lrs": lrs, "sweeps": sweep_runs,
             "ci": "95% CI of the mean paired per-seed delta, Student t with n-1 df", "results": results}, indent=1))
     for name, lr in lrs.items():
-        swept = len(sweeps[name]) > 1
-        how = f"best of {len(sweeps[name])} on tuning seeds {','.join(map(str, tune_seeds))}" if swept else "not tuned"
+        how = (f"best of {len(sweeps[name])} on tuning seeds {','.join(map(str, tune_seeds))}" if swept(args, name)
+               else "not tuned")
         print(f"{name}: lr {lr:g} ({how})")
     if args.tune_only:
         return 0

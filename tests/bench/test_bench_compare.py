@@ -13,6 +13,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "scripts"))
 import lib_arms  # noqa: E402
 import lib_compare  # noqa: E402
 import lib_task  # noqa: E402
@@ -109,6 +110,10 @@ def test_sweep_picks_the_lowest_mean_and_scales_warmup():
     for bad in ("1e-3", "1e-3,1e-3", "1e-3,-1", "1e-3,fast"):
         with pytest.raises(ValueError, match="--sync-lrs"):
             lib_compare.parse_lrs(bad, "--sync-lrs")
+    assert lib_compare.parse_lrs("1e-2", "--yeto-lrs", least=1) == [1e-2]     # one lr: the arm at it, not a sweep
+    for bad in ("", "1e-2,1e-2", "0"):
+        with pytest.raises(ValueError, match="--yeto-lrs"):
+            lib_compare.parse_lrs(bad, "--yeto-lrs", least=1)
     curve = [[20, 3.9], [40, 3.7], [60, 3.65], [80, 3.66]]
     assert lib_compare.steps_to_target(curve, 3.7) == 40
     assert lib_compare.steps_to_target(curve, 3.6) is None
@@ -133,6 +138,36 @@ def test_dry_run_prints_the_sweep_and_its_runs():
     assert ("sweep sync: lr 0.001 (warmup 3), 0.002 (warmup 7), 0.003 (warmup 10), 0.006 (warmup 20) "
             "on tuning seeds 100,101") in out.stdout
     assert "runs=18 " in out.stdout                       # 5 seeds x 2 arms + 4 lrs x 2 tuning seeds
+
+
+def test_one_yeto_lr_runs_the_yeto_arms_on_the_tuning_seeds():
+    out = _cli("--settings", "default,H12", "--recipe", "outer_lr=1.0", "--yeto-lrs", "1e-2", "--tune-only", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "sweep default: lr 0.01 (warmup 33) on tuning seeds 100,101" in out.stdout
+    assert "sweep sync" not in out.stdout
+    assert "runs=4 " in out.stdout                        # 2 arms x 1 lr x 2 tuning seeds; no reporting seeds
+
+
+def test_reuse_takes_only_the_sync_runs_of_an_output_with_another_recipe(tmp_path):
+    import compare_diloco
+    old = tmp_path / "old.json"
+    args = {"model": None, "data": None, "tuning": None, "recipe": ["outer_lr=1.0"], "islands": 2, "steps": 240,
+            "micro_batch": 4, "seq_len": 128, "lr": 3e-3, "warmup": 10, "layers": 4, "hidden": 64, "device": "cpu",
+            "heldout_blocks": 64, "eval_every": 20}
+    run = {"seed": 0, "lr": 1e-2, "warmup": 33, "heldout_ce": 3.5}
+    old.write_text(json.dumps({"args": args, "sweeps": {"sync": [{**run, "seed": 100}], "default": [{**run, "seed": 100}]},
+                               "results": {"sync": [run], "default": [run]}}))
+    compare_diloco.REUSED.clear()
+    try:
+        compare_diloco.load_reused(compare_diloco.parse(["--recipe", "momentum=0.5", "--reuse", str(old)]))
+        assert sorted(compare_diloco.REUSED) == [("sync", 0, 1e-2, 33, 20), ("sync", 100, 1e-2, 33, 0)]
+        compare_diloco.REUSED.clear()
+        compare_diloco.load_reused(compare_diloco.parse(["--recipe", "outer_lr=1.0", "--reuse", str(old)]))
+        assert len(compare_diloco.REUSED) == 4                   # the same recipe: the Yeto runs too
+        with pytest.raises(ValueError, match="made with other --recipe, --steps"):
+            compare_diloco.load_reused(compare_diloco.parse(["--steps", "8", "--reuse", str(old)]))
+    finally:
+        compare_diloco.REUSED.clear()
 
 
 @pytest.mark.slow
