@@ -40,14 +40,21 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lib_compare import best_lr, ci95, deltas_pct, headline, parse_lrs, parse_overrides, scaled_warmup, sweep_table
+
 ROOT = Path(__file__).resolve().parents[1]
 YETO = str(Path(sys.executable).parent / "yeto")      # the venv's CLI (also from a frozen copy)
 RESULTS = ROOT / "benchmarks" / "results" / "lora"
-DIRECT = {"outer_lr": 1.0, "outer_momentum": 0.0, "merge_alpha": 0.0}
+SYNC_FLAGS = {"outer_lr": "--outer-lr", "momentum": "--outer-momentum", "alpha": "--merge-alpha",
+              "inner_steps": "--sync-every", "num_fragments": "--fragments", "quorum": "--quorum"}
+"""The SyncConfig fields `yeto launch` takes as flags (an arm's overrides are written with the field names)."""
+DIRECT = {"outer_lr": 1.0, "momentum": 0.0, "alpha": 0.0}
 ARMS = {
     "sync": {"ranks": True, "sync": DIRECT, "note": "one island of M DDP ranks; syncer pass-through (lr 1, mu 0, alpha 0)"},
     "default": {"ranks": False, "sync": {}, "note": "M islands, the default sync recipe"},
     "direct": {"ranks": False, "sync": DIRECT, "note": "M islands, direct RDA: outer lr 1, no momentum, alpha 0"},
+    "candidate": {"ranks": False, "sync": {}, "note": "M islands, the default recipe with the --candidate overrides"},
 }
 
 
@@ -57,14 +64,21 @@ def parse(argv=None):
     ap.add_argument("--data", default=str(ROOT / "examples" / "data" / "chat_demo.jsonl"))
     ap.add_argument("--eval-data", default=str(ROOT / "examples" / "data" / "heldout_demo.jsonl"))
     ap.add_argument("--arms", default="sync,default,direct", help=f"some of {', '.join(ARMS)}")
-    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--seeds", default="0", help="reporting seeds (may be empty with --sync-lrs: the sweep only)")
     ap.add_argument("--islands", type=int, default=2, help="M: islands of the Yeto arms, ranks of the sync island")
     ap.add_argument("--steps", type=int, default=60, help="inner steps per learner (x --scale)")
     ap.add_argument("--seq-len", type=int, default=64, help="tokens per packed sequence (x --scale)")
     ap.add_argument("--micro-batch", type=int, default=1, help="sequences per rank per step")
     ap.add_argument("--scale", type=int, default=1, help="multiplies --steps and --seq-len (a GPU machine: 4)")
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--lr", type=float, default=1e-3, help="inner lr of the Yeto arms (and of sync without --sync-lr)")
+    ap.add_argument("--warmup", type=int, default=5, help="warmup steps at --lr; another lr gets them scaled with it")
+    ap.add_argument("--sync-lr", type=float, help="the sync arm's lr on the reporting seeds (default: the sweep's best, "
+                    "else --lr)")
+    ap.add_argument("--sync-lrs", help="sweep the sync arm over these lrs on --tune-seeds first (e.g. 1e-3,2e-3,4e-3)")
+    ap.add_argument("--tune-seeds", default="100", help="seeds of the sync lr sweep; never reporting seeds (also "
+                    "read by --report: the sync runs of these seeds form the sweep)")
+    ap.add_argument("--candidate", metavar="'KEY=VALUE ...'", help="add the arm `candidate`: M islands, the default "
+                    f"recipe with these SyncConfig overrides ({', '.join(SYNC_FLAGS)}; lr = its inner lr)")
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--sync-every", type=int, help="H, inner steps between pushes of a fragment (default: the recipe's, 24)")
     ap.add_argument("--fragments", type=int, help="fragments (default: the recipe's, 8)")
@@ -79,18 +93,56 @@ def parse(argv=None):
     args.base_model = args.model
     args.arm_names = [a.strip() for a in args.arms.split(",") if a.strip()]
     args.seed_list = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args.tune_seed_list = [int(s) for s in args.tune_seeds.split(",") if s.strip()]
+    try:
+        args.sweep_lrs = parse_lrs(args.sync_lrs, "--sync-lrs") if args.sync_lrs else []
+        args.candidate_sync = candidate_overrides(args.candidate) if args.candidate else None
+    except ValueError as e:
+        ap.error(str(e))
+    if args.candidate_sync is not None and "candidate" not in args.arm_names:
+        args.arm_names.append("candidate")
     unknown = [a for a in args.arm_names if a not in ARMS]
-    if unknown or not args.arm_names or not args.seed_list or args.islands < 1 or args.scale < 1:
-        ap.error(f"--arms: some of {', '.join(ARMS)} (got {args.arms!r}); at least one seed; --islands, --scale >= 1")
+    if unknown or not args.arm_names or args.islands < 1 or args.scale < 1:
+        ap.error(f"--arms: some of {', '.join(ARMS)} (got {args.arms!r}); --islands, --scale >= 1")
+    if "candidate" in args.arm_names and args.candidate_sync is None:
+        ap.error("--arms candidate needs --candidate 'KEY=VALUE ...'")
+    if not args.seed_list and not (args.sweep_lrs or args.report):
+        ap.error("--seeds: at least one seed (none only with --sync-lrs: a sweep alone)")
+    if args.sweep_lrs and not args.tune_seed_list:
+        ap.error("--sync-lrs needs --tune-seeds")
+    if overlap := sorted(set(args.seed_list) & set(args.tune_seed_list)) if args.sweep_lrs else []:
+        ap.error(f"--tune-seeds and --seeds overlap ({','.join(map(str, overlap))}): the sync lr is tuned on seeds "
+                 "that do not report")
     return args
 
 
-def launch_argv(args, arm: str, seed: int, run: str) -> list[str]:
-    """The `yeto launch` command line of one arm and seed: only --gpu/--shard and the sync flags differ."""
+def candidate_overrides(spec: str) -> dict:
+    """`KEY=VALUE ...` (spaces or commas) with SyncConfig field names `yeto launch` has flags for, and `lr`."""
+    out = parse_overrides(spec.replace(",", " ").split())
+    unknown = sorted(set(out) - set(SYNC_FLAGS) - {"lr"})
+    if unknown or not out:
+        raise ValueError(f"--candidate {spec!r}: keys from {', '.join([*SYNC_FLAGS, 'lr'])} (got {', '.join(unknown) or 'none'})")
+    return out
+
+
+def arm_recipe(args, arm: str, lr: float | None = None) -> tuple[float, int, dict]:
+    """An arm's inner lr, warmup steps (scaled with the lr from --lr/--warmup) and SyncConfig overrides. The sync
+    arm runs at `lr` (a sweep point), else --sync-lr, else --lr; the Yeto arms at --lr unless the candidate says."""
+    sync = dict(args.candidate_sync or {}) if arm == "candidate" else dict(ARMS[arm]["sync"])
+    if lr is None:
+        lr = sync.pop("lr", None) or (args.sync_lr if arm == "sync" else None) or args.lr
+    sync.pop("lr", None)
+    return lr, scaled_warmup(lr, args.lr, args.warmup), sync
+
+
+def launch_argv(args, arm: str, seed: int, run: str, lr: float | None = None) -> list[str]:
+    """The `yeto launch` command line of one arm and seed: --gpu/--shard, the sync flags and the arm's lr (with its
+    scaled warmup) differ."""
     spec, dev = ARMS[arm], args.device
+    lr, warmup, sync = arm_recipe(args, arm, lr)
     gpu = f"local:{args.islands}x{dev}" if spec["ranks"] else ",".join([f"local:1x{dev}"] * args.islands)
     argv = ["launch", "--gpu", gpu, "--model", args.model, "--data", args.data, "--eval-data", args.eval_data,
-            "--tuning", "lora", "--lora-r", str(args.lora_r), "--lr", str(args.lr), "--warmup-steps", str(args.warmup),
+            "--tuning", "lora", "--lora-r", str(args.lora_r), "--lr", str(lr), "--warmup-steps", str(warmup),
             "--max-steps", str(args.steps * args.scale), "--seq-len", str(args.seq_len * args.scale),
             "--micro-batch", str(args.micro_batch), "--seed", str(seed), "--run-id", run, "--wait"]
     for flag in ("sync_every", "fragments"):
@@ -98,8 +150,8 @@ def launch_argv(args, arm: str, seed: int, run: str) -> list[str]:
             argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if spec["ranks"]:
         argv += ["--shard", "ddp"]
-    for flag, value in spec["sync"].items():
-        argv += [f"--{flag.replace('_', '-')}", str(value)]
+    for key, value in sync.items():
+        argv += [SYNC_FLAGS[key], str(value)]
     return argv
 
 
@@ -178,14 +230,17 @@ def local_copy(model: str, home: Path) -> str:
     return str(out)
 
 
-def run_one(args, env, arm: str, seed: int, tag: str) -> dict:
-    run = f"lora-{arm}-s{seed}-{tag}"
-    argv = launch_argv(args, arm, seed, run)
+def run_one(args, env, arm: str, seed: int, tag: str, lr: float | None = None) -> dict:
+    """One arm and seed (a sync sweep point when `lr` is given) launched, waited for, its artifact scored."""
+    run = f"lora-{arm}-s{seed}-{tag}" if lr is None else f"lora-{arm}-lr{lr:g}-s{seed}-{tag}"
+    argv = launch_argv(args, arm, seed, run, lr)
     print(f"{run}: yeto {' '.join(argv)}", flush=True)
     started = time.monotonic()
     proc = subprocess.run([YETO, *argv], env=env, capture_output=True, text=True, timeout=args.timeout_s)
     wall = time.monotonic() - started
+    run_lr, warmup, sync = arm_recipe(args, arm, lr)
     out = {"arm": arm, "seed": seed, "run_id": run, "note": ARMS[arm]["note"], "command": "yeto " + " ".join(argv),
+           "lr": run_lr, "warmup": warmup, "sync_overrides": sync, "role": "report" if lr is None else "tune",
            "exit_code": proc.returncode, "wall_s": wall, **tape_metrics(env, run), **wire_bytes(env, run)}
     artifact = Path(env["YETO_HOME"]) / "runs" / run / "artifact"
     if proc.returncode == 0 and out["outcome"] == "RunFinalized" and artifact.exists():
@@ -198,48 +253,112 @@ def run_one(args, env, arm: str, seed: int, tag: str) -> dict:
     return out
 
 
-def table(results: list[dict], arms: list[str]) -> list[str]:
-    """Markdown rows per arm: CE mean ± sd, Δ% vs sync of the same seed, tokens, wall, rounds, MB up/down."""
-    by = {a: {r["seed"]: r for r in results if r["arm"] == a and r.get("heldout_ce") is not None} for a in arms}
-    sync = by.get("sync", {})
-    lines = ["| arm | seeds | held-out CE (mean ± sd) | Δ vs sync % (paired, mean [min, max]) | labelled tokens | "
-             "wall s | rounds merged | MB pushed | MB keyframes fetched |", "|---|---|---|---|---|---|---|---|---|"]
+def run_lr(r: dict) -> float | None:
+    """The inner lr a run trained at (runs before the sweep existed: the settings' --lr)."""
+    return r.get("lr", r.get("settings", {}).get("lr"))
+
+
+def sweep_of(results: list[dict], tune_seeds: list[int]) -> tuple[dict, dict, list[int]]:
+    """The sync runs of the tuning seeds: CE per lr over the seeds every lr has finished (so the means compare),
+    the warmup of each lr, and those seeds."""
+    runs = [r for r in results if r["arm"] == "sync" and r["seed"] in tune_seeds and r.get("heldout_ce") is not None]
+    ce = {(run_lr(r), r["seed"]): r["heldout_ce"] for r in runs}
+    lrs = sorted({lr for lr, _ in ce})
+    seeds = [s for s in tune_seeds if all((lr, s) in ce for lr in lrs)]
+    if not seeds:
+        return {}, {}, []
+    warmups = {run_lr(r): r.get("warmup", r.get("settings", {}).get("warmup")) for r in runs}
+    return {lr: [ce[(lr, s)] for s in seeds] for lr in lrs}, warmups, seeds
+
+
+def reference_lr(results: list[dict], sync_lr: float | None) -> float | None:
+    """The lr of the sync runs the others are compared with: `sync_lr` if sync ran at it, else sync's lowest lr."""
+    lrs = sorted({run_lr(r) for r in results if r["arm"] == "sync" and r.get("heldout_ce") is not None},
+                 key=lambda x: (x is None, x))
+    return sync_lr if sync_lr in lrs else (lrs[0] if lrs else None)
+
+
+def table(results: list[dict], arms: list[str], sync_lr: float | None = None) -> list[str]:
+    """Markdown rows per arm (and lr): CE mean ± sd, Δ% vs the sync runs at `sync_lr` (default: sync's first lr)
+    paired by seed with its 95% Student-t interval and range, tokens, wall, rounds, MB up/down."""
+    by: dict[tuple, dict] = {}
+    for r in results:
+        if r["arm"] in arms and r.get("heldout_ce") is not None:
+            by.setdefault((r["arm"], run_lr(r)), {})[r["seed"]] = r
+    ref = reference_lr(results, sync_lr)
+    sync = by.get(("sync", ref), {})
+    lines = ["| arm | lr | seeds | held-out CE (mean ± sd) | Δ vs sync % (paired by seed: mean [95% CI]) | Δ range % "
+             "| labelled tokens | wall s | rounds merged | MB pushed | MB keyframes fetched |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm in arms:
-        runs = list(by[arm].values())
-        if not runs:
-            lines.append(f"| {arm} | 0 | - | - | - | - | - | - | - |")
-            continue
-        ce = [r["heldout_ce"] for r in runs]
-        sd = statistics.stdev(ce) if len(ce) > 1 else 0.0
-        d = [100 * (r["heldout_ce"] - sync[s]["heldout_ce"]) / sync[s]["heldout_ce"] for s, r in by[arm].items() if s in sync]
-        delta = "0" if arm == "sync" else (f"{statistics.fmean(d):+.2f} [{min(d):+.2f}, {max(d):+.2f}]" if d else "-")
-        mb = [statistics.fmean(r[k] for r in runs) / 1e6 if all(r.get(k) is not None for r in runs) else None
-              for k in ("bytes_up", "bytes_down")]
-        lines.append(f"| {arm} | {','.join(map(str, sorted(by[arm])))} | {statistics.fmean(ce):.4f} ± {sd:.4f} | {delta} "
-                     f"| {statistics.fmean(r['labelled_tokens'] for r in runs):.0f} "
-                     f"| {statistics.fmean(r['wall_s'] for r in runs):.0f} "
-                     f"| {statistics.fmean(r['rounds_merged'] for r in runs):.0f} "
-                     + " ".join(f"| {'-' if m is None else f'{m:.2f}'}" for m in mb) + " |")
+        keys = sorted((k for k in by if k[0] == arm), key=lambda k: (k[1] is None, k[1])) or [(arm, None)]
+        for key in keys:
+            lr = "-" if key[1] is None else f"{key[1]:g}"
+            runs = list(by.get(key, {}).values())
+            if not runs:
+                lines.append(f"| {arm} | {lr} | 0 | - | - | - | - | - | - | - | - |")
+                continue
+            ce = [r["heldout_ce"] for r in runs]
+            sd = statistics.stdev(ce) if len(ce) > 1 else 0.0
+            paired = sorted(s for s in by[key] if s in sync)
+            d = deltas_pct([by[key][s]["heldout_ce"] for s in paired], [sync[s]["heldout_ce"] for s in paired])
+            ci = ci95(d)
+            if key == ("sync", ref):
+                delta, spread = "0 (reference)", "-"
+            else:
+                delta = ("-" if not d else f"{d[0]:+.2f} (n=1)" if ci is None
+                         else f"{ci[0]:+.2f} [{ci[1]:+.2f}, {ci[2]:+.2f}]")
+                spread = f"[{min(d):+.2f}, {max(d):+.2f}]" if d else "-"
+            mb = [statistics.fmean(r[k] for r in runs) / 1e6 if all(r.get(k) is not None for r in runs) else None
+                  for k in ("bytes_up", "bytes_down")]
+            lines.append(f"| {arm} | {lr} | {','.join(map(str, sorted(by[key])))} | {statistics.fmean(ce):.4f} ± {sd:.4f} "
+                         f"| {delta} | {spread} | {statistics.fmean(r['labelled_tokens'] for r in runs):.0f} "
+                         f"| {statistics.fmean(r['wall_s'] for r in runs):.0f} "
+                         f"| {statistics.fmean(r['rounds_merged'] for r in runs):.0f} "
+                         + " ".join(f"| {'-' if m is None else f'{m:.2f}'}" for m in mb) + " |")
     return lines
 
 
-def default_delta(results: list[dict]) -> float:
-    ce = {(r["arm"], r["seed"]): r["heldout_ce"] for r in results if r.get("heldout_ce") is not None}
-    d = [100 * (ce[("default", s)] - ce[("sync", s)]) / ce[("sync", s)] for a, s in ce if a == "default" and ("sync", s) in ce]
-    return statistics.fmean(d) if d else float("nan")
+def default_delta(results: list[dict], sync_lr: float | None = None) -> str:
+    """The last line: `default_delta_pct=<mean> ci95=[<lo>,<hi>] n=<seeds>`, default vs sync (at reference_lr)
+    paired by seed."""
+    ref = reference_lr(results, sync_lr)
+    ce = {(r["arm"], r["seed"]): r["heldout_ce"] for r in results if r.get("heldout_ce") is not None
+          and (r["arm"] != "sync" or run_lr(r) == ref)}
+    seeds = sorted(s for a, s in ce if a == "default" and ("sync", s) in ce)
+    if not seeds:
+        return "default_delta_pct=nan ci95=[nan,nan] n=0"
+    return headline("default", [ce[("default", s)] for s in seeds], [ce[("sync", s)] for s in seeds])
+
+
+def report(results: list[dict], tune_seeds: list[int], sync_lr: float | None = None) -> list[str]:
+    """The sweep's table (the sync runs of `tune_seeds`) and its best lr, then the reporting runs' table against
+    sync at `sync_lr` (default: the sweep's best), the last line default's Δ."""
+    sweep, warmups, seeds = sweep_of(results, tune_seeds)
+    lines = []
+    if sweep:
+        sync_lr = sync_lr or best_lr(sweep)
+        lines += [*sweep_table("sync", sweep, warmups, seeds), "", f"sync_lr_best={best_lr(sweep):g}", ""]
+    rest = [r for r in results if not (r["arm"] == "sync" and r["seed"] in tune_seeds)]
+    arms = [a for a in ARMS if any(r["arm"] == a for r in rest)]
+    return [*lines, *table(rest, arms, sync_lr), default_delta(rest, sync_lr)]
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     if args.report:
         results = [json.loads(p.read_text()) for p in sorted(Path(args.report).glob("lora-*.json"))]
-        print("\n".join(table(results, [a for a in ARMS if any(r["arm"] == a for r in results)])))
-        print(f"default_delta_pct={default_delta(results):+.3f}")
+        print("\n".join(report(results, args.tune_seed_list, args.sync_lr)))
         return 0
     print(f"model={args.model} data={args.data} eval_data={args.eval_data} device={args.device} islands={args.islands} "
           f"steps={args.steps * args.scale} seq_len={args.seq_len * args.scale} micro_batch={args.micro_batch} "
           f"lr={args.lr} lora_r={args.lora_r} H={args.sync_every} fragments={args.fragments} seeds={args.seed_list}")
-    for arm in args.arm_names:
+    if args.sweep_lrs:
+        print(f"sweep: sync at lr {', '.join(f'{lr:g}' for lr in args.sweep_lrs)} on tuning seeds {args.tune_seed_list}"
+              f"{'' if args.sync_lr else '; the reporting sync runs at the best'}")
+        for lr in args.sweep_lrs:
+            print(f"  yeto {' '.join(launch_argv(args, 'sync', args.tune_seed_list[0], 'lora-sync-lr', lr))}")
+    for arm in args.arm_names if args.seed_list else []:
         print(f"arm {arm}: {ARMS[arm]['note']}\n  yeto {' '.join(launch_argv(args, arm, args.seed_list[0], f'lora-{arm}'))}")
     if args.dry_run:
         print("dry_run=ok")
@@ -252,19 +371,31 @@ def main(argv=None) -> int:
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tag, results = time.strftime("%Y%m%d%H%M%S"), []
+
+    def keep(result: dict) -> None:
+        result["settings"] = {k: getattr(args, k) for k in ("base_model", "model", "data", "eval_data", "islands",
+                              "steps", "seq_len", "micro_batch", "scale", "lr", "warmup", "lora_r", "sync_every",
+                              "fragments", "device", "heldout_blocks")}
+        (out_dir / f"{result['run_id']}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        results.append(result)
+
     try:
+        for seed in args.tune_seed_list if args.sweep_lrs else []:
+            for lr in args.sweep_lrs:
+                keep(run_one(args, env, "sync", seed, tag, lr))
+        if args.sweep_lrs and args.sync_lr is None:
+            sweep, _, _ = sweep_of(results, args.tune_seed_list)
+            if not sweep:
+                print("sweep: no lr finished on every tuning seed", flush=True)
+                return 1
+            args.sync_lr = best_lr(sweep)
+            print(f"sync_lr_best={args.sync_lr:g}: the sync arm's lr on the reporting seeds", flush=True)
         for seed in args.seed_list:
             for arm in args.arm_names:
-                result = run_one(args, env, arm, seed, tag)
-                result["settings"] = {k: getattr(args, k) for k in ("base_model", "model", "data", "eval_data", "islands",
-                                      "steps", "seq_len", "micro_batch", "scale", "lr", "warmup", "lora_r", "sync_every",
-                                      "fragments", "device", "heldout_blocks")}
-                (out_dir / f"{result['run_id']}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-                results.append(result)
+                keep(run_one(args, env, arm, seed, tag))
     finally:
         yeto(env, "stack", "down", check=False)
-    print("\n".join(table(results, args.arm_names)))
-    print(f"default_delta_pct={default_delta(results):+.3f}")
+    print("\n".join(report(results, args.tune_seed_list if args.sweep_lrs else [], args.sync_lr)))
     return 0 if all(r.get("heldout_ce") is not None for r in results) else 1
 
 

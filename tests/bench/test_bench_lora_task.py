@@ -13,6 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "learner"))
 import learner_tiny  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import lora_task  # noqa: E402
+
 
 def run(*argv, timeout=120):
     """The script; past `timeout` it gets SIGTERM, on which it takes its stack down before exiting."""
@@ -61,7 +64,7 @@ def test_end_to_end_on_the_tiny_model(tmp_path):
     assert runs["sync"]["learners"] == 1 and runs["default"]["learners"] == 2
     last = out.stdout.strip().splitlines()[-1]
     delta = 100 * (runs["default"]["heldout_ce"] - runs["sync"]["heldout_ce"]) / runs["sync"]["heldout_ce"]
-    assert last == f"default_delta_pct={delta:+.3f}"
+    assert last == f"default_delta_pct={delta:+.3f} ci95=[nan,nan] n=1"
 
 
 def test_report_pairs_arms_by_seed(tmp_path):
@@ -71,6 +74,75 @@ def test_report_pairs_arms_by_seed(tmp_path):
     out = run("--report", tmp_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
-    assert lines[-1] == "default_delta_pct=+2.500"       # (+5 % at seed 0, 0 at seed 1) / 2
-    assert "| default | 0,1 | 3.0500 ± 1.3435 | +2.50 [+0.00, +5.00] | 100 | 60 | 8 | 2.00 | - |" in lines
-    assert "| direct | 0 | - | - | - | - | - | - | - |" in lines
+    # (+5 % at seed 0, 0 at seed 1) / 2; 95% CI 2.5 ± t(1) 12.7062 x sd 3.5355 / sqrt 2
+    assert lines[-1] == "default_delta_pct=+2.500 ci95=[-29.266,+34.266] n=2"
+    assert ("| default | - | 0,1 | 3.0500 ± 1.3435 | +2.50 [-29.27, +34.27] | [+0.00, +5.00] | 100 | 60 | 8 | 2.00 | - |"
+            in lines)
+    assert "| direct | - | 0 | - | - | - | - | - | - | - | - |" in lines
+
+
+def fake(arm, seed, ce, lr, **kw):
+    return {"arm": arm, "seed": seed, "heldout_ce": ce, "lr": lr, "warmup": lora_task.scaled_warmup(lr, 1e-3, 5),
+            "labelled_tokens": 100, "wall_s": 60.0, "rounds_merged": 8, "bytes_up": 2e6, "bytes_down": 0, **kw}
+
+
+def test_report_tunes_sync_on_the_tuning_seeds_and_pairs_against_its_best_lr():
+    runs = [fake("sync", 100, 2.3, 1e-3), fake("sync", 100, 2.1, 2e-3), fake("sync", 100, 2.2, 4e-3),
+            fake("sync", 101, 2.5, 1e-3), fake("sync", 101, 2.3, 2e-3), fake("sync", 101, 2.1, 4e-3),
+            fake("sync", 102, 1.0, 4e-3),                                # 102 lacks two lrs: left out of the sweep
+            fake("sync", 0, 2.0, 1e-3), fake("sync", 1, 3.0, 1e-3),      # the untuned recipe on the reporting seeds
+            fake("sync", 0, 1.9, 2e-3), fake("sync", 1, 2.5, 2e-3),
+            fake("default", 0, 2.09, 1e-3), fake("default", 1, 2.5, 1e-3)]
+    lines = lora_task.report(runs, [100, 101, 102])
+    assert "sync_lr_best=0.004" in lines                                       # mean 2.15 < 2.2 < 2.4
+    assert "| 0.002 | 10 | 2.1000 | 2.3000 | 2.2000 |" in lines
+    assert "| 0.004 **best** | 20 | 2.2000 | 2.1000 | 2.1500 |" in lines
+    assert any(line.startswith("| sync lr | warmup | CE seed 100 | CE seed 101 | mean CE |") for line in lines)
+    # no reporting sync run at 4e-3: the reference is sync's first lr; the report says so by its rows
+    assert "| sync | 0.001 | 0,1 | 2.5000 ± 0.7071 | 0 (reference) | - | 100 | 60 | 8 | 2.00 | 0.00 |" in lines
+    assert lines[-1].startswith("default_delta_pct=-")
+
+
+def test_report_pairs_against_the_swept_lr_with_a_paired_t_interval():
+    runs = [fake("sync", 100, 2.3, 1e-3), fake("sync", 100, 2.1, 2e-3),
+            fake("sync", 0, 2.0, 1e-3), fake("sync", 1, 3.0, 1e-3), fake("sync", 2, 2.5, 1e-3),
+            fake("sync", 0, 2.0, 2e-3), fake("sync", 1, 2.0, 2e-3), fake("sync", 2, 2.0, 2e-3),
+            fake("default", 0, 2.02, 1e-3), fake("default", 1, 2.04, 1e-3), fake("default", 2, 2.06, 1e-3)]
+    lines = lora_task.report(runs, [100])
+    assert "sync_lr_best=0.002" in lines
+    assert "| sync | 0.002 | 0,1,2 | 2.0000 ± 0.0000 | 0 (reference) | - | 100 | 60 | 8 | 2.00 | 0.00 |" in lines
+    assert any(line.startswith("| sync | 0.001 | 0,1,2 | 2.5000 ± 0.5000 | +25.00 [") for line in lines)  # untuned: worse
+    # Δ +1, +2, +3 %: mean 2, sd 1, t(2) 4.3027 / sqrt 3 = 2.4842
+    assert any(line.startswith("| default | 0.001 | 0,1,2 | 2.0400 ± 0.0200 | +2.00 [-0.48, +4.48] | [+1.00, +3.00] |")
+               for line in lines)
+    assert lines[-1] == "default_delta_pct=+2.000 ci95=[-0.484,+4.484] n=3"
+
+
+def test_arm_recipes_scale_warmup_with_lr_and_pass_candidate_flags():
+    args = lora_task.parse(["--seeds", "0,1", "--sync-lr", "4e-3", "--candidate", "outer_lr=0.8,momentum=0.5 alpha=0.3 lr=2e-3"])
+    assert args.arm_names == ["sync", "default", "direct", "candidate"]
+    assert lora_task.arm_recipe(args, "sync") == (4e-3, 20, {"outer_lr": 1.0, "momentum": 0.0, "alpha": 0.0})
+    assert lora_task.arm_recipe(args, "sync", 2e-3)[:2] == (2e-3, 10)       # a sweep point beats --sync-lr
+    assert lora_task.arm_recipe(args, "default") == (1e-3, 5, {})
+    argv = lora_task.launch_argv(args, "candidate", 1, "r")
+    assert argv[argv.index("--lr") + 1] == "0.002" and argv[argv.index("--warmup-steps") + 1] == "10"
+    assert argv[-6:] == ["--outer-lr", "0.8", "--outer-momentum", "0.5", "--merge-alpha", "0.3"]
+    assert "--shard" not in argv and "local:1xcpu,local:1xcpu" in argv
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "0,100", "--sync-lrs", "1e-3,2e-3", "--tune-seeds", "100"], "overlap"),
+    (["--sync-lrs", "1e-3"], "two distinct"),
+    (["--candidate", "codec_up=bf16"], "--candidate"),
+    (["--arms", "sync,candidate"], "--candidate"),
+    (["--seeds", ""], "--seeds"),
+])
+def test_bad_sweep_or_candidate_exits_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        lora_task.parse(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_sweep_alone_needs_no_reporting_seed():
+    args = lora_task.parse(["--seeds", "", "--sync-lrs", "2e-3,1e-3", "--tune-seeds", "100,101"])
+    assert args.seed_list == [] and args.sweep_lrs == [1e-3, 2e-3] and args.tune_seed_list == [100, 101]
