@@ -74,7 +74,8 @@ def parse(argv=None):
     ap.add_argument("--warmup", type=int, default=5, help="warmup steps at --lr; another lr gets them scaled with it")
     ap.add_argument("--sync-lr", type=float, help="the sync arm's lr on the reporting seeds (default: the sweep's best, "
                     "else --lr)")
-    ap.add_argument("--sync-lrs", help="sweep the sync arm over these lrs on --tune-seeds first (e.g. 1e-3,2e-3,4e-3)")
+    ap.add_argument("--sync-lrs", help="sweep the sync arm over these lrs on --tune-seeds first (e.g. 1e-3,2e-3,4e-3; "
+                    "one lr with --seeds '': a point added to a sweep kept in --out-dir, which --report reads whole)")
     ap.add_argument("--tune-seeds", default="100", help="seeds of the sync lr sweep; never reporting seeds (also "
                     "read by --report: the sync runs of these seeds form the sweep)")
     ap.add_argument("--candidate", metavar="'KEY=VALUE ...'", help="add the arm `candidate`: M islands, the default "
@@ -95,7 +96,7 @@ def parse(argv=None):
     args.seed_list = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.tune_seed_list = [int(s) for s in args.tune_seeds.split(",") if s.strip()]
     try:
-        args.sweep_lrs = parse_lrs(args.sync_lrs, "--sync-lrs") if args.sync_lrs else []
+        args.sweep_lrs = parse_lrs(args.sync_lrs, "--sync-lrs", least=1) if args.sync_lrs else []
         args.candidate_sync = candidate_overrides(args.candidate) if args.candidate else None
     except ValueError as e:
         ap.error(str(e))
@@ -110,6 +111,8 @@ def parse(argv=None):
         ap.error("--seeds: at least one seed (none only with --sync-lrs: a sweep alone)")
     if args.sweep_lrs and not args.tune_seed_list:
         ap.error("--sync-lrs needs --tune-seeds")
+    if len(args.sweep_lrs) == 1 and args.seed_list and args.sync_lr is None:
+        ap.error("--sync-lrs with one lr adds a point to a sweep (--seeds ''); reporting seeds need two lrs or --sync-lr")
     if overlap := sorted(set(args.seed_list) & set(args.tune_seed_list)) if args.sweep_lrs else []:
         ap.error(f"--tune-seeds and --seeds overlap ({','.join(map(str, overlap))}): the sync lr is tuned on seeds "
                  "that do not report")

@@ -132,7 +132,8 @@ def test_arm_recipes_scale_warmup_with_lr_and_pass_candidate_flags():
 
 @pytest.mark.parametrize("argv, message", [
     (["--seeds", "0,100", "--sync-lrs", "1e-3,2e-3", "--tune-seeds", "100"], "overlap"),
-    (["--sync-lrs", "1e-3"], "two distinct"),
+    (["--sync-lrs", "1e-3"], "two lrs or --sync-lr"),
+    (["--sync-lrs", "1e-3,1e-3", "--seeds", ""], "distinct"),
     (["--candidate", "codec_up=bf16"], "--candidate"),
     (["--arms", "sync,candidate"], "--candidate"),
     (["--seeds", ""], "--seeds"),
