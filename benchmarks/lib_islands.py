@@ -73,6 +73,8 @@ class SimNet:
     def snapshot(self, snap) -> None:
         pass
 
+    snapshot_later = snapshot
+
     def transport(self, name: str, clock: Callable[[], float]):
         net = self
         inbox = self.inboxes.setdefault(name, [])

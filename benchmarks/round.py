@@ -3,12 +3,15 @@
 One round of one fragment of `n` values with M learners, as the data plane drives it: every push's q4 chunks
 taken in (admission, reassembly, q4 decode with its Gram row), the merge and Nesterov outer step (the
 RoundMerged event's merge_ms), the broadcast (q4 encode of Θ − shadow, the shadow advanced by the decoded
-delta, a keyframe every `keyframe_every` versions), then the outputs performed in order: the snapshot
-written and fsynced before the broadcast's chunks go out (outputs.py). Every stage's wall time is divided
-by the wall time of one memcpy of the bytes the round's rows hold ((M + 4) f32 rows: pushes, Θ, momentum,
-shadow, the decode target), timed in the same run, so the ratios are wall over wall. The older
-`merge_vs_memcpy` of benchmarks/merge.py counts logical bytes; here `merge_logical_bytes_per_s_over_memcpy`
-is that figure, named for what it is. Best of `--reps` rounds per size.
+delta, a keyframe every `keyframe_every` versions), then the outputs performed in order (outputs.py): the
+broadcast's chunks, the events, and the snapshot, written and fsynced by a worker thread as the data plane
+does (durable.py), off the round's critical path. The round's critical path (intake to the last chunk out)
+is measured with that write running beside it; every other round writes in the path instead (as before
+durable.py: the round's critical path held the write), so the two compare in one run, rounds alternating.
+Every stage's wall time is divided by the wall time of one memcpy of the bytes the round's rows hold
+((M + 4) f32 rows: pushes, Θ, momentum, shadow, the decode target), timed in the same run, so the ratios are
+wall over wall. The older `merge_vs_memcpy` of benchmarks/merge.py counts logical bytes; here
+`merge_logical_bytes_per_s_over_memcpy` is that figure, named for what it is. Best of `--reps` rounds per size.
 
     .venv/bin/python benchmarks/round.py [--values 1M,4M,16M] [--learners 4] [--reps 3]
 """
@@ -20,6 +23,7 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")     # single-threaded, like memcpy: a fair ratio
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,23 +39,32 @@ from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.outputs import perform
 
 FP = "f" * 64
-STAGES = ("ingest", "merge", "broadcast_encode", "snapshot", "chunking")
+STAGES = ("ingest", "merge", "broadcast_encode", "chunking", "snapshot")
 
 
 class Sink:
-    """Where the round's outputs go: the snapshot to disk (fsynced), the broadcast's chunks counted."""
+    """Where the round's outputs go: the snapshot to disk (fsynced) by a worker thread, the broadcast's chunks counted."""
 
     chunk_bytes = CHUNK_BYTES
 
     def __init__(self, directory: Path) -> None:
         self.dir, self.seconds, self.events, self.bytes_out = directory, dict.fromkeys(("snapshot", "chunking"), 0.0), [], 0
         self._mark = time.perf_counter()
+        self.writer: threading.Thread | None = None
+        self.in_path = False             # write in the round's path (the order before durable.py)
 
     def snapshot(self, snap) -> None:
         start = time.perf_counter()
         snapshot.write(self.dir, snap)
         self.seconds["snapshot"] += time.perf_counter() - start
         self._mark = time.perf_counter()
+
+    def snapshot_later(self, snap) -> None:
+        """As the data plane: the write runs in a thread (the GIL released in write and fsync) beside what follows."""
+        self.writer = threading.Thread(target=self.snapshot, args=(snap,))
+        self.writer.start()
+        if self.in_path:
+            self.writer.join()
 
     def chunk(self, header, chunk) -> None:
         self.bytes_out += len(chunk)
@@ -92,6 +105,9 @@ def one_round(core: SyncerCore, pushes: list[list[tuple]], sink: Sink) -> dict[s
     start = time.perf_counter()
     perform(outputs, sink)
     perform_s = time.perf_counter() - start
+    assert sink.writer is not None, "the round wrote no snapshot"
+    sink.writer.join()                  # done before the next round, so each round's write is timed alone
+    sink.writer = None
     # The last receive did the merge and the broadcast encode after its chunk's ingest: split it by the event's
     # merge_ms and the encode timed on its own below (run_size), so `ingest` is the chunks' intake alone.
     return dict(ingest=ingest, merge=merge_s, perform=perform_s, **sink.seconds)
@@ -108,14 +124,20 @@ def run_size(n: int, learners: int, reps: int, directory: Path) -> dict[str, flo
             core.receive(h, c, next(CLOCK))
     deltas = [codecs.encode("q4", rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(learners)]
     sink = Sink(directory)
-    best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "memcpy"), float("inf"))
+    best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "memcpy", "in_path"),
+                         float("inf"))
     rows = backend.xp.empty((learners + 4, n), dtype=np.float32)   # where the round's rows live (device on a GPU)
     dst = backend.xp.empty_like(rows)
     theta = core.fragments[0].theta
-    for rep in range(reps):
+    for rep in range(2 * reps):                                    # even: the write beside; odd: in the path
         version = core.fragments[0].version
         pushes = [split_chunks(header(f"l{m}", "push", "q4", n, d, step=rep + 1, base=version), d) for m, d in enumerate(deltas)]
-        for stage, seconds in one_round(core, pushes, sink).items():
+        sink.in_path = rep % 2 == 1
+        stages = one_round(core, pushes, sink)
+        if sink.in_path:
+            best["in_path"] = min(best["in_path"], stages["ingest"] + stages["perform"])
+            continue
+        for stage, seconds in stages.items():
             best[stage] = min(best[stage], seconds)
         start = time.perf_counter()
         codecs.encode("q4", backend.to_host(theta) - core.fragments[0].shadow.values)   # what publish encodes, alone
@@ -138,25 +160,30 @@ def main() -> None:
     sizes = [int(float(v[:-1]) * scale[v[-1]]) if v[-1] in scale else int(v) for v in args.values.split(",")]
     m = args.learners
     print(f"backend={backend.NAME}")
-    print(f"one round of one fragment, {m} learners, q4 up and down, snapshot fsynced before the broadcast; best of {args.reps}")
+    print(f"one round of one fragment, {m} learners, q4 up and down, snapshot fsynced by a thread after the broadcast; "
+          f"best of {args.reps}")
     columns = " ".join(f"{s:>17}" for s in STAGES)
-    print(f"{'values':>10} {'MiB':>6} {'memcpy ms':>10} {columns} {'round ms':>9} {'round/memcpy':>12}")
+    print(f"{'values':>10} {'MiB':>6} {'memcpy ms':>10} {columns} {'critical ms':>11} {'critical/memcpy':>15} "
+          f"{'in-path/memcpy':>14}")
     with tempfile.TemporaryDirectory(prefix="yeto-round-") as tmp:
         for n in sizes:
             b = run_size(n, m, args.reps, Path(tmp))
             ingest_only = max(0.0, b["ingest"] - b["merge"] - b["broadcast_encode"])
             stages = dict(ingest=ingest_only, merge=b["merge"], broadcast_encode=b["broadcast_encode"],
-                          snapshot=b["snapshot"], chunking=b["perform"] - b["snapshot"])
-            total = b["ingest"] + b["perform"]
+                          snapshot=b["snapshot"], chunking=b["perform"])
+            critical = b["ingest"] + b["perform"]              # intake to the last chunk out; the write runs beside it
+            in_path = b["in_path"]                             # the same, with the write in the path (odd rounds)
             cells = " ".join(f"{stages[s] * 1e3:8.1f} ({stages[s] / b['memcpy']:5.2f}x)" for s in STAGES)
-            print(f"{n:>10} {4 * n / 2**20:>6.0f} {b['memcpy'] * 1e3:>10.1f} {cells} {total * 1e3:>9.1f} "
-                  f"{total / b['memcpy']:>12.2f}")
+            print(f"{n:>10} {4 * n / 2**20:>6.0f} {b['memcpy'] * 1e3:>10.1f} {cells} {critical * 1e3:>11.1f} "
+                  f"{critical / b['memcpy']:>15.2f} {in_path / b['memcpy']:>14.2f}")
             logical = (m + 4) * 4 * n                          # pushes, Θ and momentum read, Θ and momentum written
             memcpy_bps = 2 * (m + 4) * 4 * n / b["memcpy"]      # read + write
-            last = dict(round_wall_over_memcpy_wall=total / b["memcpy"],
-                        round_without_snapshot_over_memcpy_wall=(total - b["snapshot"]) / b["memcpy"],
+            last = dict(round_critical_path_wall_over_memcpy_wall=critical / b["memcpy"],
+                        round_with_snapshot_in_path_wall_over_memcpy_wall=in_path / b["memcpy"],
+                        critical_path_over_snapshot_in_path=critical / in_path,
                         merge_logical_bytes_per_s_over_memcpy=logical / b["merge"] / memcpy_bps)
-    print("(each stage: ms, and in brackets its wall time over one memcpy of the round's (M + 4) rows)")
+    print("(each stage: ms, and in brackets its wall time over one memcpy of the round's (M + 4) rows; the snapshot "
+          "column is the background write, off the critical path)")
     for name, value in last.items():
         print(f"{name}={value:.3f}")
 

@@ -66,6 +66,8 @@ def wire(num_params: int, num_learners: int) -> tuple[float, float]:
         def snapshot(self, snap):
             pass
 
+        snapshot_later = snapshot
+
         def wake(self, at):                           # the loop ticks the core every step
             pass
 

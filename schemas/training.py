@@ -82,6 +82,20 @@ class SnapshotWritten(Event):
 
 
 @registry.register
+class FragmentRestored(Event):
+    """A syncer resumed a fragment from its snapshot. Snapshots are written after their broadcast, so versions
+    past the snapshot's may have gone out (`published_version`); the restored values then resume as a version
+    past them (`global_version` = published_version + 1, a keyframe), else as the snapshot's own version."""
+
+    type: Literal["FragmentRestored"] = "FragmentRestored"
+    version: Literal[1] = 1
+    fragment: int
+    snapshot_version: int
+    published_version: int
+    global_version: int
+
+
+@registry.register
 class LearnerJoined(Event):
     """The syncer saw a learner (generation) for the first time."""
 
@@ -137,6 +151,8 @@ EXAMPLES = [
                                                   "start the learner with the run's model and tuning"),
     SnapshotWritten(id="ex-snapshot-written", run_id="r-demo", source="syncer", path="/state/r-demo/syncer/frag-3.safetensors",
                     versions={3: 12}, sha256="0" * 64),
+    FragmentRestored(id="ex-fragment-restored", run_id="r-demo", source="syncer", fragment=3, snapshot_version=11,
+                     published_version=12, global_version=13),
     LearnerJoined(id="ex-learner-joined", run_id="r-demo", source="syncer", learner="l0", generation=0, fingerprint="41aa" * 16),
     LearnerProgress(id="ex-learner-progress", run_id="r-demo", source="learner", learner="l0", step=120, loss=2.31,
                     tokens=245760, tokens_per_s=2048.0, step_time_s=1.0, lr=3e-4, eval_loss=2.4),

@@ -1,8 +1,8 @@
 """Where a run's SyncerCore outputs go in the service: snapshots to disk, broadcast chunks and events to the bus.
 
 The outputs.Sink of the data plane (services/syncer/dataplane.py). It also notes what the data plane acts
-on afterwards: the fragments whose round closed (their held messages can be acknowledged) and the
-earliest wake-up asked for.
+on afterwards: the fragments whose round closed (their held messages can be acknowledged, once the
+snapshot written for them, if any, is durable) and the earliest wake-up asked for.
 """
 from __future__ import annotations
 
@@ -10,27 +10,28 @@ import asyncio
 from pathlib import Path
 
 from yeto.infra.bus import Bus
-from yeto.schemas.base import Event, derive_id
+from yeto.schemas.base import Event
 from yeto.schemas.fragments import FragmentHeader
 from yeto.schemas.subjects import CHUNK_BYTES, delta_subject, keyframe_subject
-from yeto.schemas.training import RoundAborted, RoundMerged, SnapshotWritten
-from yeto.services.syncer import snapshot
+from yeto.schemas.training import RoundAborted, RoundMerged
+from yeto.services.syncer.durable import SnapshotWriter
 from yeto.services.syncer.snapshot import FragmentSnapshot
 
 
 class BusSink:
     chunk_bytes = CHUNK_BYTES
 
-    def __init__(self, bus: Bus, run_id: str, directory: Path, source: str) -> None:
-        self.bus, self.run_id, self.dir, self.source = bus, run_id, Path(directory), source
+    def __init__(self, bus: Bus, run_id: str, directory: Path, source: str, writer: SnapshotWriter) -> None:
+        self.bus, self.run_id, self.dir, self.source, self.writer = bus, run_id, Path(directory), source, writer
         self.closed: set[int] = set()          # fragments whose round merged or aborted
+        self.writing: dict[int, asyncio.Task] = {}   # fragment -> the background write of its new version
         self.wake_at: float | None = None
 
     async def snapshot(self, snap: FragmentSnapshot) -> None:
-        path, sha = await asyncio.to_thread(snapshot.write, self.dir, snap)
-        await self.bus.publish(SnapshotWritten(id=derive_id(self.run_id, "SnapshotWritten", snap.fragment, snap.version),
-                                               run_id=self.run_id, source=self.source, path=str(path),
-                                               versions={snap.fragment: snap.version}, sha256=sha))
+        await self.writer.later(self.bus, self.run_id, self.dir, self.source, snap)
+
+    async def snapshot_later(self, snap: FragmentSnapshot) -> None:
+        self.writing[snap.fragment] = self.writer.later(self.bus, self.run_id, self.dir, self.source, snap)
 
     async def chunk(self, h: FragmentHeader, chunk: bytes) -> None:
         subject = (keyframe_subject if h.kind == "keyframe" else delta_subject)(h.run_id, h.fragment, h.chunk)

@@ -13,8 +13,9 @@ One push, from the learner to the broadcast, one file per step:
                                     -> MergeNow or WakeAt
  7. services/syncer/merge.py        weights, avg/RDA from G, the fused Nesterov outer step (FragmentState.merge)
  8. services/syncer/broadcast.py    the new version as a delta against the shadow, and keyframes (FragmentState.publish)
- 9. services/syncer/outputs.py      perform, in order: the snapshot if due (snapshot.py), the broadcast's chunks, the
-                                    events (bus_sink.py); learners apply the globals in diloco_sync.py
+ 9. services/syncer/outputs.py      perform, in order: the broadcast's chunks, the events (bus_sink.py), then the
+                                    snapshot if due, in the background (durable.py); learners apply the globals in
+                                    diloco_sync.py
 
     core = SyncerCore(config, run_id=...)            # fingerprint adopted from the first learner if None
     outputs = core.receive(header, chunk, now, sender=...)  # one NATS message of the fragment stream; `core.refused`
@@ -142,13 +143,18 @@ class SyncerCore:
             return [self.report.aborted(frag.fragment, frag.version, headers)]
         credits = self.learners.credit(headers)
         merged = self.report.merged(frag.fragment, frag.version, headers, weights, lags, credits, m, seconds, combo)
-        return [merged] + self._publish(frag)
+        return self._publish(frag, merged)
 
-    def _publish(self, frag: FragmentState) -> list:
+    def _publish(self, frag: FragmentState, *events) -> list:
+        """The version's broadcast, then its events (what the tape says went out did), then its snapshot."""
         messages, snapshot_due = frag.publish(self.config.snapshot_every)
-        out = [SaveSnapshot(self.snapshot(frag.fragment))] if snapshot_due else []   # durable before learners see it
-        out += [Broadcast(h, payload) for h, payload in messages]
-        return out + [self.report.published(frag.fragment, frag.version, messages)]
+        out = [Broadcast(h, payload) for h, payload in messages]
+        out += [*events, self.report.published(frag.fragment, frag.version, messages)]
+        if not snapshot_due:
+            return out
+        if frag.version == 0:              # nothing older to leap from: durable before learners see it
+            return [SaveSnapshot(self.snapshot(frag.fragment))] + out
+        return out + [SaveSnapshot(self.snapshot(frag.fragment), background=True)]     # off the critical path
 
     def _init(self, h: FragmentHeader, payload: bytes, now: float) -> list:
         if h.fingerprint != self.fingerprint:
@@ -174,17 +180,23 @@ class SyncerCore:
     def snapshot(self, p: int) -> FragmentSnapshot:
         return self.fragments[p].snapshot(self.learners.entries(p))
 
-    def restore(self, snaps: dict[int, FragmentSnapshot], now: float) -> list[Broadcast]:
+    def restore(self, snaps: dict[int, FragmentSnapshot], now: float, published: dict[int, int] | None = None) -> list:
         """Resume from snapshots; learners in their ledgers count as live (last seen `now`) until they time out.
-        Returns a keyframe of each restored version to send before anything else: a snapshot is written before
-        its broadcast, so the predecessor may have died in between, and learners stuck before a delta that
-        never went out fetch this keyframe (they download only when stuck; the others see a header)."""
-        out = []
+        `published`: the newest version of each fragment that went out (the global streams' last chunk 0). A
+        round's snapshot is written after its broadcast, so the predecessor may have published versions the
+        snapshot lacks, and learners hold them: the restored values then take a version past all of them (a
+        leap), so no version number ever names two different values and no learner is left ahead of the syncer.
+        Returns, for each fragment, a keyframe of the restored version to send before anything else (learners
+        behind it or beside it take it; they download only when stuck, the others see a header) and its
+        FragmentRestored event."""
+        out: list = []
         for p, s in sorted(snaps.items()):
             self.fingerprint = self.fingerprint or s.fingerprint
             if s.fingerprint != self.fingerprint:
                 raise ValueError(f"snapshot of fragment {p} has another layout fingerprint: another run's, or another layout's")
-            self.fragments[p] = FragmentState.restored(s, self.run_id, self.config)
+            went_out = max((published or {}).get(p, s.version), s.version)
+            version = s.version if went_out == s.version else went_out + 1
+            self.fragments[p] = FragmentState.restored(s, self.run_id, self.config, version=version)
             self.learners.restore(p, s.ledger, now)
-            out.append(Broadcast(*self.fragments[p].shadow.keyframe()))
+            out += [Broadcast(*self.fragments[p].shadow.keyframe()), self.report.restored(p, s.version, went_out, version)]
         return out

@@ -1,8 +1,11 @@
 """The syncer's data plane: consume fragment chunks, drive one SyncerCore per run, perform what it decides.
 
 A fragment message is acknowledged only after its effects (held.py): when the round it joined has
-merged or when it was refused. A killed syncer therefore gets every push of an open round redelivered,
-and a push it had already merged is refused by the ledger of its snapshot as a duplicate. Instances
+merged and the snapshot of the new version, written in the background after the broadcast (durable.py),
+is durable, or when it was refused. A killed syncer therefore gets every push not in a durable snapshot
+redelivered, and a push it had already merged is refused by the ledger of its snapshot as a duplicate.
+A restarted syncer asks the global streams which version of each fragment went out last, and resumes past
+it when its snapshot is older (core.restore). Instances
 share a run by owning disjoint fragment sets (`--shard k/n`: fragments p with p % n == k), each on its
 own durable consumer. Only I/O lives here: what a message does is SyncerCore's (core.py), where its
 outputs go is bus_sink.py's. A refused message is terminated (never redelivered); one for a run without
@@ -21,10 +24,11 @@ from yeto.infra.bus import Bus, Consumer, Delivery
 from yeto.infra.run_paths import run_path
 from yeto.schemas.fragments import FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.schemas.subjects import fragment_filters, learner_of_fragment, run_of_fragment
+from yeto.schemas.subjects import delta_subject, fragment_filters, keyframe_subject, learner_of_fragment, run_of_fragment
 from yeto.services.syncer import seed, snapshot
 from yeto.services.syncer.bus_sink import BusSink
 from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.durable import SnapshotWriter
 from yeto.services.syncer.held import Held
 from yeto.services.syncer.outputs import perform_async
 from yeto.services.syncer.refusals import UNKNOWN_RUN_DELAY_S, UNKNOWN_RUN_NAKS, Refusals
@@ -42,6 +46,7 @@ class DataPlane:
         self.dir, self.shard, self.instance = Path(state_dir) / "syncer", shard, instance
         self.cores: dict[str, SyncerCore] = {}
         self.held = Held()
+        self.writer = SnapshotWriter()
         self.cut_started: set[str] = set()
         self.cutting: set[str] = set()
         self.wake_at: float | None = None
@@ -64,15 +69,16 @@ class DataPlane:
         k, n = self.shard
         return None if n == 1 else list(range(k, MAX_FRAGMENTS, n))
 
-    def core(self, run_id: str, sync: dict) -> SyncerCore:
+    async def core(self, bus: Bus, run_id: str, sync: dict) -> SyncerCore:
         if run_id not in self.cores:
             core = SyncerCore(SyncConfig.from_dict(sync), run_id=run_id, fragments=self.owned(), source=self.instance)
             # Shards share the run's snapshot folder: restore only this shard's fragments.
             snaps = {p: s for p, s in snapshot.read_all(self.run_dir(run_id)).items() if core.owned is None or p in core.owned}
             if snaps:
-                self.first[run_id] = core.restore(snaps, time.monotonic())
+                published = {p: v for p in snaps if (v := await last_published(bus, run_id, p)) is not None}
+                self.first[run_id] = core.restore(snaps, time.monotonic(), published)
                 log.info("run %s: resumed %d fragments from snapshots (versions %s)", run_id, len(snaps),
-                         {p: s.version for p, s in snaps.items()})
+                         {p: f.version for p, f in core.fragments.items()})
             elif seeded := seed.seed(core, sync, time.monotonic()):   # a resumed or branched run: its parent's versions
                 self.first[run_id] = seeded
             self.cores[run_id] = core
@@ -88,6 +94,12 @@ class DataPlane:
                 kept_alive = time.monotonic()
                 await self.held.keep_alive()
             await self.take_in(bus, runs, timeout_s=self.timeout())
+        await self.settle()
+
+    async def settle(self) -> None:
+        """Wait for the snapshots being written and the acknowledgements waiting on them."""
+        await self.writer.drain()
+        await self.held.settle()
 
     async def open(self, bus: Bus) -> None:
         k, n = self.shard
@@ -125,7 +137,7 @@ class DataPlane:
         except FragmentError as e:
             return await self.refusals.refuse(bus, msg, run_id, e.reason, e.detail)
         async with self.lock:
-            core = self.core(run_id, info.sync)
+            core = await self.core(bus, run_id, info.sync)
             core.roster = roster_of(info)
             if run_id in self.first:        # seeded or restored versions go out before anything of the run is taken in
                 await self.perform(bus, run_id, self.first.pop(run_id))
@@ -154,12 +166,30 @@ class DataPlane:
                 await self.perform(bus, run_id, core.tick(time.monotonic()))
 
     async def perform(self, bus: Bus, run_id: str, outputs: list) -> None:
-        sink = BusSink(bus, run_id, self.run_dir(run_id), self.instance)
+        self.writer.check()
+        sink = BusSink(bus, run_id, self.run_dir(run_id), self.instance, self.writer)
         await perform_async(outputs, sink)
         if sink.wake_at is not None:
             self.wake_at = sink.wake_at if self.wake_at is None else min(self.wake_at, sink.wake_at)
-        for p in sink.closed:               # effects done: the round's messages can go
-            await self.held.release(run_id, p)
+        for p in sink.closed:               # effects done: the round's messages can go once its snapshot is durable
+            if p in sink.writing:
+                self.held.release_after(run_id, p, sink.writing[p])
+            else:
+                await self.held.release(run_id, p)
+
+
+async def last_published(bus: Bus, run_id: str, fragment: int) -> int | None:
+    """The newest version of `fragment` whose first chunk went out (a delta or a keyframe), None if none did."""
+    versions = []
+    for subject in (delta_subject(run_id, fragment, 0), keyframe_subject(run_id, fragment, 0)):
+        found = await bus.last(subject)
+        if found is None:
+            continue
+        try:
+            versions.append(FragmentHeader.from_nats(found[0]).version)
+        except FragmentError as e:          # only the syncer publishes there; a broken header does not count
+            log.warning("run %s: the last message on %s has no valid header (%s)", run_id, subject, e.detail)
+    return max(versions, default=None)
 
 
 def roster_of(info: RunInfo) -> Roster:

@@ -42,14 +42,16 @@ async def final_cut(plane: DataPlane, bus: Bus, request: FinalCutRequested, sync
     await drain(plane, run_id)
     plane.cutting.add(run_id)
     async with plane.lock:
-        core = plane.core(run_id, sync)
+        core = await plane.core(bus, run_id, sync)
         await plane.perform(bus, run_id, core.final_cut())
+        await plane.writer.drain(run_id)            # the rounds' snapshots first: none may replace the final one
         digest, versions = hashlib.sha256(), {}
         for p in sorted(core.fragments):
             _, sha = await asyncio.to_thread(snapshot.write, plane.run_dir(run_id), core.snapshot(p))
             digest.update(sha.encode())
             versions[p] = core.fragments[p].version
             await plane.perform(bus, run_id, [Broadcast(*core.fragments[p].exact_keyframe())])
+        await plane.held.settle()
         await plane.held.release_run(run_id)
     k, n = plane.shard
     await bus.publish(request.caused(FinalCutDone, f"{k}/{n}", versions=versions, snapshot_path=str(plane.run_dir(run_id)),

@@ -35,10 +35,12 @@ class FragmentState:
         return cls(FragmentRows(values), _shadow(run_id, h.fragment, h.fingerprint, h.role, config), init_sha=h.sha256)
 
     @classmethod
-    def restored(cls, s: FragmentSnapshot, run_id: str, config: SyncConfig) -> FragmentState:
+    def restored(cls, s: FragmentSnapshot, run_id: str, config: SyncConfig, *, version: int | None = None) -> FragmentState:
+        """The snapshot's state, as `version` (default: the snapshot's; a later one when versions went out after it)."""
+        version = s.version if version is None else version
         shadow = _shadow(run_id, s.fragment, s.fingerprint, s.role, config)
-        state = cls(FragmentRows(s.theta, s.momentum), shadow, version=s.version)
-        state.shadow.reset(s.version, s.shadow)
+        state = cls(FragmentRows(s.theta, s.momentum), shadow, version=version)
+        state.shadow.reset(version, s.shadow)
         return state
 
     @property

@@ -4,8 +4,12 @@
     perform(outputs, sink)                 # a Sink of plain methods (tests, benchmarks)
     await perform_async(outputs, sink)     # a Sink whose methods are coroutines (services/syncer/bus_sink.py)
 
-Outputs come in the order they must take effect, and are performed in that order: a SaveSnapshot
-before the Broadcast of the same version, so no version a learner saw is ever lost.
+Outputs come in the order they must take effect, and are performed in that order. A round's snapshot comes
+after its Broadcast and is written in the background (`background`: the sink's `snapshot_later`), off the
+round's critical path: the round's pushes are acknowledged only once it is durable (dataplane.py), and a
+successor that restores an older snapshot leaps past every version that went out (core.restore), so no
+version number is ever given to two different values. Version 0 and a seeded run's versions are saved before
+their broadcast (`snapshot`): without them a successor would have nothing to leap from.
 """
 from __future__ import annotations
 
@@ -29,9 +33,10 @@ class Broadcast:
 
 @dataclass(frozen=True)
 class SaveSnapshot:
-    """Write this fragment snapshot durably before performing the outputs that follow it."""
+    """Write this fragment snapshot durably: before performing the outputs that follow it, or in the background."""
 
     snapshot: FragmentSnapshot
+    background: bool = False
 
 
 Output = Event | Broadcast | SaveSnapshot | WakeAt
@@ -44,7 +49,8 @@ class Sink(Protocol):
 
     def event(self, event: Event) -> Any: ...
     def chunk(self, header: FragmentHeader, chunk: bytes) -> Any: ...   # one chunk of a Broadcast, in order
-    def snapshot(self, snap: FragmentSnapshot) -> Any: ...
+    def snapshot(self, snap: FragmentSnapshot) -> Any: ...              # durable when the call returns
+    def snapshot_later(self, snap: FragmentSnapshot) -> Any: ...        # started; durable later, in version order
     def wake(self, at: float) -> Any: ...                     # call core.tick(at) then (a round's grace deadline)
 
 
@@ -52,7 +58,7 @@ def calls(outputs: Iterable[Output], sink: Sink) -> Iterator[Any]:
     """Each output as the sink's calls, made one at a time as the iterator advances."""
     for out in outputs:
         if isinstance(out, SaveSnapshot):
-            yield sink.snapshot(out.snapshot)
+            yield (sink.snapshot_later if out.background else sink.snapshot)(out.snapshot)
         elif isinstance(out, Broadcast):
             for header, chunk in split_chunks(out.header, out.payload, sink.chunk_bytes):
                 yield sink.chunk(header, chunk)

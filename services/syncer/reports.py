@@ -6,7 +6,14 @@ import numpy as np
 
 from yeto.schemas.base import derive_id
 from yeto.schemas.fragments import FragmentHeader
-from yeto.schemas.training import GlobalVersionPublished, LearnerJoined, LearnerRejected, RoundAborted, RoundMerged
+from yeto.schemas.training import (
+    FragmentRestored,
+    GlobalVersionPublished,
+    LearnerJoined,
+    LearnerRejected,
+    RoundAborted,
+    RoundMerged,
+)
 from yeto.services.syncer.admission import Rejection
 from yeto.services.syncer.merge import Combination
 from yeto.services.syncer.rounds import MergeNow
@@ -44,3 +51,8 @@ class Reports:
                                       source=self.source, fragment=p, global_version=version,
                                       keyframe=any(h.kind == "keyframe" for h, _ in messages),
                                       num_bytes=sum(len(payload) for _, payload in messages))
+
+    def restored(self, p: int, snapshot_version: int, published_version: int, version: int) -> FragmentRestored:
+        return FragmentRestored(id=derive_id(self.run_id, "FragmentRestored", p, version), run_id=self.run_id,
+                                source=self.source, fragment=p, snapshot_version=snapshot_version,
+                                published_version=published_version, global_version=version)

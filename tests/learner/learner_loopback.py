@@ -42,6 +42,8 @@ class Loopback:
     def snapshot(self, snap) -> None:
         pass
 
+    snapshot_later = snapshot
+
     def wake(self, at: float) -> None:
         pass
 

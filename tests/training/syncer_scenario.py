@@ -47,6 +47,8 @@ class Recorder:
     def snapshot(self, snap) -> None:
         pass
 
+    snapshot_later = snapshot
+
     def wake(self, at: float) -> None:
         self.at(at, None)
 

@@ -148,4 +148,5 @@ async def test_the_data_plane_acts_on_the_launchers_word_without_waiting_for_ano
     state = {RUN: fold(IslandExited(run_id=RUN, island=1, spec=SPEC)).runs[RUN]}
     await plane.tick(bus, state)
     assert rounds() == [["island-0"]]
-    assert not bus.stream(fragment_subject(RUN, 0)).msgs, "the round's messages are acknowledged once it merged"
+    await plane.settle()                                                 # its snapshot, written in the background
+    assert not bus.stream(fragment_subject(RUN, 0)).msgs, "the round's messages are acknowledged once it is durable"

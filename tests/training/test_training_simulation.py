@@ -9,7 +9,7 @@ from yeto.learners.diloco_sync import DilocoSync
 from yeto.learners.transport.protocol import LocalTransport
 from yeto.schemas.fragments import split_chunks
 from yeto.schemas.recipe import SyncConfig
-from yeto.schemas.training import LearnerRejected, RoundMerged
+from yeto.schemas.training import FragmentRestored, LearnerRejected, RoundMerged
 from yeto.services.syncer import snapshot
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.outputs import perform
@@ -76,6 +76,8 @@ class Wire:
 
     def snapshot(self, snap) -> None:
         snapshot.write(self.tmp_path, snap)
+
+    snapshot_later = snapshot
 
     def event(self, event) -> None:
         self.events.append(event)
@@ -161,44 +163,116 @@ class LossyWire(Wire):
             super().chunk(h, chunk)
 
 
-@pytest.mark.timeout(120)
-def test_a_broadcast_lost_with_a_killed_syncer_does_not_leave_learners_stuck(tmp_path):
-    """The successor restores the snapshot written before the lost broadcast; the learners, one delta short,
-    recover from the keyframe it sends and every fragment keeps merging (they were refused as stale forever)."""
-    rng = np.random.default_rng(3)
+class SlowDiskWire(Wire):
+    """A wire whose background snapshot writes never finish while `stall` is set (the syncer dies with them in
+    flight); it notes the newest version whose first chunk went out, as the global streams' last message tells."""
+
+    stall = False
+
+    def __init__(self, core: SyncerCore, tmp_path) -> None:
+        super().__init__(core, tmp_path)
+        self.went_out: dict[int, int] = {}
+
+    def chunk(self, h, chunk) -> None:
+        super().chunk(h, chunk)
+        if h.chunk == 0:
+            self.went_out[h.fragment] = max(self.went_out.get(h.fragment, -1), h.version)
+
+    def snapshot_later(self, snap) -> None:
+        if not self.stall:
+            super().snapshot(snap)
+
+
+def two_learners(bus: Wire, config: SyncConfig, seed: int) -> tuple[list[DilocoSync], list]:
+    rng = np.random.default_rng(seed)
     init = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
-    config = SyncConfig(num_fragments=4, inner_steps=8, alpha=0.5)
-    core = SyncerCore(config, run_id="r-sim")
-    bus = LossyWire(core, tmp_path)
     learners = [DilocoSync(DictArrays(init), config, run_id="r-sim", learner=f"l{m}", clock=lambda: bus.now) for m in range(2)]
     transports = [bus.transport(f"l{m}") for m in range(2)]
     for sync, t in zip(learners, transports):
         for push in sync.init_pushes():
             t.send_push(push.header, push.payload)
+    return learners, transports
 
-    def steps(first, last):
-        for step in range(first, last + 1):
-            bus.now = step * 0.05
-            for sync, t in zip(learners, transports):
-                for value in sync.arrays.values.values():
-                    value -= 0.05 * (value - 1.0)
-                sync.step_boundary(step, 100, t, step_time_s=0.05)
-            bus.handle(bus.core.tick(bus.now))
 
-    steps(1, 40)
-    bus.lose, merged = True, len([e for e in bus.events if isinstance(e, RoundMerged)])
+def lockstep(bus: Wire, learners: list[DilocoSync], transports: list, first: int, last: int) -> None:
+    """Inner steps `first`..`last` of every learner (a step toward 1.0), the syncer ticked after each."""
+    for step in range(first, last + 1):
+        bus.now = step * 0.05
+        for sync, t in zip(learners, transports):
+            for value in sync.arrays.values.values():
+                value -= 0.05 * (value - 1.0)
+            sync.step_boundary(step, 100, t, step_time_s=0.05)
+        bus.handle(bus.core.tick(bus.now))
+
+
+def merged(bus: Wire) -> list[RoundMerged]:
+    return [e for e in bus.events if isinstance(e, RoundMerged)]
+
+
+@pytest.mark.timeout(120)
+def test_a_broadcast_lost_with_a_killed_syncer_does_not_leave_learners_stuck(tmp_path):
+    """The successor restores the snapshot written before the lost broadcast; the learners, one delta short,
+    recover from the keyframe it sends and every fragment keeps merging (they were refused as stale forever)."""
+    config = SyncConfig(num_fragments=4, inner_steps=8, alpha=0.5)
+    bus = LossyWire(SyncerCore(config, run_id="r-sim"), tmp_path)
+    learners, transports = two_learners(bus, config, seed=3)
+    lockstep(bus, learners, transports, 1, 40)
+    bus.lose, before = True, len(merged(bus))
     step = 41
-    while len([e for e in bus.events if isinstance(e, RoundMerged)]) == merged:
-        steps(step, step)
+    while len(merged(bus)) == before:
+        lockstep(bus, learners, transports, step, step)
         step += 1
     bus.lose = False                                                  # the syncer dies here; its successor:
-    lost = next(e for e in reversed(bus.events) if isinstance(e, RoundMerged))
+    lost = merged(bus)[-1]
     bus.core = SyncerCore(config, run_id="r-sim")
     bus.handle(bus.core.restore(snapshot.read_all(tmp_path), now=bus.now))
     versions_at_restore = {p: f.version for p, f in bus.core.fragments.items()}
-    steps(step, step + 120)
+    lockstep(bus, learners, transports, step, step + 120)
     for sync in learners:
         for p in sync.active:
             assert sync.versions[p] == bus.core.fragments[p].version, f"fragment {p} (lost: {lost.fragment})"
             assert sync.anchors[p].tobytes() == bus.core.fragments[p].shadow.values.tobytes()
     assert all(bus.core.fragments[p].version >= v + 4 for p, v in versions_at_restore.items()), "every fragment merges on"
+
+
+@pytest.mark.timeout(120)
+def test_a_syncer_killed_before_its_background_snapshots_are_durable_resumes_past_every_version_that_went_out(tmp_path):
+    """Snapshots are written after their broadcast: a syncer killed with writes in flight leaves learners holding
+    versions its successor's snapshot lacks. The successor resumes past the newest version that went out (a
+    keyframe of its restored values), so no version number names two values, nobody is refused `future_base`,
+    and the learners end bit-identical to it."""
+    config = SyncConfig(num_fragments=4, inner_steps=8, alpha=0.5)
+    bus = SlowDiskWire(SyncerCore(config, run_id="r-sim"), tmp_path)
+    learners, transports = two_learners(bus, config, seed=4)
+    lockstep(bus, learners, transports, 1, 40)
+    durable = {p: s.version for p, s in snapshot.read_all(tmp_path).items()}
+    assert durable == {p: f.version for p, f in bus.core.fragments.items()}
+    bus.stall, before = True, len(merged(bus))
+    step = 41
+    while len(merged(bus)) < before + 6:                              # six versions out, none of them durable
+        lockstep(bus, learners, transports, step, step)
+        step += 1
+    bus.stall = False                                                 # the syncer dies here; its successor:
+    for sync, t in zip(learners, transports):                        # what was in flight reaches them
+        for h, c in t.poll_globals():
+            sync.offer(h, c)
+        sync.apply_globals()
+    went_out = dict(bus.went_out)
+    ahead = {p: v for p, v in went_out.items() if v > durable[p]}
+    assert ahead and all(sync.versions[p] == v for sync in learners for p, v in ahead.items()), "learners hold them"
+    bus.core, handled = SyncerCore(config, run_id="r-sim"), len(bus.events)
+    outputs = bus.core.restore(snapshot.read_all(tmp_path), now=bus.now, published=went_out)
+    bus.handle(outputs)
+    restored = {e.fragment: (e.snapshot_version, e.published_version, e.global_version)
+                for e in outputs if isinstance(e, FragmentRestored)}
+    assert restored == {p: (durable[p], went_out[p], went_out[p] + 1 if p in ahead else durable[p]) for p in durable}
+    lockstep(bus, learners, transports, step, step + 120)
+    after = bus.events[handled:]
+    assert not [e for e in after if isinstance(e, LearnerRejected) and e.reason == "future_base"]
+    versions = [(e.fragment, e.global_version) for e in after if isinstance(e, RoundMerged)]
+    assert all(v > went_out[p] + 1 for p, v in versions if p in ahead), "no version number is given twice"
+    for sync in learners:
+        for p in sync.active:
+            assert sync.versions[p] == bus.core.fragments[p].version
+            assert sync.anchors[p].tobytes() == bus.core.fragments[p].shadow.values.tobytes()
+    assert all(bus.core.fragments[p].version >= went_out[p] + 4 for p in ahead), "every fragment merges on"
