@@ -133,7 +133,7 @@ async def sql_latency(url: str, bus: NatsBus, db: Path) -> dict[str, float]:
 
 async def main(n: int, sql_n: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="yeto-bench-tape-"))
-    with NatsServer(tmp / "nats").start() as server:
+    with NatsServer(tmp / "nats") as server:
         bus = await NatsBus.connect(server.url)
         await ensure_streams(bus)
         raw_s = await publish(bus, payloads(n, 0))

@@ -145,7 +145,8 @@ class NatsServer:
             self.proc.wait()
 
     def __enter__(self) -> NatsServer:
-        return self.start()
+        """Starts it, unless it runs already (`with NatsServer(d).start() as s:` once started a second, orphaned one)."""
+        return self if self.proc is not None and self.proc.poll() is None else self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()

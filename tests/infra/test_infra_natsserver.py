@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from yeto.infra.bus import connect
-from yeto.infra.natsserver import ensure_streams, render_config
+from yeto.infra.natsserver import NatsServer, ensure_streams, render_config
 from yeto.schemas.subjects import MAX_PAYLOAD, STREAMS
 
 
@@ -12,6 +12,21 @@ def test_non_loopback_bind_without_tls_and_auth_is_refused(tmp_path):
     with pytest.raises(ValueError, match="needs TLS and authentication"):
         render_config(host="0.0.0.0", port=4222, store_dir=tmp_path, max_payload=1024, tls=None,
                       users_file=tmp_path / "users.conf")
+
+
+def test_a_started_server_entered_as_a_context_is_the_one_process_and_stops_with_it(tmp_path):
+    """`with NatsServer(d).start() as s:` started a second process on the same port, and the first outlived it."""
+    server = NatsServer(tmp_path / "nats").start()
+    first = server.proc
+    try:
+        with server as entered:
+            assert entered is server and server.proc is first and first.poll() is None
+        assert first.poll() is not None, "the server outlived its `with`"
+    finally:
+        if first.poll() is None:        # a failed run must not leave it behind
+            first.kill()
+            first.wait()
+    assert (tmp_path / "nats" / "nats-server.log").read_text().count("Starting nats-server") == 1
 
 
 def test_generated_config_is_loopback_with_jetstream_on_disk(tmp_path):
