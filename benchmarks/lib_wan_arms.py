@@ -80,20 +80,10 @@ class YetoHub:
         return f"nats://{self.wan.links[i].hub_ip}:{self.port}"
 
     def publish(self, launch) -> None:
+        """The run's data events and RunLaunched, and what the stopped launcher would announce once they run."""
         from yeto.cli import launch_checks as checks
-        from yeto.infra.bus import connect
         from yeto.services.launcher.logic import launch as launcher_decides
-
-        async def go():
-            bus = await connect(self.rec["url"], name="wan-bench")
-            try:
-                for msg in [*checks.data_events(launch), launcher_decides(launch)[0].msg]:   # RunLaunched only
-                    await bus.publish(msg)
-                for msg in self.islands_up(launch):      # what the stopped launcher would announce once they run
-                    await bus.publish(msg)
-            finally:
-                await bus.close()
-        asyncio.run(go())
+        self._announce([*checks.data_events(launch), launcher_decides(launch)[0].msg, *self.islands_up(launch)])
 
     @staticmethod
     def islands_up(launch) -> list:
@@ -105,24 +95,41 @@ class YetoHub:
                          backend="local", handle="wan")
                 for i, spec in enumerate(launch.fleet)]
 
-    def exited(self, launch, codes: dict[int, int | None]) -> float:
-        """IslandExited of each island in `codes` (generation 0; exit code None = killed), as the stopped launcher's
-        process watcher would publish it (the syncer stops counting the island as live; the finalizer stops waiting
-        for its acknowledgement); returns the wall time just before publishing."""
+    def exited(self, launch, codes: dict[int, int | None], generations: dict[int, int] | None = None) -> float:
+        """IslandExited of each island in `codes` (of its generation in `generations`, else 0; exit code None =
+        killed), as the stopped launcher's process watcher would publish it (the syncer stops counting the island
+        as live; the finalizer stops waiting for its acknowledgement); returns the wall time just before publishing."""
+        from yeto.schemas.base import derive_id
+        from yeto.schemas.fleet import IslandExited
+        gens = generations or {}
+        return self._announce([IslandExited(id=derive_id(launch.run_id, "IslandExited", i, gens.get(i, 0)),
+                                            run_id=launch.run_id, source="wan-bench", island=i, generation=gens.get(i, 0),
+                                            spec=launch.fleet[i], backend="local", handle="wan", exit_code=code,
+                                            detail="SIGKILL (wan.py)" if code is None else "")
+                               for i, code in codes.items()])
+
+    def replaced(self, launch, island: int, generation: int) -> float:
+        """IslandReplaced of `island` by `generation`, as the stopped launcher announces the replacement it starts
+        (the syncer admits that generation from then on); returns the wall time just before publishing."""
+        from yeto.schemas.base import derive_id
+        from yeto.schemas.fleet import IslandReplaced
+        spec = launch.fleet[island]
+        return self._announce([IslandReplaced(id=derive_id(launch.run_id, "IslandReplaced", island, generation),
+                                              run_id=launch.run_id, source="wan-bench", island=island, generation=generation,
+                                              previous_generation=generation - 1, spec=spec,
+                                              price_per_hour=float(spec.get("price_per_hour") or 0.0), backend="local",
+                                              handle="wan")])
+
+    def _announce(self, events: list) -> float:
         import time
 
         from yeto.infra.bus import connect
-        from yeto.schemas.base import derive_id
-        from yeto.schemas.fleet import IslandExited
 
         async def go() -> None:
             bus = await connect(self.rec["url"], name="wan-bench")
             try:
-                for i, code in codes.items():
-                    await bus.publish(IslandExited(id=derive_id(launch.run_id, "IslandExited", i, 0), run_id=launch.run_id,
-                                                   source="wan-bench", island=i, generation=0, spec=launch.fleet[i],
-                                                   backend="local", handle="wan", exit_code=code,
-                                                   detail="SIGKILL (wan.py)" if code is None else ""))
+                for event in events:
+                    await bus.publish(event)
             finally:
                 await bus.close()
         at = time.time()
@@ -175,16 +182,24 @@ class YetoHub:
 
 def start_yeto(hub: YetoHub, launch, work: Path, *, eval_every: int) -> list[Proc]:
     """Publish the run and start one learner per namespace; returns the learner processes."""
-    from yeto.schemas.fleet import learner_name
     hub.publish(launch)
     path = work / f"{launch.run_id}-recipe.json"
     path.write_text(json.dumps(launch.recipe["train"]))
-    t0, n = time.monotonic(), len(hub.wan.links)
-    return [Proc([*link.prefix(), *LEARNER, "--run-id", launch.run_id, "--learner", learner_name(i), "--generation", "0",
-                  "--nats-url", hub.url(i), "--recipe", str(path), "--learner-index", str(i), "--num-learners", str(n),
-                  *learner_flags(eval_every)], log=work / f"{launch.run_id}-{i}.log", t0=t0,
-                 env=hub.credential(launch.run_id, learner_name(i)))
-            for i, link in enumerate(hub.wan.links)]
+    t0 = time.monotonic()
+    return [start_learner(hub, launch, work, i, eval_every=eval_every, t0=t0) for i in range(len(hub.wan.links))]
+
+
+def start_learner(hub: YetoHub, launch, work: Path, i: int, *, eval_every: int, t0: float, generation: int = 0,
+                  start_step: int = 0) -> Proc:
+    """Learner `i` in its namespace: generation 0 at the run's start, or a replacement resuming at `start_step` (the
+    island's last reported step, as the launcher starts one: services/launcher/logic.py)."""
+    from yeto.schemas.fleet import learner_name
+    path, n = work / f"{launch.run_id}-recipe.json", len(hub.wan.links)
+    return Proc([*hub.wan.links[i].prefix(), *LEARNER, "--run-id", launch.run_id, "--learner", learner_name(i),
+                 "--generation", str(generation), "--start-step", str(start_step), "--nats-url", hub.url(i),
+                 "--recipe", str(path), "--learner-index", str(i), "--num-learners", str(n), *learner_flags(eval_every)],
+                log=work / f"{launch.run_id}-{i}{f'-g{generation}' if generation else ''}.log", t0=t0,
+                env=hub.credential(launch.run_id, learner_name(i)))
 
 
 def eval_artifact(recipe: dict, artifact: Path, work: Path) -> float:

@@ -8,12 +8,17 @@ trains to the end, the run is finalized and its artifact scored like the fault-f
 with benchmarks/chaos.py's readings (`after_kill`, `metrics`: the same SQL, not a copy):
   kill_to_next_global_s    kill -> the next RoundMerged without the killed island
   exited_to_next_global_s  IslandExited -> that RoundMerged (issue 14's target: <= 5 s)
-  rounds_merged_while_down RoundMerged from the kill to the run's end (nobody replaces the island here)
+  rounds_merged_while_down RoundMerged from the kill to the island's return (or the run's end)
   goodput_tokens           tokens merged (the tape) / tokens trained (the learners' own step lines)
   goodput_time             useful island-seconds / paid island-seconds: paid = each learner process's life
                            (start to exit or kill); useful = the step-seconds that trained the merged tokens
                            (tokens merged x the learners' mean step-seconds per token), so start-up, evaluation,
                            waits and lost work all count as paid but not useful
+yeto-replace: yeto-fault, and then what the launcher does when an island exits (services/launcher/logic.py): the
+island is replaced at once by generation 1 (IslandReplaced published here), which resumes at the island's last
+reported step from the current global model; the run ends when every learner has trained its steps, so the fault
+costs only the work lost since the killed learner's last merged push and the replacement's start-up. Also:
+  down_until_rejoin_s      kill -> the first RoundMerged with the replacement in it
 """
 from __future__ import annotations
 
@@ -24,10 +29,11 @@ from pathlib import Path
 from lib_wan_proc import Proc
 
 
-def run_fault(hub, launch, work: Path, args) -> tuple[list[Proc], dict]:
-    """Start the run, SIGKILL learner 1 at the kill step of learner 0, report its exit, wait for the survivor.
-    Returns the processes and the kill's times: monotonic (`kill_at`, since the processes' t0) and wall."""
-    from lib_wan_arms import start_yeto
+def run_fault(hub, launch, work: Path, args, *, replace: bool = False) -> tuple[list[Proc], dict]:
+    """Start the run, SIGKILL learner 1 at the kill step of learner 0, report its exit, wait for the survivor (and,
+    with `replace`, for the replacement started at once). Returns the processes (the replacement last) and the
+    kill's times: monotonic (`kill_at`, since the processes' t0) and wall."""
+    from lib_wan_arms import start_learner, start_yeto
     procs = start_yeto(hub, launch, work, eval_every=args.eval_every)
     kill_step, deadline = int(args.kill_frac * args.steps), time.monotonic() + args.timeout_s
     while not any(d["step"] >= kill_step for _, d in procs[0].steps()):
@@ -37,10 +43,19 @@ def run_fault(hub, launch, work: Path, args) -> tuple[list[Proc], dict]:
     kill_wall, kill_at = time.time(), time.monotonic() - procs[0].t0
     procs[1].kill()           # returns once the process is reaped
     exited_wall = hub.exited(launch, {1: None})
-    if procs[0].wait(args.timeout_s) != 0:
-        raise RuntimeError(f"the surviving learner failed; see {procs[0].log}")
-    hub.exited(launch, {0: 0})
-    return procs, {"kill_at": kill_at, "kill_wall": kill_wall, "exited_wall": exited_wall}
+    times = {"kill_at": kill_at, "kill_wall": kill_wall, "exited_wall": exited_wall}
+    if replace:               # as the launcher does on an exit: generation 1 at the island's last reported step
+        last = max((d["step"] for _, d in procs[1].steps()), default=0)
+        times |= {"replaced_wall": hub.replaced(launch, 1, 1), "replaced_from_step": last}
+        procs.append(start_learner(hub, launch, work, 1, eval_every=args.eval_every, t0=procs[0].t0, generation=1,
+                                   start_step=last))
+    for p in [procs[0], *procs[2:]]:
+        if p.wait(args.timeout_s) != 0:
+            raise RuntimeError(f"a learner failed after the kill; see {p.log}")
+    hub.exited(launch, {i: 0 for i in range(len(hub.wan.links)) if i != 1})
+    if replace:
+        hub.exited(launch, {1: 0}, {1: 1})
+    return procs, times
 
 
 def tape_env(hub) -> dict:
@@ -79,8 +94,10 @@ def global_model(hub, run_id: str, procs: list[Proc], *, kill: dict | None = Non
     from chaos import after_kill, metrics
     env = tape_env(hub)
     wait_taped(env, run_id, "ArtifactWritten")
-    out = goodput_time(procs, metrics(env, run_id)["tokens_merged"],
-                       ends=[None] + [kill["kill_at"] if kill else None] * (len(procs) - 1))
+    ends = [None] * len(procs)
+    if kill:                  # learner 1 was paid until its kill (a replacement, last, until it finished)
+        ends[1] = kill["kill_at"]
+    out = goodput_time(procs, metrics(env, run_id)["tokens_merged"], ends=ends)
     if kill:
         out["kill"] = after_kill(env, run_id, kill["kill_wall"], 1)
         out["kill"]["launcher_exited_after_kill_s"] = kill["exited_wall"] - kill["kill_wall"]

@@ -95,29 +95,13 @@ def table(results: dict, args) -> list[str]:
             lines.append(f"{name} global model: goodput by tokens {g['goodput_tokens']:.3f} (merged "
                          f"{g['tokens_merged']:.0f} of {g['tokens_trained']} trained), by time {g['goodput_time']:.3f} "
                          f"({g['useful_island_s']:.1f} useful of {g['paid_island_s']:.1f} paid island-seconds)")
-    yeto, fault = results.get("yeto"), results.get("yeto-fault")
-    kill = (fault or {}).get("global", {}).get("kill")
-    if kill:
-        lines.append(f"yeto-fault after the kill: next merged global {_f(kill['kill_to_next_global_s'], '.2f')} s after "
-                     f"the kill, {_f(kill['exited_to_next_global_s'], '.2f')} s after IslandExited (published "
-                     f"{kill['launcher_exited_after_kill_s']:.2f} s after the kill); "
-                     f"{kill['rounds_merged_while_down']} rounds merged without the island")
+    yeto = results.get("yeto")
     if yeto and yeto.get("artifact") is not None and ddp:
         quality = _pct(yeto["artifact"], ddp["final"])
         lines.append(f"target quality (the artifact within 1% of DDP): {_met(quality <= 1.0)} ({quality:+.2f}%)")
-    if fault:
-        st = fault.get("stall", {})
-        lines.append(f"target no stall (survivor's longest step after the kill < median + {STALL_S:.0f} s): "
-                     f"{_met(st.get('stall_s', math.inf) < STALL_S)} (longest after "
-                     f"{st.get('max_step_after_kill_s', math.nan):.2f} s, before "
-                     f"{st.get('max_step_before_kill_s', math.nan):.2f} s, median {st.get('median_step_s', math.nan):.3f} s)")
-    if kill:
-        wait = kill["exited_to_next_global_s"]
-        lines.append(f"target next global <= {NEXT_GLOBAL_S:.0f} s after IslandExited: "
-                     f"{_met(wait is not None and wait <= NEXT_GLOBAL_S)} ({_f(wait, '.2f')} s)")
-    if fault and yeto and fault.get("artifact") is not None and yeto.get("artifact") is not None:
-        delta = _pct(fault["artifact"], yeto["artifact"])
-        lines.append(f"target fault artifact within 1% of the fault-free one: {_met(delta <= 1.0)} ({delta:+.2f}%)")
+    for name in ("yeto-fault", "yeto-replace"):
+        if name in results:
+            lines += fault_lines(name, results[name], yeto)
     fts = {n: r for n, r in results.items() if n.startswith("torchft") and "curve" in r}
     if fts and yeto:
         times = [row[n] for n in fts if row.get(n) is not None]
@@ -133,4 +117,29 @@ def table(results: dict, args) -> list[str]:
         lines.append("targets against torchft: not measured (run with --torchft)")
     ratio = row["yeto"] / row["ddp"] if row.get("yeto") and row.get("ddp") else math.nan
     lines.append(f"yeto_time_to_target_over_ddp={ratio:.3f}")
+    return lines
+
+
+def fault_lines(name: str, fault: dict, yeto: dict | None) -> list[str]:
+    """A fault arm's readings on the global model and its targets (next global, no stall, artifact vs fault-free)."""
+    lines, kill = [], fault.get("global", {}).get("kill")
+    if kill:
+        rejoin = kill.get("down_until_rejoin_s")
+        lines.append(f"{name} after the kill: next merged global {_f(kill['kill_to_next_global_s'], '.2f')} s after "
+                     f"the kill, {_f(kill['exited_to_next_global_s'], '.2f')} s after IslandExited (published "
+                     f"{kill['launcher_exited_after_kill_s']:.2f} s after the kill); "
+                     f"{kill['rounds_merged_while_down']} rounds merged without the island"
+                     + (f"; the replacement in a merged round {rejoin:.2f} s after the kill" if rejoin is not None else ""))
+    st = fault.get("stall", {})
+    lines.append(f"target no stall ({name}: survivor's longest step after the kill < median + {STALL_S:.0f} s): "
+                 f"{_met(st.get('stall_s', math.inf) < STALL_S)} (longest after "
+                 f"{st.get('max_step_after_kill_s', math.nan):.2f} s, before "
+                 f"{st.get('max_step_before_kill_s', math.nan):.2f} s, median {st.get('median_step_s', math.nan):.3f} s)")
+    if kill:
+        wait = kill["exited_to_next_global_s"]
+        lines.append(f"target next global <= {NEXT_GLOBAL_S:.0f} s after IslandExited ({name}): "
+                     f"{_met(wait is not None and wait <= NEXT_GLOBAL_S)} ({_f(wait, '.2f')} s)")
+    if yeto and fault.get("artifact") is not None and yeto.get("artifact") is not None:
+        delta = _pct(fault["artifact"], yeto["artifact"])
+        lines.append(f"target fault artifact within 1% of the fault-free one ({name}): {_met(delta <= 1.0)} ({delta:+.2f}%)")
     return lines

@@ -10,6 +10,8 @@ Arms (--arms; the torchft ones need torchft-nightly and --torchft or --arms):
   yeto-fault     yeto with learner 1 SIGKILLed at --kill-frac of the steps, measured on the global model
                  (lib_wan_fault: next merged version after the kill, rounds merged without the island, the
                  finalized artifact against the fault-free one, goodput by tokens and by time) and on the survivor
+  yeto-replace   yeto-fault, then the island replaced at once as the launcher does (generation 1 resumes at the
+                 island's last reported step): the fault run's artifact against the fault-free one, as in production
   torchft        torchft DiLoCo, its defaults (one fragment, no delay, alpha 0, fp32)
   torchft-best   torchft Streaming DiLoCo: Yeto's fragments, fragment_sync_delay 1, alpha 0.5, bf16 payloads
   torchft-fault  torchft (defaults) with replica 1 SIGKILLed: the survivor's stall
@@ -31,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-YETO_ARMS = ("ddp", "yeto", "yeto-a0", "yeto-fault")
+YETO_ARMS = ("ddp", "yeto", "yeto-a0", "yeto-fault", "yeto-replace")
 TORCHFT_ARMS = ("torchft", "torchft-best", "torchft-fault")
-ARM_FLAGS = {"yeto": [], "yeto-a0": ["--merge-alpha=0"], "yeto-fault": []}
+ARM_FLAGS = {"yeto": [], "yeto-a0": ["--merge-alpha=0"], "yeto-fault": [], "yeto-replace": []}
 """`yeto launch` flags of each Yeto arm, after --yeto-flag's."""
 
 
@@ -56,6 +58,7 @@ def plan(args) -> list[str]:
             "yeto": f"yeto (default recipe{' ' + extra if extra else ''})",
             "yeto-a0": f"yeto-a0 ({' '.join([*args.yeto_flags, *ARM_FLAGS['yeto-a0']])})",
             "yeto-fault": "yeto-fault (yeto, learner 1 killed)",
+            "yeto-replace": "yeto-replace (yeto-fault, the island replaced at once as the launcher does)",
             "torchft": f"torchft (DiLoCo defaults: 1 fragment, H {args.ft_sync_every}, delay 0, alpha 0, fp32)",
             "torchft-best": f"torchft-best (Streaming DiLoCo: Yeto's fragments, H {args.ft_sync_every}, delay 1, "
                             "alpha 0.5, bf16)",
@@ -65,10 +68,14 @@ def plan(args) -> list[str]:
              f"{args.steps} steps x micro-batch 4 x seq 128 per learner, lr 3e-3",
              "arms: " + ", ".join(what[a] for a in arms),
              f"target: DDP held-out loss at step {int(args.target_frac * args.steps)}; eval every {args.eval_every} steps"]
-    if "yeto-fault" in arms or "torchft-fault" in arms:
+    faults = [a for a in arms if a.endswith("-fault") or a == "yeto-replace"]
+    if faults:
+        yeto_faults = [a for a in faults if a.startswith("yeto")]
         lines.append(f"fault: SIGKILL learner 1 at step {int(args.kill_frac * args.steps)} of learner 0"
-                     + (" (yeto-fault: IslandExited published once it is reaped; next global version, rounds merged "
-                        "without it, artifact vs yeto's, goodput by tokens and by time)" if "yeto-fault" in arms else ""))
+                     + (f" ({', '.join(yeto_faults)}: IslandExited published once it is reaped; next global version, "
+                        "rounds merged without it, artifact vs yeto's, goodput by tokens and by time"
+                        + ("; yeto-replace: IslandReplaced and generation 1 from the island's last step at once"
+                           if "yeto-replace" in faults else "") + ")" if yeto_faults else ""))
     return lines
 
 
@@ -82,8 +89,8 @@ def run_yeto_arm(name: str, hub, model: Path, data: Path, work: Path, args) -> d
     _, launch = build_launch(f"wan-{name}", model, data, steps=args.steps, learners=args.learners,
                              extra=[f"--seed={args.seed}", *args.yeto_flags, *ARM_FLAGS[name]])
     before, app = hub.wan.bytes(), hub.app_bytes()
-    if name == "yeto-fault":
-        procs, kill = run_fault(hub, launch, work, args)
+    if name in ("yeto-fault", "yeto-replace"):
+        procs, kill = run_fault(hub, launch, work, args, replace=name == "yeto-replace")
     else:
         procs, kill = start_yeto(hub, launch, work, eval_every=args.eval_every), None
         wait_all(procs, args.timeout_s)

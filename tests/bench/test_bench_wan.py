@@ -83,13 +83,18 @@ def test_wan_report_reads_the_fault_on_the_global_model():
     fault = _arm([(3.0, 10, 4.5), (6.0, 20, 4.2)], 4.2, 8, artifact=4.03, stall=stall, **{"global": {**glob, "kill": kill}})
     lines = report.table({"yeto": yeto, "yeto-fault": fault}, args)          # no ddp: no target, the rest stands
     assert lines[0] == "no ddp arm: no target, no time to target" and lines[-1] == "yeto_time_to_target_over_ddp=nan"
-    assert any("next global <= 5 s after IslandExited: MET (1.25 s)" in line for line in lines)
-    assert any("fault artifact within 1% of the fault-free one: MET (+0.75%)" in line for line in lines)
+    assert any("next global <= 5 s after IslandExited (yeto-fault): MET (1.25 s)" in line for line in lines)
+    assert any("fault artifact within 1% of the fault-free one (yeto-fault): MET (+0.75%)" in line for line in lines)
     assert any("by time 0.500 (5.0 useful of 10.0 paid" in line for line in lines)
     assert any("7 rounds merged without the island" in line for line in lines)
     assert any("no stall" in line and ": MET" in line for line in lines)
     late = {**fault, "global": {**glob, "kill": {**kill, "exited_to_next_global_s": None}}}
-    assert any("IslandExited: NOT MET (nan s)" in line for line in report.table({"yeto-fault": late}, args))
+    assert any("IslandExited (yeto-fault): NOT MET (nan s)" in line for line in report.table({"yeto-fault": late}, args))
+    back = {**fault, "artifact": 4.06, "global": {**glob, "kill": {**kill, "down_until_rejoin_s": 9.5}}}
+    replaced = report.table({"yeto": yeto, "yeto-replace": back}, args)
+    assert any(line.startswith("yeto-replace after the kill:") and line.endswith("in a merged round 9.50 s after the kill")
+               for line in replaced)
+    assert any("one (yeto-replace): NOT MET (+1.50%)" in line for line in replaced)
 
 
 def test_goodput_by_time_counts_the_step_seconds_of_merged_tokens_against_each_process_life():
@@ -123,13 +128,14 @@ def _has_torchft() -> bool:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """One real run over shaped links, shared by the tests below: ddp, the Yeto fault arm (the Yeto arms' path plus
-    the kill) and, when torchft-nightly is installed, torchft at its best; a few steps, H 8 so rounds merge."""
+    """One real run over shaped links, shared by the tests below: ddp, the Yeto fault arm with the replacement (the
+    Yeto arms' path plus the kill and the launcher's replacement) and, when torchft-nightly is installed, torchft at
+    its best; a few steps, H 8 so rounds merge."""
     why = _why_not()
     if why:
         pytest.skip(f"benchmarks/wan.py {why}")
     out_json = tmp_path_factory.mktemp("wan") / "wan.json"
-    arms = "ddp,yeto-fault" + (",torchft-best" if _has_torchft() else "")
+    arms = "ddp,yeto-replace" + (",torchft-best" if _has_torchft() else "")
     run = subprocess.Popen([sys.executable, str(SCRIPT), "--steps", "24", "--eval-every", "8", "--rate", "50mbit",
                             "--kill-frac", "0.5", "--arms", arms, "--yeto-flag=--sync-every=8", "--ft-sync-every", "12",
                             "--json", str(out_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -151,7 +157,7 @@ def test_wan_tiny_real_run_reports_every_arm_over_shaped_links(tiny_run):
     float(value)          # nan when Yeto had not reached DDP's loss in so few steps: not this test's business
     assert name == "yeto_time_to_target_over_ddp"
     results = data["results"]
-    assert set(results) == set(data["arms"]) and "ddp" in results and "yeto-fault" in results
+    assert set(results) == set(data["arms"]) and "ddp" in results and "yeto-replace" in results
     # every arm moved bytes over the shaped links, and DDP (a full gradient every step) moved the most
     for arm in data["arms"]:
         assert 0 < results[arm]["bytes"] <= results["ddp"]["bytes"], arm
@@ -165,15 +171,18 @@ def test_wan_tiny_real_run_reports_every_arm_over_shaped_links(tiny_run):
 @pytest.mark.timeout(600)
 def test_wan_tiny_real_fault_is_measured_on_the_global_model(tiny_run):
     lines, data = tiny_run
-    fault = data["results"]["yeto-fault"]
+    fault = data["results"]["yeto-replace"]
     assert fault["artifact"] > 0, "the fault run was finalized and its artifact scored"
     kill = fault["global"]["kill"]
     # the tape saw the launcher's IslandExited and the global model moved on without the island
     assert kill["island"] == 1 and kill["kill_to_next_global_s"] is not None and kill["rounds_merged_while_down"] >= 1
     assert kill["exited_to_next_global_s"] is not None and kill["exited_to_next_global_s"] < kill["kill_to_next_global_s"]
+    # then the replacement (generation 1, from the island's last step) was admitted and merged into the global model
+    assert kill["down_until_rejoin_s"] is not None and kill["down_until_rejoin_s"] > kill["kill_to_next_global_s"]
     g = fault["global"]
     assert 0 < g["goodput_time"] < g["goodput_tokens"] <= 1.0        # paid seconds include start-up and evaluation
-    assert any(line.startswith("target next global <= 5 s after IslandExited") for line in lines)
+    assert any(line.startswith("target next global <= 5 s after IslandExited (yeto-replace)") for line in lines)
+    assert any(line.startswith("yeto-replace after the kill:") and "the replacement in a merged round" in line for line in lines)
 
 
 ECHO = """
