@@ -45,7 +45,9 @@ def yeto(env, *argv, check=True) -> str:
 
 
 def sql(env, query: str) -> list[list]:
-    return [list(row.values()) for row in json.loads(yeto(env, "sql", "--format", "json", query))]
+    """`yeto sql` of the stack under env's YETO_HOME, asked in this process (a CLI process per reading cost ~1 s)."""
+    from yeto.cli.tape_query import tape_query
+    return [list(row) for row in tape_query(argparse.Namespace(state_dir=env["YETO_HOME"], nats_url=None), query)["rows"]]
 
 
 def finished(env, run: str) -> str | None:
