@@ -235,7 +235,7 @@ def local_copy(model: str, home: Path) -> str:
 
 def run_one(args, env, arm: str, seed: int, tag: str, lr: float | None = None) -> dict:
     """One arm and seed (a sync sweep point when `lr` is given) launched, waited for, its artifact scored."""
-    run = f"lora-{arm}-s{seed}-{tag}" if lr is None else f"lora-{arm}-lr{lr:g}-s{seed}-{tag}"
+    run = f"lora-{arm}-s{seed}-{tag}" if lr is None else f"lora-{arm}-lr{lr:g}-s{seed}-{tag}".replace(".", "p")
     argv = launch_argv(args, arm, seed, run, lr)
     for attempt in (1, 2):          # a launch that never reached the tape (the local stack failed to start): once more
         print(f"{run}: yeto {' '.join(argv)}", flush=True)

@@ -3,6 +3,7 @@ learner tests: real `yeto launch --wait` runs on a local stack, artifacts scored
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -142,6 +143,20 @@ def test_bad_sweep_or_candidate_exits_2(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         lora_task.parse(argv)
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_sweep_run_ids_are_run_ids(monkeypatch):
+    """A sweep point's run id names its lr in the characters `yeto launch --run-id` takes (no '.')."""
+    args = lora_task.parse(["--seeds", "", "--sync-lrs", "5e-4,2e-3", "--tune-seeds", "100"])
+    seen = []
+    monkeypatch.setattr(lora_task.subprocess, "run", lambda argv, **kw: seen.append(argv[argv.index("--run-id") + 1])
+                        or lora_task.subprocess.CompletedProcess(argv, 0, "", ""))
+    monkeypatch.setattr(lora_task, "tape_metrics", lambda env, run: {"outcome": "RunFailed"})
+    monkeypatch.setattr(lora_task, "wire_bytes", lambda env, run: {})
+    for lr in args.sweep_lrs:
+        lora_task.run_one(args, {"YETO_HOME": "/nonexistent"}, "sync", 100, "20261201000000", lr)
+    assert seen == ["lora-sync-lr0p0005-s100-20261201000000", "lora-sync-lr0p002-s100-20261201000000"]
+    assert all(re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", run) for run in seen)
 
 
 def test_a_sweep_alone_needs_no_reporting_seed():
