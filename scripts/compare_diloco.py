@@ -232,8 +232,9 @@ def main(argv=None) -> int:
             "args": vars(args), "base": base.to_dict(), "tune_seeds": tune_seeds, "lrs": lrs, "sweeps": sweep_runs,
             "ci": "95% CI of the mean paired per-seed delta, Student t with n-1 df", "results": results}, indent=1))
     for name, lr in lrs.items():
-        how = (f"best of {len(sweeps[name])} on tuning seeds {','.join(map(str, tune_seeds))}" if swept(args, name)
-               else "not tuned")
+        seeds_txt = f"on tuning seeds {','.join(map(str, tune_seeds))}"
+        how = ("not tuned" if not swept(args, name) else f"one lr, also run {seeds_txt}" if len(sweeps[name]) == 1
+               else f"best of {len(sweeps[name])} {seeds_txt}")
         print(f"{name}: lr {lr:g} ({how})")
     if args.tune_only:
         return 0

@@ -148,6 +148,21 @@ def test_one_yeto_lr_runs_the_yeto_arms_on_the_tuning_seeds():
     assert "runs=4 " in out.stdout                        # 2 arms x 1 lr x 2 tuning seeds; no reporting seeds
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_one_yeto_lr_with_tune_only_runs_the_yeto_arm_on_the_tuning_seeds_alone(tmp_path):
+    out_json = tmp_path / "out.json"
+    out = _cli("--settings", "default", "--recipe", "inner_steps=4", "--yeto-lrs", "1e-2", "--tune-seeds", "7", "--tune-only",
+               "--layers", "2", "--hidden", "32", "--steps", "8", "--micro-batch", "2", "--seq-len", "64",
+               "--heldout-blocks", "4", "--workdir", str(tmp_path / "work"), "--out", str(out_json), timeout=240)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out_json.read_text())
+    assert [(r["seed"], r["lr"]) for r in got["sweeps"]["default"]] == [(7, 1e-2)] and "sync" not in got["sweeps"]
+    assert got["lrs"] == {"sync": 3e-3, "default": 1e-2} and got["results"] == {"sync": [], "default": []}
+    assert got["args"]["recipe"] == ["inner_steps=4"] and got["sweeps"]["default"][0]["stats"]["rounds"] > 0
+    assert "default: lr 0.01 (one lr, also run on tuning seeds 7)" in out.stdout
+
+
 def test_reuse_takes_only_the_sync_runs_of_an_output_with_another_recipe(tmp_path):
     import compare_diloco
     old = tmp_path / "old.json"
