@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-YETO = str(ROOT / ".venv" / "bin" / "yeto")
+YETO = str(Path(sys.executable).parent / "yeto")      # the venv's CLI (also from a frozen copy)
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 

@@ -69,7 +69,7 @@ def wait_taped(env: dict, run_id: str, event: str, timeout: float = 60.0) -> Non
     while not sql(env, f"select count(*) from events where run_id = '{run_id}' and type = '{event}'")[0][0]:
         if time.monotonic() > deadline:
             raise RuntimeError(f"the tape has no {event} of {run_id} after {timeout:.0f}s")
-        time.sleep(0.5)       # polling the tape through the CLI, as chaos.py does: not a synchronization
+        time.sleep(0.5)       # polling the tape, as chaos.py does: not a synchronization
 
 
 def life_s(proc: Proc, end: float | None = None) -> float:
