@@ -333,15 +333,18 @@ def table(results: list[dict], arms: list[str], sync_lr: float | None = None) ->
 
 
 def default_delta(results: list[dict], sync_lr: float | None = None) -> str:
-    """The last line: `default_delta_pct=<mean> ci95=[<lo>,<hi>] n=<seeds>`, default vs sync (at reference_lr)
-    paired by seed."""
+    """The last line: `default_delta_pct=<mean> ci95=[<lo>,<hi>] n=<seeds>`, default vs sync at reference_lr, paired
+    by seed; default's runs at that lr too where it has some (else at its lowest lr)."""
+    ok = [r for r in results if r.get("heldout_ce") is not None]
     ref = reference_lr(results, sync_lr)
-    ce = {(r["arm"], r["seed"]): r["heldout_ce"] for r in results if r.get("heldout_ce") is not None
-          and (r["arm"] != "sync" or run_lr(r) == ref)}
-    seeds = sorted(s for a, s in ce if a == "default" and ("sync", s) in ce)
+    lrs = sorted({run_lr(r) for r in ok if r["arm"] == "default"}, key=lambda x: (x is None, x))
+    mine = ref if ref in lrs else (lrs[0] if lrs else None)
+    sync = {r["seed"]: r["heldout_ce"] for r in ok if r["arm"] == "sync" and run_lr(r) == ref}
+    default = {r["seed"]: r["heldout_ce"] for r in ok if r["arm"] == "default" and run_lr(r) == mine}
+    seeds = sorted(set(sync) & set(default))
     if not seeds:
         return "default_delta_pct=nan ci95=[nan,nan] n=0"
-    return headline("default", [ce[("default", s)] for s in seeds], [ce[("sync", s)] for s in seeds])
+    return headline("default", [default[s] for s in seeds], [sync[s] for s in seeds])
 
 
 def report(results: list[dict], tune_seeds: list[int], sync_lr: float | None = None) -> list[str]:

@@ -119,6 +119,16 @@ def test_report_pairs_against_the_swept_lr_with_a_paired_t_interval():
     assert lines[-1] == "default_delta_pct=+2.000 ci95=[-0.484,+4.484] n=3"
 
 
+def test_the_last_line_pairs_default_at_the_tuned_lr_where_it_ran_there():
+    runs = [fake("sync", 100, 2.3, 1e-3), fake("sync", 100, 2.1, 2e-3),
+            fake("sync", 0, 2.0, 1e-3), fake("sync", 0, 1.5, 2e-3), fake("sync", 1, 1.6, 2e-3),
+            fake("default", 0, 2.2, 1e-3), fake("default", 0, 1.53, 2e-3), fake("default", 1, 1.68, 2e-3)]
+    lines = lora_task.report(runs, [100])
+    assert any(line.startswith("| default | 0.001 | 0 | 2.2000 ± 0.0000 | +46.67 (n=1) |") for line in lines)
+    assert any(line.startswith("| default | 0.002 | 0,1 | 1.6050 ± 0.1061 | +3.50 [") for line in lines)
+    assert lines[-1].startswith("default_delta_pct=+3.500 ci95=[") and lines[-1].endswith(" n=2")
+
+
 def test_arm_recipes_scale_warmup_with_lr_and_pass_candidate_flags():
     args = lora_task.parse(["--seeds", "0,1", "--sync-lr", "4e-3", "--candidate", "outer_lr=0.8,momentum=0.5 alpha=0.3 lr=2e-3"])
     assert args.arm_names == ["sync", "default", "direct", "candidate"]
