@@ -78,6 +78,7 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--outer-lr": syncer("--outer-lr", "0.5", field="outer_lr", want=0.5),
     "--outer-momentum": syncer("--outer-momentum", "0.5", field="momentum", want=0.5),
     "--merge-alpha": syncer("--merge-alpha", "0.25", field="alpha", want=0.25),
+    "--merge": syncer("--merge", "avg", field="merge", want="avg"),
     "--quorum": syncer("--quorum", "2", field="quorum", want=2),
     "--recover-timeout": launcher("--recover-timeout", "2m", field="recover_timeout_s", want=120.0),
     "--local-price": launcher("--local-price", "0.5", field="price_per_hour", want=0.5),

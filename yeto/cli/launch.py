@@ -21,6 +21,7 @@ from yeto.infra.bus import connect
 from yeto.schemas.base import derive_id
 from yeto.schemas.commands import LaunchRun, StopRun
 from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.recipe import MERGES
 from yeto.schemas.subjects import event_subject
 
 
@@ -52,6 +53,11 @@ def register(sub) -> None:
     a("--warmup-steps", type=int)
     a("--seed", type=int, default=0)
     for flag in checks.SYNC_FLAGS:
+        if flag == "merge":
+            a("--merge", choices=MERGES, help="how the syncer combines the islands' deltas: rda (default) or avg "
+              "(the token-weighted mean; with --outer-lr 1 --outer-momentum 0 --merge-alpha 0, plain averaging: "
+              "docs/BENCHMARK_RESULTS.md)")
+            continue
         a(f"--{flag.replace('_', '-')}", type=float if "lr" in flag or "alpha" in flag or "momentum" in flag else int)
     a("--run-id", type=run_id_arg, help="run id (default: generated)")
     a("--wait", action="store_true", help="follow the run; exit 0 when finalized, non-zero otherwise")

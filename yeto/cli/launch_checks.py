@@ -9,7 +9,7 @@ from yeto.schemas.gpuspec import IslandSpec, parse_gpu
 _DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 SYNC_FLAGS = {"fragments": "num_fragments", "sync_every": "inner_steps", "outer_lr": "outer_lr",
-              "outer_momentum": "momentum", "merge_alpha": "alpha", "quorum": "quorum"}
+              "outer_momentum": "momentum", "merge_alpha": "alpha", "merge": "merge", "quorum": "quorum"}
 
 
 def duration_s(text: str | None, flag: str) -> float | None:
