@@ -86,6 +86,10 @@ class TapeStore:
         self.con.close()
 
 
+class TapeHeldError(ValueError):
+    """The tape file is locked by a running tape writer: ask it over the bus instead."""
+
+
 def open_read_only(path: Path | str) -> duckdb.DuckDBPyConnection:
     """Open the tape file read-only (the stack is down). Errors say what to do."""
     path = Path(path)
@@ -95,5 +99,5 @@ def open_read_only(path: Path | str) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(str(path), read_only=True, config=dict(QUERY_CONFIG))
     except duckdb.IOException as e:
-        raise ValueError(f"the tape {path} is held by a running tape writer ({e}); "
+        raise TapeHeldError(f"the tape {path} is held by a running tape writer ({e}); "
                          f"ask it through the stack (is `yeto stack status` up? pass --nats-url)") from None

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tape_events import scripted_run
+from waiting import wait_for
 from yeto.cli.main import main
 from yeto.cli.tape import load_run
 from yeto.infra.bus import Bus, connect
@@ -121,3 +122,42 @@ async def test_replaying_the_tape_rebuilds_the_live_run_view(fresh_nats, tmp_pat
         writer.terminate()
         assert writer.wait(10) == 0
         await bus.close()
+
+
+def test_a_bus_too_slow_to_connect_is_asked_again_when_the_tape_file_shows_its_writer_runs(tmp_path, monkeypatch):
+    """On a loaded machine the CLI's 2 s connect can fail while the stack is up; the tape file, locked by the running
+    writer, says so, and the query is asked again with a patient connect instead of failing with 'is the stack
+    up?' (it failed the LoRA benchmark's tape readings under load ~19)."""
+    from argparse import Namespace
+
+    from yeto.cli import tape_query as tq
+    from yeto.infra import stack
+    from yeto.infra.tape_store import TapeHeldError
+
+    state = tmp_path / "state"
+    stack.up(state)
+    try:
+        args = Namespace(state_dir=str(state), nats_url=None)
+
+        def answers() -> bool:
+            try:
+                return tq.tape_query(args, "SELECT 1")["rows"] == [[1]]
+            except ValueError:                  # its tape writer not subscribed yet
+                return False
+        wait_for(answers, 60, "the stack's tape writer answering")       # it holds the file from now on
+        real, timeouts = tq.connect, []
+
+        async def slow_then_real(url, *, name, connect_timeout):
+            timeouts.append(connect_timeout)
+            if len(timeouts) == 1:
+                raise TimeoutError("nats: timed out connecting (a loaded machine)")
+            return await real(url, name=name, connect_timeout=connect_timeout)
+
+        monkeypatch.setattr(tq, "connect", slow_then_real)
+        reply = tq.tape_query(args, "SELECT 41 + 1")
+        assert reply["rows"] == [[42]] and timeouts == [2.0, tq.PATIENT_CONNECT_S]
+        with pytest.raises(TapeHeldError, match="held by a running tape writer"):   # what the first try's fallback met
+            from yeto.infra.tape_sql import query_file
+            query_file(stack.StackPaths(state).db, "SELECT 1")
+    finally:
+        stack.down(state)

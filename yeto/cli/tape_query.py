@@ -10,12 +10,14 @@ from yeto.infra.settings import load
 from yeto.infra.stack import StackPaths, stack_url
 
 MAX_ROWS = 100_000   # infra.tape_sql's; that module imports DuckDB, which only a command that queries should pay for
+PATIENT_CONNECT_S = 30.0   # the second try, when the tape file shows that a writer runs
 
 
 def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = None) -> dict[str, Any]:
     """{columns, rows, ...}: from the running stack's tape writer, else from the tape file read-only. With `run`,
     from where that run's tape is (its head VM, or the tape copied back from it: common.run_source)."""
     from yeto.infra.tape_sql import NoTapeWriterError, query_file
+    from yeto.infra.tape_store import TapeHeldError
     settings = load(state_dir=getattr(args, "state_dir", None), nats_url=getattr(args, "nats_url", None))
     if run:
         url, db, only = run_source(args, run)
@@ -28,13 +30,20 @@ def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = No
         except (ConnectionError, NoTapeWriterError) as e:
             if only:  # a remote stack: there is no local file to fall back on
                 raise ValueError(f"{e}; {only}") from None
-    return query_file(db, sql, max_rows=max_rows)
+    try:
+        return query_file(db, sql, max_rows=max_rows)
+    except TapeHeldError:
+        if not url:
+            raise
+        # A tape writer holds the file, so it runs: the bus was only slow to answer (a loaded machine). Ask again,
+        # patiently, rather than fail with "is the stack up?" while it is.
+        return asyncio.run(_ask(url, sql, max_rows, connect_timeout=PATIENT_CONNECT_S))
 
 
-async def _ask(url: str, sql: str, max_rows: int) -> dict[str, Any]:
+async def _ask(url: str, sql: str, max_rows: int, connect_timeout: float = 2.0) -> dict[str, Any]:
     from yeto.infra.tape_sql import ask
     try:
-        bus = await connect(url, name="yeto-cli", connect_timeout=2)
+        bus = await connect(url, name="yeto-cli", connect_timeout=connect_timeout)
     except Exception as e:  # noqa: BLE001 - any failure to connect means: read the file instead
         raise ConnectionError(str(e)) from None
     try:
