@@ -9,6 +9,7 @@ syncer and finalizer), the same model, data, LoRA, inner recipe, seed and tokens
            up to that quantization.
   default  M islands of one rank (`--gpu local:1x<dev>,...`), the default sync recipe (schemas/recipe.py).
   direct   the same M islands, the public "direct RDA" recipe: outer lr 1, no momentum, merge alpha 0.
+  avg      the same M islands, plain averaging: as direct but the token-weighted mean instead of RDA (--merge avg).
 Each run's finalized artifact (the LoRA adapter the finalizer exported from the syncer's state) is loaded on the
 base model and scored by one function for every arm: held-out masked CE (nats per labelled token,
 learners/torch/evaluate.py) over the first blocks of `--eval-data` (rows never trained on). Also from the tape:
@@ -47,13 +48,17 @@ ROOT = Path(__file__).resolve().parents[1]
 YETO = str(Path(sys.executable).parent / "yeto")      # the venv's CLI (also from a frozen copy)
 RESULTS = ROOT / "benchmarks" / "results" / "lora"
 SYNC_FLAGS = {"outer_lr": "--outer-lr", "momentum": "--outer-momentum", "alpha": "--merge-alpha",
-              "inner_steps": "--sync-every", "num_fragments": "--fragments", "quorum": "--quorum"}
+              "inner_steps": "--sync-every", "num_fragments": "--fragments", "quorum": "--quorum",
+              "merge": "--merge"}
 """The SyncConfig fields `yeto launch` takes as flags (an arm's overrides are written with the field names)."""
 DIRECT = {"outer_lr": 1.0, "momentum": 0.0, "alpha": 0.0}
+AVG = {**DIRECT, "merge": "avg"}
 ARMS = {
     "sync": {"ranks": True, "sync": DIRECT, "note": "one island of M DDP ranks; syncer pass-through (lr 1, mu 0, alpha 0)"},
     "default": {"ranks": False, "sync": {}, "note": "M islands, the default sync recipe"},
     "direct": {"ranks": False, "sync": DIRECT, "note": "M islands, direct RDA: outer lr 1, no momentum, alpha 0"},
+    "avg": {"ranks": False, "sync": AVG, "note": "M islands, plain averaging: outer lr 1, no momentum, alpha 0, "
+                                                 "token-weighted mean (--merge avg)"},
     "candidate": {"ranks": False, "sync": {}, "note": "M islands, the default recipe with the --candidate overrides"},
 }
 

@@ -141,6 +141,14 @@ def test_arm_recipes_scale_warmup_with_lr_and_pass_candidate_flags():
     assert "--shard" not in argv and "local:1xcpu,local:1xcpu" in argv
 
 
+def test_avg_arm_and_a_candidate_merge_rule_reach_yeto_launch():
+    args = lora_task.parse(["--arms", "avg", "--candidate", "merge=avg outer_lr=1 momentum=0 alpha=0 inner_steps=6"])
+    assert lora_task.launch_argv(args, "avg", 0, "r")[-8:] == [
+        "--outer-lr", "1.0", "--outer-momentum", "0.0", "--merge-alpha", "0.0", "--merge", "avg"]
+    argv = lora_task.launch_argv(args, "candidate", 0, "r")
+    assert argv[argv.index("--merge") + 1] == "avg" and argv[argv.index("--sync-every") + 1] == "6"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--seeds", "0,100", "--sync-lrs", "1e-3,2e-3", "--tune-seeds", "100"], "overlap"),
     (["--sync-lrs", "1e-3"], "two lrs or --sync-lr"),
