@@ -7,9 +7,28 @@ from pathlib import Path
 
 import psutil
 
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+EPOCH_FLOOR = 1e8
+"""A recorded start above this is seconds since the epoch (records before boot-relative starts); since boot is less."""
+
 
 def started_at(pid: int) -> float | None:
-    """The process's start time (psutil's create_time), None when there is no such process."""
+    """The process's start time, None when there is no such process: on Linux seconds since boot from
+    /proc/<pid>/stat (clock ticks, exact and fixed for the process's life), elsewhere psutil's create_time.
+    Not psutil's create_time on Linux: that adds the boot time of /proc/stat, an integer second derived from the
+    wall clock, which moves when the clock is slewed or stepped (NTP) and then names the same process a second
+    apart: the local launcher took live islands for dead (and replaced them), and `stack down` stopped nothing."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]) / TICKS
+    except FileNotFoundError:
+        if not Path("/proc/self/stat").exists():
+            return _epoch_start(pid)
+        return None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _epoch_start(pid: int) -> float | None:
     try:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
@@ -36,8 +55,12 @@ def alive(pid: int, started: float | None = None) -> bool:
 
 
 def same_start(pid: int, started: float | None) -> bool:
-    now = started_at(pid)
-    return now is not None and started is not None and abs(now - started) < 0.05
+    """`pid` is the process started at `started` (a record's start: since boot, or since the epoch from records
+    written before starts were boot-relative)."""
+    if started is None:
+        return False
+    now = _epoch_start(pid) if started > EPOCH_FLOOR else started_at(pid)
+    return now is not None and abs(now - started) < 0.05
 
 
 def signal_if_ours(pid: int, started: float | None, sig: int = signal.SIGTERM) -> bool:

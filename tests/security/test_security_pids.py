@@ -87,3 +87,37 @@ def test_an_island_generation_that_ended_is_marked_and_never_signalled_again(tmp
     assert backend.status("r1", 0, 0, handle).exit_code == 0           # the same answer afterwards
     assert backend.start(_launch()) == handle                          # and still never started twice
     assert stack.stop_local_islands(stack.StackPaths(tmp_path), timeout=1) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat's boot time is Linux's")
+def test_a_boot_time_moved_by_the_clock_does_not_make_a_live_process_a_stranger(tmp_path, monkeypatch):
+    """/proc/stat's btime is the wall clock minus the time since boot, printed in whole seconds: an NTP slew or
+    step moves it, and a start time built on it then names the same process a second (or more) apart. Recorded
+    starts are boot-relative, so the launcher still sees its island running and `stack down` still stops it."""
+    mine = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        state = tmp_path / "home"
+        state.mkdir()
+        (state / "stack.json").write_text(json.dumps({"url": "nats://127.0.0.1:1", "port": 1, "pids": {"nats-server": mine.pid},
+                                                      "started_at": {"nats-server": procs.started_at(mine.pid)}}))
+        _stale_group(state, mine, {str(mine.pid): procs.started_at(mine.pid)})
+        epoch = procs._epoch_start(mine.pid)
+        monkeypatch.setattr(procs.psutil._pslinux, "boot_time", lambda: epoch and (epoch - procs.started_at(mine.pid) + 1.0))
+        assert abs(procs._epoch_start(mine.pid) - epoch - 1.0) < 0.05     # psutil's answer did move by the second
+        assert LocalBackend(state).status("r1", 0, 0, str(mine.pid)).running
+        assert stack.down(state, timeout=5) == ["nats-server"]
+        assert mine.wait(5) == -signal.SIGTERM
+    finally:
+        mine.kill()
+        mine.wait()
+
+
+def test_a_record_from_before_boot_relative_starts_still_names_its_process(tmp_path):
+    """A stack started by an older Yeto recorded seconds since the epoch: `stack down` still stops it."""
+    mine = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    state = tmp_path / "home"
+    state.mkdir()
+    (state / "stack.json").write_text(json.dumps({"url": "nats://127.0.0.1:1", "port": 1, "pids": {"nats-server": mine.pid},
+                                                  "started_at": {"nats-server": procs._epoch_start(mine.pid)}}))
+    assert stack.down(state, timeout=5) == ["nats-server"]
+    assert mine.wait(5) == -signal.SIGTERM
