@@ -152,5 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def needs_bitsandbytes(argv: list[str]) -> bool:
+    """Whether this learner's recipe quantizes its base (NF4); True when the arguments do not parse (main says why)."""
+    import contextlib
+    import io
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):      # main parses again and reports
+            return load_recipe(parse_args(argv).recipe).base_quantization == "nf4"
+    except (Exception, SystemExit):  # noqa: BLE001 - any doubt keeps it importable; main reports a bad recipe
+        return True
+
+
 if __name__ == "__main__":
+    # A process of its own: keeping bitsandbytes out here cannot reach a test's or another caller's interpreter.
+    from yeto.learners.torch import quant
+    quant.keep_out_unless(needs_bitsandbytes(sys.argv[1:]))
     sys.exit(main())

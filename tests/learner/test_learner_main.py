@@ -44,3 +44,40 @@ def test_no_sync_learner_trains_from_chat_jsonl_and_lowers_heldout_loss(tmp_path
 def test_unknown_recipe_field_exits_2_with_the_field_named():
     done = _learner("--no-sync", "--recipe", '{"model": "x", "lora_rank": 4}')
     assert done.returncode == 2 and "lora_rank" in done.stderr
+
+
+_PROBE = """import runpy, sys
+sys.argv = ['yeto.learners.torch', *sys.argv[1:]]
+try:
+    runpy.run_module('yeto.learners.torch', run_name='__main__', alter_sys=True)
+except SystemExit as e:
+    code = e.code
+print('PROBE', code, 'peft' in sys.modules, sys.modules.get('bitsandbytes', 'absent'))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_lora_learner_process_without_nf4_trains_with_bitsandbytes_kept_out(tmp_path):
+    """peft imports bitsandbytes whenever it is installed (~3 s of CPU per learner start): a learner process whose
+    recipe does not quantize keeps it out and still trains LoRA through peft."""
+    model_dir = learner_tiny.write_model_dir(tmp_path / "model")
+    data = learner_tiny.write_chat_jsonl(tmp_path / "chat.jsonl", num_rows=60)
+    recipe = {"model": str(model_dir), "data": str(data), "seq_len": 32, "micro_batch": 2, "max_steps": 3, "lr": 3e-3,
+              "tuning": "lora", "lora_r": 4}
+    (tmp_path / "recipe.json").write_text(json.dumps(recipe))
+    done = subprocess.run([sys.executable, "-c", _PROBE, "--run-id", "r1", "--learner", "l0", "--no-sync",
+                           "--recipe", str(tmp_path / "recipe.json")], capture_output=True, text=True, timeout=150,
+                          env={"OMP_NUM_THREADS": "1", **_env()})
+    probe = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
+    assert probe == ["PROBE 0 True None"], done.stdout[-2000:] + done.stderr[-3000:]
+    assert json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])["steps"] == 3
+
+
+def test_only_an_nf4_recipe_lets_a_learner_process_import_bitsandbytes(tmp_path):
+    from yeto.learners.torch.__main__ import needs_bitsandbytes
+    base = ["--run-id", "r", "--learner", "l", "--recipe"]
+    assert not needs_bitsandbytes([*base, json.dumps({"model": "x", "data": "d"})])
+    assert needs_bitsandbytes([*base, json.dumps({"model": "x", "data": "d", "base_quantization": "nf4"})])
+    assert needs_bitsandbytes([*base, '{"model": "x", "lora_rank": 4}'])        # unparsable: main reports it
+    assert needs_bitsandbytes(["--bogus"])
