@@ -26,13 +26,20 @@ def stack(tmp_path_factory, material):
     s.down()
 
 
-def run(s: Stack, run_id: str, *flags: str) -> Path:
-    started = time.monotonic()
+def start(s: Stack, run_id: str, *flags: str) -> float:
     s.launch(run_id, *flags, islands=ONE)
+    return time.monotonic()
+
+
+def finished(s: Stack, run_id: str, started: float) -> Path:
     s.finish(run_id, timeout=420)
     print(f"{run_id}: launch to exit {time.monotonic() - started:.0f}s")
     (written,) = s.events(run_id, "ArtifactWritten")
     return Path(written["local_path"])
+
+
+def run(s: Stack, run_id: str, *flags: str) -> Path:
+    return finished(s, run_id, start(s, run_id, *flags))
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +64,10 @@ def test_a_run_stopped_by_max_steps_resumes_where_it_stopped_like_one_uninterrup
     assert "--branch-from lin-parent" in refused.stderr
     assert not stack.events("lin-refused", "RunLaunched"), "a refused resume started a run"
 
-    resumed = run(stack, "lin-resumed", "--max-steps", str(TOTAL), "--resume-from", "lin-parent")
-    straight = run(stack, "lin-straight", "--max-steps", str(TOTAL))
+    # Side by side on the one stack: one island each, so neither run's merges depend on the other's timing.
+    began = {r: start(stack, r, "--max-steps", str(TOTAL), *extra)
+             for r, extra in (("lin-resumed", ("--resume-from", "lin-parent")), ("lin-straight", ()))}
+    resumed, straight = (finished(stack, r, t) for r, t in began.items())
     (event,) = stack.events("lin-resumed", "RunResumed")
     assert event["parent_run"] == "lin-parent" and event["start_step"] == HALF
     assert event["parent_artifact_sha256"] == hashlib.sha256((parent / "manifest.json").read_bytes()).hexdigest()
