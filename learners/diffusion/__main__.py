@@ -95,4 +95,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # A process of its own, and diffusion bases are never NF4 here: keep bitsandbytes out (peft imports it whenever
+    # it is installed: learners/torch/quant.py keep_out_unless).
+    from yeto.learners.torch import quant
+    quant.keep_out_unless(False)
     sys.exit(main())
