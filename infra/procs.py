@@ -17,7 +17,8 @@ def started_at(pid: int) -> float | None:
     /proc/<pid>/stat (clock ticks, exact and fixed for the process's life), elsewhere psutil's create_time.
     Not psutil's create_time on Linux: that adds the boot time of /proc/stat, an integer second derived from the
     wall clock, which moves when the clock is slewed or stepped (NTP) and then names the same process a second
-    apart: the local launcher took live islands for dead (and replaced them), and `stack down` stopped nothing."""
+    apart: a live island then reads as dead to the local launcher (the likely cause of live islands replaced under
+    load) and a running stack as gone to `stack down`."""
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]) / TICKS
     except FileNotFoundError:
