@@ -24,6 +24,12 @@ def stranger():
     proc.wait()
 
 
+def _stack_record(state, pid: int, started) -> None:
+    """A stack record naming one nats-server: `pid`, recorded as started at `started`."""
+    (state / "stack.json").write_text(json.dumps({"url": "nats://127.0.0.1:1", "port": 1, "pids": {"nats-server": pid},
+                                                  "started_at": {"nats-server": started}}))
+
+
 def _stale_group(state, stranger, started_at) -> None:
     group = state / "runs" / "r1" / "islands" / "0" / "g0" / "group.json"
     group.parent.mkdir(parents=True)
@@ -51,8 +57,7 @@ def test_stack_down_still_stops_the_processes_it_recorded(tmp_path, stranger):
     state = tmp_path / "home"
     state.mkdir()
     mine = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    (state / "stack.json").write_text(json.dumps({"url": "nats://127.0.0.1:1", "port": 1, "pids": {"nats-server": mine.pid},
-                                                  "started_at": {"nats-server": procs.started_at(mine.pid)}}))
+    _stack_record(state, mine.pid, procs.started_at(mine.pid))
     assert stack.down(state, timeout=5) == ["nats-server"]
     assert mine.wait(5) == -signal.SIGTERM and stranger.poll() is None
 
@@ -98,11 +103,11 @@ def test_a_boot_time_moved_by_the_clock_does_not_make_a_live_process_a_stranger(
     try:
         state = tmp_path / "home"
         state.mkdir()
-        (state / "stack.json").write_text(json.dumps({"url": "nats://127.0.0.1:1", "port": 1, "pids": {"nats-server": mine.pid},
-                                                      "started_at": {"nats-server": procs.started_at(mine.pid)}}))
-        _stale_group(state, mine, {str(mine.pid): procs.started_at(mine.pid)})
-        epoch = procs._epoch_start(mine.pid)
-        monkeypatch.setattr(procs.psutil._pslinux, "boot_time", lambda: epoch and (epoch - procs.started_at(mine.pid) + 1.0))
+        since_boot, epoch = procs.started_at(mine.pid), procs._epoch_start(mine.pid)
+        assert since_boot is not None and epoch is not None
+        _stack_record(state, mine.pid, since_boot)
+        _stale_group(state, mine, {str(mine.pid): since_boot})
+        monkeypatch.setattr(procs.psutil._pslinux, "boot_time", lambda: epoch - since_boot + 1.0)
         assert abs(procs._epoch_start(mine.pid) - epoch - 1.0) < 0.05     # psutil's answer did move by the second
         assert LocalBackend(state).status("r1", 0, 0, str(mine.pid)).running
         assert stack.down(state, timeout=5) == ["nats-server"]
@@ -115,9 +120,12 @@ def test_a_boot_time_moved_by_the_clock_does_not_make_a_live_process_a_stranger(
 def test_a_record_from_before_boot_relative_starts_still_names_its_process(tmp_path):
     """A stack started by an older Yeto recorded seconds since the epoch: `stack down` still stops it."""
     mine = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    state = tmp_path / "home"
-    state.mkdir()
-    (state / "stack.json").write_text(json.dumps({"url": "nats://127.0.0.1:1", "port": 1, "pids": {"nats-server": mine.pid},
-                                                  "started_at": {"nats-server": procs._epoch_start(mine.pid)}}))
-    assert stack.down(state, timeout=5) == ["nats-server"]
-    assert mine.wait(5) == -signal.SIGTERM
+    try:
+        state = tmp_path / "home"
+        state.mkdir()
+        _stack_record(state, mine.pid, procs._epoch_start(mine.pid))
+        assert stack.down(state, timeout=5) == ["nats-server"]
+        assert mine.wait(5) == -signal.SIGTERM
+    finally:
+        mine.kill()
+        mine.wait()
