@@ -48,7 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 YETO = str(Path(sys.executable).parent / "yeto")      # the venv's CLI (also from a frozen copy)
 RESULTS = ROOT / "benchmarks" / "results" / "lora"
 SYNC_FLAGS = {"outer_lr": "--outer-lr", "momentum": "--outer-momentum", "alpha": "--merge-alpha",
-              "inner_steps": "--sync-every", "num_fragments": "--fragments", "quorum": "--quorum",
+              "inner_steps": "--sync-every", "inner_steps_start": "--sync-every-start",
+              "inner_steps_ramp": "--sync-ramp-steps", "num_fragments": "--fragments", "quorum": "--quorum",
               "merge": "--merge"}
 """The SyncConfig fields `yeto launch` takes as flags (an arm's overrides are written with the field names)."""
 DIRECT = {"outer_lr": 1.0, "momentum": 0.0, "alpha": 0.0}

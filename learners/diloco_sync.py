@@ -18,7 +18,7 @@ Keyframes may arrive as announcements only (a header, no payload); which ones a 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,9 +46,24 @@ class Push:
     payload: bytes
 
 
-def push_due(step: int, fragment: int, inner_steps: int, num_fragments: int) -> bool:
-    """Fragment p is pushed every H steps at offset p*H/P (streaming: about one fragment in flight)."""
-    return step >= 1 and step % inner_steps == (fragment * inner_steps // num_fragments) % inner_steps
+def interval(step: int, config: SyncConfig) -> int:
+    """H after a push at inner step `step`: inner_steps, or on a ramp from inner_steps_start to inner_steps
+    over the first inner_steps_ramp steps."""
+    h, h0, ramp = config.inner_steps, config.inner_steps_start, config.inner_steps_ramp
+    if not h0 or step >= ramp:
+        return h
+    return max(1, round(h0 + (h - h0) * step / ramp))
+
+
+def push_steps(fragment: int, config: SyncConfig) -> Iterator[int]:
+    """The inner steps at which fragment p is pushed, a pure function of the recipe (every learner, a resumed
+    one included, pushes a fragment at the same steps): from offset p*H0/P (H0 if that is 0), then each
+    interval later; without a ramp every H steps at offset p*H/P (streaming: about one fragment in flight)."""
+    h0 = config.inner_steps_start or config.inner_steps
+    step = fragment * h0 // config.num_fragments or h0
+    while True:
+        yield step
+        step += interval(step, config)
 
 
 class DilocoSync:
@@ -71,6 +86,8 @@ class DilocoSync:
         self.assembler = ChunkAssembler(max_pending=4 * max(1, len(self.active)))
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
         self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried
+        self._schedule = {p: push_steps(p, config) for p in self.active}
+        self._next_push = {p: next(s) for p, s in self._schedule.items()}
         self.keyframes = KeyframeDemand(patience_s=keyframe_patience_s)
         self._own_sha: dict[int, str] = {}             # sha256 of the f32 initial values (while no global landed)
         self.acked_final = False                       # LearnerFinalAck sent for the run's final versions
@@ -133,8 +150,15 @@ class DilocoSync:
             self.c_tokens[p] += tokens
             self.c_steps[p] += 1
         self.changed = self.apply_globals()
-        cfg = self.config
-        return [self._push(p) for p in self.active if push_due(step, p, cfg.inner_steps, cfg.num_fragments)]
+        return [self._push(p) for p in self.active if self._due(p, step)]
+
+    def _due(self, p: int, step: int) -> bool:
+        while self._next_push[p] < step:                 # a resumed learner starts past the first push steps
+            self._next_push[p] = next(self._schedule[p])
+        if self._next_push[p] != step:
+            return False
+        self._next_push[p] = next(self._schedule[p])
+        return True
 
     def step_boundary(self, step: int, tokens: int, transport: Transport, *, step_time_s: float | None = None) -> bool:
         """The step boundary after inner step `step`, through the transport: take the globals that arrived,

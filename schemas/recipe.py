@@ -18,6 +18,11 @@ class SyncConfig:
     """P: trainable tensors are split into this many fragments, synchronized independently."""
     inner_steps: int = 24
     """H: inner steps between two pushes of the same fragment; fragment p is pushed at offset p*H/P."""
+    inner_steps_start: int = 0
+    """H0: with a ramp, the first interval; H grows linearly from H0 to inner_steps over inner_steps_ramp steps
+    (more frequent pushes while the model moves fast). 0 = H from the first step."""
+    inner_steps_ramp: int = 0
+    """Inner steps over which the interval grows from inner_steps_start to inner_steps (with inner_steps_start only)."""
     quorum: int | None = None
     """K: pushes needed before a fragment may merge; None = majority of live learners (1 is allowed)."""
     grace_gamma: float = 0.8
@@ -70,6 +75,10 @@ class SyncConfig:
         checks = [
             (1 <= self.num_fragments <= MAX_FRAGMENTS, f"num_fragments must be in [1, {MAX_FRAGMENTS}]"),
             (self.inner_steps >= 1, "inner_steps (H) must be >= 1"),
+            (0 <= self.inner_steps_start <= self.inner_steps,
+             f"inner_steps_start (H0) must be in [0, inner_steps = {self.inner_steps}] (0 = no ramp)"),
+            ((self.inner_steps_start > 0) == (self.inner_steps_ramp > 0),
+             "inner_steps_start and inner_steps_ramp go together: both above 0 (a ramp) or both 0"),
             (self.quorum is None or self.quorum >= 1, "quorum must be >= 1 or None (majority)"),
             (self.grace_gamma >= 0 and self.grace_tau_steps >= 0 and self.grace_max_s >= 0, "grace parameters must be >= 0"),
             (0 <= self.step_time_ema < 1, "step_time_ema must be in [0, 1)"),

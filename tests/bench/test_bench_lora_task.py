@@ -147,6 +147,9 @@ def test_avg_arm_and_a_candidate_merge_rule_reach_yeto_launch():
         "--outer-lr", "1.0", "--outer-momentum", "0.0", "--merge-alpha", "0.0", "--merge", "avg"]
     argv = lora_task.launch_argv(args, "candidate", 0, "r")
     assert argv[argv.index("--merge") + 1] == "avg" and argv[argv.index("--sync-every") + 1] == "6"
+    ramp = lora_task.launch_argv(lora_task.parse(["--arms", "default", "--candidate",
+                                                  "inner_steps_start=6 inner_steps_ramp=60"]), "candidate", 0, "r")
+    assert ramp[-4:] == ["--sync-every-start", "6", "--sync-ramp-steps", "60"]
 
 
 @pytest.mark.parametrize("argv, message", [

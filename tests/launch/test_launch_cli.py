@@ -53,6 +53,8 @@ def test_bad_data_is_refused_with_its_row_before_a_stack_starts(capsys, tmp_path
     (["--model", "/no/such/model"], "no such directory"),
     (["--max-time", "soon"], "--max-time 'soon'"),
     (["--merge-alpha", "1.5"], "alpha must be in [0, 1)"),
+    (["--sync-every-start", "6"], "both above 0 (a ramp) or both 0 (set by --sync-every-start, --sync-ramp-steps)"),
+    (["--sync-every", "4", "--sync-every-start", "6", "--sync-ramp-steps", "9"], "must be in [0, inner_steps = 4]"),
     (["--recover-timeout", "x"], "--recover-timeout"),
 ])
 def test_bad_model_limits_and_sync_settings_are_refused(capsys, tmp_path, material, flags, says):

@@ -75,6 +75,8 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--run-id": learner("--run-id", "r-walk-named", field="argv.run_id"),
     "--fragments": syncer("--fragments", "3", field="num_fragments", want=3),
     "--sync-every": syncer("--sync-every", "5", field="inner_steps", want=5),
+    "--sync-every-start": syncer("--sync-ramp-steps", "30", "--sync-every-start", "6", field="inner_steps_start", want=6),
+    "--sync-ramp-steps": syncer("--sync-every-start", "6", "--sync-ramp-steps", "30", field="inner_steps_ramp", want=30),
     "--outer-lr": syncer("--outer-lr", "0.5", field="outer_lr", want=0.5),
     "--outer-momentum": syncer("--outer-momentum", "0.5", field="momentum", want=0.5),
     "--merge-alpha": syncer("--merge-alpha", "0.25", field="alpha", want=0.25),

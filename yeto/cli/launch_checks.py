@@ -8,7 +8,8 @@ from yeto.schemas.gpuspec import IslandSpec, parse_gpu
 
 _DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-SYNC_FLAGS = {"fragments": "num_fragments", "sync_every": "inner_steps", "outer_lr": "outer_lr",
+SYNC_FLAGS = {"fragments": "num_fragments", "sync_every": "inner_steps", "sync_every_start": "inner_steps_start",
+              "sync_ramp_steps": "inner_steps_ramp", "outer_lr": "outer_lr",
               "outer_momentum": "momentum", "merge_alpha": "alpha", "merge": "merge", "quorum": "quorum"}
 
 
@@ -103,7 +104,11 @@ def sync_settings(args) -> dict[str, Any]:
     from yeto.schemas.recipe import SyncConfig
 
     given = {field: getattr(args, flag) for flag, field in SYNC_FLAGS.items() if getattr(args, flag) is not None}
-    SyncConfig(**given)   # ValueError names the bad setting
+    try:
+        SyncConfig(**given)
+    except ValueError as e:   # names the recipe's field; say which flag sets it
+        flags = [f"--{flag.replace('_', '-')}" for flag, field in SYNC_FLAGS.items() if re.search(rf"\b{field}\b", str(e))]
+        raise ValueError(f"{e}{' (set by ' + ', '.join(flags) + ')' if flags else ''}") from None
     return given
 
 
