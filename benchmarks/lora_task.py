@@ -272,6 +272,25 @@ def run_lr(r: dict) -> float | None:
     return r.get("lr", r.get("settings", {}).get("lr"))
 
 
+SHORT = {"inner_steps": "H", "inner_steps_start": "H0", "inner_steps_ramp": "ramp", "num_fragments": "P",
+         "outer_lr": "eta", "momentum": "mu", "alpha": "alpha", "merge": "merge", "quorum": "K"}
+
+
+def recipe_of(r: dict) -> str:
+    """What a run changed in the sync recipe beyond its arm's own settings: --sync-every, --fragments, a candidate's
+    overrides (the ramp among them), as `H=6 P=4`; '' = the arm as defined (the sync arm: always '')."""
+    if r["arm"] == "sync":
+        return ""
+    own = ARMS.get(r["arm"], {}).get("sync", {})
+    extra = {k: v for k, v in (r.get("sync_overrides") or {}).items() if own.get(k, object()) != v}
+    settings = r.get("settings") if isinstance(r.get("settings"), dict) else {}
+    for flag, field in (("sync_every", "inner_steps"), ("fragments", "num_fragments")):
+        if settings.get(flag) is not None:
+            extra.setdefault(field, settings[flag])
+    return " ".join(f"{SHORT.get(k, k)}={v:g}" if isinstance(v, (int, float)) else f"{SHORT.get(k, k)}={v}"
+                    for k, v in sorted(extra.items(), key=lambda kv: list(SHORT).index(kv[0]) if kv[0] in SHORT else 99))
+
+
 def sweep_of(results: list[dict], tune_seeds: list[int]) -> tuple[dict, dict, list[int]]:
     """The sync runs of the tuning seeds: CE per lr over the seeds every lr has finished (so the means compare),
     the warmup of each lr, and those seeds."""
@@ -293,31 +312,33 @@ def reference_lr(results: list[dict], sync_lr: float | None) -> float | None:
 
 
 def table(results: list[dict], arms: list[str], sync_lr: float | None = None) -> list[str]:
-    """Markdown rows per arm (and lr): CE mean ± sd, Δ% vs the sync runs at `sync_lr` (default: sync's first lr)
-    paired by seed with its 95% Student-t interval and range, tokens, wall, rounds, MB up/down."""
+    """Markdown rows per arm, lr and sync recipe (`recipe_of`): CE mean ± sd, Δ% vs the sync runs at `sync_lr`
+    (default: sync's first lr) paired by seed with its 95% Student-t interval and range, tokens, wall, rounds, MB
+    up/down."""
     by: dict[tuple, dict] = {}
     for r in results:
         if r["arm"] in arms and r.get("heldout_ce") is not None:
-            by.setdefault((r["arm"], run_lr(r)), {})[r["seed"]] = r
+            by.setdefault((r["arm"], run_lr(r), recipe_of(r)), {})[r["seed"]] = r
     ref = reference_lr(results, sync_lr)
-    sync = by.get(("sync", ref), {})
-    lines = ["| arm | lr | seeds | held-out CE (mean ± sd) | Δ vs sync % (paired by seed: mean [95% CI]) | Δ range % "
+    sync = by.get(("sync", ref, ""), {})
+    lines = ["| arm | lr | sync recipe (beyond the arm) | seeds | held-out CE (mean ± sd) "
+             "| Δ vs sync % (paired by seed: mean [95% CI]) | Δ range % "
              "| labelled tokens | wall s | rounds merged | MB pushed | MB keyframes fetched |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm in arms:
-        keys = sorted((k for k in by if k[0] == arm), key=lambda k: (k[1] is None, k[1])) or [(arm, None)]
+        keys = sorted((k for k in by if k[0] == arm), key=lambda k: (k[1] is None, k[1] or 0, k[2])) or [(arm, None, "")]
         for key in keys:
-            lr = "-" if key[1] is None else f"{key[1]:g}"
+            lr, recipe = "-" if key[1] is None else f"{key[1]:g}", key[2] or "-"
             runs = list(by.get(key, {}).values())
             if not runs:
-                lines.append(f"| {arm} | {lr} | 0 | - | - | - | - | - | - | - | - |")
+                lines.append(f"| {arm} | {lr} | {recipe} | 0 | - | - | - | - | - | - | - | - |")
                 continue
             ce = [r["heldout_ce"] for r in runs]
             sd = statistics.stdev(ce) if len(ce) > 1 else 0.0
             paired = sorted(s for s in by[key] if s in sync)
             d = deltas_pct([by[key][s]["heldout_ce"] for s in paired], [sync[s]["heldout_ce"] for s in paired])
             ci = ci95(d)
-            if key == ("sync", ref):
+            if key == ("sync", ref, ""):
                 delta, spread = "0 (reference)", "-"
             else:
                 delta = ("-" if not d else f"{d[0]:+.2f} (n=1)" if ci is None
@@ -325,7 +346,8 @@ def table(results: list[dict], arms: list[str], sync_lr: float | None = None) ->
                 spread = f"[{min(d):+.2f}, {max(d):+.2f}]" if d else "-"
             mb = [statistics.fmean(r[k] for r in runs) / 1e6 if all(r.get(k) is not None for r in runs) else None
                   for k in ("bytes_up", "bytes_down")]
-            lines.append(f"| {arm} | {lr} | {','.join(map(str, sorted(by[key])))} | {statistics.fmean(ce):.4f} ± {sd:.4f} "
+            lines.append(f"| {arm} | {lr} | {recipe} | {','.join(map(str, sorted(by[key])))} "
+                         f"| {statistics.fmean(ce):.4f} ± {sd:.4f} "
                          f"| {delta} | {spread} | {statistics.fmean(r['labelled_tokens'] for r in runs):.0f} "
                          f"| {statistics.fmean(r['wall_s'] for r in runs):.0f} "
                          f"| {statistics.fmean(r['rounds_merged'] for r in runs):.0f} "
@@ -335,8 +357,9 @@ def table(results: list[dict], arms: list[str], sync_lr: float | None = None) ->
 
 def default_delta(results: list[dict], sync_lr: float | None = None) -> str:
     """The last line: `default_delta_pct=<mean> ci95=[<lo>,<hi>] n=<seeds>`, default vs sync at reference_lr, paired
-    by seed; default's runs at that lr too where it has some (else at its lowest lr)."""
-    ok = [r for r in results if r.get("heldout_ce") is not None]
+    by seed; default's runs (its own recipe: no --sync-every, no ramp) at that lr too where it has some (else at its
+    lowest lr)."""
+    ok = [r for r in results if r.get("heldout_ce") is not None and recipe_of(r) == ""]
     ref = reference_lr(results, sync_lr)
     lrs = sorted({run_lr(r) for r in ok if r["arm"] == "default"}, key=lambda x: (x is None, x))
     mine = ref if ref in lrs else (lrs[0] if lrs else None)

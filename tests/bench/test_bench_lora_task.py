@@ -77,9 +77,9 @@ def test_report_pairs_arms_by_seed(tmp_path):
     lines = out.stdout.strip().splitlines()
     # (+5 % at seed 0, 0 at seed 1) / 2; 95% CI 2.5 ± t(1) 12.7062 x sd 3.5355 / sqrt 2
     assert lines[-1] == "default_delta_pct=+2.500 ci95=[-29.266,+34.266] n=2"
-    assert ("| default | - | 0,1 | 3.0500 ± 1.3435 | +2.50 [-29.27, +34.27] | [+0.00, +5.00] | 100 | 60 | 8 | 2.00 | - |"
+    assert ("| default | - | - | 0,1 | 3.0500 ± 1.3435 | +2.50 [-29.27, +34.27] | [+0.00, +5.00] | 100 | 60 | 8 | 2.00 | - |"
             in lines)
-    assert "| direct | - | 0 | - | - | - | - | - | - | - | - |" in lines
+    assert "| direct | - | - | 0 | - | - | - | - | - | - | - | - |" in lines
 
 
 def fake(arm, seed, ce, lr, **kw):
@@ -100,7 +100,7 @@ def test_report_tunes_sync_on_the_tuning_seeds_and_pairs_against_its_best_lr():
     assert "| 0.004 **best** | 20 | 2.2000 | 2.1000 | 2.1500 |" in lines
     assert any(line.startswith("| sync lr | warmup | CE seed 100 | CE seed 101 | mean CE |") for line in lines)
     # no reporting sync run at 4e-3: the reference is sync's first lr; the report says so by its rows
-    assert "| sync | 0.001 | 0,1 | 2.5000 ± 0.7071 | 0 (reference) | - | 100 | 60 | 8 | 2.00 | 0.00 |" in lines
+    assert "| sync | 0.001 | - | 0,1 | 2.5000 ± 0.7071 | 0 (reference) | - | 100 | 60 | 8 | 2.00 | 0.00 |" in lines
     assert lines[-1].startswith("default_delta_pct=-")
 
 
@@ -111,10 +111,10 @@ def test_report_pairs_against_the_swept_lr_with_a_paired_t_interval():
             fake("default", 0, 2.02, 1e-3), fake("default", 1, 2.04, 1e-3), fake("default", 2, 2.06, 1e-3)]
     lines = lora_task.report(runs, [100])
     assert "sync_lr_best=0.002" in lines
-    assert "| sync | 0.002 | 0,1,2 | 2.0000 ± 0.0000 | 0 (reference) | - | 100 | 60 | 8 | 2.00 | 0.00 |" in lines
-    assert any(line.startswith("| sync | 0.001 | 0,1,2 | 2.5000 ± 0.5000 | +25.00 [") for line in lines)  # untuned: worse
+    assert "| sync | 0.002 | - | 0,1,2 | 2.0000 ± 0.0000 | 0 (reference) | - | 100 | 60 | 8 | 2.00 | 0.00 |" in lines
+    assert any(line.startswith("| sync | 0.001 | - | 0,1,2 | 2.5000 ± 0.5000 | +25.00 [") for line in lines)  # untuned: worse
     # Δ +1, +2, +3 %: mean 2, sd 1, t(2) 4.3027 / sqrt 3 = 2.4842
-    assert any(line.startswith("| default | 0.001 | 0,1,2 | 2.0400 ± 0.0200 | +2.00 [-0.48, +4.48] | [+1.00, +3.00] |")
+    assert any(line.startswith("| default | 0.001 | - | 0,1,2 | 2.0400 ± 0.0200 | +2.00 [-0.48, +4.48] | [+1.00, +3.00] |")
                for line in lines)
     assert lines[-1] == "default_delta_pct=+2.000 ci95=[-0.484,+4.484] n=3"
 
@@ -124,8 +124,8 @@ def test_the_last_line_pairs_default_at_the_tuned_lr_where_it_ran_there():
             fake("sync", 0, 2.0, 1e-3), fake("sync", 0, 1.5, 2e-3), fake("sync", 1, 1.6, 2e-3),
             fake("default", 0, 2.2, 1e-3), fake("default", 0, 1.53, 2e-3), fake("default", 1, 1.68, 2e-3)]
     lines = lora_task.report(runs, [100])
-    assert any(line.startswith("| default | 0.001 | 0 | 2.2000 ± 0.0000 | +46.67 (n=1) |") for line in lines)
-    assert any(line.startswith("| default | 0.002 | 0,1 | 1.6050 ± 0.1061 | +3.50 [") for line in lines)
+    assert any(line.startswith("| default | 0.001 | - | 0 | 2.2000 ± 0.0000 | +46.67 (n=1) |") for line in lines)
+    assert any(line.startswith("| default | 0.002 | - | 0,1 | 1.6050 ± 0.1061 | +3.50 [") for line in lines)
     assert lines[-1].startswith("default_delta_pct=+3.500 ci95=[") and lines[-1].endswith(" n=2")
 
 
@@ -183,3 +183,19 @@ def test_sweep_run_ids_are_run_ids(monkeypatch):
 def test_a_sweep_alone_needs_no_reporting_seed():
     args = lora_task.parse(["--seeds", "", "--sync-lrs", "2e-3,1e-3", "--tune-seeds", "100,101"])
     assert args.seed_list == [] and args.sweep_lrs == [1e-3, 2e-3] and args.tune_seed_list == [100, 101]
+
+
+def test_runs_at_another_h_or_ramp_get_their_own_rows_and_stay_out_of_the_headline():
+    settings = lambda h: {"settings": {"sync_every": h, "fragments": None}}                       # noqa: E731
+    runs = [fake("sync", 0, 2.0, 2e-3, **settings(6)), fake("sync", 1, 2.0, 2e-3),                 # sync: H is moot
+            fake("default", 0, 2.2, 2e-3), fake("default", 1, 2.4, 2e-3),
+            fake("default", 0, 2.1, 2e-3, **settings(6)), fake("default", 1, 2.2, 2e-3, **settings(6)),
+            fake("candidate", 0, 2.12, 2e-3, sync_overrides={"inner_steps_start": 6, "inner_steps_ramp": 60}),
+            fake("avg", 0, 2.3, 2e-3, sync_overrides=dict(lora_task.AVG))]
+    lines = lora_task.report(runs, [])
+    assert any(line.startswith("| sync | 0.002 | - | 0,1 | 2.0000 ± 0.0000 | 0 (reference) |") for line in lines)
+    assert any(line.startswith("| default | 0.002 | - | 0,1 | 2.3000 ± 0.1414 | +15.00 [") for line in lines)
+    assert any(line.startswith("| default | 0.002 | H=6 | 0,1 | 2.1500 ± 0.0707 | +7.50 [") for line in lines)
+    assert any(line.startswith("| candidate | 0.002 | H0=6 ramp=60 | 0 | 2.1200 ± 0.0000 | +6.00 (n=1) |") for line in lines)
+    assert any(line.startswith("| avg | 0.002 | - | 0 |") for line in lines)                    # its own overrides
+    assert lines[-1].startswith("default_delta_pct=+15.000 ")                                    # H 24 runs only
