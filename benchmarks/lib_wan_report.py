@@ -107,12 +107,14 @@ def table(results: dict, args) -> list[str]:
         times = [row[n] for n in fts if row.get(n) is not None]
         best_t = min(times) if times else None
         best_b = min(r["bytes"] for r in fts.values())
-        t_ratio = row["yeto"] / best_t if row.get("yeto") is not None and best_t else math.nan
-        lines.append(f"target time <= 0.8x the best torchft arm's: {_met(t_ratio <= 0.8)} ({t_ratio:.3f}x; "
-                     + ", ".join(f"{n} {_f(row.get(n), '.1f')} s" for n in fts) + ")")
-        b_ratio = yeto["bytes"] / max(1, best_b)
-        lines.append(f"target bytes <= 0.5x the best torchft arm's: {_met(b_ratio <= 0.5)} ({b_ratio:.3f}x; "
-                     + ", ".join(f"{n} {r['bytes'] / 1e6:.2f} MB" for n, r in fts.items()) + ")")
+        for name in (n for n in ("yeto", "yeto-ramp") if n in results):
+            t_ratio = row[name] / best_t if row.get(name) is not None and best_t else math.nan
+            lead = "" if name == "yeto" else f"{name}: "
+            lines.append(f"{lead}target time <= 0.8x the best torchft arm's: {_met(t_ratio <= 0.8)} ({t_ratio:.3f}x; "
+                         + ", ".join(f"{n} {_f(row.get(n), '.1f')} s" for n in fts) + ")")
+            b_ratio = results[name]["bytes"] / max(1, best_b)
+            lines.append(f"{lead}target bytes <= 0.5x the best torchft arm's: {_met(b_ratio <= 0.5)} ({b_ratio:.3f}x; "
+                         + ", ".join(f"{n} {r['bytes'] / 1e6:.2f} MB" for n, r in fts.items()) + ")")
     else:
         lines.append("targets against torchft: not measured (run with --torchft)")
     ratio = row["yeto"] / row["ddp"] if row.get("yeto") and row.get("ddp") else math.nan
@@ -142,4 +144,60 @@ def fault_lines(name: str, fault: dict, yeto: dict | None) -> list[str]:
     if yeto and fault.get("artifact") is not None and yeto.get("artifact") is not None:
         delta = _pct(fault["artifact"], yeto["artifact"])
         lines.append(f"target fault artifact within 1% of the fault-free one ({name}): {_met(delta <= 1.0)} ({delta:+.2f}%)")
+    return lines
+
+
+def _ci(values: list[float], spec: str) -> str:
+    """`mean [lo, hi]` (95% Student t over the seeds), `value (n=1)`, or '-'."""
+    from lib_compare import ci95
+    if not values:
+        return "-"
+    ci = ci95(values)
+    return f"{format(values[0], spec)} (n=1)" if ci is None else " ".join(
+        [format(ci[0], spec), f"[{format(ci[1], spec)}, {format(ci[2], spec)}]"])
+
+
+def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
+    """Several runs' --json (one per seed; `args` parsed from each run's argv): per arm the time and step at which its
+    learners reached DDP's target, held-out CE (learners; the artifact for Yeto arms) against DDP paired by seed, MB
+    on the links; then each Yeto arm's ratios to torchft-best per seed (time, bytes) with 95% t intervals, and how
+    many seeds met issue 14's targets (time <= 0.8x, bytes <= 0.5x). A run without a ddp arm has no target: left out."""
+    per: dict[str, dict[str, dict[int, float | None]]] = {}
+    seeds = []
+    for run, args in runs:
+        res = run["results"]
+        if "ddp" not in res:
+            continue
+        seed, target = args.seed, target_of(res["ddp"], args.target_frac, args.steps)
+        seeds.append(seed)
+        for name, r in res.items():
+            if "curve" not in r:
+                continue
+            got = per.setdefault(name, {k: {} for k in ("time", "step", "ce", "artifact", "mb")})
+            got["time"][seed] = time_to(r["curve"], target)
+            got["step"][seed] = next((st for _, st, loss in r["curve"] if loss <= target), None)
+            got["ce"][seed] = _pct(r["final"], res["ddp"]["final"])
+            got["artifact"][seed] = _pct(r["artifact"], res["ddp"]["final"]) if r.get("artifact") is not None else None
+            got["mb"][seed] = r["bytes"] / 1e6
+    if not seeds:
+        return ["no run with a ddp arm: no target"]
+    lines = [f"seeds {','.join(map(str, sorted(seeds)))}: per arm, mean [95% t interval] over the seeds",
+             "| arm | seeds | to target s | step at target | learners' CE vs DDP % | artifact CE vs DDP % | MB on links |",
+             "|---|---|---|---|---|---|---|"]
+    for name, got in per.items():
+        def vals(k: str) -> list[float]:
+            return [v for v in got[k].values() if v is not None]
+        reached = f"{len(vals('time'))}/{len(got['time'])} reached"
+        lines.append(f"| {name} | {','.join(map(str, sorted(got['time'])))} | {_ci(vals('time'), '.1f')} ({reached}) "
+                     f"| {_ci(vals('step'), '.0f')} | {_ci(vals('ce'), '+.2f')} | {_ci(vals('artifact'), '+.2f')} "
+                     f"| {_ci(vals('mb'), '.2f')} |")
+    best = per.get("torchft-best")
+    for name in (n for n in ("yeto", "yeto-ramp") if n in per and best):
+        mine = per[name]
+        both = sorted(s for s in mine["time"] if s in best["time"])
+        t = [mine["time"][s] / best["time"][s] for s in both if mine["time"][s] is not None and best["time"][s]]
+        b = [mine["mb"][s] / best["mb"][s] for s in both if best["mb"][s]]
+        lines.append(f"{name} / torchft-best, paired by seed: time to target {_ci(t, '.3f')} "
+                     f"(<= 0.8 at {sum(x <= 0.8 for x in t)}/{len(t)} seeds; per seed "
+                     f"{', '.join(f'{x:.3f}' for x in t)}), bytes {_ci(b, '.3f')} (<= 0.5 at {sum(x <= 0.5 for x in b)}/{len(b)})")
     return lines

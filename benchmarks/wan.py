@@ -7,6 +7,7 @@ Arms (--arms; the torchft ones need torchft-nightly and --torchft or --arms):
   ddp            gloo all-reduce of the gradients every step (lib_wan_arms)
   yeto           the real stack, default recipe, finalized and its artifact scored
   yeto-a0        the same with --merge-alpha 0 (learners adopt the global model as is)
+  yeto-ramp      yeto with the sync interval ramp (--ramp H0:R: --sync-every-start H0 --sync-ramp-steps R)
   yeto-fault     yeto with learner 1 SIGKILLed at --kill-frac of the steps, measured on the global model
                  (lib_wan_fault: next merged version after the kill, rounds merged without the island, the
                  finalized artifact against the fault-free one, goodput by tokens and by time) and on the survivor
@@ -17,10 +18,12 @@ Arms (--arms; the torchft ones need torchft-nightly and --torchft or --arms):
   torchft-fault  torchft (defaults) with replica 1 SIGKILLed: the survivor's stall
 Per arm: wall time from process start to the target held-out loss (DDP's held-out loss at --target-frac of
 its steps), final held-out loss, bytes on the learner links. --json writes every number. Needs root
-(namespaces). Last line: yeto_time_to_target_over_ddp=<value>.
+(namespaces). Last line: yeto_time_to_target_over_ddp=<value>. `--report DIR` reads every run's --json in DIR
+(several seeds) and prints each arm's means with 95% t intervals and the per-seed ratios against torchft-best.
 
     .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--latency-ms 0] [--seed 0] [--torchft]
                                        [--arms ddp,yeto,...] [--json PATH] [--dry-run]
+    .venv/bin/python benchmarks/wan.py --report benchmarks/results/wan/seeds
 """
 from __future__ import annotations
 
@@ -33,10 +36,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-YETO_ARMS = ("ddp", "yeto", "yeto-a0", "yeto-fault", "yeto-replace")
+YETO_ARMS = ("ddp", "yeto", "yeto-a0", "yeto-ramp", "yeto-fault", "yeto-replace")
 TORCHFT_ARMS = ("torchft", "torchft-best", "torchft-fault")
-ARM_FLAGS = {"yeto": [], "yeto-a0": ["--merge-alpha=0"], "yeto-fault": [], "yeto-replace": []}
-"""`yeto launch` flags of each Yeto arm, after --yeto-flag's."""
+ARM_FLAGS = {"yeto": [], "yeto-a0": ["--merge-alpha=0"], "yeto-ramp": [], "yeto-fault": [], "yeto-replace": []}
+"""`yeto launch` flags of each Yeto arm, after --yeto-flag's (yeto-ramp: `arm_flags`, from --ramp)."""
+
+
+def arm_flags(name: str, args) -> list[str]:
+    if name != "yeto-ramp":
+        return ARM_FLAGS[name]
+    h0, ramp = args.ramp
+    return [f"--sync-every-start={h0}", f"--sync-ramp-steps={ramp}"]
+
+
+def ramp_arg(text: str) -> tuple[int, int]:
+    """`6:120` -> (H0 6, ramp 120 steps)."""
+    h0, sep, ramp = text.partition(":")
+    if not (sep and h0.isdigit() and ramp.isdigit() and int(h0) >= 1 and int(ramp) >= 1):
+        raise argparse.ArgumentTypeError(f"--ramp {text!r}: write H0:STEPS, e.g. 6:120 (both at least 1)")
+    return int(h0), int(ramp)
 
 
 def arms_of(args) -> list[str]:
@@ -57,6 +75,7 @@ def plan(args) -> list[str]:
     what = {"ddp": "ddp (gloo all-reduce every step)",
             "yeto": f"yeto (default recipe{' ' + extra if extra else ''})",
             "yeto-a0": f"yeto-a0 ({' '.join([*args.yeto_flags, *ARM_FLAGS['yeto-a0']])})",
+            "yeto-ramp": f"yeto-ramp ({' '.join([*args.yeto_flags, *arm_flags('yeto-ramp', args)])})",
             "yeto-fault": "yeto-fault (yeto, learner 1 killed)",
             "yeto-replace": "yeto-replace (yeto-fault, the island replaced at once as the launcher does)",
             "torchft": f"torchft (DiLoCo defaults: 1 fragment, H {args.ft_sync_every}, delay 0, alpha 0, fp32)",
@@ -87,7 +106,7 @@ def run_yeto_arm(name: str, hub, model: Path, data: Path, work: Path, args) -> d
     from lib_wan_net import since
     from lib_wan_proc import wait_all
     _, launch = build_launch(f"wan-{name}", model, data, steps=args.steps, learners=args.learners,
-                             extra=[f"--seed={args.seed}", *args.yeto_flags, *ARM_FLAGS[name]])
+                             extra=[f"--seed={args.seed}", *args.yeto_flags, *arm_flags(name, args)])
     before, app = hub.wan.bytes(), hub.app_bytes()
     if name in ("yeto-fault", "yeto-replace"):
         procs, kill = run_fault(hub, launch, work, args, replace=name == "yeto-replace")
@@ -104,7 +123,7 @@ def run_yeto_arm(name: str, hub, model: Path, data: Path, work: Path, args) -> d
     return out
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=240, help="inner steps per learner (DDP: steps per rank)")
     ap.add_argument("--learners", type=int, default=2)
@@ -121,10 +140,23 @@ def main(argv=None) -> int:
     ap.add_argument("--ft-sync-every", type=int, default=24, help="torchft DiLoCo's H (every fragment's)")
     ap.add_argument("--yeto-flag", dest="yeto_flags", action="append", default=[],
                     help="extra `yeto launch` flag for every Yeto arm, e.g. --yeto-flag=--sync-every=24")
+    ap.add_argument("--ramp", type=ramp_arg, default=(6, 120), metavar="H0:STEPS",
+                    help="yeto-ramp's interval ramp: push every H0 steps at first, growing to H over STEPS (default 6:120)")
     ap.add_argument("--json", type=Path, help="write the arguments and every arm's numbers here")
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--dry-run", action="store_true")
-    args = ap.parse_args(argv)
+    ap.add_argument("--report", type=Path, metavar="DIR", help="summarize the --json files in DIR over their seeds (no run)")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if args.report:
+        import lib_wan_report as report
+        runs = [json.loads(p.read_text()) for p in sorted(args.report.glob("*.json"))]
+        for line in report.seeds_table([(r, parser().parse_args(r["argv"])) for r in runs]):
+            print(line)
+        return 0
     arms = arms_of(args)
     for line in plan(args):
         print(line)

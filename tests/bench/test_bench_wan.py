@@ -227,3 +227,35 @@ def test_tun_link_emulator_adds_the_delay_both_ways_and_counts_bytes():
     finally:
         wan.down()
     assert link.ns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def test_wan_plans_the_ramp_arm_and_refuses_a_bad_ramp():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--arms", "ddp,yeto,yeto-ramp", "--ramp", "4:60"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "yeto-ramp (--sync-every-start=4 --sync-ramp-steps=60)" in out.stdout
+    bad = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--ramp", "6"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "write H0:STEPS" in bad.stderr
+
+
+def test_wan_seeds_report_pairs_each_seed_with_torchft_best():
+    import lib_wan_report as report
+    import wan
+
+    def run(seed, yeto_t, best_t, yeto_mb=5e6):
+        ddp = _arm([(10.0, 10, 5.0), (20.0, 20, 4.0)], 4.0, 1000)
+        res = {"ddp": ddp, "yeto": _arm([(yeto_t, 20, 3.99)], 4.04, yeto_mb, artifact=4.02),
+               "torchft-best": _arm([(best_t, 20, 3.9)], 3.96, 2e7), "torchft-fault": {"stall": {}}}
+        argv = ["--seed", str(seed), "--steps", "20", "--target-frac", "1.0", "--json", "x.json"]
+        return {"argv": argv, "results": res}, wan.parser().parse_args(argv)
+
+    lines = report.seeds_table([run(0, 8.0, 10.0), run(1, 9.0, 10.0), run(2, 7.0, 10.0)])
+    assert lines[0].startswith("seeds 0,1,2")
+    assert "| yeto | 0,1,2 | 8.0 [5.5, 10.5] (3/3 reached) | 20 [20, 20] | +1.00 [+1.00, +1.00] | +0.50 [+0.50, +0.50] " \
+           "| 5.00 [5.00, 5.00] |" in lines
+    # time 0.8, 0.9, 0.7: mean 0.8, sd 0.1, t(2) 4.3027 / sqrt 3 = 0.248; bytes 0.25 at every seed
+    assert lines[-1] == ("yeto / torchft-best, paired by seed: time to target 0.800 [0.552, 1.048] (<= 0.8 at 2/3 seeds; "
+                         "per seed 0.800, 0.900, 0.700), bytes 0.250 [0.250, 0.250] (<= 0.5 at 3/3)")
+    assert report.seeds_table([({"argv": [], "results": {"yeto": {}}}, wan.parser().parse_args([]))]) == [
+        "no run with a ddp arm: no target"]
