@@ -90,7 +90,9 @@ class FragmentState:
         mode = "avg" if self.shadow.role == "embed" else config.merge
         started = clock()
         g = self.gram.take(len(headers))       # every push of the round came through take_in and add
-        combo = merge.merge_round(self.rows, len(headers), weights, merge=mode, lr=config.outer_lr, momentum=config.momentum, g=g)
+        fraction = merge.interval_fraction([h.c_steps for h in headers], weights, config.inner_steps)
+        combo = merge.merge_round(self.rows, len(headers), weights, merge=mode, lr=config.outer_lr, momentum=config.momentum,
+                                  g=g, fraction=fraction)
         backend.synchronize()
         elapsed = clock() - started
         self.round.close(merged=combo is not None, sync_s=elapsed)

@@ -8,6 +8,9 @@ combinations delta = sum_m k_m Delta_m, and the outer step is linear too:
 
 so a fragment keeps theta, b and its round's pushes as rows of one (2 + slots, n) f32 array and the
 whole step is one small matrix product per cache-sized chunk: [theta'; b'] = C @ rows[:2+M, chunk].
+A round that carries only a fraction f of an interval (a learner's last partial interval at the end of a run, a
+first push at its offset) moves in token time: b' = mu^f b + delta, theta' = theta - eta (delta + f mu^f b'),
+so its momentum extrapolation shrinks with its progress instead of repeating a whole interval's (f = 1: the above).
 Each input is read once and theta, b written once; nothing grows with the fragment. The Gram matrix
 G = [<d_i, d_j>] (services/syncer/gram.py, built row by row as pushes arrive) gives norms, RDA and finiteness.
 All-or-nothing: pushes are checked finite through G, and the result is bounded from G and running
@@ -62,26 +65,37 @@ def combination(g: np.ndarray, weights, merge: str) -> Combination:
 
 
 def merge_round(frag: FragmentRows, num_pushes: int, weights, *, merge: str, lr: float, momentum: float,
-                g: np.ndarray | None = None, chunk: int = CHUNK) -> Combination | None:
+                g: np.ndarray | None = None, chunk: int = CHUNK, fraction: float = 1.0) -> Combination | None:
     """Merge pushes 0..num_pushes-1 into the fragment with one outer step; None, state untouched, if not finite."""
     g = gram(frag.rows[2:2 + num_pushes]) if g is None else g
     if not np.isfinite(g).all():
         return None
     p = combination(g, weights, merge)
-    return p if outer_step(frag, p, lr=lr, momentum=momentum, chunk=chunk) else None
+    return p if outer_step(frag, p, lr=lr, momentum=momentum, chunk=chunk, fraction=fraction) else None
 
 
-def outer_step(frag: FragmentRows, p: Combination, *, lr: float, momentum: float, chunk: int = CHUNK) -> bool:
-    """Nesterov on delta = sum k_m Delta_m; False, touching nothing, when the result would not be finite."""
+def interval_fraction(c_steps, weights, inner_steps: int) -> float:
+    """f in (0, 1]: the weighted mean of the pushes' steps since their anchors over H (1 for a whole interval)."""
+    w = np.asarray(weights, dtype=np.float64)
+    steps = float(np.asarray(c_steps, dtype=np.float64) @ w / w.sum()) if w.sum() > 0 else float(np.mean(c_steps))
+    return min(1.0, max(steps, 1.0) / max(1, inner_steps))
+
+
+def outer_step(frag: FragmentRows, p: Combination, *, lr: float, momentum: float, chunk: int = CHUNK,
+               fraction: float = 1.0) -> bool:
+    """Nesterov on delta = sum k_m Delta_m over `fraction` of an interval (token time: mu^f, look-ahead f mu^f);
+    False, touching nothing, when the result would not be finite."""
     k = np.asarray(p.coeffs, dtype=np.float64)
+    decay = momentum ** fraction                                # mu^f
+    ahead = fraction * decay                                    # f mu^f: mu for a whole interval
     c = np.zeros((2, 2 + k.size))
-    c[0, 0], c[0, 1], c[0, 2:] = 1.0, -lr * momentum ** 2, lr * (1 + momentum) * k
-    c[1, 1], c[1, 2:] = momentum, -k
+    c[0, 0], c[0, 1], c[0, 2:] = 1.0, -lr * ahead * decay, lr * (1 + ahead) * k
+    c[1, 1], c[1, 2:] = decay, -k
     delta_bound = float(np.sum(np.abs(k) * p.norms))          # |delta_i| <= sum |k_m| ||d_m||_2
 
     def bounds() -> tuple[float, float]:
-        b = momentum * frag.momentum_bound + delta_bound
-        return frag.theta_bound + lr * (delta_bound + momentum * b), b
+        b = decay * frag.momentum_bound + delta_bound
+        return frag.theta_bound + lr * (delta_bound + ahead * b), b
 
     new_theta, new_b = bounds()
     if not (new_theta < SAFE_BOUND and new_b < SAFE_BOUND):

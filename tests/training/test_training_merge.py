@@ -52,6 +52,29 @@ def test_merge_and_nesterov_step_match_float64_reference(mode, seed):
     np.testing.assert_allclose(f.theta, theta, rtol=1e-4, atol=1e-5 * np.abs(theta).max())
 
 
+@pytest.mark.parametrize("fraction", [1 / 24, 0.25, 1.0])
+def test_a_partial_interval_round_steps_in_token_time(fraction):
+    """A round that carries f of an interval: b' = mu^f b + delta, theta' = theta - eta (delta + f mu^f b')."""
+    rng = np.random.default_rng(7)
+    f, pushes = fragment(rng, 4000, 2)
+    theta0, b0 = f.theta.astype(np.float64), f.momentum.astype(np.float64)
+    assert merge.merge_round(f, 2, [3.0, 1.0], merge="avg", lr=0.7, momentum=0.9, fraction=fraction) is not None
+    delta = reference(pushes, np.array([3.0, 1.0]), "avg")
+    decay = 0.9 ** fraction
+    b = decay * b0 + delta
+    theta = theta0 - 0.7 * (delta + fraction * decay * b)
+    np.testing.assert_allclose(f.momentum, b, rtol=1e-4, atol=1e-5 * np.abs(b).max())
+    np.testing.assert_allclose(f.theta, theta, rtol=1e-4, atol=1e-5 * np.abs(theta).max())
+
+
+def test_the_interval_fraction_is_the_weighted_steps_over_h():
+    assert merge.interval_fraction([24, 24], [1, 1], 24) == 1.0
+    assert merge.interval_fraction([30, 26], [1, 1], 24) == 1.0                # latency: capped at a whole interval
+    assert merge.interval_fraction([2], [5.0], 24) == pytest.approx(2 / 24)    # a last partial interval
+    assert merge.interval_fraction([1, 9], [3.0, 1.0], 24) == pytest.approx(3 / 24)
+    assert merge.interval_fraction([0], [0.0], 24) == pytest.approx(1 / 24)    # never zero: at least one step
+
+
 def test_token_squared_weighting_and_rda_fallback_when_directions_cancel():
     w = merge.push_weights([100, 400], [10, 20], [0, 0], weighting="tokens_sq_per_step")
     np.testing.assert_allclose(w, [1000.0, 8000.0])
