@@ -245,17 +245,19 @@ def test_wan_seeds_report_pairs_each_seed_with_torchft_best():
 
     def run(seed, yeto_t, best_t, yeto_mb=5e6):
         ddp = _arm([(10.0, 10, 5.0), (20.0, 20, 4.0)], 4.0, 1000)
-        res = {"ddp": ddp, "yeto": _arm([(yeto_t, 20, 3.99)], 4.04, yeto_mb, artifact=4.02),
-               "torchft-best": _arm([(best_t, 20, 3.9)], 3.96, 2e7), "torchft-fault": {"stall": {}}}
+        res = {"ddp": ddp, "yeto": _arm([(1.0, 10, 4.5), (yeto_t, 20, 3.99)], 4.04, yeto_mb, artifact=4.02),
+               "torchft-best": _arm([(2.0, 10, 4.5), (best_t, 20, 3.9)], 3.96, 2e7), "torchft-fault": {"stall": {}}}
         argv = ["--seed", str(seed), "--steps", "20", "--target-frac", "1.0", "--json", "x.json"]
         return {"argv": argv, "results": res}, wan.parser().parse_args(argv)
 
     lines = report.seeds_table([run(0, 8.0, 10.0), run(1, 9.0, 10.0), run(2, 7.0, 10.0)])
     assert lines[0].startswith("seeds 0,1,2")
-    assert "| yeto | 0,1,2 | 8.0 [5.5, 10.5] (3/3 reached) | 20 [20, 20] | +1.00 [+1.00, +1.00] | +0.50 [+0.50, +0.50] " \
+    assert "| yeto | 0,1,2 | 8.0 [5.5, 10.5] (3/3 reached) | 7.0 [4.5, 9.5] | 20 [20, 20] | +1.00 [+1.00, +1.00] | +0.50 [+0.50, +0.50] " \
            "| 5.00 [5.00, 5.00] |" in lines
-    # time 0.8, 0.9, 0.7: mean 0.8, sd 0.1, t(2) 4.3027 / sqrt 3 = 0.248; bytes 0.25 at every seed
+    # time 0.8, 0.9, 0.7: mean 0.8, sd 0.1, t(2) 4.3027 / sqrt 3 = 0.248; bytes 0.25 at every seed; from the first
+    # evaluation 7/8, 8/8, 6/8: mean 0.875, sd 0.125
     assert lines[-1] == ("yeto / torchft-best, paired by seed: time to target 0.800 [0.552, 1.048] (<= 0.8 at 2/3 seeds; "
-                         "per seed 0.800, 0.900, 0.700), bytes 0.250 [0.250, 0.250] (<= 0.5 at 3/3)")
+                         "per seed 0.800, 0.900, 0.700), bytes 0.250 [0.250, 0.250] (<= 0.5 at 3/3); "
+                         "from the first evaluation (start-up left out) 0.875 [0.564, 1.186]")
     assert report.seeds_table([({"argv": [], "results": {"yeto": {}}}, wan.parser().parse_args([]))]) == [
         "no run with a ddp arm: no target"]
