@@ -357,9 +357,12 @@ def table(results: list[dict], arms: list[str], sync_lr: float | None = None) ->
 
 def default_delta(results: list[dict], sync_lr: float | None = None) -> str:
     """The last line: `default_delta_pct=<mean> ci95=[<lo>,<hi>] n=<seeds>`, default vs sync at reference_lr, paired
-    by seed; default's runs (its own recipe: no --sync-every, no ramp) at that lr too where it has some (else at its
-    lowest lr)."""
-    ok = [r for r in results if r.get("heldout_ce") is not None and recipe_of(r) == ""]
+    by seed; default's runs at that lr too where it has some (else at its lowest lr), those of its own recipe where
+    there are some (no --sync-every, no ramp), else those of the one recipe its runs share (one invocation's)."""
+    ok = [r for r in results if r.get("heldout_ce") is not None]
+    labels = {recipe_of(r) for r in ok if r["arm"] == "default"}
+    label = "" if "" in labels or len(labels) != 1 else labels.pop()
+    ok = [r for r in ok if recipe_of(r) == label or r["arm"] == "sync"]
     ref = reference_lr(results, sync_lr)
     lrs = sorted({run_lr(r) for r in ok if r["arm"] == "default"}, key=lambda x: (x is None, x))
     mine = ref if ref in lrs else (lrs[0] if lrs else None)

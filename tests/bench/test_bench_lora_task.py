@@ -199,3 +199,9 @@ def test_runs_at_another_h_or_ramp_get_their_own_rows_and_stay_out_of_the_headli
     assert any(line.startswith("| candidate | 0.002 | H0=6 ramp=60 | 0 | 2.1200 ± 0.0000 | +6.00 (n=1) |") for line in lines)
     assert any(line.startswith("| avg | 0.002 | - | 0 |") for line in lines)                    # its own overrides
     assert lines[-1].startswith("default_delta_pct=+15.000 ")                                    # H 24 runs only
+    only_h6 = [r for r in runs if r["arm"] == "sync" or recipe_of_is(r, "H=6")]
+    assert lora_task.report(only_h6, [])[-1].startswith("default_delta_pct=+7.500 ")            # one invocation's H
+
+
+def recipe_of_is(r, label):
+    return lora_task.recipe_of(r) == label
