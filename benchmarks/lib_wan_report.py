@@ -159,8 +159,9 @@ def _ci(values: list[float], spec: str) -> str:
 
 def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
     """Several runs' --json (one per seed; `args` parsed from each run's argv): per arm the time and step at which its
-    learners reached DDP's target (the time from process start, and from the first evaluation: without start-up), held-out CE (learners; the artifact for Yeto arms) against DDP paired by seed, MB
-    on the links; then each Yeto arm's ratios to torchft-best per seed (time, bytes) with 95% t intervals, and how
+    learners reached DDP's target (the time from process start, and from the first evaluation: without start-up),
+    held-out CE (learners; the artifact for Yeto arms) against DDP paired by seed, MB on the links;
+    then each Yeto arm's ratios to torchft-best per seed (time, bytes) with 95% t intervals, and how
     many seeds met issue 14's targets (time <= 0.8x, bytes <= 0.5x). A run without a ddp arm has no target: left out."""
     per: dict[str, dict[str, dict[int, float | None]]] = {}
     seeds = []
@@ -187,11 +188,12 @@ def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
              "| artifact CE vs DDP % | MB on links |",
              "|---|---|---|---|---|---|---|---|"]
     for name, got in per.items():
-        def vals(k: str) -> list[float]:
+        def vals(k: str, got=got) -> list[float]:
             return [v for v in got[k].values() if v is not None]
         reached = f"{len(vals('time'))}/{len(got['time'])} reached"
         lines.append(f"| {name} | {','.join(map(str, sorted(got['time'])))} | {_ci(vals('time'), '.1f')} ({reached}) "
-                     f"| {_ci(vals('train'), '.1f')} | {_ci(vals('step'), '.0f')} | {_ci(vals('ce'), '+.2f')} | {_ci(vals('artifact'), '+.2f')} "
+                     f"| {_ci(vals('train'), '.1f')} | {_ci(vals('step'), '.0f')} | {_ci(vals('ce'), '+.2f')} "
+                     f"| {_ci(vals('artifact'), '+.2f')} "
                      f"| {_ci(vals('mb'), '.2f')} |")
     best = per.get("torchft-best")
     for name in (n for n in ("yeto", "yeto-ramp") if n in per and best):
@@ -202,6 +204,7 @@ def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
         tr = [mine["train"][s] / best["train"][s] for s in both if mine["train"][s] is not None and best["train"][s]]
         lines.append(f"{name} / torchft-best, paired by seed: time to target {_ci(t, '.3f')} "
                      f"(<= 0.8 at {sum(x <= 0.8 for x in t)}/{len(t)} seeds; per seed "
-                     f"{', '.join(f'{x:.3f}' for x in t)}), bytes {_ci(b, '.3f')} (<= 0.5 at {sum(x <= 0.5 for x in b)}/{len(b)}); "
+                     f"{', '.join(f'{x:.3f}' for x in t)}), bytes {_ci(b, '.3f')} "
+                     f"(<= 0.5 at {sum(x <= 0.5 for x in b)}/{len(b)}); "
                      f"from the first evaluation (start-up left out) {_ci(tr, '.3f')}")
     return lines

@@ -252,7 +252,8 @@ def test_wan_seeds_report_pairs_each_seed_with_torchft_best():
 
     lines = report.seeds_table([run(0, 8.0, 10.0), run(1, 9.0, 10.0), run(2, 7.0, 10.0)])
     assert lines[0].startswith("seeds 0,1,2")
-    assert "| yeto | 0,1,2 | 8.0 [5.5, 10.5] (3/3 reached) | 7.0 [4.5, 9.5] | 20 [20, 20] | +1.00 [+1.00, +1.00] | +0.50 [+0.50, +0.50] " \
+    assert "| yeto | 0,1,2 | 8.0 [5.5, 10.5] (3/3 reached) | 7.0 [4.5, 9.5] | 20 [20, 20] | +1.00 [+1.00, +1.00] " \
+           "| +0.50 [+0.50, +0.50] " \
            "| 5.00 [5.00, 5.00] |" in lines
     # time 0.8, 0.9, 0.7: mean 0.8, sd 0.1, t(2) 4.3027 / sqrt 3 = 0.248; bytes 0.25 at every seed; from the first
     # evaluation 7/8, 8/8, 6/8: mean 0.875, sd 0.125
