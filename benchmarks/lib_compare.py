@@ -79,9 +79,14 @@ def deltas_pct(arm: list[float], sync: list[float]) -> list[float]:
     return [100.0 * (a - s) / s for a, s in zip(arm, sync)]
 
 
-def _fmt_ci(values: list[float]) -> str:
+def fmt_ci(values: list[float], spec: str = "+.2f") -> str:
+    """`mean [lo, hi]` (95% Student t), `value (n=1)` for one value, '-' for none; numbers formatted with `spec`."""
+    if not values:
+        return "-"
     ci = ci95(values)
-    return f"{values[0]:+.2f} (n=1)" if ci is None else f"{ci[0]:+.2f} [{ci[1]:+.2f}, {ci[2]:+.2f}]"
+    if ci is None:
+        return f"{format(values[0], spec)} (n=1)"
+    return f"{format(ci[0], spec)} [{format(ci[1], spec)}, {format(ci[2], spec)}]"
 
 
 def _fmt_steps(runs: list[dict], targets: list[float]) -> str:
@@ -113,7 +118,7 @@ def table(results: dict[str, list[dict]]) -> list[str]:
         gp = statistics.fmean(r["stats"]["goodput"] for r in runs)
         up = statistics.fmean(r["stats"]["bytes_up"] for r in runs) / 1e6 / n
         down = statistics.fmean(r["stats"]["bytes_down"] for r in runs) / 1e6 / n
-        lines.append(f"| {name} | {lr} | {len(ce)} | {mean:.4f} ± {sd:.4f} | {_fmt_ci(d)} | [{min(d):+.2f}, {max(d):+.2f}] "
+        lines.append(f"| {name} | {lr} | {len(ce)} | {mean:.4f} ± {sd:.4f} | {fmt_ci(d)} | [{min(d):+.2f}, {max(d):+.2f}] "
                      f"| {steps} | {gp:.3f} | {up:.2f} | {down:.2f} |")
     return lines
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from lib_compare import fmt_ci
 from lib_wan_proc import Proc, curve, stall, time_to
 
 STALL_S = 1.0
@@ -147,16 +148,6 @@ def fault_lines(name: str, fault: dict, yeto: dict | None) -> list[str]:
     return lines
 
 
-def _ci(values: list[float], spec: str) -> str:
-    """`mean [lo, hi]` (95% Student t over the seeds), `value (n=1)`, or '-'."""
-    from lib_compare import ci95
-    if not values:
-        return "-"
-    ci = ci95(values)
-    return f"{format(values[0], spec)} (n=1)" if ci is None else " ".join(
-        [format(ci[0], spec), f"[{format(ci[1], spec)}, {format(ci[2], spec)}]"])
-
-
 def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
     """Several runs' --json (one per seed; `args` parsed from each run's argv): per arm the time and step at which its
     learners reached DDP's target (the time from process start, and from the first evaluation: without start-up),
@@ -191,10 +182,10 @@ def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
         def vals(k: str, got=got) -> list[float]:
             return [v for v in got[k].values() if v is not None]
         reached = f"{len(vals('time'))}/{len(got['time'])} reached"
-        lines.append(f"| {name} | {','.join(map(str, sorted(got['time'])))} | {_ci(vals('time'), '.1f')} ({reached}) "
-                     f"| {_ci(vals('train'), '.1f')} | {_ci(vals('step'), '.0f')} | {_ci(vals('ce'), '+.2f')} "
-                     f"| {_ci(vals('artifact'), '+.2f')} "
-                     f"| {_ci(vals('mb'), '.2f')} |")
+        lines.append(f"| {name} | {','.join(map(str, sorted(got['time'])))} | {fmt_ci(vals('time'), '.1f')} ({reached}) "
+                     f"| {fmt_ci(vals('train'), '.1f')} | {fmt_ci(vals('step'), '.0f')} | {fmt_ci(vals('ce'), '+.2f')} "
+                     f"| {fmt_ci(vals('artifact'), '+.2f')} "
+                     f"| {fmt_ci(vals('mb'), '.2f')} |")
     best = per.get("torchft-best")
     for name in (n for n in ("yeto", "yeto-ramp") if n in per and best):
         mine = per[name]
@@ -202,9 +193,9 @@ def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
         t = [mine["time"][s] / best["time"][s] for s in both if mine["time"][s] is not None and best["time"][s]]
         b = [mine["mb"][s] / best["mb"][s] for s in both if best["mb"][s]]
         tr = [mine["train"][s] / best["train"][s] for s in both if mine["train"][s] is not None and best["train"][s]]
-        lines.append(f"{name} / torchft-best, paired by seed: time to target {_ci(t, '.3f')} "
+        lines.append(f"{name} / torchft-best, paired by seed: time to target {fmt_ci(t, '.3f')} "
                      f"(<= 0.8 at {sum(x <= 0.8 for x in t)}/{len(t)} seeds; per seed "
-                     f"{', '.join(f'{x:.3f}' for x in t)}), bytes {_ci(b, '.3f')} "
+                     f"{', '.join(f'{x:.3f}' for x in t)}), bytes {fmt_ci(b, '.3f')} "
                      f"(<= 0.5 at {sum(x <= 0.5 for x in b)}/{len(b)}); "
-                     f"from the first evaluation (start-up left out) {_ci(tr, '.3f')}")
+                     f"from the first evaluation (start-up left out) {fmt_ci(tr, '.3f')}")
     return lines
