@@ -27,6 +27,7 @@ that waited on it is decided again at once.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 
@@ -60,6 +61,7 @@ class SyncerCore:
         self.refused: str | None = None  # why the last chunk received was refused (None: taken; the data plane terms it)
         self._norms: dict[int, tuple[int, float]] = {}
         self._live: set[str] = set()     # who counted as live when last looked at
+        self._started: float | None = None   # when the run's first chunk was taken here: learners join until a while after
         self._num_owned = sum(1 for p in range(config.num_fragments) if self.owned is None or p in self.owned)
 
     def receive(self, h: FragmentHeader, chunk: bytes, now: float, *, sender: str | None = None) -> list:
@@ -70,6 +72,7 @@ class SyncerCore:
         out = [self.report.rejected(old, why) for old, why in taken.rejections]
         if taken.refused is None:
             self.learners.heard(h, now)
+            self._started = now if self._started is None else self._started
         if taken.payload is not None:
             self.fingerprint = self.fingerprint or h.fingerprint
             out += self._init(h, taken.payload, now) if h.kind == "init" else self._push(h, taken.payload, now)
@@ -89,7 +92,13 @@ class SyncerCore:
 
     def live(self, now: float) -> set[str]:
         return liveness.live(self.learners, now=now, gone=self.roster.gone if self.roster else {}, config=self.config,
-                             num_owned=self._num_owned)
+                             num_owned=self._num_owned, announced=self.roster.generations if self.roster else {},
+                             started=self._started)
+
+    def joining(self, now: float) -> set[str]:
+        """Announced first-generation learners with no push yet, while the run's start is recent (liveness.py)."""
+        return liveness.joining(self.learners, self.roster.generations if self.roster else {},
+                                gone=self.roster.gone if self.roster else {}, now=now, started=self._started, config=self.config)
 
     def _recheck(self, now: float) -> list:
         """Every round decided again when a learner stopped counting as live since the last look (a round may
@@ -134,6 +143,8 @@ class SyncerCore:
         intent = decide(frag.round, live=live, slowest_step_s=slowest, now=now, config=self.config)
         if isinstance(intent, MergeNow):
             return self._merge(frag, intent)
+        if intent is None and frag.round.pending and self.joining(now):      # decided again when the joining ends
+            intent = WakeAt(frag.fragment, liveness.join_deadline(self._started, self.config))
         return [intent] if isinstance(intent, WakeAt) else []
 
     def _merge(self, frag: FragmentState, m: MergeNow) -> list:
@@ -190,6 +201,7 @@ class SyncerCore:
         behind it or beside it take it; they download only when stuck, the others see a header) and its
         FragmentRestored event."""
         out: list = []
+        self._started = -math.inf          # the run started before this instance: nobody is still joining
         for p, s in sorted(snaps.items()):
             self.fingerprint = self.fingerprint or s.fingerprint
             if s.fingerprint != self.fingerprint:

@@ -51,7 +51,7 @@ class Ledger(dict[str, LearnerRecord]):
             rec.last_seen = max(rec.last_seen, now)
 
     def slowest_step_s(self, live: set[str]) -> float:
-        return max((self[name].step_time_s for name in live), default=0.0)
+        return max((self[name].step_time_s for name in live if name in self), default=0.0)   # one still joining: unknown
 
     def credit(self, headers: list[FragmentHeader]) -> list[int]:
         """Goodput of a merged round's pushes: each token counted once (LearnerRecord.credit)."""

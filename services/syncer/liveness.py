@@ -5,8 +5,13 @@ folds those into the roster's `gone`); its replacement counts from the first chu
 counts while it is heard from: every chunk it sends is a heartbeat. Silence is measured against the newest
 arrival from any learner of the run, not against the wall clock alone, so a syncer that stalled (a slow disk, a
 long merge) does not find everyone silent when it wakes: a learner is silent once others were heard more than its
-bound after it. `learner_timeout_s` bounds silence on the wall clock as well, and the bound from above. Time is
-passed in (docs/SYNC_MATH.md, "Who is live").
+bound after it. `learner_timeout_s` bounds silence on the wall clock as well, and the bound from above.
+
+At a run's start a first-generation learner the launcher announced counts as live before its first push, for
+`learner_timeout_s` after the first chunk of the run this syncer heard (`joining`): islands load their model at
+different speeds, and without it the first learner's first rounds merge alone, each a whole outer step of one
+learner's drift. A replacement does not: it counts from its first chunk (the survivors must not wait on a process
+still loading). Time is passed in (docs/SYNC_MATH.md, "Who is live").
 """
 from __future__ import annotations
 
@@ -33,10 +38,29 @@ def silence_s(step_time_s: float, config: SyncConfig, num_owned: int) -> float:
 
 
 def live(records: Mapping[str, LearnerRecord], *, now: float, gone: Mapping[str, int], config: SyncConfig,
-         num_owned: int) -> set[str]:
-    """Learner ids whose newest generation the launcher has not reported gone and who were heard from in time."""
+         num_owned: int, announced: Mapping[str, int] | None = None, started: float | None = None) -> set[str]:
+    """Learner ids whose newest generation the launcher has not reported gone and who were heard from in time, and
+    those still joining (`joining`: `announced` is the roster's newest generation per learner, `started` when this
+    syncer heard the run's first chunk)."""
     newest = max((rec.last_seen for rec in records.values()), default=now)
-    return {name for name, rec in records.items()
-            if rec.generation > gone.get(name, -1)
-            and now - rec.last_seen <= config.learner_timeout_s
-            and newest - rec.last_seen <= silence_s(rec.step_time_s, config, num_owned)}
+    heard = {name for name, rec in records.items()
+             if rec.generation > gone.get(name, -1)
+             and now - rec.last_seen <= config.learner_timeout_s
+             and newest - rec.last_seen <= silence_s(rec.step_time_s, config, num_owned)}
+    return heard | joining(records, announced or {}, gone=gone, now=now, started=started, config=config)
+
+
+def joining(records: Mapping[str, LearnerRecord], announced: Mapping[str, int], *, gone: Mapping[str, int], now: float,
+            started: float | None, config: SyncConfig) -> set[str]:
+    """First-generation learners announced and not gone that have no push admitted yet, while the run's start (the
+    first chunk heard) is less than `learner_timeout_s` ago."""
+    if started is None or now - started > config.learner_timeout_s:
+        return set()
+    return {name for name, generation in announced.items()
+            if generation == 0 and gone.get(name, -1) < 0
+            and (name not in records or (records[name].generation == 0 and not records[name].last_step))}
+
+
+def join_deadline(started: float | None, config: SyncConfig) -> float | None:
+    """When learners still joining stop counting (None: the run has not started here)."""
+    return None if started is None else started + config.learner_timeout_s

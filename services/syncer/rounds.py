@@ -65,18 +65,22 @@ class Round:
 
 
 def decide(r: Round, *, live: set[str], slowest_step_s: float, now: float, config: SyncConfig) -> MergeNow | WakeAt | None:
-    """Merge once quorum is in and the grace window has passed, or at once when every live learner pushed."""
+    """Merge once quorum is in and the grace window has passed, or at once when every live learner pushed.
+
+    Quorum counts the pushes of live learners only: the push of a learner gone since (its last one, sent as it
+    finished, or one before a crash) waits for a live learner's push of the fragment and merges with it, not alone
+    (the final cut merges it when nobody live pushes again)."""
     if not r.pending:
         return None
     if r.quorum_at is None:
-        if len(r.pending) < quorum_size(len(live), config.quorum):
+        if len(live.intersection(r.pending)) < quorum_size(len(live), config.quorum):
             return None
         r.quorum_at = now
         r.quorum_s = now - (r.first_push_at if r.first_push_at is not None else now)
         r.grace_s = grace_s(slowest_step_s=slowest_step_s, quorum_s=r.quorum_s, sync_s=r.last_sync_s, gamma=config.grace_gamma,
                             tau_steps=config.grace_tau_steps, grace_max_s=config.grace_max_s)
     deadline = r.quorum_at + r.grace_s
-    if now >= deadline or live <= set(r.pending):
+    if now >= deadline or (live and live <= r.pending.keys()):
         pushes = tuple(sorted(r.pending.values(), key=lambda p: p.slot))
         return MergeNow(r.fragment, pushes, grace_ms=1e3 * min(r.grace_s, now - r.quorum_at), quorum_ms=1e3 * r.quorum_s)
     return WakeAt(r.fragment, deadline)

@@ -1,7 +1,9 @@
 """Liveness: a generation reported gone stops counting at once, a silent learner soon after; rounds waiting on it merge.
 
 A learner is silent after a few of its push gaps, relative to the others' arrivals; a replacement counts from its
-first chunk. Pure: every time is passed in; the last test drives the data plane over the in-memory bus."""
+first chunk, a first-generation learner from the run's start (it may still be loading); a gone learner's last push
+waits for a live learner's push and merges with it. Pure: every time is passed in; the last test drives the data
+plane over the in-memory bus."""
 from __future__ import annotations
 
 from functools import reduce
@@ -18,6 +20,7 @@ from yeto.services.syncer import liveness, runs
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.dataplane import roster_of
 from yeto.services.syncer.ledger import LearnerRecord
+from yeto.services.syncer.rounds import WakeAt
 
 RUN, N, FP = "r-live", 512, "f" * 64
 SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": "", "spot": False}
@@ -125,6 +128,51 @@ def test_a_replacement_counts_from_its_first_chunk_and_the_quorum_grows_back(cor
     assert merged(send(core, chunks("island-0", 0, local_step=8, base_version=1), now=1.3)) == [], "quorum 2 again"
     out = send(core, chunks("island-1", 0, generation=1, local_step=8, base_version=1), now=1.4)
     assert merged(out) == [(0, ["island-0", "island-1"])]
+
+
+def test_at_the_start_a_learner_still_loading_counts_for_a_bounded_while_and_the_first_rounds_wait_for_it():
+    timeout = 10.0
+    config = SyncConfig.from_dict({**SYNC, "learner_timeout_s": timeout})
+    c = SyncerCore(config, run_id=RUN, roster=roster_of(fold().runs[RUN]))
+    for p in (0, 1):
+        send(c, chunks("island-0", p, "init"), now=0.0)
+    assert c.live(0.5) == {"island-0", "island-1"}, "island-1 announced, not heard yet"
+    assert c.joining(0.5) == {"island-0", "island-1"}, "no push from either yet"
+    out = send(c, chunks("island-0", 0), now=1.0)
+    assert c.joining(1.0) == {"island-1"} and merged(out) == [] and [o.at for o in out if isinstance(o, WakeAt)] == [timeout], \
+        "quorum 2 while island-1 joins; decided again when its joining ends"
+    send(c, chunks("island-1", 0, "init"), now=3.0)
+    assert c.joining(3.0) == {"island-1"}, "heard, but no push yet: still joining (its first steps may be slow)"
+    assert c.live(8.0) == {"island-0", "island-1"}, "past the 3 s silence floor after its init, still counted"
+    assert merged(send(c, chunks("island-1", 0), now=8.5)) == [(0, ["island-0", "island-1"])], "the first round has both"
+    assert c.joining(8.6) == set(), "a push admitted: it counts as any learner from now on"
+
+    late = SyncerCore(config, run_id=RUN, roster=roster_of(fold().runs[RUN]))
+    send(late, chunks("island-0", 1, "init"), now=0.0)
+    assert merged(send(late, chunks("island-0", 1), now=1.0)) == []
+    assert merged(late.tick(timeout - 0.1)) == [], "within the bound it waits"
+    assert merged(late.tick(timeout + 0.1)) == [(1, ["island-0"])], "a learner that never came stops counting"
+    assert late.live(timeout + 0.1) == {"island-0"}
+
+
+def test_a_learner_gone_before_its_first_push_is_not_waited_on():
+    c = SyncerCore(SyncConfig.from_dict(SYNC), run_id=RUN, roster=roster_of(fold().runs[RUN]))
+    send(c, chunks("island-0", 0, "init"), now=0.0)
+    assert merged(send(c, chunks("island-0", 0), now=1.0)) == []
+    out = c.follow(roster_of(fold(IslandExited(run_id=RUN, island=1, spec=SPEC)).runs[RUN]), now=1.5)
+    assert merged(out) == [(0, ["island-0"])] and c.joining(1.5) == set()
+
+
+def test_a_gone_learners_last_push_waits_for_a_live_push_and_merges_with_it_not_alone(core):
+    assert merged(send(core, chunks("island-1", 0, local_step=6, c_steps=6), now=1.0)) == [], "its final push"
+    out = core.follow(roster_of(fold(IslandExited(run_id=RUN, island=1, spec=SPEC)).runs[RUN]), now=1.1)
+    assert merged(out) == [] and core.live(1.1) == {"island-0"}, "gone, its push stays pending: no round of one"
+    out = send(core, chunks("island-0", 0, local_step=8, c_steps=8), now=2.0)
+    assert merged(out) == [(0, ["island-1", "island-0"])], "merged with the survivor's next push"
+    assert merged(send(core, chunks("island-1", 1, local_step=6, c_steps=6), now=2.1)) == []
+    everyone_gone = fold(IslandExited(run_id=RUN, island=1, spec=SPEC), IslandExited(run_id=RUN, island=0, spec=SPEC))
+    assert merged(core.follow(roster_of(everyone_gone.runs[RUN]), now=2.2)) == [], "nobody live: nothing to wait with"
+    assert merged(core.final_cut()) == [(1, ["island-1"])], "the final cut merges what is in"
 
 
 @pytest.mark.timeout(30)
