@@ -184,10 +184,12 @@ def tape_metrics(env, run: str) -> dict:
     tokens = sql(env, f"select coalesce(sum(t), 0) from (select max(tokens) t from learner_progress where {q} "
                       "group by learner, generation)")[0][0]
     steps = sql(env, f"select coalesce(max(step), 0) from learner_progress where {q}")[0][0]
-    rounds, merged = sql(env, f"select count(*), coalesce(sum(tokens), 0) from rounds where {q}")[0]
+    rounds, merged, singles = sql(env, "select count(*), coalesce(sum(tokens), 0), count(*) filter (where num_responders = 1) "
+                                       f"from rounds where {q}")[0]
     learners = sql(env, f"select count(distinct learner) from learner_progress where {q}")[0][0]
     return {"outcome": end[0][0] if end else None, "tape_wall_s": (end[0][1] - start) if end and start else None,
-            "labelled_tokens": tokens, "max_step": steps, "rounds_merged": rounds, "round_tokens": merged,
+            "labelled_tokens": tokens, "max_step": steps, "rounds_merged": rounds, "single_rounds": singles,
+            "round_tokens": merged,
             "learners": learners}
 
 
@@ -323,15 +325,15 @@ def table(results: list[dict], arms: list[str], sync_lr: float | None = None) ->
     sync = by.get(("sync", ref, ""), {})
     lines = ["| arm | lr | sync recipe (beyond the arm) | seeds | held-out CE (mean ± sd) "
              "| Δ vs sync % (paired by seed: mean [95% CI]) | Δ range % "
-             "| labelled tokens | wall s | rounds merged | MB pushed | MB keyframes fetched |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| labelled tokens | wall s | rounds merged | of one learner | MB pushed | MB keyframes fetched |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm in arms:
         keys = sorted((k for k in by if k[0] == arm), key=lambda k: (k[1] is None, k[1] or 0, k[2])) or [(arm, None, "")]
         for key in keys:
             lr, recipe = "-" if key[1] is None else f"{key[1]:g}", key[2] or "-"
             runs = list(by.get(key, {}).values())
             if not runs:
-                lines.append(f"| {arm} | {lr} | {recipe} | 0 | - | - | - | - | - | - | - | - |")
+                lines.append(f"| {arm} | {lr} | {recipe} | 0 | - | - | - | - | - | - | - | - | - |")
                 continue
             ce = [r["heldout_ce"] for r in runs]
             sd = statistics.stdev(ce) if len(ce) > 1 else 0.0
@@ -351,8 +353,15 @@ def table(results: list[dict], arms: list[str], sync_lr: float | None = None) ->
                          f"| {delta} | {spread} | {statistics.fmean(r['labelled_tokens'] for r in runs):.0f} "
                          f"| {statistics.fmean(r['wall_s'] for r in runs):.0f} "
                          f"| {statistics.fmean(r['rounds_merged'] for r in runs):.0f} "
+                         f"| {mean_of(runs, 'single_rounds')} "
                          + " ".join(f"| {'-' if m is None else f'{m:.2f}'}" for m in mb) + " |")
     return lines
+
+
+def mean_of(runs: list[dict], key: str) -> str:
+    """The runs' mean of `key`, or "-" where a run predates it."""
+    values = [r.get(key) for r in runs]
+    return "-" if None in values else f"{statistics.fmean(values):.0f}"
 
 
 def default_delta(results: list[dict], sync_lr: float | None = None) -> str:

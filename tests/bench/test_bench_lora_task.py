@@ -60,6 +60,7 @@ def test_end_to_end_on_the_tiny_model(tmp_path):
     for r in runs.values():
         assert r["outcome"] == "RunFinalized" and r["exit_code"] == 0 and r["max_step"] == 4
         assert 0 < r["heldout_ce"] < 10 and r["rounds_merged"] > 0 and r["bytes_up"] > 0
+        assert 0 <= r["single_rounds"] <= r["rounds_merged"]
     # equal tokens: one island of two DDP ranks trains what two one-rank islands train
     assert runs["sync"]["labelled_tokens"] == runs["default"]["labelled_tokens"] > 0
     assert runs["sync"]["learners"] == 1 and runs["default"]["learners"] == 2
@@ -69,6 +70,7 @@ def test_end_to_end_on_the_tiny_model(tmp_path):
 
 
 def test_report_pairs_arms_by_seed(tmp_path):
+    # no single_rounds: runs from before it was counted
     base = {"labelled_tokens": 100, "wall_s": 60.0, "rounds_merged": 8, "bytes_up": 2e6, "bytes_down": None}
     for arm, seed, ce in (("sync", 0, 2.0), ("sync", 1, 4.0), ("default", 0, 2.1), ("default", 1, 4.0), ("direct", 0, None)):
         (tmp_path / f"lora-{arm}-s{seed}-x.json").write_text(json.dumps({**base, "arm": arm, "seed": seed, "heldout_ce": ce}))
@@ -77,14 +79,15 @@ def test_report_pairs_arms_by_seed(tmp_path):
     lines = out.stdout.strip().splitlines()
     # (+5 % at seed 0, 0 at seed 1) / 2; 95% CI 2.5 ± t(1) 12.7062 x sd 3.5355 / sqrt 2
     assert lines[-1] == "default_delta_pct=+2.500 ci95=[-29.266,+34.266] n=2"
-    assert ("| default | - | - | 0,1 | 3.0500 ± 1.3435 | +2.50 [-29.27, +34.27] | [+0.00, +5.00] | 100 | 60 | 8 | 2.00 | - |"
+    assert ("| default | - | - | 0,1 | 3.0500 ± 1.3435 | +2.50 [-29.27, +34.27] | [+0.00, +5.00] | 100 | 60 | 8 | - | 2.00 | - |"
             in lines)
-    assert "| direct | - | - | 0 | - | - | - | - | - | - | - | - |" in lines
+    assert "| direct | - | - | 0 | - | - | - | - | - | - | - | - | - |" in lines
 
 
 def fake(arm, seed, ce, lr, **kw):
     return {"arm": arm, "seed": seed, "heldout_ce": ce, "lr": lr, "warmup": lora_task.scaled_warmup(lr, 1e-3, 5),
-            "labelled_tokens": 100, "wall_s": 60.0, "rounds_merged": 8, "bytes_up": 2e6, "bytes_down": 0, **kw}
+            "labelled_tokens": 100, "wall_s": 60.0, "rounds_merged": 8, "single_rounds": 3, "bytes_up": 2e6,
+            "bytes_down": 0, **kw}
 
 
 def test_report_tunes_sync_on_the_tuning_seeds_and_pairs_against_its_best_lr():
@@ -100,7 +103,7 @@ def test_report_tunes_sync_on_the_tuning_seeds_and_pairs_against_its_best_lr():
     assert "| 0.004 **best** | 20 | 2.2000 | 2.1000 | 2.1500 |" in lines
     assert any(line.startswith("| sync lr | warmup | CE seed 100 | CE seed 101 | mean CE |") for line in lines)
     # no reporting sync run at 4e-3: the reference is sync's first lr; the report says so by its rows
-    assert "| sync | 0.001 | - | 0,1 | 2.5000 ± 0.7071 | 0 (reference) | - | 100 | 60 | 8 | 2.00 | 0.00 |" in lines
+    assert "| sync | 0.001 | - | 0,1 | 2.5000 ± 0.7071 | 0 (reference) | - | 100 | 60 | 8 | 3 | 2.00 | 0.00 |" in lines
     assert lines[-1].startswith("default_delta_pct=-")
 
 
@@ -111,7 +114,7 @@ def test_report_pairs_against_the_swept_lr_with_a_paired_t_interval():
             fake("default", 0, 2.02, 1e-3), fake("default", 1, 2.04, 1e-3), fake("default", 2, 2.06, 1e-3)]
     lines = lora_task.report(runs, [100])
     assert "sync_lr_best=0.002" in lines
-    assert "| sync | 0.002 | - | 0,1,2 | 2.0000 ± 0.0000 | 0 (reference) | - | 100 | 60 | 8 | 2.00 | 0.00 |" in lines
+    assert "| sync | 0.002 | - | 0,1,2 | 2.0000 ± 0.0000 | 0 (reference) | - | 100 | 60 | 8 | 3 | 2.00 | 0.00 |" in lines
     assert any(line.startswith("| sync | 0.001 | - | 0,1,2 | 2.5000 ± 0.5000 | +25.00 [") for line in lines)  # untuned: worse
     # Δ +1, +2, +3 %: mean 2, sd 1, t(2) 4.3027 / sqrt 3 = 2.4842
     assert any(line.startswith("| default | 0.001 | - | 0,1,2 | 2.0400 ± 0.0200 | +2.00 [-0.48, +4.48] | [+1.00, +3.00] |")
