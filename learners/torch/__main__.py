@@ -128,12 +128,15 @@ def run(args: argparse.Namespace) -> float:
         results = train(built.model, batches, recipe, accel=accel, topology=topology, sync=sync,
                         on_step=on_step, wrapped=built.wrapped, start_step=start_step)
         elapsed = time.monotonic() - started
+        # The last pushes go out before the final evaluation: an evaluation of many seconds sends no chunk, and a
+        # learner silent that long stops counting as live (services/syncer/liveness.py), so its peers' last pushes
+        # would merge without its own. FSDP2: the last pushes gather fragments from every rank.
+        if not args.no_sync:
+            shards.on_rank0(sync and sync.close, params, rank=topology.rank, sharded=built.sharded)
         held = evaluate(eval_model, heldout, accel=accel) if heldout else float("nan")
         if topology.rank == 0:
             emit(event="done", steps=len(results), tokens=sum(r.tokens for r in results),
                  seconds=round(elapsed, 3), heldout=held)
-        if not args.no_sync:    # FSDP2: the last pushes gather fragments from every rank
-            shards.on_rank0(sync and sync.close, params, rank=topology.rank, sharded=built.sharded)
         if sync is not None:
             emit(event="sync", **sync.stats())
         return held
