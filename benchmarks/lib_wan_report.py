@@ -199,3 +199,47 @@ def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
                      f"(<= 0.5 at {sum(x <= 0.5 for x in b)}/{len(b)}); "
                      f"from the first evaluation (start-up left out) {fmt_ci(tr, '.3f')}")
     return lines
+
+
+def faults_table(runs: list[tuple[dict, object]]) -> list[str]:
+    """Several runs' --json with fault arms (one per seed and island count): per fault arm and island count, over the
+    seeds, mean [95% t interval] of the artifact against the same seed's fault-free `yeto` artifact (%), the next
+    merged global after IslandExited and after the kill (s), rounds merged without the island, the replacement's
+    first merged round after the kill (s), goodput by tokens and by time; and how many seeds met issue 14's
+    targets (artifact within 1%, next global <= 5 s). Runs without a `yeto` arm or a fault arm are left out."""
+    per: dict[tuple[str, int], dict[str, dict[int, float | None]]] = {}
+    keys = ("artifact", "exited", "kill", "rounds", "rejoin", "good_tokens", "good_time")
+    for run, args in runs:
+        res = run["results"]
+        base = res.get("yeto", {}).get("artifact")
+        for name, r in res.items():
+            kill = r.get("global", {}).get("kill") if isinstance(r, dict) else None
+            if not kill or base is None or r.get("artifact") is None:
+                continue
+            got = per.setdefault((name, args.learners), {k: {} for k in keys})
+            g = r["global"]
+            got["artifact"][args.seed] = _pct(r["artifact"], base)
+            got["exited"][args.seed] = kill["exited_to_next_global_s"]
+            got["kill"][args.seed] = kill["kill_to_next_global_s"]
+            got["rounds"][args.seed] = kill["rounds_merged_while_down"]
+            got["rejoin"][args.seed] = kill.get("down_until_rejoin_s")
+            got["good_tokens"][args.seed] = g.get("goodput_tokens")
+            got["good_time"][args.seed] = g.get("goodput_time")
+    if not per:
+        return ["no run with a fault arm and a fault-free yeto arm"]
+    lines = ["fault arms: per arm and island count, mean [95% t interval] over the seeds",
+             "| arm | islands | seeds | artifact vs fault-free % | within 1% | next global after IslandExited s "
+             "| <= 5 s | after the kill s | rounds without the island | replacement merged after the kill s "
+             "| goodput by tokens | goodput by time |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (name, islands), got in sorted(per.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        def vals(k: str, got=got) -> list[float]:
+            return [v for v in got[k].values() if v is not None]
+        n = len(got["artifact"])
+        lines.append(f"| {name} | {islands} | {','.join(map(str, sorted(got['artifact'])))} "
+                     f"| {fmt_ci(vals('artifact'), '+.2f')} | {sum(v <= 1.0 for v in vals('artifact'))}/{n} "
+                     f"| {fmt_ci(vals('exited'), '.2f')} (max {max(vals('exited'), default=math.nan):.2f}) "
+                     f"| {sum(v <= NEXT_GLOBAL_S for v in vals('exited'))}/{n} | {fmt_ci(vals('kill'), '.2f')} "
+                     f"| {fmt_ci(vals('rounds'), '.1f')} | {fmt_ci(vals('rejoin'), '.1f')} "
+                     f"| {fmt_ci(vals('good_tokens'), '.3f')} | {fmt_ci(vals('good_time'), '.3f')} |")
+    return lines

@@ -19,7 +19,8 @@ Arms (--arms; the torchft ones need torchft-nightly and --torchft or --arms):
 Per arm: wall time from process start to the target held-out loss (DDP's held-out loss at --target-frac of
 its steps), final held-out loss, bytes on the learner links. --json writes every number. Needs root
 (namespaces). Last line: yeto_time_to_target_over_ddp=<value>. `--report DIR` reads every run's --json in DIR
-(several seeds) and prints each arm's means with 95% t intervals and the per-seed ratios against torchft-best.
+(several seeds) and prints each arm's means with 95% t intervals and the per-seed ratios against torchft-best,
+then the fault arms' readings per island count (artifact against the same seed's fault-free one, next global).
 
     .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--latency-ms 0] [--seed 0] [--torchft]
                                        [--arms ddp,yeto,...] [--json PATH] [--dry-run]
@@ -154,7 +155,8 @@ def main(argv=None) -> int:
     if args.report:
         import lib_wan_report as report
         runs = [json.loads(p.read_text()) for p in sorted(args.report.glob("*.json"))]
-        for line in report.seeds_table([(r, parser().parse_args(r["argv"])) for r in runs]):
+        parsed = [(r, parser().parse_args(r["argv"])) for r in runs]
+        for line in report.seeds_table(parsed) + [""] + report.faults_table(parsed):
             print(line)
         return 0
     arms = arms_of(args)

@@ -262,3 +262,28 @@ def test_wan_seeds_report_pairs_each_seed_with_torchft_best():
                          "from the first evaluation (start-up left out) 0.875 [0.564, 1.186]")
     assert report.seeds_table([({"argv": [], "results": {"yeto": {}}}, wan.parser().parse_args([]))]) == [
         "no run with a ddp arm: no target"]
+
+
+def test_wan_faults_report_pairs_each_fault_arm_with_its_seeds_fault_free_artifact():
+    import lib_wan_report as report
+    import wan
+
+    def run(seed, learners, fault_artifact, exited_s):
+        kill = {"kill_to_next_global_s": exited_s + 0.1, "exited_to_next_global_s": exited_s,
+                "rounds_merged_while_down": 40, "down_until_rejoin_s": None}
+        res = {"yeto": _arm([(1.0, 10, 4.5)], 4.0, 1e6, artifact=4.0),
+               "yeto-fault": _arm([(1.0, 10, 4.5)], 4.1, 1e6, artifact=fault_artifact,
+                                  **{"global": {"kill": kill, "goodput_tokens": 0.96, "goodput_time": 0.5}})}
+        argv = ["--seed", str(seed), "--learners", str(learners)]
+        return {"argv": argv, "results": res}, wan.parser().parse_args(argv)
+
+    # artifacts +0.5%, +2%, +3% against 4.0: mean +1.83, sd 1.258, t(2) 4.3027 / sqrt 3 x sd = 3.126; one seed
+    # within 1%; next global 0.2, 0.4, 6.0 s: mean 2.2, sd 3.292, half-width 8.18; two seeds within 5 s
+    lines = report.faults_table([run(0, 2, 4.02, 0.2), run(1, 2, 4.08, 0.4), run(2, 2, 4.12, 6.0),
+                                 run(0, 3, 4.0, 0.1)])
+    rows = [line for line in lines if line.startswith("| yeto-fault |")]
+    assert rows[0] == ("| yeto-fault | 2 | 0,1,2 | +1.83 [-1.29, +4.96] | 1/3 | 2.20 [-5.98, 10.38] (max 6.00) | 2/3 "
+                       "| 2.30 [-5.88, 10.48] | 40.0 [40.0, 40.0] | - | 0.960 [0.960, 0.960] | 0.500 [0.500, 0.500] |")
+    assert rows[1].startswith("| yeto-fault | 3 | 0 | +0.00 (n=1) | 1/1 | 0.10 (n=1) (max 0.10) | 1/1 |")
+    assert report.faults_table([({"argv": [], "results": {"yeto": {}}}, wan.parser().parse_args([]))]) == [
+        "no run with a fault arm and a fault-free yeto arm"]
