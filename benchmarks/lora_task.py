@@ -44,13 +44,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lib_compare import best_lr, ci95, deltas_pct, headline, parse_lrs, parse_overrides, scaled_warmup, sweep_table
 
+from yeto.cli.launch_checks import SYNC_FLAGS as LAUNCH_SYNC_FLAGS
+
 ROOT = Path(__file__).resolve().parents[1]
 YETO = str(Path(sys.executable).parent / "yeto")      # the venv's CLI (also from a frozen copy)
 RESULTS = ROOT / "benchmarks" / "results" / "lora"
-SYNC_FLAGS = {"outer_lr": "--outer-lr", "momentum": "--outer-momentum", "alpha": "--merge-alpha",
-              "inner_steps": "--sync-every", "inner_steps_start": "--sync-every-start",
-              "inner_steps_ramp": "--sync-ramp-steps", "num_fragments": "--fragments", "quorum": "--quorum",
-              "merge": "--merge"}
+SYNC_FLAGS = {field: f"--{flag.replace('_', '-')}" for flag, field in LAUNCH_SYNC_FLAGS.items()}
 """The SyncConfig fields `yeto launch` takes as flags (an arm's overrides are written with the field names)."""
 DIRECT = {"outer_lr": 1.0, "momentum": 0.0, "alpha": 0.0}
 AVG = {**DIRECT, "merge": "avg"}

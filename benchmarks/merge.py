@@ -43,7 +43,8 @@ def main() -> None:
         f.refresh_bounds()
         frags.append(f)
     weights = np.arange(1, m + 1, dtype=np.float64)
-    grams = [gram.gram(f.rows[2:2 + m]) for f in frags]
+    fulls = [gram.gram(f.rows[1:2 + m]) for f in frags]          # b and the pushes: G and [<d_m, b>]
+    grams = [(full[1:, 1:], full[0, 1:]) for full in fulls]
     dst = backend.empty(n)
 
     def memcpy():
@@ -52,18 +53,18 @@ def main() -> None:
 
     def yeto(kind):              # as the syncer merges: G came row by row at ingest
         def run():
-            for f, g in zip(frags, grams):
-                assert merge.merge_round(f, m, weights, merge=kind, lr=LR, momentum=MU, g=g) is not None
+            for f, (g, bd) in zip(frags, grams):
+                assert merge.merge_round(f, m, weights, merge=kind, lr=LR, momentum=MU, g=g, bd=bd) is not None
         return run
 
     def yeto_gram_at_merge():    # the Gram pass inside the merge (before the syncer built G at ingest)
         for f in frags:
             assert merge.merge_round(f, m, weights, merge="rda", lr=LR, momentum=MU) is not None
 
-    def ingest_gram():           # what the pushes cost as they arrive: push k's row of G over rows 0..k
+    def ingest_gram():           # what the pushes cost as they arrive: push k's products with b and rows 0..k
         for f in frags:
             for k in range(m):
-                gram.gram_row(f.rows[2:2 + k + 1], f.rows[2 + k])
+                gram.gram_row(f.rows[1:2 + k + 1], f.rows[2 + k])
 
     payload = codecs.encode("q4", backend.to_host(frags[0].rows[2]))   # one q4 push, decoded into every push row
 
@@ -74,12 +75,12 @@ def main() -> None:
                     backend.decode_into("q4", payload, n, f.rows[2 + k])
                 else:
                     codecs.decode("q4", payload, n, out=f.rows[2 + k])
-                gram.gram_row(f.rows[2:2 + k + 1], f.rows[2 + k])
+                gram.gram_row(f.rows[1:2 + k + 1], f.rows[2 + k])
 
     def ingest_fused():              # as the syncer ingests: the Gram row taken while each stretch is decoded
         for f in frags:
             for k in range(m):
-                acc = gram.RowProducts(f.rows[2:2 + k + 1], f.rows[2 + k])
+                acc = gram.RowProducts(f.rows[1:2 + k + 1], f.rows[2 + k])
                 codecs.decode("q4", payload, n, out=f.rows[2 + k], on_chunk=acc)
 
     def naive_numpy():

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 MERGES = ("rda", "avg")
+RESTARTS = ("off", "opposed")
 WEIGHTINGS = ("tokens", "tokens_sq_per_step")
 MAX_FRAGMENTS = 4096
 
@@ -39,6 +40,10 @@ class SyncConfig:
     """eta of the Nesterov outer step."""
     momentum: float = 0.9
     """mu of the Nesterov outer step (0 disables momentum)."""
+    momentum_restart: str = "off"
+    """off, or opposed: a round whose merged pseudo-gradient points against the momentum (<delta, b> < 0) drops b
+    first (adaptive restart, O'Donoghue & Candes 2015): the outer step's look-ahead stops carrying a direction the
+    learners just walked back from."""
     merge: str = "rda"
     """rda (radial-directional average) or avg; embedding fragments always use avg."""
     weighting: str = "tokens"
@@ -85,6 +90,7 @@ class SyncConfig:
             (self.learner_timeout_s > 0, "learner_timeout_s must be > 0"),
             (self.outer_lr > 0, "outer_lr must be > 0"),
             (0 <= self.momentum < 1, "momentum must be in [0, 1)"),
+            (self.momentum_restart in RESTARTS, f"momentum_restart must be one of {', '.join(RESTARTS)}"),
             (self.merge in MERGES, f"merge must be one of {', '.join(MERGES)}"),
             (self.weighting in WEIGHTINGS, f"weighting must be one of {', '.join(WEIGHTINGS)}"),
             (0 <= self.alpha < 1, "alpha must be in [0, 1)"),

@@ -31,7 +31,7 @@ class RoundMerged(Event):
     """A fragment's round merged: who contributed, how much, and what the outer step did."""
 
     type: Literal["RoundMerged"] = "RoundMerged"
-    version: Literal[1] = 1
+    version: Literal[2] = 2
     fragment: int
     global_version: int             # the new global version of the fragment
     responders: list[str]           # learner ids, in merge order
@@ -43,6 +43,13 @@ class RoundMerged(Event):
     merge_ms: float                 # time of the merge and outer step
     delta_norm: float               # L2 norm of the merged pseudo-gradient
     merge: str                      # rda | avg | avg-fallback (rda directions cancelled)
+    momentum_cos: float | None = None   # v2: cos(delta, outer momentum b) before the step; None while either is zero
+    momentum_restarted: bool = False    # v2: b was dropped before the step (momentum_restart = opposed, cos < 0)
+
+
+@registry.upcaster("RoundMerged", 1)
+def _round_merged_v1(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "momentum_cos": None, "momentum_restarted": False}
 
 
 @registry.register
@@ -143,7 +150,7 @@ class GlobalVersionPublished(Event):
 EXAMPLES = [
     RoundMerged(id="ex-round-merged", run_id="r-demo", source="syncer", fragment=3, global_version=12, responders=["l0", "l1"],
                 weights=[0.5, 0.5], staleness=[0, 1], tokens=49152, grace_ms=180.0, quorum_ms=40.0, merge_ms=3.5,
-                delta_norm=0.042, merge="rda"),
+                delta_norm=0.042, merge="rda", momentum_cos=0.31),
     RoundAborted(id="ex-round-aborted", run_id="r-demo", source="syncer", fragment=3, global_version=12, responders=["l0", "l1"],
                  reason="non-finite merge result"),
     LearnerRejected(id="ex-learner-rejected", run_id="r-demo", source="syncer", learner="l2", generation=1, fragment=0,

@@ -57,12 +57,12 @@ class FragmentState:
 
     # -- one push, in order ----------------------------------------------------------------------------
     def take_in(self, h: FragmentHeader, payload: bytes) -> np.ndarray:
-        """Decode push `h` into a free row and return its products with the rows in (its row of G, float64
-        sums of f32 products; the last entry is its squared norm, not finite if the push is not). On the CPU
-        the row of G is taken as each stretch is decoded, while it is in cache (no second read)."""
+        """Decode push `h` into a free row and return its products with the rows in: first with the momentum b,
+        then its row of G (float64 sums of f32 products; the last entry is its squared norm, not finite if the
+        push is not). On the CPU they are taken as each stretch is decoded, while it is in cache (no second read)."""
         k = len(self.round.pending)
         row = self.rows.push(k)                 # a free row: a superseded push stays intact until this one is added
-        acc = gram.RowProducts(self.rows.rows[2:2 + k + 1], row)
+        acc = gram.RowProducts(self.rows.rows[1:2 + k + 1], row)     # b, the round's pushes, this one
         if backend.GPU:                         # decoded on the device: only the encoded bytes cross over
             backend.decode_into(h.codec, payload, h.numel, row)
             acc(0, row.size)
@@ -76,7 +76,7 @@ class FragmentState:
         old = self.round.pending.get(h.learner)
         if old is not None:
             self.rows.push(old.slot)[:] = self.rows.push(k)
-        self.gram.admit(self.round.add(h, now).slot, products)
+        self.gram.admit(self.round.add(h, now).slot, products[1:], momentum_product=float(products[0]))
 
     def merge(self, headers: list[FragmentHeader], config: SyncConfig,
               clock: Callable[[], float]) -> tuple[merge.Combination | None, np.ndarray, list[int], float]:
@@ -89,10 +89,10 @@ class FragmentState:
             weights = np.ones(len(headers))
         mode = "avg" if self.shadow.role == "embed" else config.merge
         started = clock()
-        g = self.gram.take(len(headers))       # every push of the round came through take_in and add
+        g, bd = self.gram.take(len(headers))   # every push of the round came through take_in and add
         fraction = merge.interval_fraction([h.c_steps for h in headers], weights, config.inner_steps)
         combo = merge.merge_round(self.rows, len(headers), weights, merge=mode, lr=config.outer_lr, momentum=config.momentum,
-                                  g=g, fraction=fraction)
+                                  g=g, bd=bd, fraction=fraction, restart=config.momentum_restart)
         backend.synchronize()
         elapsed = clock() - started
         self.round.close(merged=combo is not None, sync_s=elapsed)

@@ -48,27 +48,30 @@ class RowProducts:
 
 
 class RoundGram:
-    """G of one round's pushes, by slot, grown one row per admitted push (a superseding push replaces its slot's)."""
+    """G of one round's pushes, by slot, grown one row per admitted push (a superseding push replaces its slot's),
+    and each push's product with the momentum b, <d_m, b> (b does not change while a round is open)."""
 
     def __init__(self) -> None:
-        self.g = np.zeros((0, 0))
+        self.g, self.bd = np.zeros((0, 0)), np.zeros(0)
 
-    def admit(self, slot: int, products: np.ndarray) -> None:
+    def admit(self, slot: int, products: np.ndarray, momentum_product: float = 0.0) -> None:
         """`products` = gram_row over rows 0..k of the push buffer for a push decoded into row k; it lands in `slot`."""
         k = products.size - 1
         size = max(slot + 1, self.g.shape[0])
         if size > self.g.shape[0]:
             grown = np.zeros((size, size))
             grown[:self.g.shape[0], :self.g.shape[0]] = self.g
-            self.g = grown
+            self.g, self.bd = grown, np.concatenate([self.bd, np.zeros(size - self.bd.size)])
         others = [j for j in range(k) if j != slot]
         self.g[slot, others] = self.g[others, slot] = products[others]
         self.g[slot, slot] = products[k]
+        self.bd[slot] = momentum_product
 
-    def take(self, num: int) -> np.ndarray:
-        """The matrix of slots 0..num-1 for the merge; the round's Gram starts over."""
-        g, self.g = self.g[:num, :num], np.zeros((0, 0))
-        return g
+    def take(self, num: int) -> tuple[np.ndarray, np.ndarray]:
+        """The matrix of slots 0..num-1 and their products with b, for the merge; the round's Gram starts over."""
+        g, bd = self.g[:num, :num], self.bd[:num]
+        self.g, self.bd = np.zeros((0, 0)), np.zeros(0)
+        return g, bd
 
 
 def gram_block(block) -> np.ndarray:

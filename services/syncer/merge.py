@@ -11,6 +11,11 @@ whole step is one small matrix product per cache-sized chunk: [theta'; b'] = C @
 A round that carries only a fraction f of an interval (a learner's last partial interval at the end of a run, a
 first push at its offset) moves in token time: b' = mu^f b + delta, theta' = theta - eta (delta + f mu^f b'),
 so its momentum extrapolation shrinks with its progress instead of repeating a whole interval's (f = 1: the above).
+Adaptive restart (SyncConfig.momentum_restart = opposed): when the round's delta points against the momentum,
+<delta, b> = -sum k_m <d_m, b> < 0, b is dropped first (mu^f b -> 0): the learners walked back from where the
+look-ahead was carrying theta. <d_m, b> comes with each push's row of G (row 1 is read with the pushes), and
+|b|^2 is carried exactly (|b'|^2 = mu^2f |b|^2 + 2 mu^f <delta, b> + |delta|^2), so cos(delta, b) is reported for
+every round at no extra pass.
 Each input is read once and theta, b written once; nothing grows with the fragment. The Gram matrix
 G = [<d_i, d_j>] (services/syncer/gram.py, built row by row as pushes arrive) gives norms, RDA and finiteness.
 All-or-nothing: pushes are checked finite through G, and the result is bounded from G and running
@@ -20,7 +25,7 @@ pass check the result first (docs/SYNC_MATH.md).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,6 +52,8 @@ class Combination:
     norms: np.ndarray               # ||d_m||
     delta_norm: float
     merge: str                      # rda | avg | avg-fallback
+    momentum_cos: float | None = None   # cos(delta, b) before the step; None while b or delta is zero
+    restarted: bool = False         # b was dropped before the step (momentum_restart = opposed)
 
 
 def combination(g: np.ndarray, weights, merge: str) -> Combination:
@@ -65,13 +72,21 @@ def combination(g: np.ndarray, weights, merge: str) -> Combination:
 
 
 def merge_round(frag: FragmentRows, num_pushes: int, weights, *, merge: str, lr: float, momentum: float,
-                g: np.ndarray | None = None, chunk: int = CHUNK, fraction: float = 1.0) -> Combination | None:
-    """Merge pushes 0..num_pushes-1 into the fragment with one outer step; None, state untouched, if not finite."""
-    g = gram(frag.rows[2:2 + num_pushes]) if g is None else g
-    if not np.isfinite(g).all():
+                g: np.ndarray | None = None, bd: np.ndarray | None = None, chunk: int = CHUNK, fraction: float = 1.0,
+                restart: str = "off") -> Combination | None:
+    """Merge pushes 0..num_pushes-1 into the fragment with one outer step; None, state untouched, if not finite.
+    `g` is the pushes' Gram matrix and `bd` their products with b, [<d_m, b>] (both computed here when not given)."""
+    if g is None or bd is None:
+        full = gram(frag.rows[1:2 + num_pushes])
+        g, bd = full[1:, 1:], full[0, 1:]
+    if not (np.isfinite(g).all() and np.isfinite(bd).all()):
         return None
     p = combination(g, weights, merge)
-    return p if outer_step(frag, p, lr=lr, momentum=momentum, chunk=chunk, fraction=fraction) else None
+    delta_b = -float(np.asarray(p.coeffs, dtype=np.float64) @ np.asarray(bd, dtype=np.float64))   # <delta, b>
+    norms = p.delta_norm * math.sqrt(max(frag.momentum_sq, 0.0))
+    p = replace(p, momentum_cos=delta_b / norms if norms > 0 else None,
+                restarted=restart == "opposed" and momentum > 0 and delta_b < 0)
+    return p if outer_step(frag, p, lr=lr, momentum=momentum, chunk=chunk, fraction=fraction, delta_b=delta_b) else None
 
 
 def interval_fraction(c_steps, weights, inner_steps: int) -> float:
@@ -82,33 +97,37 @@ def interval_fraction(c_steps, weights, inner_steps: int) -> float:
 
 
 def outer_step(frag: FragmentRows, p: Combination, *, lr: float, momentum: float, chunk: int = CHUNK,
-               fraction: float = 1.0) -> bool:
-    """Nesterov on delta = sum k_m Delta_m over `fraction` of an interval (token time: mu^f, look-ahead f mu^f);
-    False, touching nothing, when the result would not be finite."""
+               fraction: float = 1.0, delta_b: float = 0.0) -> bool:
+    """Nesterov on delta = sum k_m Delta_m over `fraction` of an interval (token time: mu^f, look-ahead f mu^f),
+    b dropped first when `p.restarted`; False, touching nothing, when the result would not be finite.
+    `delta_b` = <delta, b> keeps |b|^2 exact."""
     k = np.asarray(p.coeffs, dtype=np.float64)
     decay = momentum ** fraction                                # mu^f
     ahead = fraction * decay                                    # f mu^f: mu for a whole interval
+    keep = 0.0 if p.restarted else decay                        # what of b goes on into b'
     c = np.zeros((2, 2 + k.size))
-    c[0, 0], c[0, 1], c[0, 2:] = 1.0, -lr * ahead * decay, lr * (1 + ahead) * k
-    c[1, 1], c[1, 2:] = decay, -k
+    c[0, 0], c[0, 1], c[0, 2:] = 1.0, -lr * ahead * keep, lr * (1 + ahead) * k
+    c[1, 1], c[1, 2:] = keep, -k
     delta_bound = float(np.sum(np.abs(k) * p.norms))          # |delta_i| <= sum |k_m| ||d_m||_2
 
     def bounds() -> tuple[float, float]:
-        b = decay * frag.momentum_bound + delta_bound
+        b = keep * frag.momentum_bound + delta_bound
         return frag.theta_bound + lr * (delta_bound + ahead * b), b
 
     new_theta, new_b = bounds()
     if not (new_theta < SAFE_BOUND and new_b < SAFE_BOUND):
         frag.refresh_bounds()                       # the running bounds may only be loose
         new_theta, new_b = bounds()
+    momentum_sq = max(keep * keep * frag.momentum_sq + 2 * keep * delta_b + p.delta_norm ** 2, 0.0)
     if not (new_theta < SAFE_BOUND and new_b < SAFE_BOUND):
         if not _apply(frag, c, chunk, commit=False):
             return False
         _apply(frag, c, chunk, commit=True)
         frag.refresh_bounds()
+        frag.momentum_sq = momentum_sq
         return True
     _apply(frag, c, chunk, commit=True)
-    frag.theta_bound, frag.momentum_bound = new_theta, new_b
+    frag.theta_bound, frag.momentum_bound, frag.momentum_sq = new_theta, new_b, momentum_sq
     return True
 
 

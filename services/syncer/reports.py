@@ -44,7 +44,8 @@ class Reports:
         return RoundMerged(id=derive_id(self.run_id, "RoundMerged", p, version), run_id=self.run_id, source=self.source,
                            fragment=p, global_version=version, responders=[h.learner for h in headers],
                            weights=[float(w) for w in weights], staleness=lags, tokens=sum(credits), grace_ms=m.grace_ms,
-                           quorum_ms=m.quorum_ms, merge_ms=1e3 * seconds, delta_norm=combo.delta_norm, merge=combo.merge)
+                           quorum_ms=m.quorum_ms, merge_ms=1e3 * seconds, delta_norm=combo.delta_norm, merge=combo.merge,
+                           momentum_cos=combo.momentum_cos, momentum_restarted=combo.restarted)
 
     def published(self, p: int, version: int, messages: list[tuple[FragmentHeader, bytes]]) -> GlobalVersionPublished:
         return GlobalVersionPublished(id=derive_id(self.run_id, "GlobalVersionPublished", p, version), run_id=self.run_id,

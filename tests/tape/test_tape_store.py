@@ -24,7 +24,8 @@ def test_appended_rows_carry_the_envelope_and_the_position_survives_reopening(tm
     assert store.last_seq == len(events)
     row = store.con.execute("SELECT seq, ts, run_id, type, version, source, payload->>'id' "
                             "FROM events WHERE seq = 7").fetchall()[0]
-    assert row[0] == 7 and row[1] == events[6].ts and row[2:] == ("r-demo", "RoundMerged", 1, "syncer", "r-demo-m0")
+    assert row[0] == 7 and row[1] == events[6].ts and row[2:] == ("r-demo", "RoundMerged", events[6].version, "syncer",
+                                                                   "r-demo-m0")
     with pytest.raises(AssertionError):   # a batch overlapping the tape is a bug, never silently duplicated
         store.append([3], ["r-demo"], ["{}"])
 

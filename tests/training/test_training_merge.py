@@ -67,6 +67,44 @@ def test_a_partial_interval_round_steps_in_token_time(fraction):
     np.testing.assert_allclose(f.theta, theta, rtol=1e-4, atol=1e-5 * np.abs(theta).max())
 
 
+@pytest.mark.parametrize("restart", ["off", "opposed"])
+@pytest.mark.parametrize("along", [1.0, -1.0])
+def test_momentum_cos_is_reported_and_an_opposed_round_drops_b_when_restart_is_on(restart, along):
+    """cos(delta, b) from the pushes' products with b; with momentum_restart = opposed a round whose delta points
+    against b steps as if b were zero (b' = delta, theta' = theta - eta (1 + mu) delta), else Nesterov as usual."""
+    rng = np.random.default_rng(11)
+    f, pushes = fragment(rng, 30_000, 3)
+    weights = np.array([1.0, 2.0, 3.0])
+    delta = reference(pushes, weights, "avg")
+    f.rows[1] = (along * delta + 0.3 * np.abs(delta).mean() * rng.standard_normal(delta.size)).astype(np.float32)
+    f.momentum_sq = float(f.momentum.astype(np.float64) @ f.momentum.astype(np.float64))
+    theta0, b0 = f.theta.astype(np.float64), f.momentum.astype(np.float64)
+    plan = merge.merge_round(f, 3, weights, merge="avg", lr=0.7, momentum=0.9, restart=restart)
+    cos = float(delta @ b0) / (np.linalg.norm(delta) * np.linalg.norm(b0))
+    assert plan is not None and math.isclose(plan.momentum_cos, cos, rel_tol=1e-4) and (cos > 0) == (along > 0)
+    dropped = restart == "opposed" and along < 0
+    assert plan.restarted == dropped
+    b = (0.0 if dropped else 0.9) * b0 + delta
+    theta = theta0 - 0.7 * (delta + 0.9 * b)
+    np.testing.assert_allclose(f.momentum, b, rtol=1e-4, atol=1e-5 * np.abs(b).max())
+    np.testing.assert_allclose(f.theta, theta, rtol=1e-4, atol=1e-5 * np.abs(theta).max())
+    assert math.isclose(f.momentum_sq, float(b @ b), rel_tol=1e-4), "|b|^2 is carried exactly by the step"
+
+
+def test_momentum_norm_is_carried_over_many_steps_and_cos_is_none_while_b_is_zero():
+    rng = np.random.default_rng(12)
+    f = rows.FragmentRows(rng.standard_normal(5000).astype(np.float32), slots=2)
+    for step in range(12):
+        for i in range(2):
+            f.push(i)[:] = rng.standard_normal(5000).astype(np.float32) * 0.01 + 0.005
+        plan = merge.merge_round(f, 2, [1.0, 1.0], merge="rda", lr=0.7, momentum=0.9, fraction=0.5 if step % 3 else 1.0,
+                                 restart="opposed")
+        assert plan is not None and (plan.momentum_cos is None) == (step == 0)
+    b = f.momentum.astype(np.float64)
+    assert math.isclose(f.momentum_sq, float(b @ b), rel_tol=1e-3)
+    assert math.isclose(rows.FragmentRows(f.theta, f.momentum).momentum_sq, float(b @ b), rel_tol=1e-5), "restored"
+
+
 def test_the_interval_fraction_is_the_weighted_steps_over_h():
     assert merge.interval_fraction([24, 24], [1, 1], 24) == 1.0
     assert merge.interval_fraction([30, 26], [1, 1], 24) == 1.0                # latency: capped at a whole interval
@@ -127,9 +165,10 @@ def test_round_gram_built_push_by_push_equals_the_full_gram_pass_even_with_super
         if slot != k:
             frag.push(slot)[:] = row
         rg.admit(slot, products)
-    g = rg.take(len(slots))
+    g, bd = rg.take(len(slots))
     np.testing.assert_allclose(g, gram.gram(frag.rows[2:2 + len(slots)]), rtol=1e-6)
-    assert rg.take(0).shape == (0, 0), "the next round starts over"
+    assert not bd.any(), "no momentum products were given"
+    assert rg.take(0)[0].shape == (0, 0), "the next round starts over"
 
 
 @pytest.mark.parametrize("codec", ["q4", "bf16", "f32"])

@@ -21,7 +21,7 @@ from yeto.infra.bus import connect
 from yeto.schemas.base import derive_id
 from yeto.schemas.commands import LaunchRun, StopRun
 from yeto.schemas.launch_recipe import LaunchRecipe
-from yeto.schemas.recipe import MERGES
+from yeto.schemas.recipe import MERGES, RESTARTS
 from yeto.schemas.subjects import event_subject
 
 
@@ -57,6 +57,10 @@ def register(sub) -> None:
             a("--merge", choices=MERGES, help="how the syncer combines the islands' deltas: rda (default) or avg "
               "(the token-weighted mean; with --outer-lr 1 --outer-momentum 0 --merge-alpha 0, plain averaging: "
               "docs/BENCHMARK_RESULTS.md)")
+            continue
+        if flag == "momentum_restart":
+            a("--momentum-restart", choices=RESTARTS, help="off (default) or opposed: drop the outer momentum before "
+              "a round whose merged delta points against it (adaptive restart; docs/SYNC_MATH.md)")
             continue
         a(f"--{flag.replace('_', '-')}", type=float if "lr" in flag or "alpha" in flag or "momentum" in flag else int)
     a("--run-id", type=run_id_arg, help="run id (default: generated)")

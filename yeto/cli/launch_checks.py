@@ -10,7 +10,8 @@ _DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 SYNC_FLAGS = {"fragments": "num_fragments", "sync_every": "inner_steps", "sync_every_start": "inner_steps_start",
               "sync_ramp_steps": "inner_steps_ramp", "outer_lr": "outer_lr",
-              "outer_momentum": "momentum", "merge_alpha": "alpha", "merge": "merge", "quorum": "quorum"}
+              "outer_momentum": "momentum", "merge_alpha": "alpha", "merge": "merge",
+              "momentum_restart": "momentum_restart", "quorum": "quorum"}
 
 
 def duration_s(text: str | None, flag: str) -> float | None:
