@@ -198,6 +198,10 @@ def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str
              "goodput": sum(e.tokens for e in merged) / max(1, computed * len(layout.active)), "bytes_up": net.bytes_up,
              "bytes_down": net.bytes_down, "rejected": sum(isinstance(e, LearnerRejected) for e in net.events),
              "trainable": sum(layout.numel(p) for p in layout.active)}
+    cos = [e.momentum_cos for e in merged if e.momentum_cos is not None]    # cos(delta, b): is the look-ahead right?
+    if cos:
+        stats.update(momentum_cos_mean=float(np.mean(cos)), momentum_opposed=sum(c < 0 for c in cos) / len(cos),
+                     momentum_restarts=sum(e.momentum_restarted for e in merged))
     if eval_every:
         stats["curve"] = [*curve, [recipe.max_steps, ce]]
     return Outcome(heldout_ce=ce, tokens=computed, stats=stats)

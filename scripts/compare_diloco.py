@@ -173,6 +173,9 @@ def run_arm(args, name: str, configs, seed: int, lr: float, eval_every: int = 0)
                                 flush=SETTINGS[name].flush, eval_every=eval_every)
     seconds = time.perf_counter() - started
     extra = "" if name == "sync" else f" rounds={out.stats['rounds']} goodput={out.stats['goodput']:.3f}"
+    if "momentum_cos_mean" in out.stats:
+        extra += (f" cos(delta,b) mean={out.stats['momentum_cos_mean']:+.2f} opposed={out.stats['momentum_opposed']:.2f}"
+                  f" restarts={out.stats['momentum_restarts']}")
     print(f"seed {seed} {name} lr={lr:g} warmup={recipe.warmup_steps} ce={out.heldout_ce:.4f} tokens={out.tokens}"
           f"{extra} ({seconds:.0f}s)", flush=True)
     return {"seed": seed, "lr": lr, "warmup": recipe.warmup_steps, "heldout_ce": out.heldout_ce, "tokens": out.tokens,
