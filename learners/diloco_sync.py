@@ -86,6 +86,7 @@ class DilocoSync:
         self.assembler = ChunkAssembler(max_pending=4 * max(1, len(self.active)))
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
         self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried
+        self.at_push: dict[int, np.ndarray] = {}       # fragment -> its values at that push (global_apply = rebase)
         self._schedule = {p: push_steps(p, config) for p in self.active}
         self._next_push = {p: next(s) for p, s in self._schedule.items()}
         self.keyframes = KeyframeDemand(patience_s=keyframe_patience_s)
@@ -201,7 +202,10 @@ class DilocoSync:
 
     def _push(self, p: int) -> Push:
         self.pushed[p] = (self.c_tokens[p], self.c_steps[p])
-        d = self._flat(p) - self.anchors[p]
+        values = self._flat(p)
+        if self.config.global_apply == "rebase":
+            self.at_push[p] = values
+        d = values - self.anchors[p]
         payload = self.feedback.encode(p, d) if self.feedback else codecs.encode(self.config.codec_up, d)
         return self._message(p, "push", self.config.codec_up, payload)
 
@@ -215,6 +219,9 @@ class DilocoSync:
 
     def _apply(self, p: int, *, landed: bool = False) -> bool:
         queue, start = self.queue[p], None if landed else self.versions[p]
+        # rebase with no push pending: relative to the global last applied (deltas update the anchor in place)
+        before = (self.anchors[p].copy() if self.config.global_apply == "rebase" and p not in self.at_push
+                  and (landed or (start is not None and queue)) else None)
         while True:
             v = self.versions[p]
             if v is not None and ("delta", v + 1) in queue:
@@ -234,26 +241,35 @@ class DilocoSync:
         # the base model (a replacement, a late joiner), and blending them in would pull the run back
         # towards its starting point. (Version 0 adopted by checksum equals them: the blend keeps any
         # steps trained before it arrived.)
-        self._after_apply(p, alpha=0.0 if start is None and not landed else None)
+        base = start is None and not landed
+        self._after_apply(p, alpha=0.0 if base else None, reference=None if base else self.at_push.get(p, before))
         return True
 
-    def _after_apply(self, p: int, *, alpha: float | None = None) -> None:
-        """A newer global version of fragment p landed: blend it in and keep the progress not pushed yet."""
+    def _after_apply(self, p: int, *, alpha: float | None = None, reference: np.ndarray | None = None) -> None:
+        """A newer global version of fragment p landed: blend it in (or rebase onto it, from `reference`) and keep
+        the counts of the progress not pushed yet."""
         self.keyframes.landed(p, self.versions[p])
-        self._blend(p, self.config.alpha if alpha is None else alpha)
+        self._blend(p, self.config.alpha if alpha is None else alpha, reference)
+        self.at_push.pop(p, None)
         # The counts a push carried are now in the global; what was trained since that push is not and
         # still belongs to the next push (zeroing here lost it from the merge weight and from goodput).
         tokens, steps = self.pushed.pop(p, (0, 0))
         self.c_tokens[p] = max(0, self.c_tokens[p] - tokens)
         self.c_steps[p] = max(0, self.c_steps[p] - steps)
 
-    def _blend(self, p: int, alpha: float) -> None:
+    def _blend(self, p: int, alpha: float, reference: np.ndarray | None = None) -> None:
+        """theta <- alpha*theta + (1-alpha)*global, or with a `reference` (rebase: the values the global replaces)
+        theta <- theta + (1-alpha)*(global - reference): what was trained since the reference is kept."""
         offset, shadow = 0, self.anchors[p]
         for t in self.layout.fragments[p]:
             global_part = shadow[offset:offset + t.numel].reshape(t.shape)
+            ref = None if reference is None else reference[offset:offset + t.numel].reshape(t.shape)
             offset += t.numel
             local = np.asarray(self.arrays.read(t.name), dtype=np.float32)
-            value = global_part.copy() if alpha == 0 else alpha * local + (1 - alpha) * global_part
+            if ref is not None:
+                value = local + (1 - alpha) * (global_part - ref)
+            else:
+                value = global_part.copy() if alpha == 0 else alpha * local + (1 - alpha) * global_part
             self.arrays.write(t.name, value.astype(np.float32, copy=False))
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 MERGES = ("rda", "avg")
 RESTARTS = ("off", "opposed")
+GLOBAL_APPLIES = ("blend", "rebase")
 WEIGHTINGS = ("tokens", "tokens_sq_per_step")
 MAX_FRAGMENTS = 4096
 
@@ -50,6 +51,11 @@ class SyncConfig:
     """Push weight: tokens (c_tokens) or tokens_sq_per_step (c_tokens**2 / c_steps)."""
     alpha: float = 0.5
     """Merge alpha of the learner's blend theta <- alpha*theta + (1-alpha)*global (0 = overwrite)."""
+    global_apply: str = "blend"
+    """How a learner takes a new global: blend, theta <- alpha*theta + (1-alpha)*global (what it trained since its
+    push is blended away with the rest), or rebase, theta <- theta + (1-alpha)*(global - r), r = its values at
+    its push (the anchor when no push is pending): the steps trained while the push was in flight are kept, as
+    their token counts already are (learners/diloco_sync.py)."""
     max_base_lag: int = 4
     """A push whose base version is more than this many versions old is rejected as stale."""
     staleness_discount: float = 1.0
@@ -91,6 +97,7 @@ class SyncConfig:
             (self.outer_lr > 0, "outer_lr must be > 0"),
             (0 <= self.momentum < 1, "momentum must be in [0, 1)"),
             (self.momentum_restart in RESTARTS, f"momentum_restart must be one of {', '.join(RESTARTS)}"),
+            (self.global_apply in GLOBAL_APPLIES, f"global_apply must be one of {', '.join(GLOBAL_APPLIES)}"),
             (self.merge in MERGES, f"merge must be one of {', '.join(MERGES)}"),
             (self.weighting in WEIGHTINGS, f"weighting must be one of {', '.join(WEIGHTINGS)}"),
             (0 <= self.alpha < 1, "alpha must be in [0, 1)"),

@@ -82,6 +82,7 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--merge-alpha": syncer("--merge-alpha", "0.25", field="alpha", want=0.25),
     "--merge": syncer("--merge", "avg", field="merge", want="avg"),
     "--momentum-restart": syncer("--momentum-restart", "opposed", field="momentum_restart", want="opposed"),
+    "--global-apply": syncer("--global-apply", "rebase", field="global_apply", want="rebase"),
     "--quorum": syncer("--quorum", "2", field="quorum", want=2),
     "--recover-timeout": launcher("--recover-timeout", "2m", field="recover_timeout_s", want=120.0),
     "--local-price": launcher("--local-price", "0.5", field="price_per_hour", want=0.5),

@@ -304,3 +304,36 @@ def test_adopting_version_zero_blends_so_steps_trained_before_it_are_kept():
         b.offer(h, None)
     b.apply_globals()
     np.testing.assert_allclose(b.arrays.values[name], values(0)[name] + 1.0, rtol=1e-6)   # alpha 0.5 of the progress
+
+
+def test_rebase_keeps_the_steps_trained_while_a_push_was_in_flight_and_blend_does_not():
+    """global_apply = rebase: theta <- theta + (1 - alpha)(global - r), r = the values at the push (the anchor for a
+    fragment with no push pending); blend overwrites them (alpha 0). Every tensor moves +2 before the push, +0.5
+    while it is in flight, and version 1 is the anchor + 3 for both fragments (f32: exact)."""
+    out = {}
+    for mode in ("blend", "rebase"):
+        cfg = SyncConfig(num_fragments=2, inner_steps=4, alpha=0.0, global_apply=mode, codec_down="f32")
+        a = DilocoSync(DictArrays(values(0)), cfg, run_id="r", learner="l0", clock=Clock())
+        shadow = BroadcastShadow(run_id="r", fingerprint=a.fingerprint, keyframe_every=1, codec_down="f32")
+        for h, _ in keyframes_of(a, shadow, 0, {p: a.anchors[p].copy() for p in a.active}):
+            a.offer(h, None)
+        a.apply_globals()                                        # version 0 adopted by checksum
+        base = {p: a.anchors[p].copy() for p in a.active}
+        pushes = []
+        for step in (1, 2):
+            for k in a.arrays.values:
+                a.arrays.values[k] = a.arrays.values[k] + 1.0
+            pushes += a.after_step(step, 10)
+        assert [m.header.fragment for m in pushes] == [1], "fragment 1 is pushed at step 2 (offset H/P)"
+        for k in a.arrays.values:                                # trained while the push is in flight
+            a.arrays.values[k] = a.arrays.values[k] + 0.5
+        for h, payload in keyframes_of(a, shadow, 1, {p: base[p] + 3.0 for p in a.active}):
+            for hc, chunk in split_chunks(h, payload, 256):
+                a.offer(hc, chunk)
+        assert a.apply_globals() is True and a.at_push == {}
+        out[mode] = {p: a._flat(p) - base[p] for p in a.active}
+        assert a.c_steps == {0: 2, 1: 0}, "the counts the push carried went into the global; fragment 0 never pushed"
+    np.testing.assert_allclose(out["blend"][0], 3.0, rtol=1e-6)
+    np.testing.assert_allclose(out["blend"][1], 3.0, rtol=1e-6)
+    np.testing.assert_allclose(out["rebase"][1], 3.0 + 0.5, rtol=1e-6)      # the global, plus the in-flight steps
+    np.testing.assert_allclose(out["rebase"][0], 3.0 + 2.5, rtol=1e-6)      # no push: the global's move from its anchor

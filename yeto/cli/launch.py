@@ -21,7 +21,7 @@ from yeto.infra.bus import connect
 from yeto.schemas.base import derive_id
 from yeto.schemas.commands import LaunchRun, StopRun
 from yeto.schemas.launch_recipe import LaunchRecipe
-from yeto.schemas.recipe import MERGES, RESTARTS
+from yeto.schemas.recipe import GLOBAL_APPLIES, MERGES, RESTARTS
 from yeto.schemas.subjects import event_subject
 
 
@@ -61,6 +61,10 @@ def register(sub) -> None:
         if flag == "momentum_restart":
             a("--momentum-restart", choices=RESTARTS, help="off (default) or opposed: drop the outer momentum before "
               "a round whose merged delta points against it (adaptive restart; docs/SYNC_MATH.md)")
+            continue
+        if flag == "global_apply":
+            a("--global-apply", choices=GLOBAL_APPLIES, help="blend (default) or rebase: a learner taking a new global "
+              "keeps the steps it trained while its push was in flight (docs/SYNC_MATH.md)")
             continue
         a(f"--{flag.replace('_', '-')}", type=float if "lr" in flag or "alpha" in flag or "momentum" in flag else int)
     a("--run-id", type=run_id_arg, help="run id (default: generated)")
