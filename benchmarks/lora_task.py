@@ -186,7 +186,12 @@ def tape_metrics(env, run: str) -> dict:
     rounds, merged, singles = sql(env, "select count(*), coalesce(sum(tokens), 0), count(*) filter (where num_responders = 1) "
                                        f"from rounds where {q}")[0]
     learners = sql(env, f"select count(distinct learner) from learner_progress where {q}")[0][0]
-    return {"outcome": end[0][0] if end else None, "tape_wall_s": (end[0][1] - start) if end and start else None,
+    cos = "try_cast(payload->>'momentum_cos' as double)"    # cos(delta, b) of each merged round (RoundMerged v2)
+    cos_mean, opposed, restarts = sql(env, f"select avg({cos}), avg(case when {cos} < 0 then 1.0 else 0.0 end), "
+                                           f"count(*) filter (where payload->>'momentum_restarted' = 'true') from events "
+                                           f"where {q} and type = 'RoundMerged' and {cos} is not null")[0]
+    return {"momentum_cos_mean": cos_mean, "momentum_opposed": opposed, "momentum_restarts": restarts,
+            "outcome": end[0][0] if end else None, "tape_wall_s": (end[0][1] - start) if end and start else None,
             "labelled_tokens": tokens, "max_step": steps, "rounds_merged": rounds, "single_rounds": singles,
             "round_tokens": merged,
             "learners": learners}
