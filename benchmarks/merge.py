@@ -83,6 +83,12 @@ def main() -> None:
                 acc = gram.RowProducts(f.rows[1:2 + k + 1], f.rows[2 + k])
                 codecs.decode("q4", payload, n, out=f.rows[2 + k], on_chunk=acc)
 
+    def ingest_fused_without_b():    # the same without b's row (before RoundMerged.momentum_cos): its cost, side by side
+        for f in frags:
+            for k in range(m):
+                acc = gram.RowProducts(f.rows[2:2 + k + 1], f.rows[2 + k])
+                codecs.decode("q4", payload, n, out=f.rows[2 + k], on_chunk=acc)
+
     def naive_numpy():
         w = weights / weights.sum()
         for f in frags:
@@ -113,6 +119,7 @@ def main() -> None:
     timed = {**variants, "ingest_gram": ingest_gram, "ingest_decode_then_gram": ingest_decode_then_gram}
     if not backend.GPU:              # the fused decode writes host memory as it goes: the CPU syncer's path
         timed["ingest_fused"] = ingest_fused
+        timed["ingest_fused_without_b"] = ingest_fused_without_b
     best = dict.fromkeys(timed, float("inf"))
     for _ in range(args.reps):
         for name, fn in timed.items():
@@ -136,6 +143,8 @@ def main() -> None:
         print(f"{'ingest (q4 decode + Gram row), all pushes':>20}: decode then Gram "
               f"{best['ingest_decode_then_gram'] * 1e3:.1f} ms, fused {best['ingest_fused'] * 1e3:.1f} ms "
               f"({best['ingest_decode_then_gram'] / best['ingest_fused']:.2f}x faster)")
+        print(f"ingest_with_momentum_row_over_without={best['ingest_fused'] / best['ingest_fused_without_b']:.3f}"
+              f"  (fused ingest with b's row, for cos(delta, b), over the same without it)")
     else:
         print(f"{'ingest (q4 bytes to the device, decode there, Gram row), all pushes':>20}: "
               f"{best['ingest_decode_then_gram'] * 1e3:.1f} ms")
