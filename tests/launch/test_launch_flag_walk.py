@@ -81,7 +81,7 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--outer-momentum": syncer("--outer-momentum", "0.5", field="momentum", want=0.5),
     "--merge-alpha": syncer("--merge-alpha", "0.25", field="alpha", want=0.25),
     "--merge": syncer("--merge", "avg", field="merge", want="avg"),
-    "--momentum-restart": syncer("--momentum-restart", "opposed", field="momentum_restart", want="opposed"),
+    "--momentum-restart": syncer("--momentum-restart", "off", field="momentum_restart", want="off"),
     "--global-apply": syncer("--global-apply", "rebase", field="global_apply", want="rebase"),
     "--quorum": syncer("--quorum", "2", field="quorum", want=2),
     "--recover-timeout": launcher("--recover-timeout", "2m", field="recover_timeout_s", want=120.0),

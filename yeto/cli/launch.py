@@ -59,8 +59,8 @@ def register(sub) -> None:
               "docs/BENCHMARK_RESULTS.md)")
             continue
         if flag == "momentum_restart":
-            a("--momentum-restart", choices=RESTARTS, help="off (default) or opposed: drop the outer momentum before "
-              "a round whose merged delta points against it (adaptive restart; docs/SYNC_MATH.md)")
+            a("--momentum-restart", choices=RESTARTS, help="opposed (default): drop the outer momentum before a round "
+              "whose merged delta points against it (adaptive restart; docs/SYNC_MATH.md); off: plain Nesterov")
             continue
         if flag == "global_apply":
             a("--global-apply", choices=GLOBAL_APPLIES, help="blend (default) or rebase: a learner taking a new global "
