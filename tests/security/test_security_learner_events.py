@@ -74,9 +74,11 @@ async def test_forged_learner_claims_are_rejected_by_a_real_service_and_the_genu
             "another type on a progress subject": (learner_event_subject(run_id, "LearnerProgress", one),
                                                    RunFailed(id=f"{run_id}-forged-fail", run_id=run_id, source=one, reason="x")),
         }
-        seqs = {why: await bus.publish_raw(subject, to_bytes(event), msg_id=event.id) for why, (subject, event) in forged.items()}
-        await bus.publish(_progress(run_id, one, 5))                    # island-1's own, genuine
+        # island-1's own, genuine events go first: the finalizer folds its stream in order, so once the last forged
+        # one is rejected these are folded too (published after them, the stop below could come before their fold)
+        await bus.publish(_progress(run_id, one, 5))
         await bus.publish(LearnerFinalAck(id=f"{run_id}-ack-1", run_id=run_id, source=one, learner=one, versions={0: 1}))
+        seqs = {why: await bus.publish_raw(subject, to_bytes(event), msg_id=event.id) for why, (subject, event) in forged.items()}
         def each_forged_one_rejected() -> list:
             hit = [r for r in rejected if r.consumer == "finalizer" and r.stream_seq in seqs.values()]
             return hit if len(hit) >= len(seqs) else []
