@@ -97,7 +97,7 @@ def interval_fraction(c_steps, weights, inner_steps: int) -> float:
 
 
 def outer_step(frag: FragmentRows, p: Combination, *, lr: float, momentum: float, chunk: int = CHUNK,
-               fraction: float = 1.0, delta_b: float = 0.0) -> bool:
+               fraction: float = 1.0, delta_b: float) -> bool:
     """Nesterov on delta = sum k_m Delta_m over `fraction` of an interval (token time: mu^f, look-ahead f mu^f),
     b dropped first when `p.restarted`; False, touching nothing, when the result would not be finite.
     `delta_b` = <delta, b> keeps |b|^2 exact."""

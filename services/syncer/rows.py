@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from yeto.services.syncer.backend import GPU, xp
+from yeto.services.syncer.gram import gram_row
 
 CHUNK = 1 << 24 if GPU else 1 << 15   # CPU: 32K values = 128 KiB per row, the working set stays in L2
 
@@ -21,7 +20,7 @@ class FragmentRows:
         if momentum is not None:
             self.rows[1] = xp.asarray(momentum, dtype=xp.float32).reshape(-1)
         self.theta_bound = self.momentum_bound = math.inf
-        self.momentum_sq = 0.0 if momentum is None else _sq_norm(self.rows[1])    # |b|^2, carried by each outer step
+        self.momentum_sq = 0.0 if momentum is None else float(gram_row(self.rows[1:2], self.rows[1])[0])   # |b|^2, carried
 
     @property
     def numel(self) -> int:
@@ -45,16 +44,6 @@ class FragmentRows:
 
     def refresh_bounds(self) -> None:
         self.theta_bound, self.momentum_bound = absmax(self.theta), absmax(self.momentum)
-
-
-def _sq_norm(a, chunk: int = CHUNK) -> float:
-    """|a|^2 in float64 across f32 chunks (inf if not finite)."""
-    total = 0.0
-    with np.errstate(over="ignore", invalid="ignore"):
-        for start in range(0, a.size, chunk):
-            part = a[start:start + chunk]
-            total += float(part @ part)
-    return total
 
 
 def absmax(a, chunk: int = CHUNK) -> float:
