@@ -3,7 +3,10 @@
 Two learners, each in its own network namespace joined to the hub (root namespace: nats-server, the
 services, torchft's lighthouse) by a veth pair shaped with tbf to --rate on both ends (see lib_wan_net).
 Same tiny Llama, same order-1 Markov chat data, same recipe, equal tokens (2 x --steps x 4 x 128).
-Arms (--arms; the torchft ones need torchft-nightly and --torchft or --arms):
+Arms (--arms; the torchft ones need torchft-nightly and --torchft or --arms). torchft-nightly declares
+`torch>=2.7`, which would let pip replace the pinned CPU torch, so install it without its dependencies and
+add the two it imports:  .venv/bin/pip install --no-deps torchft-nightly && .venv/bin/pip install
+'opentelemetry-exporter-otlp-proto-http>=1.39.0' 'opentelemetry-sdk>=1.39.0'
   ddp            gloo all-reduce of the gradients every step (lib_wan_arms)
   yeto           the real stack, default recipe, finalized and its artifact scored
   yeto-a0        the same with --merge-alpha 0 (learners adopt the global model as is)
@@ -150,6 +153,18 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def torchft_missing(arms: list[str]) -> str | None:
+    """Why the torchft arms cannot run here (checked before any arm starts, not after the Yeto ones)."""
+    if not any(a.startswith("torchft") for a in arms):
+        return None
+    try:
+        import torchft  # noqa: F401
+    except ImportError as e:
+        return (f"needs torchft for the arms {', '.join(a for a in arms if a.startswith('torchft'))} ({e}): install "
+                f"it as this file's docstring says, or leave those arms out")
+    return None
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.report:
@@ -167,7 +182,7 @@ def main(argv=None) -> int:
         return 0
     import lib_task
     from lib_wan_net import Wan, available
-    why = available()
+    why = available() or torchft_missing(arms)
     if why:
         raise SystemExit(f"benchmarks/wan.py {why}")
     import lib_wan_report as report
