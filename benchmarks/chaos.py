@@ -13,11 +13,14 @@ random island at random times (`yeto chaos kill`). From the tape:
              killed island: the global model moving on without it (exited_to_next_global_s: from the launcher's
              IslandExited); rounds_merged_while_down = RoundMerged from the kill to the replacement's first merged
              contribution (or the run's end). A syncer that waited out a silence timeout merges none for a minute.
+  goodput_time = useful island-seconds / paid island-seconds: paid = each island generation's metered life
+             (the tape's island_uptime view), useful = the merged tokens' training seconds at the learners' own
+             median tokens/s (start-up, evaluation, waits and lost work are paid, not useful)
   quality  = held-out masked CE of each run's artifact (the finalizer's export of the syncer's state)
 Targets (issue 7): goodput >= 0.88, rejoin <= 30 s on CPU; (issue 14) next global <= 5 s after the island is
 reported gone. Last line: goodput=<value>.
 
-    .venv/bin/python benchmarks/chaos.py [--steps 400] [--kills 2] [--seed 0] [--dry-run]
+    .venv/bin/python benchmarks/chaos.py [--steps 400] [--kills 2] [--seed 0] [--islands 2] [--json PATH] [--dry-run]
 """
 from __future__ import annotations
 
@@ -83,8 +86,17 @@ def metrics(env, run: str) -> dict:
         left join rounds m on m.run_id = '{run}' and m.ts > j.ts and cast(m.responders as varchar) like '%"' || r.learner || '"%'
         group by r.learner, r.generation, r.ts order by r.ts""")
     computed_all = computed + lost
+    # Goodput by time: paid = every island generation's metered life (the tape's island_uptime: up to its exit,
+    # replacement or the run's end); useful = the training seconds of the merged tokens, at the learners' own
+    # throughput (each generation's median tokens/s over its reports), so start-up, evaluation, waits for a
+    # global and lost work are paid but not useful.
+    paid = sql(env, f"select coalesce(sum(hours), 0) * 3600 from island_uptime where run_id = '{run}'")[0][0]
+    trained_s = sql(env, f"select coalesce(sum(t / r), 0) from (select max(tokens) t, median(tokens_per_s) r "
+                         f"from learner_progress where run_id = '{run}' and tokens_per_s > 0 group by learner, generation)")[0][0]
+    useful = min(merged, computed) * trained_s / max(1, computed)
     return {"fragments": frags, "tokens_merged": merged, "tokens_computed": computed_all, "tokens_reported": computed,
-            "tokens_lost_estimate": lost, "goodput": merged / max(1, computed_all), "rejoin_s": [row[2] for row in rejoin]}
+            "tokens_lost_estimate": lost, "goodput": merged / max(1, computed_all), "rejoin_s": [row[2] for row in rejoin],
+            "paid_island_s": paid, "useful_island_s": useful, "goodput_time": useful / paid if paid else 0.0}
 
 
 def after_kill(env, run: str, at: float, island: int) -> dict:
@@ -151,6 +163,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gap-s", type=float, default=45.0, help="mean seconds between kills (exponential)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout-s", type=float, default=900.0)
+    ap.add_argument("--json", type=Path, help="write the arguments and both runs' numbers here")
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
@@ -183,6 +196,13 @@ def main(argv=None) -> int:
     waits = [k["kill_to_next_global_s"] for k in faulty["kills"]]
     print(f"max_kill_to_next_global_s={_num(max(waits, key=lambda w: math.inf if w is None else w, default=None))} "
           f"min_rounds_merged_while_down={min((k['rounds_merged_while_down'] for k in faulty['kills']), default=0)}")
+    print(f"goodput_time: fault-free {clean['goodput_time']:.3f} ({clean['useful_island_s']:.0f} useful of "
+          f"{clean['paid_island_s']:.0f} paid island-seconds), with kills {faulty['goodput_time']:.3f} "
+          f"({faulty['useful_island_s']:.0f} of {faulty['paid_island_s']:.0f})")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"argv": sys.argv[1:] if argv is None else list(argv), "kills": kills,
+                                         "clean": clean, "faulty": faulty}, indent=1) + "\n")
     print(f"goodput={faulty['goodput']:.3f}")
     return 0
 
