@@ -21,6 +21,7 @@ Targets (issue 7): goodput >= 0.88, rejoin <= 30 s on CPU; (issue 14) next globa
 reported gone. Last line: goodput=<value>.
 
     .venv/bin/python benchmarks/chaos.py [--steps 400] [--kills 2] [--seed 0] [--islands 2] [--json PATH] [--dry-run]
+    .venv/bin/python benchmarks/chaos.py --report DIR      # several seeds' --json: means with 95% t intervals
 """
 from __future__ import annotations
 
@@ -165,7 +166,12 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout-s", type=float, default=900.0)
     ap.add_argument("--json", type=Path, help="write the arguments and both runs' numbers here")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--report", type=Path, metavar="DIR", help="summarize the --json files in DIR over their seeds (no run)")
     args = ap.parse_args(argv)
+    if args.report:
+        for line in report(args.report):
+            print(line)
+        return 0
     rng = random.Random(args.seed)
     t, kills = args.first_kill_s, []
     for _ in range(args.kills):
@@ -205,6 +211,40 @@ def main(argv=None) -> int:
                                          "clean": clean, "faulty": faulty}, indent=1) + "\n")
     print(f"goodput={faulty['goodput']:.3f}")
     return 0
+
+
+def report(folder: Path) -> list[str]:
+    """Per island count, over the seeds of the --json files in `folder`: mean [95% t interval] of the fault run's
+    artifact against the same seed's fault-free one, goodput by tokens and by time of both runs, the next merged
+    global after the kill and after IslandExited, rounds merged while the island was down and the replacement's
+    rejoin; with how many seeds met issue 14's targets (artifact within 1%, next global <= 5 s after IslandExited)."""
+    from lib_compare import fmt_ci
+    per: dict[int, list[dict]] = {}
+    for path in sorted(folder.glob("*.json")):
+        run = json.loads(path.read_text())
+        islands = int(run["argv"][run["argv"].index("--islands") + 1]) if "--islands" in run["argv"] else 2
+        per.setdefault(islands, []).append(run)
+    if not per:
+        return [f"no chaos.py --json file in {folder}"]
+    lines = ["| islands | seeds | artifact vs fault-free % | within 1% | goodput by tokens (fault-free / kills) "
+             "| goodput by time (fault-free / kills) | next global after the kill s | after IslandExited s | <= 5 s "
+             "| rounds while down | rejoin s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for islands, runs in sorted(per.items()):
+        clean, faulty = [r["clean"] for r in runs], [r["faulty"] for r in runs]
+        delta = [100 * (f["heldout_ce"] - c["heldout_ce"]) / c["heldout_ce"] for c, f in zip(clean, faulty)]
+        kills = [k for f in faulty for k in f["kills"]]
+        after = [k["kill_to_next_global_s"] for k in kills if k["kill_to_next_global_s"] is not None]
+        exited = [k["exited_to_next_global_s"] for k in kills if k["exited_to_next_global_s"] is not None]
+        rejoin = [s for f in faulty for s in f["rejoin_s"] if s is not None]
+        seeds = ",".join(r["argv"][r["argv"].index("--seed") + 1] if "--seed" in r["argv"] else "0" for r in runs)
+        lines.append(f"| {islands} | {seeds} | {fmt_ci(delta)} | {sum(d <= 1.0 for d in delta)}/{len(delta)} "
+                     f"| {fmt_ci([c['goodput'] for c in clean], '.3f')} / {fmt_ci([f['goodput'] for f in faulty], '.3f')} "
+                     f"| {fmt_ci([c['goodput_time'] for c in clean], '.3f')} / "
+                     f"{fmt_ci([f['goodput_time'] for f in faulty], '.3f')} "
+                     f"| {fmt_ci(after, '.2f')} (max {max(after, default=math.nan):.2f}) | {fmt_ci(exited, '.2f')} "
+                     f"| {sum(e <= 5.0 for e in exited)}/{len(kills)} "
+                     f"| {fmt_ci([float(k['rounds_merged_while_down']) for k in kills], '.1f')} | {fmt_ci(rejoin, '.1f')} |")
+    return lines
 
 
 def _num(value) -> str:

@@ -36,3 +36,26 @@ def test_bad_flags_exit_2_with_a_message():
     assert out.returncode == 2 and "unknown tier" in out.stderr
     out = run("scripts/benchmark_diffusion_diloco.py", "--model", "m", "--data", "d", "--height", "64", "--width", "32")
     assert out.returncode == 2 and "--height equal to --width" in out.stderr
+
+
+def _chaos_json(path: Path, seed: int, islands: int, clean_ce: float, faulty_ce: float, exited_s: float) -> None:
+    import json
+    kill = {"island": 1, "kill_to_next_global_s": exited_s + 0.05, "exited_to_next_global_s": exited_s,
+            "rounds_merged_while_down": 4, "down_until_rejoin_s": 12.0}
+    common = {"goodput": 0.99, "goodput_time": 0.5, "rejoin_s": [11.0]}
+    path.write_text(json.dumps({"argv": ["--islands", str(islands), "--seed", str(seed)], "kills": [[40.0, 1]],
+                                "clean": {**common, "heldout_ce": clean_ce, "rejoin_s": []},
+                                "faulty": {**common, "heldout_ce": faulty_ce, "kills": [kill]}}))
+
+
+def test_chaos_report_pairs_each_seed_with_its_fault_free_run(tmp_path):
+    _chaos_json(tmp_path / "a.json", 0, 2, 4.0, 4.03, 0.2)      # +0.75%: within 1%
+    _chaos_json(tmp_path / "b.json", 1, 2, 2.0, 2.06, 6.0)      # +3.00%, and the next global too late
+    _chaos_json(tmp_path / "c.json", 0, 3, 3.0, 2.97, 0.1)      # another island count: its own row
+    out = run("benchmarks/chaos.py", "--report", tmp_path)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in out.stdout.splitlines() if line.startswith("| 2 ") or line.startswith("| 3 ")}
+    assert rows["2"][0] == "0,1" and rows["2"][1].startswith("+1.88 [") and rows["2"][2] == "1/2"
+    assert rows["2"][7] == "1/2"                                 # 6.0 s after IslandExited misses the 5 s bound
+    assert rows["3"][1] == "-1.00 (n=1)" and rows["3"][2] == "1/1"
