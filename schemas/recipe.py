@@ -47,6 +47,11 @@ class SyncConfig:
     learners just walked back from; off: plain Nesterov. Measured (docs/BENCHMARK_RESULTS.md): LoRA on a pretrained
     model at a tuned lr, -31.9% held-out CE against off (5 seeds); from scratch, +0.44% (tuned lr) to ~+2% (lr
     below the tuned one)."""
+    momentum_restart_cos: float = 0.0
+    """With momentum_restart = opposed, the restart drops b only for a round with cos(delta, b) below this, in [-1, 0]
+    (0: every opposed round). With merge_alpha > 0 most rounds point back against b by construction (a learner
+    keeps part of its own values), so a threshold below 0 restarts only the rounds that reverse the momentum
+    outright (docs/BENCHMARK_RESULTS.md)."""
     merge: str = "rda"
     """rda (radial-directional average) or avg; embedding fragments always use avg."""
     weighting: str = "tokens"
@@ -99,6 +104,7 @@ class SyncConfig:
             (self.outer_lr > 0, "outer_lr must be > 0"),
             (0 <= self.momentum < 1, "momentum must be in [0, 1)"),
             (self.momentum_restart in RESTARTS, f"momentum_restart must be one of {', '.join(RESTARTS)}"),
+            (-1 <= self.momentum_restart_cos <= 0, "momentum_restart_cos must be in [-1, 0] (a cosine at or below 0)"),
             (self.global_apply in GLOBAL_APPLIES, f"global_apply must be one of {', '.join(GLOBAL_APPLIES)}"),
             (self.merge in MERGES, f"merge must be one of {', '.join(MERGES)}"),
             (self.weighting in WEIGHTINGS, f"weighting must be one of {', '.join(WEIGHTINGS)}"),

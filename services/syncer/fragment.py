@@ -92,7 +92,8 @@ class FragmentState:
         g, bd = self.gram.take(len(headers))   # every push of the round came through take_in and add
         fraction = merge.interval_fraction([h.c_steps for h in headers], weights, config.inner_steps)
         combo = merge.merge_round(self.rows, len(headers), weights, merge=mode, lr=config.outer_lr, momentum=config.momentum,
-                                  g=g, bd=bd, fraction=fraction, restart=config.momentum_restart)
+                                  g=g, bd=bd, fraction=fraction, restart=config.momentum_restart,
+                                  restart_cos=config.momentum_restart_cos)
         backend.synchronize()
         elapsed = clock() - started
         self.round.close(merged=combo is not None, sync_s=elapsed)

@@ -73,7 +73,7 @@ def combination(g: np.ndarray, weights, merge: str) -> Combination:
 
 def merge_round(frag: FragmentRows, num_pushes: int, weights, *, merge: str, lr: float, momentum: float,
                 g: np.ndarray | None = None, bd: np.ndarray | None = None, chunk: int = CHUNK, fraction: float = 1.0,
-                restart: str = "off") -> Combination | None:
+                restart: str = "off", restart_cos: float = 0.0) -> Combination | None:
     """Merge pushes 0..num_pushes-1 into the fragment with one outer step; None, state untouched, if not finite.
     `g` is the pushes' Gram matrix and `bd` their products with b, [<d_m, b>] (both computed here when not given)."""
     if g is None or bd is None:
@@ -84,8 +84,9 @@ def merge_round(frag: FragmentRows, num_pushes: int, weights, *, merge: str, lr:
     p = combination(g, weights, merge)
     delta_b = -float(np.asarray(p.coeffs, dtype=np.float64) @ np.asarray(bd, dtype=np.float64))   # <delta, b>
     norms = p.delta_norm * math.sqrt(max(frag.momentum_sq, 0.0))
-    p = replace(p, momentum_cos=delta_b / norms if norms > 0 else None,
-                restarted=restart == "opposed" and momentum > 0 and delta_b < 0)
+    cos = delta_b / norms if norms > 0 else None
+    p = replace(p, momentum_cos=cos, restarted=restart == "opposed" and momentum > 0 and delta_b < 0
+                and (cos is None or cos < restart_cos))
     return p if outer_step(frag, p, lr=lr, momentum=momentum, chunk=chunk, fraction=fraction, delta_b=delta_b) else None
 
 

@@ -82,6 +82,7 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--merge-alpha": syncer("--merge-alpha", "0.25", field="alpha", want=0.25),
     "--merge": syncer("--merge", "avg", field="merge", want="avg"),
     "--momentum-restart": syncer("--momentum-restart", "off", field="momentum_restart", want="off"),
+    "--momentum-restart-cos": syncer("--momentum-restart-cos", "-0.4", field="momentum_restart_cos", want=-0.4),
     "--global-apply": syncer("--global-apply", "rebase", field="global_apply", want="rebase"),
     "--quorum": syncer("--quorum", "2", field="quorum", want=2),
     "--recover-timeout": launcher("--recover-timeout", "2m", field="recover_timeout_s", want=120.0),

@@ -91,6 +91,22 @@ def test_momentum_cos_is_reported_and_an_opposed_round_drops_b_when_restart_is_o
     assert math.isclose(f.momentum_sq, float(b @ b), rel_tol=1e-4), "|b|^2 is carried exactly by the step"
 
 
+@pytest.mark.parametrize("threshold", [0.0, -0.5, -0.9])
+def test_the_restart_drops_b_only_below_its_cos_threshold(threshold):
+    """momentum_restart_cos: an opposed round (cos about -0.7 here) restarts only when its cos is below the threshold."""
+    rng = np.random.default_rng(13)
+    f, pushes = fragment(rng, 30_000, 3)
+    weights = np.array([1.0, 2.0, 3.0])
+    delta = reference(pushes, weights, "avg")
+    noise = rng.standard_normal(delta.size)
+    noise -= (noise @ delta) / (delta @ delta) * delta                     # orthogonal to delta
+    f.rows[1] = (-delta / np.linalg.norm(delta) + noise / np.linalg.norm(noise)).astype(np.float32)   # cos -1/sqrt(2)
+    f.momentum_sq = float(f.momentum.astype(np.float64) @ f.momentum.astype(np.float64))
+    plan = merge.merge_round(f, 3, weights, merge="avg", lr=0.7, momentum=0.9, restart="opposed", restart_cos=threshold)
+    assert plan is not None and math.isclose(plan.momentum_cos, -(0.5 ** 0.5), rel_tol=1e-3)
+    assert plan.restarted == (threshold > -(0.5 ** 0.5))
+
+
 def test_momentum_norm_is_carried_over_many_steps_and_cos_is_none_while_b_is_zero():
     rng = np.random.default_rng(12)
     f = rows.FragmentRows(rng.standard_normal(5000).astype(np.float32), slots=2)

@@ -62,6 +62,10 @@ def register(sub) -> None:
             a("--momentum-restart", choices=RESTARTS, help="opposed (default): drop the outer momentum before a round "
               "whose merged delta points against it (adaptive restart; docs/SYNC_MATH.md); off: plain Nesterov")
             continue
+        if flag == "momentum_restart_cos":
+            a("--momentum-restart-cos", type=float, help="with --momentum-restart opposed, restart only rounds whose "
+              "cos(delta, momentum) is below this, in [-1, 0] (default 0: every opposed round; docs/SYNC_MATH.md)")
+            continue
         if flag == "global_apply":
             a("--global-apply", choices=GLOBAL_APPLIES, help="blend (default) or rebase: a learner taking a new global "
               "keeps the steps it trained while its push was in flight (docs/SYNC_MATH.md)")

@@ -11,7 +11,8 @@ _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 SYNC_FLAGS = {"fragments": "num_fragments", "sync_every": "inner_steps", "sync_every_start": "inner_steps_start",
               "sync_ramp_steps": "inner_steps_ramp", "outer_lr": "outer_lr",
               "outer_momentum": "momentum", "merge_alpha": "alpha", "merge": "merge",
-              "momentum_restart": "momentum_restart", "global_apply": "global_apply",
+              "momentum_restart": "momentum_restart", "momentum_restart_cos": "momentum_restart_cos",
+              "global_apply": "global_apply",
               "quorum": "quorum"}
 
 
