@@ -153,7 +153,7 @@ def run_one(env, args, model, data, run: str, kills: list[tuple[float, int]]) ->
     return out
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--islands", type=int, default=2)
     ap.add_argument("--steps", type=int, default=400, help="inner steps per learner")
@@ -167,7 +167,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="write the arguments and both runs' numbers here")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--report", type=Path, metavar="DIR", help="summarize the --json files in DIR over their seeds (no run)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     if args.report:
         for line in report(args.report):
             print(line)
@@ -222,8 +226,8 @@ def report(folder: Path) -> list[str]:
     per: dict[int, list[dict]] = {}
     for path in sorted(folder.glob("*.json")):
         run = json.loads(path.read_text())
-        islands = int(run["argv"][run["argv"].index("--islands") + 1]) if "--islands" in run["argv"] else 2
-        per.setdefault(islands, []).append(run)
+        run["args"] = parser().parse_args(run["argv"])
+        per.setdefault(run["args"].islands, []).append(run)
     if not per:
         return [f"no chaos.py --json file in {folder}"]
     lines = ["| islands | seeds | artifact vs fault-free % | within 1% | goodput by tokens (fault-free / kills) "
@@ -236,7 +240,7 @@ def report(folder: Path) -> list[str]:
         after = [k["kill_to_next_global_s"] for k in kills if k["kill_to_next_global_s"] is not None]
         exited = [k["exited_to_next_global_s"] for k in kills if k["exited_to_next_global_s"] is not None]
         rejoin = [s for f in faulty for s in f["rejoin_s"] if s is not None]
-        seeds = ",".join(r["argv"][r["argv"].index("--seed") + 1] if "--seed" in r["argv"] else "0" for r in runs)
+        seeds = ",".join(str(r["args"].seed) for r in runs)
         lines.append(f"| {islands} | {seeds} | {fmt_ci(delta)} | {sum(d <= 1.0 for d in delta)}/{len(delta)} "
                      f"| {fmt_ci([c['goodput'] for c in clean], '.3f')} / {fmt_ci([f['goodput'] for f in faulty], '.3f')} "
                      f"| {fmt_ci([c['goodput_time'] for c in clean], '.3f')} / "
