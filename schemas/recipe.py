@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 MERGES = ("rda", "avg")
-RESTARTS = ("off", "opposed")
+RESTARTS = ("off", "opposed", "damped")
 GLOBAL_APPLIES = ("blend", "rebase")
 WEIGHTINGS = ("tokens", "tokens_sq_per_step")
 MAX_FRAGMENTS = 4096
@@ -46,7 +46,7 @@ class SyncConfig:
     first (adaptive restart, O'Donoghue & Candes 2015): the outer step's look-ahead stops carrying a direction the
     learners just walked back from; off: plain Nesterov. Measured (docs/BENCHMARK_RESULTS.md): LoRA on a pretrained
     model at a tuned lr, -31.9% held-out CE against off (5 seeds); from scratch, +0.44% (tuned lr) to ~+2% (lr
-    below the tuned one)."""
+    below the tuned one). damped: such a round scales b by 1 + cos(delta, b) instead of dropping it."""
     momentum_restart_cos: float = 0.0
     """With momentum_restart = opposed, the restart drops b only for a round with cos(delta, b) below this, in [-1, 0]
     (0: every opposed round). With merge_alpha > 0 most rounds point back against b by construction (a learner

@@ -15,7 +15,8 @@ Adaptive restart (SyncConfig.momentum_restart = opposed): when the round's delta
 <delta, b> = -sum k_m <d_m, b> < 0, b is dropped first (mu^f b -> 0): the learners walked back from where the
 look-ahead was carrying theta. <d_m, b> comes with each push's row of G (row 1 is read with the pushes), and
 |b|^2 is carried exactly (|b'|^2 = mu^2f |b|^2 + 2 mu^f <delta, b> + |delta|^2), so cos(delta, b) is reported for
-every round at no extra pass.
+every round at no extra pass. momentum_restart = damped scales b by 1 + cos(delta, b) instead (an opposed round
+keeps the part of b the round did not walk back: cos -1 drops it, cos near 0 keeps nearly all of it).
 Each input is read once and theta, b written once; nothing grows with the fragment. The Gram matrix
 G = [<d_i, d_j>] (services/syncer/gram.py, built row by row as pushes arrive) gives norms, RDA and finiteness.
 All-or-nothing: pushes are checked finite through G, and the result is bounded from G and running
@@ -53,7 +54,12 @@ class Combination:
     delta_norm: float
     merge: str                      # rda | avg | avg-fallback
     momentum_cos: float | None = None   # cos(delta, b) before the step; None while b or delta is zero
-    restarted: bool = False         # b was dropped before the step (momentum_restart = opposed)
+    keep_b: float = 1.0             # the share of mu^f b carried into the step: 0 restarted, 1 + cos damped, else 1
+
+    @property
+    def restarted(self) -> bool:
+        """b was cut before the step (dropped by opposed, scaled down by damped)."""
+        return self.keep_b < 1.0
 
 
 def combination(g: np.ndarray, weights, merge: str) -> Combination:
@@ -85,9 +91,18 @@ def merge_round(frag: FragmentRows, num_pushes: int, weights, *, merge: str, lr:
     delta_b = -float(np.asarray(p.coeffs, dtype=np.float64) @ np.asarray(bd, dtype=np.float64))   # <delta, b>
     norms = p.delta_norm * math.sqrt(max(frag.momentum_sq, 0.0))
     cos = delta_b / norms if norms > 0 else None
-    p = replace(p, momentum_cos=cos, restarted=restart == "opposed" and momentum > 0 and delta_b < 0
-                and (cos is None or cos < restart_cos))
+    p = replace(p, momentum_cos=cos, keep_b=keep_share(restart, cos, delta_b, momentum, restart_cos))
     return p if outer_step(frag, p, lr=lr, momentum=momentum, chunk=chunk, fraction=fraction, delta_b=delta_b) else None
+
+
+def keep_share(restart: str, cos: float | None, delta_b: float, momentum: float, restart_cos: float = 0.0) -> float:
+    """What of mu^f b goes into the step: 1 unless delta opposes b (<delta, b> < 0) and the restart is on; then
+    0 (opposed, when cos < restart_cos) or 1 + cos (damped)."""
+    if restart == "off" or momentum <= 0 or not delta_b < 0:
+        return 1.0
+    if restart == "damped":
+        return min(1.0, max(0.0, 1.0 + cos)) if cos is not None else 1.0
+    return 0.0 if cos is None or cos < restart_cos else 1.0
 
 
 def interval_fraction(c_steps, weights, inner_steps: int) -> float:
@@ -100,12 +115,12 @@ def interval_fraction(c_steps, weights, inner_steps: int) -> float:
 def outer_step(frag: FragmentRows, p: Combination, *, lr: float, momentum: float, chunk: int = CHUNK,
                fraction: float = 1.0, delta_b: float) -> bool:
     """Nesterov on delta = sum k_m Delta_m over `fraction` of an interval (token time: mu^f, look-ahead f mu^f),
-    b dropped first when `p.restarted`; False, touching nothing, when the result would not be finite.
+    b scaled by `p.keep_b` first (0: dropped); False, touching nothing, when the result would not be finite.
     `delta_b` = <delta, b> keeps |b|^2 exact."""
     k = np.asarray(p.coeffs, dtype=np.float64)
     decay = momentum ** fraction                                # mu^f
     ahead = fraction * decay                                    # f mu^f: mu for a whole interval
-    keep = 0.0 if p.restarted else decay                        # what of b goes on into b'
+    keep = p.keep_b * decay                                     # what of b goes on into b'
     c = np.zeros((2, 2 + k.size))
     c[0, 0], c[0, 1], c[0, 2:] = 1.0, -lr * ahead * keep, lr * (1 + ahead) * k
     c[1, 1], c[1, 2:] = keep, -k

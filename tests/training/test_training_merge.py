@@ -67,11 +67,12 @@ def test_a_partial_interval_round_steps_in_token_time(fraction):
     np.testing.assert_allclose(f.theta, theta, rtol=1e-4, atol=1e-5 * np.abs(theta).max())
 
 
-@pytest.mark.parametrize("restart", ["off", "opposed"])
+@pytest.mark.parametrize("restart", ["off", "opposed", "damped"])
 @pytest.mark.parametrize("along", [1.0, -1.0])
 def test_momentum_cos_is_reported_and_an_opposed_round_drops_b_when_restart_is_on(restart, along):
     """cos(delta, b) from the pushes' products with b; with momentum_restart = opposed a round whose delta points
-    against b steps as if b were zero (b' = delta, theta' = theta - eta (1 + mu) delta), else Nesterov as usual."""
+    against b steps as if b were zero (b' = delta, theta' = theta - eta (1 + mu) delta), with damped as if b were
+    (1 + cos) b, else Nesterov as usual."""
     rng = np.random.default_rng(11)
     f, pushes = fragment(rng, 30_000, 3)
     weights = np.array([1.0, 2.0, 3.0])
@@ -82,9 +83,10 @@ def test_momentum_cos_is_reported_and_an_opposed_round_drops_b_when_restart_is_o
     plan = merge.merge_round(f, 3, weights, merge="avg", lr=0.7, momentum=0.9, restart=restart)
     cos = float(delta @ b0) / (np.linalg.norm(delta) * np.linalg.norm(b0))
     assert plan is not None and math.isclose(plan.momentum_cos, cos, rel_tol=1e-4) and (cos > 0) == (along > 0)
-    dropped = restart == "opposed" and along < 0
-    assert plan.restarted == dropped
-    b = (0.0 if dropped else 0.9) * b0 + delta
+    keep = {"off": 1.0, "opposed": 0.0, "damped": 1.0 + cos}[restart] if along < 0 else 1.0
+    assert plan.restarted == (keep < 1) and math.isclose(plan.keep_b, keep, rel_tol=1e-4)
+    assert along > 0 or 0 < 1 + cos < 1, "the opposed case has a share of b strictly between 0 and 1 to keep"
+    b = keep * 0.9 * b0 + delta
     theta = theta0 - 0.7 * (delta + 0.9 * b)
     np.testing.assert_allclose(f.momentum, b, rtol=1e-4, atol=1e-5 * np.abs(b).max())
     np.testing.assert_allclose(f.theta, theta, rtol=1e-4, atol=1e-5 * np.abs(theta).max())
