@@ -106,7 +106,7 @@ class SyncConfig:
             (self.momentum_restart in RESTARTS, f"momentum_restart must be one of {', '.join(RESTARTS)}"),
             (-1 <= self.momentum_restart_cos <= 0, "momentum_restart_cos must be in [-1, 0] (a cosine at or below 0)"),
             (self.momentum_restart == "opposed" or self.momentum_restart_cos == 0,
-             "momentum_restart_cos applies only with momentum_restart opposed (it would be ignored with off)"),
+             "momentum_restart_cos applies only with momentum_restart opposed (it would be ignored with off or damped)"),
             (self.global_apply in GLOBAL_APPLIES, f"global_apply must be one of {', '.join(GLOBAL_APPLIES)}"),
             (self.merge in MERGES, f"merge must be one of {', '.join(MERGES)}"),
             (self.weighting in WEIGHTINGS, f"weighting must be one of {', '.join(WEIGHTINGS)}"),
