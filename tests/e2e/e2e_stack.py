@@ -90,6 +90,29 @@ class Stack:
             return evs if found(evs) else None
         return self.until(run_id, what, check, timeout=timeout)
 
+    def stream_events(self, run_id: str, type_: str) -> list[dict]:
+        """The run's events of one type as the event stream holds them (not the tape): with the tape, it tells
+        whether an event missing there was never stored or stored and not written (the stack must be up)."""
+        import asyncio
+
+        from yeto.infra.bus import connect
+        from yeto.schemas.subjects import event_subject
+
+        async def read() -> list[dict]:
+            bus = await connect(stack.read_record(stack.StackPaths(self.home))["url"], name="test-stream-read")
+            try:
+                consumer = await bus.consumer([event_subject(run_id, type_)], ack=False)
+                out: list[dict] = []
+                while True:
+                    batch = await consumer.fetch(256, 2.0)
+                    out += [{**json.loads(d.data), "stream_seq": d.seq} for d in batch]
+                    if not batch or batch[-1].num_pending == 0:
+                        await consumer.close()
+                        return out
+            finally:
+                await bus.close()
+        return asyncio.run(read())
+
     def story(self, run_id: str) -> str:
         """The launch output and the run's last events, for failure messages."""
         text = self.runs[run_id][1].read_text()[-3000:] if run_id in self.runs else ""

@@ -159,13 +159,16 @@ def test_nats_server_killed_and_restarted_loses_nothing_and_yeto_down_still_fina
     assert "run finalized (user)" in output, output
     (final,) = run.events(RUN, "RunFinalized")
     assert sorted(final["acked"]) == ["island-0", "island-1"], final    # both live learners acknowledged the cut
+    on_stream = round_versions(run.stream_events(RUN, "RoundMerged"))      # to tell a lost publish from a lost write
     run.down()
     # The tape file itself, read with the stack down.
     (span,) = run.sql("select min(seq) lo, max(seq) hi, count(*) n, count(distinct seq) d from events")
     assert span["lo"] == 1 and span["n"] == span["d"] == span["hi"], f"the tape has holes or repeats: {span}"
     merged = run.events(RUN, "RoundMerged")
     for p, vs in round_versions(merged).items():
-        assert vs == list(range(1, len(vs) + 1)), f"fragment {p}: versions on the tape {vs}"
+        assert vs == list(range(1, len(vs) + 1)), (f"fragment {p}: versions on the tape {vs}; "
+                                                  f"on the event stream before `stack down` {on_stream.get(p)}")
+    assert round_versions(merged) == on_stream, "the tape and the event stream disagree on the rounds merged"
     for p, vs in round_versions(run.events(RUN, "GlobalVersionPublished")).items():
         assert vs == list(range(len(vs))), f"fragment {p}: published versions {vs}"
     assert [e["type"] for e in run.events(RUN, "RunFinalized", "RunFailed", "RunStopped")] == ["RunFinalized"]
