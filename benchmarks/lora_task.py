@@ -55,6 +55,11 @@ DIRECT = {"outer_lr": 1.0, "momentum": 0.0, "alpha": 0.0}
 AVG = {**DIRECT, "merge": "avg"}
 ARMS = {
     "sync": {"ranks": True, "sync": DIRECT, "note": "one island of M DDP ranks; syncer pass-through (lr 1, mu 0, alpha 0)"},
+    # The sync arm's learner takes each global back with blend at alpha 0 (theta <- global), one step boundary after
+    # its push: the inner step trained while the push was in flight is overwritten for that fragment (1 of every H).
+    # `ddp` rebases instead (theta <- theta + global - values at push): every step kept, DDP up to the codec's error.
+    "ddp": {"ranks": True, "sync": {**DIRECT, "global_apply": "rebase"},
+            "note": "one island of M DDP ranks; syncer pass-through, rebase: no in-flight step lost"},
     "default": {"ranks": False, "sync": {}, "note": "M islands, the default sync recipe"},
     "direct": {"ranks": False, "sync": DIRECT, "note": "M islands, direct RDA: outer lr 1, no momentum, alpha 0"},
     "avg": {"ranks": False, "sync": AVG, "note": "M islands, plain averaging: outer lr 1, no momentum, alpha 0, "
@@ -135,10 +140,11 @@ def candidate_overrides(spec: str) -> dict:
 
 def arm_recipe(args, arm: str, lr: float | None = None) -> tuple[float, int, dict]:
     """An arm's inner lr, warmup steps (scaled with the lr from --lr/--warmup) and SyncConfig overrides. The sync
-    arm runs at `lr` (a sweep point), else --sync-lr, else --lr; the Yeto arms at --lr unless the candidate says."""
+    arm runs at `lr` (a sweep point), else --sync-lr, else --lr (so does `ddp`); the Yeto arms at --lr unless the
+    candidate says."""
     sync = dict(args.candidate_sync or {}) if arm == "candidate" else dict(ARMS[arm]["sync"])
     if lr is None:
-        lr = sync.pop("lr", None) or (args.sync_lr if arm == "sync" else None) or args.lr
+        lr = sync.pop("lr", None) or (args.sync_lr if ARMS[arm]["ranks"] else None) or args.lr
     sync.pop("lr", None)
     return lr, scaled_warmup(lr, args.lr, args.warmup), sync
 

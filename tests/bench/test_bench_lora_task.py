@@ -142,6 +142,10 @@ def test_arm_recipes_scale_warmup_with_lr_and_pass_candidate_flags():
     assert argv[argv.index("--lr") + 1] == "0.002" and argv[argv.index("--warmup-steps") + 1] == "10"
     assert argv[-6:] == ["--outer-lr", "0.8", "--outer-momentum", "0.5", "--merge-alpha", "0.3"]
     assert "--shard" not in argv and "local:1xcpu,local:1xcpu" in argv
+    # ddp: the sync arm with rebase (the step trained while a push is in flight is kept), at the sync lr
+    argv = lora_task.launch_argv(args, "ddp", 1, "r")
+    assert argv[argv.index("--lr") + 1] == "0.004" and argv[argv.index("--shard") + 1] == "ddp"
+    assert argv[-8:] == ["--outer-lr", "1.0", "--outer-momentum", "0.0", "--merge-alpha", "0.0", "--global-apply", "rebase"]
 
 
 def test_avg_arm_and_a_candidate_merge_rule_reach_yeto_launch():
