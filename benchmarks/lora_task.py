@@ -5,8 +5,10 @@ syncer and finalizer), the same model, data, LoRA, inner recipe, seed and tokens
   sync     one island of M ranks (`--gpu local:Mx<dev> --shard ddp`): gradients all-reduced every step (DDP) at
            the global batch of the M islands below. The island still pushes to the syncer (the product has no
            syncer-less launch); with one learner and outer lr 1, no momentum, alpha 0 the syncer passes the island's
-           progress through unchanged but for the q4 codec (with error feedback), so the artifact is the DDP model
-           up to that quantization.
+           progress through, but for the q4 codec (with error feedback). Not exactly DDP: the learner takes each
+           global back one step boundary after its push by blend at alpha 0, which overwrites, for that fragment,
+           the inner step trained in between (one step in H).
+  ddp      the sync island with `--global-apply rebase`: the in-flight step is kept, DDP up to the codec's error.
   default  M islands of one rank (`--gpu local:1x<dev>,...`), the default sync recipe (schemas/recipe.py).
   direct   the same M islands, the public "direct RDA" recipe: outer lr 1, no momentum, merge alpha 0.
   avg      the same M islands, plain averaging: as direct but the token-weighted mean instead of RDA (--merge avg).
