@@ -57,9 +57,6 @@ DIRECT = {"outer_lr": 1.0, "momentum": 0.0, "alpha": 0.0}
 AVG = {**DIRECT, "merge": "avg"}
 ARMS = {
     "sync": {"ranks": True, "sync": DIRECT, "note": "one island of M DDP ranks; syncer pass-through (lr 1, mu 0, alpha 0)"},
-    # The sync arm's learner takes each global back with blend at alpha 0 (theta <- global), one step boundary after
-    # its push: the inner step trained while the push was in flight is overwritten for that fragment (1 of every H).
-    # `ddp` rebases instead (theta <- theta + global - values at push): every step kept, DDP up to the codec's error.
     "ddp": {"ranks": True, "sync": {**DIRECT, "global_apply": "rebase"},
             "note": "one island of M DDP ranks; syncer pass-through, rebase: no in-flight step lost"},
     "default": {"ranks": False, "sync": {}, "note": "M islands, the default sync recipe"},
