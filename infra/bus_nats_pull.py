@@ -74,11 +74,12 @@ class RawPull:
                 self.pull_done.set()
         self.arrived.set()
 
-    async def pull(self) -> None:
-        """One request for up to `batch` messages; returns when it is over (served, expired or lost)."""
+    async def pull(self, *, no_wait: bool = False) -> None:
+        """One request for up to `batch` messages; returns when it is over (served, expired or lost). With
+        `no_wait` the server answers at once with what the consumer has pending (a drain)."""
         self.pull_done.clear()
         self.in_request = self.batch
-        request = {"batch": self.batch, "expires": int(self.expires_s * 1e9)}
+        request = {"batch": self.batch, "expires": int(self.expires_s * 1e9), **({"no_wait": True} if no_wait else {})}
         try:
             await self.bus.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}",
                                       json.dumps(request).encode(), reply=self.inbox)

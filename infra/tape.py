@@ -1,6 +1,7 @@
 """Entry point of the tape writer process: `python -m yeto.infra.tape --nats-url URL --db PATH`.
 
-SIGTERM and SIGINT stop it gracefully: the batch in hand is committed and acked, then it exits 0.
+SIGTERM and SIGINT stop it gracefully: the batch in hand is committed and acked, what the stream already held is
+landed (up to TapeConfig.drain_s), then it exits 0.
 See tape_writer.py for the exactly-once design and docs/TAPE.md for the schema and the views.
 """
 from __future__ import annotations

@@ -45,6 +45,8 @@ class TapeConfig:
     """Lifetime of one pull request at the server."""
     query_timeout_s: float = 30.0
     """A SQL request running longer is interrupted and answered with an error."""
+    drain_s: float = 5.0
+    """On a stop, how long the writer goes on landing what the stream already holds before it exits."""
 
 
 class TapeWriter:
@@ -55,6 +57,7 @@ class TapeWriter:
         self.pull: RawPull | None = None
         self.expect_next = False            # False right after (re)creating: the first may skip a gap the stream has
         self.flushing = asyncio.Lock()      # one flush at a time: each starts from the tape's last seq
+        self.closing = asyncio.Event()      # the flush loop ends after the commit in hand
 
     async def run(self, stop: asyncio.Event) -> None:
         self.store = await asyncio.to_thread(TapeStore, self.cfg.db)
@@ -71,7 +74,7 @@ class TapeWriter:
         await self._restart(pull)
         self.pull = pull
         tasks: list[asyncio.Task[Any]] = [asyncio.create_task(self._pull_loop(stop)),
-                                          asyncio.create_task(self._flush_loop(stop))]
+                                          asyncio.create_task(self._flush_loop())]
         stopped = asyncio.create_task(stop.wait())
         try:
             # A loop that dies takes the process down (non-zero exit) so the stack restarts it from the tape.
@@ -80,13 +83,40 @@ class TapeWriter:
                 if t.done() and (error := t.exception()) is not None:
                     raise error
         finally:
-            for t in (stopped, *tasks):
+            # The flush loop is told, never cancelled: a commit cancelled mid-INSERT would run on in its thread
+            # while the next one (or close) took the same connection.
+            self.closing.set()
+            pull.arrived.set()
+            for t in (stopped, tasks[0]):
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._flush()          # commit what arrived; its ack goes out before the drain
+            if stop.is_set():
+                await self._drain()
             await sql_sub.close()
             await self.bus.close()
             self.store.close()
+
+    async def _drain(self) -> None:
+        """Land what the stream held when the stop came, up to `drain_s`: a stack stopped right after an event
+        (the head once RunCopiedBack is in) still has that event on its tape."""
+        pull, store = self.pull, self.store
+        assert pull is not None and store is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.drain_s
+        try:
+            target = await asyncio.wait_for(pull.last_seq(), self.cfg.drain_s)
+            while store.last_seq < target and loop.time() < deadline:
+                if pull.recreate.is_set():
+                    await self._restart(pull)
+                before = store.last_seq
+                await asyncio.wait_for(pull.pull(no_wait=True), max(deadline - loop.time(), 0.01))
+                await self._flush()
+                if store.last_seq == before and not pull.recreate.is_set():
+                    break                # nothing more for this consumer (the stream's tail is not events)
+        except Exception as e:  # noqa: BLE001 - a drain is best effort: the next start resumes from the tape
+            log.warning("drain on stop ended early at seq %d: %r", store.last_seq, e)
+        log.info("tape stopped at seq %d", store.last_seq)
 
     async def _restart(self, pull: RawPull) -> None:
         assert self.store is not None
@@ -110,10 +140,10 @@ class TapeWriter:
                 continue
             await pull.pull()
 
-    async def _flush_loop(self, stop: asyncio.Event) -> None:
+    async def _flush_loop(self) -> None:
         pull = self.pull
         assert pull is not None
-        while not stop.is_set():
+        while not self.closing.is_set():
             await pull.arrived.wait()
             pull.arrived.clear()
             if pull.buf and len(pull.buf) < self.cfg.batch and not pull.pull_done.is_set():

@@ -15,7 +15,7 @@ from waiting import wait_for
 from yeto.cli.main import main
 from yeto.cli.tape import load_run
 from yeto.infra.bus import Bus, connect
-from yeto.infra.tape_sql import ask
+from yeto.infra.tape_sql import ask, query_file
 from yeto.schemas.run_view import fold
 from yeto.schemas.subjects import event_subject
 
@@ -78,6 +78,25 @@ async def test_kill_9_mid_publish_then_restart_leaves_every_event_exactly_once(f
         writer.terminate()
         assert writer.wait(10) == 0                  # SIGTERM: commits what it has, exits cleanly
         await bus.close()
+
+
+async def test_a_stop_lands_every_event_the_stream_held_before_the_writer_exits(fresh_nats, tmp_path):
+    """A stack stopped right after an event (the head once the laptop's RunCopiedBack is in) keeps it on its tape."""
+    total = 3000
+    bus = await connect(fresh_nats.url)
+    writer = start_writer(fresh_nats.url, tmp_path / "tape.duckdb", open(tmp_path / "tape.log", "ab"))
+    try:
+        await count_when(bus, lambda n: n == 0)                 # up and answering
+        await asyncio.gather(*(bus.publish_raw(event_subject("r-stop", "Tick"), tick(i), msg_id=f"s{i}")
+                               for i in range(total)))          # every one acked by the stream
+        writer.terminate()                                      # at once: most are still in the stream only
+        assert writer.wait(30) == 0
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        await bus.close()
+    (row,) = query_file(tmp_path / "tape.duckdb", "SELECT count(*), count(DISTINCT seq), max(seq) FROM events")["rows"]
+    assert row == [total, total, total], (row, (tmp_path / "tape.log").read_text()[-2000:])
 
 
 async def test_sql_over_nats_reads_and_refuses_writes_and_unparsable_payloads_land(fresh_nats, tmp_path, capsys):
