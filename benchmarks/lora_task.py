@@ -28,6 +28,9 @@ examples/data/heldout_demo.jsonl (54 rows, other wordings), 60 inner steps x 1 s
     .venv/bin/python benchmarks/lora_task.py --seeds 0 [--arms sync,default,direct] [--dry-run]
     .venv/bin/python benchmarks/lora_task.py --device cuda --scale 4 --seeds 0,1,2     # a machine with 2+ GPUs
     .venv/bin/python benchmarks/lora_task.py --report benchmarks/results/lora          # the table of the JSONs kept
+    .venv/bin/python benchmarks/lora_task.py --report DIR DIR ...   # runs of several days pooled by the recipe they ran
+Each run's JSON records the SyncConfig it ran (`sync_config`, from its RunLaunched): in a report, runs of one recipe
+share a row whatever their arm's name and commit (a candidate equal to this checkout's default reports as default).
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lib_compare import best_lr, ci95, deltas_pct, headline, parse_lrs, parse_overrides, scaled_warmup, sweep_table
 
 from yeto.cli.launch_checks import SYNC_FLAGS as LAUNCH_SYNC_FLAGS
+from yeto.schemas.train_section import SyncSection
 
 ROOT = Path(__file__).resolve().parents[1]
 YETO = str(Path(sys.executable).parent / "yeto")      # the venv's CLI (also from a frozen copy)
@@ -98,7 +102,8 @@ def parse(argv=None):
     ap.add_argument("--out-dir", default=str(RESULTS), help="one JSON per run here")
     ap.add_argument("--keep-gguf", action="store_true", help="every learner loads the .gguf itself (slow on a CPU)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
-    ap.add_argument("--report", metavar="DIR", help="print the table of the run JSONs in DIR (no runs)")
+    ap.add_argument("--report", metavar="DIR", nargs="+", help="print the table of the run JSONs in these "
+                    "directories (no runs); runs that recorded their SyncConfig pool by it across directories")
     args = ap.parse_args(argv)
     args.base_model = args.model
     args.arm_names = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -195,7 +200,9 @@ def tape_metrics(env, run: str) -> dict:
     cos_mean, opposed, restarts = sql(env, f"select avg({cos}), avg(case when {cos} < 0 then 1.0 else 0.0 end), "
                                            f"count(*) filter (where payload->>'momentum_restarted' = 'true') from events "
                                            f"where {q} and type = 'RoundMerged' and {cos} is not null")[0]
-    return {"momentum_cos_mean": cos_mean, "momentum_opposed": opposed, "momentum_restarts": restarts,
+    sync_config = sql(env, f"select payload->>'$.recipe.train.sync' from events where {q} and type = 'RunLaunched' limit 1")
+    return {"sync_config": json.loads(sync_config[0][0]) if sync_config and sync_config[0][0] else None,
+            "momentum_cos_mean": cos_mean, "momentum_opposed": opposed, "momentum_restarts": restarts,
             "outcome": end[0][0] if end else None, "tape_wall_s": (end[0][1] - start) if end and start else None,
             "labelled_tokens": tokens, "max_step": steps, "rounds_merged": rounds, "single_rounds": singles,
             "round_tokens": merged,
@@ -287,19 +294,42 @@ SHORT = {"inner_steps": "H", "inner_steps_start": "H0", "inner_steps_ramp": "ram
          "outer_lr": "eta", "momentum": "mu", "alpha": "alpha", "merge": "merge", "quorum": "K"}
 
 
+DEFAULT_SYNC = SyncSection().model_dump()
+"""The default sync section of this checkout (SyncConfig's fields and the lineage seed, as a RunLaunched recipe
+carries them): a run that recorded the one it ran is labelled against it."""
+
+
 def recipe_of(r: dict) -> str:
-    """What a run changed in the sync recipe beyond its arm's own settings: --sync-every, --fragments, a candidate's
-    overrides (the ramp among them), as `H=6 P=4`; '' = the arm as defined (the sync arm: always '')."""
+    """What a run changed in the sync recipe beyond its arm's own settings, as `H=6 P=4`; '' = the arm as defined
+    (the sync arm: always ''). A run that recorded the SyncConfig it ran (`sync_config`, from its RunLaunched) is
+    compared with this checkout's defaults, so runs of one recipe made at different commits share a label; an older
+    run by what it passed: --sync-every, --fragments, a candidate's overrides (against the defaults of its day)."""
     if r["arm"] == "sync":
         return ""
     own = ARMS.get(r["arm"], {}).get("sync", {})
+    if isinstance(r.get("sync_config"), dict):
+        extra = {k: v for k, v in r["sync_config"].items() if DEFAULT_SYNC.get(k, object()) != v
+                 and own.get(k, object()) != v}
+        return _label(extra)
     extra = {k: v for k, v in (r.get("sync_overrides") or {}).items() if own.get(k, object()) != v}
     settings = r.get("settings") if isinstance(r.get("settings"), dict) else {}
     for flag, field in (("sync_every", "inner_steps"), ("fragments", "num_fragments")):
         if settings.get(flag) is not None:
             extra.setdefault(field, settings[flag])
-    return " ".join(f"{SHORT.get(k, k)}={v:g}" if isinstance(v, (int, float)) else f"{SHORT.get(k, k)}={v}"
-                    for k, v in sorted(extra.items(), key=lambda kv: list(SHORT).index(kv[0]) if kv[0] in SHORT else 99))
+    return _label(extra)
+
+
+def _label(extra: dict) -> str:
+    return " ".join(f"{SHORT.get(k, k)}={v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    else f"{SHORT.get(k, k)}={v}"
+                    for k, v in sorted(extra.items(), key=lambda kv: (list(SHORT).index(kv[0]) if kv[0] in SHORT else 99,
+                                                                    kv[0])))
+
+
+def arm_of(r: dict) -> str:
+    """The arm a run reports under: a candidate whose recorded SyncConfig is this checkout's default is `default`."""
+    return "default" if r["arm"] == "candidate" and isinstance(r.get("sync_config"), dict) and not recipe_of(r) \
+        else r["arm"]
 
 
 def sweep_of(results: list[dict], tune_seeds: list[int]) -> tuple[dict, dict, list[int]]:
@@ -328,8 +358,13 @@ def table(results: list[dict], arms: list[str], sync_lr: float | None = None) ->
     up/down."""
     by: dict[tuple, dict] = {}
     for r in results:
-        if r["arm"] in arms and r.get("heldout_ce") is not None:
-            by.setdefault((r["arm"], run_lr(r), recipe_of(r)), {})[r["seed"]] = r
+        if arm_of(r) in arms and r.get("heldout_ce") is not None:
+            row = by.setdefault((arm_of(r), run_lr(r), recipe_of(r)), {})
+            if r["seed"] in row:
+                raise ValueError(f"two runs of one row (arm {arm_of(r)}, lr {run_lr(r)}, recipe "
+                                 f"{recipe_of(r) or '-'}, seed {r['seed']}): {row[r['seed']].get('run_id', '?')} and "
+                                 f"{r.get('run_id', '?')}; report them from separate directories")
+            row[r["seed"]] = r
     ref = reference_lr(results, sync_lr)
     sync = by.get(("sync", ref, ""), {})
     lines = ["| arm | lr | sync recipe (beyond the arm) | seeds | held-out CE (mean ± sd) "
@@ -378,14 +413,14 @@ def default_delta(results: list[dict], sync_lr: float | None = None) -> str:
     by seed; default's runs at that lr too where it has some (else at its lowest lr), those of its own recipe where
     there are some (no --sync-every, no ramp), else those of the one recipe its runs share (one invocation's)."""
     ok = [r for r in results if r.get("heldout_ce") is not None]
-    labels = {recipe_of(r) for r in ok if r["arm"] == "default"}
+    labels = {recipe_of(r) for r in ok if arm_of(r) == "default"}
     label = "" if "" in labels or len(labels) != 1 else labels.pop()
     ok = [r for r in ok if recipe_of(r) == label or r["arm"] == "sync"]
     ref = reference_lr(results, sync_lr)
-    lrs = sorted({run_lr(r) for r in ok if r["arm"] == "default"}, key=lambda x: (x is None, x))
+    lrs = sorted({run_lr(r) for r in ok if arm_of(r) == "default"}, key=lambda x: (x is None, x))
     mine = ref if ref in lrs else (lrs[0] if lrs else None)
     sync = {r["seed"]: r["heldout_ce"] for r in ok if r["arm"] == "sync" and run_lr(r) == ref}
-    default = {r["seed"]: r["heldout_ce"] for r in ok if r["arm"] == "default" and run_lr(r) == mine}
+    default = {r["seed"]: r["heldout_ce"] for r in ok if arm_of(r) == "default" and run_lr(r) == mine}
     seeds = sorted(set(sync) & set(default))
     if not seeds:
         return "default_delta_pct=nan ci95=[nan,nan] n=0"
@@ -401,15 +436,23 @@ def report(results: list[dict], tune_seeds: list[int], sync_lr: float | None = N
         sync_lr = sync_lr or best_lr(sweep)
         lines += [*sweep_table("sync", sweep, warmups, seeds), "", f"sync_lr_best={best_lr(sweep):g}", ""]
     rest = [r for r in results if not (r["arm"] == "sync" and r["seed"] in tune_seeds)]
-    arms = [a for a in ARMS if any(r["arm"] == a for r in rest)]
+    arms = [a for a in ARMS if any(arm_of(r) == a for r in rest)]
     return [*lines, *table(rest, arms, sync_lr), default_delta(rest, sync_lr)]
 
 
 def main(argv=None) -> int:
     args = parse(argv)
     if args.report:
-        results = [json.loads(p.read_text()) for p in sorted(Path(args.report).glob("lora-*.json"))]
-        print("\n".join(report(results, args.tune_seed_list, args.sync_lr)))
+        found = {p.name: p for d in args.report for p in sorted(Path(d).glob("lora-*.json"))}  # one copy of a run
+        if not found:
+            print(f"--report: no lora-*.json in {', '.join(args.report)}", file=sys.stderr)
+            return 2
+        try:
+            print("\n".join(report([json.loads(p.read_text()) for p in found.values()], args.tune_seed_list,
+                                   args.sync_lr)))
+        except ValueError as e:
+            print(f"--report: {e}", file=sys.stderr)
+            return 2
         return 0
     print(f"model={args.model} data={args.data} eval_data={args.eval_data} device={args.device} islands={args.islands} "
           f"steps={args.steps * args.scale} seq_len={args.seq_len * args.scale} micro_batch={args.micro_batch} "

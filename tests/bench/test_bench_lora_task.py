@@ -64,6 +64,9 @@ def test_end_to_end_on_the_tiny_model(tmp_path):
     # equal tokens: one island of two DDP ranks trains what two one-rank islands train
     assert runs["sync"]["labelled_tokens"] == runs["default"]["labelled_tokens"] > 0
     assert runs["sync"]["learners"] == 1 and runs["default"]["learners"] == 2
+    # the SyncConfig each ran, from its RunLaunched: the arm's flags over the defaults
+    assert runs["default"]["sync_config"] == {**lora_task.DEFAULT_SYNC, "inner_steps": 2}
+    assert runs["sync"]["sync_config"] == {**lora_task.DEFAULT_SYNC, "inner_steps": 2, **lora_task.DIRECT}
     last = out.stdout.strip().splitlines()[-1]
     delta = 100 * (runs["default"]["heldout_ce"] - runs["sync"]["heldout_ce"]) / runs["sync"]["heldout_ce"]
     assert last == f"default_delta_pct={delta:+.3f} ci95=[nan,nan] n=1"
@@ -212,3 +215,33 @@ def test_runs_at_another_h_or_ramp_get_their_own_rows_and_stay_out_of_the_headli
 
 def recipe_of_is(r, label):
     return lora_task.recipe_of(r) == label
+
+
+def test_runs_that_recorded_their_sync_config_pool_by_it_across_arms_and_directories(tmp_path):
+    default = dict(lora_task.DEFAULT_SYNC)
+    other = {**default, "momentum_restart": "off" if default["momentum_restart"] != "off" else "opposed"}
+    runs = [fake("sync", s, 2.0, 4e-3, run_id=f"sync-{s}", sync_config={**default, **lora_task.DIRECT}) for s in (0, 1, 2)]
+    runs += [fake("candidate", 0, 2.2, 4e-3, run_id="cand-0", sync_config=default,
+                  sync_overrides={"momentum_restart": default["momentum_restart"]}),      # the default of a later day
+             fake("default", 1, 2.0, 4e-3, run_id="def-1", sync_config=default),
+             fake("default", 2, 2.1, 4e-3, run_id="def-2", sync_config=other),           # the default of an earlier day
+             fake("direct", 0, 2.4, 4e-3, run_id="direct-0", sync_config={**default, **lora_task.DIRECT})]
+    assert [lora_task.arm_of(r) for r in runs[3:]] == ["default", "default", "default", "direct"]
+    assert lora_task.recipe_of(runs[5]) == f"momentum_restart={other['momentum_restart']}"
+    assert lora_task.recipe_of(runs[6]) == "" and lora_task.recipe_of(runs[0]) == ""
+    for i, r in enumerate(runs):                        # two directories: the report reads both
+        d = tmp_path / ("a" if i % 2 else "b")
+        d.mkdir(exist_ok=True)
+        (d / f"lora-{r['arm']}-s{r['seed']}-{r['run_id']}.json").write_text(json.dumps(r))
+    out = run("--report", tmp_path / "a", tmp_path / "b", "--tune-seeds", "")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert any(line.startswith("| default | 0.004 | - | 0,1 | 2.1000 ± 0.1414 | +5.00 [") for line in lines), lines
+    assert any(line.startswith("| default | 0.004 | momentum_restart=") and "| 2 |" in line for line in lines), lines
+    assert lines[-1].startswith("default_delta_pct=+5.000 ") and lines[-1].endswith("n=2")
+    # one row cannot take two runs of a seed: said, not overwritten
+    (tmp_path / "b" / "lora-default-s1-again.json").write_text(json.dumps({**runs[4], "run_id": "def-1-again"}))
+    out = run("--report", tmp_path / "a", tmp_path / "b", "--tune-seeds", "")
+    assert out.returncode == 2 and "def-1" in out.stderr and "def-1-again" in out.stderr, out.stderr
+    out = run("--report", tmp_path / "empty")
+    assert out.returncode == 2 and "no lora-*.json" in out.stderr
