@@ -333,16 +333,30 @@ def arm_of(r: dict) -> str:
 
 
 def sweep_of(results: list[dict], tune_seeds: list[int]) -> tuple[dict, dict, list[int]]:
-    """The sync runs of the tuning seeds: CE per lr over the seeds every lr has finished (so the means compare),
-    the warmup of each lr, and those seeds."""
+    """The sync runs of the tuning seeds: CE per lr over seeds every lr of it has finished (so the means compare),
+    the warmup of each lr, and those seeds. The lrs that finished on every tuning seed, where two or more did;
+    else every lr, over the seeds they all finished (see `partial_lrs` for the rest)."""
     runs = [r for r in results if r["arm"] == "sync" and r["seed"] in tune_seeds and r.get("heldout_ce") is not None]
     ce = {(run_lr(r), r["seed"]): r["heldout_ce"] for r in runs}
     lrs = sorted({lr for lr, _ in ce})
+    complete = [lr for lr in lrs if all((lr, s) in ce for s in tune_seeds)]
+    if len(complete) >= 2:
+        lrs = complete
     seeds = [s for s in tune_seeds if all((lr, s) in ce for lr in lrs)]
     if not seeds:
         return {}, {}, []
     warmups = {run_lr(r): r.get("warmup", r.get("settings", {}).get("warmup")) for r in runs}
     return {lr: [ce[(lr, s)] for s in seeds] for lr in lrs}, warmups, seeds
+
+
+def partial_lrs(results: list[dict], tune_seeds: list[int], sweep: dict) -> list[str]:
+    """Lines for the swept lrs left out of `sweep` (they did not finish on every tuning seed): CE per seed."""
+    ce: dict[float, dict[int, float]] = {}
+    for r in results:
+        if r["arm"] == "sync" and r["seed"] in tune_seeds and r.get("heldout_ce") is not None and run_lr(r) not in sweep:
+            ce.setdefault(run_lr(r), {})[r["seed"]] = r["heldout_ce"]
+    return [f"sync lr {lr:g} on fewer tuning seeds (not a candidate for best): "
+            + ", ".join(f"seed {s} {c:.4f}" for s, c in sorted(ce[lr].items())) for lr in sorted(ce)]
 
 
 def reference_lr(results: list[dict], sync_lr: float | None) -> float | None:
@@ -434,7 +448,8 @@ def report(results: list[dict], tune_seeds: list[int], sync_lr: float | None = N
     lines = []
     if sweep:
         sync_lr = sync_lr or best_lr(sweep)
-        lines += [*sweep_table("sync", sweep, warmups, seeds), "", f"sync_lr_best={best_lr(sweep):g}", ""]
+        lines += [*sweep_table("sync", sweep, warmups, seeds), *partial_lrs(results, tune_seeds, sweep), "",
+                  f"sync_lr_best={best_lr(sweep):g}", ""]
     rest = [r for r in results if not (r["arm"] == "sync" and r["seed"] in tune_seeds)]
     arms = [a for a in ARMS if any(arm_of(r) == a for r in rest)]
     return [*lines, *table(rest, arms, sync_lr), default_delta(rest, sync_lr)]

@@ -245,3 +245,15 @@ def test_runs_that_recorded_their_sync_config_pool_by_it_across_arms_and_directo
     assert out.returncode == 2 and "def-1" in out.stderr and "def-1-again" in out.stderr, out.stderr
     out = run("--report", tmp_path / "empty")
     assert out.returncode == 2 and "no lora-*.json" in out.stderr
+
+
+def test_a_sweep_over_several_seeds_keeps_the_lrs_every_tuning_seed_ran_and_lists_the_others():
+    runs = [fake("sync", 100, 2.5, 2e-3), fake("sync", 100, 4.0, 8e-3),            # an earlier one-seed sweep
+            *(fake("sync", s, ce, lr) for s, ces in ((100, (2.2, 2.0)), (101, (2.0, 2.3)), (102, (2.1, 2.4)))
+              for lr, ce in zip((3e-3, 4e-3), ces))]
+    lines = lora_task.report(runs, [100, 101, 102])
+    assert "| 0.003 **best** | 15 | 2.2000 | 2.0000 | 2.1000 | 2.1000 |" in lines
+    assert "| 0.004 | 20 | 2.0000 | 2.3000 | 2.4000 | 2.2333 |" in lines
+    assert "sync_lr_best=0.003" in lines
+    assert "sync lr 0.002 on fewer tuning seeds (not a candidate for best): seed 100 2.5000" in lines
+    assert "sync lr 0.008 on fewer tuning seeds (not a candidate for best): seed 100 4.0000" in lines
