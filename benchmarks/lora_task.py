@@ -24,6 +24,11 @@ target modules, examples/data/chat_demo.jsonl (352 templated chat rows, scripts/
 examples/data/heldout_demo.jsonl (54 rows, other wordings), 60 inner steps x 1 sequence x 64 tokens per rank: on
 2 CPU cores shared with other work (load ~12) a step of the 135M model took ~13 s at this size, so this is what fits
 ~15 min per arm. The GGUF is dequantized once into a model directory that every learner loads (--keep-gguf: not).
+The demo's held-out rows share their answers with training rows (other question wordings): its CE measures recall.
+Task `docqa` (scripts/make_docqa_data.py): questions on the Python standard library answered with each object's own
+docstring, held out by module, so no held-out answer was ever trained on:
+    --data examples/data/docqa_train.jsonl --eval-data examples/data/docqa_heldout.jsonl --heldout-blocks 128
+A report refuses to pool runs of different tasks (data, eval data, steps, sizes: TASK_FIELDS).
 
     .venv/bin/python benchmarks/lora_task.py --seeds 0 [--arms sync,default,direct] [--dry-run]
     .venv/bin/python benchmarks/lora_task.py --device cuda --scale 4 --seeds 0,1,2     # a machine with 2+ GPUs
@@ -441,9 +446,26 @@ def default_delta(results: list[dict], sync_lr: float | None = None) -> str:
     return headline("default", [default[s] for s in seeds], [sync[s] for s in seeds])
 
 
+TASK_FIELDS = ("base_model", "data", "eval_data", "islands", "steps", "seq_len", "micro_batch", "scale", "lora_r",
+               "heldout_blocks", "device")
+"""The settings that make a task: runs that differ in one of these are not comparable (files by name only, since
+frozen copies put them under different folders)."""
+
+
+def same_task(results: list[dict]) -> None:
+    """Raise ValueError naming the field when the runs were not all of one task (a setting a run lacks matches any)."""
+    for field in TASK_FIELDS:
+        values = {Path(v).name if field in ("data", "eval_data") else v
+                  for r in results if (v := (r.get("settings") or {}).get(field)) is not None}
+        if len(values) > 1:
+            raise ValueError(f"these runs are of different tasks ({field}: {', '.join(sorted(map(str, values)))}); "
+                             "report each task's directories separately")
+
+
 def report(results: list[dict], tune_seeds: list[int], sync_lr: float | None = None) -> list[str]:
     """The sweep's table (the sync runs of `tune_seeds`) and its best lr, then the reporting runs' table against
-    sync at `sync_lr` (default: the sweep's best), the last line default's Δ."""
+    sync at `sync_lr` (default: the sweep's best), the last line default's Δ. Runs of different tasks are refused."""
+    same_task(results)
     sweep, warmups, seeds = sweep_of(results, tune_seeds)
     lines = []
     if sweep:

@@ -257,3 +257,23 @@ def test_a_sweep_over_several_seeds_keeps_the_lrs_every_tuning_seed_ran_and_list
     assert "sync_lr_best=0.003" in lines
     assert "sync lr 0.002 on fewer tuning seeds (not a candidate for best): seed 100 2.5000" in lines
     assert "sync lr 0.008 on fewer tuning seeds (not a candidate for best): seed 100 4.0000" in lines
+
+
+def test_runs_of_different_tasks_are_refused_not_pooled(tmp_path):
+    demo = {"data": "/tmp/fz-a/examples/data/chat_demo.jsonl", "eval_data": "/tmp/fz-a/examples/data/heldout_demo.jsonl",
+            "steps": 300, "seq_len": 64, "heldout_blocks": 64}
+    moved = {**demo, "data": "/tmp/fz-b/examples/data/chat_demo.jsonl"}       # another frozen copy: the same task
+    docqa = {**demo, "data": "/x/docqa_train.jsonl", "eval_data": "/x/docqa_heldout.jsonl", "heldout_blocks": 128}
+    runs = [fake("sync", 0, 0.2, 3e-3, run_id="s0", settings=demo), fake("default", 0, 0.21, 3e-3, run_id="d0",
+                                                                          settings=moved),
+            fake("sync", 1, 0.2, 3e-3, run_id="s1", settings={"steps": 300})]  # an old run without every setting
+    for r in runs:
+        (tmp_path / f"lora-{r['arm']}-s{r['seed']}-{r['run_id']}.json").write_text(json.dumps(r))
+    out = run("--report", tmp_path, "--tune-seeds", "")
+    assert out.returncode == 0, out.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "lora-default-s1-d1.json").write_text(json.dumps(fake("default", 1, 2.5, 3e-3, run_id="d1", settings=docqa)))
+    out = run("--report", tmp_path, other, "--tune-seeds", "")
+    assert out.returncode == 2 and "different tasks" in out.stderr and "chat_demo.jsonl, docqa_train.jsonl" in out.stderr
+    assert out.stdout == ""
