@@ -91,7 +91,7 @@ def plan(args):
         raise ValueError("need at least one seed, one island and one step")
     if args.eval_every < 0:
         raise ValueError(f"--eval-every {args.eval_every}: give a number of steps, or 0 for final CE only")
-    base = SyncConfig.from_dict({**SyncConfig().to_dict(), **lc.parse_overrides(args.recipe)})
+    base = base_config(args)
     configs = {n: SyncConfig.from_dict({**base.to_dict(), **SETTINGS[n].sync}) for n in names}
     sweeps = {"sync": lc.parse_lrs(args.sync_lrs, "--sync-lrs") if args.sync_lrs else [args.lr],
               **{n: lc.parse_lrs(args.yeto_lrs, "--yeto-lrs", least=1) if args.yeto_lrs else [args.lr] for n in names}}
@@ -107,6 +107,11 @@ def plan(args):
         raise ValueError(f"tuning seed(s) {', '.join(map(str, shared))} are also reporting seeds (--seeds): "
                          "an lr chosen on the seeds it is reported on flatters that arm; use disjoint seeds")
     return names, seeds, base, configs, sweeps, tune_seeds
+
+
+def base_config(args) -> SyncConfig:
+    """The Yeto arms' base recipe: this checkout's SyncConfig defaults with the --recipe changes."""
+    return SyncConfig.from_dict({**SyncConfig().to_dict(), **lc.parse_overrides(args.recipe)})
 
 
 def warmup_for(args, lr: float) -> int:
@@ -134,7 +139,9 @@ def swept(args, name: str) -> bool:
 TASK_FLAGS = ("model", "data", "tuning", "recipe", "islands", "steps", "micro_batch", "seq_len", "lr", "warmup", "layers",
               "hidden", "device", "heldout_blocks")
 """The flags that define the task: a run can be reused only from an output made with the same ones
-(`recipe`, the Yeto arms' SyncConfig, excepted for the sync arm, which has none)."""
+(`recipe`, the Yeto arms' SyncConfig, excepted for the sync arm, which has none). A Yeto run is reused only if its
+output's base SyncConfig equals this one field for field: a default changed since (or a field added since) makes
+the old runs another recipe's."""
 
 REUSED: dict[tuple, dict] = {}
 """(arm, seed, lr, warmup, eval_every) -> the record of a run read from --reuse."""
@@ -147,9 +154,10 @@ def load_reused(args) -> None:
         if [k for k in differ if k != "recipe"]:
             raise ValueError(f"--reuse {path}: made with other {', '.join('--' + k.replace('_', '-') for k in differ)}")
         every = got["args"].get("eval_every", 0)
+        same_recipe = not differ and got.get("base") == base_config(args).to_dict()
         for group, runs_every in ((got.get("sweeps", {}), 0), (got["results"], every)):
             for name, runs in group.items():
-                if differ and name != "sync":      # another --recipe: only the sync arm's runs are the same
+                if not same_recipe and name != "sync":      # another recipe: only the sync arm's runs are the same
                     continue
                 for r in runs:
                     REUSED[(name, r["seed"], r["lr"], r["warmup"], runs_every)] = {**r, "reused_from": Path(path).name}

@@ -170,15 +170,26 @@ def test_reuse_takes_only_the_sync_runs_of_an_output_with_another_recipe(tmp_pat
             "micro_batch": 4, "seq_len": 128, "lr": 3e-3, "warmup": 10, "layers": 4, "hidden": 64, "device": "cpu",
             "heldout_blocks": 64, "eval_every": 20}
     run = {"seed": 0, "lr": 1e-2, "warmup": 33, "heldout_ce": 3.5}
-    old.write_text(json.dumps({"args": args, "sweeps": {"sync": [{**run, "seed": 100}], "default": [{**run, "seed": 100}]},
-                               "results": {"sync": [run], "default": [run]}}))
+    base = SyncConfig.from_dict({**SyncConfig().to_dict(), "outer_lr": 1.0}).to_dict()
+    output = {"args": args, "base": base, "sweeps": {"sync": [{**run, "seed": 100}], "default": [{**run, "seed": 100}]},
+              "results": {"sync": [run], "default": [run]}}
+    old.write_text(json.dumps(output))
+    sync_only = [("sync", 0, 1e-2, 33, 20), ("sync", 100, 1e-2, 33, 0)]
     compare_diloco.REUSED.clear()
     try:
         compare_diloco.load_reused(compare_diloco.parse(["--recipe", "momentum=0.5", "--reuse", str(old)]))
-        assert sorted(compare_diloco.REUSED) == [("sync", 0, 1e-2, 33, 20), ("sync", 100, 1e-2, 33, 0)]
+        assert sorted(compare_diloco.REUSED) == sync_only
         compare_diloco.REUSED.clear()
         compare_diloco.load_reused(compare_diloco.parse(["--recipe", "outer_lr=1.0", "--reuse", str(old)]))
         assert len(compare_diloco.REUSED) == 4                   # the same recipe: the Yeto runs too
+        # the same flags, but the defaults of the day the output was made differ (or lack a field added since):
+        # its Yeto runs are another recipe's, its sync runs still the same
+        for then in ({**base, "momentum": 0.5}, {k: v for k, v in base.items() if k != "alpha"}):
+            compare_diloco.REUSED.clear()
+            old.write_text(json.dumps({**output, "base": then}))
+            compare_diloco.load_reused(compare_diloco.parse(["--recipe", "outer_lr=1.0", "--reuse", str(old)]))
+            assert sorted(compare_diloco.REUSED) == sync_only
+        old.write_text(json.dumps(output))
         with pytest.raises(ValueError, match="made with other --recipe, --steps"):
             compare_diloco.load_reused(compare_diloco.parse(["--steps", "8", "--reuse", str(old)]))
     finally:
