@@ -7,7 +7,7 @@ billing rule of schemas/spend.py; tests/tape/test_tape_views.py checks they agre
 """
 from __future__ import annotations
 
-from yeto.schemas.run_view import FINALIZING, RUN_END, RUNNING
+from yeto.schemas.run_phase import LAUNCHING, PHASE_OF, RUN_END
 from yeto.schemas.spend import METER_START, METER_STOP
 
 
@@ -18,21 +18,21 @@ def _in(names) -> str:
 # The run's first end event (by stream order): every meter, the head's included, stops there.
 _ENDS = f"""ends AS (SELECT run_id, arg_min(ts, seq) AS ended, arg_min(type, seq) AS end_type
              FROM events WHERE type IN {_in(RUN_END)} GROUP BY run_id)"""
-_END_PHASE = " ".join(f"WHEN '{t}' THEN '{p}'" for t, p in RUN_END.items())
+# schemas/run_phase.py's table, as rows: the event types that move a run, each with its rank and phase.
+_PHASE_OF = "(VALUES " + ", ".join(f"('{t}', {rank}, '{phase}')" for t, (rank, phase) in PHASE_OF.items()) \
+    + ") AS phase_of(type, rank, phase)"
 
 VIEWS: dict[str, str] = {
-    # The run's phase as the fold has it: its first end event, else finalizing, running or launching.
+    # The run's phase by schemas/run_phase.py's rule, as the fold has it: the phase of its highest-ranked
+    # event, the earliest among equals, else launching.
     "runs": f"""
 WITH {_ENDS},
 agg AS (SELECT run_id, min(ts) AS started, max(ts) AS last_event, count(*) AS num_events, arg_max(type, seq) AS last_type,
-               bool_or(type IN {_in(c.__name__ for c in FINALIZING)}) AS finalizing,
-               bool_or(type IN {_in(c.__name__ for c in RUNNING)}) AS running,
+               coalesce(first(phase_of.phase ORDER BY phase_of.rank DESC, seq) FILTER (WHERE phase_of.rank IS NOT NULL),
+                        '{LAUNCHING}') AS phase,
                count(*) FILTER (WHERE type = 'RoundMerged') AS num_rounds
-        FROM events WHERE run_id <> '_' GROUP BY run_id)
-SELECT run_id, started, last_event, num_events, last_type,
-       CASE ends.end_type {_END_PHASE} ELSE CASE WHEN finalizing THEN 'finalizing' WHEN running THEN 'running'
-                                                 ELSE 'launching' END END AS phase,
-       num_rounds, ends.ended AS finished
+        FROM events LEFT JOIN {_PHASE_OF} USING (type) WHERE run_id <> '_' GROUP BY run_id)
+SELECT run_id, started, last_event, num_events, last_type, phase, num_rounds, ends.ended AS finished
 FROM agg LEFT JOIN ends USING (run_id)""",
     "rounds": """
 SELECT seq, ts, run_id,

@@ -2,8 +2,9 @@
 
 `fold(view, event, seq)` is pure (no clock, no I/O). It takes parsed events; anything else (a tape payload
 of a type this Yeto does not know) only counts as an event seen. Spend follows schemas/spend.py, and
-`spend_usd(view, now)` prices the open intervals up to a time the caller passes in. infra/tape_views.py
-computes the same numbers in SQL; tests/tape/test_tape_views.py checks the two agree on one tape.
+`spend_usd(view, now)` prices the open intervals up to a time the caller passes in. The run's phase follows
+schemas/run_phase.py's table. infra/tape_views.py computes the same numbers in SQL; tests/tape/test_tape_views.py
+checks the two agree on one tape.
 """
 from __future__ import annotations
 
@@ -12,24 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from yeto.schemas.base import SYSTEM_RUN, Event
-from yeto.schemas.final import (
-    ArtifactWritten,
-    CheckpointMarkedFinal,
-    FinalCutDone,
-    FinalCutRequested,
-    RunFailed,
-    RunFinalized,
-    RunStopped,
-)
-from yeto.schemas.fleet import IslandEvent, IslandReplaced, IslandUp, RunLaunched
+from yeto.schemas.final import FinalCutRequested, RunFailed, RunFinalized, RunStopped
+from yeto.schemas.fleet import IslandEvent, RunLaunched
 from yeto.schemas.island_view import Island, beat, fold_island, island_index
 from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.run_phase import LAUNCHING, next_phase
 from yeto.schemas.spend import hours_between
 from yeto.schemas.training import LearnerProgress, RoundMerged
-
-RUN_END = {"RunFinalized": "finalized", "RunFailed": "failed", "RunStopped": "stopped"}
-FINALIZING = (FinalCutRequested, FinalCutDone, CheckpointMarkedFinal, ArtifactWritten)
-RUNNING = (IslandUp, IslandReplaced, RoundMerged, LearnerProgress)
 
 
 @dataclass(frozen=True)
@@ -50,8 +40,8 @@ class RunView:
     fleet: tuple[dict[str, Any], ...] = ()
     recipe: dict[str, Any] = field(default_factory=dict)
     launched_at: datetime | None = None
-    phase: str = "launching"
-    """launching | running | finalizing | finalized | failed | stopped"""
+    phase: str = LAUNCHING
+    """launching | running | finalizing | finalized | failed | stopped: schemas/run_phase.py's rule"""
     reason: str = ""
     """Why the run is finalizing or ended (the final cut's reason, then the end event's)."""
     ended: str = ""
@@ -111,16 +101,16 @@ def _evolve(v: RunView, e: Event) -> RunView:
         if v.ended:
             return v
         islands = tuple(replace(isl, meter=isl.meter.stop(e.ts)) for isl in v.islands)
-        return replace(v, phase=RUN_END[e.type], ended=e.type, ended_at=e.ts, reason=e.reason, islands=islands)
-    if isinstance(e, IslandEvent) and 0 <= e.island < len(v.islands):
+        v = replace(v, ended=e.type, ended_at=e.ts, reason=e.reason, islands=islands)
+    elif isinstance(e, IslandEvent) and 0 <= e.island < len(v.islands):
         v = _set_island(v, fold_island(v.islands[e.island], e, billing=not v.ended))
     elif isinstance(e, LearnerProgress):
         v = _progress(v, e)
     elif isinstance(e, RoundMerged):
         v = replace(v, rounds_merged=v.rounds_merged + 1, versions={**v.versions, e.fragment: e.global_version})
-    elif isinstance(e, FINALIZING) and not v.ended:
-        return replace(v, phase="finalizing", reason=e.reason if isinstance(e, FinalCutRequested) else v.reason)
-    return replace(v, phase="running") if isinstance(e, RUNNING) and v.phase == "launching" else v
+    elif isinstance(e, FinalCutRequested) and not v.ended:
+        v = replace(v, reason=e.reason)
+    return replace(v, phase=next_phase(v.phase, e.type))
 
 
 def fold(view: RunView | None, event: Any, seq: int = 0) -> RunView:

@@ -16,7 +16,8 @@ from typing_extensions import TypedDict  # pydantic reads it on Python 3.11 too
 from yeto.schemas.base import Event
 from yeto.schemas.final import ArtifactWritten, CheckpointMarkedFinal, FinalCutDone, FinalCutRequested, LearnerFinalAck
 from yeto.schemas.fleet import RunLaunched, learner_name
-from yeto.schemas.run_view import RUN_END, RunView, fold
+from yeto.schemas.run_phase import RUN_END
+from yeto.schemas.run_view import RunView, fold
 
 ENDED = tuple(RUN_END.values())
 
