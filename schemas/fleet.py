@@ -108,6 +108,13 @@ class IslandStopped(IslandEvent):
     reason: str = "run ended"
 
 
+ISLAND_ENDS: dict[str, str] = {cls.__name__: how for cls, how in (
+    (IslandExited, "exited"), (IslandPreempted, "preempted"), (IslandStopped, "stopped"), (IslandDropped, "dropped"))}
+"""The events that end an island generation as the launcher saw it, each with the word for how it ended. Every
+reader takes them from here: the syncer stops counting the generation as live, its meter stops (spend.py), the
+dashboard closes its span."""
+
+
 class IslandCommand(Command):
     owner: ClassVar[str] = "launcher"
     island: int = Field(ge=0, lt=MAX_ISLANDS)

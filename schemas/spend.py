@@ -1,8 +1,8 @@
 """Billing, one rule for every reader of a run (`yeto status`, the SQL views, the budget cutoff).
 
 An island generation is billed at the `price_per_hour` of its IslandUp / IslandReplaced until the island's
-next IslandExited / IslandPreempted / IslandDropped / IslandStopped / IslandUp / IslandReplaced of that or a
-newer generation (an event of an older generation changes nothing), or until the run's first end event.
+next end (fleet.py's ISLAND_ENDS) / IslandUp / IslandReplaced of that or a newer generation (an event of an
+older generation changes nothing), or until the run's first end event.
 The head VM is billed at the recipe's `head_price_per_hour` from RunLaunched to the run's end. Times are
 the events' own timestamps; an open interval is priced up to a `now` the caller passes in.
 """
@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from yeto.schemas.fleet import ISLAND_ENDS
+
 METER_START = ("IslandUp", "IslandReplaced")
-METER_STOP = ("IslandExited", "IslandPreempted", "IslandDropped", "IslandStopped")
+METER_STOP = tuple(ISLAND_ENDS)
 
 
 def hours_between(start: datetime | None, end: datetime | None) -> float:

@@ -4,9 +4,9 @@ Pure fold over events; `decide` asks for a final cut once per run and shard (lev
 restart a requested but unfinished cut is taken again). The runs fold the same on every shard (each
 shard's FinalCutDone is kept), so one snapshot serves them all: `dump`/`load` are its codec (JSON, exact
 round trip), and `load` is told the shard of the instance that resumes from it. IslandUp / IslandReplaced
-announce the learner generations the data plane admits (roster.py), with their ranks; IslandExited,
-IslandPreempted, IslandStopped and IslandDropped say a generation is gone (IslandReplaced, that its predecessor
-is): it stops counting as live at once (liveness.py), and a replacement counts again from its first chunk.
+announce the learner generations the data plane admits (roster.py), with their ranks; the island ends
+(schemas/fleet.py's ISLAND_ENDS) say a generation is gone (IslandReplaced, that its predecessor is): it stops
+counting as live at once (liveness.py), and a replacement counts again from its first chunk.
 """
 from __future__ import annotations
 
@@ -16,19 +16,8 @@ from typing import Any
 
 from yeto.schemas.base import Event, Message, parse, to_bytes
 from yeto.schemas.final import FinalCutDone, FinalCutRequested
-from yeto.schemas.fleet import (
-    IslandDropped,
-    IslandExited,
-    IslandPreempted,
-    IslandReplaced,
-    IslandStopped,
-    IslandUp,
-    RunLaunched,
-    learner_name,
-)
+from yeto.schemas.fleet import ISLAND_ENDS, IslandEvent, IslandReplaced, IslandUp, RunLaunched, learner_name
 from yeto.schemas.launch_recipe import LaunchRecipe
-
-GONE = (IslandExited, IslandPreempted, IslandStopped, IslandDropped)     # a generation's end, as the launcher saw it
 
 
 @dataclass(frozen=True)
@@ -75,7 +64,7 @@ def evolve(state: SyncerState, event: Event) -> SyncerState:
             gone = {**gone, name: event.previous_generation}
         runs = {**runs, event.run_id: replace(info, generations={**info.generations, name: event.generation},
                                               ranks={**info.ranks, name: ranks}, gone=gone)}
-    elif isinstance(event, GONE) and event.run_id in runs:
+    elif isinstance(event, IslandEvent) and event.type in ISLAND_ENDS and event.run_id in runs:
         info, name = runs[event.run_id], learner_name(event.island)
         if event.generation <= info.gone.get(name, -1):
             return state

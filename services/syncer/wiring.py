@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from yeto.infra.runner import Context, ServiceSpec, StateCodec
+from yeto.schemas.fleet import ISLAND_ENDS
 from yeto.schemas.subjects import event_subject
 from yeto.services.syncer import runs
 from yeto.services.syncer.dataplane import DataPlane
@@ -32,7 +33,7 @@ def spec(plane: DataPlane) -> ServiceSpec:
     return ServiceSpec(name="syncer", initial=lambda: runs.SyncerState(shard=plane.shard), evolve=runs.evolve,
                        decide=runs.decide, act=act,
                        event_subjects=tuple(event_subject("*", t) for t in ("RunLaunched", "IslandUp", "IslandReplaced",
-                                                                                *(g.__name__ for g in runs.GONE),
+                                                                                *ISLAND_ENDS,
                                                                                 "FinalCutRequested", "FinalCutDone")),
                        background=(data_plane,), codec=codec)
 

@@ -6,12 +6,12 @@ from datetime import datetime
 from typing import Any
 
 from yeto.cli.describe import eta_s, max_steps
+from yeto.schemas.fleet import ISLAND_ENDS
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.run_view import RunView, fold, spend_usd
 
 MAX_POINTS = 1500      # per series: a long run's older points are thinned, the page stays light
 MAX_ROUNDS = 40        # the rounds table shows the latest ones
-ENDS = {"IslandPreempted": "preempted", "IslandExited": "exited", "IslandStopped": "stopped", "IslandDropped": "dropped"}
 
 
 @dataclass
@@ -58,7 +58,7 @@ def _island(board: Board, kind: str, e: Any, t: float) -> None:
     for s in reversed(mine):
         if s["generation"] == gen:      # an exit then its preemption: the span ends once, named by the later news
             s["end"] = t if s["end"] is None else s["end"]
-            s["ended"] = "preempted" if kind == "IslandPreempted" else (s["ended"] or ENDS[kind])
+            s["ended"] = "preempted" if kind == "IslandPreempted" else (s["ended"] or ISLAND_ENDS[kind])
             return
 
 
@@ -82,7 +82,7 @@ def absorb(board: Board, seq: int, event: Any) -> Board:
         board.rounds = (board.rounds + [{"t": t, "fragment": event.fragment, "version": event.global_version,
                                          "responders": list(event.responders),
                                          "staleness": list(event.staleness)}])[-MAX_ROUNDS:]
-    if kind in ENDS or kind in ("IslandUp", "IslandReplaced"):
+    if kind in ISLAND_ENDS or kind in ("IslandUp", "IslandReplaced"):
         _island(board, kind, event, t)
     return board
 
