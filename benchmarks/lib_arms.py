@@ -88,7 +88,7 @@ def export_state(core: SyncerCore, layout) -> dict[str, np.ndarray]:
     flats = {}
     for p in layout.active:
         header, payload = core.fragments[p].exact_keyframe()
-        flats[p] = codecs.decode(header.codec, payload, header.numel)
+        flats[p] = codecs.codec(header.codec).decode(payload, header.numel)
     return unflatten(layout, flats)
 
 

@@ -38,7 +38,7 @@ FP = "7" * 64
 
 def messages(learner: str, p: int, kind: str, values: np.ndarray, **fields) -> list[tuple[FragmentHeader, bytes]]:
     codec = "f32" if kind == "init" else "q4"
-    payload = codecs.encode(codec, values)
+    payload = codecs.codec(codec).encode(values)
     header = FragmentHeader(run_id="mem", learner=learner, fragment=p, kind=kind, role="layers", fingerprint=FP,
                             codec=codec, numel=values.size, sha256=sha256(payload), **fields)
     return split_chunks(header, payload, CHUNK_BYTES)

@@ -66,28 +66,28 @@ def main() -> None:
             for k in range(m):
                 gram.gram_row(f.rows[1:2 + k + 1], f.rows[2 + k])
 
-    payload = codecs.encode("q4", backend.to_host(frags[0].rows[2]))   # one q4 push, decoded into every push row
+    payload = codecs.Q4.encode(backend.to_host(frags[0].rows[2]))   # one q4 push, decoded into every push row
 
     def ingest_decode_then_gram():   # q4 decode into the row, then its Gram row (reads the row back)
         for f in frags:
             for k in range(m):
                 if backend.GPU:          # as FragmentState.take_in on the GPU: the bytes copied over, decoded there
-                    backend.decode_into("q4", payload, n, f.rows[2 + k])
+                    backend.decode_into(codecs.Q4, payload, n, f.rows[2 + k])
                 else:
-                    codecs.decode("q4", payload, n, out=f.rows[2 + k])
+                    codecs.Q4.decode(payload, n, out=f.rows[2 + k])
                 gram.gram_row(f.rows[1:2 + k + 1], f.rows[2 + k])
 
     def ingest_fused():              # as the syncer ingests: the Gram row taken while each stretch is decoded
         for f in frags:
             for k in range(m):
                 acc = gram.RowProducts(f.rows[1:2 + k + 1], f.rows[2 + k])
-                codecs.decode("q4", payload, n, out=f.rows[2 + k], on_chunk=acc)
+                codecs.Q4.decode(payload, n, out=f.rows[2 + k], on_chunk=acc)
 
     def ingest_fused_without_b():    # the same without b's row (before RoundMerged.momentum_cos): its cost, side by side
         for f in frags:
             for k in range(m):
                 acc = gram.RowProducts(f.rows[2:2 + k + 1], f.rows[2 + k])
-                codecs.decode("q4", payload, n, out=f.rows[2 + k], on_chunk=acc)
+                codecs.Q4.decode(payload, n, out=f.rows[2 + k], on_chunk=acc)
 
     def naive_numpy():
         w = weights / weights.sum()

@@ -118,11 +118,11 @@ def run_size(n: int, learners: int, reps: int, directory: Path) -> dict[str, flo
     config = SyncConfig(num_fragments=1, quorum=learners, keyframe_every=1 << 30, snapshot_every=1)
     core = SyncerCore(config, run_id="bench", fingerprint=FP)
     init = rng.standard_normal(n, dtype=np.float32)
-    payload = codecs.encode("f32", init)
+    payload = codecs.F32.encode(init)
     for m in range(learners):
         for h, c in split_chunks(header(f"l{m}", "init", "f32", n, payload, step=0, base=0), payload):
             core.receive(h, c, next(CLOCK))
-    deltas = [codecs.encode("q4", rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(learners)]
+    deltas = [codecs.Q4.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(learners)]
     sink = Sink(directory)
     best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "memcpy", "in_path"),
                          float("inf"))
@@ -140,7 +140,7 @@ def run_size(n: int, learners: int, reps: int, directory: Path) -> dict[str, flo
         for stage, seconds in stages.items():
             best[stage] = min(best[stage], seconds)
         start = time.perf_counter()
-        codecs.encode("q4", backend.to_host(theta) - core.fragments[0].shadow.values)   # what publish encodes, alone
+        codecs.Q4.encode(backend.to_host(theta) - core.fragments[0].shadow.values)   # what publish encodes, alone
         best["broadcast_encode"] = min(best["broadcast_encode"], time.perf_counter() - start)
         backend.synchronize()
         start = time.perf_counter()

@@ -140,9 +140,9 @@ def main() -> None:
         print(f"q4 grid relative MSE on {name}: " + ", ".join(f"{g} {e:.4f}" for g, e in grid_errors(x).items()))
     x = rng.standard_normal(1 << 24).astype(np.float32)
     start = time.perf_counter()
-    payload = codecs.encode("q4", x)
+    payload = codecs.Q4.encode(x)
     encoded = time.perf_counter()
-    codecs.decode("q4", payload, x.size)
+    codecs.Q4.decode(payload, x.size)
     decoded = time.perf_counter()
     print(f"q4 encode {x.nbytes / (encoded - start) / 1e9:.2f} GB/s of f32, "
           f"decode {x.nbytes / (decoded - encoded) / 1e9:.2f} GB/s of f32")

@@ -38,7 +38,7 @@ async def read_keyframe(bus: Bus, run_id: str, fragment: int) -> tuple[FragmentH
         header = FragmentHeader.from_nats(headers)
         payload = assembler.add(header, data)
         if payload is not None:
-            return header, codecs.decode(header.codec, payload, header.numel)
+            return header, codecs.codec(header.codec).decode(payload, header.numel)
         chunk += 1
 
 

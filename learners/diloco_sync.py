@@ -82,7 +82,8 @@ class DilocoSync:
         self.c_steps = dict.fromkeys(self.active, 0)
         self.step, self.step_time_s, self.num_dropped, self.changed = 0, 0.0, 0, False
         self.total_tokens = 0                          # trained by this generation (a push's `tokens_to`)
-        self.feedback = codecs.ErrorFeedback(config.codec_up) if config.codec_up == "q4" else None
+        self.codec_up = codecs.codec(config.codec_up)
+        self.feedback = codecs.ErrorFeedback(self.codec_up) if self.codec_up.error_feedback else None
         self.assembler = ChunkAssembler(max_pending=4 * max(1, len(self.active)))
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
         self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried
@@ -99,7 +100,7 @@ class DilocoSync:
 
     def init_pushes(self) -> list[Push]:
         """f32 version-0 candidates of fragments with no global yet (the syncer adopts the first)."""
-        return [self._message(p, "init", "f32", codecs.encode("f32", self.anchors[p]))
+        return [self._message(p, "init", codecs.F32, codecs.F32.encode(self.anchors[p]))
                 for p in self.active if self.versions[p] is None]
 
     def missing(self) -> list[int]:
@@ -137,7 +138,7 @@ class DilocoSync:
 
     def _own_sha256(self, p: int) -> str:
         if p not in self._own_sha:
-            self._own_sha[p] = sha256(codecs.encode("f32", self.anchors[p]))
+            self._own_sha[p] = sha256(codecs.F32.encode(self.anchors[p]))
         return self._own_sha[p]
 
     def after_step(self, step: int, tokens: int, *, step_time_s: float | None = None) -> list[Push]:
@@ -206,15 +207,15 @@ class DilocoSync:
         if self.config.global_apply == "rebase":
             self.at_push[p] = values
         d = values - self.anchors[p]
-        payload = self.feedback.encode(p, d) if self.feedback else codecs.encode(self.config.codec_up, d)
-        return self._message(p, "push", self.config.codec_up, payload)
+        payload = self.feedback.encode(p, d) if self.feedback else self.codec_up.encode(d)
+        return self._message(p, "push", self.codec_up, payload)
 
-    def _message(self, p: int, kind: str, codec: str, payload: bytes) -> Push:
+    def _message(self, p: int, kind: str, codec: codecs.Codec, payload: bytes) -> Push:
         header = FragmentHeader(run_id=self.run_id, learner=self.learner, generation=self.generation, fragment=p, kind=kind,
                                 role=self.layout.roles[p], base_version=self.versions[p] or 0, local_step=self.step,
                                 c_steps=self.c_steps[p], c_tokens=self.c_tokens[p], tokens_to=self.total_tokens,
-                                step_time_s=self.step_time_s,
-                                fingerprint=self.fingerprint, codec=codec, numel=self.layout.numel(p), sha256=sha256(payload))
+                                step_time_s=self.step_time_s, fingerprint=self.fingerprint, codec=codec.name,
+                                numel=self.layout.numel(p), sha256=sha256(payload))
         return Push(header, payload)
 
     def _apply(self, p: int, *, landed: bool = False) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from yeto.schemas import codecs
 from yeto.schemas.fragments import FragmentHeader
 
 
@@ -32,7 +33,7 @@ class KeyframeDemand:
         """Fragments with no version whose announced version 0 equals our own f32 values (counted as adopted)."""
         adopted = set()
         for p, (h, _) in self.announced.items():
-            if (versions[p] is None and h.version == 0 and h.codec == "f32" and h.numel == numel(p)
+            if (versions[p] is None and h.version == 0 and h.codec == codecs.F32.name and h.numel == numel(p)
                     and own_sha256(p) == h.sha256):
                 self.num_adopted += 1
                 adopted.add(p)

@@ -52,7 +52,7 @@ class FragmentHeader(BaseModel):
                                            # covers (tokens_to - c_tokens, tokens_to], so overlapping pushes are credited once
     step_time_s: float = Field(0.0, ge=0)  # the sender's EMA inner-step time (0 = unknown)
     fingerprint: str = ""
-    codec: Literal["f32", "bf16", "q4"] = "q4"
+    codec: codecs.CodecName = codecs.Q4.name
     numel: int = Field(ge=0)
     sha256: str = ""               # of the whole encoded payload
     chunk: int = Field(0, ge=0)
@@ -87,7 +87,7 @@ def sha256(data: bytes | bytearray | memoryview) -> str:
 def split_chunks(header: FragmentHeader, payload: bytes,
                  chunk_bytes: int = subjects.CHUNK_BYTES) -> list[tuple[FragmentHeader, bytes]]:
     """Split one encoded payload into checksummed chunks, each with its own header."""
-    assert len(payload) == codecs.encoded_size(header.codec, header.numel), "payload does not match codec and numel"
+    assert len(payload) == codecs.codec(header.codec).encoded_size(header.numel), "payload does not match codec and numel"
     whole = sha256(payload)
     num_chunks = max(1, -(-len(payload) // chunk_bytes))
     view = memoryview(payload)
@@ -158,7 +158,7 @@ class ChunkAssembler:
         self.pending_bytes -= sum(len(c) for c in chunks.values())
 
     def _validate(self, h: FragmentHeader, chunk: bytes) -> int:
-        total = codecs.encoded_size(h.codec, h.numel)
+        total = codecs.codec(h.codec).encoded_size(h.numel)
         if total > self.max_bytes:
             raise FragmentError("too_large",
                                 f"{h.numel} values in {h.codec} are {total} bytes, above the cap of {self.max_bytes}")
@@ -184,7 +184,7 @@ def _checked(header: FragmentHeader, payload: bytes) -> bytes:
 def apply_global(shadow: np.ndarray | None, header: FragmentHeader, payload: bytes) -> np.ndarray:
     """The shadow after one keyframe or delta: exactly the arithmetic learners and syncer both run."""
     if header.kind == "keyframe":
-        return codecs.decode(header.codec, payload, header.numel)
+        return codecs.codec(header.codec).decode(payload, header.numel)
     assert header.kind == "delta" and shadow is not None, "a delta applies on top of the previous version"
-    shadow += codecs.decode(header.codec, payload, header.numel)
+    shadow += codecs.codec(header.codec).decode(payload, header.numel)
     return shadow

@@ -5,6 +5,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from yeto.schemas import codecs
+
 MERGES = ("rda", "avg")
 RESTARTS = ("off", "opposed", "damped")
 GLOBAL_APPLIES = ("blend", "rebase")
@@ -71,9 +73,9 @@ class SyncConfig:
     keyframe_every: int = 16
     """K: a full f32 keyframe of the broadcast shadow every K versions (for joining learners)."""
     codec_up: str = "q4"
-    """Codec of learner pushes (f32, bf16, q4); q4 uses error feedback on the learner."""
+    """Codec of learner pushes, a protocol id in schemas/codecs (f32, bf16, q4); q4 is sent with error feedback."""
     codec_down: str = "q4"
-    """Codec of broadcast deltas between keyframes (f32, bf16, q4)."""
+    """Codec of broadcast deltas between keyframes, a protocol id in schemas/codecs (f32, bf16, q4)."""
     snapshot_every: int = 1
     """Write a fragment's snapshot every N of its merges (1 = before every publish: no version is ever lost)."""
     max_push_norm_ratio: float = 1.0
@@ -115,8 +117,8 @@ class SyncConfig:
             (self.max_base_lag >= 0, "max_base_lag must be >= 0"),
             (0 < self.staleness_discount <= 1, "staleness_discount must be in (0, 1]"),
             (self.keyframe_every >= 1, "keyframe_every must be >= 1"),
-            (self.codec_up in ("f32", "bf16", "q4") and self.codec_down in ("f32", "bf16", "q4"),
-             "codecs must be f32, bf16 or q4"),
+            (self.codec_up in codecs.CODECS and self.codec_down in codecs.CODECS,
+             f"codec_up and codec_down must be one of {', '.join(codecs.CODECS)}"),
             (self.snapshot_every >= 1, "snapshot_every must be >= 1"),
             (self.max_push_norm_ratio > 0 and self.max_push_rms > 0, "max_push_norm_ratio and max_push_rms must be > 0"),
             (self.max_pending_bytes >= 0, "max_pending_bytes must be >= 0 (0 = sized from the fragments)"),

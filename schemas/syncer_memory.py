@@ -68,7 +68,7 @@ def syncer_memory(trainable: int, *, num_learners: int, config: SyncConfig, num_
     num_owned = min(-(-config.num_fragments // num_syncers), config.num_fragments)
     numel = -(-trainable // config.num_fragments)             # the learners' layout balances fragments by size
     owned, f32 = numel * num_owned, F32 * numel
-    push, down = codecs.encoded_size(config.codec_up, numel), codecs.encoded_size(config.codec_down, numel)
+    push, down = codecs.codec(config.codec_up).encoded_size(numel), codecs.codec(config.codec_down).encoded_size(numel)
     # (resident arrays, held messages) in steady state and in the first round, when the momentum row is not yet
     # written but the f32 init (island 0's: learners/sync_hook.py) is held with the round's pushes
     steady = ((3 + num_learners) * F32 * owned, push * num_learners * num_owned)

@@ -51,36 +51,10 @@ def synchronize() -> None:
         xp.cuda.Device().synchronize()
 
 
-def decode_into(codec: str, payload: bytes | bytearray | memoryview, numel: int, out) -> None:
+def decode_into(codec: codecs.Codec, payload: bytes | bytearray | memoryview, numel: int, out) -> None:
     """Decode a push's wire bytes into `out`, a row on the backend's device. On a GPU only the encoded bytes
-    cross to the device (a q4 push is 1/8 of its f32 values) and the decode runs there: the same table lookup
-    and one f32 multiply as `codecs.decode`, so the bits are the same (a NaN block decodes to NaN, CUDA's own).
-    On NumPy, callers decode in place with `codecs.decode` (it feeds the Gram row while each stretch is in cache)."""
+    cross to the device (a q4 push is 1/8 of its f32 values) and the codec's `decode_on` runs there, the same
+    arithmetic as its host decode, so the bits are the same (a NaN block decodes to NaN, CUDA's own). On NumPy,
+    callers decode in place with the codec's `decode` (it feeds the Gram row while each stretch is in cache)."""
     codecs.check_size(codec, payload, numel)
-    decode_array(xp, to_device(np.frombuffer(payload, dtype=np.uint8)), codec, numel, out)
-
-
-def decode_array(mod, raw, codec: str, numel: int, out) -> None:
-    """`codecs.decode` over an array module (`mod`: numpy or cupy) with `raw` the payload's uint8 array there."""
-    if codec == "f32":
-        out[:] = raw.view(mod.float32)[:numel]
-    elif codec == "bf16":
-        wide = raw.view(mod.uint16)[:numel].astype(mod.uint32)
-        wide <<= 16
-        out[:] = wide.view(mod.float32)
-    elif codec == "q4":
-        blocks = -(-numel // codecs.Q4_BLOCK)
-        scales = raw[:4 * blocks].view(mod.float32)
-        packed = raw[4 * blocks:].reshape(blocks, codecs.Q4_BLOCK // 2)
-        lut = mod.asarray(codecs.Q4_LUT)
-        full = numel // codecs.Q4_BLOCK
-        rows = out[:full * codecs.Q4_BLOCK].reshape(full, codecs.Q4_BLOCK)
-        if full < blocks:                     # a partial last block: decode it whole, keep its head
-            rows = mod.empty((blocks, codecs.Q4_BLOCK), dtype=mod.float32)
-        rows[:, 0::2] = lut[packed & 15]
-        rows[:, 1::2] = lut[packed >> 4]
-        rows *= scales[:, None]
-        if full < blocks:
-            out[:] = rows.reshape(-1)[:numel]
-    else:
-        raise ValueError(f"unknown codec {codec!r}; use one of {', '.join(codecs.CODECS)}")
+    codec.decode_on(xp, to_device(np.frombuffer(payload, dtype=np.uint8)), numel, out)

@@ -29,7 +29,7 @@ class Shadow:
         if self.values is None:
             self.values = np.array(theta, dtype=np.float32, copy=True)
         else:
-            payload = codecs.encode(self.codec_down, theta - self.values)
+            payload = codecs.codec(self.codec_down).encode(theta - self.values)
             header = self._header(version, "delta", self.codec_down, payload)
             self.values = apply_global(self.values, header, payload)
             out.append((header, payload))
@@ -40,9 +40,9 @@ class Shadow:
 
     def keyframe(self) -> tuple[FragmentHeader, bytes]:
         """An f32 keyframe of the current shadow: a joining learner ends up bit-identical to the others."""
-        payload = codecs.encode("f32", self.values)
+        payload = codecs.F32.encode(self.values)
         self.keyframed = self.version
-        return self._header(self.version, "keyframe", "f32", payload), payload
+        return self._header(self.version, "keyframe", codecs.F32.name, payload), payload
 
     def reset(self, version: int, values: np.ndarray) -> None:
         """Hold `values` as `version` (a restored snapshot, or Θ itself for the final cut's exact keyframes)."""

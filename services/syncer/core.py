@@ -8,7 +8,7 @@ One push, from the learner to the broadcast, one file per step:
                                     generation, layout; then reassembly under pending-byte caps
     services/syncer/admission.py    admit: fingerprint, generation, numel, duplicate, base version lag; then roster.py's
                                     token bound, and after decoding its norm bound
- 5. services/syncer/fragment.py     take_in: decode (schemas/codecs.py) into a row, its Gram row on the way (gram.py)
+ 5. services/syncer/fragment.py     take_in: decode (schemas/codecs/) into a row, its Gram row on the way (gram.py)
  6. services/syncer/rounds.py       the push joins the round; decide: quorum of the live (liveness.py), grace (grace.py)
                                     -> MergeNow or WakeAt
  7. services/syncer/merge.py        weights, avg/RDA from G, the fused Nesterov outer step (FragmentState.merge)
@@ -173,7 +173,7 @@ class SyncerCore:
         out = [self.report.joined(h)] if self.learners.note(h, now, admitted=False) else []
         frag = self.fragments.get(h.fragment)
         if frag is None:                   # the first init of a fragment is its version 0
-            values = codecs.decode(h.codec, payload, h.numel)
+            values = codecs.codec(h.codec).decode(payload, h.numel)
             frag = self.fragments[h.fragment] = FragmentState.adopt(h, values, self.run_id, self.config)
             return out + self._publish(frag)
         if frag.init_sha not in (None, h.sha256):

@@ -63,11 +63,12 @@ class FragmentState:
         k = len(self.round.pending)
         row = self.rows.push(k)                 # a free row: a superseded push stays intact until this one is added
         acc = gram.RowProducts(self.rows.rows[1:2 + k + 1], row)     # b, the round's pushes, this one
+        codec = codecs.codec(h.codec)
         if backend.GPU:                         # decoded on the device: only the encoded bytes cross over
-            backend.decode_into(h.codec, payload, h.numel, row)
+            backend.decode_into(codec, payload, h.numel, row)
             acc(0, row.size)
         else:
-            codecs.decode(h.codec, payload, h.numel, out=row, on_chunk=acc)
+            codec.decode(payload, h.numel, out=row, on_chunk=acc)
         return acc.products
 
     def add(self, h: FragmentHeader, now: float, products: np.ndarray) -> None:

@@ -34,7 +34,7 @@ def gram_row(rows, row, chunk: int = GRAM_CHUNK) -> np.ndarray:
 
 
 class RowProducts:
-    """`gram_row` computed piecewise, e.g. as a push is decoded (codecs.decode's `on_chunk`): each stretch of
+    """`gram_row` computed piecewise, e.g. as a push is decoded (a codec's `decode`, its `on_chunk`): each stretch of
     the new row is multiplied with the rows already in while it is still in cache, so it is never read back."""
 
     def __init__(self, rows, row) -> None:

@@ -50,7 +50,7 @@ class Intake:
     def _size(self, config: SyncConfig, numels: dict[int, int], tape: roster.Roster | None) -> None:
         """Per sender 2 f32 copies of the largest fragment; in all, one such per announced learner (at least 2),
         or SyncConfig.max_pending_bytes; 16 GiB while no fragment has a version 0 (sizes are not known yet)."""
-        largest = max((codecs.encoded_size("f32", n) for n in numels.values()), default=0)
+        largest = max((codecs.F32.encoded_size(n) for n in numels.values()), default=0)
         learners = len(tape.generations) if tape is not None else 1
         self.assembler.max_sender_bytes = 2 * largest if largest else DEFAULT_MAX_BYTES
         total = self.assembler.max_sender_bytes * max(2, learners) if largest else DEFAULT_MAX_BYTES

@@ -108,7 +108,7 @@ async def test_island_replacement_launcher_restart_and_graceful_final_cut(fresh_
         assert cut.reason == "user"
         # The syncer's part: the final keyframe in the keyframe stream, then FinalCutDone.
         values = np.arange(8, dtype=np.float32)
-        payload = codecs.encode("f32", values)
+        payload = codecs.F32.encode(values)
         header = FragmentHeader(run_id=run_id, fragment=0, kind="keyframe", version=3, codec="f32", numel=8,
                                 sha256="", chunk_sha256="")
         await bus.publish_raw(keyframe_subject(run_id, 0), payload, headers=header.to_nats())

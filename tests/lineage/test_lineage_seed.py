@@ -61,7 +61,7 @@ def test_a_seeded_syncer_starts_at_the_parents_theta_and_momentum_and_broadcasts
     assert [(k.header.run_id, k.header.kind, k.header.version) for k in keyframes] == \
         [("r-b", "keyframe", 7), ("r-b", "keyframe", 8)]
     for k in keyframes:
-        assert np.array_equal(codecs.decode(k.header.codec, k.payload, k.header.numel), parent[k.header.fragment].theta)
+        assert np.array_equal(codecs.codec(k.header.codec).decode(k.payload, k.header.numel), parent[k.header.fragment].theta)
 
 
 def test_no_seed_is_no_change_and_a_folder_without_resume_files_is_refused(tmp_path):

@@ -59,7 +59,7 @@ def core() -> SyncerCore:
     c = SyncerCore(SyncConfig(quorum=2, grace_max_s=0.0), run_id=RUN,
                    roster=Roster({"island-0": 0, "island-1": 2}, {"island-0": 1, "island-1": 4}, tokens_per_step=512))
     init = np.linspace(-1, 1, N, dtype=np.float32)
-    payload = codecs.encode("f32", init)
+    payload = codecs.F32.encode(init)
     h = FragmentHeader(run_id=RUN, learner="island-0", fragment=0, kind="init", fingerprint=FP, codec="f32", numel=N,
                        sha256=sha256(payload))
     for ch, c_ in split_chunks(h, payload, chunk_bytes=512):
@@ -125,7 +125,7 @@ def test_well_formed_but_hostile_pushes_are_merged_or_refused(learner, generatio
     x = np.full(N, scale, np.float32)
     for i, v in spikes:
         x[i] = v
-    payload = codecs.encode(codec, x)
+    payload = codecs.codec(codec).encode(x)
     c_tokens, c_steps, base = counts
     h = FragmentHeader(run_id=RUN, learner=learner, generation=generation, fragment=0, fingerprint=FP, codec=codec, numel=N,
                        sha256=sha256(payload), c_tokens=c_tokens, c_steps=c_steps, base_version=base, local_step=5)

@@ -44,7 +44,7 @@ def core_from(state: runs.SyncerState) -> SyncerCore:
 
 def msg(learner: str, kind: str = "push", values=None, codec: str = "q4", **fields) -> list[tuple[FragmentHeader, bytes]]:
     values = np.full(N, 0.01, np.float32) if values is None else values
-    payload = codecs.encode(codec, values)
+    payload = codecs.codec(codec).encode(values)
     fields = {"local_step": 4, "c_steps": 4, "c_tokens": 400, **fields}
     h = FragmentHeader(run_id=RUN, learner=learner, fragment=0, kind=kind, fingerprint=FP, codec=codec, numel=values.size,
                        sha256=sha256(payload), **fields)

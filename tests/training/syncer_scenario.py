@@ -54,7 +54,7 @@ class Recorder:
 
 
 def message(learner: str, p: int, kind: str, codec: str, values: np.ndarray, **fields) -> list:
-    payload = codecs.encode(codec, values)
+    payload = codecs.codec(codec).encode(values)
     header = FragmentHeader(run_id="golden", learner=learner, fragment=p, kind=kind, role=ROLES[p], fingerprint=FP,
                             codec=codec, numel=values.size, sha256=sha256(payload), **fields)
     return split_chunks(header, payload, chunk_bytes=1500)

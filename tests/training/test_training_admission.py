@@ -18,7 +18,7 @@ N, FP = 600, "a" * 64
 
 def msg(kind="push", codec="q4", values=None, **fields):
     values = np.full(N, 0.01, np.float32) if values is None else values
-    payload = codecs.encode(codec, values)
+    payload = codecs.codec(codec).encode(values)
     h = dict(run_id="r", learner="l0", fragment=0, kind=kind, fingerprint=FP, codec=codec, numel=N, c_tokens=10, c_steps=1,
              local_step=1)
     h.update(fields)

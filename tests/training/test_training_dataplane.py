@@ -23,7 +23,7 @@ SYNC = {"quorum": 2, "grace_max_s": 0.0}
 
 
 async def send(bus: MemoryBus, learner: str, kind: str, codec: str, values: np.ndarray, **fields) -> None:
-    payload = codecs.encode(codec, values)
+    payload = codecs.codec(codec).encode(values)
     header = FragmentHeader(run_id=RUN, learner=learner, fragment=0, kind=kind, fingerprint=FP, codec=codec, numel=N,
                             sha256=sha256(payload), **fields)
     for h, chunk in split_chunks(header, payload, chunk_bytes=1024):
@@ -77,7 +77,7 @@ async def test_a_round_is_broadcast_before_its_snapshot_is_written_and_acknowled
     assert len(done) == 1 and isinstance(done[0], FinalCutDone) and done[0].versions == {0: 2}
     assert not bus.stream(fragment_subject(RUN, 0)).msgs
     headers, payload = await bus.last(keyframe_subject(RUN, 0, 0))
-    exact = codecs.encode("f32", plane.cores[RUN].fragments[0].theta)
+    exact = codecs.F32.encode(plane.cores[RUN].fragments[0].theta)
     assert FragmentHeader.from_nats(headers).codec == "f32" and exact.startswith(payload)
 
 

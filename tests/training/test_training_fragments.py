@@ -10,7 +10,7 @@ from yeto.schemas.fragments import ChunkAssembler, FragmentError, FragmentHeader
 
 def message(numel=5000, codec="q4"):
     x = np.random.default_rng(0).standard_normal(numel).astype(np.float32)
-    payload = codecs.encode(codec, x)
+    payload = codecs.codec(codec).encode(x)
     header = FragmentHeader(run_id="r", learner="l0", fragment=2, local_step=24, fingerprint="f" * 64, codec=codec, numel=numel)
     return header, payload
 

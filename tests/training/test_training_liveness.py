@@ -37,7 +37,7 @@ def fold(*events) -> runs.SyncerState:
 def chunks(learner: str, p: int, kind: str = "push", generation: int = 0, **fields) -> list:
     values = np.full(N, 0.5 if kind == "init" else 0.01, np.float32)
     codec = "f32" if kind == "init" else "q4"
-    payload = codecs.encode(codec, values)
+    payload = codecs.codec(codec).encode(values)
     fields = {"local_step": 4, "c_steps": 4, "c_tokens": 100, "step_time_s": STEP_S, **fields} if kind == "push" else {}
     h = FragmentHeader(run_id=RUN, learner=learner, generation=generation, fragment=p, kind=kind, fingerprint=FP,
                        codec=codec, numel=N, sha256=sha256(payload), **fields)

@@ -198,14 +198,14 @@ def test_row_products_taken_while_decoding_equal_the_gram_row_and_cover_every_va
     frag = rows.FragmentRows(rng.standard_normal(n, dtype=np.float32), slots=3)
     for i in range(2):
         frag.push(i)[:] = rng.standard_normal(n, dtype=np.float32)
-    payload = codecs.encode(codec, rng.standard_normal(n, dtype=np.float32))
+    payload = codecs.codec(codec).encode(rng.standard_normal(n, dtype=np.float32))
     row, seen = frag.push(2), []
     acc = gram.RowProducts(frag.rows[2:5], row)
 
     def record(a, b):
         seen.append((a, b))
         acc(a, b)
-    codecs.decode(codec, payload, n, out=row, on_chunk=record)
+    codecs.codec(codec).decode(payload, n, out=row, on_chunk=record)
     assert seen[0][0] == 0 and seen[-1][1] == n and all(b == c for (_, b), (c, _) in zip(seen, seen[1:]))
     np.testing.assert_allclose(acc.products, gram.gram_row(frag.rows[2:5], row), rtol=1e-5)
-    np.testing.assert_array_equal(row, codecs.decode(codec, payload, n))
+    np.testing.assert_array_equal(row, codecs.codec(codec).decode(payload, n))

@@ -1,0 +1,28 @@
+"""Sender-side error feedback: what encoding a payload lost is added to the sender's next payload of that key."""
+from __future__ import annotations
+
+import numpy as np
+
+from yeto.schemas.codecs.base import Codec
+
+
+class ErrorFeedback:
+    """Per key (a fragment): encode d + e, keep e <- (d + e) - Q(d + e). Works with any codec; a sender uses it
+    where the codec's `error_feedback` asks for it."""
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
+        self.residuals: dict[object, np.ndarray] = {}
+
+    def encode(self, key: object, d: np.ndarray) -> bytes:
+        d = np.asarray(d, dtype=np.float32).reshape(-1)
+        residual = self.residuals.get(key)
+        if residual is None or residual.size != d.size:
+            residual = self.residuals[key] = np.zeros(d.size, dtype=np.float32)
+        residual += d                                        # residual now holds d + e
+        payload = self.codec.encode(residual)
+        residual -= self.codec.decode(payload, d.size)       # e <- (d + e) - Q(d + e)
+        return payload
+
+    def reset(self, key: object) -> None:
+        self.residuals.pop(key, None)
