@@ -13,14 +13,14 @@ import shutil
 import sys
 from pathlib import Path
 
-import tomllib
+from yeto.infra.package_dir import package_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def build(root: Path = ROOT, out: Path | None = None) -> Path:
     out = out or root / "build" / "links"
-    mapping: dict[str, str] = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    mapping = package_dir(root)
     shutil.rmtree(out, ignore_errors=True)
     top = out / "yeto"
     top.mkdir(parents=True)

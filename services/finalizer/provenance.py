@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
 import importlib.metadata
 import platform
 import subprocess
@@ -12,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from yeto.infra.model_source import resolve
+from yeto.infra.package_dir import source_folders
 from yeto.infra.source_pins import pin_model
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.train_section import TrainSection
 
 LIBRARIES = ("torch", "transformers", "peft", "safetensors", "tokenizers", "datasets", "huggingface_hub", "numpy",
              "accelerate", "bitsandbytes", "cryptography", "nats-py", "duckdb", "pydantic")
-PACKAGES = ("yeto", "yeto.schemas", "yeto.infra", "yeto.services", "yeto.learners")   # pyproject's package-dir
 
 
 def _version(name: str) -> str | None:
@@ -36,19 +35,27 @@ def _git(root: Path, *argv: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def source_digest(folders: dict[str, Path]) -> str:
+    """sha256 over each module's dotted name and bytes, `folders` mapping package names to where they load from:
+    keyed by module name, not by file path, so a wheel and an editable install of the same sources agree."""
+    modules = {".".join((name, *f.relative_to(folder).with_suffix("").parts)): f
+               for name, folder in folders.items() for f in folder.rglob("*.py") if "__pycache__" not in f.parts}
+    digest = hashlib.sha256()
+    for module, f in sorted(modules.items()):
+        digest.update(f"{module}\0".encode() + f.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 @functools.cache    # once per process: the code does not change under a running finalizer
 def code_version() -> dict[str, Any]:
     """Yeto's version, the sha256 of its Python sources (an installed wheel has no git), and the git commit
     with whether tracked files differ from it, when it runs from a checkout."""
-    digest, folders = hashlib.sha256(), [Path(importlib.import_module(p).__file__ or "").parent for p in PACKAGES]
-    for name, folder in zip(PACKAGES, folders):
-        for f in sorted(folder.rglob("*.py")):
-            if "__pycache__" not in f.parts:
-                digest.update(f"{name}/{f.relative_to(folder)}\0".encode() + f.read_bytes() + b"\0")
-    root = folders[0].parent
+    folders = source_folders()
+    root = folders["yeto"].parent
     commit = _git(root, "rev-parse", "HEAD")
     dirty = None if commit is None else bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
-    return {"version": _version("yeto"), "git_commit": commit, "git_dirty": dirty, "package_sha256": digest.hexdigest()}
+    return {"version": _version("yeto"), "git_commit": commit, "git_dirty": dirty,
+            "package_sha256": source_digest(folders)}
 
 
 def libraries() -> dict[str, str | None]:
