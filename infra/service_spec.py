@@ -36,7 +36,7 @@ class StateCodec:
     """How a service's folded state is stored in its snapshot. JSON, never pickle: the bus is untrusted."""
 
     version: str
-    """Bump when the state's shape, or what the service folds into it, changes: an older snapshot is ignored
+    """The state's shape (schemas/shape.py's `shape_version(State)`): a snapshot of another version is ignored
     (full replay)."""
     dump: Callable[[Any], bytes]
     """The whole folded state -> bytes; `load(dump(s)) == s`."""

@@ -18,6 +18,7 @@ from yeto.schemas.final import ArtifactWritten, CheckpointMarkedFinal, FinalCutD
 from yeto.schemas.fleet import RunLaunched, learner_name
 from yeto.schemas.run_phase import RUN_END
 from yeto.schemas.run_view import RunView, fold
+from yeto.schemas.shape import shape_version
 
 ENDED = tuple(RUN_END.values())
 
@@ -50,7 +51,7 @@ class FinalRun:
 
 
 State = dict[str, FinalRun]
-CODEC_VERSION = "finalizer-1"   # bump when FinalRun's or RunView's shape changes: older snapshots are refolded
+CODEC_VERSION = shape_version(State)   # another shape's snapshot is refolded from seq 1
 _JSON = TypeAdapter(State)
 
 

@@ -10,9 +10,10 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from yeto.schemas.run_view import RunView, evolve
+from yeto.schemas.shape import shape_version
 
 State = dict[str, RunView]
-CODEC_VERSION = "launcher-2"   # bump when RunView's shape or fold changes: an older snapshot is then refolded from seq 1
+CODEC_VERSION = shape_version(State)   # another shape's snapshot is refolded from seq 1
 _JSON = TypeAdapter(State)
 
 __all__ = ["CODEC_VERSION", "State", "backend_of", "dump", "evolve", "load", "recorded_handle"]

@@ -18,6 +18,7 @@ from yeto.schemas.base import Event, Message, parse, to_bytes
 from yeto.schemas.final import FinalCutDone, FinalCutRequested
 from yeto.schemas.fleet import ISLAND_ENDS, IslandEvent, IslandReplaced, IslandUp, RunLaunched, learner_name
 from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.shape import shape_version
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def decide(state: SyncerState, msg: Message | None, now: object) -> list[FinalCu
             if info.cut_requested and not state.cut_done(run_id)]
 
 
-CODEC_VERSION = "3"      # bump when SyncerState's shape changes: older snapshots are then ignored (full replay)
+CODEC_VERSION = shape_version(SyncerState)   # another shape's snapshot is ignored (full replay)
 
 
 def dump(state: SyncerState) -> bytes:

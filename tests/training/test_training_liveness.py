@@ -15,6 +15,7 @@ from yeto.schemas import codecs
 from yeto.schemas.fleet import IslandDropped, IslandExited, IslandPreempted, IslandReplaced, IslandStopped, IslandUp, RunLaunched
 from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.schemas.recipe import SyncConfig
+from yeto.schemas.shape import shape_version
 from yeto.schemas.training import RoundMerged
 from yeto.services.syncer import liveness, runs
 from yeto.services.syncer.core import SyncerCore
@@ -71,7 +72,7 @@ def test_the_launchers_island_ends_fold_into_gone_and_the_codec_keeps_them():
     info = state.runs[RUN]
     assert info.gone == {"island-1": 0, "island-0": 0} and info.generations == {"island-0": 0, "island-1": 1}
     assert runs.evolve(state, IslandStopped(run_id="other", island=0, spec=SPEC)) == state
-    assert runs.load(runs.dump(state)) == state and runs.CODEC_VERSION == "3"
+    assert runs.load(runs.dump(state)) == state and runs.CODEC_VERSION == shape_version(runs.SyncerState)
     assert roster_of(info).gone == {"island-1": 0, "island-0": 0}
     alone = fold(IslandReplaced(run_id=RUN, island=0, generation=2, spec=SPEC, previous_generation=1)).runs[RUN]
     assert alone.gone == {"island-0": 1}, "a replacement up means its predecessor is over, even unannounced"
