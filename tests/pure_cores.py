@@ -1,7 +1,8 @@
 """What a pure core (logic.py, state.py, the shared projections) may not touch, found with ast: no clock, file, env or network.
 
 `io_violations(root, files)` returns one readable line per offending import, call or attribute, so a test can run
-it on the real cores (expect none) and on a bad file in tmp_path (expect it caught).
+it on the real cores (expect none) and on a bad file in tmp_path (expect it caught). A file listed here by name that
+is not in the tree is a finding too: a list that quietly shrinks would stop checking what it names.
 """
 from __future__ import annotations
 
@@ -45,9 +46,11 @@ def _findings(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def io_violations(root: Path, files: list[Path]) -> list[str]:
-    """Each clock, file, environment or network use in `files` (paths relative to `root`)."""
-    return [f"{rel.as_posix()}:{line} {what}" for rel in files
-            for line, what in _findings(ast.parse((root / rel).read_text()))]
+    """Each clock, file, environment or network use in `files` (paths relative to `root`), and each one missing."""
+    missing = [f"{rel.as_posix()}: listed as a pure core, but there is no such file" for rel in files
+               if not (root / rel).is_file()]
+    return missing + [f"{rel.as_posix()}:{line} {what}" for rel in files if (root / rel).is_file()
+                      for line, what in _findings(ast.parse((root / rel).read_text()))]
 
 
 # schemas/ modules allowed to look at this machine, and why.
@@ -59,11 +62,18 @@ PURE_STEPS = tuple(f"services/syncer/{m}.py" for m in ("admission", "ledger", "r
     "learners/keyframe_demand.py", "learners/transport/keyframes.py", "learners/transport/reports.py")
 
 
-def pure_cores(root: Path) -> list[Path]:
-    """Every logic.py and state.py, all of schemas/ but IMPURE_SCHEMAS, and the syncer's and learners' pure steps."""
-    cores = [p for name in ("logic.py", "state.py") for p in (root / "services").rglob(name)]
-    cores += [p for p in (root / "schemas").rglob("*.py") if "fixtures" not in p.parts and p.name not in IMPURE_SCHEMAS]
-    cores += [p for rel in PURE_STEPS if (p := root / rel).exists()]
-    return sorted(p.relative_to(root) for p in cores)
+def pure_cores(root: Path, steps: tuple[str, ...] = PURE_STEPS) -> list[Path]:
+    """Every logic.py and state.py, all of schemas/ but IMPURE_SCHEMAS, and the pure `steps` (listed: a missing
+    one stays in the list, for io_violations to report)."""
+    cores = [p.relative_to(root) for name in ("logic.py", "state.py") for p in (root / "services").rglob(name)]
+    cores += [p.relative_to(root) for p in (root / "schemas").rglob("*.py")
+              if "fixtures" not in p.parts and p.name not in IMPURE_SCHEMAS]
+    return sorted({*cores, *map(Path, steps)})
+
+
+def missing_exemptions(root: Path) -> list[str]:
+    """IMPURE_SCHEMAS entries with no file under schemas/: an exemption outliving its file would excuse the next one."""
+    return [f"schemas/{name}: exempt from purity, but there is no such file" for name in sorted(IMPURE_SCHEMAS)
+            if not (root / "schemas" / name).is_file()]
 
 

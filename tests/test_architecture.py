@@ -1,7 +1,7 @@
 """The architecture of DESIGN.md, checked: the layering, no import cycles, pure cores, the package list, the public API, the CLI.
 
-The checks live in import_graph.py, layering.py and pure_cores.py as functions of a tree's root; each one is also run on a
-small bad tree here, so a check that could never fail would fail its own test.
+The checks live in import_graph.py, layering.py, pure_cores.py and here, as functions of a tree's root; each one is also
+run on a small bad tree below (its twin), so a check that could never fail would fail its own test.
 """
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import tomllib
 
-from import_graph import FOLDERS, cycles, imports
-from layering import layer_violations
-from pure_cores import io_violations, pure_cores
+from import_graph import cycles, imports
+from layering import FACES, SHARED_EDGES, TRANSPORT, layer_violations, missing_names
+from pure_cores import io_violations, missing_exemptions, pure_cores
+from yeto.infra.package_dir import listed_packages, package_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVICES = ("planner", "launcher", "syncer", "finalizer")
 
 
 def test_each_layer_imports_only_what_the_layering_allows():
@@ -34,41 +33,58 @@ def test_no_schemas_module_imports_the_bus_the_tape_processes_or_sockets():
     assert _schemas_reaching_out(ROOT) == []
 
 
+def test_the_layering_names_only_modules_that_exist():
+    assert missing_names(ROOT) == []
+
+
+def _services_importing_each_other(root: Path) -> list[str]:
+    found = []
+    for i in imports(root):
+        source, target = i.source.split("."), i.target.split(".")
+        if source[:2] == target[:2] == ["yeto", "services"] and len(source) > 2 and len(target) > 2 and source[2] != target[2]:
+            found.append(f"{i}: another service")
+    return found
+
+
 def test_services_never_import_each_other():
-    for i in imports(ROOT):
-        if i.source.startswith("yeto.services."):
-            own = ".".join(i.source.split(".")[:3])
-            other = [s for s in SERVICES if i.target.startswith(f"yeto.services.{s}") and f"yeto.services.{s}" != own]
-            assert not other, f"{i}: another service"
+    assert _services_importing_each_other(ROOT) == []
+
+
+def _learners_reaching_the_bus(root: Path) -> list[str]:
+    return [f"{i}: use the transport" for i in imports(root) if i.source.startswith("yeto.learners.")
+            and i.target.split(".")[0] == "nats" and not i.source.startswith(TRANSPORT)]
 
 
 def test_learners_reach_the_bus_only_through_the_transport():
-    for i in imports(ROOT):
-        if i.source.startswith("yeto.learners.") and i.target.split(".")[0] == "nats":
-            assert i.source.startswith(("yeto.learners.bus_client", "yeto.learners.transport")), f"{i}: use the transport"
+    assert _learners_reaching_the_bus(ROOT) == []
 
 
 def test_no_import_cycles_among_yeto_modules():
     assert cycles(ROOT) == []
 
 
-def test_pure_cores_read_no_clock_file_environment_or_network():
+def test_pure_cores_read_no_clock_file_environment_or_network_and_each_listed_one_exists():
     cores = pure_cores(ROOT)
     assert Path("services/finalizer/logic.py") in cores and Path("schemas/events.py") in cores
     assert io_violations(ROOT, cores) == []
+    assert missing_exemptions(ROOT) == []
+
+
+def _package_list_mismatches(root: Path) -> list[str]:
+    """pyproject.toml's packages against the tree: each package folder (an __init__.py under a package-dir folder)
+    must be listed, each listed package must have its folder, each package-dir folder must exist."""
+    mapping = package_dir(root)
+    out = [f"pyproject.toml maps {name} to {folder}/, which does not exist" for name, folder in sorted(mapping.items())
+           if not (root / folder).is_dir()]
+    found = {".".join((name, *init.parent.relative_to(root / folder).parts))
+             for name, folder in mapping.items() for init in (root / folder).rglob("__init__.py")}
+    listed = listed_packages(root)
+    out += [f"add {name} to pyproject.toml's packages" for name in sorted(found - listed)]
+    return out + [f"pyproject.toml lists {name}, which has no folder" for name in sorted(listed - found)]
 
 
 def test_every_package_folder_is_listed_in_pyproject():
-    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert {folder: name for name, folder in conf["package-dir"].items()} == FOLDERS   # what the import graph maps
-    listed = set(conf["packages"])
-    found = set()
-    for folder, dotted in FOLDERS.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            rel = init.parent.relative_to(ROOT / folder).parts
-            found.add(".".join((dotted, *rel)))
-    assert found - listed == set(), f"add these packages to pyproject.toml: {sorted(found - listed)}"
-    assert listed - found == set(), f"pyproject.toml lists missing packages: {sorted(listed - found)}"
+    assert _package_list_mismatches(ROOT) == []
 
 
 def test_schemas_public_api_is_exactly_what_is_meant():
@@ -90,6 +106,18 @@ def test_cli_has_every_documented_command(command, capsys):
 # The checks can fail: each bad tree below breaks one rule once, and the check names that line.
 BAD_IMPORTS = {
     "services/finalizer/artifact.py": ("from yeto.learners.torch.model import resolve", "services.finalizer may not"),
+    # Every branch is read: a type-only import, an import that runs only when not type checking, a fallback, an else.
+    "services/finalizer/state.py": ("import typing\nif typing.TYPE_CHECKING:\n    from yeto.services.planner.api import GPUS",
+                                    "services.finalizer may not"),
+    "services/launcher/logic.py": ("import typing\nif not typing.TYPE_CHECKING:\n    from yeto.services.syncer import core",
+                                   "services.launcher may not"),
+    "services/syncer/merge.py": ("try:\n    import cupy\nexcept ImportError:\n    from yeto.services.planner import gpus",
+                                 "services.syncer may not"),
+    "infra/settings.py": ("import sys\nif sys.platform == 'x':\n    pass\nelse:\n    import yeto.services.launcher.api",
+                          "infra may not"),
+    "learners/mlx/loop.py": ("import importlib\nbus = importlib.import_module('yeto.infra.bus')", "learners may not"),
+    "learners/torch/hook.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from yeto.services.syncer import core",
+                               "learners may not"),
     "services/planner/plan.py": ("from yeto.cli.shape import render", "services.planner may not"),
     "services/planner/wiring.py": ("from ..launcher import state", "imports yeto.services.launcher "),
     "learners/torch/model.py": ("def f():\n    from yeto.services.planner.api import GPUS", "learners may not"),
@@ -104,7 +132,7 @@ GOOD_IMPORTS = {
     "yeto/cli/shape.py": "from yeto.services.planner.api import shape_fleet\nfrom yeto.learners.data import FORMATS",
     "services/syncer/core.py": "from . import merge\nfrom yeto.infra.bus import Bus\nfrom yeto.schemas import parse",
     "learners/transport/outbox.py": "from yeto.infra.bus import Bus",
-    "learners/torch/hook.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from yeto.services.syncer import core",
+    "learners/torch/tuning.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from yeto.learners import layout",
 }
 
 
@@ -123,8 +151,57 @@ def test_the_layering_check_catches_a_forbidden_import(tmp_path, rel):
     assert len(found) == 1 and rel in found[0] and expected in found[0], found
 
 
-def test_the_layering_check_passes_faces_own_package_imports_and_type_checking_blocks(tmp_path):
+def test_the_layering_check_passes_faces_own_package_imports_and_allowed_type_checking_blocks(tmp_path):
     assert layer_violations(_tree(tmp_path, GOOD_IMPORTS)) == []
+
+
+def _module_file(name: str) -> str:
+    """Where a tree keeps module `name` (yeto.learners.transport -> learners/transport/__init__.py)."""
+    folder = {dotted: folder for dotted, folder in package_dir(ROOT).items()}
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        if ".".join(parts[:cut]) in folder:
+            return "/".join((folder[".".join(parts[:cut])], *parts[cut:])) + ".py"
+    raise AssertionError(f"{name} is under no package-dir folder")
+
+
+def test_the_names_check_catches_a_face_that_no_longer_exists(tmp_path):
+    named = (*FACES, *TRANSPORT, *SHARED_EDGES)
+    gone = "yeto.learners.diffusion.api"
+    files = {_module_file(n): "" for n in named if n != gone}
+    files["learners/transport/__init__.py"] = files.pop("learners/transport.py")   # a package: its __init__
+    assert missing_names(_tree(tmp_path, files)) == [f"{gone}: named in layering.py, but there is no such module"]
+
+
+def test_the_services_check_catches_a_lazy_import_of_another_service_but_not_its_own(tmp_path):
+    _tree(tmp_path, {"services/planner/plan.py": "from yeto.services.planner import gpus\nimport yeto.services",
+                     "services/planner/wiring.py": "def f():\n    from yeto.services.launcher.state import LauncherState",
+                     "services/launcher/state.py": "from yeto.schemas import events"})
+    found = _services_importing_each_other(tmp_path)
+    assert len(found) == 1 and found[0].startswith("services/planner/wiring.py:2 imports yeto.services.launcher.state"), found
+
+
+def test_the_bus_check_catches_nats_outside_the_transport_in_any_branch(tmp_path):
+    _tree(tmp_path, {"learners/transport/outbox.py": "import nats", "learners/bus_client.py": "from nats.js import api",
+                     "learners/torch/loop.py": "from typing import TYPE_CHECKING\nif not TYPE_CHECKING:\n    import nats"})
+    found = _learners_reaching_the_bus(tmp_path)
+    assert len(found) == 1 and found[0].startswith("learners/torch/loop.py:3 imports nats"), found
+
+
+PYPROJECT = """
+[tool.setuptools]
+packages = ["yeto", "yeto.schemas", "yeto.services", "yeto.services.gone"]
+package-dir = { "yeto" = "yeto", "yeto.schemas" = "schemas", "yeto.services" = "services", "yeto.infra" = "infra" }
+"""
+
+
+def test_the_package_list_check_catches_an_unlisted_a_vanished_and_an_unmapped_folder(tmp_path):
+    _tree(tmp_path, {"pyproject.toml": PYPROJECT, "yeto/__init__.py": "", "schemas/__init__.py": "",
+                     "services/__init__.py": "", "services/syncer/__init__.py": ""})
+    assert _package_list_mismatches(tmp_path) == [
+        "pyproject.toml maps yeto.infra to infra/, which does not exist",
+        "add yeto.services.syncer to pyproject.toml's packages",
+        "pyproject.toml lists yeto.services.gone, which has no folder"]
 
 
 def test_the_cycle_check_catches_a_loop_through_a_lazy_import_but_not_a_type_checking_one(tmp_path):
@@ -149,5 +226,13 @@ def test_the_schemas_check_catches_a_bus_import_even_in_base_py(tmp_path):
 def test_the_purity_check_catches_a_clock_file_env_or_network_use(tmp_path, code):
     _tree(tmp_path, {"services/finalizer/logic.py": "from dataclasses import replace", "services/launcher/state.py": code,
                      "schemas/run_view.py": "from datetime import datetime\nx = datetime.fromisoformat('2026-01-01')"})
-    found = io_violations(tmp_path, pure_cores(tmp_path))
+    found = io_violations(tmp_path, pure_cores(tmp_path, steps=()))
     assert len(found) == 1 and found[0].startswith("services/launcher/state.py:"), found
+
+
+def test_the_purity_check_catches_a_listed_step_or_exemption_that_no_longer_exists(tmp_path):
+    _tree(tmp_path, {"services/syncer/merge.py": "import math", "schemas/events.py": "from dataclasses import dataclass"})
+    steps = ("services/syncer/merge.py", "services/syncer/gone.py")
+    assert io_violations(tmp_path, pure_cores(tmp_path, steps)) == [
+        "services/syncer/gone.py: listed as a pure core, but there is no such file"]
+    assert missing_exemptions(tmp_path) == ["schemas/base.py: exempt from purity, but there is no such file"]
