@@ -38,7 +38,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 YETO = str(Path(sys.executable).parent / "yeto")      # the venv's CLI (also from a frozen copy)
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def yeto(env, *argv, check=True) -> str:

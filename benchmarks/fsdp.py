@@ -19,7 +19,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 from lib_task import write_tiny_model
 
 SEQ_LEN, GLOBAL_BATCH = 128, 4

@@ -51,7 +51,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lib_compare import best_lr, ci95, deltas_pct, headline, parse_lrs, parse_overrides, scaled_warmup, sweep_table
 
 from yeto.cli.launch_checks import SYNC_FLAGS as LAUNCH_SYNC_FLAGS

@@ -38,8 +38,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 YETO_ARMS = ("ddp", "yeto", "yeto-a0", "yeto-ramp", "yeto-fault", "yeto-replace")
 TORCHFT_ARMS = ("torchft", "torchft-best", "torchft-fault")
 ARM_FLAGS = {"yeto": [], "yeto-a0": ["--merge-alpha=0"], "yeto-ramp": [], "yeto-fault": [], "yeto-replace": []}
