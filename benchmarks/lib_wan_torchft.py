@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 
-
 def worker(argv: list[str]) -> None:
     import argparse
     import socket
