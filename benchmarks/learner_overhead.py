@@ -24,9 +24,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "learner"))
 import learner_loopback
 from yeto.learners import accel
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.hook import make_hook
 from yeto.learners.torch.loop import train
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.syncer.core import SyncerCore

@@ -17,13 +17,13 @@ from lib_islands import SimClock, SimNet, TurnHook, Turnstile
 
 from yeto.learners import accel as accel_policy
 from yeto.learners.diloco_sync import DilocoSync
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.adapter import TorchArrays
 from yeto.learners.torch.batches import heldout_batches, train_batches
 from yeto.learners.torch.evaluate import evaluate
 from yeto.learners.torch.hook import DilocoHook
 from yeto.learners.torch.loop import train
 from yeto.learners.torch.model import load_model, load_tokenizer, resolve
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning
 from yeto.schemas import codecs
 from yeto.schemas.recipe import SyncConfig

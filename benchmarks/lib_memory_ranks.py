@@ -24,10 +24,10 @@ def child(model: str, tuning: str, quantization: str, steps: int, seq_len: int) 
 
     sys.path.insert(0, str(ROOT / "tests" / "learner"))
     import learner_tiny
+    from yeto.learners.lm_recipe import TrainRecipe
     from yeto.learners.torch import dist
     from yeto.learners.torch.build import build, resolve_accel
     from yeto.learners.torch.loop import train
-    from yeto.learners.torch.recipe import TrainRecipe
     from yeto.learners.torch.tuning import trainable_parameters
 
     torch.set_num_threads(2)

@@ -36,11 +36,11 @@ def worker(argv: list[str]) -> None:
     from torchft import Manager, ProcessGroupGloo
     from torchft.local_sgd import DiLoCo
 
+    from yeto.learners.lm_recipe import TrainRecipe
     from yeto.learners.torch.batches import heldout_batches, train_batches
     from yeto.learners.torch.evaluate import evaluate, loss_sum
     from yeto.learners.torch.model import load_model, load_tokenizer, resolve
     from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr
-    from yeto.learners.torch.recipe import TrainRecipe
     from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
     ap = argparse.ArgumentParser()
     for flag in ("--recipe", "--host", "--lighthouse"):

@@ -118,11 +118,11 @@ def main(argv=None) -> int:
     from lib_arms import build_model
 
     from yeto.learners import accel as accel_policy
+    from yeto.learners.lm_recipe import TrainRecipe
     from yeto.learners.torch.batches import heldout_batches, train_batches
     from yeto.learners.torch.evaluate import evaluate, loss_sum
     from yeto.learners.torch.model import load_tokenizer, resolve
     from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr
-    from yeto.learners.torch.recipe import TrainRecipe
     from yeto.learners.torch.tuning import trainable_parameters
     torch.set_num_threads(2)
     policy = accel_policy.detect(prefer="cpu")

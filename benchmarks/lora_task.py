@@ -231,10 +231,10 @@ def score(artifact: Path, *, model: str, data: str, eval_data: str, seq_len: int
     eval rows and blocks for every arm."""
     import torch
 
+    from yeto.learners.lm_recipe import TrainRecipe
     from yeto.learners.torch.batches import heldout_batches
     from yeto.learners.torch.evaluate import evaluate
     from yeto.learners.torch.model import load_model, load_tokenizer, resolve
-    from yeto.learners.torch.recipe import TrainRecipe
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     source = resolve(model)
     if (artifact / "adapter_config.json").exists():

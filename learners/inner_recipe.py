@@ -1,5 +1,5 @@
 """The recipe fields every learner backend shares (optimizer, schedule, LoRA, batch, seed, sync, pins): one frozen base
-that the causal-LM recipe (learners/torch/recipe.py) and the diffusion one (learners/diffusion/recipe.py) extend."""
+that the causal-LM recipe (learners/lm_recipe.py) and the diffusion one (learners/diffusion/recipe.py) extend."""
 from __future__ import annotations
 
 import dataclasses

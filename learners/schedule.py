@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from yeto.learners.torch.recipe import TrainRecipe
+from yeto.learners.lm_recipe import TrainRecipe
 
 
 def lr_at(step: int, recipe: TrainRecipe, *, resumed_at: int = 0) -> float:

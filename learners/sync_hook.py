@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
-from yeto.learners.diloco_sync import DilocoSync, send
+from yeto.learners.diloco_sync import ArrayAdapter, DilocoSync, send
 from yeto.learners.transport.protocol import StepReport, Transport
+from yeto.schemas.recipe import SyncConfig
 
 
 class DilocoHook:
@@ -71,3 +73,10 @@ class DilocoHook:
         """Push the last partial interval of every fragment, then let the transport flush (bounded) and close."""
         send(self.transport, self.sync.final_pushes())
         self.transport.close()
+
+
+def make_hook(arrays: ArrayAdapter, sync: dict[str, Any], transport: Transport, *, run_id: str, learner: str,
+              generation: int, sends_init: bool = True, join_wait_s: float = 10.0) -> DilocoHook:
+    """DilocoSync over any backend's arrays with a recipe's `sync` options, behind the hook a loop calls."""
+    diloco = DilocoSync(arrays, SyncConfig.from_dict(sync), run_id=run_id, learner=learner, generation=generation)
+    return DilocoHook(diloco, transport, join_wait_s=join_wait_s, sends_init=sends_init)

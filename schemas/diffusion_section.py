@@ -9,7 +9,6 @@ from pydantic import Field
 from yeto.schemas.train_section import Loose, PosInt, Section
 
 MODEL_KINDS = ("lm", "diffusion")
-LEARNER_MODULES = {"lm": "yeto.learners.torch", "diffusion": "yeto.learners.diffusion"}
 PROMPTS = ("a red square top left", "a blue square bottom right", "a green square top right")
 
 
@@ -22,8 +21,3 @@ class DiffusionSection(Section):
     """Prompts sampled before and after training into the artifact's samples.png (empty: no grid)."""
     sample_steps: PosInt = 8
     """Inference steps of those samples (few: the grid shows the adapter's effect, not final quality)."""
-
-
-def learner_module(model_kind: str) -> str:
-    """The module a launcher starts for a run's learners (`python -m <module>`): same flags for every kind."""
-    return LEARNER_MODULES[model_kind]

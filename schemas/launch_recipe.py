@@ -10,7 +10,8 @@ from typing import Any, Final, Literal
 
 from pydantic import Field, ValidationError
 
-from yeto.schemas.diffusion_section import DiffusionSection, learner_module
+from yeto.schemas.diffusion_section import DiffusionSection
+from yeto.schemas.learner_contract import backend_for
 from yeto.schemas.recipe_sections import TIMEOUTS, DataCheck, Limits, Prices, Timeouts
 from yeto.schemas.train_section import Section, TrainSection
 
@@ -58,7 +59,7 @@ class LaunchRecipe(Section):
     @property
     def learner_module(self) -> str:
         """The module the launcher starts for this run's learners (`python -m`; the same flags for every kind)."""
-        return learner_module(self.model_kind)
+        return backend_for(self.model_kind).module
 
     def learner_recipe(self) -> dict[str, Any]:
         """The learner's recipe.json: the train section, with the diffusion section flattened in for diffusion."""

@@ -47,7 +47,7 @@ else:                   # SyncConfig's fields, generated: the two can never drif
 
 
 class TrainSection(Section):
-    """learners/torch/recipe.py's TrainRecipe, field for field with the same defaults (a test holds them equal);
+    """learners/lm_recipe.py's TrainRecipe, field for field with the same defaults (a test holds them equal);
     `model` is empty only in recipes written by hand (tests): `yeto launch` always names one."""
 
     model: str = ""

@@ -121,7 +121,7 @@ def warmup_for(args, lr: float) -> int:
 def recipe_for(args, seed: int):
     import lib_task
 
-    from yeto.learners.torch.recipe import TrainRecipe
+    from yeto.learners.lm_recipe import TrainRecipe
     work = Path(args.workdir)
     model = args.model or str(lib_task.write_tiny_model(work / f"model-l{args.layers}-h{args.hidden}-s{seed}",
                                                         layers=args.layers, hidden=args.hidden, seed=seed))

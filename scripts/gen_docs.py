@@ -26,7 +26,8 @@ OTHER = {"Makefile": "setup, test, demo, bench, docs targets",
          "README.md": "this page", "yeto/cli/dashboard.html": "the `yeto dashboard` page: HTML, inline JS and SVG"}
 SKIP_PARTS = {"fixtures"}
 # Folders of data shown as one line: their files are outputs, named by the docs that quote them.
-COLLAPSED = {"benchmarks/results": "raw outputs of the runs docs/BENCHMARK_RESULTS.md quotes, a folder per benchmark; NOTEBOOK.md, their history"}
+COLLAPSED = {"benchmarks/results": "raw outputs of the runs docs/BENCHMARK_RESULTS.md quotes, a folder per benchmark; "
+                                   "NOTEBOOK.md, their history"}
 BASE_FIELDS = {"type", "version", "id", "run_id", "ts", "causation_id", "source"}
 
 

@@ -12,7 +12,7 @@ import mlx.core as mx
 import numpy as np
 
 from yeto.learners.data import DataSpec, iter_blocks
-from yeto.learners.torch.recipe import TrainRecipe
+from yeto.learners.lm_recipe import TrainRecipe
 
 NEG = -1e9     # additive mask value: exp() underflows to 0 in f32 and bf16 alike, with no -inf NaNs
 

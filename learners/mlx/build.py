@@ -1,17 +1,12 @@
-"""Build the MLX learner: the pinned model directory loaded into MLX with seeded LoRA, its tokenizer, its sync hook."""
+"""Build the MLX learner: the pinned model directory loaded into MLX with seeded LoRA, and its tokenizer."""
 from __future__ import annotations
 
 import mlx.core as mx
 
 from yeto.infra.source_pins import check_data_pin, pinned_source
-from yeto.learners.diloco_sync import DilocoSync
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.mlx import model as mlx_model
-from yeto.learners.mlx.adapter import MlxArrays
 from yeto.learners.mlx.lora import apply_lora
-from yeto.learners.sync_hook import DilocoHook
-from yeto.learners.torch.recipe import TrainRecipe
-from yeto.learners.transport.protocol import Transport
-from yeto.schemas.recipe import SyncConfig
 
 _DTYPES = {"auto": mx.float32, "f32": mx.float32, "bf16": mx.bfloat16}
 
@@ -42,23 +37,3 @@ def _local_dir(source) -> str:
         return source.location
     from huggingface_hub import snapshot_download  # an HF id: the Hub cache (offline with HF_HUB_OFFLINE=1)
     return snapshot_download(source.location, revision=source.revision, allow_patterns=["*.json", "*.safetensors"])
-
-
-def make_hook(model, recipe: TrainRecipe, transport: Transport, *, run_id: str, learner: str, generation: int,
-              sends_init: bool, join_wait_s: float = 10.0) -> DilocoHook:
-    sync = DilocoSync(MlxArrays(model), SyncConfig.from_dict(recipe.sync), run_id=run_id, learner=learner,
-                      generation=generation)
-    return DilocoHook(sync, transport, join_wait_s=join_wait_s, sends_init=sends_init)
-
-
-def connect_sync(model, recipe: TrainRecipe, args) -> DilocoHook:
-    """The NATS hook (learners/bus_client.py); island 0 of a first generation offers version 0, as the torch learner."""
-    if not args.nats_url:
-        raise ValueError("--nats-url is required unless --no-sync is given")
-    from yeto.learners import bus_client
-    transport = bus_client.connect(nats_url=args.nats_url, run_id=args.run_id, learner=args.learner,
-                                   generation=args.generation)
-    hook = make_hook(model, recipe, transport, run_id=args.run_id, learner=args.learner, generation=args.generation,
-                     sends_init=args.learner_index == 0 and args.generation == 0)
-    transport.declare_layout(hook.sync.layout)
-    return hook

@@ -14,9 +14,9 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_map
 
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.schedule import lr_at
 from yeto.learners.step import StepResult
-from yeto.learners.torch.recipe import TrainRecipe
 
 IGNORE_INDEX = -100
 

@@ -6,8 +6,8 @@ from itertools import islice
 
 import torch
 
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.evaluate import batched
-from yeto.learners.torch.recipe import TrainRecipe
 
 
 def data_spec(recipe: TrainRecipe, *, eval_data: bool = False):

@@ -7,9 +7,9 @@ import torch
 
 from yeto.infra.source_pins import check_data_pin, pinned_source
 from yeto.learners import accel as accel_policy
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch import checkpointing, dist, lowmem, quant
 from yeto.learners.torch.model import load_model, load_tokenizer
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning
 
 _DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from yeto.learners import accel as accel_policy
-from yeto.learners.torch.recipe import TrainRecipe
+from yeto.learners.lm_recipe import TrainRecipe
 
 SHARE = 0.9                 # of the memory left: the rest is allocator slack (the memory model uses the same)
 WORKING_SET = 34            # bytes per token and hidden unit of one layer's activations (Korthikanti et al. 2022)

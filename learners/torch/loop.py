@@ -9,11 +9,11 @@ from typing import Protocol
 import torch
 
 from yeto.learners import accel as accel_policy
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.step import StepResult
 from yeto.learners.torch import dist, shards
 from yeto.learners.torch.evaluate import IGNORE_INDEX, loss_sum, to_device
 from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import trainable_parameters
 
 

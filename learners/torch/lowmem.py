@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.model import ModelSource
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.schedule import lr_at  # torch-free: the MLX learner shares it
-from yeto.learners.torch.recipe import TrainRecipe
 
 __all__ = ["build_optimizer", "lr_at", "set_lr"]
 

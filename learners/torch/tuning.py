@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from yeto.learners.torch.recipe import TrainRecipe
+from yeto.learners.lm_recipe import TrainRecipe
 
 # Attention and MLP projections per architecture: adapting all of them tunes better than q/v only.
 _LLAMA_LIKE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.model import load_model, resolve
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
 from yeto.services.finalizer.artifact import write_artifact
 

@@ -18,7 +18,7 @@ import lib_arms  # noqa: E402
 import lib_compare  # noqa: E402
 import lib_task  # noqa: E402
 
-from yeto.learners.torch.recipe import TrainRecipe  # noqa: E402
+from yeto.learners.lm_recipe import TrainRecipe  # noqa: E402
 from yeto.schemas.recipe import SyncConfig  # noqa: E402
 
 

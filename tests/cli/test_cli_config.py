@@ -12,7 +12,7 @@ from yeto.cli import launch_checks as checks
 from yeto.cli import launch_recipe
 from yeto.cli.launch import build_launch
 from yeto.cli.main import build_parser, main
-from yeto.learners.torch.recipe import TrainRecipe
+from yeto.learners.lm_recipe import TrainRecipe
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +58,8 @@ def test_every_recipe_flag_reaches_the_train_recipe_and_the_learner_uses_it(mate
 
 def test_grad_accum_eval_data_and_eval_cadence_are_what_the_learner_runs(material, tmp_path):
     model, data, held = material
-    from yeto.learners.torch.__main__ import parse_args, run
+    from yeto.learners import shell
+    from yeto.learners.torch.backend import TorchBackend
     recipe = TrainRecipe(model=str(model), data=str(data), eval_data=str(held), heldout_fraction=0.0, seq_len=32,
                          micro_batch=2, grad_accum=2, max_steps=4, warmup_steps=1, eval_every=2, lora_r=2)
     from transformers import AutoTokenizer
@@ -70,8 +71,10 @@ def test_grad_accum_eval_data_and_eval_cadence_are_what_the_learner_runs(materia
     import io
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        run(parse_args(["--run-id", "r", "--learner", "l0", "--recipe", str(tmp_path / "r.json"), "--no-sync",
-                        "--device", "cpu", "--log-every-s", "1000", "--log-format", "json"]))
+        backend = TorchBackend()
+        shell.run(backend, shell.parse(backend, ["--run-id", "r", "--learner", "l0", "--recipe", str(tmp_path / "r.json"),
+                                                 "--no-sync", "--device", "cpu", "--log-every-s", "1000",
+                                                 "--log-format", "json"]))
     import json
     lines = [json.loads(x) for x in out.getvalue().splitlines() if x.startswith("{")]
     evaluated = [x["step"] for x in lines if x.get("event") == "step" and x.get("heldout") is not None]

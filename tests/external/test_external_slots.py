@@ -17,6 +17,7 @@ from yeto.infra.bus_perms import learner_permissions
 from yeto.infra.runner import Publish
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import IslandExited, IslandPreempted, IslandReplaced, IslandRequested, IslandUp, StartIsland, StopIsland
+from yeto.schemas.learner_contract import LearnerArgs
 from yeto.schemas.training import LearnerProgress
 from yeto.services.launcher.api import JoinToken, external_entry, read_token
 from yeto.services.launcher.backends.base import IslandLaunch
@@ -122,7 +123,8 @@ def test_yeto_join_starts_either_backend_with_the_learner_process_contract(backe
                       num_islands=4, start_step=40, recipe={}, ca="PEM")
     argv = learner_argv(token, backend, tmp_path / "recipe.json", None, "nats://127.0.0.1:4223")
     assert argv[1:3] == ["-m", f"yeto.learners.{backend}"]
-    parsed = importlib.import_module(f"yeto.learners.{backend}.__main__").parse_args(argv[3:])
+    assert callable(importlib.import_module(f"{argv[2]}.__main__").main)     # a runnable learner module
+    parsed = LearnerArgs.parse(argv[3:], prog=argv[2])
     assert (parsed.run_id, parsed.learner, parsed.generation, parsed.learner_index, parsed.num_learners,
             parsed.start_step, parsed.nats_url) == ("r1", "island-3", 2, 3, 4, 40, "nats://127.0.0.1:4223")
     assert JoinToken.decode(token.encode()) == token

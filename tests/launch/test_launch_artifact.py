@@ -11,8 +11,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
 from learner_tiny import write_model_dir
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.model import load_model, load_tokenizer, resolve
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
 from yeto.services.finalizer.artifact import sha256_file, write_artifact
 from yeto.services.finalizer.output import UploadError, deliver

@@ -148,8 +148,10 @@ def material(tmp_path_factory):
 def reached(reach: Reach, material, argv: tuple[str, ...]) -> Any:
     """What the acting process reads, from one launch built with `argv` (placeholders are the material's paths)."""
     from yeto.cli.shape import request_from_args
-    from yeto.learners.torch.__main__ import load_recipe, parse_args
+    from yeto.learners.lm_recipe import TrainRecipe
+    from yeto.learners.shell import recipe_text
     from yeto.schemas.launch_recipe import LaunchRecipe
+    from yeto.schemas.learner_contract import LearnerArgs
     from yeto.services.finalizer.budget import Limits
     from yeto.services.launcher.backends.base import IslandLaunch
     from yeto.services.launcher.backends.local import LocalBackend, torch_learner
@@ -185,10 +187,10 @@ def reached(reach: Reach, material, argv: tuple[str, ...]) -> Any:
     one = IslandLaunch(run_id=start.run_id, island=start.island, generation=start.generation, spec=start.spec,
                        recipe=start.recipe, num_islands=start.num_islands, nats_url="nats://127.0.0.1:4222")
     LocalBackend(Path(tempfile.mkdtemp(dir=material["root"])), rank_argv=capture).start(one)
-    learner_args = parse_args(started[0][3:])          # after `python -m yeto.learners.torch`
+    learner_args = LearnerArgs.parse(started[0][3:], prog=started[0][2])   # after `python -m yeto.learners.torch`
     if reach.field.startswith("argv."):
         return getattr(learner_args, reach.field.removeprefix("argv."))
-    return getattr(load_recipe(learner_args.recipe), reach.field)
+    return getattr(TrainRecipe.from_json(recipe_text(learner_args.recipe)), reach.field)
 
 
 ACTING = sorted(k for k, r in WALK.items() if r.where != "cli")

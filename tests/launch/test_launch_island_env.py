@@ -12,7 +12,8 @@ import pytest
 
 from yeto.infra import bus_auth
 from yeto.infra.bus_nats import NatsBus
-from yeto.learners.torch.__main__ import load_env_file, main
+from yeto.learners.shell import load_env_file
+from yeto.learners.torch.__main__ import main
 from yeto.services.launcher.backends.sky_tasks import CA_MOUNT, CREDS_MOUNT, ENV_MOUNT
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,10 +10,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import learner_tiny
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch import dist
 from yeto.learners.torch.build import build, resolve_accel
 from yeto.learners.torch.loop import train
-from yeto.learners.torch.recipe import TrainRecipe
 
 GLOBAL_BATCH = 4
 

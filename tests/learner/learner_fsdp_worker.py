@@ -14,11 +14,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 import learner_loopback
 import learner_tiny
 import yeto.learners.torch.build as build_module
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch import dist, shards
 from yeto.learners.torch.build import build, resolve_accel
 from yeto.learners.torch.hook import make_hook
 from yeto.learners.torch.loop import train
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import trainable_parameters
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.syncer.core import SyncerCore

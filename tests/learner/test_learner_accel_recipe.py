@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from yeto.learners import accel
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.optim import lr_at
-from yeto.learners.torch.recipe import TrainRecipe
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,11 +12,11 @@ import torch
 from yeto.cli.launch import build_launch
 from yeto.cli.main import build_parser
 from yeto.learners import accel as accel_policy
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch import checkpointing, dist
 from yeto.learners.torch.build import build, resolve_accel
 from yeto.learners.torch.evaluate import loss_sum
 from yeto.learners.torch.loop import train
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.services.planner.memory import Workload, fits, per_gpu_need, shape_of
 
 sys.path.insert(0, str(Path(__file__).parent))

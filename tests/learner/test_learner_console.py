@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import learner_tiny
-from yeto.learners.torch.console import log_format, render, text_line
+from yeto.learners.console import log_format, render, text_line
 
 
 def test_step_and_done_read_as_sentences_and_json_stays_one_object():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.evaluate import loss_sum
 from yeto.learners.torch.model import find_smollm2_gguf, load_model, load_tokenizer, resolve
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
 
 GGUF = find_smollm2_gguf()

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch import dist, quant
 from yeto.learners.torch.build import build, resolve_accel
 from yeto.learners.torch.hook import make_hook
 from yeto.learners.torch.loop import train
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import trainable_parameters
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import RoundMerged

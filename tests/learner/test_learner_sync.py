@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from yeto.learners import accel
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.evaluate import evaluate
 from yeto.learners.torch.hook import make_hook
 from yeto.learners.torch.loop import train
 from yeto.learners.torch.model import load_model, load_tokenizer, resolve
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import RoundMerged

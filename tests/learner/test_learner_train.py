@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from yeto.learners import accel
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.adapter import TorchArrays
 from yeto.learners.torch.evaluate import evaluate
 from yeto.learners.torch.loop import train
 from yeto.learners.torch.model import load_model, load_tokenizer, resolve
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning, state_hash, trainable_parameters
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -59,7 +59,7 @@ def test_training_lowers_the_heldout_loss(model_dir, tuning):
 def _hash_in_subprocess(model_dir: Path, seed: int, noise_seed: int) -> str:
     code = (f"import torch; torch.manual_seed({noise_seed}); torch.rand(97)\n"
             "from yeto.learners.torch.model import load_model, resolve\n"
-            "from yeto.learners.torch.recipe import TrainRecipe\n"
+            "from yeto.learners.lm_recipe import TrainRecipe\n"
             "from yeto.learners.torch.tuning import apply_tuning, state_hash\n"
             f"r = TrainRecipe(model={str(model_dir)!r}, seed={seed})\n"
             "print(state_hash(apply_tuning(load_model(resolve(r.model)), r)))\n")

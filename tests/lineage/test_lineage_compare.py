@@ -43,7 +43,7 @@ def test_every_train_field_but_max_steps_is_refused_by_name_with_both_values(nam
 
 
 def test_every_recipe_field_of_a_train_recipe_is_covered():
-    from yeto.learners.torch.recipe import TrainRecipe
+    from yeto.learners.lm_recipe import TrainRecipe
 
     fields = set(TrainRecipe(model="m", data="d").to_dict()) - {"model", "data", "pins", "start_step", "sync"}
     assert fields - SAFE_TRAIN == set(OTHER), "a new recipe field: decide whether a resume may change it"

@@ -16,6 +16,7 @@ from yeto.learners import accel
 from yeto.learners.data import collate as torch_collate
 from yeto.learners.data import iter_blocks
 from yeto.learners.layout import TensorSpec, plan_layout
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.mlx import batches as mlx_batches
 from yeto.learners.mlx import loop as mlx_loop
 from yeto.learners.mlx.__main__ import main as mlx_main
@@ -25,7 +26,6 @@ from yeto.learners.torch.adapter import TorchArrays
 from yeto.learners.torch.evaluate import loss_sum
 from yeto.learners.torch.loop import train as torch_train
 from yeto.learners.torch.model import load_model, resolve
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "learner"))

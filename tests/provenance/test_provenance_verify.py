@@ -18,8 +18,8 @@ from learner_tiny import write_model_dir
 from yeto.cli import launch_checks as checks
 from yeto.cli.main import main
 from yeto.infra import signing
+from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.torch.model import load_model, resolve
-from yeto.learners.torch.recipe import TrainRecipe
 from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
 from yeto.services.finalizer.artifact import write_artifact
 

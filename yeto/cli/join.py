@@ -19,9 +19,9 @@ from pathlib import Path
 
 from yeto.cli.common import run_id_arg, state_dir
 from yeto.infra import bus_auth
+from yeto.schemas.learner_contract import BACKENDS, LearnerArgs
 from yeto.services.launcher.api import EXTERNAL, JoinToken, external_entry, read_token
 
-BACKENDS = {"torch": "yeto.learners.torch", "mlx": "yeto.learners.mlx"}
 TOKEN_ENV = "YETO_JOIN_TOKEN"
 CA_ENV = "YETO_NATS_CA"       # infra/bus_nats.py pins the server's certificate to it over tls://
 
@@ -31,8 +31,9 @@ def register(sub) -> None:
                        description=__doc__.splitlines()[0])
     j.add_argument("run", type=run_id_arg, help="run id")
     j.add_argument("--token", default=None, help=f"the slot's join token (default ${TOKEN_ENV})")
-    j.add_argument("--backend", choices=tuple(BACKENDS), default="torch", help="learner backend: torch (CUDA, CPU) or "
-                   "mlx (Apple silicon; MLX's CPU backend elsewhere)")
+    joinable = [b for b in BACKENDS.values() if b.joinable]
+    j.add_argument("--backend", choices=[b.name for b in joinable], default="torch", help="learner backend: " + "; ".join(
+        f"{b.name} ({b.summary})" for b in joinable))
     j.add_argument("--model", default=None, help="this machine's copy of the base (a local directory; the run's pin "
                    "is still checked)")
     j.add_argument("--data", default=None, help="this machine's copy of the data (the run's pin is still checked)")
@@ -79,11 +80,10 @@ def print_tokens(args, run_id: str, fleet: list[dict], wait_s: float = 60.0) -> 
 
 
 def learner_argv(token: JoinToken, backend: str, recipe_path: Path, device: str | None, url: str) -> list[str]:
-    argv = [sys.executable, "-m", BACKENDS[backend], "--run-id", token.run_id, "--learner", token.learner,
-            "--generation", str(token.generation), "--nats-url", url, "--recipe", str(recipe_path),
-            "--learner-index", str(token.slot), "--num-learners", str(token.num_islands),
-            "--start-step", str(token.start_step)]
-    return argv + (["--device", device] if device else [])
+    args = LearnerArgs(run_id=token.run_id, learner=token.learner, generation=token.generation, nats_url=url,
+                       recipe=str(recipe_path), learner_index=token.slot, num_learners=token.num_islands,
+                       start_step=token.start_step, device=device)
+    return [sys.executable, "-m", BACKENDS[backend].module, *args.to_argv()]
 
 
 def cmd_join(args) -> int:

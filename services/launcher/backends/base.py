@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from yeto.schemas.fleet import learner_name
+from yeto.schemas.learner_contract import LearnerArgs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,9 +74,8 @@ class Backend(Protocol):
         """Stop the island generation; nothing if it is already gone."""
 
 
-def learner_args(launch: IslandLaunch, recipe_path: str | Path) -> list[str]:
-    """The learner's flags shared by every backend (ranks and rendezvous are the backend's business)."""
-    return ["--run-id", launch.run_id, "--learner", launch.learner, "--generation", str(launch.generation),
-            "--nats-url", launch.nats_url, "--recipe", str(recipe_path),
-            "--learner-index", str(launch.island), "--num-learners", str(launch.num_islands),
-            "--start-step", str(launch.start_step)]
+def learner_args(launch: IslandLaunch, recipe_path: str | Path) -> LearnerArgs:
+    """The learner contract of this island generation (ranks and rendezvous are the backend's business)."""
+    return LearnerArgs(run_id=launch.run_id, learner=launch.learner, generation=launch.generation,
+                       nats_url=launch.nats_url, recipe=str(recipe_path), learner_index=launch.island,
+                       num_learners=launch.num_islands, start_step=launch.start_step)

@@ -32,12 +32,12 @@ RankArgv = Callable[[IslandLaunch, Path, int, int], list[str]]
 
 
 def torch_learner(launch: IslandLaunch, recipe_path: Path, rank: int, port: int) -> list[str]:
-    """The real learner (learners/torch) for one rank of a local island."""
+    """The run's learner backend (schemas/learner_contract.py) for one rank of a local island."""
     module = LaunchRecipe.upcast(launch.recipe).learner_module     # yeto.learners.torch, or .diffusion
-    return [sys.executable, "-m", module, *learner_args(launch, recipe_path),
-            "--rank", str(rank), "--world-size", str(launch.spec.get("count", 1)), "--local-rank", str(rank),
-            "--master-addr", "127.0.0.1", "--master-port", str(port),
-            "--device", "cuda" if launch.spec.get("gpu") == "cuda" else "cpu"]
+    args = learner_args(launch, recipe_path).but(
+        rank=rank, world_size=int(launch.spec.get("count", 1)), local_rank=rank, master_addr="127.0.0.1",
+        master_port=port, device="cuda" if launch.spec.get("gpu") == "cuda" else "cpu")
+    return [sys.executable, "-m", module, *args.to_argv()]
 
 
 def free_port() -> int:

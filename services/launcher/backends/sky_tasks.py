@@ -94,7 +94,7 @@ def island_task(launch: IslandLaunch, creds: Path | None = None, *, ca: Path | N
                 f"--nproc-per-node {count} --master-addr $(echo \"$SKYPILOT_NODE_IPS\" | head -n1) --master-port 29500")
     run = f"{torchrun} -m {LaunchRecipe.upcast(launch.recipe).learner_module} " + " ".join(
         shlex.quote(a) if a != "$YETO_RECIPE" else '"$YETO_RECIPE"'
-        for a in learner_args(launch, "$YETO_RECIPE"))
+        for a in learner_args(launch, "$YETO_RECIPE").to_argv())
     files = {name: (target, str(path)) for name, target, path in (
         ("YETO_NATS_CREDS", CREDS_MOUNT, creds), ("YETO_NATS_CA", CA_MOUNT, ca), ("YETO_ENV_FILE", ENV_MOUNT, env_file))
         if path is not None}
