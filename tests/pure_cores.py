@@ -57,8 +57,8 @@ def io_violations(root: Path, files: list[Path]) -> list[str]:
 IMPURE_SCHEMAS = {"base.py": "a new message takes a fresh id and the clock's time (strict writers)"}
 
 # The push path's pure steps (services/syncer/core.py lists the path) and the learner's pure parts.
-PURE_STEPS = tuple(f"services/syncer/{m}.py" for m in ("admission", "ledger", "rounds", "grace", "merge", "rows", "gram",
-                                                        "runs", "outputs")) + (
+PURE_STEPS = tuple(f"services/syncer/{m}.py" for m in ("admission/header", "admission/payload", "ledger", "rounds", "grace",
+                                                        "merge", "rows", "gram", "runs", "outputs")) + (
     "learners/keyframe_demand.py", "learners/transport/keyframes.py", "learners/transport/reports.py")
 
 

@@ -4,11 +4,14 @@ One push, from the learner to the broadcast, one file per step:
  1. learners/diloco_sync.py         step_boundary: d = θ − anchor of a fragment that is due, q4 with error feedback
  2. learners/transport/outbox.py    the newest push per fragment, chunked (schemas/fragments.py) onto YETO_FRAG
  3. services/syncer/dataplane.py    fetches each chunk and hands it to SyncerCore.receive (this file, `_push`)
- 4. services/syncer/intake.py       before any chunk is kept (roster.py): sender = subject's learner, announced
-                                    generation, layout; then reassembly under pending-byte caps
-    services/syncer/admission.py    admit: fingerprint, generation, numel, duplicate, base version lag; then roster.py's
-                                    token bound, and after decoding its norm bound
- 5. services/syncer/fragment.py     take_in: decode (schemas/codecs/) into a row, its Gram row on the way (gram.py)
+ 4. services/syncer/intake.py       admission's first stage before any chunk is kept: kind, owner, sender = the
+                                    subject's learner, a generation the roster announced (roster.py), layout; then
+                                    reassembly under pending-byte caps
+    services/syncer/admission/      the one place that admits or refuses, stage by stage (its docstring states the
+                                    order): `chunk` above; `push`: fingerprint, generation, numel, duplicate, base
+                                    version lag, tokens; `bounded`: steps and tokens clipped; `decoded` below
+ 5. services/syncer/fragment.py     take_in: decode (schemas/codecs/) into a row, its Gram row on the way (gram.py);
+                                    then admission's `decoded`: finite, and a norm within its bound
  6. services/syncer/rounds.py       the push joins the round; decide: quorum of the live (liveness.py), grace (grace.py)
                                     -> MergeNow or WakeAt
  7. services/syncer/merge.py        weights, avg/RDA from G, the fused Nesterov outer step (FragmentState.merge)
@@ -31,12 +34,10 @@ import math
 import time
 from collections.abc import Callable, Iterable
 
-import numpy as np
-
 from yeto.schemas import codecs
 from yeto.schemas.fragments import ChunkAssembler, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer import admission, backend, liveness, reports, roster
+from yeto.services.syncer import admission, backend, liveness, reports
 from yeto.services.syncer.fragment import FragmentState
 from yeto.services.syncer.intake import Intake
 from yeto.services.syncer.ledger import Ledger
@@ -109,17 +110,14 @@ class SyncerCore:
 
     def _push(self, h: FragmentHeader, payload: bytes, now: float) -> list:
         frag = self.fragments[h.fragment]
-        rejection = (admission.admit(h, fingerprint=self.fingerprint, version=frag.version, numel=frag.numel,
-                                     record=self.learners.get(h.learner), config=self.config)
-                     or roster.tokens(h, roster=self.roster))
+        rejection = admission.push(h, fingerprint=self.fingerprint, version=frag.version, numel=frag.numel,
+                                   record=self.learners.get(h.learner), roster=self.roster, config=self.config)
         if rejection is not None:
             repair = frag.repair(h.base_version) if rejection.reason == "stale_base" else []
             return self._refuse(h, rejection) + [Broadcast(*m) for m in repair]
-        h = roster.bounded(h, version=frag.version, roster=self.roster, config=self.config)   # its weight and credit
+        h = admission.bounded(h, version=frag.version, roster=self.roster, config=self.config)   # its weight and credit
         products = frag.take_in(h, payload)
-        if not np.isfinite(products[-1]):
-            return self._refuse(h, admission.non_finite(h))
-        rejection = roster.norm(h, sq_norm=float(products[-1]), theta_norm=self._theta_norm(frag), config=self.config)
+        rejection = admission.decoded(h, sq_norm=float(products[-1]), theta_norm=self._theta_norm(frag), config=self.config)
         if rejection is not None:
             return self._refuse(h, rejection)
         out = [self.report.joined(h)] if self.learners.note(h, now, admitted=True) else []
@@ -168,17 +166,17 @@ class SyncerCore:
         return out + [SaveSnapshot(self.snapshot(frag.fragment), background=True)]     # off the critical path
 
     def _init(self, h: FragmentHeader, payload: bytes, now: float) -> list:
-        if h.fingerprint != self.fingerprint:
-            return self._refuse(h, admission.other_layout(h, self.fingerprint))
+        rejection = admission.init(h, fingerprint=self.fingerprint)
+        if rejection is not None:
+            return self._refuse(h, rejection)
         out = [self.report.joined(h)] if self.learners.note(h, now, admitted=False) else []
         frag = self.fragments.get(h.fragment)
         if frag is None:                   # the first init of a fragment is its version 0
             values = codecs.codec(h.codec).decode(payload, h.numel)
             frag = self.fragments[h.fragment] = FragmentState.adopt(h, values, self.run_id, self.config)
             return out + self._publish(frag)
-        if frag.init_sha not in (None, h.sha256):
-            out += self._refuse(h, admission.init_mismatch(h))
-        return out
+        rejection = admission.same_init(h, init_sha=frag.init_sha)
+        return out + (self._refuse(h, rejection) if rejection is not None else [])
 
     def final_cut(self) -> list:
         """Merge whatever pushes are in, quorum or not: the run's last round of every fragment."""

@@ -1,5 +1,7 @@
-"""A chunk's way in: its header checked against the owner, subject, tape and layout before anything is kept,
-then reassembly under pending-byte caps sized from the run's fragments (docs/PROTOCOL.md, validation)."""
+"""A chunk's way in: admission's first stage before anything is kept, then reassembly under pending-byte caps.
+
+The stage (admission/header.py) checks the header against the owner, subject, tape and layout; the caps are sized
+from the run's fragments (docs/PROTOCOL.md, validation)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,8 +9,9 @@ from dataclasses import dataclass, field
 from yeto.schemas import codecs
 from yeto.schemas.fragments import DEFAULT_MAX_BYTES, ChunkAssembler, FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer import admission, roster
+from yeto.services.syncer import admission
 from yeto.services.syncer.admission import Rejection
+from yeto.services.syncer.roster import Roster
 
 
 @dataclass
@@ -26,14 +29,11 @@ class Intake:
         self.run_id, self.owned = run_id, owned
         self.assembler = ChunkAssembler()
 
-    def take(self, h: FragmentHeader, chunk: bytes, *, sender: str | None, tape: roster.Roster | None, config: SyncConfig,
+    def take(self, h: FragmentHeader, chunk: bytes, *, sender: str | None, tape: Roster | None, config: SyncConfig,
              fingerprint: str | None, numels: dict[int, int]) -> Taken:
         """`numels`: values per fragment with a version 0; `sender`: the subject's learner (None: not checked)."""
-        wrong_kind = h.kind not in ("push", "init")
-        refusal = ((Rejection("bad_header", f"a learner sends init and push messages, not {h.kind}") if wrong_kind else None)
-                   or (admission.not_owned(h) if self.owned is not None and h.fragment not in self.owned else None)
-                   or roster.identity(h, run_id=self.run_id, sender=sender, roster=tape)
-                   or roster.layout(h, fingerprint=fingerprint, numel=numels.get(h.fragment)))
+        refusal = admission.chunk(h, run_id=self.run_id, sender=sender, owned=self.owned, roster=tape,
+                                  fingerprint=fingerprint, numel=numels.get(h.fragment))
         if refusal is not None:                       # one event per message, on its chunk 0; nothing was kept
             return Taken(rejections=[(h, refusal)] if h.chunk == 0 else [], refused=refusal.reason)
         self._size(config, numels, tape)
@@ -41,13 +41,13 @@ class Intake:
         try:
             taken.payload = self.assembler.add(h, chunk)
         except FragmentError as e:
-            taken.rejections.append((h, Rejection(e.reason, e.detail)))
+            taken.rejections.append((h, admission.assembly(e)))
             taken.refused = e.reason
         taken.rejections[:0] = [(old, admission.evicted(old)) for old in self.assembler.evicted]
         self.assembler.evicted.clear()
         return taken
 
-    def _size(self, config: SyncConfig, numels: dict[int, int], tape: roster.Roster | None) -> None:
+    def _size(self, config: SyncConfig, numels: dict[int, int], tape: Roster | None) -> None:
         """Per sender 2 f32 copies of the largest fragment; in all, one such per announced learner (at least 2),
         or SyncConfig.max_pending_bytes; 16 GiB while no fragment has a version 0 (sizes are not known yet)."""
         largest = max((codecs.F32.encoded_size(n) for n in numels.values()), default=0)
