@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 def build_launch(run_id: str, model: Path, data: Path, *, steps: int, learners: int, extra: list[str]):
     """The LaunchRun `yeto launch` would publish for `learners` local CPU islands."""
     from yeto.cli import launch as cli_launch
-    from yeto.cli import launch_checks as checks
+    from yeto.cli.launch import checks
     from yeto.cli.main import build_parser
     args = build_parser().parse_args(
         ["launch", "--gpu", ",".join(["local:1xcpu"] * learners), "--model", str(model), "--data", str(data),
@@ -81,7 +81,7 @@ class YetoHub:
 
     def publish(self, launch) -> None:
         """The run's data events and RunLaunched, and what the stopped launcher would announce once they run."""
-        from yeto.cli import launch_checks as checks
+        from yeto.cli.launch import checks
         from yeto.services.launcher.logic import launch as launcher_decides
         self._announce([*checks.data_events(launch), launcher_decides(launch)[0].msg, *self.islands_up(launch)])
 
@@ -138,7 +138,7 @@ class YetoHub:
 
     def credential(self, run_id: str, learner: str) -> dict[str, str]:
         """The learner's own bus credential (issued as the launcher would), as the environment it reads it from."""
-        from yeto.infra import bus_auth
+        from yeto.infra.bus import auth as bus_auth
         path = bus_auth.issue_learner(self.home, run_id, learner)
         return {bus_auth.CREDS_ENV: str(path)} if path else {}
 

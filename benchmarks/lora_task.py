@@ -53,7 +53,7 @@ from pathlib import Path
 
 from lib_compare import best_lr, ci95, deltas_pct, headline, parse_lrs, parse_overrides, scaled_warmup, sweep_table
 
-from yeto.cli.launch_checks import SYNC_FLAGS as LAUNCH_SYNC_FLAGS
+from yeto.cli.launch.checks import SYNC_FLAGS as LAUNCH_SYNC_FLAGS
 from yeto.schemas.train_section import SyncSection
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,11 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from yeto.infra.bus_nats import NatsBus
-from yeto.infra.natsserver import NatsServer, ensure_streams
-from yeto.infra.tape_sql import ask
-from yeto.infra.tape_store import TapeStore
-from yeto.infra.tape_writer import TapeConfig, TapeWriter
+from yeto.infra.bus.nats_bus import NatsBus
+from yeto.infra.nats.server import NatsServer, ensure_streams
+from yeto.infra.tape.sql import ask
+from yeto.infra.tape.store import TapeStore
+from yeto.infra.tape.writer import TapeConfig, TapeWriter
 from yeto.schemas.base import to_bytes
 from yeto.schemas.subjects import event_subject
 from yeto.schemas.training import LearnerProgress

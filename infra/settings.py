@@ -13,7 +13,7 @@ class Settings:
     """Where the local stack keeps nats-server's store, the tape, logs and run folders ($YETO_HOME, ~/.yeto)."""
     nats_url: str | None
     """A running stack's NATS URL ($YETO_NATS_URL); None means: the local stack under state_dir. Never with
-    credentials in it: those come from the file $YETO_NATS_CREDS names (infra/bus_auth.py)."""
+    credentials in it: those come from the file $YETO_NATS_CREDS names (infra/bus/auth.py)."""
 
 
 def load(*, state_dir: str | Path | None = None, nats_url: str | None = None) -> Settings:

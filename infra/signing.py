@@ -12,7 +12,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from yeto.infra.bus_auth import auth_dir, write_secret
+from yeto.infra.bus.auth import auth_dir, write_secret
 
 KEY_FILE = "signing.key"
 SIG_FILE = "manifest.sig"      # beside manifest.json: the hex signature of manifest.json's exact bytes

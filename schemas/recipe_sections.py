@@ -45,7 +45,7 @@ class Prices(Section):
 
 
 class DataCheck(Section):
-    """The launch's data check (yeto/cli/launch_checks.py): the DataChecked event and the manifest's `data`."""
+    """The launch's data check (yeto/cli/launch/checks.py): the DataChecked event and the manifest's `data`."""
 
     source: str = ""
     revision: str | None = None

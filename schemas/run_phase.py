@@ -4,7 +4,7 @@ Each event type that moves a run has a rank and a phase (`PHASE_OF`). A run's ph
 highest-ranked event, the earliest among equals; "launching" before any. So a run only moves forward
 (launching -> running -> finalizing -> an end), and its first end event is final. The shared fold
 (run_view.py) takes the rule one event at a time (`next_phase`); the tape's `runs` view
-(infra/tape_views.py) takes it over a run's whole history in SQL, from the same table.
+(infra/tape/views.py) takes it over a run's whole history in SQL, from the same table.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 `fold(view, event, seq)` is pure (no clock, no I/O). It takes parsed events; anything else (a tape payload
 of a type this Yeto does not know) only counts as an event seen. Spend follows schemas/spend.py, and
 `spend_usd(view, now)` prices the open intervals up to a time the caller passes in. The run's phase follows
-schemas/run_phase.py's table. infra/tape_views.py computes the same numbers in SQL; tests/tape/test_tape_views.py
+schemas/run_phase.py's table. infra/tape/views.py computes the same numbers in SQL; tests/tape/test_tape_views.py
 checks the two agree on one tape.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A state's shape as a version: a digest of its fields' names and types, recursively, for snapshot codecs.
 
 A service's snapshot codec takes `shape_version(State)` as its version, computed at import; the runner stores
-it with each snapshot and resumes only a snapshot of the same version (infra/runner_snapshot.py). So a state
+it with each snapshot and resumes only a snapshot of the same version (infra/runner/snapshot.py). So a state
 whose fields are added, removed, renamed, reordered or retyped, at any depth, never resumes an old snapshot:
 the service folds from the first event. Nobody bumps a number. The digest reads names only (classes'
 qualified names, field names, Literal values), never `hash()` or `id()`, so every process computes the same.

@@ -117,7 +117,7 @@ def log_subject(run_id: str, learner: str = "*") -> str:
 
 
 def artifact_subject(run_id: str) -> str:
-    """Where a head's supervisor answers requests for the run's artifact files (infra/artifact_files.py)."""
+    """Where a head's supervisor answers requests for the run's artifact files (infra/head/artifact_files.py)."""
     return f"{ARTIFACT_PREFIX}.{run_id}"
 
 

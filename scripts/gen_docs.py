@@ -23,7 +23,7 @@ TREE_BEGIN, TREE_END = "<!-- tree:begin -->", "<!-- tree:end -->"
 OTHER = {"Makefile": "setup, test, demo, bench, docs targets",
          "pyproject.toml": "the one `yeto` distribution, extras, pytest config",
          ".ci/run": "CI: set up from nothing, then `make test`", ".gitignore": "ignored build and state files",
-         "README.md": "this page", "yeto/cli/dashboard.html": "the `yeto dashboard` page: HTML, inline JS and SVG"}
+         "README.md": "this page", "yeto/cli/dashboard/dashboard.html": "the `yeto dashboard` page: HTML, inline JS and SVG"}
 SKIP_PARTS = {"fixtures"}
 # Folders of data shown as one line: their files are outputs, named by the docs that quote them.
 COLLAPSED = {"benchmarks/results": "raw outputs of the runs docs/BENCHMARK_RESULTS.md quotes, a folder per benchmark; "

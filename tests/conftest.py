@@ -13,7 +13,7 @@ from hypothesis import configuration as hypothesis_configuration
 from hypothesis import settings as hypothesis_settings
 
 from yeto.infra.bus import Bus, connect
-from yeto.infra.natsserver import NatsServer, ensure_streams
+from yeto.infra.nats.server import NatsServer, ensure_streams
 
 # Nothing of hypothesis's in the repository root: no example database, its caches in a temporary folder.
 hypothesis_configuration.set_hypothesis_home_dir(tempfile.mkdtemp(prefix="yeto-hypothesis-"))

@@ -126,7 +126,7 @@ BAD_IMPORTS = {
     "yeto/cli/chaos.py": ("from yeto.services.launcher.backends.local import LocalBackend", "cli may not"),
     "yeto/cli/merge.py": ("from yeto.learners.torch.model import load_model", "cli may not"),
     "schemas/events.py": ("from yeto.infra.bus import Bus", "schemas may not"),
-    "infra/runner.py": ("from yeto.services.syncer import core", "infra may not"),
+    "infra/runner/__init__.py": ("from yeto.services.syncer import core", "infra may not"),
 }
 GOOD_IMPORTS = {
     "yeto/cli/shape.py": "from yeto.services.planner.api import shape_fleet\nfrom yeto.learners.data import FORMATS",

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from types import TracebackType
 
-from yeto.infra.bus_auth import CREDS_ENV, load_identity
+from yeto.infra.bus.auth import CREDS_ENV, load_identity
 from yeto.learners.transport.logs import BusLogHandler
 
 

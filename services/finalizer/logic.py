@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from yeto.infra.service_spec import Publish, Retry
+from yeto.infra.runner.spec import Publish, Retry
 from yeto.schemas.base import Message, derive_id
 from yeto.schemas.commands import StopRun
 from yeto.schemas.final import BuildArtifact, FinalCutRequested, MarkFinal, RunFailed, RunFinalized, RunStopped

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from yeto.infra.service_spec import Publish
+from yeto.infra.runner.spec import Publish
 from yeto.schemas.base import derive_id
 from yeto.schemas.fleet import IslandExited, IslandReplaced, IslandUp
 from yeto.schemas.island_view import Island

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from yeto.infra import heads
 from yeto.infra.bus import connect
+from yeto.infra.head import records as heads
 from yeto.services.launcher.backends.sky_api import sky_api
 from yeto.services.launcher.backends.sky_tasks import NATS_PORT, head_task
 
@@ -26,7 +26,7 @@ class HeadError(ConnectionError):
 def launch_head(state_dir: Path, run_id: str, *, memory_gb: int, cloud: str | None = None, region: str | None = None,
                 linger_s: int = 3600, wait_s: float = 900.0, say: Callable[[str], None] = print, output: str = "",
                 syncers: int = 1) -> str:
-    """Rent the head (its bundle prepared: infra/heads.py), wait until it answers; its URL. This process must hold
+    """Rent the head (its bundle prepared: infra/head/records.py), wait until it answers; its URL. This process must hold
     the head's operator env (heads.head_env) for the wait. On any failure the head is taken down again."""
     rec = heads.head_record(state_dir, run_id)
     assert rec is not None, "prepare the head's bundle and record first"

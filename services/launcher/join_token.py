@@ -1,7 +1,7 @@
 """Join tokens of external learners (`yeto launch --external-learners N`, `yeto join RUN --token T`).
 
 A token is everything a learner on any machine needs to take one island slot of a run: the bus URL, the slot's
-own learner credential (scoped as a cloud island's, infra/bus_perms.py), the run, the slot and its generation, and
+own learner credential (scoped as a cloud island's, infra/bus/perms.py), the run, the slot and its generation, and
 the learner recipe. It is opaque to the user (`yeto-join-` + base64url JSON) and a secret: the launcher writes the
 current generation's token to one 0600 file per slot, `yeto launch` and `yeto join-token` print it, nothing puts it
 on the tape or in a log. A re-opened slot (a new generation) has a new token; the credential stays the slot's.

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from yeto.infra.service_spec import Publish, Reject
+from yeto.infra.runner.spec import Publish, Reject
 from yeto.schemas.base import Event, Message, derive_id
 from yeto.schemas.capacity import Capacity, over_capacity
 from yeto.schemas.commands import LaunchRun

@@ -1,5 +1,5 @@
 """Process entry point of the planner service: `python -m yeto.services.planner --nats-url URL`."""
-from yeto.infra.service_main import main
+from yeto.infra.runner.main import main
 from yeto.services.planner.wiring import build
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Process entry point of the syncer service: `python -m yeto.services.syncer --nats-url URL [--shard K/N]`."""
-from yeto.infra.service_main import main
+from yeto.infra.runner.main import main
 from yeto.services.syncer.wiring import build, flags
 
 if __name__ == "__main__":

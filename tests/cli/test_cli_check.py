@@ -12,8 +12,10 @@ import pytest
 
 from yeto.cli.check_probes import MISSING, NO, OK, output_item
 from yeto.cli.main import main
-from yeto.infra import bus_auth, heads, stack
-from yeto.infra.natsserver import NatsServer, TlsConfig, free_port
+from yeto.infra import stack
+from yeto.infra.bus import auth as bus_auth
+from yeto.infra.head import records as heads
+from yeto.infra.nats.server import NatsServer, TlsConfig, free_port
 from yeto.services.launcher.backends.sky_api import SKY_API_ENV
 
 pytestmark = pytest.mark.timeout(120)

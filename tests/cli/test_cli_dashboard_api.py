@@ -15,9 +15,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tape"))
 from tape_events import at, scripted_run
-from yeto.cli.dashboard_server import serve
+from yeto.cli.dashboard.server import serve
 from yeto.infra.stack import StackPaths
-from yeto.infra.tape_store import TapeStore
+from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import to_bytes
 from yeto.schemas.training import LearnerProgress
 

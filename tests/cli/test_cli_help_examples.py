@@ -14,7 +14,7 @@ from tape_events import scripted_run
 from yeto.cli.main import build_parser, main
 from yeto.infra.run_paths import run_path
 from yeto.infra.stack import StackPaths
-from yeto.infra.tape_store import TapeStore
+from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import to_bytes
 
 NOT_RUN = {   # the example's start -> why it is not run here (each is run by the test named)

@@ -16,11 +16,11 @@ import pytest
 
 from waiting import wait_for
 from yeto.cli.main import main
-from yeto.infra import bus_auth
+from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus import connect
-from yeto.infra.natsserver import NatsServer, ensure_streams, free_port
+from yeto.infra.nats.server import NatsServer, ensure_streams, free_port
 from yeto.infra.stack import StackPaths
-from yeto.infra.tape_store import TapeStore
+from yeto.infra.tape.store import TapeStore
 from yeto.learners.transport.logs import BusLogHandler
 from yeto.schemas.base import to_bytes
 from yeto.schemas.fleet import IslandUp

@@ -16,9 +16,9 @@ from yeto.cli.common import publish
 from yeto.cli.main import main
 from yeto.cli.runs import COLUMNS
 from yeto.infra.bus import connect
-from yeto.infra.bus_types import subject_of
+from yeto.infra.bus.types import subject_of
 from yeto.infra.stack import StackPaths
-from yeto.infra.tape_store import TapeStore
+from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import parse, to_bytes
 from yeto.schemas.commands import StopRun
 

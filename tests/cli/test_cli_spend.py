@@ -11,9 +11,9 @@ from functools import reduce
 import pytest
 
 from yeto.cli.main import main
-from yeto.infra import heads
+from yeto.infra.head import records as heads
 from yeto.infra.stack import StackPaths
-from yeto.infra.tape_store import TapeStore
+from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import to_bytes
 from yeto.schemas.final import RunFinalized
 from yeto.schemas.fleet import IslandPreempted, IslandUp, RunLaunched

@@ -21,7 +21,7 @@ from yeto.cli.main import main
 from yeto.cli.progress_view import LiveView
 from yeto.cli.trackers import Reporter
 from yeto.infra.stack import StackPaths
-from yeto.infra.tape_store import TapeStore
+from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import to_bytes
 
 RUN = "r-track"

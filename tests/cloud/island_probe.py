@@ -23,7 +23,7 @@ def env_path(name: str) -> str:
 async def attacks(run: str, other: str) -> dict:
     ident = json.loads(Path(env_path("YETO_NATS_CREDS")).read_text())
     tls = ssl.create_default_context(cafile=env_path("YETO_NATS_CA"))
-    tls.check_hostname = False          # the pinned certificate is the identity (as infra/bus_nats.py does)
+    tls.check_hostname = False          # the pinned certificate is the identity (as infra/bus/nats_bus.py does)
     errors: list[str] = []
     got = asyncio.Event()
 

@@ -12,8 +12,8 @@ import pytest
 
 from test_cloud_copyback import TRAIN, YETO, Head, _env, laptop_record, learner_tiny
 from waiting import wait_for
-from yeto.infra import heads
 from yeto.infra.bus import connect
+from yeto.infra.head import records as heads
 from yeto.schemas.events import MessageRejected
 from yeto.schemas.final import RunStopped
 

@@ -17,11 +17,12 @@ import pytest
 
 from waiting import wait_for
 from yeto.cli.head_watch import verdict
-from yeto.infra import heads, stack
-from yeto.infra.artifact_files import sha256_of
+from yeto.infra import stack
 from yeto.infra.bus import connect
-from yeto.infra.copyback import copy_back
-from yeto.infra.tape_sql import query_file
+from yeto.infra.head import records as heads
+from yeto.infra.head.artifact_files import sha256_of
+from yeto.infra.head.copyback import copy_back
+from yeto.infra.tape.sql import query_file
 from yeto.schemas.events import MessageRejected
 from yeto.schemas.final import RunStopped
 from yeto.schemas.subjects import event_subject
@@ -77,7 +78,7 @@ class Head:
 
 
 def laptop_record(laptop: Path, head: Head, run_id: str) -> None:
-    """What `yeto launch` keeps on the laptop about a head (infra/heads.py), pointing at this head's files."""
+    """What `yeto launch` keeps on the laptop about a head (infra/head/records.py), pointing at this head's files."""
     heads.write_head(laptop, {"run_id": run_id, "cluster": f"yeto-head-{run_id}", "url": head.rec["url"], "state": "up",
                               "price_per_hour": 0.0, "launched_at": time.time(), **dict(zip(
                                   ("creds_file", "ca_file"), (head.env["YETO_NATS_CREDS"], head.env["YETO_NATS_CA"])))})
@@ -220,7 +221,7 @@ def _artifact(state: Path, run_id: str, files: dict[str, bytes]) -> str:
 
 @pytest.mark.timeout(60)
 async def test_the_head_serves_only_the_manifests_files_and_the_pull_checks_every_one(bus, tmp_path, run_id):
-    from yeto.infra import artifact_files
+    from yeto.infra.head import artifact_files
     from yeto.schemas.subjects import CHUNK_BYTES, artifact_subject
 
     head, dest = tmp_path / "head", tmp_path / "laptop" / "artifact"
@@ -251,7 +252,7 @@ async def test_the_head_serves_only_the_manifests_files_and_the_pull_checks_ever
 
 @pytest.mark.timeout(60)
 async def test_the_tape_copy_holds_the_runs_events_with_the_streams_sequences_and_resumes(bus, tmp_path, run_id):
-    from yeto.infra.tape_copy import copy_tape
+    from yeto.infra.tape.copy import copy_tape
 
     def rejected(i: int) -> MessageRejected:
         return MessageRejected(id=f"{run_id}-{i}", run_id=run_id, subject="yeto.frag.x", reason=f"event {i}")
@@ -269,7 +270,7 @@ async def test_the_tape_copy_holds_the_runs_events_with_the_streams_sequences_an
 
 
 def test_only_the_operator_may_ask_for_or_serve_a_heads_artifact_files():
-    from yeto.infra.bus_perms import learner_permissions, operator_permissions, service_permissions
+    from yeto.infra.bus.perms import learner_permissions, operator_permissions, service_permissions
     from yeto.schemas.subjects import artifact_subject, subject_matches
 
     def may(perms: dict, action: str) -> bool:

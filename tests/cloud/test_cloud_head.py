@@ -20,8 +20,9 @@ import pytest
 
 from waiting import until, wait_for
 from yeto.cli.main import main
-from yeto.infra import heads, stack
+from yeto.infra import stack
 from yeto.infra.bus import connect
+from yeto.infra.head import records as heads
 from yeto.schemas.head_size import HeadTooSmall, choose_head, trainable_of
 from yeto.schemas.subjects import event_subject
 from yeto.services.launcher import head as head_module
@@ -275,7 +276,7 @@ def test_a_head_that_never_answers_is_taken_down_after_the_deadline(tmp_path, mo
 
 
 def test_a_cloud_run_copied_back_answers_status_and_sql_from_its_copy_with_no_head_up(tmp_path, monkeypatch, capsys):
-    from yeto.infra.tape_store import TapeStore
+    from yeto.infra.tape.store import TapeStore
     from yeto.schemas.fleet import RunLaunched
 
     _world(monkeypatch, tmp_path / "vms")

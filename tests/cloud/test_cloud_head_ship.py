@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from yeto.cli.launch_cloud import ship
-from yeto.infra import heads
-from yeto.infra.head_data import ship_data, ship_model, ship_parent
+from yeto.cli.launch.cloud import ship
+from yeto.infra.head import records as heads
+from yeto.infra.head.data import ship_data, ship_model, ship_parent
 from yeto.infra.source_pins import pin_model, pinned_source
 from yeto.schemas.commands import LaunchRun
 from yeto.services.launcher.backends.base import IslandLaunch
@@ -165,7 +165,7 @@ def test_the_heads_setup_installs_the_store_package_its_output_needs(tmp_path, o
 
 
 def test_a_cloud_parents_base_is_compared_by_the_name_the_user_gave_not_the_heads_copy():
-    from yeto.cli.launch_lineage import parent_key
+    from yeto.cli.launch.lineage import parent_key
 
     key = {"base_model": "~/.yeto/head/model/tiny", "base_files": "d" * 64}
     manifest = {"resume": {"key": key}, "provenance": {"base": {"id": "/home/u/models/tiny", "files": {}}}}

@@ -14,8 +14,10 @@ import sky
 import rehearsal
 import rehearsal_world
 from waiting import wait_for
-from yeto.infra import bus_auth, heads, procs
+from yeto.infra import procs
+from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus import connect
+from yeto.infra.head import records as heads
 from yeto.services.launcher.backends.sky_tasks import CA_MOUNT, CREDS_MOUNT, head_task
 
 RUN, OTHER = "r-perm", "r-perm-other"

@@ -18,7 +18,7 @@ from datetime import datetime
 import pytest
 
 from e2e_stack import TRAIN_FLAGS, Stack
-from yeto.infra.natsserver import NatsServer
+from yeto.infra.nats.server import NatsServer
 from yeto.services.launcher.api import LocalBackend
 
 pytestmark = [pytest.mark.slow]
@@ -128,7 +128,7 @@ def test_a_frozen_learner_is_silent_within_seconds_and_neither_rounds_nor_the_fi
 @pytest.mark.timeout(60)
 def test_the_server_drops_a_peer_gone_silent_within_seconds(tmp_path):
     """A client that stops answering (a dead or black-holed peer) is closed by nats-server's own pings: 2 s apart,
-    at most 3 unanswered (infra/natsserver.py), so within 5 ping intervals of its last byte."""
+    at most 3 unanswered (infra/nats/server.py), so within 5 ping intervals of its last byte."""
     with NatsServer(tmp_path) as server:
         host, port = server.url.rsplit("//", 1)[1].rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=30) as sock:

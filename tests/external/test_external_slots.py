@@ -12,8 +12,8 @@ from functools import reduce
 import pytest
 
 from yeto.cli.join import learner_argv
-from yeto.infra import bus_auth
-from yeto.infra.bus_perms import learner_permissions
+from yeto.infra.bus import auth as bus_auth
+from yeto.infra.bus.perms import learner_permissions
 from yeto.infra.runner import Publish
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import IslandExited, IslandPreempted, IslandReplaced, IslandRequested, IslandUp, StartIsland, StopIsland

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from yeto.infra.bus import NoResponders, connect
-from yeto.infra.bus_memory import MemoryBus
+from yeto.infra.bus.memory import MemoryBus
 from yeto.schemas.subjects import (
     CMD_STREAM,
     GKEY_STREAM,

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from yeto.infra import natscluster, stack
-from yeto.infra.natsserver import TlsConfig, render_config
-from yeto.infra.stack_components import component_commands
+from yeto.infra import stack
+from yeto.infra.nats import cluster as natscluster
+from yeto.infra.nats.server import TlsConfig, render_config
+from yeto.infra.stack.components import component_commands
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "learner"))
@@ -48,7 +49,7 @@ def test_cluster_nodes_route_to_each_other_on_loopback_with_their_own_store_and_
 
 
 def test_streams_get_one_copy_per_node_up_to_five_and_a_two_node_cluster_is_refused(tmp_path):
-    from yeto.infra.natsserver import stream_config
+    from yeto.infra.nats.server import stream_config
     from yeto.schemas.subjects import STREAMS
 
     assert [natscluster.replicas(n) for n in (1, 3, 5, 7)] == [1, 3, 5, 5]
@@ -92,7 +93,7 @@ def test_a_run_on_a_three_node_cluster_outlives_a_node_and_an_instance_of_each_s
 
     # Every connection of this process retries the killed node from its server list and logs each refusal: kept
     # out of a failure's report, which must show the run's story.
-    caplog.set_level(logging.ERROR, logger="yeto.infra.bus_nats")
+    caplog.set_level(logging.ERROR, logger="yeto.infra.bus.nats_bus")
 
     c = ClusterRun(tmp_path / "home", material)
     try:
@@ -158,8 +159,8 @@ def test_a_dead_node_rejoins_at_its_address_and_catches_up_and_down_then_up_brin
 def test_two_services_publishing_one_derived_id_at_once_on_a_cluster_store_it_once_and_both_go_on(tmp_path, monkeypatch):
     """Without a retry a cluster refuses one of them ("duplicate message id is in process": the first is still a Raft
     proposal), which ended the service that published second."""
-    from yeto.infra import bus_auth
-    from yeto.infra.bus_nats import NatsBus
+    from yeto.infra.bus import auth as bus_auth
+    from yeto.infra.bus.nats_bus import NatsBus
 
     (tmp_path / "logs").mkdir()
     users = bus_auth.prepare(tmp_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from yeto.infra.bus import connect
-from yeto.infra.natsserver import NatsServer, ensure_streams, render_config
+from yeto.infra.nats.server import NatsServer, ensure_streams, render_config
 from yeto.schemas.subjects import MAX_PAYLOAD, STREAMS
 
 

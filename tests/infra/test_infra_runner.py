@@ -12,9 +12,9 @@ import pytest
 
 from waiting import until
 from yeto.infra.bus import Bus, connect
-from yeto.infra.bus_memory import MemoryBus
+from yeto.infra.bus.memory import MemoryBus
 from yeto.infra.runner import Publish, ServiceSpec, StateCodec, run_service
-from yeto.infra.runner_snapshot import CODEC_VERSION, POSITION
+from yeto.infra.runner.snapshot import CODEC_VERSION, POSITION
 from yeto.schemas.base import SYSTEM_RUN, Command, Event, registry
 from yeto.schemas.subjects import command_subject, event_subject, run_events, snapshot_subject
 

@@ -3,7 +3,7 @@ from argparse import Namespace
 
 import pytest
 
-from yeto.cli.launch_limits import ask_for_limit
+from yeto.cli.launch.limits import ask_for_limit
 
 CLOUD = [{"cloud": "aws", "gpu": "A100", "count": 8}]
 LOCAL = [{"cloud": "local", "gpu": "cpu", "count": 1}]

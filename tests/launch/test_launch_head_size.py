@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from yeto.cli.launch_cloud import size_head
-from yeto.cli.launch_plan import local_stack_url, refuse_syncers_elsewhere
+from yeto.cli.launch.cloud import size_head
+from yeto.cli.launch.plan import local_stack_url, refuse_syncers_elsewhere
 from yeto.infra import stack
 from yeto.schemas.head_size import HeadTooSmall
 

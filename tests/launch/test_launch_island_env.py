@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 
-from yeto.infra import bus_auth
-from yeto.infra.bus_nats import NatsBus
+from yeto.infra.bus import auth as bus_auth
+from yeto.infra.bus.nats_bus import NatsBus
 from yeto.learners.shell import load_env_file
 from yeto.learners.torch.__main__ import main
 from yeto.services.launcher.backends.sky_tasks import CA_MOUNT, CREDS_MOUNT, ENV_MOUNT
@@ -35,8 +35,8 @@ def mounted(home, target: str):
 
 
 def test_a_learner_reaches_the_head_with_the_mounted_credential_and_ca_named_by_tilde_paths(tmp_path, home, monkeypatch):
-    from yeto.infra.natsserver import NatsServer, TlsConfig
-    from yeto.infra.tls import self_signed
+    from yeto.infra.nats.server import NatsServer, TlsConfig
+    from yeto.infra.nats.tls import self_signed
 
     head = tmp_path / "head"
     users = bus_auth.prepare(head, (("r1", "island-0"),))

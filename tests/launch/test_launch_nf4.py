@@ -10,8 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
 from learner_tiny import write_chat_jsonl, write_model_dir
-from yeto.cli import launch_checks as checks
-from yeto.cli.launch import build_launch
+from yeto.cli.launch import build_launch, checks
 from yeto.cli.main import build_parser, main
 from yeto.schemas.gpuspec import parse_gpu
 

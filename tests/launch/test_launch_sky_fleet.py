@@ -10,7 +10,7 @@ from functools import reduce
 import pytest
 
 from sky_double import CountingSky, FakeClock
-from yeto.infra.service_spec import Publish
+from yeto.infra.runner.spec import Publish
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.final import RunStopped
 from yeto.schemas.fleet import IslandExited, StartIsland, StopIsland

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from sky_double import CountingSky, FakeClock
-from yeto.infra import bus_auth
+from yeto.infra.bus import auth as bus_auth
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef
 from yeto.services.launcher.backends.sky_tasks import (
     CA_MOUNT,
@@ -100,7 +100,7 @@ def test_managed_job_statuses_map_to_island_health(status, running, code):
 def head_state(tmp_path, hf_token: str | None = None):
     """A head's state dir as the laptop's bundle makes it: credentials, its certificate in the stack record (its
     nats-server not running here: nothing to reload) and the secret environment."""
-    from yeto.infra.tls import self_signed
+    from yeto.infra.nats.tls import self_signed
 
     state = tmp_path / "head"
     bus_auth.prepare(state)

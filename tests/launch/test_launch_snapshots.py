@@ -14,7 +14,7 @@ import pytest
 from run_history import CUT_AT, rich_run
 from yeto.infra.bus import connect
 from yeto.infra.runner import ServiceSpec, run_service
-from yeto.infra.runner_snapshot import CODEC_VERSION, POSITION
+from yeto.infra.runner.snapshot import CODEC_VERSION, POSITION
 from yeto.schemas.run_view import RunView
 from yeto.schemas.shape import shape_version
 from yeto.schemas.subjects import snapshot_subject

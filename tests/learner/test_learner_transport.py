@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from yeto.infra.bus_memory import MemoryBus
+from yeto.infra.bus.memory import MemoryBus
 from yeto.learners.transport.final import FinalWatch
 from yeto.learners.transport.keyframes import KeyframeIndex, fetch
 from yeto.learners.transport.outbox import Outbox

@@ -5,7 +5,7 @@ from __future__ import annotations
 from argparse import Namespace
 
 from yeto.cli.lineage import LINEAGE_SQL, cmd_lineage, tree
-from yeto.infra.tape_store import TapeStore
+from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import to_bytes
 from yeto.schemas.lineage import RunBranched, RunResumed
 

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
 from learner_tiny import write_chat_jsonl, write_model_dir
 from waiting import wait_for
-from yeto.cli import launch_checks as checks
+from yeto.cli.launch import checks
 from yeto.services.launcher.backends.base import IslandLaunch
 from yeto.services.launcher.backends.local import LocalBackend
 

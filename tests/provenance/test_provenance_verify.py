@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
 from learner_tiny import write_model_dir
-from yeto.cli import launch_checks as checks
+from yeto.cli.launch import checks
 from yeto.cli.main import main
 from yeto.infra import signing
 from yeto.learners.lm_recipe import TrainRecipe

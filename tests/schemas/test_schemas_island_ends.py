@@ -10,7 +10,7 @@ from functools import reduce
 
 import pytest
 
-from yeto.cli.dashboard_model import Board, absorb
+from yeto.cli.dashboard.model import Board, absorb
 from yeto.schemas import fleet
 from yeto.schemas.fleet import ISLAND_ENDS, IslandEvent, RunLaunched
 from yeto.schemas.spend import Meter

@@ -10,9 +10,9 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from yeto.infra import bus_auth
+from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus import connect
-from yeto.infra.natsserver import NatsServer, ensure_streams
+from yeto.infra.nats.server import NatsServer, ensure_streams
 from yeto.schemas.subjects import (
     LEARNER_EVENTS,
     TAPE_SQL,

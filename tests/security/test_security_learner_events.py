@@ -10,7 +10,7 @@ import pytest
 
 from waiting import until
 from yeto.infra.bus import connect, subject_of
-from yeto.infra.bus_memory import MemoryBus
+from yeto.infra.bus.memory import MemoryBus
 from yeto.infra.globals_reader import read_layout
 from yeto.infra.runner import run_service
 from yeto.schemas.base import SYSTEM_RUN, parse, to_bytes

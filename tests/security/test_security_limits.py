@@ -14,10 +14,10 @@ import pytest
 
 from yeto.cli.main import main
 from yeto.infra.bus import connect
-from yeto.infra.natsserver import ensure_streams, free_port
+from yeto.infra.nats.server import ensure_streams, free_port
 from yeto.infra.stack import StackPaths
-from yeto.infra.tape_sql import ask
-from yeto.infra.tape_store import TapeStore
+from yeto.infra.tape.sql import ask
+from yeto.infra.tape.store import TapeStore
 from yeto.learners.data import DataSpec, check_data
 from yeto.learners.data.jsonl import MAX_LINE_BYTES, JsonlFile
 from yeto.schemas.subjects import MAX_PAYLOAD, STREAMS, StreamSpec

@@ -13,7 +13,8 @@ import pytest
 
 from waiting import wait_for
 from yeto.cli.main import main
-from yeto.infra import bus_auth, stack
+from yeto.infra import stack
+from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus import connect
 
 pytestmark = pytest.mark.slow
@@ -97,8 +98,8 @@ def test_a_cloud_islands_credential_ships_as_a_file_never_in_its_envs(tmp_path):
 
 
 def test_tls_checks_the_servers_name_unless_a_certificate_is_pinned(tmp_path, monkeypatch):
-    from yeto.infra.natsserver import NatsServer, TlsConfig
-    from yeto.infra.tls import self_signed
+    from yeto.infra.nats.server import NatsServer, TlsConfig
+    from yeto.infra.nats.tls import self_signed
 
     cert, key = self_signed(tmp_path / "tls", ["localhost"])
     assert _mode(key) == 0o600

@@ -51,7 +51,7 @@ SCRIPTED_SPEND = 4.5
 def write_tape(state: Path, events: list) -> Path:
     """A state directory whose tape holds `events` (stream sequences 1..n), with no stack running."""
     from yeto.infra.stack import StackPaths
-    from yeto.infra.tape_store import TapeStore
+    from yeto.infra.tape.store import TapeStore
     from yeto.schemas.base import to_bytes
 
     store = TapeStore(StackPaths(state).db)

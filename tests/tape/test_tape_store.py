@@ -5,8 +5,8 @@ import duckdb
 import pytest
 
 from tape_events import SCRIPTED_SPEND, scripted_run
-from yeto.infra.tape_sql import ReadOnlyError, check_read_only, query_file, run_query
-from yeto.infra.tape_store import TapeStore, open_read_only
+from yeto.infra.tape.sql import ReadOnlyError, check_read_only, query_file, run_query
+from yeto.infra.tape.store import TapeStore, open_read_only
 from yeto.schemas.base import to_bytes
 
 

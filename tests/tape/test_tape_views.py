@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tape_events import scripted_run
-from yeto.infra.tape_store import TapeStore
+from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import to_bytes
 from yeto.schemas.final import FinalCutRequested, RunFailed, RunFinalized, RunStopped
 from yeto.schemas.fleet import (

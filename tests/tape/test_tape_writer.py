@@ -15,7 +15,7 @@ from waiting import wait_for
 from yeto.cli.main import main
 from yeto.cli.tape import load_run
 from yeto.infra.bus import Bus, connect
-from yeto.infra.tape_sql import ask, query_file
+from yeto.infra.tape.sql import ask, query_file
 from yeto.schemas.run_view import fold
 from yeto.schemas.subjects import event_subject
 
@@ -151,7 +151,7 @@ def test_a_bus_too_slow_to_connect_is_asked_again_when_the_tape_file_shows_its_w
 
     from yeto.cli import tape_query as tq
     from yeto.infra import stack
-    from yeto.infra.tape_store import TapeHeldError
+    from yeto.infra.tape.store import TapeHeldError
 
     state = tmp_path / "state"
     stack.up(state)
@@ -176,7 +176,7 @@ def test_a_bus_too_slow_to_connect_is_asked_again_when_the_tape_file_shows_its_w
         reply = tq.tape_query(args, "SELECT 41 + 1")
         assert reply["rows"] == [[42]] and timeouts == [2.0, tq.PATIENT_CONNECT_S]
         with pytest.raises(TapeHeldError, match="held by a running tape writer"):   # what the first try's fallback met
-            from yeto.infra.tape_sql import query_file
+            from yeto.infra.tape.sql import query_file
             query_file(stack.StackPaths(state).db, "SELECT 1")
     finally:
         stack.down(state)

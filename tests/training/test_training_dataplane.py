@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from yeto.infra.bus_memory import MemoryBus
+from yeto.infra.bus.memory import MemoryBus
 from yeto.schemas import codecs, parse
 from yeto.schemas.final import FinalCutDone, FinalCutRequested
 from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks

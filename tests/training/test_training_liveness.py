@@ -178,7 +178,7 @@ def test_a_gone_learners_last_push_waits_for_a_live_push_and_merges_with_it_not_
 
 @pytest.mark.timeout(30)
 async def test_the_data_plane_acts_on_the_launchers_word_without_waiting_for_another_push(tmp_path):
-    from yeto.infra.bus_memory import MemoryBus
+    from yeto.infra.bus.memory import MemoryBus
     from yeto.schemas.base import parse
     from yeto.schemas.subjects import event_subject, fragment_subject
     from yeto.services.syncer.dataplane import DataPlane

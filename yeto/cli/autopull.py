@@ -1,4 +1,4 @@
-"""The copy-back of an ended cloud run without asking (`yeto pull`'s work, infra/copyback.py): at the end of `yeto
+"""The copy-back of an ended cloud run without asking (`yeto pull`'s work, infra/head/copyback.py): at the end of `yeto
 launch --wait` and on `yeto status RUN`, so the run is on the laptop, and its head may go, as soon as someone looks.
 A run that goes on is "not yet", never an error; a head that fails mid-copy leaves `yeto pull RUN` to finish it."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from yeto.infra import heads
+from yeto.infra.head import records as heads
 
 
 def pull_if_ended(state_dir: Path, run_id: str) -> str | None:
@@ -16,7 +16,7 @@ def pull_if_ended(state_dir: Path, run_id: str) -> str | None:
     rec = heads.head_record(state_dir, run_id)
     if rec is None or rec["state"] not in ("launching", "up") or not rec["url"]:
         return None
-    from yeto.infra.copyback import copy_back  # DuckDB and Arrow: imported by a copy, not by every command
+    from yeto.infra.head.copyback import copy_back  # DuckDB and Arrow: imported by a copy, not by every command
     os.environ.update(heads.head_env(rec))          # this process talks to the head as its operator
     try:
         copied = asyncio.run(copy_back(state_dir, run_id, rec["url"]))

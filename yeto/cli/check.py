@@ -10,8 +10,8 @@ import os
 
 from yeto.cli.check_probes import MISSING, NO, OK, Item, answers, clouds, output_item, version_of
 from yeto.cli.common import conf
-from yeto.infra import heads
-from yeto.infra.natsserver import server_binary
+from yeto.infra.head import records as heads
+from yeto.infra.nats.server import server_binary
 from yeto.infra.stack import StackPaths, operator_env, read_record, stack_url
 from yeto.schemas.gpuspec import parse_gpu
 from yeto.services.launcher.api import sky_api

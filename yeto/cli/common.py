@@ -5,8 +5,9 @@ import argparse
 import os
 from pathlib import Path
 
-from yeto.infra import heads, settings
+from yeto.infra import settings
 from yeto.infra.bus import connect
+from yeto.infra.head import records as heads
 from yeto.infra.stack import StackPaths, stack_url
 from yeto.schemas.base import check_run_id
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from yeto.cli.launch_recipe import SEQ_LEN
+from yeto.cli.launch.recipe import SEQ_LEN
 from yeto.learners.data import FORMATS
 
 

@@ -10,8 +10,9 @@ import signal
 import time
 from pathlib import Path
 
-from yeto.infra import artifact_files, stack
+from yeto.infra import stack
 from yeto.infra.bus import Delivery, connect
+from yeto.infra.head import artifact_files
 from yeto.schemas import parse
 from yeto.schemas.final import ENDING_EVENTS, end_of_run
 from yeto.schemas.subjects import event_subject

@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 from yeto.cli.common import run_id_arg, state_dir
-from yeto.infra import bus_auth
+from yeto.infra.bus import auth as bus_auth
 from yeto.schemas.learner_contract import BACKENDS, LearnerArgs
 from yeto.services.launcher.api import EXTERNAL, JoinToken, external_entry, read_token
 
 TOKEN_ENV = "YETO_JOIN_TOKEN"
-CA_ENV = "YETO_NATS_CA"       # infra/bus_nats.py pins the server's certificate to it over tls://
+CA_ENV = "YETO_NATS_CA"       # infra/bus/nats_bus.py pins the server's certificate to it over tls://
 
 
 def register(sub) -> None:

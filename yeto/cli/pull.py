@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 
 from yeto.cli.common import conf, run_id_arg, url_for_run
-from yeto.infra import heads
+from yeto.infra.head import records as heads
 from yeto.infra.run_paths import run_path
 
 
@@ -31,7 +31,7 @@ def cmd_pull(args) -> int:
         if rec["state"] == "down" or not rec["url"]:
             raise ValueError(f"run {run}'s head is {'down' if rec['state'] == 'down' else 'not up yet'}: there is "
                              f"nothing to copy from")
-    from yeto.infra.copyback import copy_back  # DuckDB and Arrow: for this command, not for every `yeto`
+    from yeto.infra.head.copyback import copy_back  # DuckDB and Arrow: for this command, not for every `yeto`
     url = url_for_run(args, run)
     assert url is not None, "a head that is up, or --nats-url"
     copied = asyncio.run(copy_back(c.state_dir, run, url))

@@ -5,7 +5,7 @@ import difflib
 
 from yeto.cli.common import conf, state_dir
 from yeto.cli.tape_query import tape_query
-from yeto.infra import heads
+from yeto.infra.head import records as heads
 
 
 def known_runs(args) -> list[str]:

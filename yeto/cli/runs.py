@@ -11,7 +11,7 @@ from yeto.cli.common import run_id_arg
 from yeto.cli.describe import describe
 from yeto.cli.sql import format_table, tape_query
 from yeto.cli.tape import load_run, run_filter
-from yeto.infra.heads import copied_tape, heads
+from yeto.infra.head.records import copied_tape, heads
 from yeto.infra.settings import load
 from yeto.schemas.run_view import spend_usd
 

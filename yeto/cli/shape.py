@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from yeto.cli.launch_recipe import SEQ_LEN
+from yeto.cli.launch.recipe import SEQ_LEN
 from yeto.cli.shape_render import render
 from yeto.infra.model_source import resolve_model
 

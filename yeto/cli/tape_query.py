@@ -16,8 +16,8 @@ PATIENT_CONNECT_S = 30.0   # the second try, when the tape file shows that a wri
 def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = None) -> dict[str, Any]:
     """{columns, rows, ...}: from the running stack's tape writer, else from the tape file read-only. With `run`,
     from where that run's tape is (its head VM, or the tape copied back from it: common.run_source)."""
-    from yeto.infra.tape_sql import NoTapeWriterError, query_file
-    from yeto.infra.tape_store import TapeHeldError
+    from yeto.infra.tape.sql import NoTapeWriterError, query_file
+    from yeto.infra.tape.store import TapeHeldError
     settings = load(state_dir=getattr(args, "state_dir", None), nats_url=getattr(args, "nats_url", None))
     if run:
         url, db, only = run_source(args, run)
@@ -41,7 +41,7 @@ def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = No
 
 
 async def _ask(url: str, sql: str, max_rows: int, connect_timeout: float = 2.0) -> dict[str, Any]:
-    from yeto.infra.tape_sql import ask
+    from yeto.infra.tape.sql import ask
     try:
         bus = await connect(url, name="yeto-cli", connect_timeout=connect_timeout)
     except Exception as e:  # noqa: BLE001 - any failure to connect means: read the file instead

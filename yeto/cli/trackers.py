@@ -25,7 +25,7 @@ HELP = """Examples:
 
 
 class TrackerRefused(argparse.ArgumentTypeError, ValueError):
-    """argparse prints its message as a usage error; a config file's loader (launch_config.py) catches ValueError."""
+    """argparse prints its message as a usage error; a config file's loader (launch/config.py) catches ValueError."""
 
 
 def _names(value: str) -> list[str]:

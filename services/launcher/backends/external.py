@@ -1,6 +1,6 @@
 """External islands: slots a learner on any machine joins with a token (`yeto join`); nothing is started here.
 
-Starting a generation issues the slot's learner credential (infra/bus_auth.py, the scope of a cloud island's) and
+Starting a generation issues the slot's learner credential (infra/bus/auth.py, the scope of a cloud island's) and
 writes the generation's join token (services/launcher/join_token.py) to a 0600 file; stopping it removes that
 file; the launcher publishes nothing yet (services/launcher/effects.py). Nothing here sees the remote process, so
 the island counts as running and its learner's events decide (services/launcher/external.py): its first progress
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from yeto.infra import bus_auth
+from yeto.infra.bus import auth as bus_auth
 from yeto.infra.stack import StackPaths, read_record
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus

@@ -8,7 +8,7 @@ Layout under `<state>/runs/<run>/` (found again by a restarted launcher and by `
 A group whose ranks are gone without exit files was killed (SIGKILL leaves no status behind).
 A group is signalled only while a recorded rank still runs in it with its recorded start time, so a stale
 record never reaches a process that reused the pid. Each island's learners connect with the island's own
-credential (infra/bus_auth.py), handed over as a path in $YETO_NATS_CREDS, never on their command line.
+credential (infra/bus/auth.py), handed over as a path in $YETO_NATS_CREDS, never on their command line.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from yeto.infra import bus_auth, procs
+from yeto.infra import procs
+from yeto.infra.bus import auth as bus_auth
 from yeto.infra.run_paths import run_path
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus, learner_args

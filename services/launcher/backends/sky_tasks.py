@@ -11,8 +11,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from yeto.infra.head_data import local_model
-from yeto.infra.heads import HEAD_STATE
+from yeto.infra.head.data import local_model
+from yeto.infra.head.records import HEAD_STATE
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.backends.base import IslandLaunch, learner_args
 

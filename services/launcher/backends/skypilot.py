@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from yeto.infra import bus_auth
+from yeto.infra.bus import auth as bus_auth
 from yeto.infra.run_paths import run_path
 from yeto.infra.stack import StackPaths, read_record
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus

@@ -1,0 +1,116 @@
+"""The stack's bus credentials on disk: 0600 identity files under <state>/auth, the users file nats-server
+includes, and a learner's credential issued on demand (then the server reloads). Permissions: bus/perms.py.
+
+An identity file is JSON {"user", "password"[, "inbox_prefix"]}; a process finds its own through
+$YETO_NATS_CREDS (infra/bus/nats_bus.py reads it), never through its command line.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import signal
+from pathlib import Path
+
+from yeto.infra import procs
+from yeto.infra.bus.perms import learner_inbox, learner_user, users_conf
+
+CREDS_ENV = "YETO_NATS_CREDS"
+
+
+def write_secret(path: Path, text: str) -> Path:
+    """Write a file only its owner can read, 0600 from its first byte (never written, then chmod'ed)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)       # an older file of another mode keeps its mode through O_TRUNC
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    return path
+
+
+def _identity(path: Path, user: str, **extra: str) -> dict:
+    if path.exists():
+        return json.loads(path.read_text())
+    ident = {"user": user, "password": secrets.token_urlsafe(32), **extra}
+    write_secret(path, json.dumps(ident))
+    return ident
+
+
+def auth_dir(state_dir: Path) -> Path:
+    return Path(state_dir) / "auth"
+
+
+def users_file(state_dir: Path) -> Path:
+    return auth_dir(state_dir) / "users.conf"
+
+
+def operator_file(state_dir: Path) -> Path:
+    return auth_dir(state_dir) / "operator.json"
+
+
+def service_file(state_dir: Path) -> Path:
+    return auth_dir(state_dir) / "service.json"
+
+
+def learner_file(state_dir: Path, run_id: str, learner: str) -> Path:
+    return auth_dir(state_dir) / "learners" / run_id / f"{learner}.json"
+
+
+def prepare(state_dir: Path, learners: tuple[tuple[str, str], ...] = ()) -> Path:
+    """The operator and service identities (made once), credentials for `learners` ((run id, learner) pairs),
+    and the users file rendered from them all; returns the users file."""
+    _identity(operator_file(state_dir), "operator")
+    _identity(service_file(state_dir), "service")
+    for run, learner in learners:
+        for folder in (auth_dir(state_dir) / "learners", learner_file(state_dir, run, learner).parent):
+            folder.mkdir(exist_ok=True, mode=0o700)
+        _identity(learner_file(state_dir, run, learner), learner_user(run, learner), inbox_prefix=learner_inbox(run, learner))
+    return _render(state_dir)
+
+
+def _render(state_dir: Path) -> Path:
+    learners = {(p.parent.name, p.stem): json.loads(p.read_text())
+                for p in (auth_dir(state_dir) / "learners").glob("*/*.json")}
+    return write_secret(users_file(state_dir), users_conf(operator=json.loads(operator_file(state_dir).read_text()),
+                                                            service=json.loads(service_file(state_dir).read_text()),
+                                                            learners=learners))
+
+
+def issue_learner(state_dir: Path, run_id: str, learner: str) -> Path | None:
+    """The learner's credential file, issued (and the running server reloaded) on first use; None when the
+    stack under state_dir runs without authentication (nothing to issue)."""
+    path = learner_file(state_dir, run_id, learner)
+    if not users_file(state_dir).exists():
+        return None
+    with open(auth_dir(state_dir) / ".lock", "a") as lock:    # launcher threads issue concurrently
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            prepare(state_dir, ((run_id, learner),))
+            reload_server(state_dir)
+    return path
+
+
+def reload_server(state_dir: Path) -> bool:
+    """SIGHUP the stack's nats-server, or every node of its cluster (each verified by its recorded start time): it
+    re-reads the users file."""
+    try:
+        rec = json.loads((Path(state_dir) / "stack.json").read_text())
+    except (OSError, ValueError):
+        return False
+    nodes = [n for n in rec["pids"] if n == "nats-server" or n.startswith("nats-server-")]
+    return any([procs.signal_if_ours(rec["pids"][n], rec.get("started_at", {}).get(n), signal.SIGHUP) for n in nodes])
+
+
+def load_identity(path: str | Path) -> dict:
+    """An identity file's contents, with an error that says what to fix (and never what is inside)."""
+    try:
+        ident = json.loads(Path(path).read_text())
+        if not isinstance(ident, dict) or not {"user", "password"} <= set(ident):
+            raise ValueError("needs user and password")
+        return ident
+    except (OSError, ValueError) as e:
+        raise ValueError(f"${CREDS_ENV}={path}: not a readable credential file ({type(e).__name__}); "
+                         f"point it at the stack's auth/<who>.json") from None

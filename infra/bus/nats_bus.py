@@ -1,0 +1,175 @@
+"""The bus over NATS JetStream: Yeto's publish rules, stored reads, request/reply; consumers in bus/nats_consumer.py."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+
+import nats
+from nats.errors import ConnectionClosedError, ConnectionReconnectingError, NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, ServiceUnavailableError
+
+from yeto.infra.bus.auth import CREDS_ENV, load_identity
+from yeto.infra.bus.nats_consumer import NatsConsumer, NatsSubscription, watch
+from yeto.infra.bus.types import Deliver, Delivery, NoResponders, subject_of
+from yeto.schemas.base import Message, to_bytes
+from yeto.schemas.subjects import stream_for
+
+log = logging.getLogger(__name__)
+# No stream answering is retried too: right after a restart JetStream may not have loaded its streams yet.
+RETRYABLE = (NatsTimeout, asyncio.TimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionClosedError,
+             ConnectionReconnectingError, NoStreamResponseError)
+# A cluster refuses a publish whose Nats-Msg-Id an identical message from another publisher holds in a Raft proposal
+# (two instances of a service publish one derived id at once): asked again, it answers with the duplicate's ack.
+DUPLICATE_IN_PROCESS = 10158
+
+
+def retryable(e: Exception) -> bool:
+    return isinstance(e, RETRYABLE) or (isinstance(e, APIError) and e.err_code == DUPLICATE_IN_PROCESS)
+
+
+# A client pings every 2 s, so the server sees a live one's traffic even while it only downloads and pings (and drops,
+# nats/server.py) only a silent one. Its own verdict takes 30 PINGs: a PONG queues behind a long download on a slow link,
+# and a false "stale" would drop and restart that download again and again. Rounds never wait on either (liveness.py).
+PING_INTERVAL_S, MAX_PINGS_OUT = 2, 30
+
+
+def redact(url: str) -> str:
+    """The URL without any user:password@ part (for messages and logs)."""
+    scheme, sep, rest = url.rpartition("://")
+    return f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}"
+
+
+async def _log_error(e: Exception) -> None:
+    log.warning("nats: %s", e)
+
+
+class NatsBus:
+    """A NATS connection and its JetStream context. `nc` and `js` are for infra's stream admin and the
+    tape writer's raw pulls only; everything else goes through the Bus protocol."""
+
+    def __init__(self, nc, name: str):
+        self.nc, self.js, self.name = nc, nc.jetstream(timeout=5.0), name
+
+    @classmethod
+    async def connect(cls, url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> NatsBus:
+        """Credentials come from the 0600 file $YETO_NATS_CREDS names (infra/bus/auth.py), never from the URL
+        or a command line; over tls:// the server's certificate is checked against $YETO_NATS_CA when pinned
+        (a head's self-signed one), else against the system's CAs with its hostname."""
+        tls = None
+        if url.startswith("tls://"):
+            ca = os.path.expanduser(os.environ.get("YETO_NATS_CA") or "") or None   # ~/...: a cloud island's mounts
+            tls = ssl.create_default_context(cafile=ca)
+            tls.check_hostname = ca is None   # a pinned certificate is the identity; else the name must match
+        creds = os.environ.get(CREDS_ENV)
+        ident = load_identity(os.path.expanduser(creds)) if creds else {}
+        auth = {k: ident[k] for k in ("user", "password", "inbox_prefix") if k in ident}
+        # nats-py retries the first connection forever (max_reconnect_attempts=-1, also what keeps a running
+        # service through a server restart), refused and unauthorized alike: the deadline is ours to keep.
+        nc, errors = nats.NATS(), list[Exception]()
+
+        async def on_error(e: Exception) -> None:
+            errors[:] = [e]       # the last one, for the message should the deadline pass
+            await _log_error(e)
+        try:
+            # A cluster's URL names every node, comma-separated: nats-py takes them as a list
+            await asyncio.wait_for(nc.connect(url.split(","), name=name, max_reconnect_attempts=-1,
+                                              reconnect_time_wait=0.25,  # type: ignore[arg-type] # seconds; a float works
+                                              ping_interval=PING_INTERVAL_S, max_outstanding_pings=MAX_PINGS_OUT,
+                                              connect_timeout=2, allow_reconnect=True, error_cb=on_error, tls=tls, **auth),
+                                   connect_timeout)
+        except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:
+            try:
+                await asyncio.wait_for(nc.close(), 1.0)
+            except Exception:  # noqa: BLE001 - it never connected: nothing more to release
+                pass
+            last = errors[-1] if errors else e
+            raise ConnectionError(f"cannot reach NATS at {redact(url)} within {connect_timeout:.0f}s ({last}): is the stack "
+                                  f"up? (`yeto stack up`)") from None
+        return cls(nc, name)
+
+    async def publish(self, msg: Message, *, retry_for: float = 60.0) -> int:
+        return await self.publish_raw(subject_of(msg), to_bytes(msg), msg_id=msg.id, retry_for=retry_for)
+
+    async def publish_raw(self, subject: str, payload: bytes, *, msg_id: str | None = None,
+                          headers: dict[str, str] | None = None, retry_for: float = 60.0) -> int:
+        hdrs = dict(headers or {})
+        if msg_id:
+            hdrs["Nats-Msg-Id"] = msg_id
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + retry_for, 0.05
+        while True:
+            try:
+                ack = await self.js.publish(subject, payload, headers=hdrs or None)
+                return ack.seq
+            except Exception as e:
+                if not retryable(e):
+                    raise
+                if loop.time() > deadline:
+                    raise ConnectionError(f"publish to {subject} failed for {retry_for:.0f}s: {e!r}") from e
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def consumer(self, subjects: Sequence[str], *, durable: str | None = None, after_seq: int = 0,
+                       ack: bool = True, ack_wait_s: float = 60.0, max_deliver: int = -1,
+                       max_ack_pending: int = 1000) -> NatsConsumer:
+        c = NatsConsumer(self.js, stream_for(subjects[0]).name, tuple(subjects), durable=durable, after_seq=after_seq,
+                         ack=ack, ack_wait_s=ack_wait_s, max_deliver=max_deliver, max_ack_pending=max_ack_pending)
+        await c.open()
+        return c
+
+    async def watch(self, subject: str, callback: Callable[[Delivery], Awaitable[None]], *,
+                    deliver: Deliver = "all", headers_only: bool = False) -> NatsSubscription:
+        return await watch(self.js, subject, callback, deliver=deliver, headers_only=headers_only)
+
+    async def last(self, subject: str) -> tuple[dict[str, str], bytes] | None:
+        try:
+            raw = await self.js.get_last_msg(stream_for(subject).name, subject)
+        except NotFoundError:
+            return None
+        return dict(raw.headers or {}), raw.data or b""
+
+    async def direct_get(self, stream: str, seq: int, *, timeout_s: float = 120.0) -> tuple[dict[str, str], bytes] | None:
+        """Payload raw (not base64 as the STREAM.MSG.GET API sends it). The timeout is long: a 4 MiB chunk
+        over a slow link takes seconds."""
+        resp = await self.nc.request(f"$JS.API.DIRECT.GET.{stream}", json.dumps({"seq": seq}).encode(), timeout=timeout_s)
+        headers = dict(resp.headers or {})
+        if not resp.data and headers.get("Status"):
+            if headers["Status"] == "404":
+                return None
+            raise ConnectionError(f"direct get of {stream} #{seq}: {headers.get('Status')} {headers.get('Description', '')}")
+        return headers, resp.data
+
+    async def request(self, subject: str, payload: bytes, *, timeout_s: float) -> bytes:
+        try:
+            return (await self.nc.request(subject, payload, timeout=timeout_s)).data
+        except NoRespondersError:
+            raise NoResponders(f"nobody serves {subject}") from None
+        except NatsTimeout:
+            raise TimeoutError(f"no answer on {subject} within {timeout_s:.0f}s") from None
+
+    async def serve(self, subject: str, handler: Callable[[bytes], Awaitable[bytes]], *,
+                    queue: str = "") -> NatsSubscription:
+        async def on_request(msg) -> None:
+            try:
+                reply = await handler(msg.data)
+            except Exception:  # the requester times out; the service goes on
+                log.exception("handler of %s failed", subject)
+                return
+            await msg.respond(reply)
+
+        return NatsSubscription(await self.nc.subscribe(subject, queue=queue, cb=on_request))
+
+    async def close(self) -> None:
+        # Not drain(): every publish was acknowledged already and every consumed message acked or left
+        # for redelivery, so there is nothing to wait for (drain waits on idle ordered consumers).
+        if not self.nc.is_closed:
+            try:
+                await self.nc.close()
+            except (AttributeError, OSError):  # the server went away first: nats-py then writes into a torn-down TLS
+                pass                            # transport (AttributeError); there is nothing left to close
+

@@ -1,0 +1,98 @@
+"""Raw batch pulls from one durable JetStream consumer: the tape writer's reader, outside the bus protocol on purpose.
+
+Pulls are raw `CONSUMER.MSG.NEXT` requests into one inbox: nats-py's `fetch` (and so the protocol's
+`Consumer.fetch`) builds per-message metadata and runs several times slower; the stream sequence is read
+from the ack subject instead. The consumer acks with AckAll, so one ack releases everything before it.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from nats.js import api
+from nats.js.errors import NotFoundError
+
+from yeto.infra.bus.nats_bus import NatsBus
+
+log = logging.getLogger(__name__)
+
+
+def stream_seq(reply: str) -> int:
+    """The stream sequence from a JetStream ack subject ($JS.ACK.<stream>.<consumer>.<n>.<sseq>... v1 or v2 form)."""
+    tokens = reply.split(".")
+    return int(tokens[5] if len(tokens) == 9 else tokens[7])
+
+
+class RawPull:
+    """Messages (nats-py's, with .subject, .data, .reply) land in `buf` in stream order."""
+
+    def __init__(self, bus: NatsBus, stream: str, durable: str, filter_subject: str, *, batch: int, expires_s: float):
+        self.bus, self.stream, self.durable, self.filter_subject = bus, stream, durable, filter_subject
+        self.batch, self.expires_s = batch, expires_s
+        self.buf: list = []
+        self.arrived = asyncio.Event()       # a message (or a pull's end) came in
+        self.pull_done = asyncio.Event()
+        self.recreate = asyncio.Event()      # the consumer is lost (or its reader saw a hole): start it again
+        self.in_request = 0
+        self.sub = None
+
+    async def last_seq(self) -> int:
+        """The stream's last sequence."""
+        return (await self.bus.js.stream_info(self.stream)).state.last_seq
+
+    async def start_at(self, seq: int) -> None:
+        """(Re)create the durable consumer to deliver from `seq` on; what `buf` held is dropped."""
+        js, nc = self.bus.js, self.bus.nc
+        if self.sub:   # forgotten first: a retry after a failed delete (a cluster electing the consumer's leader)
+            sub, self.sub = self.sub, None     # must not unsubscribe it twice (BadSubscriptionError, for good)
+            await sub.unsubscribe()
+        self.buf = []
+        try:
+            await js.delete_consumer(self.stream, self.durable)
+        except NotFoundError:
+            pass
+        await js.add_consumer(self.stream, api.ConsumerConfig(
+            durable_name=self.durable, filter_subject=self.filter_subject, ack_policy=api.AckPolicy.ALL,
+            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=seq,
+            max_ack_pending=4 * self.batch, ack_wait=30.0))
+        self.inbox = nc.new_inbox()
+        self.sub = await nc.subscribe(self.inbox, cb=self._on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
+        self.recreate.clear()
+
+    async def _on_msg(self, msg) -> None:
+        if not msg.data and msg.headers and "Status" in msg.headers:  # 408 expired, 404 none, 409 ...: the pull is over
+            status, desc = msg.headers.get("Status"), msg.headers.get("Description", "")
+            if status not in ("404", "408") and "MaxAckPending" not in desc:
+                log.warning("pull ended with %s %s; recreating the consumer", status, desc)
+                self.recreate.set()
+            self.pull_done.set()
+        else:
+            self.buf.append(msg)
+            self.in_request -= 1
+            if self.in_request <= 0:
+                self.pull_done.set()
+        self.arrived.set()
+
+    async def pull(self, *, no_wait: bool = False) -> None:
+        """One request for up to `batch` messages; returns when it is over (served, expired or lost). With
+        `no_wait` the server answers at once with what the consumer has pending (a drain)."""
+        self.pull_done.clear()
+        self.in_request = self.batch
+        request = {"batch": self.batch, "expires": int(self.expires_s * 1e9), **({"no_wait": True} if no_wait else {})}
+        try:
+            await self.bus.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}",
+                                      json.dumps(request).encode(), reply=self.inbox)
+            await asyncio.wait_for(self.pull_done.wait(), self.expires_s + 2.0)
+        except asyncio.TimeoutError:
+            pass  # the request or its end was lost (reconnect): ask again
+        except Exception as e:  # noqa: BLE001 - disconnected: nats-py reconnects; keep asking
+            log.warning("pull failed: %r", e)
+            await asyncio.sleep(0.2)
+
+    async def ack(self, msg) -> None:
+        """Acknowledge `msg` and everything delivered before it."""
+        try:
+            await self.bus.nc.publish(msg.reply, b"+ACK")
+        except Exception as e:  # noqa: BLE001 - a lost ack only means redelivery, which the reader skips
+            log.warning("ack failed: %r", e)

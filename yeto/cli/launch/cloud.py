@@ -1,0 +1,110 @@
+"""`yeto launch` with cloud islands and no --nats-url: the run's own head VM first (infra/head/records.py records it), then
+the run published on it. Once the head has the run it owns the teardown, so this CLI may exit or crash freely."""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from yeto.cli.common import publish, state_dir
+from yeto.cli.launch import checks
+from yeto.infra.head import records as heads
+from yeto.infra.head.data import ship_data, ship_model, ship_parent
+from yeto.schemas.head_size import HeadChoice, choose_head, trainable_of
+from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.services.launcher.api import launch_head, take_down
+
+
+def add_arguments(p) -> None:
+    a = p.add_argument
+    a("--env-from-host", action="append", default=[], metavar="NAME",
+      help="give the islands this environment variable's value from this shell (repeat; HF_TOKEN goes when set); "
+           "it travels as a 0600 file, never on a command line, the tape or in logs")
+    a("--head-cloud", help="cloud of the run's head VM (default: SkyPilot's cheapest CPU VM that fits)")
+    a("--head-region", help="region of the head VM (with --head-cloud)")
+
+
+def refuse_loopback(url: str) -> None:
+    """Cloud islands must reach the stack over the network: a URL on this machine's loopback cannot serve them."""
+    for part in url.split(","):
+        host = urlsplit(part.strip() if "://" in part else f"nats://{part.strip()}").hostname or ""
+        try:
+            ip = ipaddress.ip_address(host)
+            local = ip.is_loopback or ip.is_unspecified
+        except ValueError:
+            local = host == "localhost" or host.endswith(".localhost")
+        if local:
+            raise ValueError(f"--nats-url {url}: cloud islands cannot reach {host} (this machine's loopback); "
+                             f"omit --nats-url and `yeto launch` starts a head VM for the run, or give the head's public address")
+
+
+def plan_here(args) -> list[dict] | None:
+    """Without a stack to ask, the planner runs in this process (as `yeto shape` does); the fleet, or None."""
+    from yeto.cli.launch.plan import fleet_from_answer
+    from yeto.cli.shape import plan_from_args
+
+    plan = plan_from_args(args)
+    answer = {"type": "FleetPlanned", "plan": plan.to_dict()} if plan.feasible else {"type": "FleetPlanFailed",
+                                                                                       "reason": plan.reason}
+    return fleet_from_answer(args, answer)
+
+
+def ship(state, launch):
+    """A local --data and --model go with the head (its launcher mounts them on the islands), and a parent
+    artifact too (its syncer seeds from it): the recipe names each at its head-side path. The pins, taken here
+    before, name files relative to the folder, so the islands check the copies against them."""
+    run_id, recipe = launch.run_id, LaunchRecipe.upcast(launch.recipe)
+    train: dict = {"data": ship_data(state, run_id, recipe.train.data), "model": ship_model(state, run_id, recipe.train.model)}
+    if seed := recipe.train.sync.seed:
+        train["sync"] = {**recipe.train.sync.model_dump(), "seed": ship_parent(state, run_id, Path(seed))}
+    return launch.model_copy(update={"recipe": recipe.updated(train=train).wire()})
+
+
+def size_head(args, launch) -> HeadChoice | None:
+    """The head VM holding the run's syncer (schemas/head_size.py), None when the model's size is unknown here;
+    HeadTooSmall, saying the numbers and what to do, when no head type does."""
+    weights = args.weights_gb or checks.known_weights_gb(args.model)
+    if weights is None:
+        return None
+    sync = LaunchRecipe.upcast(launch.recipe).train.sync.config()
+    return choose_head(trainable_of(weights, args.tuning), num_learners=len(launch.fleet), sync=sync,
+                       num_syncers=args.syncers or 1, memory_gb=args.head_memory_gb)
+
+
+def run_on_head(args, launch, events=()):
+    """Rent and wait for the run's head, then publish the run on it (after `events`, its lineage's) with its
+    islands told the head's URL; (the head's URL, the LaunchRun as published). Nothing is rented before every
+    check has passed."""
+    state, run_id = state_dir(args), launch.run_id
+    head = size_head(args, launch)                 # HeadTooSmall (a ValueError) before anything is rented
+    price = head.price(args.head_price) if head else args.head_price
+    launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(
+        prices={"head_price_per_hour": price}).wire()})      # spend counts the head type that holds the syncer
+    secrets = heads.host_secrets(os.environ, args.env_from_host)
+    old = heads.head_record(state, run_id)
+    if old and old["state"] != "down":
+        raise ValueError(f"run {run_id} has a head already ({old['cluster']}, {old['state']}); pick another --run-id "
+                         f"(an interrupted launch: `sky down {old['cluster']}`, then remove {heads.head_dir(state, run_id)})")
+    heads.prepare_bundle(state, run_id, secrets)
+    launch = ship(state, launch)
+    rec = heads.write_head(state, heads.new_record(state, run_id, price_per_hour=price, launched_at=time.time()))
+    os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
+    print(f"head VM for {run_id}: {head.describe() if head else 'the smallest (16 GB): the model size is unknown'}; "
+          f"${price:.2f}/hr counted in spend; secrets for the islands: {', '.join(secrets) or 'none'}")
+    url = launch_head(state, run_id, memory_gb=head.vm.memory_gb if head else 16, cloud=args.head_cloud,
+                      region=args.head_region, syncers=args.syncers or 1,
+                      output=LaunchRecipe.upcast(launch.recipe).output)
+    launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(bus_url=url).wire()})
+    try:
+        asyncio.run(publish(url, *checks.data_events(launch), *events, launch))
+    except BaseException:     # the head never got the run: it would wait for one forever
+        print(f"yeto launch: the run could not be handed to the head at {url}", file=sys.stderr)
+        take_down(state, run_id)
+        raise
+    print(f"the head owns the run now: it cancels the islands and terminates itself when the run ends "
+          f"(abort everything: yeto down {run_id} --now)")
+    return url, launch
