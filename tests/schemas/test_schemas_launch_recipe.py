@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from yeto.learners.torch import recipe as learner_recipe
+from yeto.learners import lm_recipe as learner_recipe
 from yeto.schemas import parse
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import RunLaunched
