@@ -117,10 +117,7 @@ def after_kill(env, run: str, at: float, island: int) -> dict:
 def artifact_ce(env, run: str, data: Path) -> float:
     import torch
 
-    from yeto.learners.lm_recipe import TrainRecipe
-    from yeto.learners.torch.batches import heldout_batches
-    from yeto.learners.torch.evaluate import evaluate
-    from yeto.learners.torch.model import load_model, load_tokenizer, resolve
+    from yeto.learners.torch.api import TrainRecipe, evaluate, heldout_batches, load_model, load_tokenizer, resolve
     path = Path(env["YETO_HOME"]) / "runs" / run / "artifact"
     torch.set_num_threads(1)
     source = resolve(str(path))

@@ -7,7 +7,6 @@ measures the slower prefix-rendering mask path), else a BPE tokenizer trained on
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,20 +14,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def tokenizer():
+def tokenizer(rows: list[dict]):
     try:
-        from yeto.learners.torch.model import load_tokenizer, resolve
+        from yeto.learners.torch.api import load_tokenizer, resolve
         return load_tokenizer(resolve("smollm2-135m"))
-    except Exception:  # noqa: BLE001 - no bundled model: the test tokenizer
-        sys.path.insert(0, str(ROOT / "tests" / "data"))
-        from conftest import PLAIN_TEMPLATE, make_tokenizer
-        return make_tokenizer(PLAIN_TEMPLATE)
+    except Exception:  # noqa: BLE001 - no bundled model: a BPE tokenizer trained on the rows
+        return trained_bpe(rows)
+
+
+def trained_bpe(rows: list[dict]):
+    """A byte-level BPE tokenizer trained on the rows' text, with the tiny learner material's chat template (no
+    generation markers, like SmolLM2's)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from yeto.learners.torch.api import tiny
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = [m["content"] for r in rows for m in r["messages"]] + ["user assistant system tool"]
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=tiny.SPECIALS,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<pad>",
+                                   bos_token="<|im_start|>", chat_template=tiny.CHAT_TEMPLATE)
 
 
 def main(repeats: int = 8) -> None:
     from yeto.learners.data import DataSpec, iter_blocks, normalize
-    tok = tokenizer()
     rows = [json.loads(line) for line in (ROOT / "examples/data/chat_demo.jsonl").read_text().splitlines()] * repeats
+    tok = tokenizer(rows)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rows.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -27,10 +27,7 @@ SEQ_LEN, GLOBAL_BATCH = 128, 4
 def child(out: str, model_dir: str, shard: str, tuning: str, steps: int, warmup: int) -> None:
     import torch
 
-    from yeto.learners.lm_recipe import TrainRecipe
-    from yeto.learners.torch import dist
-    from yeto.learners.torch.build import build, resolve_accel
-    from yeto.learners.torch.loop import train
+    from yeto.learners.torch.api import TrainRecipe, build, dist, resolve_accel, train
 
     torch.set_num_threads(1)
     topology = dist.Topology.from_env()

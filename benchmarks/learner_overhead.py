@@ -5,7 +5,7 @@ same pre-built token batches, alternating off/on `--repeats` times; each arm's b
 shared machine the least-disturbed run is the truest one). A within-run cross-check divides the on
 arm's time outside the step boundary by its total.
 The on arm runs DilocoHook over the real SyncerCore through an in-process wire that chunks and
-re-parses every push and global exactly as NATS carries them (tests/learner/learner_loopback.py).
+re-parses every push and global exactly as NATS carries them (lib_loopback.py).
 The syncer's own work (merge, outer step, broadcast encoding) runs on another machine in a real run,
 so its time is measured and excluded from the headline; the raw ratio including it is printed too.
 
@@ -15,21 +15,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
+import lib_loopback
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "learner"))
-import learner_loopback
-from yeto.learners import accel
-from yeto.learners.lm_recipe import TrainRecipe
-from yeto.learners.torch.hook import make_hook
-from yeto.learners.torch.loop import train
-from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
+from yeto.learners.api import accel
+from yeto.learners.torch.api import TrainRecipe, apply_tuning, make_hook, train, trainable_parameters
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.api import SyncerCore
 
 
 def model(args):
@@ -68,7 +62,7 @@ def run_arm(args, recipe: TrainRecipe, batches: list, *, synced: bool) -> tuple[
     hook, wire = None, None
     if synced:
         config = SyncConfig.from_dict(recipe.sync)
-        wire = learner_loopback.Loopback(SyncerCore(config, run_id="bench"))
+        wire = lib_loopback.Loopback(SyncerCore(config, run_id="bench"))
         hook = Timed(make_hook(tuned, recipe, wire.transport("l0"), run_id="bench", learner="l0", generation=0,
                                join_wait_s=0.0))
     started = time.perf_counter()

@@ -8,28 +8,30 @@ after its final cut, the way the finalizer builds the artifact.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from lib_islands import SimClock, SimNet, TurnHook, Turnstile
+from lib_islands import SimClock, SimNet, TurnHook, Turnstile, run_islands
 
-from yeto.learners import accel as accel_policy
-from yeto.learners.diloco_sync import DilocoSync
-from yeto.learners.lm_recipe import TrainRecipe
-from yeto.learners.torch.adapter import TorchArrays
-from yeto.learners.torch.batches import heldout_batches, train_batches
-from yeto.learners.torch.evaluate import evaluate
-from yeto.learners.torch.hook import DilocoHook
-from yeto.learners.torch.loop import train
-from yeto.learners.torch.model import load_model, load_tokenizer, resolve
-from yeto.learners.torch.tuning import apply_tuning
+from yeto.learners.api import DilocoHook, DilocoSync
+from yeto.learners.api import accel as accel_policy
+from yeto.learners.torch.api import (
+    TorchArrays,
+    TrainRecipe,
+    apply_tuning,
+    evaluate,
+    heldout_batches,
+    load_model,
+    load_tokenizer,
+    resolve,
+    train,
+    train_batches,
+)
 from yeto.schemas import codecs
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import LearnerRejected, RoundMerged
-from yeto.services.syncer import backend
-from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.api import SyncerCore, backend
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +133,41 @@ class _Probe:
         return changed
 
 
+def _train_islands(models: list, hooks: list, turn: Turnstile, recipe: TrainRecipe, tok, policy) -> None:
+    """Each island's training loop on its own thread and data shard, in the turnstile's order."""
+    def body(m: int):
+        return lambda: train(models[m], train_batches(recipe, tok, shard=m, num_shards=len(models)), recipe,
+                             accel=policy, sync=hooks[m])
+    run_islands([body(m) for m in range(len(models))], turn, [h.name for h in hooks])
+
+
+def _flush_unsent(hooks: list) -> None:
+    """Each island pushes every fragment's unsent progress, after applying the globals it has."""
+    for hook in hooks:
+        sync_m = hook.hook.sync
+        sync_m.apply_globals()
+        for p in sync_m.active:
+            if sync_m.c_steps[p]:
+                push = sync_m._push(p)      # what a final flush would send (no public API for it yet)
+                hook.hook.transport.send_push(push.header, push.payload)
+
+
+def _round_stats(net: SimNet, layout, *, islands: int, computed: int) -> dict:
+    """Rounds, responders, goodput, bytes and the momentum's cosines, from the syncer's events."""
+    merged = [e for e in net.events if isinstance(e, RoundMerged)]
+    # RoundMerged.tokens counts a fragment's tokens: every computed token is merged once per active fragment.
+    responders = float(np.mean([len(e.responders) for e in merged])) if merged else 0.0
+    stats = {"islands": islands, "rounds": len(merged), "responders": responders,
+             "goodput": sum(e.tokens for e in merged) / max(1, computed * len(layout.active)), "bytes_up": net.bytes_up,
+             "bytes_down": net.bytes_down, "rejected": sum(isinstance(e, LearnerRejected) for e in net.events),
+             "trainable": sum(layout.numel(p) for p in layout.active)}
+    cos = [e.momentum_cos for e in merged if e.momentum_cos is not None]    # cos(delta, b): is the look-ahead right?
+    if cos:
+        stats.update(momentum_cos_mean=float(np.mean(cos)), momentum_opposed=sum(c < 0 for c in cos) / len(cos),
+                     momentum_restarts=sum(e.momentum_restarted for e in merged))
+    return stats
+
+
 def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str = "cpu", step_s: list[float] | None = None,
              latency_s: float = 0.0, heldout_blocks: int = 64, run_id: str = "compare", flush: bool = False,
              eval_every: int = 0) -> Outcome:
@@ -154,32 +191,11 @@ def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str
             inner = probe = _Probe(inner, net.core, eval_every)
         hooks.append(TurnHook(inner, clock, turn, name, step_s[m]))
         clocks.append(clock)
-    errors: list[BaseException] = []
-
-    def island(m: int) -> None:
-        try:
-            train(models[m], train_batches(recipe, tok, shard=m, num_shards=islands), recipe, accel=policy, sync=hooks[m])
-        except BaseException as e:  # noqa: BLE001 - any failure of the island's thread, surfaced after join
-            errors.append(e)
-        finally:
-            turn.finish(names[m])
-    threads = [threading.Thread(target=island, args=(m,), daemon=True) for m in range(islands)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    _train_islands(models, hooks, turn, recipe, tok, policy)
     end = max(c.t for c in clocks)
     if flush:
         net.advance(end)
-        for hook in hooks:
-            sync_m = hook.hook.sync
-            sync_m.apply_globals()
-            for p in sync_m.active:
-                if sync_m.c_steps[p]:
-                    push = sync_m._push(p)      # what a final flush would send (no public API for it yet)
-                    hook.hook.transport.send_push(push.header, push.payload)
+        _flush_unsent(hooks)
     net.advance(end + 1e9)                  # pushes still in flight reach the syncer
     net.perform(net.core.final_cut(), end)
     final, heldout, layout = build_model(recipe, policy.device), _heldout(recipe, tok, heldout_blocks), hooks[0].hook.sync.layout
@@ -190,18 +206,8 @@ def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str
             curve.append([step, evaluate(final, heldout, accel=policy)])
     load_state(final, export_state(net.core, layout))
     ce = evaluate(final, heldout, accel=policy)
-    merged = [e for e in net.events if isinstance(e, RoundMerged)]
     computed = sum(h.tokens for h in hooks)
-    # RoundMerged.tokens counts a fragment's tokens: every computed token is merged once per active fragment.
-    responders = float(np.mean([len(e.responders) for e in merged])) if merged else 0.0
-    stats = {"islands": islands, "rounds": len(merged), "responders": responders,
-             "goodput": sum(e.tokens for e in merged) / max(1, computed * len(layout.active)), "bytes_up": net.bytes_up,
-             "bytes_down": net.bytes_down, "rejected": sum(isinstance(e, LearnerRejected) for e in net.events),
-             "trainable": sum(layout.numel(p) for p in layout.active)}
-    cos = [e.momentum_cos for e in merged if e.momentum_cos is not None]    # cos(delta, b): is the look-ahead right?
-    if cos:
-        stats.update(momentum_cos_mean=float(np.mean(cos)), momentum_opposed=sum(c < 0 for c in cos) / len(cos),
-                     momentum_restarts=sum(e.momentum_restarted for e in merged))
+    stats = _round_stats(net, layout, islands=islands, computed=computed)
     if eval_every:
         stats["curve"] = [*curve, [recipe.max_steps, ce]]
     return Outcome(heldout_ce=ce, tokens=computed, stats=stats)

@@ -1,4 +1,4 @@
-"""The arms of scripts/compare_diloco.py and its table: pure data and arithmetic, no training."""
+"""The arms of benchmarks/compare_diloco.py and its table: pure data and arithmetic, no training."""
 from __future__ import annotations
 
 import math

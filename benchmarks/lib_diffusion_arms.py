@@ -1,4 +1,4 @@
-"""The two arms of the diffusion benchmark on equal hardware, images and seeds (scripts/benchmark_diffusion_diloco.py).
+"""The two arms of the diffusion benchmark on equal hardware, images and seeds (benchmarks/diffusion_diloco.py).
 
 sync: one denoiser whose every optimizer step averages the gradients of M ranks' micro-batches (grad_accum = M over
 the M image shards interleaved). yeto: M islands, each the real diffusion loop (learners/diffusion/loop.py) on its
@@ -8,23 +8,18 @@ is the held-out denoising loss (fixed timesteps and noise) of the LoRA exported 
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 from lib_arms import export_state
-from lib_islands import SimClock, SimNet, TurnHook, Turnstile
+from lib_islands import SimClock, SimNet, TurnHook, Turnstile, run_islands
 
-from yeto.learners import accel as accel_policy
-from yeto.learners.diffusion import media, objective
-from yeto.learners.diffusion.components import build
-from yeto.learners.diffusion.loop import noise_generator, train
-from yeto.learners.diffusion.recipe import DiffusionRecipe
-from yeto.learners.diloco_sync import DilocoSync
-from yeto.learners.sync_hook import DilocoHook
-from yeto.learners.torch.adapter import TorchArrays
+from yeto.learners.api import DilocoHook, DilocoSync
+from yeto.learners.api import accel as accel_policy
+from yeto.learners.diffusion.api import DiffusionRecipe, build, media, noise_generator, objective, train
+from yeto.learners.torch.api import TorchArrays
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.training import RoundMerged
-from yeto.services.syncer.core import SyncerCore
+from yeto.services.syncer.api import SyncerCore
 
 
 @dataclass(frozen=True)
@@ -68,27 +63,15 @@ def run_yeto(recipe: DiffusionRecipe, sync: SyncConfig, islands: int, device: st
                            net.transport(name, clock), join_wait_s=60.0, clock=clock, sleep=clock.sleep)
         hooks.append(TurnHook(inner, clock, turn, name, step_s[m]))
         clocks.append(clock)
-    errors: list[BaseException] = []
 
     def island(m: int) -> None:
-        try:
-            train(builts[m], media.train_batches(items, recipe, shard=m, num_shards=islands), recipe,
-                  generator=noise_generator(recipe, m), sync=hooks[m])
-            end = clocks[m].t + step_s[m]
-            turn.enter(names[m], end)           # the learner's close, in simulated-time order like every boundary
-            clocks[m].t = end
-            hooks[m].hook.close()
-        except BaseException as e:  # noqa: BLE001 - any failure of the island's thread, surfaced after join
-            errors.append(e)
-        finally:
-            turn.finish(names[m])
-    threads = [threading.Thread(target=island, args=(m,), daemon=True) for m in range(islands)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+        train(builts[m], media.train_batches(items, recipe, shard=m, num_shards=islands), recipe,
+              generator=noise_generator(recipe, m), sync=hooks[m])
+        end = clocks[m].t + step_s[m]
+        turn.enter(names[m], end)           # the learner's close, in simulated-time order like every boundary
+        clocks[m].t = end
+        hooks[m].hook.close()
+    run_islands([lambda m=m: island(m) for m in range(islands)], turn, names)
     end = max(c.t for c in clocks)
     net.advance(end + 1e9)                  # pushes still in flight reach the syncer
     net.perform(net.core.final_cut(), end)

@@ -13,11 +13,9 @@ import itertools
 import threading
 from collections.abc import Callable
 
-from yeto.learners.torch.hook import DilocoHook
-from yeto.learners.transport.protocol import LocalTransport
+from yeto.learners.api import DilocoHook, LocalTransport
 from yeto.schemas.fragments import FragmentHeader, split_chunks
-from yeto.services.syncer.core import SyncerCore
-from yeto.services.syncer.outputs import perform
+from yeto.services.syncer.api import SyncerCore, perform
 
 
 class SimNet:
@@ -163,3 +161,24 @@ class TurnHook:
             return self.hook.after_step(step, tokens)
         finally:
             self.turn.leave(self.name, t + self.step_s)
+
+
+def run_islands(bodies: list[Callable[[], None]], turn: Turnstile, names: list[str]) -> None:
+    """Each island's body on its own thread, leaving the turnstile when it ends; the first failure is raised after all
+    have joined."""
+    errors: list[BaseException] = []
+
+    def island(m: int) -> None:
+        try:
+            bodies[m]()
+        except BaseException as e:  # noqa: BLE001 - any failure of the island's thread, surfaced after join
+            errors.append(e)
+        finally:
+            turn.finish(names[m])
+    threads = [threading.Thread(target=island, args=(m,), daemon=True) for m in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -22,20 +22,14 @@ LADDER = (("tiny", "lora", "none"), ("tiny", "full", "none"), ("tiny", "lora", "
 def child(model: str, tuning: str, quantization: str, steps: int, seq_len: int) -> None:
     import torch
 
-    sys.path.insert(0, str(ROOT / "tests" / "learner"))
-    import learner_tiny
-    from yeto.learners.lm_recipe import TrainRecipe
-    from yeto.learners.torch import dist
-    from yeto.learners.torch.build import build, resolve_accel
-    from yeto.learners.torch.loop import train
-    from yeto.learners.torch.tuning import trainable_parameters
+    from yeto.learners.torch.api import TrainRecipe, build, dist, resolve_accel, tiny, train, trainable_parameters
 
     torch.set_num_threads(2)
     recipe = TrainRecipe(model=model, tuning=tuning, base_quantization=quantization, max_steps=steps, seq_len=seq_len,
                          micro_batch=1, lr=1e-4, warmup_steps=1)
     accel = resolve_accel(recipe, local_rank=0, prefer="cpu")
     built = build(recipe, accel=accel, topology=dist.Topology())
-    data = learner_tiny.packed_batches(built.tokenizer, learner_tiny.chat_rows(200), seq_len=seq_len, micro_batch=1)
+    data = tiny.packed_batches(built.tokenizer, tiny.chat_rows(200), seq_len=seq_len, micro_batch=1)
     train(built.model, data, recipe, accel=accel)
     params = sum(p.numel() for p in built.model.parameters())
     print(json.dumps({"peak": peak_rss(), "params": params,
@@ -72,8 +66,8 @@ def planner_need_gb(result: dict, tuning: str, quantization: str, seq_len: int) 
 def report(steps: int = 8, seq_len: int = 256) -> None:
     """Each learner rank's peak RSS, beside the planner's per-GPU state and activations (no error is claimed)."""
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests/learner'); import learner_tiny; "
-                        f"learner_tiny.write_model_dir(__import__('pathlib').Path({tmp!r}) / 'tiny')"],
+        subprocess.run([sys.executable, "-c", "from yeto.learners.torch.api import tiny; "
+                        f"tiny.write_model_dir(__import__('pathlib').Path({tmp!r}) / 'tiny')"],
                        cwd=ROOT, check=True, capture_output=True)
         for model, tuning, quantization in LADDER:
             r = measure(model, tuning, quantization, steps=steps, seq_len=seq_len, tiny_dir=Path(tmp) / "tiny")

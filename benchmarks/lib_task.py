@@ -6,11 +6,9 @@ replace both through --model and --data.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "learner"))
-import learner_tiny
+from yeto.learners.torch.api import tiny
 
 
 def write_tiny_model(path: Path, *, layers: int = 4, hidden: int = 64, seed: int = 0) -> Path:
@@ -38,17 +36,17 @@ def words(vocab: int = VOCAB) -> list[str]:
 
 
 def train_word_tokenizer(vocab: int = VOCAB):
-    """learner_tiny's word-level tokenizer and chat template over the Markov task's words."""
+    """The tiny learner material's word-level tokenizer and chat template over the Markov task's words."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.train_from_iterator([" ".join(words(vocab)), "user assistant system count from"],
-                            trainers.WordLevelTrainer(special_tokens=learner_tiny.SPECIALS, vocab_size=vocab + 16))
+                            trainers.WordLevelTrainer(special_tokens=tiny.SPECIALS, vocab_size=vocab + 16))
     tok.post_processor = processors.TemplateProcessing(single="$A", special_tokens=[])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
                                    eos_token="<|im_end|>", bos_token="<|im_start|>")
-    fast.chat_template = learner_tiny.CHAT_TEMPLATE
+    fast.chat_template = tiny.CHAT_TEMPLATE
     return fast
 
 

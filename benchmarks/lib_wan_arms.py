@@ -82,7 +82,7 @@ class YetoHub:
     def publish(self, launch) -> None:
         """The run's data events and RunLaunched, and what the stopped launcher would announce once they run."""
         from yeto.cli.launch import checks
-        from yeto.services.launcher.logic import launch as launcher_decides
+        from yeto.services.launcher.api import decide_launch as launcher_decides
         self._announce([*checks.data_events(launch), launcher_decides(launch)[0].msg, *self.islands_up(launch)])
 
     @staticmethod

@@ -21,27 +21,8 @@ import time
 from pathlib import Path
 
 
-def worker(argv: list[str]) -> None:
+def parse_worker(argv: list[str]):
     import argparse
-    import socket
-    from datetime import timedelta
-
-    # torchft advertises socket.gethostname() for its per-quorum store and checkpoint server; in a
-    # namespace the machine's name does not resolve to this replica: pin it to the replica's address.
-    host = argv[argv.index("--host") + 1]
-    socket.gethostname = lambda: host
-
-    import torch
-    from torch.distributed import TCPStore
-    from torchft import Manager, ProcessGroupGloo
-    from torchft.local_sgd import DiLoCo
-
-    from yeto.learners.lm_recipe import TrainRecipe
-    from yeto.learners.torch.batches import heldout_batches, train_batches
-    from yeto.learners.torch.evaluate import evaluate, loss_sum
-    from yeto.learners.torch.model import load_model, load_tokenizer, resolve
-    from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr
-    from yeto.learners.torch.tuning import apply_tuning, trainable_parameters
     ap = argparse.ArgumentParser()
     for flag in ("--recipe", "--host", "--lighthouse"):
         ap.add_argument(flag, required=True)
@@ -51,16 +32,15 @@ def worker(argv: list[str]) -> None:
     ap.add_argument("--sync-delay", type=int, default=0)
     ap.add_argument("--alpha", type=float, default=0.0)
     ap.add_argument("--payload", choices=("fp32", "bf16"), default="fp32")
-    a = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    recipe = TrainRecipe.from_json(Path(a.recipe).read_text())
-    tok = load_tokenizer(resolve(recipe.model))
-    torch.manual_seed(recipe.seed)
-    model = apply_tuning(load_model(resolve(recipe.model)), recipe)
-    params = trainable_parameters(model)
-    inner = build_optimizer(params, recipe)
-    fragments = fragment_modules(params, a.fragments) if a.fragments > 1 else [model]
-    outer = [torch.optim.SGD(list(f.parameters()), lr=0.7, momentum=0.9, nesterov=True) for f in fragments]
+    return ap.parse_args(argv)
+
+
+def make_manager(a, model):
+    """torchft's Manager for replica `a.replica`: its own store, the lighthouse's quorum, Gloo between replicas."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+    from torchft import Manager, ProcessGroupGloo
     store = TCPStore(a.host, 0, is_master=True, wait_for_workers=False)
     manager = Manager(pg=ProcessGroupGloo(timeout=timedelta(seconds=30)), min_replica_size=1, use_async_quorum=False,
                       load_state_dict=lambda sd: model.load_state_dict(sd["model"]),
@@ -70,27 +50,73 @@ def worker(argv: list[str]) -> None:
                       connect_timeout=timedelta(seconds=30))
     if a.payload == "bf16":
         bf16_payloads(manager)
+    return manager
+
+
+def inner_steps(model, params, inner, batches, heldout, recipe, eval_every: int) -> int:
+    """The learners' inner loop (schedule, masked CE, clip), one JSON line per step; returns the tokens trained."""
+    import torch
+
+    from yeto.learners.torch.api import evaluate, loss_sum, lr_at, set_lr
+    tokens = 0
+    model.train()
+    for step in range(recipe.max_steps):
+        batch, t_step = next(batches), time.perf_counter()
+        set_lr(inner, lr_at(step, recipe))
+        total, n = loss_sum(model, batch)
+        (total / max(1, int(n))).backward()
+        torch.nn.utils.clip_grad_norm_([p for _, p in params], recipe.clip_norm)
+        inner.step()            # DiLoCo's post-step hook syncs every sync_every steps
+        inner.zero_grad(set_to_none=True)
+        tokens += int(n)
+        seconds = time.perf_counter() - t_step
+        held = evaluate(model, heldout) if (step + 1) % eval_every == 0 else None
+        model.train()
+        print(json.dumps({"event": "step", "step": step + 1, "loss": float(total.detach()) / max(1, int(n)),
+                          "tokens": int(n), "seconds": seconds, "heldout": held}), flush=True)
+    return tokens
+
+
+def worker(argv: list[str]) -> None:
+    import socket
+
+    # torchft advertises socket.gethostname() for its per-quorum store and checkpoint server; in a
+    # namespace the machine's name does not resolve to this replica: pin it to the replica's address.
+    host = argv[argv.index("--host") + 1]
+    socket.gethostname = lambda: host
+
+    import torch
+    from torchft.local_sgd import DiLoCo
+
+    from yeto.learners.torch.api import (
+        TrainRecipe,
+        apply_tuning,
+        build_optimizer,
+        evaluate,
+        heldout_batches,
+        load_model,
+        load_tokenizer,
+        resolve,
+        train_batches,
+        trainable_parameters,
+    )
+    a = parse_worker(argv)
+    torch.set_num_threads(1)
+    recipe = TrainRecipe.from_json(Path(a.recipe).read_text())
+    tok = load_tokenizer(resolve(recipe.model))
+    torch.manual_seed(recipe.seed)
+    model = apply_tuning(load_model(resolve(recipe.model)), recipe)
+    params = trainable_parameters(model)
+    inner = build_optimizer(params, recipe)
+    fragments = fragment_modules(params, a.fragments) if a.fragments > 1 else [model]
+    outer = [torch.optim.SGD(list(f.parameters()), lr=0.7, momentum=0.9, nesterov=True) for f in fragments]
+    manager = make_manager(a, model)
     heldout = heldout_batches(recipe, tok)
     batches = train_batches(recipe, tok, shard=a.replica, num_shards=a.replicas)
-    started, tokens = time.monotonic(), 0
-    model.train()
+    started = time.monotonic()
     with DiLoCo(manager, fragments, inner, outer, sync_every=a.sync_every, pin_memory=False,
                 fragment_sync_delay=a.sync_delay, fragment_update_alpha=a.alpha):
-        for step in range(recipe.max_steps):
-            batch, t_step = next(batches), time.perf_counter()
-            set_lr(inner, lr_at(step, recipe))
-            total, n = loss_sum(model, batch)
-            (total / max(1, int(n))).backward()
-            torch.nn.utils.clip_grad_norm_([p for _, p in params], recipe.clip_norm)
-            inner.step()            # DiLoCo's post-step hook syncs every sync_every steps
-            inner.zero_grad(set_to_none=True)
-            tokens += int(n)
-            seconds = time.perf_counter() - t_step
-            held = evaluate(model, heldout) if (step + 1) % a.eval_every == 0 else None
-            model.train()
-            print(json.dumps({"event": "step", "step": step + 1, "loss": float(total.detach()) / max(1, int(n)),
-                              "tokens": int(n), "seconds": seconds,
-                              "heldout": held}), flush=True)
+        tokens = inner_steps(model, params, inner, batches, heldout, recipe, a.eval_every)
     print(json.dumps({"event": "done", "steps": recipe.max_steps, "tokens": tokens, "heldout": evaluate(model, heldout),
                       "seconds": time.monotonic() - started}), flush=True)
     manager.shutdown()
@@ -101,7 +127,7 @@ def fragment_modules(params: list, num_fragments: int) -> list:
     module per non-empty fragment holding that fragment's parameters (shared, not copied)."""
     import torch
 
-    from yeto.learners.layout import TensorSpec, plan_layout
+    from yeto.learners.api import TensorSpec, plan_layout
     by_name = dict(params)
     layout = plan_layout([TensorSpec(n, tuple(p.shape), str(p.dtype)) for n, p in params], num_fragments)
     out = []

@@ -107,6 +107,65 @@ def with_product_mean(template, islands: list[list[tuple]]):
     return net
 
 
+class Learner:
+    """A model and its AdamW, copied together (an island keeps its optimizer's moments across a sync), stepped
+    as the learners' loop steps: tokens-normalised masked CE over the step's micro-batches, clip, the schedule."""
+
+    def __init__(self, model, recipe) -> None:
+        from yeto.learners.torch.api import build_optimizer, trainable_parameters
+        self.model, self.recipe, self.step_no = model, recipe, 0
+        self.opt = build_optimizer(trainable_parameters(model), recipe)
+
+    def clone(self) -> Learner:
+        from yeto.learners.torch.api import build_optimizer, trainable_parameters
+        twin = copy.copy(self)
+        twin.model = copy.deepcopy(self.model)
+        twin.opt = build_optimizer(trainable_parameters(twin.model), self.recipe)
+        twin.opt.load_state_dict(copy.deepcopy(self.opt.state_dict()))
+        return twin
+
+    def steps(self, micro_batches_per_step: list[list[dict]]) -> None:
+        import torch
+
+        from yeto.learners.torch.api import loss_sum, lr_at, set_lr, trainable_parameters
+        self.model.train()
+        params = [p for _, p in trainable_parameters(self.model)]
+        for micro in micro_batches_per_step:
+            tokens = sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro)
+            set_lr(self.opt, lr_at(self.step_no, self.recipe))
+            for b in micro:
+                total, _ = loss_sum(self.model, b)
+                (total / max(1, tokens)).backward()
+            if self.recipe.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(params, self.recipe.clip_norm)
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+            self.step_no += 1
+
+
+def interval(warm: Learner, shards: list, h: int, *, heldout, policy, start) -> float:
+    """Islands continue the warm learner (model and moments) on their own shard's next `h` batches; the synchronous
+    continuation takes the same batches, all shards' batch t in step t. Prints the CEs; returns factor over product."""
+    from yeto.learners.torch.api import evaluate
+    batches = [[next(s) for s in shards] for _ in range(h)]
+    islands, island_ce = [], []
+    for i in range(len(shards)):
+        isl = warm.clone()
+        isl.steps([[step[i]] for step in batches])
+        islands.append(factors(isl.model))
+        island_ce.append(evaluate(isl.model, heldout, accel=policy))
+    sync = warm.clone()
+    sync.steps(batches)
+    ce_factor = evaluate(with_factor_mean(warm.model, islands), heldout, accel=policy)
+    ce_product = evaluate(with_product_mean(warm.model, islands), heldout, accel=policy)
+    ce_sync = evaluate(sync.model, heldout, accel=policy)
+    err = merge_error(start, islands)
+    print(f"interval {h}: islands' CE {' / '.join(f'{c:.4f}' for c in island_ce)}; merged: factor mean "
+          f"{ce_factor:.4f}, product mean {ce_product:.4f}, synchronous over the same tokens {ce_sync:.4f}; "
+          f"relative factor-merge error {err:.4f}", flush=True)
+    return ce_factor / ce_product
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     print(f"model={args.model} islands={args.islands} warm={args.warm} intervals={args.intervals} lr={args.lr} "
@@ -117,13 +176,8 @@ def main(argv=None) -> int:
     import torch
     from lib_arms import build_model
 
-    from yeto.learners import accel as accel_policy
-    from yeto.learners.lm_recipe import TrainRecipe
-    from yeto.learners.torch.batches import heldout_batches, train_batches
-    from yeto.learners.torch.evaluate import evaluate, loss_sum
-    from yeto.learners.torch.model import load_tokenizer, resolve
-    from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr
-    from yeto.learners.torch.tuning import trainable_parameters
+    from yeto.learners.api import accel as accel_policy
+    from yeto.learners.torch.api import TrainRecipe, evaluate, heldout_batches, load_tokenizer, resolve, train_batches
     torch.set_num_threads(2)
     policy = accel_policy.detect(prefer="cpu")
     recipe = TrainRecipe(model=args.model, data=args.data, eval_data=args.eval_data, tuning="lora", lora_r=args.lora_r,
@@ -131,65 +185,15 @@ def main(argv=None) -> int:
                          max_steps=args.total_steps, seed=args.seed)
     tok = load_tokenizer(resolve(recipe.model))
     heldout = heldout_batches(recipe, tok, max_blocks=args.heldout_blocks, batch_size=4)
-    M = args.islands
-    shards = [train_batches(recipe, tok, shard=i, num_shards=M) for i in range(M)]
-
-    class Learner:
-        """A model and its AdamW, copied together (an island keeps its optimizer's moments across a sync), stepped
-        as the learners' loop steps: tokens-normalised masked CE over the step's micro-batches, clip, the schedule."""
-
-        def __init__(self, model):
-            self.model, self.step_no = model, 0
-            self.opt = build_optimizer(trainable_parameters(model), recipe)
-
-        def clone(self) -> Learner:
-            twin = copy.copy(self)
-            twin.model = copy.deepcopy(self.model)
-            twin.opt = build_optimizer(trainable_parameters(twin.model), recipe)
-            twin.opt.load_state_dict(copy.deepcopy(self.opt.state_dict()))
-            return twin
-
-        def steps(self, micro_batches_per_step: list[list[dict]]) -> None:
-            self.model.train()
-            params = [p for _, p in trainable_parameters(self.model)]
-            for micro in micro_batches_per_step:
-                tokens = sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro)
-                set_lr(self.opt, lr_at(self.step_no, recipe))
-                for b in micro:
-                    total, _ = loss_sum(self.model, b)
-                    (total / max(1, tokens)).backward()
-                if recipe.clip_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(params, recipe.clip_norm)
-                self.opt.step()
-                self.opt.zero_grad(set_to_none=True)
-                self.step_no += 1
-
-    warm = Learner(build_model(recipe, torch.device("cpu")))
+    shards = [train_batches(recipe, tok, shard=i, num_shards=args.islands) for i in range(args.islands)]
+    warm = Learner(build_model(recipe, torch.device("cpu")), recipe)
     warm.steps([[next(s) for s in shards] for _ in range(args.warm)])     # synchronous: batch t of every shard
     start = factors(warm.model)
     print(f"warm model ({args.warm} synchronous steps): held-out CE {evaluate(warm.model, heldout, accel=policy):.4f}",
           flush=True)
     last = None
     for h in args.intervals:
-        # Each island continues the warm learner (model and moments) on its own shard's next h batches; the
-        # synchronous continuation takes the same batches, all shards' batch t in step t.
-        batches = [[next(s) for s in shards] for _ in range(h)]
-        islands, island_ce = [], []
-        for i in range(M):
-            isl = warm.clone()
-            isl.steps([[step[i]] for step in batches])
-            islands.append(factors(isl.model))
-            island_ce.append(evaluate(isl.model, heldout, accel=policy))
-        sync = warm.clone()
-        sync.steps(batches)
-        ce_factor = evaluate(with_factor_mean(warm.model, islands), heldout, accel=policy)
-        ce_product = evaluate(with_product_mean(warm.model, islands), heldout, accel=policy)
-        ce_sync = evaluate(sync.model, heldout, accel=policy)
-        err = merge_error(start, islands)
-        print(f"interval {h}: islands' CE {' / '.join(f'{c:.4f}' for c in island_ce)}; merged: factor mean "
-              f"{ce_factor:.4f}, product mean {ce_product:.4f}, synchronous over the same tokens {ce_sync:.4f}; "
-              f"relative factor-merge error {err:.4f}", flush=True)
-        last = ce_factor / ce_product
+        last = interval(warm, shards, h, heldout=heldout, policy=policy, start=start)
     print(f"factor_mean_ce_over_product_mean_ce={last:.4f}")
     return 0
 

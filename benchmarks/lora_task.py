@@ -231,10 +231,7 @@ def score(artifact: Path, *, model: str, data: str, eval_data: str, seq_len: int
     eval rows and blocks for every arm."""
     import torch
 
-    from yeto.learners.lm_recipe import TrainRecipe
-    from yeto.learners.torch.batches import heldout_batches
-    from yeto.learners.torch.evaluate import evaluate
-    from yeto.learners.torch.model import load_model, load_tokenizer, resolve
+    from yeto.learners.torch.api import TrainRecipe, evaluate, heldout_batches, load_model, load_tokenizer, resolve
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     source = resolve(model)
     if (artifact / "adapter_config.json").exists():
@@ -250,7 +247,7 @@ def local_copy(model: str, home: Path) -> str:
     """A .gguf base (the smollm2-135m alias) dequantized once into a model directory (f32 safetensors and its
     tokenizer), which every learner of every arm then loads: the same weights the learners would dequantize from
     the GGUF themselves, without minutes of conversion per learner start on a loaded CPU. Other models: as given."""
-    from yeto.learners.torch.model import load_model, load_tokenizer, resolve
+    from yeto.learners.torch.api import load_model, load_tokenizer, resolve
     source = resolve(model)
     if source.gguf_file is None:
         return model
@@ -476,20 +473,22 @@ def report(results: list[dict], tune_seeds: list[int], sync_lr: float | None = N
     return [*lines, *table(rest, arms, sync_lr), default_delta(rest, sync_lr)]
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
-    if args.report:
-        found = {p.name: p for d in args.report for p in sorted(Path(d).glob("lora-*.json"))}  # one copy of a run
-        if not found:
-            print(f"--report: no lora-*.json in {', '.join(args.report)}", file=sys.stderr)
-            return 2
-        try:
-            print("\n".join(report([json.loads(p.read_text()) for p in found.values()], args.tune_seed_list,
-                                   args.sync_lr)))
-        except ValueError as e:
-            print(f"--report: {e}", file=sys.stderr)
-            return 2
-        return 0
+def report_only(args) -> int:
+    """--report: the table of the lora-*.json runs in the folders given (one copy of each run)."""
+    found = {p.name: p for d in args.report for p in sorted(Path(d).glob("lora-*.json"))}
+    if not found:
+        print(f"--report: no lora-*.json in {', '.join(args.report)}", file=sys.stderr)
+        return 2
+    try:
+        print("\n".join(report([json.loads(p.read_text()) for p in found.values()], args.tune_seed_list, args.sync_lr)))
+    except ValueError as e:
+        print(f"--report: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def print_plan(args) -> None:
+    """The settings, the lr sweep and each arm with the `yeto launch` it runs."""
     print(f"model={args.model} data={args.data} eval_data={args.eval_data} device={args.device} islands={args.islands} "
           f"steps={args.steps * args.scale} seq_len={args.seq_len * args.scale} micro_batch={args.micro_batch} "
           f"lr={args.lr} lora_r={args.lora_r} H={args.sync_every} fragments={args.fragments} seeds={args.seed_list}")
@@ -500,6 +499,13 @@ def main(argv=None) -> int:
             print(f"  yeto {' '.join(launch_argv(args, 'sync', args.tune_seed_list[0], 'lora-sync-lr', lr))}")
     for arm in args.arm_names if args.seed_list else []:
         print(f"arm {arm}: {ARMS[arm]['note']}\n  yeto {' '.join(launch_argv(args, arm, args.seed_list[0], f'lora-{arm}'))}")
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.report:
+        return report_only(args)
+    print_plan(args)
     if args.dry_run:
         print("dry_run=ok")
         return 0

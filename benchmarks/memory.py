@@ -29,9 +29,7 @@ from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
 from yeto.schemas.syncer_memory import syncer_memory
 from yeto.schemas.training import RoundMerged
-from yeto.services.syncer import snapshot
-from yeto.services.syncer.core import SyncerCore
-from yeto.services.syncer.outputs import Broadcast, SaveSnapshot
+from yeto.services.syncer.api import Broadcast, SaveSnapshot, SyncerCore, write_snapshot
 
 FP = "7" * 64
 
@@ -57,7 +55,7 @@ def drive(trainable: int, num_learners: int, config: SyncConfig, rounds: int, di
             held.setdefault(p, []).append(chunk)
             for out in outputs:
                 if isinstance(out, SaveSnapshot):
-                    snapshot.write(directory, out.snapshot)
+                    write_snapshot(directory, out.snapshot)
                 elif isinstance(out, Broadcast):
                     split_chunks(out.header, out.payload, CHUNK_BYTES)
                 elif isinstance(out, RoundMerged):

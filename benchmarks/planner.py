@@ -11,10 +11,7 @@ import random
 import statistics
 import time
 
-from yeto.services.planner.catalog import FIXTURE_DIR, load_catalog
-from yeto.services.planner.plan import plan_fleet
-from yeto.services.planner.request import PlanRequest
-from yeto.services.planner.signals import Signals
+from yeto.services.planner.api import FIXTURE_DIR, PlanRequest, Signals, load_catalog, plan_fleet
 
 MODELS = ("qwen35-9b", "llama31-70b")
 BUDGETS = (20.0, 40.0, 80.0, 160.0)

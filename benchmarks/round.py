@@ -34,9 +34,7 @@ from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
 from yeto.schemas.training import RoundMerged
-from yeto.services.syncer import backend, snapshot
-from yeto.services.syncer.core import SyncerCore
-from yeto.services.syncer.outputs import perform
+from yeto.services.syncer.api import SyncerCore, backend, perform, write_snapshot
 
 FP = "f" * 64
 STAGES = ("ingest", "merge", "broadcast_encode", "chunking", "snapshot")
@@ -55,7 +53,7 @@ class Sink:
 
     def snapshot(self, snap) -> None:
         start = time.perf_counter()
-        snapshot.write(self.dir, snap)
+        write_snapshot(self.dir, snap)
         self.seconds["snapshot"] += time.perf_counter() - start
         self._mark = time.perf_counter()
 

@@ -163,36 +163,22 @@ def torchft_missing(arms: list[str]) -> str | None:
     return None
 
 
-def main(argv=None) -> int:
-    args = parser().parse_args(argv)
-    if args.report:
-        import lib_wan_report as report
-        runs = [json.loads(p.read_text()) for p in sorted(args.report.glob("*.json"))]
-        parsed = [(r, parser().parse_args(r["argv"])) for r in runs]
-        for line in report.seeds_table(parsed) + [""] + report.faults_table(parsed):
-            print(line)
-        return 0
-    arms = arms_of(args)
-    for line in plan(args):
+def report_only(folder: Path) -> int:
+    """The tables of the JSON runs in `folder` (--report)."""
+    import lib_wan_report as report
+    runs = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    parsed = [(r, parser().parse_args(r["argv"])) for r in runs]
+    for line in report.seeds_table(parsed) + [""] + report.faults_table(parsed):
         print(line)
-    if args.dry_run:
-        print("dry_run=ok")
-        return 0
-    import lib_task
-    from lib_wan_net import Wan, available
-    why = available() or torchft_missing(arms)
-    if why:
-        raise SystemExit(f"benchmarks/wan.py {why}")
+    return 0
+
+
+def run_arms(wan, arms: list[str], args, model: Path, data: Path, work: Path) -> dict:
+    """Every arm in order (DDP, the Yeto arms on one stack, then torchft with the stack down); results by arm."""
     import lib_wan_report as report
     from lib_wan_arms import YetoHub, build_launch, run_ddp
-    from lib_wan_proc import kill_started
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # stopped from outside: clean up in `finally`
-    work = Path(tempfile.mkdtemp(prefix="yeto-wan-"))
-    model = lib_task.write_tiny_model(work / "model", seed=args.seed)
-    data = lib_task.write_markov_chat(work / "chat.jsonl")
-    wan, hub, results = Wan(args.learners, rate=args.rate, delay_ms=args.latency_ms), None, {}
+    hub, results = None, {}
     try:
-        wan.up()
         _, clean = build_launch("wan-recipe", model, data, steps=args.steps, learners=args.learners,
                                 extra=[f"--seed={args.seed}", *args.yeto_flags])
         recipe = clean.recipe["train"]              # every non-Yeto arm trains this recipe
@@ -216,9 +202,38 @@ def main(argv=None) -> int:
                 results[name] = run_torchft(wan, recipe, work, args, name=name)
             print(f"{name}: {results[name]}", flush=True)
     finally:
-        kill_started()
         if hub is not None:
             hub.close()
+    return results
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if args.report:
+        return report_only(args.report)
+    arms = arms_of(args)
+    for line in plan(args):
+        print(line)
+    if args.dry_run:
+        print("dry_run=ok")
+        return 0
+    import lib_task
+    from lib_wan_net import Wan, available
+    why = available() or torchft_missing(arms)
+    if why:
+        raise SystemExit(f"benchmarks/wan.py {why}")
+    import lib_wan_report as report
+    from lib_wan_proc import kill_started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # stopped from outside: clean up in `finally`
+    work = Path(tempfile.mkdtemp(prefix="yeto-wan-"))
+    model = lib_task.write_tiny_model(work / "model", seed=args.seed)
+    data = lib_task.write_markov_chat(work / "chat.jsonl")
+    wan = Wan(args.learners, rate=args.rate, delay_ms=args.latency_ms)
+    try:
+        wan.up()
+        results = run_arms(wan, arms, args, model, data, work)
+    finally:
+        kill_started()
         wan.down()
     print(f"(logs and data: {work})")
     lines = report.table(results, args)

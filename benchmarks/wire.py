@@ -14,13 +14,12 @@ import time
 
 import numpy as np
 
-from yeto.learners.diloco_sync import DilocoSync
+from yeto.learners.api import DilocoSync
 from yeto.schemas import codecs
 from yeto.schemas.fragments import split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
-from yeto.services.syncer.core import SyncerCore
-from yeto.services.syncer.outputs import perform
+from yeto.services.syncer.api import SyncerCore, perform
 
 
 class Arrays(dict):

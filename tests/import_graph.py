@@ -78,22 +78,33 @@ def _targets(node: ast.Import | ast.ImportFrom, name: str, path: Path, known: di
     return [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
 
 
+def _file_imports(root: Path, name: str, rel: Path, known: dict[str, Path]) -> list[Import]:
+    tree = ast.parse((root / rel).read_text())
+    type_only = _type_only_nodes(tree)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            targets = _targets(node, name, rel, known)
+        elif (dynamic := _dynamic_target(node)) is not None:
+            targets = [dynamic]
+        else:
+            continue
+        out += [Import(name, rel, t, node.lineno, id(node) in type_only) for t in targets]
+    return out
+
+
 def imports(root: Path) -> list[Import]:
     """Every import of every module (see the module's docstring for what counts), resolved to dotted names."""
     known = modules(root)
-    out = []
-    for name, rel in sorted(known.items()):
-        tree = ast.parse((root / rel).read_text())
-        type_only = _type_only_nodes(tree)
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                targets = _targets(node, name, rel, known)
-            elif (dynamic := _dynamic_target(node)) is not None:
-                targets = [dynamic]
-            else:
-                continue
-            out += [Import(name, rel, t, node.lineno, id(node) in type_only) for t in targets]
-    return out
+    return [i for name, rel in sorted(known.items()) for i in _file_imports(root, name, rel, known)]
+
+
+def script_imports(root: Path, folder: str) -> list[Import]:
+    """Every import of the scripts in `folder` (benchmarks/: files run as scripts, no package), read as above; a
+    script's source name is `folder.stem`."""
+    known = modules(root)
+    return [i for path in sorted((root / folder).glob("*.py"))
+            for i in _file_imports(root, f"{folder}.{path.stem}", path.relative_to(root), known)]
 
 
 def cycles(root: Path) -> list[list[str]]:

@@ -2,12 +2,15 @@
 
 schemas <- infra <- services/<x> (own package only); learners import schemas and learners (the bus only through
 the learner transport); the CLI (`yeto/`) reaches services and learners only through their public faces.
+benchmarks/ is a clean room: it reaches Yeto only through public faces too (see BENCH_FACES), and edits no sys.path.
 """
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 
-from import_graph import imports, modules
+from import_graph import imports, modules, script_imports
 
 
 def _under(name: str, prefix: str) -> bool:
@@ -25,12 +28,20 @@ def layer_of(module: str) -> str:
 
 
 # What each layer may import of Yeto. The CLI reaches services and learners only through their public faces.
-# (The syncer has no face: the CLI never needs it. A face is added here when one is written.)
+# (The syncer's face, services/syncer/api.py, is not one of them: the CLI never needs the syncer.)
 FACES = ("yeto.services.planner.api", "yeto.services.launcher.api", "yeto.services.finalizer.api",
          "yeto.learners.torch.api", "yeto.learners.data", "yeto.learners.diffusion.api")
 TRANSPORT = ("yeto.learners.bus_client", "yeto.learners.transport")   # the learners' one door to the bus
 # Edges every layer above infra reads (a --model on disk, its pin).
 SHARED_EDGES = ("yeto.infra.model_source", "yeto.infra.source_pins")
+# What benchmarks/ may import of Yeto, besides yeto.schemas (the contract, the learner's command line included): the
+# CLI's faces, the syncer's and the learners' backbone (faces the CLI never needs, so not in FACES), the CLI itself
+# (what `yeto launch` would publish), and the infra rooms a benchmark runs for real: the bus, one nats-server, the
+# local stack and the tape writer.
+BENCH_FACES = (*FACES, "yeto.services.syncer.api", "yeto.learners.api")
+BENCH_ROOMS = ("yeto.cli", "yeto.infra.bus", "yeto.infra.nats.server", "yeto.infra.stack", "yeto.infra.tape")
+BENCHMARKS = "benchmarks"
+_PATH_EDIT = re.compile(r"sys\.path\s*(\.\w+\(|\[|\+?=)")   # in a `python -c` string: sys.path.insert(, sys.path[0] =, ...
 
 
 def allowed(source: str, target: str) -> bool:
@@ -58,9 +69,32 @@ def layer_violations(root: Path) -> list[str]:
             if _under(i.target, "yeto") and i.target != "yeto" and not allowed(i.source, i.target)]
 
 
+def bench_allowed(target: str) -> bool:
+    return _under(target, "yeto.schemas") or target in BENCH_FACES or any(_under(target, r) for r in BENCH_ROOMS)
+
+
+def bench_violations(root: Path) -> list[str]:
+    """Imports in benchmarks/ of Yeto modules that are not a public face (see BENCH_FACES, BENCH_ROOMS)."""
+    return [f"{i} (benchmarks reach Yeto through its faces)" for i in script_imports(root, BENCHMARKS)
+            if _under(i.target, "yeto") and i.target != "yeto" and not bench_allowed(i.target)]
+
+
+def path_edits(root: Path) -> list[str]:
+    """Places in benchmarks/ that touch `sys.path` (an edit, or a `python -c` string doing one): a benchmark reaches
+    its siblings as a script's folder and Yeto as an installed package, never by stitching folders together."""
+    found = []
+    for path in sorted((root / BENCHMARKS).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+                    and node.value.id == "sys") or (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                                                     and _PATH_EDIT.search(node.value)):
+                found.append(f"{path.relative_to(root).as_posix()}:{node.lineno} touches sys.path")
+    return found
+
+
 def missing_names(root: Path) -> list[str]:
-    """Modules FACES, TRANSPORT and SHARED_EDGES name that the tree lacks: a stale name would quietly allow the next
-    module given it, unreviewed."""
+    """Modules FACES, TRANSPORT, SHARED_EDGES, BENCH_FACES and BENCH_ROOMS name that the tree lacks: a stale name would
+    quietly allow the next module given it, unreviewed."""
     known = modules(root)
-    return [f"{name}: named in layering.py, but there is no such module" for name in (*FACES, *TRANSPORT, *SHARED_EDGES)
-            if name not in known]
+    named = dict.fromkeys((*FACES, *TRANSPORT, *SHARED_EDGES, *BENCH_FACES, *BENCH_ROOMS))
+    return [f"{name}: named in layering.py, but there is no such module" for name in named if name not in known]

@@ -11,7 +11,17 @@ from pathlib import Path
 import pytest
 
 from import_graph import cycles, imports
-from layering import FACES, SHARED_EDGES, TRANSPORT, layer_violations, missing_names
+from layering import (
+    BENCH_FACES,
+    BENCH_ROOMS,
+    FACES,
+    SHARED_EDGES,
+    TRANSPORT,
+    bench_violations,
+    layer_violations,
+    missing_names,
+    path_edits,
+)
 from pure_cores import io_violations, missing_exemptions, pure_cores
 from yeto.infra.package_dir import listed_packages, package_dir
 
@@ -31,6 +41,20 @@ def _schemas_reaching_out(root: Path) -> list[str]:
 
 def test_no_schemas_module_imports_the_bus_the_tape_processes_or_sockets():
     assert _schemas_reaching_out(ROOT) == []
+
+
+def test_benchmarks_reach_yeto_only_through_its_faces_and_edit_no_sys_path():
+    assert bench_violations(ROOT) == []
+    assert path_edits(ROOT) == []
+
+
+def test_every_benchmark_face_exports_what_it_lists():
+    # the learner faces load their heavy names on first use: each listed name must resolve
+    import importlib
+
+    for face in ("yeto.learners.api", "yeto.learners.torch.api", "yeto.learners.diffusion.api", "yeto.services.syncer.api"):
+        module = importlib.import_module(face)
+        assert [name for name in module.__all__ if getattr(module, name, None) is None] == [], face
 
 
 def test_the_layering_names_only_modules_that_exist():
@@ -166,11 +190,60 @@ def _module_file(name: str) -> str:
 
 
 def test_the_names_check_catches_a_face_that_no_longer_exists(tmp_path):
-    named = (*FACES, *TRANSPORT, *SHARED_EDGES)
+    named = dict.fromkeys((*FACES, *TRANSPORT, *SHARED_EDGES, *BENCH_FACES, *BENCH_ROOMS))
     gone = "yeto.learners.diffusion.api"
     files = {_module_file(n): "" for n in named if n != gone}
     files["learners/transport/__init__.py"] = files.pop("learners/transport.py")   # a package: its __init__
     assert missing_names(_tree(tmp_path, files)) == [f"{gone}: named in layering.py, but there is no such module"]
+
+
+BENCH_GOOD = {
+    "benchmarks/merge.py": "from yeto.services.syncer.api import merge_round\nfrom yeto.schemas import codecs\n"
+                           "import lib_task\nfrom yeto.cli.main import build_parser\n"
+                           "from yeto.infra.tape.writer import TapeWriter",
+    "benchmarks/lib_task.py": "def f():\n    from yeto.learners.torch.api import tiny\n"
+                              "    from yeto.learners.api import DilocoSync",
+}
+
+
+@pytest.mark.parametrize("code", ["from yeto.services.syncer import core", "from yeto.learners.torch.loop import train",
+                                  "import typing\nif typing.TYPE_CHECKING:\n    from yeto.learners.layout import plan_layout",
+                                  "def f():\n    from yeto.infra.runner import run", "import yeto.services.launcher.logic"])
+def test_the_benchmarks_check_catches_an_import_past_the_faces(tmp_path, code):
+    found = bench_violations(_tree(tmp_path, {**BENCH_GOOD, "benchmarks/round.py": code}))
+    assert len(found) == 1 and found[0].startswith("benchmarks/round.py:"), found
+
+
+def test_the_benchmarks_check_passes_faces_schemas_the_cli_and_the_listed_infra_rooms(tmp_path):
+    assert bench_violations(_tree(tmp_path, BENCH_GOOD)) == []
+
+
+@pytest.mark.parametrize("code", ["import sys\nsys.path.insert(0, 'tests')", "import sys\nsys.path += ['x']",
+                                  "import subprocess\nsubprocess.run(['python', '-c', 'import sys; sys.path.append(\"t\")'])"])
+def test_the_sys_path_check_catches_an_edit_or_a_python_c_string_doing_one(tmp_path, code):
+    found = path_edits(_tree(tmp_path, {"benchmarks/ok.py": '"""Run as a script: its folder is first on sys.path."""',
+                                        "benchmarks/bad.py": code}))
+    assert len(found) == 1 and found[0].startswith("benchmarks/bad.py:"), found
+
+
+def _long_benchmark_functions(root: Path, limit: int = 60) -> list[str]:
+    """Functions in benchmarks/ longer than `limit` lines: a long main is split into named steps."""
+    import ast
+
+    return [f"{path.relative_to(root).as_posix()}:{node.lineno} {node.name} is {node.end_lineno - node.lineno + 1} lines"
+            for path in sorted((root / "benchmarks").glob("*.py")) for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_no_benchmark_function_runs_past_sixty_lines():
+    assert _long_benchmark_functions(ROOT) == []
+
+
+def test_the_length_check_catches_a_long_function_but_not_a_short_one(tmp_path):
+    def body(lines: int) -> str:
+        return "def main():\n" + "".join(f"    x{i} = {i}\n" for i in range(lines - 1))
+    _tree(tmp_path, {"benchmarks/long.py": body(61), "benchmarks/short.py": body(60)})
+    assert _long_benchmark_functions(tmp_path) == ["benchmarks/long.py:1 main is 61 lines"]
 
 
 def test_the_services_check_catches_a_lazy_import_of_another_service_but_not_its_own(tmp_path):

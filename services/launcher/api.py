@@ -1,6 +1,7 @@
 """The launcher's public face: what the CLI may use (the local backend for `yeto chaos kill`, a cloud run's head VM).
 
-External slots' join tokens are here too: `yeto launch` prints them, `yeto join` decodes one.
+External slots' join tokens are here too: `yeto launch` prints them, `yeto join` decodes one. `decide_launch` is the
+launcher's decision on a LaunchRun (RunLaunched first): the WAN benchmark, which starts its own islands, replays it.
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from yeto.services.launcher.backends.local import LocalBackend
 from yeto.services.launcher.backends.sky_api import sky_api
 from yeto.services.launcher.head import HeadError, launch_head, take_down
 from yeto.services.launcher.join_token import EXTERNAL, JoinToken, external_entry, read_token
+from yeto.services.launcher.logic import launch as decide_launch
 
-__all__ = ["EXTERNAL", "HeadError", "JoinToken", "LocalBackend", "external_entry", "launch_head",
+__all__ = ["EXTERNAL", "HeadError", "JoinToken", "LocalBackend", "decide_launch", "external_entry", "launch_head",
            "read_token", "sky_api", "take_down"]

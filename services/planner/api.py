@@ -1,4 +1,7 @@
-"""The planner's public face: what the CLI may use, and `shape_fleet`, the one planning decision it shares with the service."""
+"""The planner's public face: what the CLI may use, and `shape_fleet`, the one planning decision it shares with the service.
+
+`Signals` (the clouds' stock and preemption signals, given rather than gathered) is for the planner benchmark.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,9 +11,9 @@ from yeto.services.planner.gpus import GPUS, NO_NF4
 from yeto.services.planner.memory import Workload, fits
 from yeto.services.planner.plan import FleetPlan, plan_fleet
 from yeto.services.planner.request import PlanRequest
-from yeto.services.planner.signals import gather_signals
+from yeto.services.planner.signals import Signals, gather_signals
 
-__all__ = ["FIXTURE_DIR", "GPUS", "NO_NF4", "FleetPlan", "Offering", "PlanRequest", "Workload", "fits", "load_catalog",
+__all__ = ["FIXTURE_DIR", "GPUS", "NO_NF4", "FleetPlan", "Offering", "PlanRequest", "Signals", "Workload", "fits", "load_catalog",
            "shape_fleet"]
 
 

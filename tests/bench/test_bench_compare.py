@@ -13,23 +13,22 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "scripts"))
 import lib_arms  # noqa: E402
 import lib_compare  # noqa: E402
 import lib_task  # noqa: E402
 
-from yeto.learners.lm_recipe import TrainRecipe  # noqa: E402
+from yeto.learners.torch.api import TrainRecipe  # noqa: E402
 from yeto.schemas.recipe import SyncConfig  # noqa: E402
 
 
 def test_compare_dry_run_prints_every_arm():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts/compare_diloco.py"), "--settings", "all", "--dry-run"],
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks/compare_diloco.py"), "--settings", "all", "--dry-run"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     for name in ["sync", *lib_compare.SETTINGS]:
         assert f"arm {name}:" in out.stdout
     assert out.stdout.strip().splitlines()[-1] == "dry_run=ok"
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts/compare_diloco.py"), "--settings", "nope", "--dry-run"],
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks/compare_diloco.py"), "--settings", "nope", "--dry-run"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown setting" in bad.stderr
 
@@ -76,7 +75,7 @@ def test_straggler_with_quorum_one_merges_without_it(recipe):
 
 
 def _cli(*flags, timeout=60):
-    return subprocess.run([sys.executable, str(ROOT / "scripts/compare_diloco.py"), *flags],
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks/compare_diloco.py"), *flags],
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "learner"))
-import learner_tiny  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import lora_task  # noqa: E402
+
+from yeto.learners.torch.api import tiny  # noqa: E402
 
 
 def run(*argv, timeout=120):
@@ -48,10 +48,10 @@ def test_bad_arm_exits_2():
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_end_to_end_on_the_tiny_model(tmp_path):
-    model = learner_tiny.write_model_dir(tmp_path / "model")
-    data = learner_tiny.write_chat_jsonl(tmp_path / "chat.jsonl", 300)
+    model = tiny.write_model_dir(tmp_path / "model")
+    data = tiny.write_chat_jsonl(tmp_path / "chat.jsonl", 300)
     heldout = tmp_path / "heldout.jsonl"
-    heldout.write_text("".join(json.dumps(r) + "\n" for r in learner_tiny.chat_rows(40, seed=99)))
+    heldout.write_text("".join(json.dumps(r) + "\n" for r in tiny.chat_rows(40, seed=99)))
     out = run("--model", model, "--data", data, "--eval-data", heldout, "--arms", "sync,default", "--steps", "4",
               "--seq-len", "32", "--sync-every", "2", "--lr", "3e-3", "--out-dir", tmp_path / "out", timeout=840)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -16,9 +16,9 @@ def run(*argv):
 
 @pytest.mark.parametrize("argv, expect", [
     (["benchmarks/chaos.py", "--kills", "3", "--seed", "1"], "kills (s after all train, island)="),
-    (["scripts/smoke_models.py", "--tier", "small"], "tiny-llama (built here)"),
+    (["benchmarks/smoke_models.py", "--tier", "small"], "tiny-llama (built here)"),
     (["benchmarks/lora_merge.py", "--warm", "8", "--interval", "4,16"], "intervals=[4, 16]"),
-    (["scripts/benchmark_diffusion_diloco.py", "--model", "Lightricks/LTX-Video", "--data", "media", "--height", "512",
+    (["benchmarks/diffusion_diloco.py", "--model", "Lightricks/LTX-Video", "--data", "media", "--height", "512",
       "--width", "512", "--settings", "all"], "arm straggler_q1:"),
 ])
 def test_dry_runs(argv, expect):
@@ -35,9 +35,9 @@ def test_chaos_schedule_is_seeded():
 def test_bad_flags_exit_2_with_a_message():
     out = run("benchmarks/lora_merge.py", "--warm", "200", "--interval", "200", "--dry-run")
     assert out.returncode == 2 and "passes --total-steps" in out.stderr
-    out = run("scripts/smoke_models.py", "--tier", "huge", "--dry-run")
+    out = run("benchmarks/smoke_models.py", "--tier", "huge", "--dry-run")
     assert out.returncode == 2 and "unknown tier" in out.stderr
-    out = run("scripts/benchmark_diffusion_diloco.py", "--model", "m", "--data", "d", "--height", "64", "--width", "32")
+    out = run("benchmarks/diffusion_diloco.py", "--model", "m", "--data", "d", "--height", "64", "--width", "32")
     assert out.returncode == 2 and "--height equal to --width" in out.stderr
 
 

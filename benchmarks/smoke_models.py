@@ -6,9 +6,9 @@ only if this machine has enough local CUDA memory for the planner's memory model
 otherwise it is reported as `skip` with the reason. Each model gets a fresh YETO_HOME that is stopped
 (`yeto stack down`) and deleted afterwards; a model passes when the run ends RunFinalized with an artifact.
 
-    .venv/bin/python scripts/smoke_models.py --dry-run                 # the plan: tiers, models, commands
-    .venv/bin/python scripts/smoke_models.py --tiers cpu               # what runs on a CPU machine
-    .venv/bin/python scripts/smoke_models.py --tiers cpu,1gpu --steps 20 --data examples/data/chat_demo.jsonl
+    .venv/bin/python benchmarks/smoke_models.py --dry-run                 # the plan: tiers, models, commands
+    .venv/bin/python benchmarks/smoke_models.py --tiers cpu               # what runs on a CPU machine
+    .venv/bin/python benchmarks/smoke_models.py --tiers cpu,1gpu --steps 20 --data examples/data/chat_demo.jsonl
 Last line: `passed=<passed>/<run>`.
 """
 from __future__ import annotations
@@ -22,7 +22,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 YETO = str(ROOT / ".venv" / "bin" / "yeto")
 TIERS = (("cpu", 0.0), ("1gpu", 40.0), ("1node", 320.0), ("multinode", float("inf")), ("unsized", float("nan")))
 

@@ -5,8 +5,8 @@ islands of the real diffusion loop through the real DilocoHook/DilocoSync and Sy
 network (benchmarks/lib_diffusion_arms.py). Without --model/--data it builds a tiny random-init Stable Diffusion
 pipeline and captioned coloured squares (learners/diffusion/tiny.py), so it runs on a CPU in minutes:
 
-    .venv/bin/python scripts/benchmark_diffusion_diloco.py --height 16 --width 16 --steps 60 --seeds 0,1,2
-    .venv/bin/python scripts/benchmark_diffusion_diloco.py --model <pipeline> --data <images> --height 512 \
+    .venv/bin/python benchmarks/diffusion_diloco.py --height 16 --width 16 --steps 60 --seeds 0,1,2
+    .venv/bin/python benchmarks/diffusion_diloco.py --model <pipeline> --data <images> --height 512 \
         --width 512 --steps 500 --device cuda --dry-run
 Last lines: `default_ratio=<mean held-out loss ratio Yeto / sync>` and `default_delta_pct=<mean Δ%>` (or of the
 first Yeto setting run); `dry_run=ok` for a dry run.
@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from lib_compare import SETTINGS, pick, spread, step_times
 
 METRICS = ("held-out denoising loss of the final LoRA at a fixed grid of timesteps with fixed noise",
@@ -56,8 +55,7 @@ def check(args) -> list[str]:
 
 
 def recipe_for(args, seed: int):
-    from yeto.learners.diffusion.recipe import DiffusionRecipe
-    from yeto.learners.diffusion.tiny import write_tiny_images, write_tiny_pipeline
+    from yeto.learners.diffusion.api import DiffusionRecipe, write_tiny_images, write_tiny_pipeline
     work = Path(args.workdir)
     model = args.model or str(work / f"model-s{seed}" if (work / f"model-s{seed}").is_dir()
                               else write_tiny_pipeline(work / f"model-s{seed}", seed=seed))

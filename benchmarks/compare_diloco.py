@@ -5,11 +5,11 @@ Arms (docs/LM_BENCHMARK.md): `sync` (M ranks averaging gradients every step) and
 DilocoHook/DilocoSync and SyncerCore. Quality = held-out masked cross-entropy of the model exported
 from the syncer's f32 state, per seed; the table gives Δ% against `sync` at the same seed.
 
-    .venv/bin/python scripts/compare_diloco.py --settings all --dry-run
-    .venv/bin/python scripts/compare_diloco.py --settings default,direct --seeds 0,1,2
-    .venv/bin/python scripts/compare_diloco.py --settings default,direct,alpha0 --seeds 0,1,2,3,4 \
+    .venv/bin/python benchmarks/compare_diloco.py --settings all --dry-run
+    .venv/bin/python benchmarks/compare_diloco.py --settings default,direct --seeds 0,1,2
+    .venv/bin/python benchmarks/compare_diloco.py --settings default,direct,alpha0 --seeds 0,1,2,3,4 \
         --sync-lrs 1e-3,2e-3,3e-3,6e-3 --tune-seeds 100,101 --eval-every 20
-    .venv/bin/python scripts/compare_diloco.py --model smollm2-135m --data examples/data/chat_demo.jsonl \
+    .venv/bin/python benchmarks/compare_diloco.py --model smollm2-135m --data examples/data/chat_demo.jsonl \
         --tuning lora --lr 3e-4 --steps 480 --micro-batch 8 --seq-len 512 --device cuda
 Without --model/--data it builds a random-init Llama (--layers, --hidden) and a synthetic order-1 Markov
 chat corpus with a known entropy floor (benchmarks/lib_task.py).
@@ -30,7 +30,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import lib_compare as lc
 from lib_compare import SETTINGS, step_times
 
@@ -121,7 +120,7 @@ def warmup_for(args, lr: float) -> int:
 def recipe_for(args, seed: int):
     import lib_task
 
-    from yeto.learners.lm_recipe import TrainRecipe
+    from yeto.learners.torch.api import TrainRecipe
     work = Path(args.workdir)
     model = args.model or str(lib_task.write_tiny_model(work / f"model-l{args.layers}-h{args.hidden}-s{seed}",
                                                         layers=args.layers, hidden=args.hidden, seed=seed))
@@ -239,7 +238,7 @@ def main(argv=None) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({
-            "command": " ".join(["scripts/compare_diloco.py", *(sys.argv[1:] if argv is None else argv)]),
+            "command": " ".join(["benchmarks/compare_diloco.py", *(sys.argv[1:] if argv is None else argv)]),
             "args": vars(args), "base": base.to_dict(), "tune_seeds": tune_seeds, "lrs": lrs, "sweeps": sweep_runs,
             "ci": "95% CI of the mean paired per-seed delta, Student t with n-1 df", "results": results}, indent=1))
     for name, lr in lrs.items():

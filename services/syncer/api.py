@@ -1,0 +1,17 @@
+"""The syncer's public face: its core and the kernels the merge, memory and round benchmarks measure.
+
+The CLI never needs the syncer, so this face is not one of the CLI's (tests/layering.py: FACES); benchmarks/ reach the
+syncer through it alone (BENCH_FACES).
+"""
+from __future__ import annotations
+
+from yeto.services.syncer import backend  # the array backend the merge runs on: NumPy, or CuPy on a GPU
+from yeto.services.syncer.core import SyncerCore  # the pure round logic: pushes in, outputs out
+from yeto.services.syncer.gram import RowProducts, gram, gram_row  # the Gram matrix whole, one row, fused with a decode
+from yeto.services.syncer.merge import merge_round  # one fragment's merge plus outer step, in place
+from yeto.services.syncer.outputs import Broadcast, SaveSnapshot, perform  # what a round asks for, and doing it
+from yeto.services.syncer.rows import FragmentRows  # one fragment's theta, momentum and push rows in one block
+from yeto.services.syncer.snapshot import write as write_snapshot  # a fragment's snapshot to disk, as the service does
+
+__all__ = ["Broadcast", "FragmentRows", "RowProducts", "SaveSnapshot", "SyncerCore", "backend", "gram", "gram_row",
+           "merge_round", "perform", "write_snapshot"]
