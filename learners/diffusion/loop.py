@@ -10,7 +10,8 @@ import torch
 from yeto.learners.diffusion import objective
 from yeto.learners.diffusion.components import Built
 from yeto.learners.diffusion.recipe import DiffusionRecipe
-from yeto.learners.torch.loop import StepResult, SyncHook
+from yeto.learners.step import StepResult
+from yeto.learners.torch.loop import SyncHook
 from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr
 from yeto.learners.torch.tuning import trainable_parameters
 
