@@ -71,8 +71,7 @@ class SyncerCore:
                                  numels={p: f.numel for p, f in self.fragments.items()})
         self.refused = taken.refused
         out = [self.report.rejected(old, why) for old, why in taken.rejections]
-        if taken.refused is None:
-            self.learners.heard(h, now)
+        if taken.refused is None:        # not a heartbeat: only an admitted message is (ledger.py `note`)
             self._started = now if self._started is None else self._started
         if taken.payload is not None:
             self.fingerprint = self.fingerprint or h.fingerprint
@@ -166,17 +165,18 @@ class SyncerCore:
         return out + [SaveSnapshot(self.snapshot(frag.fragment), background=True)]     # off the critical path
 
     def _init(self, h: FragmentHeader, payload: bytes, now: float) -> list:
+        frag = self.fragments.get(h.fragment)
         rejection = admission.init(h, fingerprint=self.fingerprint)
-        if rejection is not None:
+        if rejection is None and frag is not None:
+            rejection = admission.same_init(h, init_sha=frag.init_sha)
+        if rejection is not None:          # a refusal is no heartbeat: the ledger hears only admitted messages
             return self._refuse(h, rejection)
         out = [self.report.joined(h)] if self.learners.note(h, now, admitted=False) else []
-        frag = self.fragments.get(h.fragment)
         if frag is None:                   # the first init of a fragment is its version 0
             values = codecs.codec(h.codec).decode(payload, h.numel)
             frag = self.fragments[h.fragment] = FragmentState.adopt(h, values, self.run_id, self.config)
             return out + self._publish(frag)
-        rejection = admission.same_init(h, init_sha=frag.init_sha)
-        return out + (self._refuse(h, rejection) if rejection is not None else [])
+        return out
 
     def final_cut(self) -> list:
         """Merge whatever pushes are in, quorum or not: the run's last round of every fragment."""

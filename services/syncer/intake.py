@@ -35,7 +35,8 @@ class Intake:
         refusal = admission.chunk(h, run_id=self.run_id, sender=sender, owned=self.owned, roster=tape,
                                   fingerprint=fingerprint, numel=numels.get(h.fragment))
         if refusal is not None:                       # one event per message, on its chunk 0; nothing was kept
-            return Taken(rejections=[(h, refusal)] if h.chunk == 0 else [], refused=refusal.reason)
+            sent = h if sender in (None, h.learner) else h.model_copy(update={"learner": sender})   # the subject's, not the claim
+            return Taken(rejections=[(sent, refusal)] if h.chunk == 0 else [], refused=refusal.reason)
         self._size(config, numels, tape)
         taken = Taken()
         try:

@@ -14,8 +14,18 @@ class LearnerRecord:
     last_seen: float = 0.0
     step_time_s: float = 0.0
     last_step: dict[int, int] = field(default_factory=dict)    # fragment -> newest local_step admitted
+    last_base: dict[int, int] = field(default_factory=dict)    # fragment -> base_version of that push (the syncer's own)
     tokens_merged: int = 0
     credited_to: dict[int, int] = field(default_factory=dict)  # fragment -> highest `tokens_to` merged
+
+    def already(self, h: FragmentHeader) -> bool:
+        """Whether a push like `h` was taken: its (base_version, local_step) is not after the last admitted one's.
+        The base version is the syncer's own (admission keeps it within max_base_lag of the current version), so a
+        forged push at step 10^7 blocks this learner's genuine pushes only until the fragment's next version, not
+        for good. A ledger from a snapshot without bases compares steps alone."""
+        step = self.last_step.get(h.fragment, -1)
+        base = self.last_base.get(h.fragment)
+        return h.local_step <= step if base is None else (h.base_version, h.local_step) <= (base, step)
 
     def credit(self, h: FragmentHeader) -> int:
         """Tokens of `h` not merged before: a push made before the learner saw its previous push's merge
@@ -32,23 +42,16 @@ class Ledger(dict[str, LearnerRecord]):
     """Every learner id this syncer has heard from (the part of SyncerCore that spans fragments)."""
 
     def note(self, h: FragmentHeader, now: float, *, admitted: bool) -> bool:
-        """Record that `h` came in (an admitted push also advances its fragment's last step); True if the
-        learner id or its generation is new."""
+        """Record that admission took `h` (an admitted push also advances its fragment's last (base, step)): the
+        learner's heartbeat, which liveness.py reads as `last_seen`. True if the learner id or its generation is new."""
         old = self.get(h.learner)
         fresh = old is None or h.generation > old.generation
         record = self[h.learner] = LearnerRecord(generation=h.generation) if old is None or fresh else old
-        if admitted:
-            record.last_step[h.fragment] = max(h.local_step, record.last_step.get(h.fragment, -1))
+        if admitted and not record.already(h):
+            record.last_step[h.fragment], record.last_base[h.fragment] = h.local_step, h.base_version
         record.last_seen = now
         record.step_time_s = h.step_time_s or record.step_time_s
         return fresh
-
-    def heard(self, h: FragmentHeader, now: float) -> None:
-        """A chunk of the learner's current generation came in: a heartbeat (a long push on a slow link arrives
-        chunk by chunk; liveness.py reads `last_seen`)."""
-        rec = self.get(h.learner)
-        if rec is not None and rec.generation == h.generation:
-            rec.last_seen = max(rec.last_seen, now)
 
     def slowest_step_s(self, live: set[str]) -> float:
         return max((self[name].step_time_s for name in live if name in self), default=0.0)   # one still joining: unknown
@@ -63,7 +66,8 @@ class Ledger(dict[str, LearnerRecord]):
     def entries(self, fragment: int) -> dict[str, dict[str, int]]:
         """The snapshot's ledger of one fragment: what resume needs to refuse replays and not credit twice."""
         return {name: {"generation": rec.generation, "last_step": rec.last_step.get(fragment, -1),
-                       "credited_to": rec.credited_to.get(fragment, 0)} for name, rec in self.items()}
+                       "last_base": rec.last_base.get(fragment, -1), "credited_to": rec.credited_to.get(fragment, 0)}
+                for name, rec in self.items()}
 
     def restore(self, fragment: int, entries: dict[str, dict[str, int]], now: float) -> None:
         """Merge a snapshot's ledger in; its learners count as live (last seen `now`) until they time out."""
@@ -73,5 +77,7 @@ class Ledger(dict[str, LearnerRecord]):
                 rec = self[name] = LearnerRecord(generation=entry["generation"], last_seen=now)
             if entry["generation"] == rec.generation and entry["last_step"] >= 0:
                 rec.last_step[fragment] = entry["last_step"]
+                if entry.get("last_base", -1) >= 0:
+                    rec.last_base[fragment] = entry["last_base"]
             if entry["generation"] == rec.generation and entry.get("credited_to"):
                 rec.credited_to[fragment] = entry["credited_to"]

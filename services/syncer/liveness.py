@@ -1,11 +1,13 @@
 """Which learners count as live for quorum and grace: the launcher's island events, and missed heartbeats.
 
-A generation stops counting the moment the launcher reports it exited, preempted, stopped or dropped (runs.py
-folds those into the roster's `gone`); its replacement counts from the first chunk it sends. Otherwise a learner
-counts while it is heard from: every chunk it sends is a heartbeat. Silence is measured against the newest
-arrival from any learner of the run, not against the wall clock alone, so a syncer that stalled (a slow disk, a
-long merge) does not find everyone silent when it wakes: a learner is silent once others were heard more than its
-bound after it. `learner_timeout_s` bounds silence on the wall clock as well, and the bound from above.
+A generation stops counting the moment the launcher reports it exited, preempted, stopped or dropped (runs.py folds
+those into the roster's `gone`); its replacement counts from its first admitted message. Otherwise a learner counts
+while it is heard from: every push or init admission takes is a heartbeat, and nothing else is (a refused message,
+or chunks of one not complete yet, would let a hostile island stay live, hold quorum and never merge). Silence is
+measured against the newest admitted arrival from any learner of the run, not against the wall clock alone, so a
+syncer that stalled (a slow disk, a long merge) does not find everyone silent when it wakes: a learner is silent
+once others were heard more than its bound after it. `learner_timeout_s` bounds silence on the wall clock as well,
+and the bound from above.
 
 At a run's start a first-generation learner the launcher announced counts as live before its first push, for
 `learner_timeout_s` after the first chunk of the run this syncer heard (`joining`): islands load their model at

@@ -111,9 +111,9 @@ def test_a_push_far_larger_than_the_fragment_is_refused(core):
     assert refusals(send(core, msg("island-1", values=np.full(N, 0.5, np.float32), local_step=8))) == []
 
 
-def test_a_header_claiming_another_learner_is_refused(core):
+def test_a_header_claiming_another_learner_is_refused_and_recorded_against_the_sender(core):
     out = send(core, msg("island-0"), sender="island-1")
-    assert refusals(out) == [("island-0", "wrong_subject")] and "yeto.frag.<run>.<fragment>.<its own id>" in out[0].detail
+    assert refusals(out) == [("island-1", "wrong_subject")] and "yeto.frag.<run>.<fragment>.<its own id>" in out[0].detail
     assert core.refused and not core.fragments[0].round.pending
 
 
@@ -219,9 +219,48 @@ async def test_attacks_through_the_real_data_plane_are_refused_with_events(nats_
         while len(seen) < 3:
             await plane.take_in(bus, lambda: runs_now, timeout_s=1.0)
             seen += [parse(d.data) for d in await events.fetch(10, timeout_s=0.2)]
-        assert sorted((e.learner, e.reason) for e in seen) == [("island-0", "wrong_subject"), ("island-1", "bad_header"),
-                                                               ("island-1", "too_many_tokens")]
+        assert sorted((e.learner, e.reason) for e in seen) == [("island-1", "bad_header"), ("island-1", "too_many_tokens"),
+                                                               ("island-1", "wrong_subject")]   # the sender's, not the claim's
         assert plane.cores[RUN].fragments[0].version == 0 and plane.cores[RUN].assembler.pending_bytes == 0
         assert await plane.consumer.num_pending() == 0
     finally:
         await bus.close()
+
+
+def rounds_of(core: SyncerCore, pushes) -> tuple[list[list[str]], list[tuple[str, str]]]:
+    """(responders of each round merged, refusals) after sending `pushes`: (learner, now, fields) each."""
+    out = []
+    for learner, now, fields in pushes:
+        out += send(core, msg(learner, **fields), now=now)
+    return [m.responders for m in merged(out)], refusals(out)
+
+
+def test_refused_pushes_are_no_heartbeat_so_a_hostile_island_cannot_hold_the_quorum(core):
+    """Island 1 merges once, then sends only pushes that are refused (norm 50x the bound), each second: it must go
+    silent for quorum like an island that sends nothing, and island 0 merges alone after the silence bound (3 s)."""
+    assert rounds_of(core, [("island-0", 0.0, {}), ("island-1", 0.0, {})])[0] == [["island-0", "island-1"]]
+    junk, responders, refused = np.full(N, 50.0, np.float32), [], []
+    for t in range(1, 13):                  # both push on the version they hold, as learners do
+        base = core.fragments[0].version
+        got = rounds_of(core, [("island-1", float(t), {"values": junk, "local_step": 4 + 4 * t, "base_version": base}),
+                               ("island-0", t + 0.5, {"local_step": 4 + 4 * t, "base_version": base})])
+        responders, refused = responders + got[0], refused + got[1]
+    assert refused == [("island-1", "norm_too_large")] * 12
+    assert responders and set(map(tuple, responders)) == {("island-0",)}, "the genuine island merges alone"
+    assert core.fragments[0].version >= 8 and core.live(12.5) == {"island-0"}
+
+
+def test_a_forged_push_at_step_ten_million_blocks_its_learner_only_until_the_next_version(core):
+    """A push at local step 10^7 under island 1's credential is admitted (it is well formed) and merges with island
+    0's; island 1's genuine pushes after it, on the next version, are not 'duplicate': duplicates are keyed on the
+    syncer's own base version first. A replay of an admitted push is still a duplicate."""
+    assert rounds_of(core, [("island-0", 0.0, {}), ("island-1", 0.0, {})])[0] == [["island-0", "island-1"]]
+    forged = rounds_of(core, [("island-1", 1.0, {"local_step": 10**7, "base_version": 1}),
+                              ("island-0", 1.0, {"local_step": 8, "base_version": 1})])
+    assert forged == ([["island-1", "island-0"]], [])
+    genuine = [("island-1", 2.0, {"local_step": 8, "base_version": 2}), ("island-0", 2.0, {"local_step": 12, "base_version": 2}),
+               ("island-1", 3.0, {"local_step": 12, "base_version": 3}), ("island-0", 3.0, {"local_step": 16, "base_version": 3})]
+    responders, refused = rounds_of(core, genuine)
+    assert refused == [] and responders == [["island-1", "island-0"]] * 2, "both islands go on merging"
+    replay = rounds_of(core, [("island-1", 4.0, {"local_step": 12, "base_version": 3})])
+    assert replay == ([], [("island-1", "duplicate")])

@@ -146,9 +146,10 @@ def test_syncer_resumes_from_snapshot_and_refuses_replays(tmp_path):
         assert resumed.learners["l0"].credited_to[p] == core.learners["l0"].credited_to[p] > 0   # goodput credit survives
     sync = learners[0]
     p = sync.active[0]
-    sync.step = core.learners["l0"].last_step[p]          # replay the newest push of fragment p
-    push = sync._push(p)
-    outs = resumed.receive(*split_chunks(push.header, push.payload)[0], bus.now)
+    sync.step = core.learners["l0"].last_step[p]          # replay the newest push of fragment p: its step, on the
+    push = sync._push(p)                                  # base version it was admitted on (duplicates are keyed on both)
+    header = push.header.model_copy(update={"base_version": core.learners["l0"].last_base[p]})
+    outs = resumed.receive(*split_chunks(header, push.payload)[0], bus.now)
     assert [o.reason for o in outs if isinstance(o, LearnerRejected)] == ["duplicate"]
 
 

@@ -28,8 +28,9 @@ def push(h: FragmentHeader, *, fingerprint: str | None, version: int, numel: int
                          f"generation {h.generation} of {h.learner!r} was replaced by generation {record.generation}")
     if h.numel != numel:
         return Rejection("bad_header", f"fragment {h.fragment} has {numel} values, the push declares {h.numel}")
-    if record is not None and h.generation == record.generation and h.local_step <= record.last_step.get(h.fragment, -1):
-        return Rejection("duplicate", f"push of fragment {h.fragment} at step {h.local_step} was already taken")
+    if record is not None and h.generation == record.generation and record.already(h):
+        return Rejection("duplicate", f"push of fragment {h.fragment} at step {h.local_step} (base version "
+                         f"{h.base_version}) is not after the last one admitted")
     if h.base_version > version:
         return Rejection("future_base", f"base version {h.base_version} is newer than the syncer's {version} "
                          "(the syncer restarted from an older snapshot)")
