@@ -16,6 +16,8 @@ class Setting:
     """Relative step time of each island (empty: all 1.0); a straggler makes quorum matter."""
     flush: bool = False
     """Islands push their unsent progress when they finish (a proposed learner change; off = today's learners)."""
+    feedback_decay: float = 1.0
+    """Islands' error-feedback decay (schemas/codecs/feedback.py; 1: lossless, below 1: SparseLoCo's leaky accumulator)."""
     note: str = ""
     """What the arm tests."""
 
@@ -40,6 +42,11 @@ SETTINGS: dict[str, Setting] = {
                               note="topk4 both ways, merge alpha 0"),
     "sparse4_direct": Setting(sync={"codec_up": "topk4", "codec_down": "topk4", "outer_lr": 1.0, "momentum": 0.0,
                                     "alpha": 0.0}, note="topk4 both ways, lr 1, no momentum, alpha 0"),
+    "sparse_union": Setting(sync={"codec_up": "topk2", "codec_down": "topk4", "outer_lr": 1.0, "momentum": 0.0,
+                                  "alpha": 0.0}, note="topk2 pushes, topk4 broadcast (holds the union of 2 islands' "
+                            "pushes), lr 1, no momentum, alpha 0"),
+    "sparse_union_b95": Setting(sync={"codec_up": "topk2", "codec_down": "topk4", "outer_lr": 1.0, "momentum": 0.0,
+                                      "alpha": 0.0}, feedback_decay=0.95, note="sparse_union, error feedback decay 0.95"),
     "avg": Setting(sync={"merge": "avg"}, note="plain weighted average instead of RDA"),
     "H12": Setting(sync={"inner_steps": 12}, note="push every 12 inner steps"),
     "H48": Setting(sync={"inner_steps": 48}, note="push every 48 inner steps"),

@@ -7,11 +7,13 @@ from yeto.schemas.codecs.base import Codec
 
 
 class ErrorFeedback:
-    """Per key (a fragment): encode d + e, keep e <- (d + e) - Q(d + e). Works with any codec; a sender uses it
-    where the codec's `error_feedback` asks for it."""
+    """Per key (a fragment): encode d + decay * e, keep e <- (d + decay * e) - Q(d + decay * e). Works with any codec;
+    a sender uses it where the codec's `error_feedback` asks for it. `decay` 1 (the default) loses nothing: the sum of
+    what was sent plus e is the sum of the d's. Below 1 it is SparseLoCo's leaky accumulator (e fades by `decay` a push)."""
 
-    def __init__(self, codec: Codec) -> None:
-        self.codec = codec
+    def __init__(self, codec: Codec, decay: float = 1.0) -> None:
+        assert 0.0 < decay <= 1.0
+        self.codec, self.decay = codec, decay
         self.residuals: dict[object, np.ndarray] = {}
 
     def encode(self, key: object, d: np.ndarray) -> bytes:
@@ -19,7 +21,9 @@ class ErrorFeedback:
         residual = self.residuals.get(key)
         if residual is None or residual.size != d.size:
             residual = self.residuals[key] = np.zeros(d.size, dtype=np.float32)
-        residual += d                                        # residual now holds d + e
+        if self.decay != 1.0:
+            residual *= np.float32(self.decay)
+        residual += d                                        # residual now holds d + decay * e
         payload = self.codec.encode(residual)
         residual -= self.codec.decode(payload, d.size)       # e <- (d + e) - Q(d + e)
         return payload

@@ -5,11 +5,12 @@ The values are cut into chunks of 64 (the last zero-padded); each chunk keeps it
 bytes `offset | sign << 7 | high << 6`: offset in 0..63 within the chunk, magnitude s (high) or LOW * s. So a
 payload is all scales first (2 bytes per chunk), then all entries (k bytes per chunk): (2 + k) / 64 bytes per value,
 0.0625 for topk2 (1/64 of f32), 0.09375 for topk4. The size depends on numel alone, so the syncer checks it before
-allocating. A kept value of exactly 0 (a chunk with fewer than k nonzero values) repeats the chunk's first entry,
-so nothing but the chunk's own values is written. Decoding writes the k entries one after another (a repeated
-offset: the last wins), every other value is 0: the same bits on every machine, NumPy or CuPy. With error
-feedback (learners: schemas/codecs/feedback.py; the broadcast: its shadow, services/syncer/broadcast.py) what a
-payload leaves out is carried into the next one (docs/SYNC_MATH.md, "Sparse pushes and broadcasts").
+allocating. Entries are canonical: the nonzero ones by offset, then, where a chunk has fewer than k nonzero values,
+repeats of its first entry (so an exact 0 is never sent as a value, and equal values encode to equal bytes).
+Decoding writes the k entries one after another (a repeated offset: the last wins), every other value is 0: the
+same bits on every machine, NumPy or CuPy. With error feedback (learners: schemas/codecs/feedback.py; the
+broadcast: its shadow, services/syncer/broadcast.py) what a payload leaves out is carried into the next one
+(docs/SYNC_MATH.md, "Sparse pushes and broadcasts").
 """
 from __future__ import annotations
 
@@ -83,14 +84,12 @@ def _encode_rows(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     half[np.isnan(scale)] = 0x7FC0
     s = (half.astype(np.uint32) << 16).view(np.float32)
     offsets = np.argpartition(mag, CHUNK - k, axis=1)[:, CHUNK - k:]
-    offsets.sort(axis=1)
     kept = np.take_along_axis(rows, offsets, axis=1)
+    empty = kept == 0                                # fewer than k nonzero values: repeats of the first entry
+    order = np.argsort(offsets + CHUNK * empty, axis=1)          # canonical: nonzero ones by offset, then the repeats
+    offsets, kept, empty = (np.take_along_axis(a, order, axis=1) for a in (offsets, kept, empty))
     with np.errstate(invalid="ignore", divide="ignore"):
         high = np.abs(kept) >= np.float32((1 + LOW) / 2) * s[:, None]
     codes = ((kept < 0).astype(np.uint8) << 1) | high
     entries = offsets.astype(np.uint8) | (codes << 6)
-    empty = kept == 0                                # fewer than k nonzero values: repeat the first entry
-    if empty.any():
-        first = np.argmax(~empty, axis=1)
-        entries = np.where(empty, entries[np.arange(len(entries)), first][:, None], entries)
-    return half, entries
+    return half, np.where(empty, entries[:, :1], entries)

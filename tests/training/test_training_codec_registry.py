@@ -49,7 +49,8 @@ def test_each_registered_codec_round_trips_through_the_registry(name):
     payload = codec.encode(x)
     assert len(payload) == codec.encoded_size(x.size)
     y = codec.decode(payload, x.size)
-    assert y.dtype == np.float32 and np.max(np.abs(y - x)) <= 0.1 * np.max(np.abs(x))
+    assert y.dtype == np.float32 and np.linalg.norm(y - x) < np.linalg.norm(x)     # closer than nothing (a sparse
+    assert np.dot(x, y) > 0.3 * np.dot(y, y)               # codec sends 3%); each codec's own test bounds its error
     assert codec.encode(y) == payload                  # what a receiver decodes encodes to the same bytes
     spans: list[tuple[int, int]] = []
     out = np.full(x.size, np.nan, dtype=np.float32)

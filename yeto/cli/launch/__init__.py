@@ -18,6 +18,7 @@ from yeto.cli.run_ids import known_runs, run_or_last, unknown_run
 from yeto.cli.shape import add_plan_arguments
 from yeto.infra.bus import connect
 from yeto.schemas.base import derive_id
+from yeto.schemas.codecs import CODECS
 from yeto.schemas.commands import LaunchRun, StopRun
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.recipe import GLOBAL_APPLIES, MERGES, RESTARTS
@@ -51,6 +52,8 @@ def register(sub) -> None:
     a("--lora-r", type=int, help="LoRA rank")
     a("--warmup-steps", type=int)
     a("--seed", type=int, default=0)
+    a("--codec", help=f"wire codec of pushes and broadcast deltas, both ways: one of {', '.join(CODECS)} (default q4; "
+      "topk2/topk4 send 2 or 4 of every 64 values with error feedback: docs/PROTOCOL.md, docs/SYNC_MATH.md)")
     for flag in checks.SYNC_FLAGS:
         if flag == "merge":
             a("--merge", choices=MERGES, help="how the syncer combines the islands' deltas: rda (default) or avg "
@@ -69,6 +72,10 @@ def register(sub) -> None:
         if flag == "global_apply":
             a("--global-apply", choices=GLOBAL_APPLIES, help="blend (default) or rebase: a learner taking a new global "
               "keeps the steps it trained while its push was in flight (docs/SYNC_MATH.md)")
+            continue
+        if flag in ("codec_up", "codec_down"):
+            a(f"--{flag.replace('_', '-')}", help=f"codec of {'learner pushes' if flag == 'codec_up' else 'broadcast deltas'}"
+              f" (overrides --codec): one of {', '.join(CODECS)} (docs/PROTOCOL.md)")
             continue
         a(f"--{flag.replace('_', '-')}", type=float if "lr" in flag or "alpha" in flag or "momentum" in flag else int)
     a("--run-id", type=run_id_arg, help="run id (default: generated)")

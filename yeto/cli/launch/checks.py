@@ -12,7 +12,7 @@ SYNC_FLAGS = {"fragments": "num_fragments", "sync_every": "inner_steps", "sync_e
               "sync_ramp_steps": "inner_steps_ramp", "outer_lr": "outer_lr",
               "outer_momentum": "momentum", "merge_alpha": "alpha", "merge": "merge",
               "momentum_restart": "momentum_restart", "momentum_restart_cos": "momentum_restart_cos",
-              "global_apply": "global_apply",
+              "global_apply": "global_apply", "codec_up": "codec_up", "codec_down": "codec_down",
               "quorum": "quorum"}
 
 
@@ -107,6 +107,13 @@ def sync_settings(args) -> dict[str, Any]:
     from yeto.schemas.recipe import SyncConfig
 
     given = {field: getattr(args, flag) for flag, field in SYNC_FLAGS.items() if getattr(args, flag) is not None}
+    if getattr(args, "codec", None) is not None:      # --codec: both directions, unless --codec-up/-down say otherwise
+        from yeto.schemas import codecs
+        try:
+            codecs.codec(args.codec)
+        except ValueError as e:
+            raise ValueError(f"--codec: {e}") from None
+        given = {"codec_up": args.codec, "codec_down": args.codec, **given}
     try:
         SyncConfig(**given)
     except ValueError as e:   # names the recipe's field; say which flag sets it
