@@ -114,10 +114,15 @@ def _evolve(v: RunView, e: Event) -> RunView:
 
 
 def fold(view: RunView | None, event: Any, seq: int = 0) -> RunView:
-    """The run's view after one more event; `view` None starts the view of the event's run."""
+    """The run's view after one more event; `view` None starts the view of the event's run. An event that names
+    another run than the view's changes nothing: a view is started with the run of the subject the events came on
+    (what the server vouches for), and a payload's claim of another run is not taken (the tape leaves such events
+    out of `vouched`; this keeps a caller that did not ask it from being misled)."""
     if view is None:
         run_id = event.run_id if isinstance(event, Event) else event.get("run_id", SYSTEM_RUN)
         view = RunView(run_id=run_id)
+    elif (event.run_id if isinstance(event, Event) else event.get("run_id", view.run_id)) != view.run_id:
+        return view
     view = replace(view, num_events=view.num_events + 1, last_seq=seq or view.last_seq)
     if not isinstance(event, Event):
         return view

@@ -11,7 +11,7 @@ from typing import Any
 
 from yeto.infra.bus.nats_bus import NatsBus
 from yeto.infra.bus.nats_pull import RawPull, stream_seq
-from yeto.infra.tape.store import TapeStore, subject_run
+from yeto.infra.tape.store import TapeStore
 from yeto.schemas.final import ENDING_EVENTS
 from yeto.schemas.subjects import EVT_STREAM, run_events
 
@@ -43,7 +43,7 @@ async def copy_tape(bus: NatsBus, run_id: str, db: Path) -> Copied:
             next_delivery += in_order
             if fresh:
                 await asyncio.to_thread(store.append, [stream_seq(m.reply) for m in fresh],
-                                        [subject_run(m.subject) for m in fresh],
+                                        [m.subject for m in fresh],
                                         [m.data.decode("utf-8", "replace") for m in fresh])
             if msgs and in_order == len(msgs):
                 await pull.ack(msgs[-1])

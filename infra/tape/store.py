@@ -14,34 +14,45 @@ from yeto.infra.tape.views import VIEWS
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS events (
     seq BIGINT PRIMARY KEY, ts TIMESTAMPTZ, run_id VARCHAR, type VARCHAR, version INTEGER,
-    source VARCHAR, payload JSON)"""
+    source VARCHAR, payload JSON, subject VARCHAR, learner VARCHAR, forged VARCHAR)"""
+# A tape made before the subject's columns: they are added, NULL for its old rows (their run and type were the payload's).
+_UPGRADE = [f"ALTER TABLE events ADD COLUMN IF NOT EXISTS {name} VARCHAR" for name in ("subject", "learner", "forged")]
 
 # Every connection that answers queries: no files, no network, no extensions, bounded memory and spill, locked.
 QUERY_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions": False,
                 "autoload_known_extensions": False, "memory_limit": "1GB", "max_temp_directory_size": "4GB",
                 "lock_configuration": True}
 
-BATCH_SCHEMA = pa.schema([("seq", pa.int64()), ("subject_run", pa.string()), ("raw", pa.string())])
+BATCH_SCHEMA = pa.schema([("seq", pa.int64()), ("subject", pa.string()), ("raw", pa.string())])
 
 # DuckDB parses each payload once (json_extract_string with a list of paths) in vectorized C++, which
 # is several times faster than json.loads per message in Python. A payload that is not valid JSON is
 # kept as a JSON string of its text, so nothing is dropped; its type reads 'unparsable'.
-_APPEND = """INSERT INTO events
-SELECT seq, try_cast(f[1] AS TIMESTAMPTZ), coalesce(f[2], subject_run), coalesce(f[3], 'unparsable'),
-       try_cast(f[4] AS INTEGER), f[5], j
-FROM (SELECT seq, subject_run, j,
+# The run, type and learner are the subject's (`yeto.evt.<run>.<Type>[.<learner>]`), which the server's permissions
+# vouch for, never the payload's claims: a payload that claims another run, type or learner than its subject is
+# stored as published with `forged` saying why, and the views leave it out (docs/TAPE.md). A bare run id in place
+# of a subject (a tape filled by a test or a tool, not from the stream) keeps the payload's type and learner.
+_APPEND = """INSERT INTO events (seq, ts, run_id, type, version, source, payload, subject, learner, forged)
+SELECT seq, try_cast(f[1] AS TIMESTAMPTZ), coalesce(nullif(s_run, ''), f[2], '_'),
+       CASE WHEN f[3] IS NULL THEN 'unparsable' ELSE coalesce(s_type, f[3]) END,
+       try_cast(f[4] AS INTEGER), f[5], j, subject, coalesce(s_learner, CASE WHEN s_type IS NULL THEN f[6] END),
+       CASE WHEN f[3] IS NULL THEN NULL
+            WHEN s_run <> '' AND f[2] IS DISTINCT FROM s_run
+                 THEN 'the payload names run ' || coalesce(f[2], 'none') || ' on a subject of run ' || s_run
+            WHEN f[3] <> s_type THEN 'the payload is a ' || f[3] || ' on a ' || s_type || ' subject'
+            WHEN s_learner IS NOT NULL AND f[6] IS DISTINCT FROM s_learner
+                 THEN 'the payload names learner ' || coalesce(f[6], 'none') || ' on the subject of ' || s_learner END
+FROM (SELECT seq, subject, j,
+             CASE WHEN is_evt THEN split_part(subject, '.', 3) ELSE subject END AS s_run,
+             CASE WHEN is_evt THEN nullif(split_part(subject, '.', 4), '') END AS s_type,
+             CASE WHEN is_evt THEN nullif(split_part(subject, '.', 5), '') END AS s_learner,
              CASE WHEN json_type(j) = 'OBJECT'
-                  THEN json_extract_string(j, ['$.ts', '$.run_id', '$.type', '$.version', '$.source'])
-                  ELSE [NULL, NULL, NULL, NULL, NULL] END AS f
-      FROM (SELECT seq, subject_run, CASE WHEN json_valid(raw) THEN raw::JSON ELSE to_json(raw) END AS j
+                  THEN json_extract_string(j, ['$.ts', '$.run_id', '$.type', '$.version', '$.source', '$.learner'])
+                  ELSE [NULL, NULL, NULL, NULL, NULL, NULL] END AS f
+      FROM (SELECT seq, subject, starts_with(subject, 'yeto.evt.') AS is_evt,
+                   CASE WHEN json_valid(raw) THEN raw::JSON ELSE to_json(raw) END AS j
             FROM tape_batch))
 ORDER BY seq"""
-
-
-def subject_run(subject: str) -> str:
-    """The run id token of an event subject `yeto.evt.<run_id>.<Type>` ('' if the subject is shorter)."""
-    parts = subject.split(".", 3)
-    return parts[2] if len(parts) > 2 else ""
 
 
 class TapeStore:
@@ -52,6 +63,8 @@ class TapeStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.con = duckdb.connect(str(self.path))
         self.con.execute(SCHEMA)
+        for statement in _UPGRADE:
+            self.con.execute(statement)
         for name, body in VIEWS.items():
             self.con.execute(f"CREATE OR REPLACE VIEW {name} AS {body}")
         self.con.execute("CHECKPOINT")
@@ -65,10 +78,11 @@ class TapeStore:
     def max_seq(self) -> int:
         return int(self.con.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0])
 
-    def append(self, seqs: list[int], subject_runs: list[str], raws: list[str]) -> int:
-        """Store one batch atomically; the caller has filtered it to seqs after `last_seq`. Returns the new last seq."""
+    def append(self, seqs: list[int], subjects: list[str], raws: list[str]) -> int:
+        """Store one batch atomically; the caller has filtered it to seqs after `last_seq`. `subjects`: what each came
+        on (a bare run id: see _APPEND). Returns the new last seq."""
         assert seqs and seqs[0] > self.last_seq, f"batch starts at {seqs[0] if seqs else None}, tape is at {self.last_seq}"
-        batch = pa.Table.from_arrays([pa.array(seqs, pa.int64()), pa.array(subject_runs, pa.string()),
+        batch = pa.Table.from_arrays([pa.array(seqs, pa.int64()), pa.array(subjects, pa.string()),
                                       pa.array(raws, pa.string())], schema=BATCH_SCHEMA)
         self.con.register("tape_batch", batch)
         try:

@@ -22,7 +22,7 @@ from yeto.infra.bus.nats_bus import NatsBus
 from yeto.infra.bus.nats_pull import RawPull, stream_seq
 from yeto.infra.nats.server import ensure_streams
 from yeto.infra.tape.responder import answer
-from yeto.infra.tape.store import TapeStore, subject_run
+from yeto.infra.tape.store import TapeStore
 from yeto.schemas.subjects import EVERY_EVENT, TAPE_SQL
 from yeto.schemas.subjects import EVT_STREAM as STREAM
 
@@ -162,7 +162,7 @@ class TapeWriter:
         store, pull = self.store, self.pull
         assert store is not None and pull is not None
         last = store.last_seq
-        seqs, runs, raws, acked = [], [], [], None
+        seqs, subjects, raws, acked = [], [], [], None
         for m in msgs:
             seq = stream_seq(m.reply)
             if seq <= last:       # redelivered: already on the tape
@@ -174,10 +174,10 @@ class TapeWriter:
                 break
             self.expect_next = True
             seqs.append(seq)
-            runs.append(subject_run(m.subject))
+            subjects.append(m.subject)
             raws.append(m.data.decode("utf-8", "replace"))
             last, acked = seq, m
         if seqs:
-            await asyncio.to_thread(store.append, seqs, runs, raws)
+            await asyncio.to_thread(store.append, seqs, subjects, raws)
         if acked is not None:
             await pull.ack(acked)

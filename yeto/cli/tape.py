@@ -95,10 +95,11 @@ def as_event(payload: dict[str, Any]) -> Any:
 
 
 def run_events(args, run: str, until: int | None = None) -> Iterator[tuple[int, Any]]:
-    """(seq, event) of one run in order, paged so a long run never needs one huge reply."""
+    """(seq, event) of one run in order, paged so a long run never needs one huge reply. The run is the subject's:
+    `vouched` leaves out events whose payload claims another run, type or learner than their subject (docs/TAPE.md)."""
     after, cond = 0, run_filter(run) + (f" AND seq <= {int(until)}" if until is not None else "")
     while True:
-        rows = tape_query(args, f"SELECT seq, payload FROM events WHERE {cond} AND seq > {after} "
+        rows = tape_query(args, f"SELECT seq, payload FROM vouched WHERE {cond} AND seq > {after} "
                                 f"ORDER BY seq LIMIT {PAGE}", run=run)["rows"]
         for seq, payload in rows:
             data = json.loads(payload) if isinstance(payload, str) else payload

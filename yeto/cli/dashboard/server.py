@@ -27,11 +27,13 @@ class Feed:
         self.args, self.boards, self.lock = args, {}, threading.Lock()
 
     def run(self, run_id: str) -> dict[str, Any] | None:
+        """The run's board: its events as the subject vouches for them (`vouched`: no payload's claim of another
+        run, type or learner), folded after the last one seen."""
         where = run_filter(run_id)      # a bad id: ValueError
         with self.lock:
             board = self.boards.setdefault(run_id, Board())
         while True:     # the read holds no lock: a slow or stuck one never blocks the next poll
-            rows = tape_query(self.args, f"SELECT seq, payload FROM events WHERE {where} AND seq > {board.last_seq} "
+            rows = tape_query(self.args, f"SELECT seq, payload FROM vouched WHERE {where} AND seq > {board.last_seq} "
                                          f"ORDER BY seq LIMIT {PAGE}", run=run_id)["rows"]
             with self.lock:             # boards are folded in stream order, each event once
                 for seq, payload in rows:
