@@ -159,7 +159,8 @@ def _round_stats(net: SimNet, layout, *, islands: int, computed: int) -> dict:
     responders = float(np.mean([len(e.responders) for e in merged])) if merged else 0.0
     stats = {"islands": islands, "rounds": len(merged), "responders": responders,
              "goodput": sum(e.tokens for e in merged) / max(1, computed * len(layout.active)), "bytes_up": net.bytes_up,
-             "bytes_down": net.bytes_down, "rejected": sum(isinstance(e, LearnerRejected) for e in net.events),
+             "bytes_down": net.bytes_down, "bytes_by_kind": dict(net.bytes_by_kind),
+             "rejected": sum(isinstance(e, LearnerRejected) for e in net.events),
              "trainable": sum(layout.numel(p) for p in layout.active)}
     cos = [e.momentum_cos for e in merged if e.momentum_cos is not None]    # cos(delta, b): is the look-ahead right?
     if cos:

@@ -28,6 +28,7 @@ class SimNet:
         self.inboxes: dict[str, list] = {}
         self.events: list = []
         self.bytes_up = self.bytes_down = 0
+        self.bytes_by_kind: dict[str, int] = {}   # up and down by message kind (init, push, delta, keyframe)
         self.t = 0.0                     # simulated time of the outputs being performed
 
     def _at(self, t: float, kind: str, data) -> None:
@@ -58,9 +59,13 @@ class SimNet:
     # outputs.Sink (snapshots are not kept)
     def chunk(self, header: FragmentHeader, chunk: bytes) -> None:
         self.bytes_down += len(chunk) * len(self.inboxes)       # every learner receives it
+        self._count(header.kind, len(chunk) * len(self.inboxes))    # (keyframes too: a real learner reads their headers)
         h = FragmentHeader.from_nats(header.to_nats())
         for name in self.inboxes:
             self._at(self.t + self.latency_s, "global", (name, h, bytes(chunk)))
+
+    def _count(self, kind: str, num_bytes: int) -> None:
+        self.bytes_by_kind[kind] = self.bytes_by_kind.get(kind, 0) + num_bytes
 
     def wake(self, at: float) -> None:
         self._at(at, "wake", None)
@@ -80,6 +85,7 @@ class SimNet:
         class Transport(LocalTransport):
             def send_push(self, header, payload):
                 net.bytes_up += len(payload)
+                net._count(header.kind, len(payload))
                 for h, chunk in net._wire(header, payload):
                     net._at(clock() + net.latency_s, "push", (h, chunk))
 
