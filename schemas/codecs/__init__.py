@@ -22,7 +22,7 @@ from yeto.schemas.codecs.sparse import SparseCodec
 __all__ = ["BF16", "CODECS", "F32", "Q4", "Codec", "CodecName", "ErrorFeedback", "check_size", "codec"]
 
 F32, BF16, Q4 = F32Codec(), BF16Codec(), Q4Codec()
-CODECS: dict[str, Codec] = {c.name: c for c in (F32, BF16, Q4, SparseCodec(2), SparseCodec(4))}
+CODECS: dict[str, Codec] = {c.name: c for c in (F32, BF16, Q4, SparseCodec(2), SparseCodec(4), SparseCodec(8))}
 
 
 def codec(name: str) -> Codec:

@@ -1,12 +1,12 @@
-"""topk2, topk4: chunk-wise top-k of the values with 2-bit codes and 6-bit offsets, sent with error feedback.
+"""topk2, topk4, topk8: chunk-wise top-k of the values with 2-bit codes and 6-bit offsets, sent with error feedback.
 
 The values are cut into chunks of 64 (the last zero-padded); each chunk keeps its k values of largest |x| (k = 2:
-3.1% of the values, k = 4: 6.25%). A chunk is one bf16 scale s (its absmax, rounded to nearest even) and k entry
+3.1% of the values, k = 4: 6.25%, k = 8: 12.5%). A chunk is one bf16 scale s (its absmax, rounded to nearest even) and k entry
 bytes `offset | sign << 7 | high << 6`: offset in 0..63 within the chunk, magnitude s (high) or LOW * s. So a
 payload is all scales first (2 bytes per chunk), then all entries (k bytes per chunk): (2 + k) / 64 bytes per value,
-0.0625 for topk2 (1/64 of f32), 0.09375 for topk4. The size depends on numel alone, so the syncer checks it before
-allocating. Entries are canonical: the nonzero ones by offset, then, where a chunk has fewer than k nonzero values,
-repeats of its first entry (so an exact 0 is never sent as a value, and equal values encode to equal bytes).
+0.0625 for topk2 (1/64 of f32), 0.09375 for topk4, 0.15625 for topk8. The size depends on numel alone, so the syncer
+checks it before allocating. Entries are canonical: the nonzero ones by offset, then, where a chunk has fewer than k nonzero
+values, repeats of its first entry (so an exact 0 is never sent as a value, and equal values encode to equal bytes).
 Decoding writes the k entries one after another (a repeated offset: the last wins), every other value is 0: the
 same bits on every machine, NumPy or CuPy. With error feedback (learners: schemas/codecs/feedback.py; the
 broadcast: its shadow, services/syncer/broadcast.py) what a payload leaves out is carried into the next one

@@ -58,8 +58,8 @@ def test_bad_data_is_refused_with_its_row_before_a_stack_starts(capsys, tmp_path
     (["--momentum-restart-cos", "0.5"], "momentum_restart_cos must be in [-1, 0]"),
     (["--momentum-restart", "off", "--momentum-restart-cos", "-0.5"], "applies only with momentum_restart opposed"),
     (["--momentum-restart", "damped", "--momentum-restart-cos", "-0.5"], "ignored with off or damped"),
-    (["--codec", "zip"], "--codec: unknown codec 'zip'; use one of f32, bf16, q4, topk2, topk4"),
-    (["--codec-up", "zip"], "must be one of f32, bf16, q4, topk2, topk4 (set by --codec-up, --codec-down)"),
+    (["--codec", "zip"], "--codec: unknown codec 'zip'; use one of f32, bf16, q4, topk2, topk4, topk8"),
+    (["--codec-up", "zip"], "must be one of f32, bf16, q4, topk2, topk4, topk8 (set by --codec-up, --codec-down)"),
 ])
 def test_bad_model_limits_and_sync_settings_are_refused(capsys, tmp_path, material, flags, says):
     model, data = material

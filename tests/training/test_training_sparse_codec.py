@@ -1,4 +1,4 @@
-"""The sparse codecs (topk2, topk4): exact sizes fixed by numel, the k largest of each chunk kept, error feedback that
+"""The sparse codecs (topk2, topk4, topk8): exact sizes fixed by numel, the k largest of each chunk kept, error feedback that
 loses nothing, a sparse broadcast whose residual (Θ − shadow) survives a snapshot, and a simulated run that trains."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ SPARSE = [c for c in codecs.CODECS.values() if isinstance(c, SparseCodec)]
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("codec", SPARSE, ids=lambda c: c.name)
 def test_a_sparse_payload_has_the_exact_size_its_numel_fixes(codec):
-    assert {c.name for c in SPARSE} == {"topk2", "topk4"}
+    assert {c.name for c in SPARSE} == {"topk2", "topk4", "topk8"}
     rng = np.random.default_rng(0)
     for numel in (1, 63, 64, 65, 4096, 100_003):
         size = -(-numel // CHUNK) * (2 + codec.k)

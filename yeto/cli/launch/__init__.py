@@ -53,7 +53,7 @@ def register(sub) -> None:
     a("--warmup-steps", type=int)
     a("--seed", type=int, default=0)
     a("--codec", help=f"wire codec of pushes and broadcast deltas, both ways: one of {', '.join(CODECS)} (default q4; "
-      "topk2/topk4 send 2 or 4 of every 64 values with error feedback: docs/PROTOCOL.md, docs/SYNC_MATH.md)")
+      "topk2/4/8 send 2, 4 or 8 of every 64 values with error feedback: docs/PROTOCOL.md, docs/SYNC_MATH.md)")
     for flag in checks.SYNC_FLAGS:
         if flag == "merge":
             a("--merge", choices=MERGES, help="how the syncer combines the islands' deltas: rda (default) or avg "
