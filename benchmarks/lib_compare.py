@@ -52,6 +52,10 @@ SETTINGS: dict[str, Setting] = {
     "sparse4_union": Setting(sync={"codec_up": "topk4", "codec_down": "topk8", "outer_lr": 1.0, "momentum": 0.0,
                                    "alpha": 0.0}, note="topk4 pushes, topk8 broadcast (the union of 2 islands' pushes), "
                              "lr 1, no momentum, alpha 0"),
+    "sparse_union_b80": Setting(sync={"codec_up": "topk2", "codec_down": "topk4", "outer_lr": 1.0, "momentum": 0.0,
+                                      "alpha": 0.0}, feedback_decay=0.8, note="sparse_union, error feedback decay 0.8"),
+    "sparse4_union_b90": Setting(sync={"codec_up": "topk4", "codec_down": "topk8", "outer_lr": 1.0, "momentum": 0.0,
+                                       "alpha": 0.0}, feedback_decay=0.9, note="sparse4_union, error feedback decay 0.9"),
     "avg": Setting(sync={"merge": "avg"}, note="plain weighted average instead of RDA"),
     "H12": Setting(sync={"inner_steps": 12}, note="push every 12 inner steps"),
     "H48": Setting(sync={"inner_steps": 48}, note="push every 48 inner steps"),
