@@ -36,6 +36,7 @@ SERVICES = ("planner", "launcher", "syncer", "finalizer")
 
 MAX_PAYLOAD = 8 * 1024 * 1024          # nats-server max_payload; fragment chunks stay below it
 CHUNK_BYTES = 4 * 1024 * 1024          # payload bytes per fragment chunk (headers ride on top)
+MAX_EVENT_BYTES = 4 * 1024 * 1024      # YETO_EVT's max_msg_size: an event is KBs (a big model's LayoutDeclared ~1 MiB)
 DUPLICATE_WINDOW_S = 600               # JetStream de-duplication window for Nats-Msg-Id
 GiB = 1024 ** 3
 
@@ -133,6 +134,7 @@ class StreamSpec:
     max_bytes: int = 1 * GiB             # every stream is capped: a flood fills a stream, never the disk
     max_msgs: int = 1_000_000
     discard: str = "new"                 # new: a publish over a cap is refused (visible); old: the oldest go first
+    max_msg_size: int = MAX_PAYLOAD      # the server refuses a bigger message into this stream
     duplicate_window_s: float = DUPLICATE_WINDOW_S
     description: str = ""
     extra: dict[str, object] = field(default_factory=dict)
@@ -146,7 +148,7 @@ STREAMS: tuple[StreamSpec, ...] = (
                description="commands; each is handled by one instance of its owning service"),
     # Events are ~0.3-2 KB; a long run writes ~1M (progress per step): 8 GiB holds many runs. Services replay
     # from its head, so it is never trimmed from the front: when full, publishing fails and says so.
-    StreamSpec(EVT_STREAM, (EVERY_EVENT,), max_bytes=8 * GiB, max_msgs=20_000_000,
+    StreamSpec(EVT_STREAM, (EVERY_EVENT,), max_bytes=8 * GiB, max_msgs=20_000_000, max_msg_size=MAX_EVENT_BYTES,
                description="the append-only event log; the tape mirrors it"),
     # Pushes are consumed as they arrive; 16 GiB is thousands of 4 MiB chunks (many rounds of every learner).
     StreamSpec(FRAG_STREAM, (f"{FRAG_PREFIX}.>",), retention="workqueue", max_age_s=24 * 3600, max_bytes=16 * GiB,

@@ -24,18 +24,30 @@ def stream_seq(reply: str) -> int:
     return int(tokens[5] if len(tokens) == 9 else tokens[7])
 
 
+def stream_ts(reply: str) -> float:
+    """When the stream stored the message, in seconds since the epoch, from its ack subject (v1 or v2 form)."""
+    tokens = reply.split(".")
+    return int(tokens[7] if len(tokens) == 9 else tokens[9]) / 1e9
+
+
 class RawPull:
     """Messages (nats-py's, with .subject, .data, .reply) land in `buf` in stream order."""
 
-    def __init__(self, bus: NatsBus, stream: str, durable: str, filter_subject: str, *, batch: int, expires_s: float):
+    def __init__(self, bus: NatsBus, stream: str, durable: str, filter_subject: str, *, batch: int, expires_s: float,
+                 max_bytes: int = 0):
         self.bus, self.stream, self.durable, self.filter_subject = bus, stream, durable, filter_subject
         self.batch, self.expires_s = batch, expires_s
+        self.max_bytes = max_bytes           # per pull (0: no cap): the server stops a pull's delivery there
+        self.one_big = False                 # the next message is over max_bytes on its own: pull it alone
         self.buf: list = []
         self.arrived = asyncio.Event()       # a message (or a pull's end) came in
         self.pull_done = asyncio.Event()
         self.recreate = asyncio.Event()      # the consumer is lost (or its reader saw a hole): start it again
-        self.in_request = 0
+        self.in_request = self.requested = 0
         self.sub = None
+
+    def buf_bytes(self) -> int:
+        return sum(len(m.data) for m in self.buf)
 
     async def last_seq(self) -> int:
         """The stream's last sequence."""
@@ -63,7 +75,9 @@ class RawPull:
     async def _on_msg(self, msg) -> None:
         if not msg.data and msg.headers and "Status" in msg.headers:  # 408 expired, 404 none, 409 ...: the pull is over
             status, desc = msg.headers.get("Status"), msg.headers.get("Description", "")
-            if status not in ("404", "408") and "MaxAckPending" not in desc:
+            if "Exceeds MaxBytes" in desc:     # the pull's byte cap reached; with nothing delivered, one message is
+                self.one_big = self.in_request == self.requested      # over it alone: the next pull takes it alone
+            elif status not in ("404", "408") and "MaxAckPending" not in desc:
                 log.warning("pull ended with %s %s; recreating the consumer", status, desc)
                 self.recreate.set()
             self.pull_done.set()
@@ -78,8 +92,10 @@ class RawPull:
         """One request for up to `batch` messages; returns when it is over (served, expired or lost). With
         `no_wait` the server answers at once with what the consumer has pending (a drain)."""
         self.pull_done.clear()
-        self.in_request = self.batch
-        request = {"batch": self.batch, "expires": int(self.expires_s * 1e9), **({"no_wait": True} if no_wait else {})}
+        batch, self.one_big = (1, False) if self.one_big else (self.batch, False)
+        self.in_request = self.requested = batch
+        request = {"batch": batch, "expires": int(self.expires_s * 1e9), **({"no_wait": True} if no_wait else {}),
+                   **({"max_bytes": self.max_bytes} if self.max_bytes and batch > 1 else {})}
         try:
             await self.bus.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{self.durable}",
                                       json.dumps(request).encode(), reply=self.inbox)

@@ -160,7 +160,7 @@ def stream_config(spec: StreamSpec, replicas: int = 1):
     return StreamConfig(name=spec.name, description=spec.description, subjects=list(spec.subjects),
                         retention=retention, storage=StorageType.FILE, max_msgs_per_subject=spec.max_msgs_per_subject,
                         max_age=spec.max_age_s or None, duplicate_window=spec.duplicate_window_s,
-                        max_msg_size=MAX_PAYLOAD, allow_direct=True, max_bytes=spec.max_bytes, max_msgs=spec.max_msgs,
+                        max_msg_size=spec.max_msg_size, allow_direct=True, max_bytes=spec.max_bytes, max_msgs=spec.max_msgs,
                         discard={"new": DiscardPolicy.NEW, "old": DiscardPolicy.OLD}[spec.discard], num_replicas=replicas)
 
 

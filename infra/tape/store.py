@@ -23,7 +23,7 @@ QUERY_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions":
                 "autoload_known_extensions": False, "memory_limit": "1GB", "max_temp_directory_size": "4GB",
                 "lock_configuration": True}
 
-BATCH_SCHEMA = pa.schema([("seq", pa.int64()), ("subject", pa.string()), ("raw", pa.string())])
+BATCH_SCHEMA = pa.schema([("seq", pa.int64()), ("subject", pa.string()), ("raw", pa.string()), ("note", pa.string())])
 
 # DuckDB parses each payload once (json_extract_string with a list of paths) in vectorized C++, which
 # is several times faster than json.loads per message in Python. A payload that is not valid JSON is
@@ -34,22 +34,23 @@ BATCH_SCHEMA = pa.schema([("seq", pa.int64()), ("subject", pa.string()), ("raw",
 # of a subject (a tape filled by a test or a tool, not from the stream) keeps the payload's type and learner.
 _APPEND = """INSERT INTO events (seq, ts, run_id, type, version, source, payload, subject, learner, forged)
 SELECT seq, try_cast(f[1] AS TIMESTAMPTZ), coalesce(nullif(s_run, ''), f[2], '_'),
-       CASE WHEN f[3] IS NULL THEN 'unparsable' ELSE coalesce(s_type, f[3]) END,
+       CASE WHEN note IS NOT NULL THEN coalesce(s_type, 'unparsable') WHEN f[3] IS NULL THEN 'unparsable'
+            ELSE coalesce(s_type, f[3]) END,
        try_cast(f[4] AS INTEGER), f[5], j, subject, coalesce(s_learner, CASE WHEN s_type IS NULL THEN f[6] END),
-       CASE WHEN f[3] IS NULL THEN NULL
+       CASE WHEN note IS NOT NULL THEN note WHEN f[3] IS NULL THEN NULL
             WHEN s_run <> '' AND f[2] IS DISTINCT FROM s_run
                  THEN 'the payload names run ' || coalesce(f[2], 'none') || ' on a subject of run ' || s_run
             WHEN f[3] <> s_type THEN 'the payload is a ' || f[3] || ' on a ' || s_type || ' subject'
             WHEN s_learner IS NOT NULL AND f[6] IS DISTINCT FROM s_learner
                  THEN 'the payload names learner ' || coalesce(f[6], 'none') || ' on the subject of ' || s_learner END
-FROM (SELECT seq, subject, j,
+FROM (SELECT seq, subject, note, j,
              CASE WHEN is_evt THEN split_part(subject, '.', 3) ELSE subject END AS s_run,
              CASE WHEN is_evt THEN nullif(split_part(subject, '.', 4), '') END AS s_type,
              CASE WHEN is_evt THEN nullif(split_part(subject, '.', 5), '') END AS s_learner,
              CASE WHEN json_type(j) = 'OBJECT'
                   THEN json_extract_string(j, ['$.ts', '$.run_id', '$.type', '$.version', '$.source', '$.learner'])
                   ELSE [NULL, NULL, NULL, NULL, NULL, NULL] END AS f
-      FROM (SELECT seq, subject, starts_with(subject, 'yeto.evt.') AS is_evt,
+      FROM (SELECT seq, subject, note, starts_with(subject, 'yeto.evt.') AS is_evt,
                    CASE WHEN json_valid(raw) THEN raw::JSON ELSE to_json(raw) END AS j
             FROM tape_batch))
 ORDER BY seq"""
@@ -78,12 +79,14 @@ class TapeStore:
     def max_seq(self) -> int:
         return int(self.con.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0])
 
-    def append(self, seqs: list[int], subjects: list[str], raws: list[str]) -> int:
+    def append(self, seqs: list[int], subjects: list[str], raws: list[str], notes: list[str | None] | None = None) -> int:
         """Store one batch atomically; the caller has filtered it to seqs after `last_seq`. `subjects`: what each came
-        on (a bare run id: see _APPEND). Returns the new last seq."""
+        on (a bare run id: see _APPEND); `notes`: why the writer stored a stub in an event's place (limits.py), its
+        `forged`. Returns the new last seq."""
         assert seqs and seqs[0] > self.last_seq, f"batch starts at {seqs[0] if seqs else None}, tape is at {self.last_seq}"
         batch = pa.Table.from_arrays([pa.array(seqs, pa.int64()), pa.array(subjects, pa.string()),
-                                      pa.array(raws, pa.string())], schema=BATCH_SCHEMA)
+                                      pa.array(raws, pa.string()), pa.array(notes or [None] * len(seqs), pa.string())],
+                                     schema=BATCH_SCHEMA)
         self.con.register("tape_batch", batch)
         try:
             self.con.execute(_APPEND).fetchall()  # DuckDB 2 wants the row count consumed before the next statement

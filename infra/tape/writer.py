@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from yeto.infra.bus.nats_bus import NatsBus
-from yeto.infra.bus.nats_pull import RawPull, stream_seq
+from yeto.infra.bus.nats_pull import RawPull, stream_seq, stream_ts
 from yeto.infra.nats.server import ensure_streams
+from yeto.infra.tape.limits import Limits
 from yeto.infra.tape.responder import answer
 from yeto.infra.tape.store import TapeStore
 from yeto.schemas.subjects import EVERY_EVENT, TAPE_SQL
@@ -47,6 +48,14 @@ class TapeConfig:
     """A SQL request running longer is interrupted and answered with an error."""
     drain_s: float = 5.0
     """On a stop, how long the writer goes on landing what the stream already holds before it exits."""
+    max_batch_bytes: int = 32 << 20
+    """Payload bytes per pull and per INSERT: DuckDB parses a batch's JSON in memory, under its 1 GB limit."""
+    max_event_bytes: int = 4 << 20
+    """An event over this is stored as a stub (limits.py); the event stream refuses bigger ones anyway (MAX_EVENT_BYTES)."""
+    learner_events_per_s: float = 20.0
+    """Events a second one learner subject may put on the tape (a token bucket); over it, stubs (limits.py)."""
+    learner_burst: int = 200
+    """How many events a learner subject may send at once before its rate applies."""
 
 
 class TapeWriter:
@@ -58,6 +67,7 @@ class TapeWriter:
         self.expect_next = False            # False right after (re)creating: the first may skip a gap the stream has
         self.flushing = asyncio.Lock()      # one flush at a time: each starts from the tape's last seq
         self.closing = asyncio.Event()      # the flush loop ends after the commit in hand
+        self.limits = Limits(cfg.max_event_bytes, cfg.learner_events_per_s, cfg.learner_burst)
 
     async def run(self, stop: asyncio.Event) -> None:
         self.store = await asyncio.to_thread(TapeStore, self.cfg.db)
@@ -66,7 +76,7 @@ class TapeWriter:
         sql_sub = await self.bus.serve(TAPE_SQL, partial(answer, store=self.store, timeout_s=self.cfg.query_timeout_s,
                                                          max_payload=self.bus.nc.max_payload), queue="tape")
         pull = RawPull(self.bus, STREAM, self.cfg.consumer, EVERY_EVENT, batch=self.cfg.batch,
-                       expires_s=self.cfg.pull_expires_s)
+                       expires_s=self.cfg.pull_expires_s, max_bytes=self.cfg.max_batch_bytes)
         if (stream_last := await pull.last_seq()) < self.store.last_seq:
             log.warning("the tape is at seq %d but the stream only at %d: was the nats store reset? new events "
                         "land once the stream passes the tape", self.store.last_seq, stream_last)
@@ -135,7 +145,7 @@ class TapeWriter:
                     log.warning("recreating the consumer failed: %r", e)
                     await asyncio.sleep(0.5)
                     continue
-            if len(pull.buf) >= 2 * self.cfg.batch:  # back-pressure: DuckDB is behind
+            if len(pull.buf) >= 2 * self.cfg.batch or pull.buf_bytes() >= 2 * self.cfg.max_batch_bytes:   # DuckDB is behind
                 await asyncio.sleep(0.005)
                 continue
             await pull.pull()
@@ -162,7 +172,8 @@ class TapeWriter:
         store, pull = self.store, self.pull
         assert store is not None and pull is not None
         last = store.last_seq
-        seqs, subjects, raws, acked = [], [], [], None
+        rows: tuple[list[int], list[str], list[str], list[str | None]] = ([], [], [], [])
+        size, acked = 0, None
         for m in msgs:
             seq = stream_seq(m.reply)
             if seq <= last:       # redelivered: already on the tape
@@ -173,11 +184,16 @@ class TapeWriter:
                 pull.recreate.set()
                 break
             self.expect_next = True
-            seqs.append(seq)
-            subjects.append(m.subject)
-            raws.append(m.data.decode("utf-8", "replace"))
+            stub = self.limits.stub(m.subject, len(m.data), stream_ts(m.reply))
+            raw = m.data.decode("utf-8", "replace") if stub is None else stub[0]
+            if rows[0] and size + len(raw) > self.cfg.max_batch_bytes:   # an INSERT's JSON stays within its bytes
+                await asyncio.to_thread(store.append, *rows)
+                rows, size = ([], [], [], []), 0
+            for column, value in zip(rows, (seq, m.subject, raw, None if stub is None else stub[1])):
+                column.append(value)
+            size += len(raw)
             last, acked = seq, m
-        if seqs:
-            await asyncio.to_thread(store.append, seqs, subjects, raws)
+        if rows[0]:
+            await asyncio.to_thread(store.append, *rows)
         if acked is not None:
             await pull.ack(acked)

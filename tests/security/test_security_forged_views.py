@@ -7,92 +7,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
 from types import SimpleNamespace
 
-import nats
 import pytest
 
+from hostile_stack import ATTACKER, GHOST, SPEC, VICTIM, as_learner, progress, rows_when
 from yeto.cli.dashboard.server import Feed
 from yeto.cli.main import main
-from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus import connect
-from yeto.infra.nats.server import NatsServer, ensure_streams
-from yeto.infra.stack import StackPaths
+from yeto.infra.nats.server import ensure_streams
 from yeto.infra.tape.sql import ask
 from yeto.schemas.base import to_bytes
 from yeto.schemas.final import RunFinalized, RunStopped
 from yeto.schemas.fleet import IslandUp, RunLaunched
 from yeto.schemas.subjects import learner_event_subject
-from yeto.schemas.training import LearnerProgress
 
 pytestmark = pytest.mark.timeout(120)
-VICTIM, ATTACKER, GHOST = "r-victim", "r-attack", "r-ghost"
-SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": "", "spot": False, "price_per_hour": 1.0}
 
 
-def progress(run_id: str, learner: str, step: int, **kw) -> LearnerProgress:
-    fields = {"loss": 2.5, "tokens": 100 * step, "tokens_per_s": 10.0, "step_time_s": 0.1, "lr": 1e-3, **kw}
-    return LearnerProgress(run_id=run_id, learner=learner, step=step, **fields)
-
-
-async def as_learner(url: str, state, run_id: str, learner: str, sends: list[tuple[str, bytes]]) -> None:
-    """Publish with a plain learner credential (core NATS: the stream takes what the server lets through)."""
-    ident = json.loads(bus_auth.learner_file(state, run_id, learner).read_text())
-    errors: list[str] = []
-
-    async def on_error(e: Exception) -> None:
-        errors.append(str(e))
-    nc = await nats.connect(url, user=ident["user"], password=ident["password"], inbox_prefix=ident["inbox_prefix"],
-                            error_cb=on_error, allow_reconnect=False)
-    try:
-        for subject, data in sends:
-            await nc.publish(subject, data)
-        await nc.flush()
-    finally:
-        await nc.close()
-    assert not errors, f"its own subject is allowed: {errors}"
-
-
-async def rows_when(bus, sql: str, want: int) -> list:
-    """Ask the tape writer until `sql` has `want` rows (the pause only paces the questions)."""
-    loop = asyncio.get_running_loop()
-    deadline, rows = loop.time() + 60, []
-    while loop.time() < deadline:
-        try:
-            rows = (await ask(bus, sql, timeout=2))["rows"]
-            if len(rows) >= want:
-                return rows
-        except ValueError:       # the writer is starting
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"the tape has {len(rows)} of {want} rows for {sql}")
-
-
-@pytest.fixture
-def stack(tmp_path, monkeypatch):
-    state = tmp_path / "state"
-    users = bus_auth.prepare(state, ((VICTIM, "island-0"), (VICTIM, "island-1"), (ATTACKER, "island-0")))
-    srv = NatsServer(state / "nats", users_file=users).start()
-    monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(state)))
-    env = {**os.environ, bus_auth.CREDS_ENV: str(bus_auth.service_file(state))}
-    writer = subprocess.Popen([sys.executable, "-m", "yeto.infra.tape", "--nats-url", srv.url, "--db",
-                               str(StackPaths(state).db)], env=env, stdout=open(tmp_path / "tape.log", "ab"),
-                              stderr=subprocess.STDOUT)
-    try:
-        yield srv, state, writer
-    finally:
-        if writer.poll() is None:
-            writer.send_signal(signal.SIGTERM)
-            writer.wait(30)
-        srv.stop()
-
-
-def test_a_learner_cannot_stop_another_run_invent_a_run_or_speak_for_another_island(stack, capsys):
-    srv, state, writer = stack
+def test_a_learner_cannot_stop_another_run_invent_a_run_or_speak_for_another_island(live_stack, capsys):
+    srv, state, writer = live_stack
 
     async def attack() -> list:
         bus = await connect(srv.url, name="operator")

@@ -11,7 +11,8 @@ from yeto.cli.common import run_id_arg
 from yeto.cli.describe import describe
 from yeto.cli.sql import format_table, tape_query
 from yeto.cli.tape import load_run, run_filter
-from yeto.infra.head.records import copied_tape, heads
+from yeto.cli.tape_query import stale_line
+from yeto.infra.head.records import copied_tape, head_record, heads
 from yeto.infra.settings import load
 from yeto.schemas.run_view import spend_usd
 
@@ -33,6 +34,9 @@ def register(sub) -> None:
 
 
 def run_status(args) -> int:
+    if not (args.run and head_record(load(state_dir=args.state_dir).state_dir, args.run)):   # a cloud run: its head's
+        if (line := stale_line(args)) is not None:
+            print(f"warning: {line}", file=sys.stderr)
     if args.run:
         run_filter(args.run)
         view = load_run(args, args.run)

@@ -1,13 +1,18 @@
 """`yeto stack up|status|down`: the local stack (nats-server, tape writer, services) under the state dir."""
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import sys
 import threading
 
 from yeto.cli import head_watch
 from yeto.cli.common import run_id_arg, state_dir
 from yeto.infra import stack
+from yeto.infra.stack.health import tape_health
+
+UP_WAIT_S = 20.0      # how long `stack up` waits for its tape writer to answer before it says the writer is not up
 
 
 def register(sub) -> None:
@@ -54,6 +59,7 @@ def cmd_up(args) -> int:
     if rec.get("ca_file"):
         print(f"  learners pin the certificate with YETO_NATS_CA={rec['ca_file']}")
     print(f"  bus credentials (0600, passed by path in $YETO_NATS_CREDS): {stack.bus_auth.auth_dir(state_dir(args))}")
+    healthy = _report_health(args, rec["url"], wait_s=UP_WAIT_S)
     if args.foreground and args.head:
         return head_watch.run(state_dir(args), rec["url"], args.run_id, args.linger, args.await_run)
     if args.foreground:
@@ -63,7 +69,20 @@ def cmd_up(args) -> int:
         while not stop.wait(5.0):
             pass
         print(f"stopped: {', '.join(stack.down(state_dir(args)))}")
-    return 0
+    return 0 if healthy else 1
+
+
+def _report_health(args, url: str, *, wait_s: float = 0.0) -> bool:
+    """Print each component that is not running and the tape's line when it is not current; True if all is well.
+    `wait_s`: how long a tape writer that is starting may take to answer."""
+    health = asyncio.run(tape_health(url, wait_s=wait_s))
+    dead = [name for name, ok in (stack.status(state_dir(args)) or {}).items() if not ok]
+    for name in dead:
+        print(f"  {name:<12} DOWN: it exited; its log is {stack.StackPaths(state_dir(args)).logs / f'{name}.log'}",
+              file=sys.stderr)
+    if (line := health.line()) is not None:
+        print(f"  tape         {line}", file=sys.stderr)
+    return not dead and line is None
 
 
 def cmd_status(args) -> int:
@@ -80,7 +99,9 @@ def cmd_status(args) -> int:
     print(f"stack at {rec['url']} (state {state_dir(args)})")
     for name, ok in st.items():
         print(f"  {name:<12} {'up' if ok else 'DOWN'}  pid {rec['pids'][name]}")
-    return 0 if all(st.values()) else 1
+    health = asyncio.run(tape_health(rec["url"]))
+    print(f"  tape         {health.line() or f'current at seq {health.tape_seq}'}")
+    return 0 if all(st.values()) and health.line() is None else 1
 
 
 def cmd_down(args) -> int:

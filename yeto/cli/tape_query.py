@@ -40,6 +40,15 @@ def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = No
         return asyncio.run(_ask(url, sql, max_rows, connect_timeout=PATIENT_CONNECT_S))
 
 
+def stale_line(args) -> str | None:
+    """What a reader of the running stack's tape must be told (its writer down, or far behind), else None: the data
+    `yeto status` shows comes from the tape file as the writer left it (infra/stack/health.py)."""
+    from yeto.infra.stack.health import tape_health
+    settings = load(state_dir=getattr(args, "state_dir", None), nats_url=getattr(args, "nats_url", None))
+    url = settings.nats_url or stack_url(settings.state_dir)
+    return asyncio.run(tape_health(url)).line() if url else None
+
+
 async def _ask(url: str, sql: str, max_rows: int, connect_timeout: float = 2.0) -> dict[str, Any]:
     from yeto.infra.tape.sql import ask
     try:
