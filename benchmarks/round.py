@@ -12,8 +12,15 @@ Every stage's wall time is divided by the wall time of one memcpy of the bytes t
 ((M + 4) f32 rows: pushes, Θ, momentum, shadow, the decode target), timed in the same run, so the ratios are
 wall over wall. The older `merge_vs_memcpy` of benchmarks/merge.py counts logical bytes; here
 `merge_logical_bytes_per_s_over_memcpy` is that figure, named for what it is. Best of `--reps` rounds per size.
+The memcpy copies a row that was written first, (M + 4) times: an untouched source is the kernel's zero page, read
+from cache, which made the memcpy (and every ratio's denominator) about 3x too fast before 2026-12-04.
 
-    .venv/bin/python benchmarks/round.py [--values 1M,4M,16M] [--learners 4] [--reps 3]
+Each size runs once per `--kernels` (compiled: the numba kernels; reference: the NumPy code they replaced) and
+`--threads` count, on the same rows in one run, so `compiled_speedup_*` (reference over compiled critical path) and
+`threads_speedup_*` (1 thread over the most) are ratios of one run. The memcpy is one thread throughout.
+
+    .venv/bin/python benchmarks/round.py [--values 1M,4M,16M] [--learners 4] [--reps 3] [--threads 1,2]
+        [--kernels reference,compiled]
 """
 from __future__ import annotations
 
@@ -111,25 +118,41 @@ def one_round(core: SyncerCore, pushes: list[list[tuple]], sink: Sink) -> dict[s
     return dict(ingest=ingest, merge=merge_s, perform=perform_s, **sink.seconds)
 
 
-def run_size(n: int, learners: int, reps: int, directory: Path) -> dict[str, float]:
-    rng = np.random.default_rng(0)
+def new_core(n: int, learners: int, rng: np.random.Generator) -> SyncerCore:
+    """A SyncerCore holding version 0 of one fragment of `n` values, from every learner's f32 init."""
     config = SyncConfig(num_fragments=1, quorum=learners, keyframe_every=1 << 30, snapshot_every=1)
     core = SyncerCore(config, run_id="bench", fingerprint=FP)
-    init = rng.standard_normal(n, dtype=np.float32)
-    payload = codecs.F32.encode(init)
+    payload = codecs.F32.encode(rng.standard_normal(n, dtype=np.float32))
     for m in range(learners):
         for h, c in split_chunks(header(f"l{m}", "init", "f32", n, payload, step=0, base=0), payload):
             core.receive(h, c, next(CLOCK))
-    deltas = [codecs.Q4.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(learners)]
-    sink = Sink(directory)
-    best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "memcpy", "in_path"),
-                         float("inf"))
-    rows = backend.xp.empty((learners + 4, n), dtype=np.float32)   # where the round's rows live (device on a GPU)
-    dst = backend.xp.empty_like(rows)
+    return core
+
+
+def memcpy_seconds(n: int, rows: int, reps: int) -> float:
+    """Best wall time of copying `rows` rows of `n` f32 (a written source: not the zero page), one thread."""
+    src = backend.xp.ones(n, dtype=np.float32)
+    dst = backend.xp.empty_like(src)
+    best = float("inf")
+    for _ in range(reps + 1):                                      # the first one faults dst's pages in
+        backend.synchronize()
+        start = time.perf_counter()
+        for _ in range(rows):
+            backend.xp.copyto(dst, src)
+        backend.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def run_config(core: SyncerCore, deltas: list[bytes], reps: int, sink: Sink) -> dict[str, float]:
+    """Best seconds per stage of `reps` rounds with the write beside, and of `reps` with it in the path."""
+    n = core.fragments[0].numel
+    best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "in_path"), float("inf"))
     theta = core.fragments[0].theta
     for rep in range(2 * reps):                                    # even: the write beside; odd: in the path
         version = core.fragments[0].version
-        pushes = [split_chunks(header(f"l{m}", "push", "q4", n, d, step=rep + 1, base=version), d) for m, d in enumerate(deltas)]
+        pushes = [split_chunks(header(f"l{m}", "push", "q4", n, d, step=version + 1, base=version), d)
+                  for m, d in enumerate(deltas)]
         sink.in_path = rep % 2 == 1
         stages = one_round(core, pushes, sink)
         if sink.in_path:
@@ -140,50 +163,77 @@ def run_size(n: int, learners: int, reps: int, directory: Path) -> dict[str, flo
         start = time.perf_counter()
         codecs.Q4.encode(backend.to_host(theta) - core.fragments[0].shadow.values)   # what publish encodes, alone
         best["broadcast_encode"] = min(best["broadcast_encode"], time.perf_counter() - start)
-        backend.synchronize()
-        start = time.perf_counter()
-        backend.xp.copyto(dst, rows)
-        backend.synchronize()
-        best["memcpy"] = min(best["memcpy"], time.perf_counter() - start)
     return best
+
+
+def parse_sizes(text: str) -> list[int]:
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return [int(float(v[:-1]) * scale[v[-1]]) if v[-1] in scale else int(v) for v in text.split(",")]
+
+
+def row(n: int, kernels: str, threads: int, memcpy: float, b: dict[str, float]) -> float:
+    """Print one line of the stage table; the critical path's seconds."""
+    ingest_only = max(0.0, b["ingest"] - b["merge"] - b["broadcast_encode"])
+    stages = dict(ingest=ingest_only, merge=b["merge"], broadcast_encode=b["broadcast_encode"],
+                  snapshot=b["snapshot"], chunking=b["perform"])
+    critical = b["ingest"] + b["perform"]              # intake to the last chunk out; the write runs beside it
+    cells = " ".join(f"{stages[s] * 1e3:8.1f} ({stages[s] / memcpy:5.2f}x)" for s in STAGES)
+    print(f"{n:>10} {4 * n / 2**20:>6.0f} {kernels:>9} {threads:>7} {memcpy * 1e3:>10.1f} {cells} {critical * 1e3:>11.1f} "
+          f"{critical / memcpy:>15.2f} {b['in_path'] / memcpy:>14.2f}", flush=True)
+    return critical
+
+
+def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, float]:
+    """Every (kernels, threads) of one size on one core; the ratios of the size, by name."""
+    m, rng = args.learners, np.random.default_rng(0)
+    core = new_core(n, m, rng)
+    deltas = [codecs.Q4.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(m)]
+    memcpy = memcpy_seconds(n, m + 4, args.reps)
+    sink, critical, found = Sink(directory), {}, {}
+    for kernels in args.kernels.split(","):
+        for threads in args.thread_counts:
+            backend.use_kernels(kernels)
+            backend.set_threads(threads)
+            b = run_config(core, deltas, args.reps, sink)
+            critical[kernels, threads] = row(n, kernels, threads, memcpy, b)
+            found.update(merge_logical_bytes_per_s_over_memcpy=(m + 4) * 4 * n / b["merge"] / (2 * (m + 4) * 4 * n / memcpy),
+                         round_with_snapshot_in_path_wall_over_memcpy_wall=b["in_path"] / memcpy,
+                         round_critical_path_wall_over_memcpy_wall=critical[kernels, threads] / memcpy)
+    label = f"{n >> 20}M" if n >= 1 << 20 else str(n)
+    most, last = max(args.thread_counts), args.kernels.split(",")[-1]
+    if len(args.thread_counts) > 1:
+        found[f"threads_speedup_{label}_1_to_{most}"] = critical[last, min(args.thread_counts)] / critical[last, most]
+    if {"reference", "compiled"} <= set(args.kernels.split(",")):
+        found[f"compiled_speedup_{label}_{most}_threads"] = critical["reference", most] / critical["compiled", most]
+    found[f"round_critical_path_wall_over_memcpy_wall_{label}"] = critical[last, most] / memcpy
+    return found
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--values", default="1M,4M,16M", help="values per fragment, comma-separated (K and M suffixes)")
+    ap.add_argument("--values", default="1M,4M,16M", help="values per fragment, comma-separated (K, M and G suffixes)")
     ap.add_argument("--learners", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", default=str(backend.threads()), help="kernel threads, comma-separated (default: every core)")
+    ap.add_argument("--kernels", default="compiled", help="reference (NumPy), compiled (numba), or both: reference,compiled")
     args = ap.parse_args()
-    scale = {"K": 1 << 10, "M": 1 << 20}
-    sizes = [int(float(v[:-1]) * scale[v[-1]]) if v[-1] in scale else int(v) for v in args.values.split(",")]
-    m = args.learners
+    args.thread_counts = [int(t) for t in args.threads.split(",")]
     print(f"backend={backend.NAME}")
-    print(f"one round of one fragment, {m} learners, q4 up and down, snapshot fsynced by a thread after the broadcast; "
-          f"best of {args.reps}")
+    print(f"one round of one fragment, {args.learners} learners, q4 up and down, snapshot fsynced by a thread after the "
+          f"broadcast; best of {args.reps}")
     columns = " ".join(f"{s:>17}" for s in STAGES)
-    print(f"{'values':>10} {'MiB':>6} {'memcpy ms':>10} {columns} {'critical ms':>11} {'critical/memcpy':>15} "
-          f"{'in-path/memcpy':>14}")
+    print(f"{'values':>10} {'MiB':>6} {'kernels':>9} {'threads':>7} {'memcpy ms':>10} {columns} {'critical ms':>11} "
+          f"{'critical/memcpy':>15} {'in-path/memcpy':>14}")
+    found: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="yeto-round-") as tmp:
-        for n in sizes:
-            b = run_size(n, m, args.reps, Path(tmp))
-            ingest_only = max(0.0, b["ingest"] - b["merge"] - b["broadcast_encode"])
-            stages = dict(ingest=ingest_only, merge=b["merge"], broadcast_encode=b["broadcast_encode"],
-                          snapshot=b["snapshot"], chunking=b["perform"])
-            critical = b["ingest"] + b["perform"]              # intake to the last chunk out; the write runs beside it
-            in_path = b["in_path"]                             # the same, with the write in the path (odd rounds)
-            cells = " ".join(f"{stages[s] * 1e3:8.1f} ({stages[s] / b['memcpy']:5.2f}x)" for s in STAGES)
-            print(f"{n:>10} {4 * n / 2**20:>6.0f} {b['memcpy'] * 1e3:>10.1f} {cells} {critical * 1e3:>11.1f} "
-                  f"{critical / b['memcpy']:>15.2f} {in_path / b['memcpy']:>14.2f}")
-            logical = (m + 4) * 4 * n                          # pushes, Θ and momentum read, Θ and momentum written
-            memcpy_bps = 2 * (m + 4) * 4 * n / b["memcpy"]      # read + write
-            last = dict(round_critical_path_wall_over_memcpy_wall=critical / b["memcpy"],
-                        round_with_snapshot_in_path_wall_over_memcpy_wall=in_path / b["memcpy"],
-                        critical_path_over_snapshot_in_path=critical / in_path,
-                        merge_logical_bytes_per_s_over_memcpy=logical / b["merge"] / memcpy_bps)
-    print("(each stage: ms, and in brackets its wall time over one memcpy of the round's (M + 4) rows; the snapshot "
-          "column is the background write, off the critical path)")
-    for name, value in last.items():
+        for n in parse_sizes(args.values):
+            found.update(run_size(n, args, Path(tmp)))
+    print("(each stage: ms, and in brackets its wall time over one memcpy of the round's (M + 4) rows, one thread; the "
+          "snapshot column is the background write, off the critical path)")
+    last = found.pop("round_critical_path_wall_over_memcpy_wall")      # the last size's, last kernels, most threads
+    for name, value in found.items():
         print(f"{name}={value:.3f}")
+    print(f"round_critical_path_wall_over_memcpy_wall={last:.3f}")
 
 
 if __name__ == "__main__":

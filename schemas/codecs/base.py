@@ -1,10 +1,22 @@
-"""The `Codec` protocol every wire codec implements, and what decodes share: the size check, a whole-array host decode."""
+"""The `Codec` protocol every wire codec implements, and what codecs share: the size check, a host decode, a kernel pool.
+
+The pool is where the compiled (numba) kernels of the codecs and the syncer run.
+The kernels split an array into fixed chunks over `threads()` threads and release the GIL. Parallel calls are
+serialized by one lock (numba's workqueue layer, chosen here because it is fork-safe, must not be entered by two
+threads at once), and results never depend on the thread count: elementwise kernels give the same bits anyway,
+and a reduction sums per-chunk partials in chunk order. `use_kernels("reference")` switches the host back to the
+NumPy code the kernels replaced (the benchmarks compare the two in one run; the tests check they agree).
+"""
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Protocol
 
+import numba
 import numpy as np
 
 Payload = bytes | bytearray | memoryview
@@ -54,3 +66,41 @@ def decode_whole(codec: Codec, payload: Payload, numel: int, out: np.ndarray | N
     if on_chunk is not None:
         on_chunk(0, numel)
     return out
+
+
+_config: Any = numba.config
+if _config.THREADING_LAYER == "default":          # NUMBA_THREADING_LAYER, when set, wins
+    _config.THREADING_LAYER = "workqueue"
+KERNELS = ("reference", "compiled")
+_pool: dict[str, Any] = {"threads": os.cpu_count() or 1, "kernels": "compiled"}
+_lock = threading.Lock()
+
+
+def set_threads(num_threads: int) -> None:
+    """How many threads the compiled kernels use in this process (default: every core). ValueError below 1."""
+    if num_threads < 1:
+        raise ValueError(f"threads must be at least 1, got {num_threads}")
+    _pool["threads"] = num_threads
+
+
+def threads() -> int:
+    return int(_pool["threads"])
+
+
+def use_kernels(name: str) -> None:
+    """"compiled" (numba, the default) or "reference" (the NumPy code the kernels replaced, for comparison)."""
+    if name not in KERNELS:
+        raise ValueError(f"kernels {name!r}: use one of {', '.join(KERNELS)}")
+    _pool["kernels"] = name
+
+
+def compiled() -> bool:
+    return bool(_pool["kernels"] == "compiled")
+
+
+@contextmanager
+def pool() -> Iterator[None]:
+    """Around one parallel kernel call: one call at a time, on `threads()` threads (numba's count is per thread)."""
+    with _lock:
+        numba.set_num_threads(min(threads(), int(_config.NUMBA_NUM_THREADS)))
+        yield

@@ -1,6 +1,10 @@
 """The syncer's array backend: CuPy when a CUDA device is usable, NumPy otherwise, behind one module.
 
     from yeto.services.syncer.backend import xp, to_host, to_device, empty, zeros, GPU
+
+On the host the hot loops (q4 decode and encode, the Gram-row fold, the outer step) are compiled kernels on a
+pool of `set_threads(n)` threads (schemas/codecs/base.py; the syncer's `--threads`); `use_kernels("reference")`
+puts the NumPy code they replaced back, for the benchmarks' side-by-side runs.
 """
 from __future__ import annotations
 
@@ -9,6 +13,10 @@ import os
 import numpy as np
 
 from yeto.schemas import codecs
+from yeto.schemas.codecs.base import set_threads, threads, use_kernels
+
+__all__ = ["GPU", "NAME", "decode_into", "empty", "set_threads", "synchronize", "threads", "to_device", "to_host",
+           "use_kernels", "xp", "zeros"]
 
 
 def _load():

@@ -3,12 +3,16 @@
 The syncer builds it one row per admitted push (`gram_row` over the rows already in, kept by `RoundGram`),
 so by the time a round merges only the fused outer step is left (services/syncer/merge.py); `gram` is the
 one-pass form over all rows at once. Each chunk's dot products are f32 (BLAS accumulates in f32 within a
-chunk); the chunks' partial sums are added in float64, and G is a float64 array.
+chunk); the chunks' partial sums are added in float64, and G is a float64 array. On the CPU a row is folded by a
+compiled kernel instead (`fold_row`): every f32 product is exact in float64 and summed there per 16K-value piece,
+pieces in parallel, their sums added in order, so the result does not depend on the thread count.
 """
 from __future__ import annotations
 
+import numba
 import numpy as np
 
+from yeto.schemas.codecs.base import compiled, pool
 from yeto.services.syncer.backend import GPU
 
 GRAM_CHUNK = 1 << 24 if GPU else 1 << 18  # gemv rows reuse the chunk from L2/L3
@@ -42,6 +46,9 @@ class RowProducts:
         self.products = np.zeros(rows.shape[0])
 
     def __call__(self, start: int, stop: int) -> None:
+        if not GPU and compiled():
+            fold_row(self.rows, self.row, start, stop, self.products)
+            return
         with np.errstate(over="ignore", invalid="ignore"):   # a non-finite product is the answer, not an error
             part = self.rows[:, start:stop] @ self.row[start:stop]
             self.products += part.get() if GPU else part
@@ -83,3 +90,40 @@ def gram_block(block) -> np.ndarray:
         g[i, i:] = block[i:] @ block[i]
         g[i:, i] = g[i, i:]
     return g
+
+
+PIECE = 1 << 14                   # values per partial sum: 64 KiB of the new row, read once per row from L1/L2
+
+
+def fold_row(rows, row, start: int, stop: int, products: np.ndarray) -> None:
+    """products[i] += <rows[i, start:stop], row[start:stop]>, in float64, pieces in parallel and added in order
+    (`start` a multiple of PIECE, so a row folded in any stretches gives the same bits)."""
+    partials = np.empty((-(-(stop - start) // PIECE), rows.shape[0]))
+    with pool():
+        _piece_products(rows, row, start, stop, partials)
+    _add_in_order(partials, products)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _piece_products(rows, row, start, stop, partials):  # pragma: no cover - compiled
+    for p in numba.prange(partials.shape[0]):
+        lo = start + p * PIECE
+        hi = min(lo + PIECE, stop)
+        for r in range(rows.shape[0]):
+            partials[p, r] = _dot(rows[r, lo:hi], row[lo:hi])
+
+
+# its own function on 1-D slices, so it vectorizes; reassociation only reorders this piece's sum (fixed per build)
+@numba.njit(nogil=True, cache=True, inline="never", fastmath={"reassoc", "contract"})
+def _dot(a, b):  # pragma: no cover - compiled
+    acc = 0.0
+    for i in range(a.size):
+        acc += np.float64(a[i]) * np.float64(b[i])
+    return acc
+
+
+@numba.njit(nogil=True, cache=True)
+def _add_in_order(partials, products):  # pragma: no cover - compiled
+    for p in range(partials.shape[0]):
+        for r in range(partials.shape[1]):
+            products[r] += partials[p, r]

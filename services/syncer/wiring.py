@@ -1,10 +1,12 @@
 """Wiring of the syncer service: the run fold and final cut on the runner, the fragment data plane beside it."""
 from __future__ import annotations
 
+import os
+
 from yeto.infra.runner import Context, ServiceSpec, StateCodec
 from yeto.schemas.fleet import ISLAND_ENDS
 from yeto.schemas.subjects import event_subject
-from yeto.services.syncer import runs
+from yeto.services.syncer import backend, runs
 from yeto.services.syncer.dataplane import DataPlane
 from yeto.services.syncer.final_cut import final_cut
 
@@ -40,8 +42,20 @@ def spec(plane: DataPlane) -> ServiceSpec:
 
 def flags(parser) -> None:
     parser.add_argument("--shard", default="0/1", help="K/N: own fragments p with p %% N == K (default 0/1: all)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads of the compiled decode, merge and encode kernels (default 0: the head's cores "
+                             "over the N of --shard, as the N syncers share the head)")
+
+
+def default_threads(shard: tuple[int, int], cores: int | None) -> int:
+    """The head's cores shared out over the syncer processes on it (one each at least)."""
+    return max(1, (cores or 1) // shard[1])
 
 
 def build(args) -> ServiceSpec:
-    return spec(DataPlane(state_dir=args.settings.state_dir, shard=parse_shard(args.shard),
+    shard = parse_shard(args.shard)
+    if args.threads < 0:
+        raise ValueError(f"--threads {args.threads}: at least 1, or 0 for the head's cores")
+    backend.set_threads(args.threads or default_threads(shard, os.cpu_count()))
+    return spec(DataPlane(state_dir=args.settings.state_dir, shard=shard,
                           instance=args.instance or "syncer"))
