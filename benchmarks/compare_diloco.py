@@ -177,8 +177,7 @@ def run_arm(args, name: str, configs, seed: int, lr: float, eval_every: int = 0)
     else:
         out = lib_arms.run_yeto(recipe, configs[name], args.islands, device=args.device, heldout_blocks=args.heldout_blocks,
                                 step_s=step_times(SETTINGS[name], args.islands), run_id=f"cmp-{name.replace('_', '-')}-{seed}",
-                                flush=SETTINGS[name].flush, eval_every=eval_every,
-                                feedback_decay=SETTINGS[name].feedback_decay)
+                                flush=SETTINGS[name].flush, eval_every=eval_every)
     seconds = time.perf_counter() - started
     extra = "" if name == "sync" else f" rounds={out.stats['rounds']} goodput={out.stats['goodput']:.3f}"
     if "momentum_cos_mean" in out.stats:

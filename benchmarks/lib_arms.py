@@ -171,7 +171,7 @@ def _round_stats(net: SimNet, layout, *, islands: int, computed: int) -> dict:
 
 def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str = "cpu", step_s: list[float] | None = None,
              latency_s: float = 0.0, heldout_blocks: int = 64, run_id: str = "compare", flush: bool = False,
-             eval_every: int = 0, feedback_decay: float = 1.0) -> Outcome:
+             eval_every: int = 0) -> Outcome:
     """M islands, one data shard each, simulated step times `step_s` (1 s each by default). `flush`: each
     island pushes every fragment's unsent progress when it finishes (learners do not do this today).
     `eval_every` K > 0: stats["curve"] is [step, held-out CE] of the syncer's global model after island 0's
@@ -186,10 +186,8 @@ def run_yeto(recipe: TrainRecipe, sync: SyncConfig, islands: int, *, device: str
     hooks, clocks = [], []
     for m, name in enumerate(names):
         clock = SimClock()
-        learner = DilocoSync(TorchArrays.of(models[m]), sync, run_id=run_id, learner=name)
-        if learner.feedback is not None:
-            learner.feedback.decay = feedback_decay
-        inner = DilocoHook(learner, net.transport(name, clock), join_wait_s=60.0, clock=clock, sleep=clock.sleep)
+        inner = DilocoHook(DilocoSync(TorchArrays.of(models[m]), sync, run_id=run_id, learner=name),
+                           net.transport(name, clock), join_wait_s=60.0, clock=clock, sleep=clock.sleep)
         if m == 0 and eval_every:
             inner = probe = _Probe(inner, net.core, eval_every)
         hooks.append(TurnHook(inner, clock, turn, name, step_s[m]))

@@ -16,8 +16,6 @@ class Setting:
     """Relative step time of each island (empty: all 1.0); a straggler makes quorum matter."""
     flush: bool = False
     """Islands push their unsent progress when they finish (a proposed learner change; off = today's learners)."""
-    feedback_decay: float = 1.0
-    """Islands' error-feedback decay (schemas/codecs/feedback.py; 1: lossless, below 1: SparseLoCo's leaky accumulator)."""
     note: str = ""
     """What the arm tests."""
 
@@ -46,16 +44,18 @@ SETTINGS: dict[str, Setting] = {
                                   "alpha": 0.0}, note="topk2 pushes, topk4 broadcast (holds the union of 2 islands' "
                             "pushes), lr 1, no momentum, alpha 0"),
     "sparse_union_b95": Setting(sync={"codec_up": "topk2", "codec_down": "topk4", "outer_lr": 1.0, "momentum": 0.0,
-                                      "alpha": 0.0}, feedback_decay=0.95, note="sparse_union, error feedback decay 0.95"),
+                                      "alpha": 0.0, "feedback_decay": 0.95}, note="sparse_union, error feedback decay 0.95"),
     "sparse_union_a05": Setting(sync={"codec_up": "topk2", "codec_down": "topk4", "outer_lr": 1.0, "momentum": 0.0},
                                 note="sparse_union with the default merge alpha 0.5"),
     "sparse4_union": Setting(sync={"codec_up": "topk4", "codec_down": "topk8", "outer_lr": 1.0, "momentum": 0.0,
                                    "alpha": 0.0}, note="topk4 pushes, topk8 broadcast (the union of 2 islands' pushes), "
                              "lr 1, no momentum, alpha 0"),
     "sparse_union_b80": Setting(sync={"codec_up": "topk2", "codec_down": "topk4", "outer_lr": 1.0, "momentum": 0.0,
-                                      "alpha": 0.0}, feedback_decay=0.8, note="sparse_union, error feedback decay 0.8"),
+                                      "alpha": 0.0, "feedback_decay": 0.8}, note="sparse_union, error feedback decay 0.8"),
     "sparse4_union_b90": Setting(sync={"codec_up": "topk4", "codec_down": "topk8", "outer_lr": 1.0, "momentum": 0.0,
-                                       "alpha": 0.0}, feedback_decay=0.9, note="sparse4_union, error feedback decay 0.9"),
+                                       "alpha": 0.0, "feedback_decay": 0.9}, note="sparse4_union, error feedback decay 0.9"),
+    "sparse4_union_b80": Setting(sync={"codec_up": "topk4", "codec_down": "topk8", "outer_lr": 1.0, "momentum": 0.0,
+                                       "alpha": 0.0, "feedback_decay": 0.8}, note="sparse4_union, error feedback decay 0.8"),
     "avg": Setting(sync={"merge": "avg"}, note="plain weighted average instead of RDA"),
     "H12": Setting(sync={"inner_steps": 12}, note="push every 12 inner steps"),
     "H48": Setting(sync={"inner_steps": 48}, note="push every 48 inner steps"),

@@ -83,7 +83,8 @@ class DilocoSync:
         self.step, self.step_time_s, self.num_dropped, self.changed = 0, 0.0, 0, False
         self.total_tokens = 0                          # trained by this generation (a push's `tokens_to`)
         self.codec_up = codecs.codec(config.codec_up)
-        self.feedback = codecs.ErrorFeedback(self.codec_up) if self.codec_up.error_feedback else None
+        self.feedback = (codecs.ErrorFeedback(self.codec_up, decay=config.feedback_decay)
+                         if self.codec_up.error_feedback else None)
         self.assembler = ChunkAssembler(max_pending=4 * max(1, len(self.active)))
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
         self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried

@@ -73,9 +73,13 @@ class SyncConfig:
     keyframe_every: int = 16
     """K: a full f32 keyframe of the broadcast shadow every K versions (for joining learners)."""
     codec_up: str = "q4"
-    """Codec of learner pushes, a protocol id in schemas/codecs (f32, bf16, q4); q4 is sent with error feedback."""
+    """Codec of learner pushes, a protocol id in schemas/codecs (f32, bf16, q4, topk2, topk4, topk8); q4 and the topk
+    codecs are sent with error feedback."""
     codec_down: str = "q4"
-    """Codec of broadcast deltas between keyframes, a protocol id in schemas/codecs (f32, bf16, q4)."""
+    """Codec of broadcast deltas between keyframes, a protocol id in schemas/codecs (f32, bf16, q4, topk2, topk4, topk8)."""
+    feedback_decay: float = 1.0
+    """beta: a learner's error-feedback residual is scaled by beta before each push adds to it (1 = nothing lost;
+    below 1, SparseLoCo's leaky accumulator: docs/SYNC_MATH.md, sparse pushes)."""
     snapshot_every: int = 1
     """Write a fragment's snapshot every N of its merges (1 = before every publish: no version is ever lost)."""
     max_push_norm_ratio: float = 1.0
@@ -119,6 +123,7 @@ class SyncConfig:
             (self.keyframe_every >= 1, "keyframe_every must be >= 1"),
             (self.codec_up in codecs.CODECS and self.codec_down in codecs.CODECS,
              f"codec_up and codec_down must be one of {', '.join(codecs.CODECS)}"),
+            (0 < self.feedback_decay <= 1, "feedback_decay must be in (0, 1]"),
             (self.snapshot_every >= 1, "snapshot_every must be >= 1"),
             (self.max_push_norm_ratio > 0 and self.max_push_rms > 0, "max_push_norm_ratio and max_push_rms must be > 0"),
             (self.max_pending_bytes >= 0, "max_pending_bytes must be >= 0 (0 = sized from the fragments)"),

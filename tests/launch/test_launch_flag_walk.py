@@ -87,6 +87,7 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--codec": syncer("--codec", "topk2", field="codec_down", want="topk2"),
     "--codec-up": syncer("--codec", "topk2", "--codec-up", "topk4", field="codec_up", want="topk4"),
     "--codec-down": syncer("--codec-down", "topk4", field="codec_down", want="topk4"),
+    "--feedback-decay": syncer("--feedback-decay", "0.9", field="feedback_decay", want=0.9),
     "--recover-timeout": launcher("--recover-timeout", "2m", field="recover_timeout_s", want=120.0),
     "--local-price": launcher("--local-price", "0.5", field="price_per_hour", want=0.5),
     "--external-learners": launcher("--external-learners", "2", field="num_started", want=3),

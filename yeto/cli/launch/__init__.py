@@ -77,6 +77,10 @@ def register(sub) -> None:
             a(f"--{flag.replace('_', '-')}", help=f"codec of {'learner pushes' if flag == 'codec_up' else 'broadcast deltas'}"
               f" (overrides --codec): one of {', '.join(CODECS)} (docs/PROTOCOL.md)")
             continue
+        if flag == "feedback_decay":
+            a("--feedback-decay", type=float, help="scale a learner's error-feedback residual by this before each push "
+              "(default 1: nothing lost; SparseLoCo's leaky accumulator below 1; docs/SYNC_MATH.md)")
+            continue
         a(f"--{flag.replace('_', '-')}", type=float if "lr" in flag or "alpha" in flag or "momentum" in flag else int)
     a("--run-id", type=run_id_arg, help="run id (default: generated)")
     a("--wait", action="store_true", help="follow the run; exit 0 when finalized, non-zero otherwise")

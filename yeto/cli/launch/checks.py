@@ -13,6 +13,7 @@ SYNC_FLAGS = {"fragments": "num_fragments", "sync_every": "inner_steps", "sync_e
               "outer_momentum": "momentum", "merge_alpha": "alpha", "merge": "merge",
               "momentum_restart": "momentum_restart", "momentum_restart_cos": "momentum_restart_cos",
               "global_apply": "global_apply", "codec_up": "codec_up", "codec_down": "codec_down",
+              "feedback_decay": "feedback_decay",
               "quorum": "quorum"}
 
 
