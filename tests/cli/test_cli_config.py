@@ -141,6 +141,45 @@ def test_wrong_keys_are_refused_with_a_did_you_mean(capsys, tmp_path, text, says
     assert code == 2 and says in capsys.readouterr().err
 
 
+AXOLOTL = """base_model: m
+datasets:
+  - path: chat.jsonl
+    type: chat_template
+chat_template: chatml
+special_tokens:
+  pad_token: "<|endoftext|>"
+deepspeed: deepspeed_configs/zero2.json
+evals_per_epoch: 4
+saves_per_epoch: 1
+lora_r: 16
+lora_alpah: 32
+warmup_ratio: 0.1
+learning_rate: 2.0e-4
+"""
+
+
+def test_an_axolotl_config_gets_every_unusable_key_at_once_each_with_what_to_do(capsys, tmp_path):
+    (tmp_path / "axolotl.yaml").write_text(AXOLOTL)
+    code = main(["--state-dir", str(tmp_path / "s"), "launch", "-c", str(tmp_path / "axolotl.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and "4 keys Yeto cannot use" in err
+    assert "chat_template: the chat template is the tokenizer's own" in err
+    assert "special_tokens: Yeto trains with the base tokenizer's own special tokens" in err
+    assert "unknown key 'lora_alpah'; did you mean lora_alpha?" in err
+    assert "warmup_ratio: give warmup_steps" in err
+    # Keys whose intent Yeto covers its own way are accepted with a sentence, listed in the same pass.
+    assert "deepspeed: ignored (inside an island Yeto runs DDP, or FSDP2 shards" in err
+    assert "evals_per_epoch: ignored (give eval_steps" in err and "saves_per_epoch: ignored (the syncer snapshots" in err
+    assert "template?" not in err and "seed?" not in err and "max_tokens?" not in err    # no edit-distance guesses
+
+
+def test_a_chat_template_that_names_the_tokenizers_own_is_accepted(tmp_path):
+    (tmp_path / "run.yaml").write_text("base_model: m\ndataset: d.jsonl\nchat_template: tokenizer_default\n")
+    args = build_parser().parse_args(["launch", "-c", str(tmp_path / "run.yaml")])
+    launch_recipe.apply_config(args)
+    assert args.model == "m" and args.data == "d.jsonl"
+
+
 def test_model_and_data_are_required_from_a_flag_or_the_file(capsys, tmp_path):
     assert main(["--state-dir", str(tmp_path / "s"), "launch", "--data", "x.jsonl"]) == 2
     assert "--model required" in capsys.readouterr().err
@@ -169,3 +208,11 @@ def test_bad_eval_data_is_refused_before_anything_starts(material, tmp_path):
         launch_of(["--model", str(model), "--data", str(data), "--eval-data", str(tmp_path / "eval.jsonl")])
     with pytest.raises(ValueError, match="--eval-every needs held-out data"):
         launch_of(["--model", str(model), "--data", str(data), "--eval-every", "5", "--eval-split", "0"])
+
+
+def test_launch_without_a_fleet_or_a_budget_suggests_the_local_fleet(capsys, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n')
+    code = main(["--state-dir", str(tmp_path / "s"), "launch", "--model", "smollm2-135m", "--data", str(data)])
+    err = capsys.readouterr().err
+    assert code == 2 and "--budget-per-hour" in err and "--gpu local:1xcpu,local:1xcpu" in err

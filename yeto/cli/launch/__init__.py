@@ -171,6 +171,10 @@ def cmd_launch(args) -> int:
     named = conf(args).nats_url        # --nats-url / $YETO_NATS_URL: a stack the user runs
     refuse_syncers_elsewhere(args, named)
     if launch is None:                 # the planner picks: the named stack's, else planned in this process
+        if args.budget is None and args.flops is None:
+            raise ValueError("without --gpu the planner picks the fleet, and it needs --budget-per-hour ($/hr) or "
+                             "--flops (TFLOPs); or name the fleet yourself: --gpu local:1xcpu,local:1xcpu trains two "
+                             "islands on this machine")
         fleet = fleet_from_planner(args, named, run_id) if named else cloud_launch.plan_here(args)
         if fleet is None:
             return 1

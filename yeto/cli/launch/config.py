@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from yeto.cli.config_keys import ALIASES, FLAGS, NOTED, VALUES
+from yeto.cli.config_keys import ALIASES, FLAGS, INSTEAD, NOTED, VALUES
 
 NOT_SETTINGS = {"help", "config", "explicit", "config_applied", "func", "command"}
 
@@ -46,14 +46,19 @@ def load(path: str) -> dict[str, Any]:
 
 
 def settings_of(data: dict[str, Any], actions: dict[str, argparse.Action]) -> tuple[dict[str, Any], list[str]]:
-    """File keys -> launch settings (dest: value), and notes on keys accepted without effect. Unknown keys are
-    refused with the nearest known names."""
+    """File keys -> launch settings (dest: value), and notes on keys accepted without effect. Every key Yeto cannot
+    use is refused in one error, each with what to do: the table's answer where it has one, else the nearest names."""
     out: dict[str, Any] = {}
     notes = [f"{k}: ignored ({NOTED[k]})" for k, v in data.items() if k in NOTED and v not in (None, False, "")]
+    refused: list[str] = []
     for key, value in data.items():
         if key == "optimizer" and value and not str(value).startswith("adamw"):
-            raise ValueError(f"--config: optimizer {value!r}: Yeto's inner optimizer is AdamW (adamw_* keys map to it)")
-        if key in NOTED:
+            refused.append(f"optimizer {value!r}: Yeto's inner optimizer is AdamW (adamw_* keys map to it)")
+            continue
+        if key in NOTED or (key == "chat_template" and value in (None, "tokenizer_default")):
+            continue
+        if key in INSTEAD:
+            refused.append(f"{key}: {INSTEAD[key]}")
             continue
         if key == "datasets":
             key, value = "data", _first_dataset(value, out)
@@ -62,9 +67,8 @@ def settings_of(data: dict[str, Any], actions: dict[str, argparse.Action]) -> tu
             key, value = dest, table.get(value, value)
         dest = ALIASES.get(key, key.replace("-", "_"))
         if dest not in actions:
-            near = difflib.get_close_matches(key, [*actions, *ALIASES, *FLAGS, *NOTED], n=3, cutoff=0.6)
-            raise ValueError(f"--config: unknown key {key!r}" + (f"; did you mean {', '.join(near)}?" if near else
-                             "; see docs/CONFIG.md for the keys Yeto reads"))
+            refused.append(_unknown(key, actions))
+            continue
         if value is None:       # an empty key (`lora_model_dir:`) sets nothing
             continue
         if key in ("adapter", "finetuning_type") and value == "qlora":
@@ -75,8 +79,22 @@ def settings_of(data: dict[str, Any], actions: dict[str, argparse.Action]) -> tu
             value = ",".join(map(str, value))
         if dest == "target_modules" and value in ("all", "all-linear"):
             continue            # LLaMA-Factory's default: every linear layer, as Yeto's by-architecture pick
-        out[dest] = _typed(actions[dest], value, key)
+        try:
+            out[dest] = _typed(actions[dest], value, key)
+        except ValueError as e:
+            refused.append(str(e).removeprefix("--config: "))
+    if refused:
+        head = "a key Yeto cannot use" if len(refused) == 1 else f"{len(refused)} keys Yeto cannot use"
+        also = "".join(f"\n  {n}" for n in notes)
+        raise ValueError(f"--config: {head} (docs/CONFIG.md):" + "".join(f"\n  {r}" for r in refused)
+                         + (f"\nand accepted without effect:{also}" if also else ""))
     return out, notes
+
+
+def _unknown(key: str, actions: dict[str, argparse.Action]) -> str:
+    near = difflib.get_close_matches(key, [*actions, *ALIASES, *FLAGS, *NOTED], n=3, cutoff=0.75)
+    return f"unknown key {key!r}" + (f"; did you mean {', '.join(near)}?" if near else
+                                     "; docs/CONFIG.md lists the keys Yeto reads")
 
 
 def _first_dataset(value: Any, out: dict[str, Any]) -> Any:
