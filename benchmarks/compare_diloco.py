@@ -48,7 +48,8 @@ def parse(argv):
     ap.add_argument("--sync-lrs", help="tune the sync arm: sweep these lrs (comma-separated, >= 2) on --tune-seeds")
     ap.add_argument("--yeto-lrs", help="tune every Yeto setting's inner lr the same way (default: --lr for all); "
                                        "one lr: run the Yeto arms at it, on the tuning seeds too")
-    ap.add_argument("--tune-seeds", help="seeds of the lr sweeps, disjoint from --seeds (default 100,101)")
+    ap.add_argument("--tune-seeds", help="seeds of the lr sweeps, disjoint from --seeds (default 100,101; "
+                    "none: one --yeto-lrs lr on the reporting seeds only)")
     ap.add_argument("--tune-only", action="store_true", help="run the sweeps and stop (no reporting seeds)")
     ap.add_argument("--eval-every", type=int, default=0, metavar="K",
                     help="held-out CE every K steps: steps to reach sync's final CE (0: final CE only)")
@@ -94,10 +95,13 @@ def plan(args):
     configs = {n: SyncConfig.from_dict({**base.to_dict(), **SETTINGS[n].sync}) for n in names}
     sweeps = {"sync": lc.parse_lrs(args.sync_lrs, "--sync-lrs") if args.sync_lrs else [args.lr],
               **{n: lc.parse_lrs(args.yeto_lrs, "--yeto-lrs", least=1) if args.yeto_lrs else [args.lr] for n in names}}
-    tuned = args.sync_lrs or args.yeto_lrs
-    if args.tune_seeds is not None and not tuned:
+    untuned = args.tune_seeds == "none"          # one --yeto-lrs lr, reporting seeds only (nothing is tuned)
+    if untuned and (args.sync_lrs or len(sweeps[names[0]]) != 1):
+        raise ValueError("--tune-seeds none: only with one --yeto-lrs lr and no --sync-lrs")
+    tuned = args.sync_lrs or (args.yeto_lrs and not untuned)
+    if args.tune_seeds is not None and not untuned and not tuned:
         raise ValueError("--tune-seeds without --sync-lrs or --yeto-lrs: there is nothing to tune")
-    tune_seeds = seed_list(args.tune_seeds or "100,101", "--tune-seeds") if tuned else []
+    tune_seeds = seed_list(args.tune_seeds or "100,101", "--tune-seeds") if tuned and not untuned else []
     if args.tune_only and not tuned:
         raise ValueError("--tune-only without --sync-lrs or --yeto-lrs: there is nothing to run")
     if tuned and not tune_seeds:
@@ -132,7 +136,7 @@ def recipe_for(args, seed: int):
 
 def swept(args, name: str) -> bool:
     """Whether the arm runs on the tuning seeds: sync with --sync-lrs, a Yeto arm with --yeto-lrs (even one lr)."""
-    return bool(args.sync_lrs if name == "sync" else args.yeto_lrs)
+    return bool(args.sync_lrs if name == "sync" else args.yeto_lrs and args.tune_seeds != "none")
 
 
 TASK_FLAGS = ("model", "data", "tuning", "recipe", "islands", "steps", "micro_batch", "seq_len", "lr", "warmup", "layers",
