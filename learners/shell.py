@@ -3,7 +3,8 @@
 `python -m yeto.learners.<name>` is `sys.exit(shell.main(TheBackend()))`:
 
     parse the contract (schemas/learner_contract.py) -> secrets file -> log lines to the bus (rank 0)
-    -> backend.build -> the sync hook (rank 0) -> train batches from the data position -> held-out set
+    -> backend.build -> a `start` line saying how the island runs -> the sync hook (rank 0)
+    -> train batches from the data position -> held-out set
     -> backend.train, each step: evaluate when due, progress to the syncer, a line to stdout
     -> final pushes -> final evaluation -> `done` and `sync` lines -> backend.close
 
@@ -52,6 +53,10 @@ class Backend(Protocol):
 
     def rank(self, built: Any) -> int:
         """This process's rank in its island: rank 0 alone syncs and prints."""
+
+    def describe(self, built: Any, recipe: Any) -> dict[str, Any]:
+        """How this island runs, for its first line: ranks, shard mode, tuning, dtype, quantization, device, and
+        the trainable and total parameter counts."""
 
     def arrays(self, built: Any) -> ArrayAdapter:
         """The trainable tensors the sync hook reads and writes (rank 0)."""
@@ -163,6 +168,8 @@ def run(backend: Backend, args: LearnerArgs) -> float:
     built = backend.build(recipe, args)
     try:
         rank = backend.rank(built)
+        if rank == 0:           # the first line says how the island runs (and so does `yeto logs`)
+            out.emit(event="start", backend=backend.info.name, **backend.describe(built, recipe))
         sync = None if args.no_sync else backend.on_rank0(built, lambda: connect(backend, built, recipe, args))
         # A replacement continues its predecessor: same shard order, past the micro-batches already trained on.
         start_step = max(args.start_step, recipe.start_step)

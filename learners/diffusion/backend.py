@@ -16,7 +16,7 @@ from yeto.learners.shell import OneRank
 from yeto.learners.step import StepResult
 from yeto.learners.sync_hook import DilocoHook
 from yeto.learners.torch.build import resolve_accel
-from yeto.learners.torch.hook import torch_arrays
+from yeto.learners.torch.hook import parameter_counts, torch_arrays
 from yeto.schemas.learner_contract import BACKENDS, LearnerArgs
 
 
@@ -43,6 +43,12 @@ class DiffusionBackend(OneRank):
         accel_policy.configure_threads(accel, ranks_on_host=1)
         train_items, heldout_items = media.split_items(recipe)    # bad data is refused before the pipeline loads
         return Island(build(recipe, accel=accel), args.learner_index, train_items, heldout_items)
+
+    def describe(self, island: Island, recipe: DiffusionRecipe) -> dict[str, Any]:
+        accel = island.built.accel
+        return dict(ranks=1, shard="none", tuning="lora", dtype=str(accel.compute_dtype).removeprefix("torch."),
+                    quantization="none", device=accel.kind, objective=island.built.objective,
+                    **parameter_counts(island.built.model))
 
     def arrays(self, island: Island) -> ArrayAdapter:
         return torch_arrays(island.built.model)

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from yeto.learners.diloco_sync import ArrayAdapter
 from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.shell import OneRank
@@ -32,6 +34,17 @@ class MlxBackend(OneRank):
     def build(self, recipe: TrainRecipe, args: LearnerArgs) -> Built:
         from yeto.learners.mlx.build import build
         return Built(*build(recipe, device=args.device))
+
+    def describe(self, built: Built, recipe: TrainRecipe) -> dict[str, Any]:
+        import mlx.core as mx
+        from mlx.utils import tree_flatten
+
+        from yeto.learners.mlx.adapter import MlxArrays
+        arrays = MlxArrays(built.model)
+        trainable = sum(int(np.prod(arrays.shape(n))) for n in arrays.names())
+        return dict(ranks=1, shard="none", tuning=recipe.tuning, dtype=recipe.dtype, quantization="none",
+                    device=str(mx.default_device()), trainable=trainable,
+                    parameters=sum(int(v.size) for _, v in tree_flatten(built.model.parameters())))
 
     def arrays(self, built: Built) -> ArrayAdapter:
         from yeto.learners.mlx.adapter import MlxArrays

@@ -16,7 +16,7 @@ from yeto.learners.sync_hook import DilocoHook
 from yeto.learners.torch import batches, dist, shards
 from yeto.learners.torch.build import Built, build, resolve_accel
 from yeto.learners.torch.evaluate import evaluate
-from yeto.learners.torch.hook import torch_arrays
+from yeto.learners.torch.hook import parameter_counts, torch_arrays
 from yeto.learners.torch.loop import train
 from yeto.learners.torch.tuning import trainable_parameters
 from yeto.schemas.learner_contract import BACKENDS, LearnerArgs
@@ -59,6 +59,12 @@ class TorchBackend:
 
     def rank(self, rank: Rank) -> int:
         return rank.topology.rank
+
+    def describe(self, rank: Rank, recipe: TrainRecipe) -> dict[str, Any]:
+        built, world = rank.built, rank.topology.world_size
+        return dict(ranks=world, shard="fsdp2" if built.sharded else "ddp" if world > 1 else "none", tuning=recipe.tuning,
+                    dtype=str(built.accel.compute_dtype).removeprefix("torch."), quantization=recipe.base_quantization,
+                    device=built.accel.kind, checkpointing=built.checkpointed, **parameter_counts(built.model))
 
     def arrays(self, rank: Rank) -> ArrayAdapter:
         return torch_arrays(rank.built.model)

@@ -10,7 +10,7 @@ from yeto.learners.torch.shards import ShardedArrays
 from yeto.learners.torch.tuning import trainable_parameters
 from yeto.learners.transport.protocol import Transport
 
-__all__ = ["DilocoHook", "make_hook", "torch_arrays"]
+__all__ = ["DilocoHook", "make_hook", "parameter_counts", "torch_arrays"]
 
 
 def torch_arrays(model) -> ArrayAdapter:
@@ -18,6 +18,12 @@ def torch_arrays(model) -> ArrayAdapter:
     gathers and scatters whole tensors (shards.py)."""
     params = trainable_parameters(model)
     return ShardedArrays(params) if shards.is_sharded(params) else TorchArrays.of(model)
+
+
+def parameter_counts(model) -> dict[str, int]:
+    """Trainable and total parameters of a module (an FSDP2 shard counts the whole tensor)."""
+    return dict(trainable=sum(p.numel() for _, p in trainable_parameters(model)),
+                parameters=sum(p.numel() for p in model.parameters()))
 
 
 def make_hook(model, recipe, transport: Transport, *, run_id: str, learner: str, generation: int,

@@ -48,6 +48,9 @@ COUNTER = textwrap.dedent('''
         def build(self, recipe, args):
             return {"steps": 0}
 
+        def describe(self, built, recipe):
+            return {"ranks": 1, "trainable": 0}
+
         def train_batches(self, built, recipe, args):
             return iter(range(args.learner_index, 10**9, args.num_learners))
 
@@ -95,6 +98,7 @@ def test_a_backend_that_only_counts_steps_is_one_folder_and_one_registry_line(co
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines[0] == {"event": "start", "backend": counter_backend, "ranks": 1, "trainable": 0}
     steps = [line for line in lines if line["event"] == "step"]
     assert [s["step"] for s in steps if s["heldout"] is not None] == [4, 6]   # resumed past step 3, every 2nd evaluated
     # Island 1 of 2 reads its own shard (1, 3, 5, ...), past the 3 micro-batches its predecessor trained on.
@@ -121,6 +125,9 @@ class Recording(shell.OneRank):
     def build(self, recipe, args):
         self.calls.append("build")
         return "built"
+
+    def describe(self, built, recipe):
+        return {"tuning": recipe.tuning}
 
     def on_rank0(self, built, call):
         self.calls.append("on_rank0")
@@ -171,7 +178,8 @@ def test_every_backend_pushes_its_last_deltas_before_the_final_evaluation(monkey
     assert backend.calls == ["build", "on_rank0", "train_batches", "train", "evaluate", "progress 1 eval 1.5",
                              "on_rank0", "final pushes", "evaluate", "close"]
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [line["event"] for line in lines] == ["step", "done", "sync"]
+    assert [line["event"] for line in lines] == ["start", "step", "done", "sync"]
+    assert lines[0] == {"event": "start", "backend": "torch", "tuning": "lora"}
 
 
 def test_the_contract_round_trips_through_its_flags_and_names_what_is_wrong():

@@ -45,6 +45,7 @@ def test_a_real_learner_prints_text_lines_and_no_library_noise(tmp_path):
                           timeout=150, env={**env, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("step 1  loss ") and lines[-1].startswith("done: steps 3  tokens ")
+    assert lines[0].startswith("start: backend torch  ranks 1  shard none  tuning lora  dtype float32")
+    assert lines[1].startswith("step 1  loss ") and lines[-1].startswith("done: steps 3  tokens ")
     assert not any(line.startswith("{") for line in lines)
     assert "Warning" not in done.stderr and "Loading weights" not in done.stderr, done.stderr

@@ -34,6 +34,11 @@ def test_no_sync_learner_trains_from_chat_jsonl_and_lowers_heldout_loss(tmp_path
     done = _learner("--no-sync", "--eval-every", "1", "--recipe", str(tmp_path / "recipe.json"))
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines[0]["event"] == "start" and {k: lines[0][k] for k in ("backend", "ranks", "shard", "tuning", "dtype",
+                                                                      "quantization", "device")} == {
+        "backend": "torch", "ranks": 1, "shard": "none", "tuning": "full", "dtype": "float32", "quantization": "none",
+        "device": "cpu"}
+    assert lines[0]["trainable"] == lines[0]["parameters"] > 0        # full tuning trains every weight
     steps = [line for line in lines if line["event"] == "step"]
     assert [s["step"] for s in steps] == list(range(1, 41))   # every step evaluated, so every step logged
     assert lines[-1]["event"] == "done" and lines[-1]["steps"] == 40

@@ -90,6 +90,9 @@ def test_mlx_learner_process_trains_to_the_end_without_sync(twins, tmp_path, cap
     code = mlx_main(["--run-id", "r", "--learner", "learner-0", "--recipe", recipe.to_json(), "--no-sync",
                      "--eval-every", "30", "--log-format", "json"])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    start = lines[0]
+    assert (start["event"], start["backend"], start["tuning"], start["ranks"]) == ("start", "mlx", "lora", 1)
+    assert 0 < start["trainable"] < start["parameters"]                # LoRA: the adapters only
     done = [x for x in lines if x["event"] == "done"]
     assert code == 0 and done and done[0]["steps"] == 30
     first = [x for x in lines if x["event"] == "step"][0]
