@@ -25,8 +25,8 @@ HERE = Path(__file__).resolve().parent
 
 def build_launch(run_id: str, model: Path, data: Path, *, steps: int, learners: int, extra: list[str]):
     """The LaunchRun `yeto launch` would publish for `learners` local CPU islands."""
-    from yeto.cli import launch as cli_launch
     from yeto.cli.launch import checks
+    from yeto.cli.launch import command as cli_launch
     from yeto.cli.main import build_parser
     args = build_parser().parse_args(
         ["launch", "--gpu", ",".join(["local:1xcpu"] * learners), "--model", str(model), "--data", str(data),

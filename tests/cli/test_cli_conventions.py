@@ -36,6 +36,15 @@ def test_top_level_help_imports_no_command_module():
     assert out.strip() == "['yeto.cli.main', 'yeto.cli.version']"
 
 
+@pytest.mark.parametrize("name", COMMAND_MODULES)
+def test_each_command_module_imports_first_in_a_fresh_interpreter(name):
+    """`yeto CMD` imports only CMD's module: it must not lean on another command having been imported before it
+    (a room's __init__ importing a sibling command made `yeto shape` fail with a circular import)."""
+    done = subprocess.run([sys.executable, "-c", f"import yeto.cli.{name} as m; assert callable(m.register)"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_the_command_table_is_what_the_modules_register():
     registered: dict[str, tuple[str, str]] = {}
     for name in COMMAND_MODULES:

@@ -10,7 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
 from learner_tiny import write_chat_jsonl, write_model_dir
-from yeto.cli.launch import build_launch, checks
+from yeto.cli.launch import checks
+from yeto.cli.launch.command import build_launch
 from yeto.cli.main import build_parser, main
 from yeto.schemas.gpuspec import parse_gpu
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from yeto.cli.launch import build_launch
+from yeto.cli.launch.command import build_launch
 from yeto.cli.main import build_parser
 from yeto.learners import accel as accel_policy
 from yeto.learners.lm_recipe import TrainRecipe

@@ -11,7 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
 from learner_tiny import write_chat_jsonl, write_model_dir
-from yeto.cli.launch import build_launch, checks
+from yeto.cli.launch import checks
+from yeto.cli.launch.command import build_launch
 from yeto.cli.main import build_parser
 from yeto.infra.model_source import find_smollm2_gguf
 from yeto.infra.source_pins import check_data_pin, pin_data, pin_model, pinned_source, sha256_file

@@ -10,7 +10,7 @@ import sys
 from yeto.cli.version import VersionAction
 
 # Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
-COMMAND_MODULES = ("stack", "launch", "runs", "logs", "sql", "tape", "pull", "data", "shape", "chaos", "merge", "check",
+COMMAND_MODULES = ("stack", "launch.command", "runs", "logs", "sql", "tape", "pull", "data", "shape", "chaos", "merge", "check",
                    "lineage", "verify", "trackers", "plot", "dashboard", "join")
 
 # Every command, the module that registers it and its one-line help: `yeto --help` lists these without importing the
@@ -18,8 +18,8 @@ COMMAND_MODULES = ("stack", "launch", "runs", "logs", "sql", "tape", "pull", "da
 # tests/cli/test_cli_conventions.py keeps this table equal to what the modules register.
 COMMANDS = {
     "stack": ("stack", "start, inspect or stop the local stack"),
-    "launch": ("launch", "start a fine-tuning run (detaches; --wait follows it)"),
-    "down": ("launch", "stop a run: final cut, artifact, teardown (--now aborts)"),
+    "launch": ("launch.command", "start a fine-tuning run (detaches; --wait follows it)"),
+    "down": ("launch.command", "stop a run: final cut, artifact, teardown (--now aborts)"),
     "status": ("runs", "every run (phase, rounds, loss, spend), or one run in detail"),
     "logs": ("logs", "print a run's learner log lines (its log stream, else the local files)"),
     "sql": ("sql", "query the event tape with read-only SQL (DuckDB dialect)"),
