@@ -22,6 +22,7 @@ from yeto.schemas.codecs import CODECS
 from yeto.schemas.commands import LaunchRun, StopRun
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.recipe import GLOBAL_APPLIES, MERGES, RESTARTS
+from yeto.schemas.run_phase import RUN_END
 from yeto.schemas.subjects import event_subject
 
 
@@ -142,6 +143,18 @@ def catalog_prices(args, islands) -> list[float | None]:
     return out
 
 
+async def _ended(url: str, run_id: str) -> str | None:
+    """How the run ended ("finalized", "failed", "stopped"), from its events on the bus; None while it runs."""
+    bus = await connect(url, name="down-check")
+    try:
+        for type_, phase in RUN_END.items():
+            if await bus.last(event_subject(run_id, type_)) is not None:
+                return phase
+        return None
+    finally:
+        await bus.close()
+
+
 async def _run_exists(url: str, run_id: str) -> bool:
     bus = await connect(url, name="launch-check")
     try:
@@ -206,6 +219,9 @@ def cmd_down(args) -> int:
     # a typo must not read as success; the bus answers for a run launched an instant ago (the tape may lag)
     if args.run not in (known := known_runs(args)) and not asyncio.run(_run_exists(url, args.run)):
         raise unknown_run(args, args.run, known)
+    if ended := asyncio.run(_ended(url, args.run)):
+        print(f"{args.run} has already ended ({ended}): nothing to stop")
+        return 0
     msg = StopRun(id=derive_id(args.run, "StopRun", args.now, time.time()), run_id=args.run, source="cli", now=args.now)
     asyncio.run(publish(url, msg))
     print(f"{'abort' if args.now else 'graceful stop (final cut, artifact, teardown)'} requested for {args.run}")
