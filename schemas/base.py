@@ -34,6 +34,9 @@ def check_run_id(run_id: object) -> str:
     """`run_id` if it is a run id (1-63 of a-z, 0-9, '-', not starting with '-'), else ValueError saying so."""
     if isinstance(run_id, str) and RUN_ID_RE.fullmatch(run_id):
         return run_id
+    if isinstance(run_id, str) and RUN_ID_RE.fullmatch(run_id.lower()):
+        raise ValueError(f"{run_id!r} is not a run id: run ids are lowercase (letters, digits and '-'); "
+                         f"use {run_id.lower()!r} (pattern {RUN_ID_PATTERN})")
     raise ValueError(f"{repr(run_id)[:80]} is not a run id: use 1-63 lowercase letters, digits and '-', starting with a letter "
                      f"or digit (pattern {RUN_ID_PATTERN})")
 

@@ -92,12 +92,14 @@ def _cli(capsys, *argv: str) -> tuple[int, str]:
 
 @pytest.mark.parametrize("bad", [b for b in BAD if not b.startswith("-")])
 def test_every_cli_run_id_argument_refuses_a_bad_id_with_the_pattern(bad, capsys, tmp_path):
+    """The pattern, or for an id that is only not lowercase ("R1"), a sentence naming the lowercase id to use."""
     state = ["--state-dir", str(tmp_path)]
+    says = f"run ids are lowercase (letters, digits and '-'); use {bad.lower()!r}" if bad == "R1" else RUN_ID_PATTERN
     for argv in (["launch", "--data", "x.jsonl", "--run-id", bad], ["down", bad], ["status", bad], ["logs", bad],
                  ["tape", "show", bad], ["tape", "replay", bad], ["chaos", "kill", bad, "0"],
                  ["stack", "up", "--head", "--run-id", bad]):
         code, err = _cli(capsys, *state, *argv)
-        assert code == 2 and "is not a run id" in err and RUN_ID_PATTERN in err, (argv, code, err)
+        assert code == 2 and "is not a run id" in err and says in err, (argv, code, err)
     assert not (tmp_path / "runs").exists() and not (tmp_path / "tls").exists()
 
 
