@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from yeto.services.planner.catalog import FIXTURE_DIR, Offering, load_catalog
+from yeto.services.planner.catalog import FIXTURE_DIR, CatalogUnavailable, Offering, load_catalog
 from yeto.services.planner.gpus import GPUS, NO_NF4
 from yeto.services.planner.memory import Workload, fits
 from yeto.services.planner.plan import FleetPlan, plan_fleet
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals, gather_signals
 
-__all__ = ["FIXTURE_DIR", "GPUS", "NO_NF4", "FleetPlan", "Offering", "PlanRequest", "Signals", "Workload", "fits", "load_catalog",
-           "shape_fleet"]
+__all__ = ["FIXTURE_DIR", "GPUS", "NO_NF4", "CatalogUnavailable", "FleetPlan", "Offering", "PlanRequest", "Signals",
+           "Workload", "fits", "load_catalog", "shape_fleet"]
 
 
 def shape_fleet(request: PlanRequest, catalog: list[Offering], *, cache_path: Path, now: float) -> FleetPlan:

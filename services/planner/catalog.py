@@ -79,6 +79,11 @@ def catalog_failure(stderr: str, returncode: int) -> str:
     return last[-300:]
 
 
+class CatalogUnavailable(ValueError):
+    """SkyPilot's catalog could not be read here (no network, or no SkyPilot): a condition of this machine, not a
+    wrong flag; the message says where a catalog can come from instead."""
+
+
 def load_catalog(*, catalog_dir: str | Path | None = None, clouds: list[str] | None = None,
                  timeout_s: float = 300.0) -> list[Offering]:
     """Offerings for `clouds` from `catalog_dir` (a folder of `<cloud>/vms.csv`) or SkyPilot's own catalog."""
@@ -102,8 +107,10 @@ def load_catalog(*, catalog_dir: str | Path | None = None, clouds: list[str] | N
         proc = subprocess.run([sys.executable, "-m", "yeto.services.planner.catalog", *clouds],
                               env=env, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
-        raise ValueError(f"reading the SkyPilot catalog failed: {catalog_failure(proc.stderr, proc.returncode)}; "
-                         f"offline? pass --catalog-dir with a copy of ~/.sky/catalogs/<version>/")
+        raise CatalogUnavailable(
+            f"reading the SkyPilot catalog failed: {catalog_failure(proc.stderr, proc.returncode)}; offline? pass "
+            f"--catalog-dir with a copy of ~/.sky/catalogs/<version>/, or try the sample shipped with Yeto (a few real "
+            f"rows per cloud, prices of a past day): --catalog-dir {FIXTURE_DIR}")
     return [Offering(**row) for row in json.loads(proc.stdout.strip().splitlines()[-1])]
 
 

@@ -3,6 +3,8 @@ showing prices one way (with the margin, said once) with identical islands group
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -81,3 +83,14 @@ def test_shape_with_data_estimates_hours_and_cost_from_the_data_s_tokens(tmp_pat
     usd = plan["islands_price_per_hour"] * 1.1 + plan["head_price_per_hour"]
     assert f"{tokens:,} tokens x 3 epoch(s)" in line and f"= {hours:.2f} h, ${hours * usd:.2f} at ${usd:.2f}/hr" in line
     assert f"--data {data}" in out                                    # the launch line carries the data
+
+
+def test_shape_with_no_catalog_reachable_exits_1_naming_the_shipped_sample(tmp_path):
+    """SkyPilot cannot download its catalog here (no network, a fresh HOME): a condition of the machine, exit status
+    1, and the message names the sample catalog shipped with Yeto."""
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "yeto.cli.main", "--state-dir", str(tmp_path / "s"), "shape",
+                           "--model", "smollm2-135m", "--budget-per-hour", "10"], capture_output=True, text=True,
+                          timeout=240, env=env)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "reading the SkyPilot catalog failed" in done.stderr and f"--catalog-dir {FIXTURE_DIR}" in done.stderr

@@ -124,7 +124,12 @@ def job_estimate(args, plan: FleetPlan) -> str:
 
 
 def run(args) -> int:
-    plan = plan_from_args(args)
+    from yeto.services.planner.api import CatalogUnavailable
+    try:
+        plan = plan_from_args(args)
+    except CatalogUnavailable as e:     # this machine's condition, not a usage error: exit status 1
+        print(f"yeto: error: {e}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(plan.to_dict(), indent=2))
     elif plan.feasible:
