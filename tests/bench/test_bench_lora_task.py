@@ -166,7 +166,7 @@ def test_avg_arm_and_a_candidate_merge_rule_reach_yeto_launch():
     (["--seeds", "0,100", "--sync-lrs", "1e-3,2e-3", "--tune-seeds", "100"], "overlap"),
     (["--sync-lrs", "1e-3"], "two lrs or --sync-lr"),
     (["--sync-lrs", "1e-3,1e-3", "--seeds", ""], "distinct"),
-    (["--candidate", "codec_up=bf16"], "--candidate"),
+    (["--candidate", "keyframe_every=8"], "--candidate"),      # no launch flag sets it
     (["--arms", "sync,candidate"], "--candidate"),
     (["--seeds", ""], "--seeds"),
 ])
