@@ -8,7 +8,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import APIError
 
+from yeto.infra.bus.perms import learner_of_inbox, watch_names
 from yeto.infra.bus.types import Delivery
 from yeto.schemas.subjects import stream_for
 
@@ -117,30 +119,45 @@ async def watch(js, subject: str, callback: Callable[[Delivery], Awaitable[None]
         await callback(NatsDelivery(msg, acks=False))
 
     # Named, so the create request's API subject carries the filter, which the server checks against the
-    # request and a learner's permissions confine to its run (infra/bus/perms.py).
-    named = ConsumerConfig(name=_watch_name())
-    sub = await js.subscribe(subject, stream=stream_for(subject).name, ordered_consumer=True, config=named,
-                             idle_heartbeat=1.0, deliver_policy=POLICIES[deliver],
-                             headers_only=headers_only or None, cb=on_msg)
-    _fresh_name_on_reset(sub)
+    # request and a learner's permissions confine to its run (infra/bus/perms.py); a learner's names are its own few
+    # slots (perms.watch_names), the next one tried while an older watch still holds one.
+    names = _names(js)
+    for attempt, name in enumerate(names):
+        try:
+            sub = await js.subscribe(subject, stream=stream_for(subject).name, ordered_consumer=True,
+                                     config=ConsumerConfig(name=name), idle_heartbeat=1.0,
+                                     deliver_policy=POLICIES[deliver], headers_only=headers_only or None, cb=on_msg)
+            break
+        except APIError as e:
+            if attempt == len(names) - 1 or "already" not in str(e.description):
+                raise
+    _fresh_name_on_reset(sub, names, attempt)
     return NatsSubscription(sub)
+
+
+def _names(js) -> list[str]:
+    """The consumer names a watch may take, in order: a learner's slots, anyone else one random name."""
+    prefix = bytes(getattr(getattr(js, "_nc", None), "_inbox_prefix", b"")).decode()
+    learner = learner_of_inbox(prefix)
+    return watch_names(*learner) if learner else [_watch_name()]
 
 
 def _watch_name() -> str:
     return f"watch-{secrets.token_hex(8)}"
 
 
-def _fresh_name_on_reset(sub) -> None:
+def _fresh_name_on_reset(sub, names: list[str], at: int) -> None:
     """nats-py re-creates an ordered consumer (missed heartbeats, a gap) with the same config. Under the same
     name, while the server still holds the old one (a stall, not a restart), the create is refused and the
-    watch goes silent until the old one expires; a new name each time cannot collide."""
+    watch goes silent until the old one expires; another name each time (a learner's next slot) does not collide."""
     jsi = getattr(getattr(sub, "_sub", None), "_jsi", None)
     if jsi is None or not hasattr(jsi, "reset_ordered_consumer"):
         return
-    reset = jsi.reset_ordered_consumer
+    reset, turn = jsi.reset_ordered_consumer, [at]
 
     async def reset_with_fresh_name(sseq):
-        jsi._ccreq.name = _watch_name()
+        turn[0] += 1
+        jsi._ccreq.name = names[turn[0] % len(names)] if len(names) > 1 else _watch_name()
         return await reset(sseq)
 
     jsi.reset_ordered_consumer = reset_with_fresh_name

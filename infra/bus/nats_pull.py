@@ -77,7 +77,7 @@ class RawPull:
             status, desc = msg.headers.get("Status"), msg.headers.get("Description", "")
             if "Exceeds MaxBytes" in desc:     # the pull's byte cap reached; with nothing delivered, one message is
                 self.one_big = self.in_request == self.requested      # over it alone: the next pull takes it alone
-            elif status not in ("404", "408") and "MaxAckPending" not in desc:
+            elif status not in ("404", "408") and "MaxAckPending" not in desc and "Batch Completed" not in desc:
                 log.warning("pull ended with %s %s; recreating the consumer", status, desc)
                 self.recreate.set()
             self.pull_done.set()

@@ -13,8 +13,10 @@ and reloading, and it is all testable here today; JWT accounts would mint creden
   events `yeto.evt.R.<Type>.L` (LearnerProgress, LayoutDeclared, LearnerFinalAck; every service's fold checks
   the payload's learner and type against the subject), its own log lines `yeto.log.R.L`, ordered consumers whose
   filter is R's keyframes, deltas or CheckpointMarkedFinal (the filter is part of the API subject, which the server
-  checks against the request), DIRECT.GET on YETO_GKEY, flow-control replies; subscribe only to its own
-  inbox prefix `_INBOX_R_L`. Everything else (commands, other events, stream management, the tape's SQL,
+  checks against the request) under one of its own WATCH_SLOTS consumer names per stream (`watch_names`: the name
+  is part of the API subject too, so a learner holds at most that many consumers of a stream, durable or not, and
+  cannot exhaust a stream's consumers for the others), DIRECT.GET on YETO_GKEY, flow-control replies; subscribe
+  only to its own inbox prefix `_INBOX_R_L`. Everything else (commands, other events, stream management, the tape's SQL,
   other runs' subjects and every other inbox) is a permission violation.
 """
 from __future__ import annotations
@@ -60,13 +62,29 @@ def service_permissions() -> dict:
             "subscribe": {"allow": [*yeto, "_INBOX.>"]}}
 
 
+WATCH_SLOTS = 4      # consumer names a learner may use per stream: one watch each, and room to re-create it
+
+
+def watch_names(run_id: str, learner: str) -> list[str]:
+    """The only consumer names learner `learner` of `run_id` may create (on each stream it watches)."""
+    return [f"w-{run_id}-{learner}-{k}" for k in range(WATCH_SLOTS)]
+
+
+def learner_of_inbox(prefix: str) -> tuple[str, str] | None:
+    """(run, learner) of a learner's inbox prefix `_INBOX_<run>_<learner>` (run ids hold no `_`), else None."""
+    head, _, rest = prefix.partition("_INBOX_")
+    run_id, _, learner = rest.partition("_")
+    return (run_id, learner) if not head and run_id and learner else None
+
+
 def learner_permissions(run_id: str, learner: str) -> dict:
     create = f"{API}.CONSUMER.CREATE"
+    watches = [(GKEY_STREAM, f"{GLOB_PREFIX}.{run_id}.>"), (GDELTA_STREAM, f"{GLOB_PREFIX}.{run_id}.>"),
+               (EVT_STREAM, event_subject(run_id, "CheckpointMarkedFinal"))]
     return {"publish": {"allow": [
         f"{FRAG_PREFIX}.{run_id}.*.{learner}", *(learner_event_subject(run_id, t, learner) for t in LEARNER_EVENTS),
         log_subject(run_id, learner),
-        f"{create}.{GKEY_STREAM}.*.{GLOB_PREFIX}.{run_id}.>", f"{create}.{GDELTA_STREAM}.*.{GLOB_PREFIX}.{run_id}.>",
-        f"{create}.{EVT_STREAM}.*.{event_subject(run_id, 'CheckpointMarkedFinal')}",
+        *(f"{create}.{stream}.{name}.{where}" for stream, where in watches for name in watch_names(run_id, learner)),
         f"{API}.DIRECT.GET.{GKEY_STREAM}",
         *(f"$JS.FC.{s}.>" for s in (GKEY_STREAM, GDELTA_STREAM, EVT_STREAM))]},
         "subscribe": {"allow": [f"{learner_inbox(run_id, learner)}.>"]}}

@@ -100,7 +100,7 @@ def test_other_layout_corrupt_chunk_and_replayed_push_are_refused_and_merged_onc
                              "LearnerRejected", timeout=60)
         reasons = {(e["learner"], e["reason"]) for e in refused}
         assert reasons == {("island-1", "fingerprint"), ("island-2", "fingerprint"), ("island-0", "corrupt_chunk"),
-                           ("island-0", "duplicate"), ("island-0", "wrong_subject")}, refused
+                           ("island-0", "duplicate"), ("island-1", "wrong_subject")}, refused   # the sender's, not the claim's
         layout = next(e for e in refused if e["learner"] == "island-1")
         assert "layout fingerprint" in layout["detail"] and "differs from the run's" in layout["detail"]
         # The replay's refusal came after the first push was taken (one subject, in stream order): no other push

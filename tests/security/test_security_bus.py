@@ -12,6 +12,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus import connect
+from yeto.infra.bus.perms import WATCH_SLOTS, watch_names
 from yeto.infra.nats.server import NatsServer, ensure_streams
 from yeto.schemas.subjects import (
     LEARNER_EVENTS,
@@ -154,9 +155,10 @@ def test_a_learner_cannot_read_another_runs_globals_through_a_consumer(server):
             named = await _violation(errors, got, f"$JS.API.CONSUMER.CREATE.YETO_GKEY.peek.{other}")
             bare = await _violation(errors, got, '"$JS.API.CONSUMER.CREATE.YETO_GKEY"')
             # the filter in the subject is the learner's run, the request's filter another run's: the server says no
-            req = {"stream_name": "YETO_GKEY", "config": {"name": "sly", "filter_subject": other, "deliver_subject":
+            sly = watch_names(RUN, "island-0")[-1]                  # one of its own consumer names
+            req = {"stream_name": "YETO_GKEY", "config": {"name": sly, "filter_subject": other, "deliver_subject":
                                                            nc.new_inbox(), "ack_policy": "none"}}
-            resp = await nc.request(f"$JS.API.CONSUMER.CREATE.YETO_GKEY.sly.yeto.glob.{RUN}.>", json.dumps(req).encode(),
+            resp = await nc.request(f"$JS.API.CONSUMER.CREATE.YETO_GKEY.{sly}.yeto.glob.{RUN}.>", json.dumps(req).encode(),
                                     timeout=5)
             return named, bare, json.loads(resp.data)
         finally:
@@ -165,6 +167,52 @@ def test_a_learner_cannot_read_another_runs_globals_through_a_consumer(server):
     named, bare, smuggled = asyncio.run(attempt())
     assert "for publish to" in named and "for publish to" in bare
     assert "error" in smuggled and "filter" in smuggled["error"]["description"].lower()
+
+
+def test_a_learner_holds_at_most_its_few_consumers_per_stream_so_others_still_watch(server, monkeypatch):
+    """Issue 41: a learner created ~1000 durable consumers on its own filter until the streams' consumer limit broke
+    every later island's watches. Now only its WATCH_SLOTS names pass the server's permissions, durable or not."""
+    mine = watch_names(OTHER, "island-0")
+    where = f"yeto.glob.{OTHER}.>"
+
+    async def hog():
+        nc, errors, got = await _raw(server, run=OTHER)
+        created: list[str] = []
+        try:
+            for name in [*mine, f"w-{OTHER}-island-0-{WATCH_SLOTS}", "hog-1", "hog-2"]:
+                req = {"stream_name": "YETO_GKEY", "config": {"durable_name": name, "name": name, "filter_subject": where,
+                                                               "ack_policy": "explicit"}}
+                try:
+                    resp = await nc.request(f"$JS.API.CONSUMER.CREATE.YETO_GKEY.{name}.{where}", json.dumps(req).encode(),
+                                            timeout=2)
+                    created += [name] if "error" not in json.loads(resp.data) else []
+                except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                    pass
+            return created, await _violation(errors, got, "$JS.API.CONSUMER.CREATE.YETO_GKEY.hog-2")
+        finally:
+            await nc.close()
+
+    created, refused = asyncio.run(hog())
+    assert created == mine and "for publish to" in refused
+    monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(server[1])))
+
+    async def others_watch_and_clean_up() -> int:
+        bus = await connect(server[0].url)
+        try:
+            seen: asyncio.Queue = asyncio.Queue()
+
+            async def on_key(d) -> None:
+                await seen.put(d)
+            w = await bus.watch(f"yeto.glob.{RUN}.*.key.*", on_key, deliver="last_per_subject", headers_only=True)
+            await asyncio.wait_for(seen.get(), 10)
+            await w.close()
+            for name in created:
+                await bus.js.delete_consumer("YETO_GKEY", name)
+            return len(created)
+        finally:
+            await bus.close()
+
+    assert asyncio.run(others_watch_and_clean_up()) == WATCH_SLOTS
 
 
 def test_a_learners_own_pushes_events_and_watches_work(server, monkeypatch):

@@ -75,7 +75,7 @@ def cmd_up(args) -> int:
 def _report_health(args, url: str, *, wait_s: float = 0.0) -> bool:
     """Print each component that is not running and the tape's line when it is not current; True if all is well.
     `wait_s`: how long a tape writer that is starting may take to answer."""
-    health = asyncio.run(tape_health(url, wait_s=wait_s))
+    health = asyncio.run(tape_health(stack.stack_url(state_dir(args)) or url, wait_s=wait_s))   # as the operator
     dead = [name for name, ok in (stack.status(state_dir(args)) or {}).items() if not ok]
     for name in dead:
         print(f"  {name:<12} DOWN: it exited; its log is {stack.StackPaths(state_dir(args)).logs / f'{name}.log'}",
@@ -99,7 +99,7 @@ def cmd_status(args) -> int:
     print(f"stack at {rec['url']} (state {state_dir(args)})")
     for name, ok in st.items():
         print(f"  {name:<12} {'up' if ok else 'DOWN'}  pid {rec['pids'][name]}")
-    health = asyncio.run(tape_health(rec["url"]))
+    health = asyncio.run(tape_health(stack.stack_url(state_dir(args)) or rec["url"]))   # as the stack's operator
     print(f"  tape         {health.line() or f'current at seq {health.tape_seq}'}")
     return 0 if all(st.values()) and health.line() is None else 1
 
