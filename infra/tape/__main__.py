@@ -22,8 +22,10 @@ def parse_args(argv: list[str] | None = None) -> TapeConfig:
     p.add_argument("--db", required=True, type=Path, help="the DuckDB tape file (created if missing)")
     p.add_argument("--consumer", default="tape", help="durable consumer name on YETO_EVT (default: tape)")
     p.add_argument("--batch", type=int, default=5000, help="messages per pull and per INSERT (default: 5000)")
+    p.add_argument("--query-timeout", type=float, default=30.0,
+                   help="seconds a SQL query's process may run before it is killed (default: 30)")
     a = p.parse_args(argv)
-    return TapeConfig(nats_url=a.nats_url, db=a.db, consumer=a.consumer, batch=a.batch)
+    return TapeConfig(nats_url=a.nats_url, db=a.db, consumer=a.consumer, batch=a.batch, query_timeout_s=a.query_timeout)
 
 
 async def serve(cfg: TapeConfig) -> None:

@@ -99,16 +99,16 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int = MAX_R
 
 
 def query_file(path, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
-    """Answer a query from the tape file itself (the stack is down)."""
-    from yeto.infra.tape.store import open_read_only
+    """Answer a query from the tape file itself (the stack is down), in a process of its own with a memory limit and
+    a deadline (sandbox.py). TapeHeldError when a running tape writer holds the file."""
+    from yeto.infra.tape import sandbox
+    from yeto.infra.tape.store import TapeHeldError
 
-    con = open_read_only(path)
-    try:
-        return run_query(con, sql, max_rows=max_rows)
-    except duckdb.Error as e:
-        raise ValueError(query_error(e)) from None
-    finally:
-        con.close()
+    check_read_only(sql)                    # refused here, before a process is started for it
+    reply = json.loads(sandbox.run(path, sql, max_rows=max_rows))
+    if "error" in reply:
+        raise (TapeHeldError if reply.get(sandbox.HELD) else ValueError)(reply["error"])
+    return reply
 
 
 async def ask(bus: Bus, sql: str, *, timeout: float = 30.0, max_rows: int = MAX_ROWS) -> dict[str, Any]:

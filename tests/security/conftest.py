@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hostile_stack import ATTACKER, VICTIM
+from hostile_stack import ATTACKER, QUERY_TIMEOUT_S, VICTIM
 from yeto.infra.bus import auth as bus_auth
 from yeto.infra.nats.server import NatsServer
 from yeto.infra.stack import StackPaths
@@ -22,8 +22,8 @@ def live_stack(tmp_path, monkeypatch):
     monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(state)))
     env = {**os.environ, bus_auth.CREDS_ENV: str(bus_auth.service_file(state))}
     writer = subprocess.Popen([sys.executable, "-m", "yeto.infra.tape", "--nats-url", srv.url, "--db",
-                               str(StackPaths(state).db)], env=env, stdout=open(tmp_path / "tape.log", "ab"),
-                              stderr=subprocess.STDOUT)
+                               str(StackPaths(state).db), "--query-timeout", str(QUERY_TIMEOUT_S)], env=env,
+                              stdout=open(tmp_path / "tape.log", "ab"), stderr=subprocess.STDOUT)
     try:
         yield srv, state, writer
     finally:

@@ -11,6 +11,7 @@ from yeto.infra.bus import auth as bus_auth
 from yeto.infra.tape.sql import ask
 from yeto.schemas.training import LearnerProgress
 
+QUERY_TIMEOUT_S = 5.0      # the tape writer's query deadline in these tests
 VICTIM, ATTACKER, GHOST = "r-victim", "r-attack", "r-ghost"
 SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": "", "spot": False, "price_per_hour": 1.0}
 
@@ -44,10 +45,10 @@ async def rows_when(bus, sql: str, want: int) -> list:
     deadline, rows = loop.time() + 60, []
     while loop.time() < deadline:
         try:
-            rows = (await ask(bus, sql, timeout=2))["rows"]
+            rows = (await ask(bus, sql, timeout=30))["rows"]
             if len(rows) >= want:
                 return rows
         except ValueError:       # the writer is starting
             pass
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
     raise AssertionError(f"the tape has {len(rows)} of {want} rows for {sql}")

@@ -1,0 +1,54 @@
+"""A user's tape query in a process of its own: a hard memory limit, a wall-clock deadline that kills it, a bounded reply.
+
+DuckDB's `memory_limit` governs its buffer manager, not every allocation (`select list(range(300000000))` took a
+process past 4 GB), and an interrupt is only a request. So with the stack down the CLI never runs a user's statement
+itself: `run` starts `python -m yeto.infra.tape.query_process`, which caps its own address space (RLIMIT_AS) before it
+imports DuckDB, opens the tape file read-only with QUERY_CONFIG, and writes the reply (encoded row by row, refused
+past `max_bytes`) to stdout; past `timeout_s` the parent kills it (SIGKILL). The running tape writer still answers
+in its own process (docs/TAPE.md, "Querying": DuckDB allows one read-write process or several readers of a file).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+MEMORY_BYTES = 3 << 30       # the query process's address space: DuckDB's 1 GB memory limit, its code, and headroom
+TIMEOUT_S = 30.0
+MAX_REPLY_BYTES = 256 << 20  # a reply read from the file with the stack down (over the bus: the bus's payload limit)
+HELD = "held"                # the reply's flag: a tape writer holds the file
+
+
+def _command(memory_bytes: int) -> list[str]:
+    return [sys.executable, "-m", "yeto.infra.tape.query_process", str(memory_bytes)]
+
+
+def _request(db: Path | str, sql: str, max_rows: int, max_bytes: int) -> bytes:
+    return json.dumps({"db": str(db), "sql": sql, "max_rows": max_rows, "max_bytes": max_bytes}).encode()
+
+
+def _killed(timeout_s: float) -> ValueError:
+    return ValueError(f"query ran longer than {timeout_s:.0f}s and was stopped (its process killed); "
+                      "narrow it, add a LIMIT or aggregate")
+
+
+def _reply(code: int | None, out: bytes, memory_bytes: int) -> bytes:
+    if code != 0 or not out:
+        raise ValueError(f"the query's process ended without an answer (exit {code}): it may have passed its "
+                         f"{memory_bytes >> 20} MiB memory limit; narrow the query, add a LIMIT or aggregate")
+    return out
+
+
+def run(db: Path | str, sql: str, *, max_rows: int, max_bytes: int = MAX_REPLY_BYTES, timeout_s: float = TIMEOUT_S,
+        memory_bytes: int = MEMORY_BYTES) -> bytes:
+    """The JSON reply {columns, types, rows, truncated} or {error}; ValueError when the process was killed or died."""
+    proc = subprocess.Popen(_command(memory_bytes), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        out, _ = proc.communicate(_request(db, sql, max_rows, max_bytes), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise _killed(timeout_s) from None
+    return _reply(proc.returncode, out, memory_bytes)
