@@ -74,7 +74,7 @@ def test_the_wait_follower_feeds_tensorboard_from_the_bus_as_the_replay_does(nat
     rep, out = Reporter(open_sinks(["tensorboard"], run_id, tmp_path / "live"), Progress(every_s=0.0)), io.StringIO()
     assert asyncio.run(follow(nats_server.url, run_id, out=out, progress=rep)) == 0     # RunFinalized ends it
     rep.close()
-    assert out.getvalue().splitlines()[-1] == "run finalized (max_steps): /out, spend $4.5000, acks none"
+    assert out.getvalue().splitlines()[-1] == "run finalized (max_steps): the artifact is in /out, spend $4.5000."
     assert yeto(state, "report", RUN, "--to", "tensorboard", "--report-dir", str(tmp_path / "replay")) == 0
     live = read_back(tmp_path / "live" / "tensorboard" / run_id)
     assert live == read_back(tmp_path / "replay" / "tensorboard" / RUN) and len(live) >= 10
@@ -216,7 +216,22 @@ def test_plain_lines_without_a_terminal_keep_their_format():
     plain = Progress(every_s=0.0)
     lines = [line for e in scripted_run(RUN) if (line := plain.line(e))]
     assert "  island-0 g0: step 10 loss 2.5000 (1 tok/s), rounds merged 0" in lines
-    assert lines[-1] == "run finalized (max_steps): /out, spend $4.5000, acks none"
+    assert lines[-1] == "run finalized (max_steps): the artifact is in /out, spend $4.5000."
+
+
+def test_the_closing_line_is_a_sentence_naming_who_received_the_final_weights():
+    from yeto.schemas.final import RunFinalized
+
+    def closing(**acks):
+        event = RunFinalized(id="f", run_id=RUN, output="/out", manifest_sha256="1" * 64, reason="user", spend_usd=0.5,
+                             **acks)
+        return Progress().line(event)
+
+    assert closing(acked=["island-0", "island-1"]) == ("run finalized (user): the artifact is in /out, spend $0.5000; "
+                                                       "island-0, island-1 received the final weights.")
+    missing = closing(acked=["island-0"], missing_acks=["island-1"])
+    assert missing.endswith("; island-1 did not confirm it received the final weights (the artifact does not need it).")
+    assert all("none" not in line for line in (closing(), missing))
 
 
 def test_report_to_without_wait_is_refused_naming_yeto_report(state, capsys):

@@ -48,10 +48,22 @@ class Progress:
         if t == "ArtifactWritten":
             return f"artifact ({e.artifact_kind}) written to {e.output}"
         if t == "RunFinalized":
-            return f"run finalized ({e.reason}): {e.output}, spend ${e.spend_usd:.4f}, acks {e.acked or 'none'}"
+            return closing_sentence(e)
         if t in ("RunFailed", "RunStopped", "MessageRejected", "RunLaunched", "RoundAborted"):
             return f"{t}: {getattr(e, 'reason', '') or getattr(e, 'detail', '')}".rstrip(": ")
         return None
+
+
+def closing_sentence(e) -> str:
+    """The run's last line, a sentence: why it ended, where the artifact is, what it cost, who got the final weights.
+    An ack only says a learner still running received the final cut; the artifact is the syncer's cut either way."""
+    if e.missing_acks:
+        who = f"; {', '.join(e.missing_acks)} did not confirm it received the final weights (the artifact does not need it)"
+    elif e.acked:
+        who = f"; {', '.join(e.acked)} received the final weights"
+    else:
+        who = ""      # no learner was still up to receive them: nothing to say
+    return f"run finalized ({e.reason}): the artifact is in {e.output}, spend ${e.spend_usd:.4f}{who}."
 
 
 async def follow(url: str, run_id: str, *, out=sys.stdout, progress=None) -> int:
