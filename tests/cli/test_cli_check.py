@@ -17,6 +17,7 @@ from yeto.infra.bus import auth as bus_auth
 from yeto.infra.head import records as heads
 from yeto.infra.nats.server import NatsServer, TlsConfig, free_port
 from yeto.services.launcher.backends.sky_api import SKY_API_ENV
+from yeto.services.launcher.backends.sky_check import hint_line
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -131,6 +132,26 @@ def test_check_reaches_the_local_stack_and_each_recorded_head(capsys, monkeypatc
     assert rc == 0                                 # a head that is gone does not stop a local run
 
 
+# SkyPilot 0.9.3's hint for AWS without boto3, verbatim: sentences, then commands on lines of their own
+AWS_HINT = ("AWS dependencies are not installed. Run the following commands:\n      $ pip install skypilot[aws]\n"
+            "    Credentials may also need to be set. Run the following commands:\n      $ aws configure\n"
+            "      $ aws configure list  # Ensure that this shows identity is set.\n"
+            "    For more info: https://docs.aws.amazon.com/cli/latest/userguide/cli-configure-quickstart.html")
+
+
+def test_a_long_skypilot_hint_is_shortened_to_whole_sentences_and_commands_never_mid_word():
+    line = hint_line(AWS_HINT)
+    assert line == ("AWS dependencies are not installed. Run the following commands: $ pip install skypilot[aws]; "
+                    "Credentials may also need to be set. Run the following commands: $ aws configure "
+                    "(`sky check` has the rest)")
+    assert hint_line(AWS_HINT, limit=100) == ("AWS dependencies are not installed. Run the following commands: "
+                                              "$ pip install skypilot[aws] (`sky check` has the rest)")
+    assert hint_line(AWS_HINT, limit=50) == "AWS dependencies are not installed. (`sky check` has the rest)"  # no bare colon
+    assert hint_line("Failed to import vast. To install, run: pip install skypilot[vast]") == \
+        "Failed to import vast. To install, run: pip install skypilot[vast]"          # short enough: whole
+    assert hint_line("x" * 300) == "x" * 300                                          # one sentence is never cut
+
+
 def test_skypilots_own_check_in_a_home_without_credentials_says_no_cloud_enabled(tmp_path):
     """RealSky for real: SkyPilot's check of every cloud, in this process (no API server started), offline."""
     pytest.importorskip("sky")
@@ -146,6 +167,7 @@ def test_skypilots_own_check_in_a_home_without_credentials_says_no_cloud_enabled
     out = json.loads(proc.stdout)
     clouds = out["clouds"]
     assert {"aws", "gcp", "azure", "kubernetes"} <= set(clouds) and all(why for why in clouds.values())
+    assert not [why for why in clouds.values() if "…" in why]          # hints are shortened to whole sentences
     assert [i["detail"] for i in out["items"] if i["name"] == "clouds"] == [
         "no cloud enabled: set up a cloud's credentials (`sky check` shows how for each)"]
     # SkyPilot's API server (every launch goes through it) either can start here, or says why in one line

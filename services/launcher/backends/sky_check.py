@@ -9,11 +9,25 @@ server (`api_server.endpoint` in ~/.sky/config.yaml) only the server's credentia
 """
 from __future__ import annotations
 
+import re
 
-def _reason(text: str | None) -> str:
-    """SkyPilot's hint on one line, cut short (it spans several, with the commands that fix it)."""
-    line = " ".join((text or "disabled").split())
-    return line if len(line) <= 200 else line[:199] + "…"
+
+def hint_line(text: str | None, limit: int = 200) -> str:
+    """SkyPilot's hint on one line (it spans several, with the commands that fix it), shortened to whole sentences
+    and whole command lines within `limit` characters, the first always kept: never cut inside a word."""
+    pieces = [p for line in (text or "disabled").splitlines() for p in re.split(r"(?<=[.!?])\s+", " ".join(line.split()))
+              if p]
+    line, kept = pieces[0], 1
+    for before, piece in zip(pieces, pieces[1:]):
+        longer = f"{line}{'; ' if before.startswith('$') else ' '}{piece}"   # a command ends without a full stop
+        if len(longer) > limit:
+            break
+        line, kept = longer, kept + 1
+    if kept == len(pieces):
+        return line
+    if kept > 1 and line.endswith(":"):     # it introduces what is left out
+        line = line[:-len(pieces[kept - 1])].rstrip("; ")
+    return f"{line} (`sky check` has the rest)"
 
 
 def check_clouds() -> dict[str, str | None]:
@@ -41,7 +55,7 @@ def check_clouds() -> dict[str, str | None]:
                 ok, reason = cloud.check_credentials(compute)
             except Exception as e:  # noqa: BLE001 - SkyPilot's check catches everything per cloud too
                 ok, reason = False, f"{type(e).__name__}: {e}"
-            result[repr(cloud).lower()] = "not in allowed_clouds of ~/.sky/config.yaml" if ok else _reason(reason)
+            result[repr(cloud).lower()] = "not in allowed_clouds of ~/.sky/config.yaml" if ok else hint_line(reason)
     return dict(sorted(result.items()))
 
 
@@ -68,11 +82,11 @@ def api_server_problem() -> str | None:
         if not server_common.is_api_server_local():
             return f"SkyPilot's API server at {server_common.get_server_url()} does not answer"
     except RuntimeError as e:     # a server of another SkyPilot version
-        return _reason(str(e))
+        return hint_line(str(e))
     try:
         import sky.server.server  # noqa: F401 - what `sky api start` runs: importing it builds the server's app
     except Exception as e:  # noqa: BLE001 - whatever stops it, the launch would stop on it too
         too_new = "FastAPI.__init__" in str(e)    # skypilot 0.9 passes FastAPI a keyword that 0.145 dropped
         hint = " (this SkyPilot's server needs fastapi<0.145: pip install 'fastapi<0.145')" if too_new else ""
-        return _reason(f"SkyPilot's API server cannot start here: {type(e).__name__}: {e}{hint}")
+        return hint_line(f"SkyPilot's API server cannot start here: {type(e).__name__}: {e}{hint}")
     return None
