@@ -111,8 +111,7 @@ def open_read_only(path: Path | str) -> duckdb.DuckDBPyConnection:
     """Open the tape file read-only (the stack is down). Errors say what to do."""
     path = Path(path)
     if not path.exists():
-        raise ValueError(f"no tape at {path}: nothing has run under this state directory yet "
-                         f"(start one with `yeto stack up`, or pass --state-dir)")
+        raise ValueError(f"no tape at {path}: no tape writer has created it (a stack's does when the stack starts)")
     try:
         return duckdb.connect(str(path), read_only=True, config=dict(QUERY_CONFIG))
     except duckdb.IOException as e:

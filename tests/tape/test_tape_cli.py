@@ -45,7 +45,29 @@ def test_sql_refuses_writes_and_says_why(state, capsys):
 
 def test_sql_without_a_tape_tells_what_to_do(tmp_path, capsys):
     assert main(["--state-dir", str(tmp_path), "sql", "SELECT 1"]) == 2
-    assert "no tape at" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no tape at" in err and f"no local stack has run under {tmp_path}." in err
+    assert "`yeto launch ... --gpu local:1xcpu,local:1xcpu` starts one" in err and "stack up" not in err
+
+
+def test_sql_where_a_stack_ran_but_wrote_no_tape_points_at_the_tape_writers_log(tmp_path, capsys):
+    StackPaths(tmp_path).logs.mkdir()
+    (StackPaths(tmp_path).logs / "tape.log").write_text("duckdb.IOException: could not set lock on file\n")
+    assert main(["--state-dir", str(tmp_path), "sql", "SELECT 1"]) == 2
+    err = capsys.readouterr().err
+    assert f"a stack ran under {tmp_path}, but its tape writer never created the tape ({tmp_path}/logs/tape.log" in err
+
+
+@pytest.mark.timeout(120)
+def test_sql_after_stack_up_and_down_with_no_run_answers_that_no_run_is_there(tmp_path, capsys, monkeypatch):
+    for name in ("YETO_NATS_URL", "YETO_NATS_CREDS", "YETO_NATS_CA"):    # stack up sets its credential: undo it
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    assert main(["--state-dir", str(tmp_path), "stack", "up"]) == 0
+    assert main(["--state-dir", str(tmp_path), "stack", "down"]) == 0
+    capsys.readouterr()
+    assert main(["--state-dir", str(tmp_path), "sql", "SELECT count(*) AS num_runs FROM runs", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"num_runs": 0}]
 
 
 def test_tape_show_filters_by_run_and_type(state, capsys):

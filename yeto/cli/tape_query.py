@@ -30,6 +30,8 @@ def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = No
         except (ConnectionError, NoTapeWriterError) as e:
             if only:  # a remote stack: there is no local file to fall back on
                 raise ValueError(f"{e}; {only}") from None
+    if not db.exists():
+        raise ValueError(no_tape(db))
     try:
         return query_file(db, sql, max_rows=max_rows)
     except TapeHeldError:
@@ -38,6 +40,15 @@ def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = No
         # A tape writer holds the file, so it runs: the bus was only slow to answer (a loaded machine). Ask again,
         # patiently, rather than fail with "is the stack up?" while it is.
         return asyncio.run(_ask(url, sql, max_rows, connect_timeout=PATIENT_CONNECT_S))
+
+
+def no_tape(db) -> str:
+    """Why there is no tape file, and what to do: a stack's tape writer creates it when the stack starts."""
+    log = StackPaths(db.parent).logs / "tape.log"
+    if log.exists():
+        return f"no tape at {db}: a stack ran under {db.parent}, but its tape writer never created the tape ({log} says why)"
+    return (f"no tape at {db}: no local stack has run under {db.parent}. `yeto launch ... --gpu local:1xcpu,local:1xcpu` "
+            f"starts one, and its tape; a cloud run's tape: --run RUN; runs kept elsewhere: --state-dir")
 
 
 def stale_line(args) -> str | None:
