@@ -156,8 +156,37 @@ class Console:
                       seconds=round(result.seconds, 4), lr=result.lr, synced=result.synced, heldout=held)
 
 
+def since_process_start() -> float | None:
+    """Seconds since this process started (Linux's /proc, to its 10 ms clock tick; None elsewhere): the imports' time
+    at the shell's entry, on the `start` line for benchmarks/startup.py."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        return round(float(Path("/proc/uptime").read_text().split()[0]) - ticks / os.sysconf("SC_CLK_TCK"), 3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class FirstItemClock(Iterator[T]):
+    """An iterator that times how long its first item took to come: the first training batch's wait."""
+
+    def __init__(self, items: Iterator[T]) -> None:
+        self.items, self.first_s = items, None
+
+    def __next__(self) -> T:
+        if self.first_s is not None:
+            return next(self.items)
+        started = time.monotonic()
+        try:
+            return next(self.items)
+        finally:
+            self.first_s = time.monotonic() - started
+
+
 def run(backend: Backend, args: LearnerArgs) -> float:
-    """Train this rank to the recipe's end; return the final held-out loss (NaN where this rank evaluates nothing)."""
+    """Train this rank to the recipe's end; return the final held-out loss (NaN where this rank evaluates nothing).
+    Start-up costs are measured for benchmarks/startup.py: `import_s` and `build_s` on the `start` line, `connect_s`
+    and `data_s` (training batches and held-out set made, the first batch drawn) on the `done` line."""
+    import_s = since_process_start()
     out = Console(console.log_format(args.log_format), args.log_every_s)
     console.quiet()
     recipe = backend.load_recipe(recipe_text(args.recipe))
@@ -165,16 +194,21 @@ def run(backend: Backend, args: LearnerArgs) -> float:
     if not args.no_sync and contract_rank(args) == 0 and args.nats_url:
         from yeto.learners.transport.logs_setup import install  # before the model is built: set-up errors too
         install(args.nats_url, run_id=args.run_id, learner=args.learner, generation=args.generation)
+    started = time.monotonic()
     built = backend.build(recipe, args)
     try:
         rank = backend.rank(built)
         if rank == 0:           # the first line says how the island runs (and so does `yeto logs`)
-            out.emit(event="start", backend=backend.info.name, **backend.describe(built, recipe))
+            out.emit(event="start", backend=backend.info.name, **backend.describe(built, recipe), import_s=import_s,
+                     build_s=round(time.monotonic() - started, 3))
+        started = time.monotonic()
         sync = None if args.no_sync else backend.on_rank0(built, lambda: connect(backend, built, recipe, args))
+        connect_s, started = time.monotonic() - started, time.monotonic()
         # A replacement continues its predecessor: same shard order, past the micro-batches already trained on.
         start_step = max(args.start_step, recipe.start_step)
-        batches = islice(backend.train_batches(built, recipe, args), start_step * recipe.grad_accum, None)
+        batches = FirstItemClock(islice(backend.train_batches(built, recipe, args), start_step * recipe.grad_accum, None))
         heldout = backend.heldout(built, recipe)
+        data_s = time.monotonic() - started
         eval_every = args.eval_every or recipe.eval_every
 
         def on_step(result: StepResult) -> None:
@@ -194,7 +228,8 @@ def run(backend: Backend, args: LearnerArgs) -> float:
         held = backend.evaluate(built, heldout) if heldout else math.nan
         if rank == 0:
             out.emit(event="done", steps=len(results), tokens=sum(r.tokens for r in results),
-                     seconds=round(elapsed, 3), heldout=held)
+                     seconds=round(elapsed, 3), heldout=held, connect_s=round(connect_s, 3),
+                     data_s=round(data_s + (batches.first_s or 0.0), 3))
         if sync is not None:
             out.emit(event="sync", **sync.stats())
         return held

@@ -98,13 +98,17 @@ def test_a_backend_that_only_counts_steps_is_one_folder_and_one_registry_line(co
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert lines[0] == {"event": "start", "backend": counter_backend, "ranks": 1, "trainable": 0}
+    assert lines[0] == {"event": "start", "backend": counter_backend, "ranks": 1, "trainable": 0,
+                        "import_s": lines[0]["import_s"], "build_s": lines[0]["build_s"]}
+    assert 0 < lines[0]["import_s"] < 60 and 0 <= lines[0]["build_s"] < 60    # start-up, for benchmarks/startup.py
     steps = [line for line in lines if line["event"] == "step"]
     assert [s["step"] for s in steps if s["heldout"] is not None] == [4, 6]   # resumed past step 3, every 2nd evaluated
     # Island 1 of 2 reads its own shard (1, 3, 5, ...), past the 3 micro-batches its predecessor trained on.
     assert [s["tokens"] for s in steps] == [7, 9, 11, 13]
     assert lines[-1] == {"event": "done", "steps": 4, "tokens": 7 + 9 + 11 + 13, "seconds": lines[-1]["seconds"],
-                         "heldout": pytest.approx(1 / 7)}
+                         "heldout": pytest.approx(1 / 7), "connect_s": lines[-1]["connect_s"],
+                         "data_s": lines[-1]["data_s"]}
+    assert lines[-1]["connect_s"] < 0.5 and 0 <= lines[-1]["data_s"] < 60     # --no-sync: nothing to connect
     bad = subprocess.run([*argv, "--no-sync", "--world-size", "2"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and f"a {counter_backend} island runs 1 rank(s), not 2" in bad.stderr
 
@@ -179,7 +183,8 @@ def test_every_backend_pushes_its_last_deltas_before_the_final_evaluation(monkey
                              "on_rank0", "final pushes", "evaluate", "close"]
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["event"] for line in lines] == ["start", "step", "done", "sync"]
-    assert lines[0] == {"event": "start", "backend": "torch", "tuning": "lora"}
+    assert lines[0] == {"event": "start", "backend": "torch", "tuning": "lora", "import_s": lines[0]["import_s"],
+                        "build_s": lines[0]["build_s"]}
 
 
 def test_the_contract_round_trips_through_its_flags_and_names_what_is_wrong():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 
 from yeto.cli.common import state_dir
 from yeto.infra import stack
@@ -15,8 +16,10 @@ from yeto.schemas.subjects import run_events
 def local_stack_url(args) -> str:
     """The local stack's URL, started with --syncers N shards if none runs; a running stack with another number of
     syncers is refused (`yeto stack down` first): shards cannot be added to a stack while it serves runs."""
+    started = time.monotonic()
     rec = stack.up(state_dir(args), syncers=getattr(args, "syncers", None))
-    print(f"started the local stack at {rec['url']} (state {state_dir(args)}; `yeto stack down` stops it)")
+    print(f"started the local stack at {rec['url']} in {time.monotonic() - started:.2f} s (state {state_dir(args)}; "
+          "`yeto stack down` stops it)")
     return rec["url"]
 
 

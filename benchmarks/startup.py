@@ -1,0 +1,192 @@
+"""Start-up: from `yeto launch` to every island's first optimizer step, stage by stage, on a fresh local stack.
+
+Each rep starts `yeto launch --gpu local:1xcpu,...` (tiny model, --max-steps 4) under a fresh YETO_HOME, so the
+launch starts the stack too, and reads the stage boundaries from real signals:
+  cli         t0 (this script starts `yeto launch`) -> its `launched` line (LaunchRun published), less the stack's
+              own seconds: parse, config, checks, the bus publish
+  stack       the seconds the CLI's `started the local stack ... in X s` line reports: nats-server up, streams
+              made, services spawned
+  services    `launched` line -> RunLaunched on the tape: the launcher came up and handled LaunchRun
+  spawn       RunLaunched -> the island's IslandUp (its processes started)
+  import      the learner's `start` line `import_s`: its process start to the shell's entry (every import)
+  build       `build_s` on the `start` line: device policy, tokenizer, model
+  connect     `connect_s` on the `done` line: the sync hook (bus connect, layout declared)
+  data        `data_s` on the `done` line: training batches and held-out set made, the first batch drawn
+  first_step  the rest, to the island's first LearnerProgress on the tape: the initial keyframe's join, one step
+The table shows, per stage, the median over reps of the island that reached its first step last (the critical one);
+total = launch to the last island's first step. The learner's lines are read with YETO_LOG_FORMAT=json.
+
+    .venv/bin/python benchmarks/startup.py [--reps 3] [--islands 2] [--json PATH] [--dry-run]
+    .venv/bin/python benchmarks/startup.py --arm before=/tmp/fz-before --arm after=/tmp/fz-after --reps 5
+
+An --arm is a frozen copy made by `scripts/frozen.sh <commit> <dir> true`; the arms alternate rep by rep (machine
+load hits them alike) and the last line is `startup_<last>_over_<first>=<ratio of median totals>`. Without --arm
+the tree this script runs from is the one arm (last line: `startup_s=<median total>`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+YETO = str(Path(sys.executable).parent / "yeto")      # the venv's CLI (a frozen arm's env picks its own `yeto.*`)
+STAGES = ("cli", "stack", "services", "spawn", "import", "build", "connect", "data", "first_step")
+
+
+def sql(home: Path, query: str) -> list[list]:
+    """The tape of the stack under `home`, asked in this process."""
+    from yeto.cli.tape_query import tape_query
+    return [list(r) for r in tape_query(argparse.Namespace(state_dir=str(home), nats_url=None), query)["rows"]]
+
+
+def arm_env(base: dict, frozen: Path | None) -> dict:
+    """scripts/frozen.sh's environment for a frozen copy (its `yeto.*` first, in the CLI and every child)."""
+    if frozen is None:
+        return base
+    return {**base, "YETO_LINKS": str(frozen / "build/links"),
+            "PYTHONPATH": str(frozen / "build/site") + (f":{base['PYTHONPATH']}" if base.get("PYTHONPATH") else "")}
+
+
+def launch(env: dict, cwd: Path, args, model: Path, data: Path, run: str) -> tuple[float, dict[str, float]]:
+    """Start `yeto launch`; return t0 and the wall times its lines arrived, plus the stack seconds it reports."""
+    argv = [YETO, "launch", "--gpu", ",".join(["local:1xcpu"] * args.islands), "--model", str(model), "--data",
+            str(data), "--tuning", "full", "--max-steps", "4", "--seq-len", "128", "--micro-batch", "4",
+            "--sync-every", "2", "--run-id", run]
+    t0 = time.time()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: dict[str, float] = {}
+    for line in proc.stdout:
+        if line.startswith("started the local stack"):
+            seen["stack_s"] = float(line.split(" in ")[1].split(" s ")[0]) if " in " in line else float("nan")
+        elif line.startswith("launched "):
+            seen["launched"] = time.time()
+    if proc.wait(timeout=120) != 0 or "launched" not in seen:
+        raise RuntimeError(f"yeto launch failed: {proc.stderr.read()[-2000:]}")
+    return t0, seen
+
+
+def learner_lines(home: Path, run: str, island: int) -> dict[str, dict]:
+    """The island's JSON `start` and `done` lines from its log (the local launcher's file of its stdout)."""
+    found = {}
+    log = home / "runs" / run / "logs" / f"island-{island}.log"
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            found[obj.get("event")] = obj
+    return found
+
+
+def wait_done(home: Path, run: str, islands: int, timeout_s: float) -> list[dict[str, dict]]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        lines = [learner_lines(home, run, i) for i in range(islands)]
+        if all("done" in x for x in lines):
+            return lines
+        time.sleep(0.5)
+    raise RuntimeError(f"run {run}: not every island printed `done` within {timeout_s} s (see {home}/runs/{run}/logs)")
+
+
+def tape_times(home: Path, run: str, islands: int) -> tuple[float, dict[int, float], dict[int, float]]:
+    """RunLaunched, each island's IslandUp and first LearnerProgress (epoch seconds), waiting for the tape to hold them."""
+    for _ in range(60):
+        launched = sql(home, f"select min(epoch(ts)) from events where run_id = '{run}' and type = 'RunLaunched'")[0][0]
+        up = dict(sql(home, f"select cast(payload->>'island' as int), min(epoch(ts)) from events where run_id = '{run}'"
+                            " and type = 'IslandUp' group by 1"))
+        first = dict(sql(home, f"select cast(split_part(payload->>'learner', '-', 2) as int), min(epoch(ts)) from events "
+                               f"where run_id = '{run}' and type = 'LearnerProgress' group by 1"))
+        if launched and len(up) == islands and len(first) == islands:
+            return launched, up, first
+        time.sleep(0.5)
+    raise RuntimeError(f"run {run}: the tape lacks RunLaunched, IslandUp or LearnerProgress for some island")
+
+
+def stages(t0: float, seen: dict, launched: float, up: float, first: float, lines: dict[str, dict]) -> dict[str, float]:
+    """One island's stages (see the module docstring); they add up to launch -> its first step."""
+    start, done = lines["start"], lines["done"]
+    out = {"cli": seen["launched"] - t0 - seen["stack_s"], "stack": seen["stack_s"],
+           "services": launched - seen["launched"], "spawn": up - launched,
+           "import": start.get("import_s"), "build": start.get("build_s"),
+           "connect": done.get("connect_s"), "data": done.get("data_s")}
+    known = sum(v for v in out.values() if v is not None)
+    return {**out, "first_step": first - t0 - known, "total": first - t0}
+
+
+def one_rep(arm: str, frozen: Path | None, args, work: Path, rep: int) -> dict:
+    home, run = work / f"{arm}-{rep}", f"startup-{arm}-{rep}"
+    env = arm_env({**os.environ, "YETO_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                   "YETO_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1"}, frozen)
+    try:
+        t0, seen = launch(env, frozen or Path.cwd(), args, work / "model", work / "chat.jsonl", run)
+        lines = wait_done(home, run, args.islands, args.timeout_s)
+        launched, up, first = tape_times(home, run, args.islands)
+    finally:
+        subprocess.run([YETO, "stack", "down"], env=env, cwd=frozen or Path.cwd(), capture_output=True, timeout=120)
+    per_island = [stages(t0, seen, launched, up[i], first[i], lines[i]) for i in range(args.islands)]
+    critical = max(per_island, key=lambda s: s["total"])
+    print(f"{arm} rep {rep}: " + " ".join(f"{k}={v:.2f}" for k, v in critical.items() if v is not None), flush=True)
+    shutil.rmtree(home, ignore_errors=True)
+    return {"arm": arm, "rep": rep, "critical": critical, "islands": per_island}
+
+
+def table(results: list[dict], arms: list[str]) -> list[str]:
+    rows = [f"| stage | {' | '.join(f'{a} median s' for a in arms)} |", "|---|" + "---|" * len(arms)]
+    for stage in (*STAGES, "total"):
+        cells = []
+        for a in arms:
+            vals = [r["critical"][stage] for r in results if r["arm"] == a and r["critical"][stage] is not None]
+            cells.append(f"{statistics.median(vals):.2f}" if vals else "n/a")
+        rows.append(f"| {stage} | {' | '.join(cells)} |")
+    return rows
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--arm", action="append", default=[], metavar="NAME=DIR",
+                    help="a frozen copy (scripts/frozen.sh) to measure; repeat to compare, alternating rep by rep")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--islands", type=int, default=2)
+    ap.add_argument("--timeout-s", type=float, default=240.0)
+    ap.add_argument("--json", type=Path, help="write every rep's stages here")
+    ap.add_argument("--dry-run", action="store_true")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    arms = dict(a.split("=", 1) for a in args.arm) if args.arm else {"here": ""}
+    if any(not (Path(d) / "build/links").is_dir() for d in arms.values() if d):
+        parser().error("an --arm DIR is a frozen copy: make it with `scripts/frozen.sh <commit> DIR true`")
+    print(f"arms={list(arms)} reps={args.reps} islands={args.islands} stages={','.join(STAGES)}")
+    if args.dry_run:
+        print("dry_run=ok")
+        return 0
+    import lib_task
+    work = Path(tempfile.mkdtemp(prefix="yeto-startup-"))
+    lib_task.write_tiny_model(work / "model", seed=0)
+    lib_task.write_markov_chat(work / "chat.jsonl")
+    results = [one_rep(a, Path(d) if d else None, args, work, rep) for rep in range(args.reps) for a, d in arms.items()]
+    if args.json:
+        args.json.write_text(json.dumps({"argv": sys.argv[1:], "arms": arms, "results": results}, indent=1))
+    print("\n".join(table(results, list(arms))))
+    med = {a: statistics.median(r["critical"]["total"] for r in results if r["arm"] == a) for a in arms}
+    names = list(arms)
+    if len(names) > 1:
+        print(f"startup_{names[-1]}_over_{names[0]}={med[names[-1]] / med[names[0]]:.3f}")
+    else:
+        print(f"startup_s={med[names[0]]:.2f}")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
