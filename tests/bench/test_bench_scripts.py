@@ -62,3 +62,12 @@ def test_chaos_report_pairs_each_seed_with_its_fault_free_run(tmp_path):
     assert rows["2"][0] == "0,1" and rows["2"][1].startswith("+1.88 [") and rows["2"][2] == "1/2"
     assert rows["2"][7] == "1/2"                                 # 6.0 s after IslandExited misses the 5 s bound
     assert rows["3"][1] == "-1.00 (n=1)" and rows["3"][2] == "1/1"
+
+
+def test_startup_dry_run_names_its_stages_and_refuses_an_arm_that_is_not_a_frozen_copy(tmp_path):
+    out = run("benchmarks/startup.py", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "stages=cli,stack,services,spawn,import,build,connect,data,first_step" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "dry_run=ok"
+    bad = run("benchmarks/startup.py", "--arm", f"x={tmp_path}", "--dry-run")
+    assert bad.returncode == 2 and "scripts/frozen.sh" in bad.stderr
