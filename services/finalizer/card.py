@@ -1,5 +1,6 @@
 """The artifact's model card (README.md, huggingface_hub's ModelCard): the Hub metadata (library, base model, tags)
-and, for a reader, the base, data, recipe, islands, rounds, final losses and Yeto version; and the base's Hub id."""
+and, for a reader, how to load it (offline too: card_offline.py), the base, data, recipe, islands, rounds, final
+losses and Yeto version; and the base's Hub id."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +9,7 @@ from typing import Any
 from yeto.infra.model_source import SMOLLM2_ALIASES, SMOLLM2_HF_ID, resolve, resolve_model
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.train_section import TrainSection
+from yeto.services.finalizer.card_offline import offline_section
 
 CARD_FILE = "README.md"
 TAGS = ["yeto", "diloco", "lora"]
@@ -79,7 +81,8 @@ def model_card(*, run_id: str, kind: str, recipe: dict[str, Any] | LaunchRecipe,
     meta = ModelCardData(library_name="peft" if kind == "adapter" else "transformers", base_model=base_id,
                          tags=TAGS, datasets=[dataset] if dataset else None, pipeline_tag="text-generation")
     loader = "peft import AutoPeftModelForCausalLM" if kind == "adapter" else "transformers import AutoModelForCausalLM"
-    gguf = resolve(train.model).gguf_file
+    source = resolve(train.model)
+    gguf = source.gguf_file
     base_line = (f"[{base_id}](https://huggingface.co/{base_id}), " + (
         f"revision `{base.get('revision')}`" if base.get("revision") else "revision not pinned") + (
         f"; trained over its GGUF copy `{gguf}`, dequantized: close to the Hub's weights, not identical" if gguf else "")
@@ -96,7 +99,7 @@ from {loader}
 model = {loader.rsplit(' ', 1)[-1]}.from_pretrained("<this folder or repo>")
 ```
 
-## Base model
+{offline_section(kind=kind, model=train.model, base_id=base_id, revision=base.get("revision"), source=source)}## Base model
 
 {base_line}
 

@@ -60,7 +60,8 @@ def test_the_card_carries_hub_metadata_and_the_run_and_is_signed_with_the_rest(h
     assert card.data.datasets == ["yeto-test/chat"]
     for text in (f"revision `{COMMIT}`", "| LoRA r / alpha / dropout | 4 / 8 / 0.0 |", "Rounds merged: 5",
                  "| island-0 | 20 | 1.2345 | 1.5000 |", "| 0 | local | 1× cpu |", "| rows used | 90 |",
-                 "AutoPeftModelForCausalLM"):
+                 "AutoPeftModelForCausalLM", f"hf download {HUB_ID} --revision {COMMIT} --local-dir base",
+                 'PeftModel.from_pretrained(base, "<this folder>")'):     # offline: a local copy of the base
         assert text in card.text, text
     manifest = json.loads((artifact / "manifest.json").read_text())
     assert "README.md" in manifest["files"] and manifest["provenance"]["yeto"]["version"] in card.text
@@ -83,6 +84,9 @@ def test_local_and_alias_bases(tmp_path):
                       provenance={"data": {"source": str(base)}}, run={})
     assert card.data.library_name == "transformers" and card.data.base_model is None and card.data.datasets is None
     assert f"the local model `{base}` (no Hub id" in card.text and "AutoModelForCausalLM" in card.text
+    assert "## Offline" not in card.text                     # a full model loads from its own folder
+    adapter = model_card(run_id="r1", kind="adapter", recipe={"train": {"model": str(base)}}, provenance={}, run={})
+    assert f'base = AutoModelForCausalLM.from_pretrained("{base}")' in adapter.text
 
 
 @pytest.fixture(scope="module")
