@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partialmethod
 
 FORMATS = ("text", "json")
@@ -75,3 +77,35 @@ def quiet() -> None:
         tqdm.tqdm.__init__ = partialmethod(tqdm.tqdm.__init__, disable=True)  # type: ignore[method-assign]
     except ImportError:
         pass
+
+
+@contextmanager
+def quieted(verbose: bool = False) -> Iterator[None]:
+    """quiet() for the time of a command (`yeto merge`) run in a process that goes on after it (tests run the CLI
+    in theirs), then every switch as it was; `verbose` leaves them alone."""
+    if verbose:
+        yield
+        return
+    import tqdm
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    env = {k: os.environ.get(k) for k in ("TOKENIZERS_PARALLELISM", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    init, level, bars, hub_off = (tqdm.tqdm.__init__, hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled(),
+                                  are_progress_bars_disabled())
+    with warnings.catch_warnings():
+        quiet()
+        try:
+            yield
+        finally:
+            tqdm.tqdm.__init__ = init  # type: ignore[method-assign]
+            hf_logging.set_verbosity(level)
+            if bars:
+                hf_logging.enable_progress_bar()
+            if not hub_off:
+                enable_progress_bars()
+            for k, v in env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from yeto.learners.console import quieted  # the libraries' bars and deprecation notices silenced for a command's time
 from yeto.learners.lazy_face import lazy_names
 from yeto.learners.lm_recipe import TrainRecipe  # the LM learner's training recipe
 from yeto.learners.torch.model import load_model, load_tokenizer, resolve  # a --model by name: its folder, weights, tokenizer
@@ -23,8 +24,8 @@ if TYPE_CHECKING:
     from yeto.learners.torch.tuning import apply_tuning, trainable_parameters  # LoRA or full tuning, and what it trains
 
 __all__ = ["TorchArrays", "TrainRecipe", "apply_tuning", "build", "build_optimizer", "dist", "evaluate", "heldout_batches",
-           "load_model", "load_tokenizer", "loss_sum", "lr_at", "make_hook", "resolve", "resolve_accel", "set_lr", "tiny",
-           "train", "train_batches", "trainable_parameters"]
+           "load_model", "load_tokenizer", "loss_sum", "lr_at", "make_hook", "quieted", "resolve", "resolve_accel",
+           "set_lr", "tiny", "train", "train_batches", "trainable_parameters"]
 
 __getattr__ = lazy_names(__name__, {
     "dist": "yeto.learners.torch.dist", "tiny": "yeto.learners.torch.tiny",

@@ -69,3 +69,22 @@ def test_merge_refuses_a_tampered_adapter_another_base_and_a_used_output(adapter
     (tampered / "adapter_config.json").write_text((path / "adapter_config.json").read_text().replace('"r": 4', '"r": 4 '))
     assert main(["merge", str(tampered), "--out", str(tmp_path / "b")]) == 2
     assert "changed since the run wrote the artifact" in capsys.readouterr().err
+
+
+def test_merge_shows_no_library_bars_or_deprecation_notices_unless_verbose(adapter, tmp_path):
+    """In a process of its own, as a user runs it (the bars and notices are process-wide switches)."""
+    import os
+    import subprocess
+
+    _, path, _ = adapter
+    env = {k: v for k, v in os.environ.items() if k not in ("YETO_VERBOSE", "HF_HUB_DISABLE_PROGRESS_BARS")}
+
+    def merge(*flags: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "yeto.cli.main", "merge", str(path), "--out",
+                               str(tmp_path / f"out{len(flags)}"), *flags], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+    quiet, verbose = merge(), merge("--verbose")
+    assert quiet.stdout.startswith("merged ") and quiet.stderr == ""
+    assert "Loading weights" in verbose.stderr and "Writing model shards" in verbose.stderr     # the libraries' bars

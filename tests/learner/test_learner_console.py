@@ -36,7 +36,7 @@ def test_the_format_comes_from_the_flag_then_the_environment(monkeypatch):
 
 def run_learner(recipe: dict, **env: str) -> subprocess.CompletedProcess:
     """A real learner process (no bus), its stdout and stderr as a local island's log file gets them."""
-    base = {k: v for k, v in os.environ.items() if k not in ("YETO_LOG_FORMAT", VERBOSE_ENV)}
+    base = {k: v for k, v in os.environ.items() if k not in ("YETO_LOG_FORMAT", VERBOSE_ENV, "HF_HUB_DISABLE_PROGRESS_BARS")}
     done = subprocess.run([sys.executable, "-m", "yeto.learners.torch", "--run-id", "r1", "--learner", "l0", "--no-sync",
                            "--eval-every", str(recipe["max_steps"]), "--recipe", json.dumps(recipe)], capture_output=True,
                           text=True, timeout=270, env={**base, "OMP_NUM_THREADS": "1", **env})

@@ -40,6 +40,8 @@ def register(sub) -> None:
     p.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard, e.g. 500MB, 2GB (default 2GB)")
     p.add_argument("--dtype", choices=(*DTYPES, "float32", "bfloat16", "float16"), default="auto",
                    help="dtype of the written weights: auto (default) keeps the base's (its config's dtype; bf16 for a .gguf)")
+    p.add_argument("--verbose", action="store_true",
+                   help="show the libraries' progress bars and deprecation notices (GGUF dequantizing, shard writing)")
     p.set_defaults(func=cmd_merge)
 
 
@@ -83,6 +85,13 @@ def pick_base(args, manifest: dict) -> str:
 
 
 def cmd_merge(args) -> int:
+    from yeto.learners.torch.api import quieted
+
+    with quieted(args.verbose):      # the libraries' bars and notices are not this command's news (errors print)
+        return merge(args)
+
+
+def merge(args) -> int:
     import torch
     from peft import PeftModel
 
