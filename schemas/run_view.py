@@ -113,15 +113,19 @@ def _evolve(v: RunView, e: Event) -> RunView:
     return replace(v, phase=next_phase(v.phase, e.type))
 
 
+def _run_of(message: Any, default: str) -> str:
+    """The run a message names: an event's or a command's field (both are models), a raw row's key."""
+    return message.get("run_id", default) if isinstance(message, dict) else getattr(message, "run_id", default)
+
+
 def fold(view: RunView | None, event: Any, seq: int = 0) -> RunView:
     """The run's view after one more event; `view` None starts the view of the event's run. An event that names
     another run than the view's changes nothing: a view is started with the run of the subject the events came on
     (what the server vouches for), and a payload's claim of another run is not taken (the tape leaves such events
     out of `vouched`; this keeps a caller that did not ask it from being misled)."""
     if view is None:
-        run_id = event.run_id if isinstance(event, Event) else event.get("run_id", SYSTEM_RUN)
-        view = RunView(run_id=run_id)
-    elif (event.run_id if isinstance(event, Event) else event.get("run_id", view.run_id)) != view.run_id:
+        view = RunView(run_id=_run_of(event, SYSTEM_RUN))
+    elif _run_of(event, view.run_id) != view.run_id:
         return view
     view = replace(view, num_events=view.num_events + 1, last_seq=seq or view.last_seq)
     if not isinstance(event, Event):

@@ -91,13 +91,14 @@ def test_down_refuses_a_typo_and_stops_a_run_launched_an_instant_ago(fresh_nats,
     assert stop.run_id == "r-down-real" and not stop.now
 
 
-def test_down_of_a_run_that_has_ended_says_so_and_sends_no_stop(fresh_nats, tmp_path, capsys):
+def test_down_of_a_run_that_has_ended_says_so_and_still_tears_down(fresh_nats, tmp_path, capsys):
     finalized = [e for e in scripted_run("r-down-done") if type(e).__name__ in ("RunLaunched", "RunFinalized")]
     for event in finalized:
         asyncio.run(publish(fresh_nats.url, event))
     assert main(["--state-dir", str(tmp_path), "--nats-url", fresh_nats.url, "down", "r-down-done"]) == 0
-    assert capsys.readouterr().out.strip() == "r-down-done has already ended (finalized): nothing to stop"
-    assert asyncio.run(_last_stop(fresh_nats.url, "r-down-done")) is None
+    out = capsys.readouterr().out
+    assert out.startswith("r-down-done has already ended (finalized): nothing left to train") and "graceful" not in out
+    assert asyncio.run(_last_stop(fresh_nats.url, "r-down-done")).run_id == "r-down-done"    # a head still up goes
 
 
 def test_tape_show_json_gives_the_events_with_their_payloads(state, capsys):

@@ -219,10 +219,14 @@ def cmd_down(args) -> int:
     # a typo must not read as success; the bus answers for a run launched an instant ago (the tape may lag)
     if args.run not in (known := known_runs(args)) and not asyncio.run(_run_exists(url, args.run)):
         raise unknown_run(args, args.run, known)
-    if ended := asyncio.run(_ended(url, args.run)):
-        print(f"{args.run} has already ended ({ended}): nothing to stop")
-        return 0
+    ended = asyncio.run(_ended(url, args.run))
+    # Sent even to an ended run: a stop is idempotent, and what may still be up (a cloud run's head, lingering for its
+    # copy-back) is torn down by it.
     msg = StopRun(id=derive_id(args.run, "StopRun", args.now, time.time()), run_id=args.run, source="cli", now=args.now)
     asyncio.run(publish(url, msg))
-    print(f"{'abort' if args.now else 'graceful stop (final cut, artifact, teardown)'} requested for {args.run}")
+    if ended:
+        print(f"{args.run} has already ended ({ended}): nothing left to train or cut; whatever of it is still up is "
+              f"torn down")
+    else:
+        print(f"{'abort' if args.now else 'graceful stop (final cut, artifact, teardown)'} requested for {args.run}")
     return 0
