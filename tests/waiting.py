@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -50,3 +50,20 @@ async def until(check: Callable[[], T], timeout: float, what: str, *, changed: a
             await asyncio.wait_for(changed.wait(), left)
         except asyncio.TimeoutError:
             pass
+
+
+async def until_answered(ask: Callable[[], Awaitable[T]], timeout: float, what: str, *, interval: float = 0.05,
+                         detail: Callable[[], str] | None = None) -> T:
+    """`until` for a condition only a remote party can answer (a query over the bus, no news to wait on): the first
+    truthy answer of `await ask()`; a ValueError (the answerer is not up yet) counts as not yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if got := await ask():
+                return got
+        except ValueError:
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _failed(timeout, what, detail)
+        await asyncio.sleep(min(interval, left))

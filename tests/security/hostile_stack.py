@@ -2,11 +2,11 @@
 with the stack's permissions, a real tape writer process, and a learner's raw publishes."""
 from __future__ import annotations
 
-import asyncio
 import json
 
 import nats
 
+from waiting import until_answered
 from yeto.infra.bus import auth as bus_auth
 from yeto.infra.tape.sql import ask
 from yeto.schemas.training import LearnerProgress
@@ -40,15 +40,8 @@ async def as_learner(url: str, state, run_id: str, learner: str, sends: list[tup
 
 
 async def rows_when(bus, sql: str, want: int) -> list:
-    """Ask the tape writer until `sql` has `want` rows (the pause only paces the questions)."""
-    loop = asyncio.get_running_loop()
-    deadline, rows = loop.time() + 60, []
-    while loop.time() < deadline:
-        try:
-            rows = (await ask(bus, sql, timeout=30))["rows"]
-            if len(rows) >= want:
-                return rows
-        except ValueError:       # the writer is starting
-            pass
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"the tape has {len(rows)} of {want} rows for {sql}")
+    """Ask the tape writer until `sql` has `want` rows (a ValueError while the writer is starting counts as not yet)."""
+    async def enough() -> list:
+        rows = (await ask(bus, sql, timeout=30))["rows"]
+        return rows if len(rows) >= want else []
+    return await until_answered(enough, 60, f"{want} rows of {sql} on the tape")
