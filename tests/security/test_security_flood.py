@@ -73,10 +73,13 @@ def test_a_flooding_learner_neither_kills_the_tape_nor_buries_the_runs_events(li
             await bus.close()
 
     kinds, runs, stored = asyncio.run(flood())
-    assert stored == 60 + 20_000 + 1, "the server refused every 7 MiB event (over the event stream's 4 MiB cap)"
-    (stubs, num_stubs, stub_len), (kept, num_kept, _) = kinds
+    # Every 7 MiB event is refused (over the event stream's 4 MiB cap). Of the 60 almost-4 MiB ones the server may shed
+    # what overflows its stream's ingest buffer (core publishes, no acks: 12 of 60 on one CI run), never the small ones.
+    assert 20_000 + 1 <= stored <= 60 + 20_000 + 1, stored
+    (stubs, num_stubs, stub_len), (kept, num_kept, kept_len) = kinds
     assert (stubs, kept) == (False, True) and stub_len < 100
-    assert num_kept + num_stubs == 20_060
+    assert kept_len <= MAX_EVENT_BYTES, "no 7 MiB event is on the tape"
+    assert num_kept + num_stubs == stored - 1, "the tape holds every event the stream took"
     assert num_kept <= cfg.learner_burst + 60 * cfg.learner_events_per_s, "a burst, then the rate (the flood took < 60 s)"
     assert runs == [[VICTIM, "stopped"]]
     assert writer.poll() is None, "the tape writer is still up"
