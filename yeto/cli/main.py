@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             import argcomplete
         except ImportError:
             return 1                                # no completions without it; never a traceback in the shell
+        from yeto.cli.completion import attach
+        attach(parser)                              # RUN and --run complete from the state dir's run ids
         argcomplete.autocomplete(parser)            # prints the completions and exits
     args = parser.parse_args(argv)
     # Library warnings (a NATS client retrying its connection every 0.25 s) are not for the user: errors end in one line.
