@@ -5,7 +5,10 @@ syncer through it alone (BENCH_FACES).
 """
 from __future__ import annotations
 
-from yeto.services.syncer import backend  # the array backend the merge runs on: NumPy, or CuPy on a GPU
+from yeto.services.syncer import (
+           backend,  # the array backend the merge runs on: NumPy, or CuPy on a GPU
+           profiling,  # timers on a round's steps (benchmarks/round_profile.py)
+)
 from yeto.services.syncer.core import SyncerCore  # the pure round logic: pushes in, outputs out
 from yeto.services.syncer.gram import RowProducts, gram, gram_row  # the Gram matrix whole, one row, fused with a decode
 from yeto.services.syncer.merge import merge_round  # one fragment's merge plus outer step, in place
@@ -14,4 +17,4 @@ from yeto.services.syncer.rows import FragmentRows  # one fragment's theta, mome
 from yeto.services.syncer.snapshot import write as write_snapshot  # a fragment's snapshot to disk, as the service does
 
 __all__ = ["Broadcast", "FragmentRows", "RowProducts", "SaveSnapshot", "SyncerCore", "backend", "gram", "gram_row",
-           "merge_round", "perform", "write_snapshot"]
+           "merge_round", "perform", "profiling", "write_snapshot"]
