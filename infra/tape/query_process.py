@@ -1,5 +1,6 @@
 """The query process sandbox.py starts: caps its own address space, then answers one query from the tape file on stdout.
 
+It loads DuckDB before it reads its request, so the tape writer keeps one started ahead (responder.py).
 Its request (JSON on stdin): {db, sql, max_rows, max_bytes}; its reply: {columns, types, rows, truncated} or {error},
 with `held` set when a running tape writer holds the file.
 """
@@ -38,6 +39,10 @@ def answer(req: dict[str, Any]) -> bytes:
 def main() -> None:
     limit = int(sys.argv[1])
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))      # before DuckDB is loaded: everything counts
+    import duckdb  # noqa: F401 - loaded before the request is read: a spare process (responder.py) waits warm
+
+    import yeto.infra.tape.responder
+    import yeto.infra.tape.store  # noqa: F401
     sys.stdout.buffer.write(answer(json.loads(sys.stdin.buffer.read())))
     sys.stdout.buffer.flush()
 

@@ -1,18 +1,30 @@
-"""The tape writer's SQL service: answers read-only queries on `yeto.tape.sql` from a cursor of its own.
+"""The tape writer's SQL service on `yeto.tape.sql`: each query runs in a sandboxed process of its own over a read-only
+copy of the tape, never in the writer's process.
 
-A reply is encoded row by row as DuckDB produces the rows and refused the moment it passes the bus's
-payload limit: a huge result never exists whole in this process (DuckDB's own memory and spill are capped
-by QUERY_CONFIG on the connection).
+DuckDB lets one process hold a file read-write and no other process read it meanwhile, and its `memory_limit` does not
+bound every allocation (`select list(range(300000000))` took the writer past 4 GB, and an interrupt is only a request).
+So a query is answered by sandbox.py's process (RLIMIT_AS, killed at the deadline) reading a snapshot: under the
+writer's flush lock (no INSERT in flight) the tape is CHECKPOINTed and its file copied by `cp`, once per tape position
+(a query on an unchanged tape reuses the copy). A spare query process is started ahead, so a query pays neither the
+interpreter's nor DuckDB's start. A reply is encoded row by row and refused the moment it passes the bus's payload limit.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
-from yeto.infra.tape.sql import MAX_ROWS, execute, query_error
-from yeto.infra.tape.store import TapeStore
+from yeto.infra.tape import sandbox
+from yeto.infra.tape.sql import MAX_ROWS, check_read_only, execute
+
+if TYPE_CHECKING:
+    from yeto.infra.tape.store import TapeStore
 
 ENVELOPE_BYTES = 1024   # headroom for the reply's subject and headers within max_payload
 
@@ -37,29 +49,107 @@ def encode_reply(cur: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int, max
     return b"".join(parts)
 
 
-def _query_then_close(cur: duckdb.DuckDBPyConnection, sql: str, max_rows: int, max_bytes: int) -> bytes:
-    try:
-        return encode_reply(cur, sql, max_rows=max_rows, max_bytes=max_bytes)
-    finally:
-        cur.close()
+def snapshot_dir(db: Path) -> Path:
+    """Where the writer keeps the read-only copies its queries read (removed and made again at each start)."""
+    return db.parent / f"{db.stem}-read"
 
 
-async def answer(request: bytes, store: TapeStore, *, timeout_s: float, max_payload: int) -> bytes:
-    """Reply {columns, types, rows, truncated}, or {error} saying what to change; never raises."""
-    try:
-        req = json.loads(request)
-        sql, max_rows = req["sql"], max(0, min(int(req.get("max_rows", MAX_ROWS)), MAX_ROWS))
-        if not isinstance(sql, str):
-            raise TypeError("'sql' must be a string")
-        cur = store.reader()
+class Responder:
+    """Answers the tape's SQL requests for a running writer. `lock`: the writer's flush lock (no append while held)."""
+
+    def __init__(self, store: TapeStore, lock: asyncio.Lock, *, timeout_s: float, max_payload: int,
+                 memory_bytes: int = sandbox.MEMORY_BYTES):
+        self.store, self.lock, self.timeout_s, self.memory_bytes = store, lock, timeout_s, memory_bytes
+        self.max_bytes = max_payload - ENVELOPE_BYTES
+        self.dir = snapshot_dir(store.path)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(mode=0o700, parents=True)
+        self.current: Path | None = None
+        self.current_seq = -1
+        self.readers: Counter[Path] = Counter()
+        self.names = itertools.count()
+        self.spare: asyncio.Task[asyncio.subprocess.Process] | None = None
+
+    async def answer(self, request: bytes) -> bytes:
+        """Reply {columns, types, rows, truncated}, or {error} saying what to change; never raises."""
         try:
-            return await asyncio.wait_for(asyncio.to_thread(_query_then_close, cur, sql, max_rows,
-                                                            max_payload - ENVELOPE_BYTES), timeout_s)
+            req = json.loads(request)
+            sql, max_rows = req["sql"], max(0, min(int(req.get("max_rows", MAX_ROWS)), MAX_ROWS))
+            if not isinstance(sql, str):
+                raise TypeError("'sql' must be a string")
+            check_read_only(sql)                # refused before a process or a copy is made for it
+            path = await self._snapshot()
+            try:
+                reply = await self._run(path, sql, max_rows)
+            finally:
+                self._release(path)
+            return reply
+        except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
+            text = str(e) if not isinstance(e, KeyError) else "request needs an 'sql' field"
+            return json.dumps({"error": text}).encode()
+
+    async def _snapshot(self) -> Path:
+        """The copy of the tape at its current position, made now if the tape moved since the last one."""
+        async with self.lock:
+            if self.current is None or self.current_seq != self.store.last_seq:
+                path = self.dir / f"tape-{self.store.last_seq}-{next(self.names)}.duckdb"
+                await asyncio.to_thread(self.store.con.execute, "CHECKPOINT")   # every committed row in the file
+                await self._copy(path)
+                old, self.current, self.current_seq = self.current, path, self.store.last_seq
+                if old is not None:
+                    self._remove_unread(old)
+            self.readers[self.current] += 1
+            return self.current
+
+    async def _copy(self, path: Path) -> None:
+        """Copied by `cp`, never by this process: closing any descriptor of the tape file here would drop DuckDB's
+        lock on it (POSIX record locks are per process), and a second writer could then open the tape."""
+        part = path.with_suffix(".part")
+        proc = await asyncio.create_subprocess_exec("cp", "--", str(self.store.path), str(part),
+                                                    stderr=asyncio.subprocess.PIPE)
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise OSError(f"copying the tape for a query failed: {err.decode(errors='replace').strip()}")
+        part.rename(path)
+
+    def _release(self, path: Path) -> None:
+        self.readers[path] -= 1
+        if path != self.current:
+            self._remove_unread(path)
+
+    def _remove_unread(self, path: Path) -> None:
+        if self.readers[path] <= 0:
+            del self.readers[path]
+            path.unlink(missing_ok=True)
+            shutil.rmtree(path.with_name(path.name + ".tmp"), ignore_errors=True)   # DuckDB's spill, if any
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(*sandbox.command(self.memory_bytes), stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+
+    async def _process(self) -> asyncio.subprocess.Process:
+        """The spare process (started ahead, importing while the writer waits for the next query), and a new spare."""
+        task, self.spare = self.spare, asyncio.create_task(self._start())
+        return await task if task is not None else await self._start()
+
+    async def _run(self, path: Path, sql: str, max_rows: int) -> bytes:
+        proc = await self._process()
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(sandbox.request(path, sql, max_rows, self.max_bytes)),
+                                            self.timeout_s)
         except asyncio.TimeoutError:
-            cur.interrupt()
-            raise ValueError(f"query ran longer than {timeout_s:.0f}s and was interrupted") from None
-    except duckdb.Error as e:
-        return json.dumps({"error": query_error(e)}).encode()
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        text = str(e) if not isinstance(e, KeyError) else "request needs an 'sql' field"
-        return json.dumps({"error": text}).encode()
+            raise sandbox.killed(self.timeout_s) from None
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        sandbox.reply(proc.returncode, out, self.memory_bytes)
+        return out
+
+    async def close(self) -> None:
+        if self.spare is not None:
+            proc = await self.spare
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -4,8 +4,9 @@ DuckDB's `memory_limit` governs its buffer manager, not every allocation (`selec
 process past 4 GB), and an interrupt is only a request. So with the stack down the CLI never runs a user's statement
 itself: `run` starts `python -m yeto.infra.tape.query_process`, which caps its own address space (RLIMIT_AS) before it
 imports DuckDB, opens the tape file read-only with QUERY_CONFIG, and writes the reply (encoded row by row, refused
-past `max_bytes`) to stdout; past `timeout_s` the parent kills it (SIGKILL). The running tape writer still answers
-in its own process (docs/TAPE.md, "Querying": DuckDB allows one read-write process or several readers of a file).
+past `max_bytes`) to stdout; past `timeout_s` the parent kills it (SIGKILL). The running tape writer answers the same
+way, from the same process, over a copy of its tape (responder.py): DuckDB allows one read-write process or several
+readers of a file, and a user's query never runs in the writer's process.
 """
 from __future__ import annotations
 
@@ -20,20 +21,20 @@ MAX_REPLY_BYTES = 256 << 20  # a reply read from the file with the stack down (o
 HELD = "held"                # the reply's flag: a tape writer holds the file
 
 
-def _command(memory_bytes: int) -> list[str]:
+def command(memory_bytes: int) -> list[str]:
     return [sys.executable, "-m", "yeto.infra.tape.query_process", str(memory_bytes)]
 
 
-def _request(db: Path | str, sql: str, max_rows: int, max_bytes: int) -> bytes:
+def request(db: Path | str, sql: str, max_rows: int, max_bytes: int) -> bytes:
     return json.dumps({"db": str(db), "sql": sql, "max_rows": max_rows, "max_bytes": max_bytes}).encode()
 
 
-def _killed(timeout_s: float) -> ValueError:
+def killed(timeout_s: float) -> ValueError:
     return ValueError(f"query ran longer than {timeout_s:.0f}s and was stopped (its process killed); "
                       "narrow it, add a LIMIT or aggregate")
 
 
-def _reply(code: int | None, out: bytes, memory_bytes: int) -> bytes:
+def reply(code: int | None, out: bytes, memory_bytes: int) -> bytes:
     if code != 0 or not out:
         raise ValueError(f"the query's process ended without an answer (exit {code}): it may have passed its "
                          f"{memory_bytes >> 20} MiB memory limit; narrow the query, add a LIMIT or aggregate")
@@ -43,12 +44,12 @@ def _reply(code: int | None, out: bytes, memory_bytes: int) -> bytes:
 def run(db: Path | str, sql: str, *, max_rows: int, max_bytes: int = MAX_REPLY_BYTES, timeout_s: float = TIMEOUT_S,
         memory_bytes: int = MEMORY_BYTES) -> bytes:
     """The JSON reply {columns, types, rows, truncated} or {error}; ValueError when the process was killed or died."""
-    proc = subprocess.Popen(_command(memory_bytes), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command(memory_bytes), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     try:
-        out, _ = proc.communicate(_request(db, sql, max_rows, max_bytes), timeout=timeout_s)
+        out, _ = proc.communicate(request(db, sql, max_rows, max_bytes), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        raise _killed(timeout_s) from None
-    return _reply(proc.returncode, out, memory_bytes)
+        raise killed(timeout_s) from None
+    return reply(proc.returncode, out, memory_bytes)

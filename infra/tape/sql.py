@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from yeto.infra.bus import Bus, NoResponders
-from yeto.schemas.subjects import TAPE_SQL
+if TYPE_CHECKING:
+    from yeto.infra.bus import Bus
 
 MAX_ROWS = 100_000
 FETCH = 1024                    # rows taken from DuckDB at a time: a reply is built as its rows come, never whole first
@@ -113,6 +113,8 @@ def query_file(path, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
 
 async def ask(bus: Bus, sql: str, *, timeout: float = 30.0, max_rows: int = MAX_ROWS) -> dict[str, Any]:
     """Ask the running tape writer over the bus (request/reply). Raises ValueError with the writer's error."""
+    from yeto.infra.bus import NoResponders  # here: a query process imports this module, never the bus's schemas
+    from yeto.schemas.subjects import TAPE_SQL
     try:
         data = await bus.request(TAPE_SQL, json.dumps({"sql": sql, "max_rows": max_rows}).encode(), timeout_s=timeout)
     except NoResponders:

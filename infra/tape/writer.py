@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from yeto.infra.bus.nats_bus import NatsBus
 from yeto.infra.bus.nats_pull import RawPull, stream_seq, stream_ts
 from yeto.infra.nats.server import ensure_streams
 from yeto.infra.tape.limits import Limits
-from yeto.infra.tape.responder import answer
+from yeto.infra.tape.responder import Responder
 from yeto.infra.tape.store import TapeStore
 from yeto.schemas.subjects import EVERY_EVENT, TAPE_SQL
 from yeto.schemas.subjects import EVT_STREAM as STREAM
@@ -45,7 +44,7 @@ class TapeConfig:
     pull_expires_s: float = 1.0
     """Lifetime of one pull request at the server."""
     query_timeout_s: float = 30.0
-    """A SQL request running longer is interrupted and answered with an error."""
+    """A SQL request's process running longer is killed and the request answered with an error."""
     drain_s: float = 5.0
     """On a stop, how long the writer goes on landing what the stream already holds before it exits."""
     max_batch_bytes: int = 32 << 20
@@ -73,8 +72,9 @@ class TapeWriter:
         self.store = await asyncio.to_thread(TapeStore, self.cfg.db)
         self.bus = await NatsBus.connect(self.cfg.nats_url, name=f"tape-{self.cfg.consumer}")
         await ensure_streams(self.bus)
-        sql_sub = await self.bus.serve(TAPE_SQL, partial(answer, store=self.store, timeout_s=self.cfg.query_timeout_s,
-                                                         max_payload=self.bus.nc.max_payload), queue="tape")
+        responder = Responder(self.store, self.flushing, timeout_s=self.cfg.query_timeout_s,
+                              max_payload=self.bus.nc.max_payload)     # each query in a process of its own
+        sql_sub = await self.bus.serve(TAPE_SQL, responder.answer, queue="tape")
         pull = RawPull(self.bus, STREAM, self.cfg.consumer, EVERY_EVENT, batch=self.cfg.batch,
                        expires_s=self.cfg.pull_expires_s, max_bytes=self.cfg.max_batch_bytes)
         if (stream_last := await pull.last_seq()) < self.store.last_seq:
@@ -104,6 +104,7 @@ class TapeWriter:
             if stop.is_set():
                 await self._drain()
             await sql_sub.close()
+            await responder.close()
             await self.bus.close()
             self.store.close()
 

@@ -1,16 +1,21 @@
 """Queries that stop (issue 41): `select list(range(300000000))` took a process past 4 GB, and with the stack down a
 query had no time limit at all. With the stack down, `yeto sql`, `yeto status` and the rest read the tape file in a
 process of their own (infra/tape/sandbox.py): it is stopped within its deadline + 2 s, stays under its memory limit,
-and the CLI's own memory does not move."""
+and the CLI's own memory does not move. With the stack up, the tape writer runs each query the same way over a copy of
+its tape (infra/tape/responder.py): the writer's memory does not move either, and it goes on answering."""
 from __future__ import annotations
 
 import resource
 import time
+from pathlib import Path
 
 import pytest
 
+from hostile_stack import QUERY_TIMEOUT_S
+from waiting import wait_for
 from yeto.cli.main import main
 from yeto.infra.tape import sandbox
+from yeto.infra.tape.responder import snapshot_dir
 from yeto.infra.tape.sql import query_file
 from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import to_bytes
@@ -53,3 +58,40 @@ def test_the_cli_with_the_stack_down_answers_and_refuses_through_the_sandbox(tap
     assert "(1 row)" in capsys.readouterr().out
     assert main(["--state-dir", state, "sql", HUGE]) != 0
     assert "memory" in capsys.readouterr().err.lower()
+
+
+def _status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak) of a process, in KiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {k: int(fields[k].split()[0]) for k in ("VmRSS", "VmHWM")}
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_with_the_stack_up_a_query_runs_outside_the_tape_writer_and_is_killed_at_its_deadline(live_stack, capsys):
+    srv, state, writer = live_stack
+    cli = ["--state-dir", str(state), "--nats-url", srv.url, "sql"]
+    wait_for(lambda: main(cli + ["select count(*) as n from events"]) == 0, 60, "the tape writer answering")
+    capsys.readouterr()
+    before = _status(writer.pid)
+    timings = {}
+    for name, sql in (("huge", HUGE), ("endless", ENDLESS)):
+        start = time.monotonic()
+        assert main(cli + [sql]) != 0
+        timings[name] = time.monotonic() - start
+        err = capsys.readouterr().err
+        assert ("memory" in err.lower()) if name == "huge" else ("killed" in err), err
+    after = _status(writer.pid)
+    grew = (after["VmHWM"] - before["VmHWM"]) / 1024
+    with capsys.disabled():
+        print(f"huge refused in {timings['huge']:.1f}s, endless killed after {timings['endless']:.1f}s (deadline "
+              f"{QUERY_TIMEOUT_S:.0f}s); the writer's RSS {before['VmRSS'] >> 10} -> {after['VmRSS'] >> 10} MiB, "
+              f"peak +{grew:.0f} MiB")
+    assert timings["endless"] < QUERY_TIMEOUT_S + 2 and timings["huge"] < QUERY_TIMEOUT_S + 2
+    assert grew < 64, "a user's query never runs in the tape writer's process"
+    assert len(_children(writer.pid)) <= 1, "no query process outlives its query (one spare waits for the next)"
+    assert main(cli + ["select count(*) as n from events"]) == 0 and "(1 row)" in capsys.readouterr().out
+    assert writer.poll() is None
+    assert len(list(snapshot_dir(Path(state) / "tape.duckdb").glob("*.duckdb"))) == 1, "one copy of the tape is kept"
