@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from yeto.infra.bus import Bus, Delivery
 from yeto.infra.bus import connect as connect_bus
@@ -64,6 +65,9 @@ class NatsTransport:
 
     def declare_layout(self, layout: Layout) -> None:
         self._publish(self.reports.layout(layout))
+
+    def declare_started(self, how: dict[str, Any]) -> None:
+        self._publish(self.reports.started(how))
 
     def progress(self, result: StepReport) -> None:
         self._publish(self.reports.progress(result, time.monotonic()))

@@ -31,10 +31,30 @@ def _num(value: object) -> str:
     return f"{value:.3e}" if 0 < abs(value) < 1e-3 else f"{value:.4f}"
 
 
+HOW = ("backend", "device", "ranks", "shard", "tuning", "dtype", "quantization", "trainable", "parameters")
+
+
+def start_text(fields: dict) -> str:
+    """How the island runs, as a sentence: `start: torch on cuda, 2 ranks sharded with FSDP2, lora tuning in bfloat16,
+    base not quantized, 1,081,344 of 135,596,352 parameters trainable (0.80%)`, then the backend's other fields."""
+    f = dict(fields)
+    how = {k: f.pop(k, None) for k in HOW}
+    ranks, shard, quant = how["ranks"], how["shard"], how["quantization"]
+    spread = {"FSDP2": "sharded with FSDP2", "DDP": "replicated with DDP"}.get(str(shard), "on one process")
+    share = f" ({100 * how['trainable'] / how['parameters']:.2f}%)" if how["parameters"] else ""
+    head = (f"start: {how['backend']} on {how['device']}, {ranks} rank{'' if ranks == 1 else 's'} {spread}, "
+            f"{how['tuning']} tuning in {how['dtype']}, base {'not quantized' if quant == 'none' else quant}, "
+            f"{how['trainable']:,} of {how['parameters']:,} parameters trainable{share}")
+    return "  ".join([head] + [f"{k} {_num(v)}" for k, v in f.items() if v is not None])
+
+
 def text_line(fields: dict) -> str:
-    """`step 3  loss 3.3607  tokens 104  lr 4.500e-05  0.0646 s  heldout 3.3760`; `done: ...`; other events `name: k v`."""
+    """`step 3  loss 3.3607  tokens 104  lr 4.500e-05  0.0646 s  heldout 3.3760`; `done: ...`; the `start` sentence;
+    other events `name: k v`."""
     fields = dict(fields)
     event = fields.pop("event", "log")
+    if event == "start" and all(k in fields for k in HOW):
+        return start_text(fields)
     if event == "step":
         synced = " synced" if fields.pop("synced", False) else ""
         held = fields.pop("heldout", None)

@@ -3,9 +3,9 @@
 `python -m yeto.learners.<name>` is `sys.exit(shell.main(TheBackend()))`:
 
     parse the contract (schemas/learner_contract.py) -> secrets file -> log lines to the bus (rank 0)
-    -> backend.build -> a `start` line saying how the island runs -> the sync hook (rank 0)
+    -> backend.build -> a `start` line saying how the island runs -> the sync hook (rank 0), LearnerStarted
     -> train batches from the data position -> held-out set
-    -> backend.train, each step: evaluate when due, progress to the syncer, a line to stdout
+    -> backend.train, each step: evaluate when due, its metrics to the tape (batched), a line to stdout
     -> final pushes -> final evaluation -> `done` and `sync` lines -> backend.close
 
 The final pushes go out before the final evaluation: an evaluation of many seconds sends no chunk, and a learner
@@ -122,14 +122,16 @@ def check_ranks(backend: Backend, args: LearnerArgs) -> None:
                          f"--gpu entry count {backend.max_ranks} (docs/LEARNER.md, backends)")
 
 
-def connect(backend: Backend, built: Any, recipe: Any, args: LearnerArgs) -> DilocoHook:
+def connect(backend: Backend, built: Any, recipe: Any, args: LearnerArgs, how: dict[str, Any]) -> DilocoHook:
     """The production hook: the NATS transport of learners/bus_client.py (connect, reconnect with backoff, buffer
-    while disconnected, LearnerProgress events) under the DiLoCo step boundary."""
+    while disconnected; LearnerStarted saying `how` the island runs, then LearnerProgress events) under the DiLoCo
+    step boundary."""
     if not args.nats_url:
         raise ValueError("--nats-url is required unless --no-sync is given")
     from yeto.learners import bus_client  # the NATS client only where it is used
     transport = bus_client.connect(nats_url=args.nats_url, run_id=args.run_id, learner=args.learner,
                                    generation=args.generation)
+    transport.declare_started(how)
     # Version 0 needs one copy of the initial values on the wire: island 0 of the run's first generation
     # sends it; everyone else adopts it by checksum (or, if it never comes, sends its own after the wait).
     hook = make_hook(backend.arrays(built), recipe.sync, transport, run_id=args.run_id, learner=args.learner,
@@ -198,11 +200,11 @@ def run(backend: Backend, args: LearnerArgs) -> float:
     built = backend.build(recipe, args)
     try:
         rank = backend.rank(built)
-        if rank == 0:           # the first line says how the island runs (and so does `yeto logs`)
-            out.emit(event="start", backend=backend.info.name, **backend.describe(built, recipe), import_s=import_s,
-                     build_s=round(time.monotonic() - started, 3))
+        how = {"backend": backend.info.name, **backend.describe(built, recipe)} if rank == 0 else {}
+        if rank == 0:           # the first line says how the island runs (so do `yeto logs` and LearnerStarted)
+            out.emit(event="start", **how, import_s=import_s, build_s=round(time.monotonic() - started, 3))
         started = time.monotonic()
-        sync = None if args.no_sync else backend.on_rank0(built, lambda: connect(backend, built, recipe, args))
+        sync = None if args.no_sync else backend.on_rank0(built, lambda: connect(backend, built, recipe, args, how))
         connect_s, started = time.monotonic() - started, time.monotonic()
         # A replacement continues its predecessor: same shard order, past the micro-batches already trained on.
         start_step = max(args.start_step, recipe.start_step)

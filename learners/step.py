@@ -20,5 +20,7 @@ class StepResult:
     """Learning rate used."""
     synced: bool
     """Whether the sync boundary changed the parameters (a global version applied)."""
+    grad_norm: float | None = None
+    """The gradients' total norm before clipping."""
     eval_loss: float | None = None
     """Held-out loss measured after this step (the recipe's eval_every), else None."""

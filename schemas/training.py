@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from yeto.schemas.base import Event, registry
+from yeto.schemas.progress import StepPoint
 
 RejectReason = Literal[
     "fingerprint",          # the learner's layout fingerprint differs from the run's
@@ -115,10 +116,10 @@ class LearnerJoined(Event):
 
 @registry.register
 class LearnerProgress(Event):
-    """A learner's training progress, emitted at a bounded rate."""
+    """A learner's training progress at a bounded rate: the newest step, and every step since the last report."""
 
     type: Literal["LearnerProgress"] = "LearnerProgress"
-    version: Literal[2] = 2
+    version: Literal[3] = 3
     learner: str
     generation: int = 0
     step: int
@@ -128,11 +129,19 @@ class LearnerProgress(Event):
     step_time_s: float
     lr: float
     eval_loss: float | None = None  # v2: held-out loss after this step (TrainRecipe.eval_every), else None
+    steps: list[StepPoint] = []     # v3: every step since the previous report, in order, this one last
 
 
 @registry.upcaster("LearnerProgress", 1)
 def _learner_progress_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "eval_loss": None}
+
+
+@registry.upcaster("LearnerProgress", 2)
+def _learner_progress_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """A v2 report held its newest step alone (its tokens_per_s the average since the start)."""
+    point = {k: data.get(k) for k in ("step", "loss", "lr", "tokens_per_s", "step_time_s")}
+    return {**data, "steps": [{**point, "tokens": 0}]}
 
 
 @registry.register
@@ -162,7 +171,11 @@ EXAMPLES = [
                      published_version=12, global_version=13),
     LearnerJoined(id="ex-learner-joined", run_id="r-demo", source="syncer", learner="l0", generation=0, fingerprint="41aa" * 16),
     LearnerProgress(id="ex-learner-progress", run_id="r-demo", source="learner", learner="l0", step=120, loss=2.31,
-                    tokens=245760, tokens_per_s=2048.0, step_time_s=1.0, lr=3e-4, eval_loss=2.4),
+                    tokens=245760, tokens_per_s=2048.0, step_time_s=1.0, lr=3e-4, eval_loss=2.4,
+                    steps=[StepPoint(step=119, loss=2.35, lr=3e-4, tokens=2048, tokens_per_s=2040.0, step_time_s=1.004,
+                                     grad_norm=0.91),
+                           StepPoint(step=120, loss=2.31, lr=3e-4, tokens=2048, tokens_per_s=2048.0, step_time_s=1.0,
+                                     grad_norm=0.88)]),
     GlobalVersionPublished(id="ex-global-version-published", run_id="r-demo", source="syncer", fragment=3, global_version=12,
                            keyframe=False, num_bytes=1056),
 ]

@@ -46,7 +46,7 @@ class DiffusionBackend(OneRank):
 
     def describe(self, island: Island, recipe: DiffusionRecipe) -> dict[str, Any]:
         accel = island.built.accel
-        return dict(ranks=1, shard="none", tuning="lora", dtype=str(accel.compute_dtype).removeprefix("torch."),
+        return dict(ranks=1, shard="single", tuning="lora", dtype=str(accel.compute_dtype).removeprefix("torch."),
                     quantization="none", device=accel.kind, objective=island.built.objective,
                     **parameter_counts(island.built.model))
 

@@ -12,7 +12,7 @@ from yeto.learners.diffusion.components import Built
 from yeto.learners.diffusion.recipe import DiffusionRecipe
 from yeto.learners.step import StepResult
 from yeto.learners.torch.loop import SyncHook
-from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr
+from yeto.learners.torch.optim import build_optimizer, clip_gradients, lr_at, set_lr
 from yeto.learners.torch.tuning import trainable_parameters
 
 
@@ -44,13 +44,12 @@ def train(built: Built, batches: Iterator[tuple[torch.Tensor, list[str]]], recip
             loss = objective.loss(built, pixels, captions, generator)
             (loss * len(captions) / images).backward()
             loss_total += float(loss.detach()) * len(captions)
-        if recipe.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_([p for _, p in params], recipe.clip_norm)
+        grad_norm = clip_gradients(params, recipe.clip_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         changed = sync.after_step(step + 1, images) if sync is not None else False
         result = StepResult(step=step + 1, loss=loss_total / images, tokens=images,
-                            seconds=time.perf_counter() - started, lr=lr, synced=bool(changed))
+                            seconds=time.perf_counter() - started, lr=lr, synced=bool(changed), grad_norm=grad_norm)
         results.append(result)
         if on_step is not None:
             on_step(result)

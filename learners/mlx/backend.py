@@ -42,7 +42,7 @@ class MlxBackend(OneRank):
         from yeto.learners.mlx.adapter import MlxArrays
         arrays = MlxArrays(built.model)
         trainable = sum(int(np.prod(arrays.shape(n))) for n in arrays.names())
-        return dict(ranks=1, shard="none", tuning=recipe.tuning, dtype=recipe.dtype, quantization="none",
+        return dict(ranks=1, shard="single", tuning=recipe.tuning, dtype=recipe.dtype, quantization="none",
                     device=str(mx.default_device()), trainable=trainable,
                     parameters=sum(int(v.size) for _, v in tree_flatten(built.model.parameters())))
 

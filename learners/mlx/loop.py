@@ -61,15 +61,15 @@ def train(model: nn.Module, batches: Iterator[dict[str, mx.array]], recipe: Trai
             total += loss.item()
         scale = 1.0 / max(1, tokens)
         grads = tree_map(lambda g, s=scale: g * s, grads)
-        if recipe.clip_norm > 0:
-            grads, _ = optim.clip_grad_norm(grads, recipe.clip_norm)
+        # clip_grad_norm returns the norm before clipping; an infinite bound leaves the gradients as they are
+        grads, norm = optim.clip_grad_norm(grads, recipe.clip_norm if recipe.clip_norm > 0 else float("inf"))
         lr = lr_at(step, recipe, resumed_at=start_step)
         optimizer.learning_rate = lr
         optimizer.update(model, grads)
         mx.eval(model.parameters(), optimizer.state)
         changed = bool(sync.after_step(step + 1, tokens)) if sync is not None else False
         result = StepResult(step=step + 1, loss=total / max(1, tokens), tokens=tokens,
-                            seconds=time.perf_counter() - started, lr=lr, synced=changed)
+                            seconds=time.perf_counter() - started, lr=lr, synced=changed, grad_norm=float(norm))
         results.append(result)
         if on_step is not None:
             on_step(result)

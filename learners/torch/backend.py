@@ -62,7 +62,7 @@ class TorchBackend:
 
     def describe(self, rank: Rank, recipe: TrainRecipe) -> dict[str, Any]:
         built, world = rank.built, rank.topology.world_size
-        return dict(ranks=world, shard="fsdp2" if built.sharded else "ddp" if world > 1 else "none", tuning=recipe.tuning,
+        return dict(ranks=world, shard="FSDP2" if built.sharded else "DDP" if world > 1 else "single", tuning=recipe.tuning,
                     dtype=str(built.accel.compute_dtype).removeprefix("torch."), quantization=recipe.base_quantization,
                     device=built.accel.kind, checkpointing=built.checkpointed, **parameter_counts(built.model))
 

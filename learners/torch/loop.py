@@ -13,7 +13,7 @@ from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.step import StepResult
 from yeto.learners.torch import dist, shards
 from yeto.learners.torch.evaluate import IGNORE_INDEX, loss_sum, to_device
-from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr
+from yeto.learners.torch.optim import build_optimizer, clip_gradients, lr_at, set_lr
 from yeto.learners.torch.tuning import trainable_parameters
 
 
@@ -73,8 +73,7 @@ def train(model: torch.nn.Module, batches: Iterator[dict[str, torch.Tensor]], re
                     total, _ = loss_sum(wrapped, to_device(batch, accel.device))
                 (total * scale).backward()
             loss_total += total.detach()
-        if recipe.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_([p for _, p in params], recipe.clip_norm)
+        grad_norm = clip_gradients(params, recipe.clip_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         changed = boundary(lambda s=step + 1, t=int(island_tokens): sync.after_step(s, t))
@@ -82,7 +81,7 @@ def train(model: torch.nn.Module, batches: Iterator[dict[str, torch.Tensor]], re
         if num_changed and not sharded:
             dist.broadcast_parameters([p for _, p in params], accel)
         result = StepResult(step=step + 1, loss=island_loss / max(1.0, island_tokens), tokens=int(island_tokens),
-                            seconds=time.perf_counter() - started, lr=lr, synced=bool(num_changed))
+                            seconds=time.perf_counter() - started, lr=lr, synced=bool(num_changed), grad_norm=grad_norm)
         results.append(result)
         if on_step is not None:
             on_step(result)

@@ -7,7 +7,7 @@ every method queues or reads what is already there and returns.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Protocol
+from typing import Any, Protocol
 
 from yeto.learners.layout import Layout
 from yeto.schemas.fragments import FragmentHeader
@@ -45,8 +45,11 @@ class Transport(Protocol):
     def declare_layout(self, layout: Layout) -> None:
         """Publish the fragment layout once per generation (on the tape; the finalizer names tensors by it)."""
 
+    def declare_started(self, how: dict[str, Any]) -> None:
+        """Publish how this generation runs once (ranks, shard mode, tuning, dtype, ...: a backend's `describe`)."""
+
     def progress(self, result: StepReport) -> None:
-        """Report a step (a transport may rate-limit and aggregate)."""
+        """Report a step (a transport may batch steps into fewer events, never drop one)."""
 
     def final_versions(self) -> dict[int, int] | None:
         """The versions the run was finalized at, once it is; None while it trains."""
@@ -69,6 +72,9 @@ class LocalTransport(Transport):
         return None
 
     def declare_layout(self, layout: Layout) -> None:
+        return None
+
+    def declare_started(self, how: dict[str, Any]) -> None:
         return None
 
     def progress(self, result: StepReport) -> None:

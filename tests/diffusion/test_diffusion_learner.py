@@ -112,6 +112,6 @@ def test_the_learner_process_trains_alone_with_held_out_evaluations_and_exits_2_
                  "--log-every-s", "0"]) == 0
     out = capsys.readouterr().out
     assert out.count("heldout") == 3 and "done: steps 4" in out, out          # steps 2 and 4, and the end
-    assert out.startswith("start: backend diffusion  ranks 1  shard none  tuning lora  dtype float32"), out
+    assert out.startswith("start: diffusion on cpu, 1 rank on one process, lora tuning in float32"), out
     assert main(["--run-id", "r", "--learner", "island-0", "--recipe", json.dumps({"model": "m", "resolution": 7}),
                  "--no-sync"]) == 2

@@ -55,7 +55,8 @@ def tiny_recipe(tmp_path) -> dict:
 def test_a_real_learner_prints_text_lines_and_no_library_noise(tmp_path):
     done = run_learner(tiny_recipe(tmp_path))
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("start: backend torch  ranks 1  shard none  tuning lora  dtype float32")
+    assert lines[0].startswith("start: torch on cpu, 1 rank on one process, lora tuning in float32, base not quantized, ")
+    assert " parameters trainable (" in lines[0] and "  build_s " in lines[0]
     assert lines[1].startswith("step 1  loss ") and lines[-1].startswith("done: steps 3  tokens ")
     assert not any(line.startswith("{") for line in lines)
     assert "Warning" not in done.stderr and "Loading weights" not in done.stderr, done.stderr
@@ -77,5 +78,13 @@ def test_a_real_learner_on_the_gguf_alias_prints_no_dequantizing_bars(tmp_path):
     data = learner_tiny.write_chat_jsonl(tmp_path / "chat.jsonl", num_rows=60)
     done = run_learner({"model": "smollm2-135m", "data": str(data), "seq_len": 32, "micro_batch": 1, "max_steps": 1,
                         "tuning": "lora", "lora_r": 2, "heldout_fraction": 0.1})
-    assert done.stdout.startswith("start: backend torch") and "done: steps 1" in done.stdout
+    assert done.stdout.startswith("start: torch on cpu") and "done: steps 1" in done.stdout
     assert "GGUF" not in done.stderr and "it/s" not in done.stderr, done.stderr[-3000:]
+
+
+def test_the_start_line_of_an_fsdp2_island_says_fsdp_in_words():
+    line = text_line({"event": "start", "backend": "torch", "ranks": 2, "shard": "FSDP2", "tuning": "qlora",
+                      "dtype": "bfloat16", "quantization": "nf4", "device": "cuda", "trainable": 1_000,
+                      "parameters": 100_000, "checkpointing": True, "build_s": 1.5})
+    assert line == ("start: torch on cuda, 2 ranks sharded with FSDP2, qlora tuning in bfloat16, base nf4, "
+                    "1,000 of 100,000 parameters trainable (1.00%)  checkpointing True  build_s 1.5000")

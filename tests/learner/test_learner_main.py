@@ -36,7 +36,7 @@ def test_no_sync_learner_trains_from_chat_jsonl_and_lowers_heldout_loss(tmp_path
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines[0]["event"] == "start" and {k: lines[0][k] for k in ("backend", "ranks", "shard", "tuning", "dtype",
                                                                       "quantization", "device")} == {
-        "backend": "torch", "ranks": 1, "shard": "none", "tuning": "full", "dtype": "float32", "quantization": "none",
+        "backend": "torch", "ranks": 1, "shard": "single", "tuning": "full", "dtype": "float32", "quantization": "none",
         "device": "cpu"}
     assert lines[0]["trainable"] == lines[0]["parameters"] > 0        # full tuning trains every weight
     steps = [line for line in lines if line["event"] == "step"]

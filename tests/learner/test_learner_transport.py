@@ -14,9 +14,10 @@ from yeto.learners.transport.final import FinalWatch
 from yeto.learners.transport.keyframes import KeyframeIndex, fetch
 from yeto.learners.transport.outbox import Outbox
 from yeto.learners.transport.reports import Reports
-from yeto.schemas.base import parse
+from yeto.schemas.base import parse, to_bytes
 from yeto.schemas.final import CheckpointMarkedFinal
 from yeto.schemas.fragments import FragmentHeader, sha256
+from yeto.schemas.progress import MAX_STEPS_PER_REPORT
 from yeto.schemas.subjects import event_subject, fragment_subject, keyframe_subject, stream_for
 
 pytestmark = pytest.mark.timeout(30)
@@ -90,18 +91,36 @@ def test_fetch_delivers_each_chunk_in_order_and_stops_at_a_chunk_the_stream_no_l
     assert asyncio.run(run()) == [b"\0\0\0"]
 
 
-def test_progress_is_rate_limited_and_accumulates_tokens_and_close_reports_the_step_held_back():
+def test_progress_is_rate_limited_yet_carries_every_step_and_close_reports_the_steps_held_back():
     r = reports()
     first = r.progress(Step(1), now=10.0)
-    assert first is not None and first.step == 1 and first.tokens == 100
+    assert first is not None and first.step == 1 and first.tokens == 100 and [s.step for s in first.steps] == [1]
     assert r.progress(Step(2), now=11.0) is None                       # within 2 s of the last report
     third = r.progress(Step(3), now=12.5)
     assert third.step == 3 and third.tokens == 300
+    assert [(s.step, s.tokens, s.tokens_per_s, s.lr) for s in third.steps] == [(2, 100, 1000.0, 1e-3), (3, 100, 1000.0, 1e-3)]
     assert r.unreported(now=12.6) is None
     assert r.progress(Step(4), now=13.0) is None
     last = r.unreported(now=13.1)
-    assert last.step == 4 and last.tokens == 400
+    assert last.step == 4 and last.tokens == 400 and [s.step for s in last.steps] == [4]
     assert r.unreported(now=13.2) is None
+
+
+def test_a_learner_faster_than_the_rate_limit_sends_full_batches_and_loses_no_step():
+    r = reports()
+    events = [e for i in range(1, 2 * MAX_STEPS_PER_REPORT + 11) if (e := r.progress(Step(i), now=10.0)) is not None]
+    events.append(r.unreported(now=10.0))
+    assert [len(e.steps) for e in events] == [1, MAX_STEPS_PER_REPORT, MAX_STEPS_PER_REPORT, 9]   # all at one instant
+    assert [s.step for e in events for s in e.steps] == list(range(1, 2 * MAX_STEPS_PER_REPORT + 11))
+    assert max(len(to_bytes(e)) for e in events) < 64 << 10      # far under the tape's cap for one event
+
+
+def test_the_started_event_takes_the_backends_description_and_leaves_the_rest_to_the_start_line():
+    how = {"backend": "torch", "ranks": 2, "shard": "FSDP2", "tuning": "lora", "dtype": "bfloat16", "quantization": "none",
+           "device": "cuda", "trainable": 10, "parameters": 100, "checkpointing": True}
+    event = reports().started(how)
+    assert event.type == "LearnerStarted" and event.learner == "l0" and event.shard == "FSDP2" and event.trainable == 10
+    assert parse(to_bytes(event)) == event
 
 
 def test_the_final_watch_takes_the_versions_of_checkpoint_marked_final_and_ignores_other_events():

@@ -1,4 +1,5 @@
-"""`yeto plot RUN`: loss.png from the tape, the same points the trackers get (per learner, and the global mean per round)."""
+"""`yeto plot RUN`: loss.png from the tape, the same points the trackers get (every step of every learner, and the
+global mean at each merge), all on the inner-step axis."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -39,37 +40,32 @@ def _broken(points: list[tuple[int, float]]) -> list[tuple[float, float]]:
 
 
 def loss_png(series: dict[str, list[tuple[int, float]]], png: Path, title: str) -> int:
-    """Per-learner train (solid) and eval (dashed) loss by inner step; the global mean by rounds merged on its right.
-    Returns the number of curves drawn."""
+    """Per-learner train (solid) and eval (dashed) loss at every inner step, and the global mean (black) at the
+    furthest learner's step of each merge, on one step axis. Returns the number of curves drawn."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     learners = sorted(t for t in series if t.startswith(("train/loss/", "eval/loss/")))
-    merged, merged_eval = series.get("global/loss", []), series.get("global/eval_loss", [])
-    fig, axes = plt.subplots(1, 2 if merged else 1, figsize=(11 if merged else 7, 4), squeeze=False)
-    ax = axes[0][0]
+    merged = [(tag, label) for tag, label in (("global/loss", "global (mean of the learners' latest)"),
+                                              ("global/eval_loss", "global (eval)")) if series.get(tag)]
+    fig, ax = plt.subplots(figsize=(9, 4))
     for tag in learners:
         steps, values = zip(*_broken(series[tag]))
         kind, who = tag.split("/")[0], tag.split("/")[-1]
-        ax.plot(steps, values, marker=".", linestyle="--" if kind == "eval" else "-", label=f"{who} ({kind})")
+        ax.plot(steps, values, marker="." if len(steps) < 200 else None, linestyle="--" if kind == "eval" else "-",
+                label=f"{who} ({kind})")
+    for tag, label in merged:
+        steps, values = zip(*series[tag])
+        ax.plot(steps, values, marker="o", color="black", linestyle="--" if "eval" in tag else "-", label=label)
     ax.set(xlabel="inner step", ylabel="loss", title=title)
-    if learners:
+    if learners or merged:
         ax.legend()
-    if merged:
-        rounds, values = zip(*merged)
-        axes[0][1].plot(rounds, values, marker=".", color="black", label="mean of the learners' latest")
-        if merged_eval:
-            axes[0][1].plot(*zip(*merged_eval), marker=".", linestyle="--", color="black", label="eval")
-        axes[0][1].set(xlabel="rounds merged", ylabel="loss", title="global")
-        axes[0][1].xaxis.set_major_locator(MaxNLocator(integer=True))
-        axes[0][1].legend()
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=120)
     plt.close(fig)
-    return len(learners) + (1 if merged else 0) + (1 if merged and merged_eval else 0)
+    return len(learners) + len(merged)
 
 
 def cmd_plot(args) -> int:
