@@ -15,12 +15,13 @@ wall over wall. The older `merge_vs_memcpy` of benchmarks/merge.py counts logica
 The memcpy copies a row that was written first, (M + 4) times: an untouched source is the kernel's zero page, read
 from cache, which made the memcpy (and every ratio's denominator) about 3x too fast before 2026-12-04.
 
-Each size runs once per `--kernels` (compiled: the numba kernels; reference: the NumPy code they replaced) and
-`--threads` count, on the same rows in one run, so `compiled_speedup_*` (reference over compiled critical path) and
-`threads_speedup_*` (1 thread over the most) are ratios of one run. The memcpy is one thread throughout.
+Each size runs once per `--kernels` (compiled: the numba kernels with the fused passes, the default; separate: the same
+kernels one pass each, as on 2026-12-04; reference: the NumPy code they replaced) and `--threads` count, on the same
+rows in one run, so `<a>_over_<b>_critical_path_*` (kernels a's critical path over the next one's, at the most
+threads) and `threads_speedup_*` (1 thread over the most) are ratios of one run. The memcpy is one thread throughout.
 
     .venv/bin/python benchmarks/round.py [--values 1M,4M,16M] [--learners 4] [--reps 3] [--threads 1,2]
-        [--kernels reference,compiled]
+        [--kernels reference,separate,compiled]
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from yeto.schemas import codecs
+from yeto.schemas.codecs.base import encode_delta
 from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
@@ -160,8 +162,9 @@ def run_config(core: SyncerCore, deltas: list[bytes], reps: int, sink: Sink) -> 
             continue
         for stage, seconds in stages.items():
             best[stage] = min(best[stage], seconds)
+        shadow = core.fragments[0].shadow.values.copy()
         start = time.perf_counter()
-        codecs.Q4.encode(backend.to_host(theta) - core.fragments[0].shadow.values)   # what publish encodes, alone
+        encode_delta(codecs.Q4, backend.to_host(theta), shadow)        # what publish does (encode, shadow advanced), alone
         best["broadcast_encode"] = min(best["broadcast_encode"], time.perf_counter() - start)
     return best
 
@@ -203,8 +206,9 @@ def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, flo
     most, last = max(args.thread_counts), args.kernels.split(",")[-1]
     if len(args.thread_counts) > 1:
         found[f"threads_speedup_{label}_1_to_{most}"] = critical[last, min(args.thread_counts)] / critical[last, most]
-    if {"reference", "compiled"} <= set(args.kernels.split(",")):
-        found[f"compiled_speedup_{label}_{most}_threads"] = critical["reference", most] / critical["compiled", most]
+    kernels = args.kernels.split(",")
+    for first, then in itertools.pairwise(kernels):       # e.g. separate over compiled: what the fused passes gave
+        found[f"{first}_over_{then}_critical_path_{label}_{most}_threads"] = critical[first, most] / critical[then, most]
     found[f"round_critical_path_wall_over_memcpy_wall_{label}"] = critical[last, most] / memcpy
     return found
 
@@ -215,7 +219,8 @@ def main() -> None:
     ap.add_argument("--learners", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", default=str(backend.threads()), help="kernel threads, comma-separated (default: every core)")
-    ap.add_argument("--kernels", default="compiled", help="reference (NumPy), compiled (numba), or both: reference,compiled")
+    ap.add_argument("--kernels", default="compiled",
+                    help="comma-separated: reference (NumPy), separate (numba, one pass each), compiled (numba, fused)")
     args = ap.parse_args()
     args.thread_counts = [int(t) for t in args.threads.split(",")]
     print(f"backend={backend.NAME}")

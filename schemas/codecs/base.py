@@ -68,10 +68,32 @@ def decode_whole(codec: Codec, payload: Payload, numel: int, out: np.ndarray | N
     return out
 
 
+def encode_delta(codec: Codec, theta: np.ndarray, shadow: np.ndarray) -> bytes:
+    """The payload of `theta - shadow`, with `shadow += decode(payload)` done in place: a broadcast's step. A codec
+    with its own `encode_delta` (q4: one fused pass) gives the same bytes and bits as this."""
+    one_pass = getattr(codec, "encode_delta", None) if fused() else None
+    if one_pass is not None:
+        return bytes(one_pass(theta, shadow))
+    payload = codec.encode(theta - shadow)
+    shadow += codec.decode(payload, shadow.size)
+    return payload
+
+
+# A dot product summed in float64 (each f32 product exact there), vectorized: on 1-D slices, its own function (inlined,
+# the slices' possible overlap keeps it scalar); reassociation only reorders this slice's sum, fixed per build. The Gram
+# row (services/syncer/gram.py) and a decode fused with it (q4 `decode_fold`) call this one, so they agree bit for bit.
+@numba.njit(nogil=True, cache=True, inline="never", fastmath={"reassoc", "contract"})
+def dot64(a: Any, b: Any) -> float:  # pragma: no cover - compiled
+    acc = 0.0
+    for i in range(a.size):
+        acc += np.float64(a[i]) * np.float64(b[i])
+    return acc
+
+
 _config: Any = numba.config
 if _config.THREADING_LAYER == "default":          # NUMBA_THREADING_LAYER, when set, wins
     _config.THREADING_LAYER = "workqueue"
-KERNELS = ("reference", "compiled")
+KERNELS = ("reference", "separate", "compiled")
 _pool: dict[str, Any] = {"threads": os.cpu_count() or 1, "kernels": "compiled"}
 _lock = threading.Lock()
 
@@ -88,13 +110,20 @@ def threads() -> int:
 
 
 def use_kernels(name: str) -> None:
-    """"compiled" (numba, the default) or "reference" (the NumPy code the kernels replaced, for comparison)."""
+    """"compiled" (numba, fused passes: the default), "separate" (the same kernels one pass each, as before the
+    fused broadcast, decode-with-fold and parallel hashing of 2026-12-05) or "reference" (the NumPy code the kernels
+    replaced). The three give the same bytes; the benchmarks compare them in one run."""
     if name not in KERNELS:
         raise ValueError(f"kernels {name!r}: use one of {', '.join(KERNELS)}")
     _pool["kernels"] = name
 
 
 def compiled() -> bool:
+    return bool(_pool["kernels"] != "reference")
+
+
+def fused() -> bool:
+    """Whether the fused passes run (kernels "compiled"): one pass where "separate" makes two or three."""
     return bool(_pool["kernels"] == "compiled")
 
 

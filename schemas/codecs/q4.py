@@ -8,7 +8,9 @@ decodes the same bytes to the same bits.
 
 On the host both directions run as compiled kernels (numba, parallel over blocks, the GIL released: base.py's pool);
 the NumPy code they replaced is kept as the reference (`use_kernels("reference")`), byte for byte the same output:
-tests/training/test_training_kernels.py checks it, NaN and infinite blocks included.
+tests/training/test_training_kernels.py checks it, NaN and infinite blocks included. Two passes are fused for the
+syncer: `encode_delta` (the broadcast: encode theta - shadow and advance the shadow, no whole-row temporary) and
+`decode_fold` (a push decoded with its Gram-row products, piece by piece in cache).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from yeto.schemas.codecs.base import OnChunk, Payload, check_size, compiled, pool, threads
+from yeto.schemas.codecs.base import OnChunk, Payload, check_size, compiled, dot64, pool, threads
 
 BLOCK = 256
 LEVELS = 7                         # magnitudes 0..7 on the uniform grid
@@ -26,6 +28,7 @@ LUT = np.array([i / LEVELS for i in range(8)] + [-i / LEVELS for i in range(8)],
 _BLOCK_BYTES = 4 + BLOCK // 2
 _ROWS_PER_PASS = 4096              # 1M values at a time, so temporaries stay in cache
 _BAND_BLOCKS = 1024                # per thread and decode pass: 1 MiB of f32 output, still in L2 for `on_chunk`
+_GROUP_BLOCKS = 64                 # per task of the broadcast's fused pass: 64 KiB of difference, in L1/L2
 
 
 class Q4Codec:
@@ -38,11 +41,9 @@ class Q4Codec:
     def encode(self, x: np.ndarray) -> bytes:
         x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
         if compiled():
-            out = np.empty(self.encoded_size(x.size), dtype=np.uint8)
-            num_blocks = -(-x.size // BLOCK)
+            out, scales, scale_bits, codes = self._payload(x.size)
             with pool():
-                _encode_blocks(x, x.view(np.uint32), out[:4 * num_blocks].view(np.float32),
-                               out[:4 * num_blocks].view(np.uint32), out[4 * num_blocks:].reshape(-1, BLOCK // 2))
+                _encode_blocks(x, x.view(np.uint32), scales, scale_bits, codes)
             return out.tobytes()
         numel = x.size
         num_blocks = -(-numel // BLOCK)
@@ -68,6 +69,24 @@ class Q4Codec:
             q |= ((rows < 0) & (q > 0)).view(np.uint8) << 3       # no negative zero: one code per value
             codes[start:stop] = q[:, 0::2] | (q[:, 1::2] << 4)
         return scales.tobytes() + codes.tobytes()
+
+    def encode_delta(self, theta: np.ndarray, shadow: np.ndarray) -> bytes:
+        """`encode(theta - shadow)`, and `shadow += decode(payload)` in place: the broadcast's step (base.py
+        `encode_delta`). Compiled, one pass over both rows with no whole-row temporary; the same bytes and bits."""
+        if not compiled():
+            payload = self.encode(theta - shadow)
+            shadow += self.decode(payload, shadow.size)
+            return payload
+        out, scales, scale_bits, codes = self._payload(shadow.size)
+        with pool():
+            _encode_delta_groups(np.ascontiguousarray(theta, dtype=np.float32).reshape(-1), shadow, scales, scale_bits, codes)
+        return out.tobytes()
+
+    def _payload(self, numel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A payload buffer and its views: scales as f32 and as bits, codes by block."""
+        out = np.empty(self.encoded_size(numel), dtype=np.uint8)
+        head = out[:4 * -(-numel // BLOCK)]
+        return out, head.view(np.float32), head.view(np.uint32), out[head.size:].reshape(-1, BLOCK // 2)
 
     def decode(self, payload: Payload, numel: int, out: np.ndarray | None = None, *,
                on_chunk: OnChunk | None = None) -> np.ndarray:
@@ -102,6 +121,19 @@ class Q4Codec:
                 on_chunk(start * BLOCK, min(stop * BLOCK, numel))
         return out
 
+    def decode_fold(self, payload: Payload, numel: int, out: np.ndarray, rows: np.ndarray, piece: int) -> np.ndarray:
+        """Compiled decode into `out` fused with its products: partials[p, r] = <rows[r], out> over piece p of `piece`
+        values (a multiple of BLOCK), each piece decoded and multiplied while in cache, pieces in parallel. `rows`
+        may hold `out` itself (its squared norm). The Gram row (services/syncer/gram.py) adds the partials in order."""
+        check_size(self, payload, numel)
+        num_blocks = -(-numel // BLOCK)
+        scales = np.frombuffer(payload, dtype="<f4", count=num_blocks)
+        codes = np.frombuffer(payload, dtype=np.uint8, offset=4 * num_blocks).reshape(num_blocks, BLOCK // 2)
+        partials = np.empty((-(-numel // piece), rows.shape[0]))
+        with pool():
+            _decode_fold(scales, codes, out, rows, piece, partials)
+        return partials
+
     def decode_on(self, xp: ModuleType, raw: Any, numel: int, out: Any) -> None:
         check_size(self, raw, numel)
         blocks = -(-numel // BLOCK)
@@ -124,24 +156,67 @@ class Q4Codec:
 
 @numba.njit(nogil=True, cache=True, parallel=True)
 def _encode_blocks(x: Any, bits: Any, scales: Any, scale_bits: Any, codes: Any) -> None:  # pragma: no cover - compiled
-    numel = x.size
     for b in numba.prange(scales.size):
-        base = b * BLOCK
-        stop = min(base + BLOCK, numel)
-        top = np.uint32(0)         # |x| as bits: for non-negative floats their order is the integers' (vectorizes)
-        for i in range(base, stop):
-            top = max(top, bits[i] & np.uint32(0x7FFFFFFF))
-        # np.max propagates NaN: the block decodes to NaN and the push is refused
-        scale_bits[b] = np.uint32(0x7FC00000) if top > np.uint32(0x7F800000) else top
-        scale = scales[b]
-        if stop - base == BLOCK and scale > 0 and scale < np.float32(np.inf):
-            for j in range(BLOCK // 2):        # the common block: no branches, so it vectorizes
-                codes[b, j] = np.uint8(_fast_code(x[base + 2 * j], scale) | (_fast_code(x[base + 2 * j + 1], scale) << 4))
-        else:
-            for j in range(BLOCK // 2):
-                lo = _code(x, base + 2 * j, stop, scale)
-                hi = _code(x, base + 2 * j + 1, stop, scale)
-                codes[b, j] = np.uint8(lo | ((hi << 4) & 0xFF))
+        _encode_block(x, bits, b * BLOCK, scales, scale_bits, codes, b)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _encode_delta_groups(theta: Any, shadow: Any, scales: Any, scale_bits: Any, codes: Any) -> None:  # pragma: no cover
+    """q4 of theta - shadow into `scales` and `codes`, and shadow += its decode: one pass, groups of blocks in
+    parallel, each group's difference in a scratch row that stays in cache (the same bits as `_encode_blocks` of
+    the difference, then `_decode_blocks` added to the shadow)."""
+    numel = theta.size
+    for g in numba.prange(-(-scales.size // _GROUP_BLOCKS)):
+        first = g * _GROUP_BLOCKS
+        last = min(first + _GROUP_BLOCKS, scales.size)
+        lo, hi = first * BLOCK, min(last * BLOCK, numel)
+        x = np.empty(hi - lo, dtype=np.float32)
+        _subtract(theta[lo:hi], shadow[lo:hi], x)
+        bits = x.view(np.uint32)
+        for b in range(first, last):
+            _encode_block(x, bits, (b - first) * BLOCK, scales, scale_bits, codes, b)
+            _add_block(codes[b], scales[b], shadow[lo + (b - first) * BLOCK:min(lo + (b - first + 1) * BLOCK, hi)])
+
+
+@numba.njit(nogil=True, cache=True, inline="never")
+def _subtract(a: Any, b: Any, out: Any) -> None:  # pragma: no cover - compiled
+    for i in range(out.size):
+        out[i] = a[i] - b[i]
+
+
+@numba.njit(nogil=True, cache=True, inline="never")
+def _add_block(codes: Any, scale: Any, out: Any) -> None:  # pragma: no cover - compiled
+    """out += the decode of one block (the last may be partial): the learners' `shadow += decode(payload)`."""
+    lut = LUT
+    if out.size == BLOCK:
+        for j in range(BLOCK // 2):
+            c = codes[j]
+            out[2 * j] += lut[c & 15] * scale
+            out[2 * j + 1] += lut[c >> 4] * scale
+    else:
+        for i in range(out.size):
+            c = np.int64(codes[i // 2])
+            out[i] += lut[(c >> (4 * (i & 1))) & 15] * scale
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _encode_block(x: Any, bits: Any, base: int, scales: Any, scale_bits: Any, codes: Any, b: int) -> None:  # pragma: no cover
+    """Block b of the payload from x[base:base + BLOCK] (fewer at the end of x, zero-padded)."""
+    stop = min(base + BLOCK, x.size)
+    top = np.uint32(0)             # |x| as bits: for non-negative floats their order is the integers' (vectorizes)
+    for i in range(base, stop):
+        top = max(top, bits[i] & np.uint32(0x7FFFFFFF))
+    # np.max propagates NaN: the block decodes to NaN and the push is refused
+    scale_bits[b] = np.uint32(0x7FC00000) if top > np.uint32(0x7F800000) else top
+    scale = scales[b]
+    if stop - base == BLOCK and scale > 0 and scale < np.float32(np.inf):
+        for j in range(BLOCK // 2):        # the common block: no branches, so it vectorizes
+            codes[b, j] = np.uint8(_fast_code(x[base + 2 * j], scale) | (_fast_code(x[base + 2 * j + 1], scale) << 4))
+    else:
+        for j in range(BLOCK // 2):
+            lo = _code(x, base + 2 * j, stop, scale)
+            hi = _code(x, base + 2 * j + 1, stop, scale)
+            codes[b, j] = np.uint8(lo | ((hi << 4) & 0xFF))
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -179,17 +254,35 @@ def _code(x: Any, i: int, stop: int, scale: Any) -> int:  # pragma: no cover - c
 
 @numba.njit(nogil=True, cache=True, parallel=True)
 def _decode_blocks(scales: Any, codes: Any, out: Any, start: int, stop: int) -> None:  # pragma: no cover - compiled
+    for b in numba.prange(start, stop):
+        _decode_block(scales, codes, out, b)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _decode_fold(scales: Any, codes: Any, out: Any, rows: Any, piece: int, partials: Any) -> None:  # pragma: no cover
+    """Pieces in parallel: decode piece p into `out`, then partials[p, r] = <rows[r], out> over it, while in cache."""
+    numel = out.size
+    for p in numba.prange(partials.shape[0]):
+        lo = p * piece
+        hi = min(lo + piece, numel)
+        for b in range(lo // BLOCK, -(-hi // BLOCK)):
+            _decode_block(scales, codes, out, b)
+        for r in range(rows.shape[0]):
+            partials[p, r] = dot64(rows[r, lo:hi], out[lo:hi])
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _decode_block(scales: Any, codes: Any, out: Any, b: int) -> None:  # pragma: no cover - compiled
     numel = out.size
     lut = LUT
-    for b in numba.prange(start, stop):
-        base = b * BLOCK
-        scale = scales[b]
-        if base + BLOCK <= numel:
-            for j in range(BLOCK // 2):
-                c = codes[b, j]
-                out[base + 2 * j] = lut[c & 15] * scale
-                out[base + 2 * j + 1] = lut[c >> 4] * scale
-        else:                      # the last, partial block
-            for i in range(base, numel):
-                c = np.int64(codes[b, (i - base) // 2])
-                out[i] = lut[(c >> (4 * ((i - base) & 1))) & 15] * scale
+    base = b * BLOCK
+    scale = scales[b]
+    if base + BLOCK <= numel:
+        for j in range(BLOCK // 2):
+            c = codes[b, j]
+            out[base + 2 * j] = lut[c & 15] * scale
+            out[base + 2 * j + 1] = lut[c >> 4] * scale
+    else:                          # the last, partial block
+        for i in range(base, numel):
+            c = np.int64(codes[b, (i - base) // 2])
+            out[i] = lut[(c >> (4 * ((i - base) & 1))) & 15] * scale

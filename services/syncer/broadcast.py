@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from yeto.schemas import codecs
-from yeto.schemas.fragments import FragmentHeader, apply_global, sha256
+from yeto.schemas.codecs.base import encode_delta
+from yeto.schemas.fragments import FragmentHeader, sha256
 
 
 class Shadow:
@@ -29,10 +30,9 @@ class Shadow:
         if self.values is None:
             self.values = np.array(theta, dtype=np.float32, copy=True)
         else:
-            payload = codecs.codec(self.codec_down).encode(theta - self.values)
-            header = self._header(version, "delta", self.codec_down, payload)
-            self.values = apply_global(self.values, header, payload)
-            out.append((header, payload))
+            # encode theta - shadow and advance the shadow by what learners decode (apply_global), in one pass
+            payload = encode_delta(codecs.codec(self.codec_down), theta, self.values)
+            out.append((self._header(version, "delta", self.codec_down, payload), payload))
         self.version = version
         if version % self.keyframe_every == 0 or not out:
             out.append(self.keyframe())

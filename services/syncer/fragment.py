@@ -68,7 +68,7 @@ class FragmentState:
             backend.decode_into(codec, payload, h.numel, row)
             acc(0, row.size)
         else:
-            codec.decode(payload, h.numel, out=row, on_chunk=acc)
+            acc.decode(codec, payload, h.numel)
         return acc.products
 
     def add(self, h: FragmentHeader, now: float, products: np.ndarray) -> None:

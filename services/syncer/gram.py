@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from yeto.schemas.codecs.base import compiled, pool
+from yeto.schemas.codecs.base import Codec, Payload, compiled, dot64, fused, pool
 from yeto.services.syncer.backend import GPU
 
 GRAM_CHUNK = 1 << 24 if GPU else 1 << 18  # gemv rows reuse the chunk from L2/L3
@@ -44,6 +44,16 @@ class RowProducts:
     def __init__(self, rows, row) -> None:
         self.rows, self.row = rows, row            # rows 0..k of the push buffer, the last being `row`
         self.products = np.zeros(rows.shape[0])
+
+    def decode(self, codec: Codec, payload: Payload, numel: int) -> None:
+        """Decode `payload` into the row with its products on the way: on the CPU, a codec with a compiled
+        `decode_fold` (q4) decodes each PIECE and folds it in one parallel pass (the same bits as `fold_row`);
+        any other decode calls this object per stretch."""
+        one_pass = getattr(codec, "decode_fold", None) if fused() else None
+        if one_pass is None or GPU:
+            codec.decode(payload, numel, out=self.row, on_chunk=self)
+            return
+        _add_in_order(one_pass(payload, numel, self.row, self.rows, PIECE), self.products)
 
     def __call__(self, start: int, stop: int) -> None:
         if not GPU and compiled():
@@ -110,16 +120,7 @@ def _piece_products(rows, row, start, stop, partials):  # pragma: no cover - com
         lo = start + p * PIECE
         hi = min(lo + PIECE, stop)
         for r in range(rows.shape[0]):
-            partials[p, r] = _dot(rows[r, lo:hi], row[lo:hi])
-
-
-# its own function on 1-D slices, so it vectorizes; reassociation only reorders this piece's sum (fixed per build)
-@numba.njit(nogil=True, cache=True, inline="never", fastmath={"reassoc", "contract"})
-def _dot(a, b):  # pragma: no cover - compiled
-    acc = 0.0
-    for i in range(a.size):
-        acc += np.float64(a[i]) * np.float64(b[i])
-    return acc
+            partials[p, r] = dot64(rows[r, lo:hi], row[lo:hi])
 
 
 @numba.njit(nogil=True, cache=True)

@@ -175,6 +175,7 @@ def _apply(frag: FragmentRows, c: np.ndarray, chunk: int, *, commit: bool) -> bo
 
 
 STEP_PIECE = 1 << 9               # values per piece of the step: its two float64 sums stay in L1 (4K measured slower)
+STEP_GROUP = 64                   # pieces per parallel task (32K values)
 
 
 # Each inner loop is its own function on 1-D contiguous slices: that is what lets LLVM vectorize it (inlined into the
@@ -182,19 +183,22 @@ STEP_PIECE = 1 << 9               # values per piece of the step: its two float6
 @numba.njit(nogil=True, cache=True, parallel=True)
 def _step_pieces(rows, c, commit, finite):  # pragma: no cover - compiled
     """[theta'; b'] = c @ rows[:c.shape[1]] piece by piece, written to rows 0 and 1 when `commit`, else only
-    checked: finite[p] is False when piece p's result is not finite in f32."""
+    checked: finite[p] is False when piece p's result is not finite in f32. Groups of STEP_GROUP pieces run in
+    parallel, each reusing one pair of float64 scratch rows (one allocation per piece cost ~15% of the step)."""
     n = rows.shape[1]
-    for p in numba.prange(finite.size):
-        lo = p * STEP_PIECE
-        hi = min(lo + STEP_PIECE, n)
-        theta, b = np.empty(hi - lo), np.empty(hi - lo)
-        _two_rows(rows[0, lo:hi], rows[1, lo:hi], theta, b, c[0, 0], c[0, 1], c[1, 0], c[1, 1])
-        for m in range(2, c.shape[1]):
-            _add_row(rows[m, lo:hi], theta, b, c[0, m], c[1, m])
-        finite[p] = _num_non_finite(theta, b) == 0
-        if commit:
-            _store(theta, rows[0, lo:hi])
-            _store(b, rows[1, lo:hi])
+    for g in numba.prange(-(-finite.size // STEP_GROUP)):
+        theta, b = np.empty(STEP_PIECE), np.empty(STEP_PIECE)
+        for p in range(g * STEP_GROUP, min(g * STEP_GROUP + STEP_GROUP, finite.size)):
+            lo = p * STEP_PIECE
+            hi = min(lo + STEP_PIECE, n)
+            t, u = theta[:hi - lo], b[:hi - lo]
+            _two_rows(rows[0, lo:hi], rows[1, lo:hi], t, u, c[0, 0], c[0, 1], c[1, 0], c[1, 1])
+            for m in range(2, c.shape[1]):
+                _add_row(rows[m, lo:hi], t, u, c[0, m], c[1, m])
+            finite[p] = _num_non_finite(t, u) == 0
+            if commit:
+                _store(t, rows[0, lo:hi])
+                _store(u, rows[1, lo:hi])
 
 
 @numba.njit(nogil=True, cache=True, inline="never")

@@ -69,10 +69,11 @@ def instrument() -> None:
     for codec in {type(c) for c in codecs.CODECS.values()}:
         _patch(codec, "decode", f"{codec.__name__}.decode")
         _patch(codec, "encode", f"{codec.__name__}.encode")
+        if hasattr(codec, "encode_delta"):
+            _patch(codec, "encode_delta", f"{codec.__name__}.encode_delta")
     _patch(gram.RowProducts, "__call__", "gram_row")
     _patch(fragment.FragmentState, "merge")
     _patch(merge, "outer_step")
     _patch(fragment.FragmentState, "publish")
-    _patch(broadcast, "apply_global")
     _patch(fragment.FragmentState, "snapshot", "snapshot_copy")
     _patch(outputs, "split_chunks")

@@ -64,3 +64,48 @@ def test_compiled_gram_row_and_outer_step_match_the_reference_and_not_the_thread
     assert np.all(np.abs(one_g - exact) <= 1e-12 * scale), "the compiled fold sums in float64"
     assert np.all(np.abs(ref_g - exact) <= 1e-6 * scale), "the reference sums f32 chunks"
     np.testing.assert_allclose(one_rows, ref_rows, rtol=1e-5, atol=1e-6 * np.abs(ref_rows).max())
+
+
+@pytest.mark.timeout(120)
+def test_fused_broadcast_encode_gives_the_bytes_and_shadow_of_encode_then_decode_and_add():
+    """The broadcast's one pass (q4 `encode_delta`) against encode(theta - shadow), then shadow += decode, as
+    learners apply it: the same payload and the same shadow bits, for every thread count and awkward block."""
+    rng = np.random.default_rng(3)
+    for x in _awkward():
+        theta = x + rng.standard_normal(x.size, dtype=np.float32)
+        shadow = rng.standard_normal(x.size, dtype=np.float32)
+        want_payload = _with("reference", 1, lambda t=theta, s=shadow: codecs.Q4.encode(t - s))
+        want_shadow = shadow + codecs.Q4.decode(want_payload, x.size)
+        for kernels, threads in (("compiled", 1), ("compiled", 2), ("separate", 1), ("reference", 1)):
+            got_shadow = shadow.copy()
+            payload = _with(kernels, threads, lambda t=theta, s=got_shadow: base.encode_delta(codecs.Q4, t, s))
+            assert payload == want_payload, (x.size, kernels, threads)
+            assert got_shadow.tobytes() == want_shadow.tobytes(), (x.size, kernels, threads)
+    generic = rng.standard_normal(1000, dtype=np.float32)
+    shadow = np.zeros(1000, dtype=np.float32)
+    payload = base.encode_delta(codecs.BF16, generic, shadow)        # a codec without a fused pass: the generic one
+    assert payload == codecs.BF16.encode(generic) and shadow.tobytes() == codecs.BF16.decode(payload, 1000).tobytes()
+
+
+@pytest.mark.timeout(120)
+def test_fused_decode_and_gram_row_give_the_bits_of_decode_then_fold():
+    """A push's q4 decode fused with its Gram row (gram.RowProducts.decode: one parallel pass) against the decode
+    followed by the compiled fold of the whole row: the same row bits and the same products, whatever the thread
+    count; a NaN block's products are not finite."""
+    rng = np.random.default_rng(4)
+    for n in (1, 300, gram.PIECE, gram.PIECE + 257, 3 * gram.PIECE - 5):
+        x = rng.standard_normal(n, dtype=np.float32)
+        if n > 300:
+            x[n // 2] = np.nan
+        payload = codecs.Q4.encode(x)
+        rows = rng.standard_normal((4, n), dtype=np.float32)
+        want_row = codecs.Q4.decode(payload, n)
+        rows[-1] = want_row
+        want = gram.gram_row(rows, rows[-1])
+        for threads in (1, 2):
+            rows[-1] = 0
+            acc = gram.RowProducts(rows, rows[-1])
+            _with("compiled", threads, lambda acc=acc, payload=payload, n=n: acc.decode(codecs.Q4, payload, n))
+            assert rows[-1].tobytes() == want_row.tobytes(), (n, threads)
+            assert acc.products.tobytes() == want.tobytes(), (n, threads)
+        assert np.isfinite(acc.products).all() == (n <= 300)
