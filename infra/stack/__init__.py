@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,13 +96,15 @@ async def _ensure_streams(url: str) -> None:
 
 
 def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: list[str] | None = None,
-       syncers: int | None = None, cluster: int | None = None) -> dict:
+       syncers: int | None = None, cluster: int | None = None,
+       before_components: Callable[[str], None] | None = None) -> dict:
     """Start the stack if it is not running (idempotent); returns the record of what runs.
     `head_run` starts a head VM's stack instead: TLS and credentials for that run, on all interfaces.
     `syncers` > 1 runs the syncer as that many shards, each owning the fragments p with p % N == K; `cluster` N >= 3
     runs nats-server as N nodes of a JetStream cluster on this machine, streams replicated on each (up to 5), and
     two instances of each service that can run twice (infra/stack/components.py). None: as the stack under
-    state_dir last ran, else 1."""
+    state_dir last ran, else 1. `before_components(url)` runs once the streams exist and before any component
+    starts, on a fresh start only (a replacement head republishes its mirror there: infra/head/restore.py)."""
     if syncers is not None and syncers < 1:
         raise ValueError(f"--syncers {syncers}: need at least one syncer")
     if cluster is not None:
@@ -138,6 +141,8 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     new: dict = {"url": url, "ca_file": str(first.tls.cert_file) if first.tls else None}
     os.environ.update(operator_env(paths.root, new))
     asyncio.run(natscluster.ready(url, natscluster.replicas(size)) if size > 1 else _ensure_streams(url))
+    if before_components is not None:
+        before_components(url)
     # Only nats-server died (killed, crashed): the components still run and reconnect to the same URL, so
     # keep them. Starting them again would put two tape writers on one DuckDB file and two syncers on one run.
     prev = rec or {}

@@ -15,6 +15,7 @@ may lag), then terminated with its event.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -76,6 +77,7 @@ class DataPlane:
             snaps = {p: s for p, s in snapshot.read_all(self.run_dir(run_id)).items() if core.owned is None or p in core.owned}
             if snaps:
                 published = {p: v for p in snaps if (v := await last_published(bus, run_id, p)) is not None}
+                published |= {p: max(v, published.get(p, 0)) for p, v in mirror_floor(self.run_dir(run_id)).items() if p in snaps}
                 self.first[run_id] = core.restore(snaps, time.monotonic(), published)
                 log.info("run %s: resumed %d fragments from snapshots (versions %s)", run_id, len(snaps),
                          {p: f.version for p, f in core.fragments.items()})
@@ -176,6 +178,15 @@ class DataPlane:
                 self.held.release_after(run_id, p, sink.writing[p])
             else:
                 await self.held.release(run_id, p)
+
+
+def mirror_floor(run_dir: Path) -> dict[int, int]:
+    """A replacement head's floor under each fragment's restored version (infra/head/restore.py): its dead
+    predecessor may have published versions past the mirrored snapshots, which learners hold."""
+    try:
+        return {int(p): v for p, v in json.loads((run_dir / "mirror-floor.json").read_text()).items()}
+    except FileNotFoundError:
+        return {}
 
 
 async def last_published(bus: Bus, run_id: str, fragment: int) -> int | None:

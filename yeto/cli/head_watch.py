@@ -1,8 +1,9 @@
-"""The head VM's supervisor (`yeto stack up --head --foreground`): serves the run's artifact files to the laptop and,
-once the run has ended and the laptop copied it back (RunCopiedBack), or `--linger` seconds after the end, stops
-the stack and exits 0; SkyPilot's autodown then terminates the VM. So the head owns its own end: a laptop that
-crashed or went offline costs at most the linger, never a VM left running. A head whose run never arrives (the CLI
-died after renting it) stops `--await-run` seconds after it started."""
+"""The head VM's supervisor (`yeto stack up --head --foreground`): serves the run's artifact files to the laptop,
+mirrors what a replacement head needs beside the run's --output (infra/head/mirror.py: mirror mode) and, once the
+run has ended and the laptop copied it back (RunCopiedBack), or `--linger` seconds after the end, stops the stack
+and exits 0; SkyPilot's autodown then terminates the VM. So the head owns its own end: a laptop that crashed or
+went offline costs at most the linger, never a VM left running. A head whose run never arrives (the CLI died after
+renting it) stops `--await-run` seconds after it started."""
 from __future__ import annotations
 
 import asyncio
@@ -12,9 +13,10 @@ from pathlib import Path
 
 from yeto.infra import stack
 from yeto.infra.bus import Delivery, connect
-from yeto.infra.head import artifact_files
+from yeto.infra.head import artifact_files, mirror
 from yeto.schemas import parse
 from yeto.schemas.final import ENDING_EVENTS, end_of_run
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.subjects import event_subject
 
 WATCHED = ("RunLaunched", *ENDING_EVENTS, "RunCopiedBack")
@@ -45,8 +47,15 @@ async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, sto
     seen: dict[str, float] = {}
     news = asyncio.Event()
 
+    mirroring: list[asyncio.Task] = []
+
     async def on_event(d: Delivery) -> None:
-        seen.setdefault(d.subject.split(".")[3], parse(d.data).ts.timestamp())
+        event = parse(d.data)
+        seen.setdefault(d.subject.split(".")[3], event.ts.timestamp())
+        output = LaunchRecipe.upcast(event.recipe).output if event.type == "RunLaunched" else ""
+        if output and not output.startswith("hf://") and not mirroring:      # mirror mode: beside the run's store
+            root = mirror.mirror_root(output, run_id)
+            mirroring.append(asyncio.create_task(mirror.keep_mirrored(bus, state_dir, run_id, root, stop)))
         news.set()
 
     # One watch per type: the supervisor never reads the run's stream of progress events.
@@ -63,6 +72,8 @@ async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, sto
             for w in waits:
                 w.cancel()
     finally:
+        stop.set()                 # the mirror's last turn, then it ends
+        await asyncio.gather(*mirroring)
         for sub in subs:
             await sub.close()
         await bus.close()

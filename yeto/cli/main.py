@@ -11,7 +11,7 @@ from yeto.cli.version import VersionAction
 
 # Each module exposes register(subparsers); its subcommands set `func(args) -> int`.
 COMMAND_MODULES = ("stack", "launch.command", "runs", "logs", "sql", "tape", "pull", "data", "shape", "chaos", "merge", "check",
-                   "lineage", "verify", "trackers", "plot", "dashboard", "join")
+                   "lineage", "recover", "verify", "trackers", "plot", "dashboard", "join")
 
 # Every command, the module that registers it and its one-line help: `yeto --help` lists these without importing the
 # modules (they import DuckDB, OR-Tools, ...), and `yeto CMD` imports only CMD's module, so a command starts fast.
@@ -25,6 +25,7 @@ COMMANDS = {
     "sql": ("sql", "query the event tape with read-only SQL (DuckDB dialect)"),
     "tape": ("tape", "read the event tape: list events, replay a run"),
     "pull": ("pull", "copy an ended cloud run's tape and artifact back from its head VM"),
+    "recover": ("recover", "replace a cloud run's lost head VM; the new one resumes the run from its mirror"),
     "data": ("data", "inspect and validate training data"),
     "shape": ("shape", "plan a fleet for a budget or TFLOPs target, without launching"),
     "chaos": ("chaos", "failure injection for tests and demos"),
@@ -105,6 +106,12 @@ def command_of(argv: list[str]) -> str | None:
     return None
 
 
+def plain(error: BaseException) -> str:
+    """An error's message without terminal colour codes (SkyPilot's errors carry them into Yeto's)."""
+    from yeto.cli.launch.confirm import strip_ansi
+    return strip_ansi(str(error))
+
+
 def main(argv: list[str] | None = None) -> int:
     completing = "_ARGCOMPLETE" in os.environ       # a shell asks for completions (argcomplete; docs/CLI.md)
     argv = os.environ.get("COMP_LINE", "").split()[1:] if completing else sys.argv[1:] if argv is None else argv
@@ -127,10 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ValueError as e:   # the user's errors: the message says what to fix; no traceback, exit status 2
-        print(f"yeto: error: {e}", file=sys.stderr)
+        print(f"yeto: error: {plain(e)}", file=sys.stderr)
         return 2
     except (ConnectionError, TimeoutError) as e:   # the bus cannot be reached within the connect timeout: one line, exit status 1
-        print(f"yeto: error: {e}", file=sys.stderr)
+        print(f"yeto: error: {plain(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

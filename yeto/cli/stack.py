@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 
-from yeto.cli import head_watch
+from yeto.cli import head_restore, head_watch
 from yeto.cli.common import run_id_arg, state_dir
 from yeto.infra import stack
 from yeto.infra.stack.health import tape_health
@@ -50,9 +50,10 @@ def register(sub) -> None:
 def cmd_up(args) -> int:
     if args.head and not args.run_id:
         raise ValueError("--head needs --run-id: a head serves one run")
+    before = head_restore.prepare(state_dir(args), args.run_id) if args.head else None
     rec = stack.up(state_dir(args), port=args.port, head_run=args.run_id if args.head else None,
                    hosts=["127.0.0.1", "localhost", *args.host], syncers=args.syncers,
-                   cluster=args.cluster)
+                   cluster=args.cluster, before_components=before)
     print(f"stack up at {rec['url']} (state {state_dir(args)})")
     for name, pid in rec["pids"].items():
         print(f"  {name:<12} pid {pid}")

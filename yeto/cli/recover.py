@@ -1,0 +1,83 @@
+"""`yeto recover RUN`: a cloud run's head is lost; rent a replacement that resumes the run from its mirror.
+
+The replacement is the same head (the same bundle: credentials, certificate, secrets) with `restore.json` added,
+so its `stack up --head` restores the mirror before any service starts (infra/head/restore.py). The islands keep
+their credentials and reconnect to the head's address (docs/CLOUD.md, "When the head is lost").
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+from yeto.cli.common import run_id_arg, state_dir
+from yeto.infra.bus import auth as bus_auth
+from yeto.infra.bus import connect
+from yeto.infra.head import mirror
+from yeto.infra.head import records as heads
+from yeto.infra.head.restore import REQUEST
+
+PROBE_S = 20.0       # how long the lost head gets to answer before it is called lost
+
+
+def register(sub) -> None:
+    p = sub.add_parser("recover", help="replace a cloud run's lost head VM; the new one resumes the run from its mirror",
+                       description="For a cloud run launched with --output: its head mirrors the run beside the output "
+                                   "every 10 s. When the head stops answering, this takes the old head VM down, rents a "
+                                   "new one with the run's own credentials and restores the run on it from the mirror; "
+                                   "the islands reconnect and the run goes on. What the old head acknowledged after its "
+                                   "last mirror is lost (docs/CLOUD.md).")
+    p.add_argument("run", type=run_id_arg, help="the run id")
+    p.add_argument("--output", required=True, help="the run's --output, as given to `yeto launch` (its mirror is beside it)")
+    p.add_argument("--force", action="store_true", help="replace the head even though it answers (it is taken down first)")
+    p.add_argument("--head-memory-gb", type=int, default=16, help="the replacement's RAM (default 16, as `launch` rents)")
+    p.add_argument("--wait-s", type=float, default=900.0, help="how long the new head may take to answer (default 900)")
+    p.set_defaults(func=cmd_recover)
+
+
+def cmd_recover(args) -> int:
+    from yeto.services.launcher.api import launch_head, take_down
+
+    state, run = state_dir(args), args.run
+    rec = heads.head_record(state, run)
+    if rec is None:
+        raise ValueError(f"run {run} has no head record under {state}: only a cloud run launched from here has a head "
+                         f"to replace")
+    if rec["state"] == "copied":
+        raise ValueError(f"run {run} has ended and is copied back: there is nothing to recover (`yeto status {run}`)")
+    root = mirror.mirror_root(args.output, run)
+    manifest = mirror.read_manifest(root)
+    if manifest is None:
+        raise ValueError(f"no head mirror of run {run} at {root}: its head mirrors only a run with an --output store, "
+                         f"and only once the run arrived; check --output")
+    os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
+    if rec["url"] and not args.force and asyncio.run(_answers(rec["url"])):
+        raise ValueError(f"the head of run {run} answers at {rec['url']}: it is not lost. `yeto status {run}` shows "
+                         f"the run; --force replaces it all the same")
+    age = time.time() - manifest["mirrored_at"]
+    print(f"head of run {run} is lost; the mirror at {root} holds events through seq {manifest['events_through']} and "
+          f"{len(manifest['snapshots'])} fragment snapshots, mirrored {age:.0f}s ago")
+    take_down(state, run)
+    bundle = heads.bundle_dir(state, run)
+    bus_auth.write_secret(bundle / REQUEST, json.dumps({"mirror": root}))
+    started = time.time()
+    heads.update_head(state, run, state="launching", recoveries=[*rec.get("recoveries", []), started])
+    try:
+        url = launch_head(state, run, memory_gb=args.head_memory_gb, wait_s=args.wait_s, output=args.output)
+    finally:
+        (bundle / REQUEST).unlink(missing_ok=True)    # the next launch of this bundle is no restore unless asked again
+    moved = f" (the old head was at {rec['url']}: islands given that address cannot follow; docs/CLOUD.md)" \
+        if rec["url"] and url != rec["url"] else ""
+    print(f"replacement head of run {run} answers at {url} after {time.time() - started:.0f}s{moved}; it resumes the "
+          f"run from the mirror and owns its teardown again (`yeto status {run}`)")
+    return 0
+
+
+async def _answers(url: str) -> bool:
+    try:
+        bus = await connect(url, name="recover-probe", connect_timeout=PROBE_S)
+    except ConnectionError:
+        return False
+    await bus.close()
+    return True
