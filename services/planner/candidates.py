@@ -24,6 +24,8 @@ REASONS = {
     "duplicate": "same --gpu entry as a cheaper instance type",
 }
 NODE_OPTIONS = (1, 2, 4, 8)
+# AWS: "a score of 1 means that your Spot request is not at all likely to succeed" (GetSpotPlacementScores docs)
+NO_CAPACITY_SCORE = 1.0
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,17 @@ def screen(o: Offering, req: PlanRequest, w: Workload, signals: Signals) -> Cand
         return _reject(o, "memory", f"needs {need.total_gb:.1f} GB per GPU on {nodes}x{o.count} GPUs, "
                                     f"a {o.gpu} holds {spec.memory_gb * 0.95:.1f} GB usable")
     spot = req.spot and o.spot_price is not None
-    price = (o.spot_price if spot and o.spot_price is not None else o.price) * nodes
-    goodput = spot_goodput(o.cloud, placement_score=signals.placement_scores.get((o.cloud, o.region))) if spot else 1.0
+    live = signals.spot_prices.get((o.cloud, o.region, o.instance_type)) if spot else None
+    price = (live if live is not None else o.spot_price if spot and o.spot_price is not None else o.price) * nodes
+    score = signals.score(o.cloud, o.region, o.instance_type) if spot else None
+    if score is not None and score <= NO_CAPACITY_SCORE:
+        return _reject(o, "stock", f"spot placement score {score:g}/10 in {o.region}: a spot request is not "
+                                   f"likely to succeed")
+    goodput = spot_goodput(o.cloud, placement_score=score) if spot else 1.0
     tflops = o.count * nodes * spec.peak_bf16_tflops * spec.mfu * goodput
-    cap = signals.stock.get((o.cloud, o.gpu), signals.default_stock_cap)
+    cap = signals.stock_cap(o.cloud, o.region, o.instance_type, o.gpu)
     if cap <= 0:
-        return _reject(o, "stock", f"{o.cloud} reports no {o.gpu} stock")
+        return _reject(o, "stock", f"{o.cloud} reports no {o.gpu} ({o.instance_type}) capacity in {o.region}")
     quotas = []
     for q in signals.quotas:
         if (q.cloud == o.cloud and q.region in (None, o.region) and o.instance_type.startswith(q.family)

@@ -40,6 +40,7 @@ class FleetPlan:
     reason: str = ""
     cheapest: dict[str, Any] | None = None
     head: dict[str, Any] | None = None          # the head VM planned for the syncer (schemas/head_size.py)
+    signals: tuple[dict[str, Any], ...] = ()    # every live signal read (value, age, source) and each assumption
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -91,7 +92,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
     rejected += dupes + [r for _, r in priced_out if r is not None]
     mode = "budget" if req.flops is None else "target"
     common: dict[str, Any] = dict(mode=mode, rejected=tuple(r.to_dict() for r in rejected), warnings=signals.warnings,
-                  head_price_per_hour=req.head_price)
+                  head_price_per_hour=req.head_price, signals=tuple(r.to_dict() for r in signals.readings))
     cheapest = min(fitting, key=lambda c: c.price, default=None)
     cheapest_d = island_dict(cheapest) if cheapest else None
     groups: dict[str, float] = {}

@@ -25,9 +25,9 @@ def test_cache_reuses_answers_within_ttl_and_refetches_after(tmp_path):
         return {"n": len(calls)}
 
     path = tmp_path / "cache.json"
-    assert _cached(path, "aws", 100.0, 60.0, fetch) == {"n": 1}
-    assert _cached(path, "aws", 150.0, 60.0, fetch) == {"n": 1}
-    assert _cached(path, "aws", 161.0, 60.0, fetch) == {"n": 2}
+    assert _cached(path, "aws", 100.0, 60.0, fetch) == ({"n": 1}, 100.0)
+    assert _cached(path, "aws", 150.0, 60.0, fetch) == ({"n": 1}, 100.0)
+    assert _cached(path, "aws", 161.0, 60.0, fetch) == ({"n": 2}, 161.0)
     assert json.loads(path.read_text())["aws"]["at"] == 161.0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from yeto.cli.launch.recipe import SEQ_LEN
-from yeto.cli.shape_render import render
+from yeto.cli.shape_render import render, render_signals
 from yeto.infra.model_source import resolve_model
 
 if TYPE_CHECKING:   # the planner imports OR-Tools (~1 s): only a command that plans pays for it
@@ -68,6 +68,9 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     p.add_argument("--data", help="the training data: estimate the job's hours and cost from its tokens (the model's "
                                   "tokenizer must be local)")
+    p.add_argument("--explain-signals", action="store_true", help="also show every live capacity signal the plan read "
+                   "(quotas, placement scores, spot prices, stock: value, age, source) and each assumption made "
+                   "without one (--json always carries them, as `signals`)")
     p.add_argument("--epochs", type=float, default=1.0, help="passes over --data for the estimate (default 1)")
     p.set_defaults(func=run)
 
@@ -139,6 +142,8 @@ def run(args) -> int:
     else:
         for r in plan.rejected:
             print(f"  rejected {r['shape']}: {r['reason']}", file=sys.stderr)
+    if args.explain_signals and not args.json:
+        print(render_signals(plan.signals))
     if not plan.feasible:
         print(f"yeto shape: {plan.reason}", file=sys.stderr)
         return 1

@@ -47,6 +47,40 @@ def render(plan: FleetPlan, model: str, margin: float = 0.0) -> str:
     return "\n".join(lines)
 
 
+def _signal_value(r: dict[str, Any]) -> str:
+    v = r["value"]
+    if r["signal"] == "quota":
+        return f"{v['limit'] - v['used']:g} left ({v['limit']:g} - {v['used']:g} used)"
+    if r["signal"] == "placement_score":
+        return f"{v:g}/10"
+    if r["signal"] == "spot_price":
+        return f"${v:.4f}/hr"
+    if r["signal"] == "stock":
+        label = v.get("stockStatus") or ("capacity" if v.get("capacity") else "none")
+        return f"{label}: {v['islands']} islands"
+    return str(v)
+
+
+def _age(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
+
+
+def render_signals(signals: Sequence[dict[str, Any]]) -> str:
+    """`--explain-signals`: every live signal the plan read (value, age of the answer, source) and each assumption."""
+    lines = [f"Signals ({len(signals)}):"]
+    if not signals:
+        lines.append("  none: no cloud in the plan's catalog")
+    for r in signals:
+        if r["signal"] == "assumption":
+            lines.append(f"  {r['cloud']:<7} assumption: {r['value']}")
+            continue
+        lines.append(f"  {r['cloud']:<7} {r['signal']:<15} {r['key']:<34} {_signal_value(r):<30} "
+                     f"age {_age(r['age_s']):>6}  from {r['source']}")
+    return "\n".join(lines)
+
+
 def estimate(tokens: int, epochs: float, weights_gb: float, tflops: float, tuning: str, usd_per_hour: float) -> str:
     """How long and how much: the data's tokens over the fleet's effective TFLOPs at 6 FLOPs per parameter and token
     (full fine-tuning) or 4 (LoRA: no weight gradients); DiLoCo's sync and preemptions come on top."""
