@@ -14,11 +14,13 @@ their broadcast (`snapshot`): without them a successor would have nothing to lea
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from yeto.schemas.base import Event
-from yeto.schemas.fragments import FragmentHeader, split_chunks
+from yeto.schemas.codecs.base import fused, threads
+from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.services.syncer.rounds import WakeAt
 from yeto.services.syncer.snapshot import FragmentSnapshot
 
@@ -60,12 +62,35 @@ def calls(outputs: Iterable[Output], sink: Sink) -> Iterator[Any]:
         if isinstance(out, SaveSnapshot):
             yield (sink.snapshot_later if out.background else sink.snapshot)(out.snapshot)
         elif isinstance(out, Broadcast):
-            for header, chunk in split_chunks(out.header, out.payload, sink.chunk_bytes):
+            for header, chunk in broadcast_chunks(out.header, out.payload, sink.chunk_bytes):
                 yield sink.chunk(header, chunk)
         elif isinstance(out, WakeAt):
             yield sink.wake(out.at)
         else:
             yield sink.event(out)
+
+
+def broadcast_chunks(header: FragmentHeader, payload: bytes, chunk_bytes: int) -> list[tuple[FragmentHeader, bytes]]:
+    """`split_chunks` of a broadcast: the same headers and chunks, but the payload's SHA-256 is the one its header
+    already carries (broadcast.py hashed it when it was made, here) and the chunks are hashed on threads at once
+    (hashlib releases the GIL). Kernels "separate" and "reference" hash as split_chunks does, for comparison."""
+    num_chunks = max(1, -(-len(payload) // chunk_bytes))
+    if num_chunks == 1 or not fused():
+        return split_chunks(header, payload, chunk_bytes)
+    pieces = [bytes(memoryview(payload)[i * chunk_bytes:(i + 1) * chunk_bytes]) for i in range(num_chunks)]
+    digests = list(_hashers().map(sha256, pieces))
+    return [(header.model_copy(update=dict(chunk=i, num_chunks=num_chunks, chunk_bytes=chunk_bytes, chunk_sha256=digest)),
+             piece) for i, (piece, digest) in enumerate(zip(pieces, digests, strict=True))]
+
+
+_pool: list[ThreadPoolExecutor] = []
+
+
+def _hashers() -> ThreadPoolExecutor:
+    """One process-wide pool for hashing, as many threads as the kernels used when it was made (at most 8)."""
+    if not _pool:
+        _pool.append(ThreadPoolExecutor(max_workers=min(threads(), 8), thread_name_prefix="yeto-sha256"))
+    return _pool[0]
 
 
 def perform(outputs: Iterable[Output], sink: Sink) -> None:

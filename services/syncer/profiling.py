@@ -77,3 +77,4 @@ def instrument() -> None:
     _patch(fragment.FragmentState, "publish")
     _patch(fragment.FragmentState, "snapshot", "snapshot_copy")
     _patch(outputs, "split_chunks")
+    _patch(outputs, "broadcast_chunks")

@@ -7,7 +7,8 @@ import pytest
 
 from yeto.schemas import codecs
 from yeto.schemas.codecs import base
-from yeto.services.syncer import gram, merge
+from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
+from yeto.services.syncer import gram, merge, outputs
 from yeto.services.syncer.rows import FragmentRows
 
 
@@ -109,3 +110,17 @@ def test_fused_decode_and_gram_row_give_the_bits_of_decode_then_fold():
             assert rows[-1].tobytes() == want_row.tobytes(), (n, threads)
             assert acc.products.tobytes() == want.tobytes(), (n, threads)
         assert np.isfinite(acc.products).all() == (n <= 300)
+
+
+def test_broadcast_chunks_hashed_on_threads_are_split_chunks():
+    """The broadcast's chunking (the payload's hash taken from its header, chunks hashed on threads) gives exactly
+    split_chunks' headers and chunks, one chunk or many, with the fused kernels or the separate ones."""
+    rng = np.random.default_rng(5)
+    for size in (100, 4096, 10_000):
+        payload = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        h = FragmentHeader(run_id="r", fragment=0, kind="delta", fingerprint="f" * 64, codec="f32", numel=size // 4,
+                           version=3, base_version=2, sha256=sha256(payload))
+        want = split_chunks(h, payload, 1024)
+        for kernels, threads in (("compiled", 2), ("compiled", 1), ("separate", 2)):
+            got = _with(kernels, threads, lambda h=h, payload=payload: outputs.broadcast_chunks(h, payload, 1024))
+            assert [(a.model_dump(), c) for a, c in got] == [(a.model_dump(), c) for a, c in want], (size, kernels)
