@@ -31,7 +31,7 @@ class Outcome:
 
 def _heldout(recipe: DiffusionRecipe, built) -> float:
     _, items = media.split_items(recipe)
-    return objective.heldout_loss(built, [media.batch(items[i:i + 8], recipe.resolution) for i in range(0, len(items), 8)])
+    return objective.heldout_loss(built, [media.batch(items[i:i + 8], recipe) for i in range(0, len(items), 8)])
 
 
 def run_sync(recipe: DiffusionRecipe, ranks: int, device: str) -> Outcome:

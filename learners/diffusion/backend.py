@@ -58,7 +58,7 @@ class DiffusionBackend(OneRank):
 
     def heldout(self, island: Island, recipe: DiffusionRecipe) -> list[Any]:
         items = island.heldout_items
-        return [media.batch(items[i:i + recipe.micro_batch], recipe.resolution)
+        return [media.batch(items[i:i + recipe.micro_batch], recipe)
                 for i in range(0, len(items), recipe.micro_batch)]
 
     def train(self, island: Island, stream: Iterator[Any], recipe: DiffusionRecipe, *, sync: DilocoHook | None,

@@ -2,7 +2,6 @@
 denoiser with seeded LoRA adapters (the only trainable tensors, identical on every island)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import torch
 
 from yeto.infra.source_pins import local_files
 from yeto.learners import accel as accel_policy
+from yeto.learners.diffusion.families import Family, check_shape, family_of
 from yeto.learners.diffusion.recipe import DiffusionRecipe
 
 
@@ -24,6 +24,8 @@ class Built:
     tokenizer: Any
     scheduler: Any
     accel: accel_policy.Accel
+    family: Family
+    pipe: Any = None         # the whole pipeline (transformer families: its encode_prompt and latent packing)
 
     @property
     def objective(self) -> str:
@@ -60,16 +62,30 @@ def apply_lora(unet: torch.nn.Module, recipe: DiffusionRecipe) -> torch.nn.Modul
     return unet
 
 
-def _check_supported(folder: Path, model: str) -> None:
-    """One UNet conditioned by one CLIP text encoder (Stable Diffusion 1.x / 2.x layouts); say what else is missing."""
-    if not folder.is_dir():
-        return
-    if not (folder / "unet").is_dir():
-        raise ValueError(f"--model {model}: no unet/ folder; the diffusion learner trains UNet denoisers "
-                         "(transformer / DiT pipelines are not supported yet: docs/DIFFUSION.md)")
-    if "text_encoder_2" in json.loads((folder / "model_index.json").read_text()):
-        raise ValueError(f"--model {model}: a second text encoder (SDXL-style conditioning) is not supported yet "
-                         "(docs/DIFFUSION.md)")
+def _trainable_f32(denoiser: torch.nn.Module, accel: accel_policy.Accel) -> torch.nn.Module:
+    dtype = accel.compute_dtype
+    denoiser = denoiser.to(accel.device) if dtype == torch.float32 else denoiser.to(accel.device, dtype=dtype)
+    for param in denoiser.parameters():       # the trainable adapters stay f32 under a bf16 base (Diffusers' habit)
+        if param.requires_grad:
+            param.data = param.data.float()
+    return denoiser
+
+
+def _build_transformer(folder: str, family: Family, recipe: DiffusionRecipe, accel: accel_policy.Accel) -> Built:
+    """A transformer (DiT) pipeline loaded whole: its text encoders, VAE and scheduler frozen, LoRA on the denoiser."""
+    from diffusers import DiffusionPipeline
+
+    pipe = DiffusionPipeline.from_pretrained(folder)
+    check_shape(family, recipe.frames, recipe.media_height, recipe.media_width, pipe)
+    denoiser = apply_lora(getattr(pipe, family.denoiser), recipe)       # on the CPU: seeded
+    for part in pipe.components.values():
+        if isinstance(part, torch.nn.Module) and part is not denoiser:
+            part.requires_grad_(False).eval()
+            dtype = {} if accel.compute_dtype == torch.float32 else {"dtype": accel.compute_dtype}
+            part.to(accel.device, **dtype)
+    pipe.set_progress_bar_config(disable=True)
+    return Built(model=_trainable_f32(denoiser, accel), vae=pipe.vae, text_encoder=pipe.text_encoder,
+                 tokenizer=pipe.tokenizer, scheduler=pipe.scheduler, accel=accel, family=family, pipe=pipe)
 
 
 def build(recipe: DiffusionRecipe, *, accel: accel_policy.Accel) -> Built:
@@ -78,7 +94,10 @@ def build(recipe: DiffusionRecipe, *, accel: accel_policy.Accel) -> Built:
     from transformers import AutoTokenizer, CLIPTextModel
 
     folder = model_folder(recipe.model, recipe.pins.get("base"))
-    _check_supported(Path(folder), recipe.model)
+    family = family_of(folder)
+    if family.denoiser == "transformer":
+        return _build_transformer(folder, family, recipe, accel)
+    check_shape(family, recipe.frames, recipe.media_height, recipe.media_width, None)
     dtype = accel.compute_dtype
     vae = AutoencoderKL.from_pretrained(folder, subfolder="vae", torch_dtype=dtype).to(accel.device).requires_grad_(False)
     text = CLIPTextModel.from_pretrained(folder, subfolder="text_encoder", dtype=dtype).to(accel.device).requires_grad_(False)
@@ -87,9 +106,5 @@ def build(recipe: DiffusionRecipe, *, accel: accel_policy.Accel) -> Built:
     flow = str(config.get("_class_name", "")).startswith("FlowMatch")
     scheduler = (FlowMatchEulerDiscreteScheduler if flow else DDPMScheduler).from_config(config)
     unet = apply_lora(UNet2DConditionModel.from_pretrained(folder, subfolder="unet"), recipe)   # on the CPU: seeded
-    unet = unet.to(accel.device) if dtype == torch.float32 else unet.to(accel.device, dtype=dtype)
-    for param in unet.parameters():       # the trainable adapters stay f32 under a bf16 base (Diffusers' habit)
-        if param.requires_grad:
-            param.data = param.data.float()
-    return Built(model=unet, vae=vae.eval(), text_encoder=text.eval(), tokenizer=tokenizer, scheduler=scheduler,
-                 accel=accel)
+    return Built(model=_trainable_f32(unet, accel), vae=vae.eval(), text_encoder=text.eval(), tokenizer=tokenizer,
+                 scheduler=scheduler, accel=accel, family=family)

@@ -1,53 +1,38 @@
-"""The denoising objective of Diffusers' training scripts: frozen VAE latents, frozen text-encoder states, noise added
-at a random timestep by the scheduler, and the MSE of the denoiser's prediction against the scheduler's target
-(epsilon, v, or the flow-matching velocity). The held-out loss fixes timesteps and noise, so it is comparable."""
+"""The denoising objective of Diffusers' training scripts: frozen VAE latents, frozen text-encoder states (both by
+family: families.py), noise added at a random timestep by the scheduler, and the MSE of the denoiser's prediction
+against the scheduler's target (epsilon, v, or the flow-matching velocity). The held-out loss fixes timesteps and
+noise, so it is comparable."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
 from yeto.learners import accel as accel_policy
+from yeto.learners.diffusion import families
 from yeto.learners.diffusion.components import Built
 
 EVAL_TIMESTEPS = 8          # an even grid over the schedule: the held-out loss weighs every noise level alike
 EVAL_SEED = 20_240_601      # fixed noise for the held-out loss, whatever the run's seed
 
 
-@torch.no_grad()
-def condition(built: Built, captions: list[str]) -> torch.Tensor:
-    tok = built.tokenizer
-    ids = tok(captions, padding="max_length", max_length=tok.model_max_length, truncation=True, return_tensors="pt")
-    return built.text_encoder(ids.input_ids.to(built.accel.device))[0]
-
-
-@torch.no_grad()
-def latents(built: Built, pixels: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    vae = built.vae
-    dist = vae.encode(pixels.to(built.accel.device, vae.dtype)).latent_dist
-    noise = torch.randn(dist.mean.shape, generator=generator).to(dist.mean.device, dist.mean.dtype)
-    sample = dist.mean + dist.std * noise            # latent_dist.sample(), from our CPU generator: repeatable anywhere
-    shift = getattr(vae.config, "shift_factor", None) or 0.0
-    return (sample - shift) * vae.config.scaling_factor
-
-
 def loss(built: Built, pixels: torch.Tensor, captions: list[str], generator: torch.Generator,
          timesteps: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean squared error of the denoiser's prediction (`timesteps`: one per image, else drawn from `generator`)."""
-    lat = latents(built, pixels, generator).float()
+    """Mean squared error of the denoiser's prediction (`timesteps`: one per item, else drawn from `generator`)."""
+    lat = families.latents(built, pixels, generator).float()
     noise = torch.randn(lat.shape, generator=generator).to(lat.device)
     num_train = built.scheduler.config.num_train_timesteps
     if timesteps is None:
         timesteps = torch.randint(0, num_train, (lat.shape[0],), generator=generator)
     t = timesteps.to(lat.device)
     if built.objective == "flow":       # rectified flow: x_t = (1 - s) x_0 + s noise, the target is noise - x_0
-        s = (t.float() / num_train).view(-1, 1, 1, 1)
+        s = (t.float() / num_train).view(-1, *([1] * (lat.ndim - 1)))
         noisy, target = (1 - s) * lat + s * noise, noise - lat
     else:
         noisy = built.scheduler.add_noise(lat, noise, t)
         target = noise if built.objective == "epsilon" else built.scheduler.get_velocity(lat, noise, t)
-    states = condition(built, captions)
+    cond = families.condition(built, captions)
     with accel_policy.autocast(built.accel):
-        pred = built.model(noisy.to(states.dtype), t, encoder_hidden_states=states).sample
+        pred = families.predict(built, noisy.to(cond["encoder_hidden_states"].dtype), t, cond)
     return F.mse_loss(pred.float(), target.float())
 
 

@@ -25,6 +25,12 @@ class DiffusionRecipe(InnerRecipe):
     """A Diffusers pipeline folder (model_index.json) or Hub id: its unet, vae, text_encoder, tokenizer, scheduler."""
     resolution: int = 512
     """Images are resized (shorter side) and center-cropped to resolution x resolution (the diffusion section)."""
+    height: int | None = None
+    """Media height (a multiple of 8); None: resolution (the diffusion section)."""
+    width: int | None = None
+    """Media width (a multiple of 8); None: resolution (the diffusion section)."""
+    frames: int = 1
+    """Frames of each clip (1: images); clips are sampled to frames x height x width (the diffusion section)."""
     sample_prompts: tuple[str, ...] = PROMPTS
     """Prompts the finalizer samples before and after training (the diffusion section; learners ignore them)."""
     sample_steps: int = 8
@@ -32,9 +38,21 @@ class DiffusionRecipe(InnerRecipe):
 
     def __post_init__(self) -> None:
         self.check_shared(at_least_one=("sample_steps",))
-        if self.resolution < 8 or self.resolution % 8:
-            raise ValueError(f"resolution {self.resolution}: a positive multiple of 8")
+        for name in ("resolution", "height", "width"):
+            value = getattr(self, name)
+            if value is not None and (value < 8 or value % 8):
+                raise ValueError(f"{name} {value}: a positive multiple of 8")
+        if self.frames < 1:
+            raise ValueError(f"frames {self.frames}: at least 1 (1: images)")
         object.__setattr__(self, "sample_prompts", tuple(self.sample_prompts))
+
+    @property
+    def media_height(self) -> int:
+        return self.height or self.resolution
+
+    @property
+    def media_width(self) -> int:
+        return self.width or self.resolution
 
     @property
     def lora_targets(self) -> tuple[str, ...]:

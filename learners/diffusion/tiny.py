@@ -3,25 +3,11 @@ and the CPU-size benchmark: the real Diffusers classes at a size that trains in 
 from __future__ import annotations
 
 import json
-import string
 from pathlib import Path
 
 import torch
 
-CHARS = string.ascii_lowercase + string.digits + ".,'-"
-
-
-def _write_tokenizer_files(folder: Path) -> tuple[Path, Path]:
-    """A character-level CLIP vocabulary (every char, alone and word-final) with no merges: CLIPTokenizer's BPE
-    then splits words into characters, enough to tell captions apart."""
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for c in CHARS:
-        vocab[c] = len(vocab)
-        vocab[c + "</w>"] = len(vocab)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps(vocab))
-    (folder / "merges.txt").write_text("#version: 0.2\n")
-    return folder / "vocab.json", folder / "merges.txt"
+from yeto.learners.diffusion.tiny_tokenizer import write_tokenizer_files
 
 
 def tiny_pipeline(*, seed: int = 0, scratch: Path, prediction_type: str = "epsilon"):
@@ -41,7 +27,7 @@ def tiny_pipeline(*, seed: int = 0, scratch: Path, prediction_type: str = "epsil
     text = CLIPTextModel(CLIPTextConfig(vocab_size=128, hidden_size=32, intermediate_size=37, num_attention_heads=4,
                                         num_hidden_layers=2, max_position_embeddings=32, bos_token_id=0,
                                         eos_token_id=1, pad_token_id=1))
-    tokenizer = CLIPTokenizer(*map(str, _write_tokenizer_files(scratch)), model_max_length=32,
+    tokenizer = CLIPTokenizer(*map(str, write_tokenizer_files(scratch)), model_max_length=32,
                               pad_token="<|endoftext|>")
     scheduler = DDPMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012,
                               clip_sample=False, steps_offset=1, prediction_type=prediction_type)
@@ -49,11 +35,18 @@ def tiny_pipeline(*, seed: int = 0, scratch: Path, prediction_type: str = "epsil
                                    safety_checker=None, feature_extractor=None, requires_safety_checker=False)
 
 
-def write_tiny_pipeline(folder: Path, *, seed: int = 0, prediction_type: str = "epsilon") -> Path:
-    """Save the tiny pipeline as a Diffusers model folder (model_index.json and one subfolder per component)."""
+def write_tiny_pipeline(folder: Path, *, seed: int = 0, prediction_type: str = "epsilon", family: str = "sd") -> Path:
+    """Save a tiny pipeline as a Diffusers model folder (model_index.json and one subfolder per component): "sd" (the
+    UNet), or a transformer family of learners/diffusion/tiny_dit.py ("sd3", "ltx-video")."""
     import tempfile
+
+    from yeto.learners.diffusion.tiny_dit import BUILDERS
+    if family != "sd" and family not in BUILDERS:
+        raise ValueError(f"tiny family {family!r}: one of sd, {', '.join(BUILDERS)}")
     with tempfile.TemporaryDirectory() as scratch:
-        tiny_pipeline(seed=seed, scratch=Path(scratch), prediction_type=prediction_type).save_pretrained(Path(folder))
+        pipe = (tiny_pipeline(seed=seed, scratch=Path(scratch), prediction_type=prediction_type) if family == "sd"
+                else BUILDERS[family](seed=seed, scratch=Path(scratch)))
+        pipe.save_pretrained(Path(folder))
     return Path(folder)
 
 

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from yeto.infra import signing
 from yeto.infra.source_pins import sha256_file
 from yeto.schemas.diffusion_section import DiffusionSection
-from yeto.services.finalizer.diffusion_samples import WEIGHTS
+from yeto.services.finalizer.diffusion_samples import WEIGHTS, base_location
 from yeto.services.finalizer.provenance import provenance
 
 ADAPTER_NAME = "default"          # peft's name of the one adapter a learner trains
@@ -34,7 +34,7 @@ def _sections(recipe: Any) -> tuple[dict[str, Any], DiffusionSection]:
 
 
 def write_lora(state: dict[str, np.ndarray], train: dict[str, Any], out: Path) -> str:
-    """The learner's trainable tensors (peft names on the UNet) as Diffusers' LoRA file; returns its name."""
+    """The learner's trainable tensors (peft names on the denoiser) as Diffusers' LoRA file; returns its name."""
     import torch
     from diffusers import StableDiffusionPipeline
     from diffusers.utils import convert_state_dict_to_diffusers
@@ -44,6 +44,13 @@ def write_lora(state: dict[str, np.ndarray], train: dict[str, Any], out: Path) -
                   for n, v in state.items()}
     config = LoraConfig(r=train.get("lora_r", 16), lora_alpha=train.get("lora_alpha", 32), init_lora_weights="gaussian",
                         target_modules=list(train.get("target_modules") or ATTENTION))
+    index = StableDiffusionPipeline.load_config(base_location(train))
+    if "transformer" in index:      # a DiT pipeline (SD3, LTX-Video): its own loader, keys `transformer.*`
+        import diffusers
+        getattr(diffusers, index["_class_name"]).save_lora_weights(
+            str(out), transformer_lora_layers=peft_names, transformer_lora_adapter_metadata=config.to_dict(),
+            weight_name=WEIGHTS)
+        return WEIGHTS
     StableDiffusionPipeline.save_lora_weights(str(out), unet_lora_layers=convert_state_dict_to_diffusers(peft_names),
                                               unet_lora_adapter_metadata=config.to_dict(), weight_name=WEIGHTS)
     return WEIGHTS
@@ -63,7 +70,7 @@ def write_diffusion_artifact(state: dict[str, np.ndarray], *, recipe: Any, out: 
                              versions: dict[int, int], acked: list[str], run: dict[str, Any] | None = None,
                              key: Ed25519PrivateKey | None = None) -> tuple[str, list[str], str]:
     """Write the artifact into `out`; returns (kind, files, manifest sha256), as artifact.write_artifact does."""
-    from yeto.services.finalizer.diffusion_samples import base_location, sample_grid
+    from yeto.services.finalizer.diffusion_samples import sample_grid
 
     train, section = _sections(recipe)
     out.mkdir(parents=True, exist_ok=True)
@@ -78,7 +85,7 @@ def write_diffusion_artifact(state: dict[str, np.ndarray], *, recipe: Any, out: 
         "files": {f: sha256_file(out / f) for f in sorted(set(files))},
         "versions": {str(k): v for k, v in sorted(versions.items())}, "acked_by": sorted(acked),
         "recipe": wire, "data": wire.get("data_check", {}), "num_parameters": int(sum(v.size for v in state.values())),
-        "adapter_for": "the denoiser (unet) of the base pipeline: pipeline.load_lora_weights(folder)",
+        "adapter_for": "the denoiser (unet or transformer) of the base pipeline: pipeline.load_lora_weights(folder)",
         "resume": None, "provenance": provenance(recipe, run or {}),
         "signer_public_key": signing.public_hex(key) if key else "",
     }

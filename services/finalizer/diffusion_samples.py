@@ -1,5 +1,6 @@
 """samples.png of a diffusion artifact: the recipe's prompts sampled with the base pipeline (top row) and with the
-run's LoRA loaded (bottom row), same seeds, few inference steps: the adapter's effect at a glance."""
+run's LoRA loaded (bottom row), same seeds, few inference steps: the adapter's effect at a glance. A video sample is
+a frame strip (its frames left to right)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,10 +22,21 @@ def base_location(train: dict[str, Any]) -> str:
 
 
 def _images(pipe, section: DiffusionSection) -> list:
+    """One image per prompt; a clip's frames side by side (a frame strip) when the section samples --frames > 1."""
     import torch
-    return [pipe(prompt, num_inference_steps=section.sample_steps, height=section.resolution, width=section.resolution,
-                 generator=torch.Generator().manual_seed(SEED + i), output_type="pil").images[0]
-            for i, prompt in enumerate(section.sample_prompts)]
+    from PIL import Image
+    h, w = section.height or section.resolution, section.width or section.resolution
+    clip = {"num_frames": section.frames} if section.frames > 1 else {}
+    out = []
+    for i, prompt in enumerate(section.sample_prompts):
+        result = pipe(prompt, num_inference_steps=section.sample_steps, height=h, width=w, output_type="pil",
+                      generator=torch.Generator().manual_seed(SEED + i), **clip)
+        frames = result.frames[0] if clip else result.images[:1]
+        strip = Image.new("RGB", (w * len(frames), h))
+        for k, frame in enumerate(frames):
+            strip.paste(frame, (k * w, 0))
+        out.append(strip)
+    return out
 
 
 def sample_grid(base: str, out: Path, section: DiffusionSection) -> list[str]:
@@ -39,10 +51,10 @@ def sample_grid(base: str, out: Path, section: DiffusionSection) -> list[str]:
     before = _images(pipe, section)
     pipe.load_lora_weights(str(out), weight_name=WEIGHTS)   # by name: offline, diffusers < 0.42 asks for it
     after = _images(pipe, section)
-    size = section.resolution
-    grid = Image.new("RGB", (size * len(before), size * 2))
+    w, h = before[0].size
+    grid = Image.new("RGB", (w * len(before), h * 2))
     for col, (a, b) in enumerate(zip(before, after)):
-        grid.paste(a, (col * size, 0))
-        grid.paste(b, (col * size, size))
+        grid.paste(a, (col * w, 0))
+        grid.paste(b, (col * w, h))
     grid.save(out / GRID)
     return [GRID]

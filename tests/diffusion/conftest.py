@@ -1,4 +1,5 @@
-"""Fixtures of the diffusion tests: a tiny random-init Stable Diffusion pipeline and captioned images, built offline."""
+"""Fixtures of the diffusion tests: tiny random-init pipelines (Stable Diffusion, SD3, LTX-Video) with captioned images
+and clips, built offline."""
 from __future__ import annotations
 
 import sys
@@ -15,3 +16,19 @@ def tiny(tmp_path_factory) -> dict:
     from yeto.learners.diffusion.tiny import write_tiny_images, write_tiny_pipeline
     root = tmp_path_factory.mktemp("diffusion")
     return {"model": write_tiny_pipeline(root / "model"), "data": write_tiny_images(root / "data", num_images=24)}
+
+
+@pytest.fixture(scope="session")
+def tiny_sd3(tmp_path_factory) -> Path:
+    """A tiny random-init Stable Diffusion 3 pipeline folder (MMDiT transformer, flow matching)."""
+    from yeto.learners.diffusion.tiny import write_tiny_pipeline
+    return write_tiny_pipeline(tmp_path_factory.mktemp("sd3") / "model", family="sd3")
+
+
+@pytest.fixture(scope="session")
+def tiny_ltx(tmp_path_factory) -> dict:
+    """{"model": a tiny random-init LTX-Video pipeline folder, "data": 16 captioned 12-frame 32x32 MP4 clips}."""
+    from yeto.learners.diffusion.tiny import write_tiny_pipeline
+    from yeto.learners.diffusion.tiny_dit import write_tiny_clips
+    root = tmp_path_factory.mktemp("ltx")
+    return {"model": write_tiny_pipeline(root / "model", family="ltx-video"), "data": write_tiny_clips(root / "clips")}

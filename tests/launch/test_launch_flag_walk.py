@@ -126,6 +126,12 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--nats-url": cli("cli/test_cli_conventions.py::test_global_flags_are_accepted_before_or_after_the_command"),
     "--model-kind": cli("diffusion/test_diffusion_launch.py::test_both_islands_push_to_merged_rounds_and_the_run_finalizes"),
     "--resolution": cli("diffusion/test_diffusion_launch.py::test_the_artifact_loads_into_the_pipeline_with_load_lora_weights"),
+    "--frames": cli("diffusion/test_diffusion_launch_dit.py::"
+                    "test_an_ltx_video_run_on_two_islands_trains_on_clips_finalizes_and_its_artifact_loads"),
+    "--height": cli("diffusion/test_diffusion_launch_dit.py::"
+                    "test_an_ltx_video_run_on_two_islands_trains_on_clips_finalizes_and_its_artifact_loads"),
+    "--width": cli("diffusion/test_diffusion_launch_dit.py::"
+                   "test_an_ltx_video_run_on_two_islands_trains_on_clips_finalizes_and_its_artifact_loads"),
 }
 
 
@@ -227,6 +233,7 @@ PLANNED = "only shape the fleet the planner picks"
                                          (("--head-cloud", "aws"), "only reach the run's head VM and cloud islands"),
                                          (("--env-from-host", "HOME"), "only reach the run's head VM and cloud islands"),
                                          (("--resolution", "64"), "sizes the images of a diffusion run"),
+                                         (("--frames", "9"), "sizes the images of a diffusion run"),
                                          (("--seq-len", "64", "--model-kind", "diffusion"), "only reach the causal-LM learner"),
                                          (("--eval-data", "x.jsonl", "--model-kind", "diffusion"), "only reach the causal-LM"),
                                          (("--tuning", "full", "--model-kind", "diffusion"), "only reach the causal-LM"),

@@ -15,20 +15,26 @@ def add_arguments(p) -> None:
                    help="lm: a causal language model (default); diffusion: LoRA on a Diffusers pipeline's denoiser, "
                         "--data a folder of images with metadata.jsonl (docs/DIFFUSION.md)")
     p.add_argument("--resolution", type=int, help="diffusion: images resized and center-cropped to this (default 512)")
+    p.add_argument("--height", type=int, help="diffusion: media height (default --resolution)")
+    p.add_argument("--width", type=int, help="diffusion: media width (default --resolution)")
+    p.add_argument("--frames", type=int, help="diffusion: frames sampled from each clip (default 1: images; a video "
+                                              "family such as LTX-Video takes clips: docs/DIFFUSION.md)")
 
 
 def check_media(args) -> dict[str, Any]:
     """Every row read as the learners will (the diffusion data contract); the launch's data check record."""
-    from yeto.learners.diffusion.api import read_media
+    from yeto.learners.diffusion.api import clip_errors, read_media
     report = read_media(args.data)
     if not report.ok:
         raise ValueError(f"--data {args.data} is not usable images with captions:\n  " + "\n  ".join(report.bad_rows[:20]))
     kinds: dict[str, int] = {}
     for item in report.items:
         kinds[item.kind] = kinds.get(item.kind, 0) + 1
-    if set(kinds) != {"image"}:
-        raise ValueError(f"--data {args.data}: {kinds.get('video', 0)} video row(s); the diffusion learner trains on "
-                         "images only for now (docs/DIFFUSION.md)")
+    if (args.frames or 1) > 1 and (bad := clip_errors(report.items, args.frames)):
+        raise ValueError(f"--data {args.data}: {len(bad)} bad clip row(s):\n  " + "\n  ".join(bad[:20]))
+    if (args.frames or 1) == 1 and set(kinds) != {"image"}:
+        raise ValueError(f"--data {args.data}: {kinds.get('video', 0)} video row(s): give --frames N to train on "
+                         "clips (docs/DIFFUSION.md)")
     rows = json.dumps([[i.path and Path(i.path).name, i.caption] for i in report.items]).encode()
     return {"source": args.data, "revision": None, "fingerprint": hashlib.sha256(rows).hexdigest(),
             "num_rows": report.num_rows, "num_bad": 0, "data_format": "diffusion", "on_bad_rows": args.on_bad_rows,
@@ -50,6 +56,6 @@ def sections(args, train: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     """(train section with pins, diffusion section), checked as the learners will read them."""
     from yeto.learners.diffusion.api import DiffusionRecipe
     train = {**train, "pins": {"base": pin_pipeline(args.model), "data": pin_data(args.data, None)}}
-    diffusion = {"resolution": args.resolution} if args.resolution is not None else {}
+    diffusion = {k: getattr(args, k) for k in ("resolution", "height", "width", "frames") if getattr(args, k) is not None}
     DiffusionRecipe.from_dict({**train, **diffusion})    # ValueError names a bad setting before anything starts
     return train, diffusion

@@ -44,8 +44,10 @@ def refuse_unread(args) -> None:
     if getattr(args, "external_price", 0.0) and not getattr(args, "external_learners", 0):
         raise ValueError("--external-price bills joined learners, and there are none: add --external-learners N, "
                          "or drop --external-price")
-    if getattr(args, "resolution", None) is not None and getattr(args, "model_kind", "lm") != "diffusion":
-        raise ValueError("--resolution sizes the images of a diffusion run: add --model-kind diffusion, or drop it")
+    for flag in ("resolution", "height", "width", "frames"):
+        if getattr(args, flag, None) is not None and getattr(args, "model_kind", "lm") != "diffusion":
+            raise ValueError(f"--{flag} sizes the images of a diffusion run (and its clips): add --model-kind "
+                             "diffusion, or drop it")
     lm = [flag for dest, flag in LM_ONLY.items() if dest in actions and getattr(args, dest) != actions[dest].default]
     if getattr(args, "model_kind", "lm") == "diffusion" and getattr(args, "external_learners", 0):
         raise ValueError("--external-learners: `yeto join` runs the causal-LM learner (torch or MLX), not the diffusion "

@@ -1,0 +1,82 @@
+"""Real two-island runs of the transformer families: `yeto launch --model-kind diffusion` on a tiny SD3 pipeline with
+images, and on a tiny LTX-Video pipeline with clips (`--frames 9 --height 32 --width 32`): the syncer merges rounds
+both islands pushed to, the finalizer writes the Diffusers LoRA and the before/after samples (a frame strip per
+video prompt), and the artifact loads with `pipeline.load_lora_weights`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from e2e_stack import Stack
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+FLAGS = ("--model-kind", "diffusion", "--micro-batch", "2", "--max-steps", "12", "--sync-every", "4", "--lr", "1e-2")
+TRAIN = ("--fragments", "2", "--warmup-steps", "2")
+
+
+def _run(tmp_path_factory, name: str, model: Path, data: Path, *flags: str):
+    s = Stack(tmp_path_factory.mktemp(name) / "home", model, data)
+    try:   # inside: a launch that fails half way still has its stack taken down
+        s.launch(name, *FLAGS, *flags, train_flags=TRAIN)
+        yield s, s.finish(name, timeout=360)
+    finally:
+        s.down()
+
+
+@pytest.fixture(scope="module")
+def sd3_run(tmp_path_factory, tiny, tiny_sd3):
+    yield from _run(tmp_path_factory, "sd3-two", tiny_sd3, tiny["data"], "--resolution", "16")
+
+
+@pytest.fixture(scope="module")
+def ltx_run(tmp_path_factory, tiny_ltx):
+    yield from _run(tmp_path_factory, "ltx-two", tiny_ltx["model"], tiny_ltx["data"], "--frames", "9", "--height", "32",
+                    "--width", "32")
+
+
+def _finalized_by_both(s: Stack, run_id: str, output: str) -> Path:
+    assert "run finalized (max_steps)" in output, output
+    merged = s.events(run_id, "RoundMerged")
+    both = [e for e in merged if {"island-0", "island-1"} <= set(e["responders"])]
+    assert both, f"rounds with both learners: {[(e['fragment'], e['responders']) for e in merged]}"
+    (written,) = s.events(run_id, "ArtifactWritten")
+    assert written["artifact_kind"] == "adapter"
+    assert {"pytorch_lora_weights.safetensors", "samples.png", "manifest.json"} <= set(written["files"])
+    return Path(written["local_path"])
+
+
+def _moved_by_the_artifact(model: Path, artifact: Path, **inputs) -> bool:
+    from diffusers import DiffusionPipeline
+    pipe = DiffusionPipeline.from_pretrained(str(model))
+    with torch.no_grad():
+        base = pipe.transformer(**inputs, return_dict=False)[0]
+        pipe.load_lora_weights(str(artifact), weight_name="pytorch_lora_weights.safetensors")
+        assert any("lora" in n for n, _ in pipe.transformer.named_parameters())
+        tuned = pipe.transformer(**inputs, return_dict=False)[0]
+    return not torch.allclose(base, tuned, atol=1e-4)
+
+
+def test_an_sd3_run_on_two_islands_finalizes_and_its_artifact_loads(sd3_run, tiny_sd3):
+    s, output = sd3_run
+    artifact = _finalized_by_both(s, "sd3-two", output)
+    g = torch.Generator().manual_seed(0)
+    assert _moved_by_the_artifact(tiny_sd3, artifact, hidden_states=torch.randn(1, 4, 16, 16, generator=g),
+                                  timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, 8, 64, generator=g),
+                                  pooled_projections=torch.randn(1, 64, generator=g))
+    assert Image.open(artifact / "samples.png").size == (3 * 16, 2 * 16)   # the default prompts, before and after
+
+
+def test_an_ltx_video_run_on_two_islands_trains_on_clips_finalizes_and_its_artifact_loads(ltx_run, tiny_ltx):
+    s, output = ltx_run
+    artifact = _finalized_by_both(s, "ltx-two", output)
+    (launch,) = s.events("ltx-two", "RunLaunched")     # the LaunchRun recipe, as the launcher took it
+    assert {k: launch["recipe"]["diffusion"][k] for k in ("frames", "height", "width")} == dict(frames=9, height=32,
+                                                                                               width=32)
+    g = torch.Generator().manual_seed(0)
+    assert _moved_by_the_artifact(tiny_ltx["model"], artifact, hidden_states=torch.randn(1, 3 * 8 * 8, 8, generator=g),
+                                  timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, 8, 32, generator=g),
+                                  encoder_attention_mask=torch.ones(1, 8), num_frames=3, height=8, width=8)
+    assert Image.open(artifact / "samples.png").size == (3 * 9 * 32, 2 * 32)   # a 9-frame strip per prompt, twice
