@@ -32,6 +32,8 @@ class Learner:
     """Generation -> the tokens it last reported (each generation counts from zero)."""
     eval_loss: float | None = None
     """The last reported held-out loss (TrainRecipe.eval_every)."""
+    step_time_s: float | None = None
+    """The last reported seconds per step: the ETA's pace (services/planner/estimate.py)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def _set_island(view: RunView, isl: Island) -> RunView:
 def _progress(view: RunView, e: LearnerProgress) -> RunView:
     old = view.learners.get(e.learner, Learner())
     learner = Learner(step=max(old.step, e.step), loss=e.loss, tokens={**old.tokens, e.generation: e.tokens},
-                      eval_loss=old.eval_loss if e.eval_loss is None else e.eval_loss)
+                      eval_loss=old.eval_loss if e.eval_loss is None else e.eval_loss, step_time_s=e.step_time_s or None)
     view = replace(view, learners={**view.learners, e.learner: learner})
     i = island_index(e.learner)
     return _set_island(view, beat(view.islands[i], e)) if i is not None and i < len(view.islands) else view

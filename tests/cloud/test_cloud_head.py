@@ -105,7 +105,7 @@ def _world(mp: pytest.MonkeyPatch, root: Path, **changes) -> None:
 def _launch(material, state: Path, run: str, *extra: str) -> int:
     model, data = material
     return main(["--state-dir", str(state), "launch", "--gpu", "aws:1xA100", "--model", str(model), "--data", str(data),
-                 "--catalog-dir", str(CATALOG), "--seq-len", "64", "--max-steps", "3", "--run-id", run, *extra])
+                 "--catalog-dir", str(CATALOG), "--seq-len", "64", "--max-steps", "3", "--run-id", run, "--yes", *extra])
 
 
 @pytest.fixture(scope="module")

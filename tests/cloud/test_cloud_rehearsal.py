@@ -45,7 +45,7 @@ class Laptop:
 
     def launch(self, run_id: str, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return self.yeto("launch", "--gpu", ISLANDS, "--model", str(self.model), "--data", str(self.data), *TRAIN_FLAGS,
-                         "--run-id", run_id, *flags, timeout=timeout)
+                         "--run-id", run_id, "--yes", *flags, timeout=timeout)
 
     def islands(self, run_id: str) -> list[dict]:
         jobs = rehearsal_world.record(self.world)["jobs"].values()

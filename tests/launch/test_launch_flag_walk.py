@@ -112,6 +112,8 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--head-memory-gb": planner("--head-memory-gb", "64", field="head_memory_gb", want=64),
     "--catalog-dir": cli(CLOUD_HEAD + "test_the_planner_path_plans_here_and_reaches_the_heads_provisioning_without_a_stack"),
     "--confirm": cli(CLOUD_HEAD + "test_the_planner_path_plans_here_and_reaches_the_heads_provisioning_without_a_stack"),
+    "--dry-run": cli("launch/test_launch_dry_run.py::"
+                     "test_a_cloud_dry_run_shows_the_head_and_each_island_s_skypilot_task_and_calls_no_skypilot"),
     "--wait": cli("cli/test_cli_trackers.py::test_wait_on_a_terminal_follows_the_bus_with_the_live_view"),
     "--env-from-host": cli(CLOUD_HEAD + "test_env_from_host_names_must_be_names_and_hf_token_goes_when_set"),
     "--head-cloud": cli(CLOUD_HEAD + "test_an_unknown_head_cloud_is_refused_before_renting"),

@@ -31,8 +31,8 @@ def test_scripted_run_folds_to_the_exact_final_view():
     assert [(i.phase, i.generation, i.last_step, i.price_per_hour) for i in v.islands] == [("up", 0, 10, 2.0), ("up", 1, 20, 3.0)]
     assert [(i.meter.up_since, i.meter.closed_hours, i.meter.closed_usd) for i in v.islands] == [
         (None, 1.0, 2.0), (None, pytest.approx(50 / 60), pytest.approx(2.5))]      # the run's end closed both meters
-    assert v.learners == {"island-0": Learner(step=10, loss=2.5, tokens={0: 1000}),
-                          "island-1": Learner(step=20, loss=1.8, tokens={0: 2000, 1: 500})}
+    assert v.learners == {"island-0": Learner(step=10, loss=2.5, tokens={0: 1000}, step_time_s=1.0),
+                          "island-1": Learner(step=20, loss=1.8, tokens={0: 2000, 1: 500}, step_time_s=1.0)}
     assert v.num_tokens == 3500 and spend_usd(v, at(600)) == pytest.approx(SCRIPTED_SPEND)
 
 

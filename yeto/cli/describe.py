@@ -15,11 +15,9 @@ def max_steps(recipe: dict) -> int | None:
 
 
 def eta_s(v: RunView, now: datetime) -> float | None:
-    """Seconds left at the pace so far, from the furthest learner's step and the run's max_steps."""
-    step, limit = max((lr.step for lr in v.learners.values()), default=0), max_steps(v.recipe)
-    if not limit or step <= 0 or v.launched_at is None or v.ended:
-        return None
-    return max(0.0, (now - v.launched_at).total_seconds() * (limit - step) / step)
+    """Seconds left: services/planner/estimate.py's, the one ETA the terminal, status and the dashboard show."""
+    from yeto.services.planner.estimate import seconds_left
+    return seconds_left(v, now)
 
 
 def describe(v: RunView, now: datetime | None) -> str:
@@ -33,8 +31,8 @@ def describe(v: RunView, now: datetime | None) -> str:
              f"  spend so far ${spend_usd(v, now):.4f} (head ${head_usd(v, now):.4f}); tokens {v.num_tokens}"]
     eta = eta_s(v, now) if now else None
     if eta is not None:
-        step = max(lr.step for lr in v.learners.values())
-        lines.append(f"  ETA ~{eta / 60:.1f} min (step {step}/{max_steps(v.recipe)})")
+        step = max((lr.step for lr in v.learners.values()), default=0)
+        lines.append(f"  ETA ~{eta / 60:.1f} min (step {step}/{max_steps(v.recipe) or '-'})")
     text = "\n".join(lines) + "\n"
     if v.islands:
         rows = [[isl.index, isl.phase, isl.generation, isl.price_per_hour, round(isl.meter.hours_at(until) * 3600),

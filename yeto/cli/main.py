@@ -106,6 +106,12 @@ def command_of(argv: list[str]) -> str | None:
     return None
 
 
+def plain(error: BaseException) -> str:
+    """An error's message without terminal colour codes (SkyPilot's errors carry them into Yeto's)."""
+    from yeto.cli.launch.confirm import strip_ansi
+    return strip_ansi(str(error))
+
+
 def main(argv: list[str] | None = None) -> int:
     completing = "_ARGCOMPLETE" in os.environ       # a shell asks for completions (argcomplete; docs/CLI.md)
     argv = os.environ.get("COMP_LINE", "").split()[1:] if completing else sys.argv[1:] if argv is None else argv
@@ -128,10 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ValueError as e:   # the user's errors: the message says what to fix; no traceback, exit status 2
-        print(f"yeto: error: {e}", file=sys.stderr)
+        print(f"yeto: error: {plain(e)}", file=sys.stderr)
         return 2
     except (ConnectionError, TimeoutError) as e:   # the bus cannot be reached within the connect timeout: one line, exit status 1
-        print(f"yeto: error: {e}", file=sys.stderr)
+        print(f"yeto: error: {plain(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

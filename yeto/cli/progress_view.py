@@ -12,6 +12,7 @@ from yeto.cli.describe import max_steps
 from yeto.cli.follow import Progress as Lines
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.run_view import RunView, fold, spend_usd
+from yeto.services.planner.estimate import learner_seconds_left, seconds_left
 
 
 def _max_steps(view: RunView) -> int | None:
@@ -51,11 +52,13 @@ class LiveView:
         version = max(v.versions.values(), default=0)
         limit = LaunchRecipe.upcast(v.recipe).limits.max_spend
         spend = f"${spend_usd(v, v.last_ts):.4f}" + (f" of ${limit:g}" if limit else "")
-        return Text(f"{v.phase}: rounds merged {v.rounds_merged}, global version {version}, spend {spend}")
+        left = seconds_left(v, v.last_ts) if v.last_ts else None     # status's and the dashboard's ETA, at the event's time
+        eta = f", run ETA {_eta(left)}" if left is not None else ""
+        return Text(f"{v.phase}: rounds merged {v.rounds_merged}, global version {version}, spend {spend}{eta}")
 
     def _learner(self, e: Any) -> None:
         total = _max_steps(self.view) if self.view else None
-        left = (total - e.step) * e.step_time_s if total else None
+        left = learner_seconds_left(total, e.step, e.step_time_s) if total else None
         fields: dict[str, Any] = dict(loss=f"{e.loss:.4f}", tps=f"{e.tokens_per_s:.0f}", eta=_eta(left))
         if e.learner not in self.tasks:
             self.tasks[e.learner] = self.bars.add_task(e.learner, total=total, **fields)

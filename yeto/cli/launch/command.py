@@ -9,7 +9,7 @@ from yeto.cli import join as external
 from yeto.cli import trackers
 from yeto.cli.autopull import pull_if_ended
 from yeto.cli.common import conf, publish, run_id_arg, state_dir, url_for_run, url_or_none
-from yeto.cli.launch import checks, limits, lineage
+from yeto.cli.launch import checks, confirm, dry_run, limits, lineage
 from yeto.cli.launch import cloud as cloud_launch
 from yeto.cli.launch import diffusion as diffusion_flags
 from yeto.cli.launch import recipe as recipe_flags
@@ -24,6 +24,7 @@ from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.recipe import GLOBAL_APPLIES, MERGES, RESTARTS
 from yeto.schemas.run_phase import RUN_END
 from yeto.schemas.subjects import event_subject
+from yeto.services.planner.estimate import plan_estimate
 
 
 def register(sub) -> None:
@@ -40,7 +41,9 @@ def register(sub) -> None:
     a("--shard", choices=("auto", "ddp", "fsdp"), default="auto", help="inside an island: DDP replicas or FSDP2 shards")
     a("--activation-checkpointing", choices=("auto", "on", "off"), default="auto",
       help="recompute activations in the backward pass (auto: where the memory model says they do not fit)")
-    a("--confirm", action="store_true", help="launch the planner's fleet without asking")
+    a("--yes", "--confirm", dest="confirm", action="store_true",
+      help="rent a cloud fleet (yours or the planner's) without asking; without it a cloud launch shows its plan and "
+           "asks once on a terminal, and refuses elsewhere")
     a("--output", default="", help="local path, store URI (s3://, gs://, ...) or hf://org/repo (default: the run folder)")
     a("--max-steps", type=int, help="inner steps per learner")
     a("--max-tokens", type=int, help="tokens trained over all learners")
@@ -86,6 +89,7 @@ def register(sub) -> None:
     a("--run-id", type=run_id_arg, help="run id (default: generated)")
     a("--wait", action="store_true", help="follow the run; exit 0 when finalized, non-zero otherwise")
     cloud_launch.add_arguments(p)
+    dry_run.add_arguments(p)
     external.add_launch_arguments(p)
     lineage.add_arguments(p)
     trackers.add_arguments(p)
@@ -179,7 +183,8 @@ def cmd_launch(args) -> int:
                                 micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing,
                                 shard=args.shard)
         fleet = checks.fleet_entries(islands, spot=args.spot, prices=catalog_prices(args, islands), local_price=args.local_price)
-        limits.ask_for_limit(args, fleet)
+        if not args.dry_run:
+            limits.ask_for_limit(args, fleet)
         launch = build_launch(args, run_id, fleet)
     named = conf(args).nats_url        # --nats-url / $YETO_NATS_URL: a stack the user runs
     refuse_syncers_elsewhere(args, named)
@@ -188,18 +193,34 @@ def cmd_launch(args) -> int:
             raise ValueError("without --gpu the planner picks the fleet, and it needs --budget-per-hour ($/hr) or "
                              "--flops (TFLOPs); or name the fleet yourself: --gpu local:1xcpu,local:1xcpu trains two "
                              "islands on this machine")
-        fleet = fleet_from_planner(args, named, run_id) if named else cloud_launch.plan_here(args)
+        fleet = fleet_from_planner(args, named, run_id) if named and not args.dry_run else cloud_launch.plan_here(args)
         if fleet is None:
             return 1
         limits.check_fleet_size(fleet, args)
-        limits.ask_for_limit(args, fleet)
+        if not args.dry_run:
+            limits.ask_for_limit(args, fleet)
         launch = build_launch(args, run_id, fleet)
     launch, lineage_events = lineage.apply(args, launch)      # a parent mismatch is refused before anything starts
-    if external.on_cloud(launch.fleet) and not named:
+    cloud = external.on_cloud(launch.fleet)
+    if named and cloud:
+        cloud_launch.refuse_loopback(named)
+    estimate = plan_estimate(launch.fleet, LaunchRecipe.upcast(launch.recipe),
+                             weights_gb=args.weights_gb or checks.known_weights_gb(args.model))
+    if args.dry_run or cloud:          # the plan before money is spent, and the one question (--yes answers it)
+        print(dry_run.render(args, launch, estimate, cloud=cloud), flush=True)
+        if args.dry_run:
+            print("dry run: nothing was started, rented or written; drop --dry-run to launch")
+            return 0
+        if not confirm.rent_or_not(args, f"Rent {'the islands' if named else 'the head VM and the islands'} above?"):
+            print("not launched")
+            return 1
+    elif estimate:
+        print(estimate.render())
+    if cloud and not named:
+        confirm.start_sky_server()      # detached from this terminal before SkyPilot's first call would start it
         url, launch = cloud_launch.run_on_head(args, launch, lineage_events)      # the run's own head VM, then the run on it
     else:
-        if named and external.on_cloud(launch.fleet):
-            cloud_launch.refuse_loopback(named)
+        if named and cloud:
             launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(bus_url=named).wire()})
         url = url_or_none(args) or local_stack_url(args)
         if asyncio.run(_run_exists(url, run_id)):

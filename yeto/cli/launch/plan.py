@@ -65,7 +65,7 @@ def fleet_from_planner(args, url: str, run_id: str) -> list[dict] | None:
 
 
 def fleet_from_answer(args, answer: dict) -> list[dict] | None:
-    """The planner's answer shown; its fleet once the user confirms (or --confirm), else None."""
+    """The planner's answer shown, and its fleet (`yeto launch` shows the plan's cost and asks once), else None."""
     from yeto.cli.shape import render
     from yeto.services.planner.api import FleetPlan
 
@@ -77,9 +77,6 @@ def fleet_from_answer(args, answer: dict) -> list[dict] | None:
         print(render(FleetPlan.from_dict(plan), args.model, args.price_margin))
     except TypeError:
         print(f"planned fleet: {plan.get('gpu')} at ${plan.get('total_price_per_hour', 0):.2f}/hr")
-    if not args.confirm and input("Launch this fleet? [y/N] ").strip().lower() not in ("y", "yes"):
-        print("not launched")
-        return None
     return [{"cloud": i["cloud"], "gpu": i["gpu"], "count": i["count"], "nodes": i["nodes"], "region": i["region"],
              "spot": i["spot"], "price_per_hour": i["price_per_hour"], "instance_type": i.get("instance_type")}
             for i in plan["islands"]]
