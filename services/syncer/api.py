@@ -1,4 +1,4 @@
-"""The syncer's public face: its core and the kernels the merge, memory and round benchmarks measure.
+"""The syncer's public face: its core, the kernels the merge, memory and round benchmarks measure, the head's model.
 
 The CLI never needs the syncer, so this face is not one of the CLI's (tests/layering.py: FACES); benchmarks/ reach the
 syncer through it alone (BENCH_FACES).
@@ -6,8 +6,9 @@ syncer through it alone (BENCH_FACES).
 from __future__ import annotations
 
 from yeto.services.syncer import (
-           backend,  # the array backend the merge runs on: NumPy, or CuPy on a GPU
-           profiling,  # timers on a round's steps (benchmarks/round_profile.py)
+    backend,  # the array backend the merge runs on: NumPy, or CuPy on a GPU
+    profiling,  # timers on a round's steps (benchmarks/round_profile.py)
+    throughput,  # the head's round time from measured rates, and the head a fleet needs (docs/HEAD.md)
 )
 from yeto.services.syncer.core import SyncerCore  # the pure round logic: pushes in, outputs out
 from yeto.services.syncer.gram import RowProducts, gram, gram_row  # the Gram matrix whole, one row, fused with a decode
@@ -17,4 +18,4 @@ from yeto.services.syncer.rows import FragmentRows  # one fragment's theta, mome
 from yeto.services.syncer.snapshot import write as write_snapshot  # a fragment's snapshot to disk, as the service does
 
 __all__ = ["Broadcast", "FragmentRows", "RowProducts", "SaveSnapshot", "SyncerCore", "backend", "gram", "gram_row",
-           "merge_round", "perform", "profiling", "write_snapshot"]
+           "merge_round", "perform", "profiling", "throughput", "write_snapshot"]

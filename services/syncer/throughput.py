@@ -1,0 +1,118 @@
+"""The head's throughput model: a syncer round's time from measured per-core rates, and the head a fleet needs.
+
+A round of one fragment of n values with M pushes costs, on one core (services/syncer/core.py's path):
+    intake    every push's encoded bytes hashed twice (each chunk, then the whole), 2 M B_up sha
+    take_in   push k decoded with its Gram row, which folds k + 2 rows: n (a_up + b_up (k + 2)), k = 0..M-1
+    merge     the outer step over M pushes: n (c0 + c1 (M + 2))
+    broadcast the fused encode of theta - shadow that advances the shadow, n e_down, and its bytes hashed twice
+    snapshot  three rows copied for the background write: 3 n copy
+and on `cores` kernel threads that total divided by 1 + (min(cores, MAX_USEFUL_CORES) - 1) EFFICIENCY. The rates
+are measured by benchmarks/head_rates.py (docs/HEAD.md has the command, the numbers and the model's error against
+a measured round). A syncer instance takes its fragments' rounds one after another, so an instance owning f
+fragments is busy f T(cores) per interval of the fleet (the H inner steps every learner does between pushes of a
+fragment); `size_head` finds the fewest cores, over instances (`--syncers` shards) and threads, that keep every
+instance under `margin` of the interval, or says by how much no head can.
+
+    throughput.round_seconds(16 << 20, learners=4, codec_up="q4", codec_down="q4", cores=2)
+    throughput.size_head(8_030_000_000, fragments=8, learners=4, codec_up="q4", codec_down="q4", interval_s=60.0)
+The planner (services/planner/) is where a fleet's interval is known; it should call `size_head` when it shapes a
+fleet and refuse or grow the head from its answer.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from yeto.schemas import codecs
+
+MAX_USEFUL_CORES = 8        # beyond this one instance's memory bandwidth, not its cores, bounds a round (not measured here)
+EFFICIENCY = 0.9            # each core past the first adds this much of one: 1 -> 2 threads gave 1.96x (round.py, 16M, quiet)
+
+
+def _ns(table: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    return {k: (a * 1e-9, b * 1e-9) for k, (a, b) in table.items()}
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Seconds per unit on one core (benchmarks/head_rates.py prints them in ns; these are of 2026-12-05, 2 cores
+    of an AMD EPYC znver4 shared with other work, best of 5)."""
+
+    ingest: dict[str, tuple[float, float]] = field(default_factory=lambda: _ns({
+        "q4": (0.55, 0.45), "topk2": (1.6, 0.45), "topk4": (2.2, 0.45), "topk8": (3.3, 0.45),
+        "bf16": (0.6, 0.45), "f32": (0.5, 0.45)}))            # push codec: (a, b) of a + b (rows folded), per value
+    sha256_per_byte: float = 0.55e-9
+    step_per_value: float = 0.3e-9                           # c0
+    step_per_value_row: float = 0.6e-9                       # c1
+    broadcast: dict[str, float] = field(default_factory=lambda: {k: v * 1e-9 for k, v in {
+        "q4": 2.0, "topk2": 14.0, "topk4": 16.0, "topk8": 18.0, "bf16": 2.5, "f32": 1.5}.items()})   # per value
+    copy_per_value_row: float = 0.3e-9
+
+
+def speedup(cores: int) -> float:
+    """What `cores` kernel threads give over one on a round (memory-bound past MAX_USEFUL_CORES)."""
+    return 1.0 + (min(max(cores, 1), MAX_USEFUL_CORES) - 1) * EFFICIENCY
+
+
+def round_seconds(values: int, *, learners: int, codec_up: str, codec_down: str, cores: int = 1,
+                  rates: Rates | None = None) -> float:
+    """Modelled wall seconds of one round of one fragment of `values` with `learners` pushes, on `cores` threads."""
+    r = rates or Rates()
+    n, m = float(values), learners
+    a, b = r.ingest[codecs.codec(codec_up).name]
+    folded = m * (m + 3) / 2                                  # sum of k + 2 over k = 0..m-1
+    intake = 2 * m * codecs.codec(codec_up).encoded_size(values) * r.sha256_per_byte
+    take_in = n * (m * a + folded * b)
+    merge = n * (r.step_per_value + r.step_per_value_row * (m + 2))
+    down = codecs.codec(codec_down)
+    broadcast = n * r.broadcast[down.name] + 2 * down.encoded_size(values) * r.sha256_per_byte
+    snapshot = 3 * n * r.copy_per_value_row
+    return (intake + take_in + merge + broadcast + snapshot) / speedup(cores)
+
+
+@dataclass(frozen=True)
+class HeadSize:
+    """The head a fleet needs: `instances` syncers of `cores` threads each (or why none fits)."""
+
+    fits: bool
+    instances: int
+    cores: int                      # kernel threads per instance
+    round_s: float                  # one fragment's round on one instance
+    busy_s: float                   # an instance's rounds per interval: its fragments, one after another
+    interval_s: float
+    margin: float
+    reason: str = ""
+
+    @property
+    def total_cores(self) -> int:
+        return self.instances * self.cores
+
+
+def size_head(total_values: int, *, fragments: int, learners: int, codec_up: str, codec_down: str, interval_s: float,
+              margin: float = 0.5, max_cores: int = MAX_USEFUL_CORES, max_instances: int | None = None,
+              rates: Rates | None = None) -> HeadSize:
+    """The fewest cores (instances x threads) whose rounds fit in `margin` of the fleet's interval (the seconds
+    learners take for H inner steps): each instance owns ceil(fragments / instances) fragments of
+    total_values / fragments values. When nothing fits, the largest head with `fits` False and the reason, in numbers."""
+    if fragments < 1 or learners < 1 or interval_s <= 0 or not 0 < margin <= 1:
+        raise ValueError("size_head needs fragments >= 1, learners >= 1, interval_s > 0 and 0 < margin <= 1")
+    per_fragment = -(-total_values // fragments)
+    budget = margin * interval_s
+    best: HeadSize | None = None
+    for instances in range(1, min(fragments, max_instances or fragments) + 1):
+        owned = math.ceil(fragments / instances)
+        for cores in range(1, max_cores + 1):
+            round_s = round_seconds(per_fragment, learners=learners, codec_up=codec_up, codec_down=codec_down,
+                                    cores=cores, rates=rates)
+            size = HeadSize(True, instances, cores, round_s, owned * round_s, interval_s, margin)
+            if size.busy_s <= budget and (best is None or size.total_cores < best.total_cores):
+                best = size
+    if best is not None:
+        return best
+    instances = min(fragments, max_instances or fragments)
+    round_s = round_seconds(per_fragment, learners=learners, codec_up=codec_up, codec_down=codec_down, cores=max_cores,
+                            rates=rates)
+    busy = math.ceil(fragments / instances) * round_s
+    return HeadSize(False, instances, max_cores, round_s, busy, interval_s, margin,
+                    reason=f"{instances} syncers of {max_cores} cores take {busy:.3g} s of rounds per interval, above "
+                           f"{margin:.0%} of the fleet's {interval_s:.3g} s interval; learners would wait on the head")
