@@ -10,6 +10,7 @@ and, with `--check`, the model's round time against a round.py-style round measu
 modelled).
 
     .venv/bin/python benchmarks/head_rates.py [--values 4M] [--reps 5] [--check]
+    .venv/bin/python benchmarks/head_rates.py --project [--interval 60]   # docs/HEAD.md's table, from the model alone
 """
 from __future__ import annotations
 
@@ -24,10 +25,14 @@ import numpy as np
 
 from yeto.schemas import codecs
 from yeto.schemas.codecs.base import encode_delta
+from yeto.schemas.recipe import SyncConfig
+from yeto.schemas.syncer_memory import syncer_memory
 from yeto.services.syncer.api import FragmentRows, RowProducts, backend, merge_round, throughput
 
 
 def best(fn, reps: int) -> float:
+    """Best wall seconds of `reps` calls, after one untimed call (kernels compiled or loaded, pages faulted in)."""
+    fn()
     top = float("inf")
     for _ in range(reps):
         start = time.perf_counter()
@@ -80,7 +85,8 @@ def other_rates(n: int, reps: int, rng: np.random.Generator) -> dict[str, float]
 
 
 def check(n: int, reps: int, rates: throughput.Rates) -> None:
-    """The model against a measured round of the same shape: 4 q4 pushes, q4 down, one thread."""
+    """The model, with the rates just measured, against a measured round of the same shape: 4 q4 pushes, q4 down,
+    one thread."""
     import tempfile
     from pathlib import Path
 
@@ -96,12 +102,45 @@ def check(n: int, reps: int, rates: throughput.Rates) -> None:
     print(f"model_error={measured / modelled:.3f}")
 
 
+# trainable values: LoRA r16 on every linear of Llama 3.1 8B (32 layers, 4096 wide, KV 1024, MLP 14336) and 70B (80,
+# 8192, 1024, 28672): r (in + out) per matrix; full tuning of Llama 3.2 1B and 3.1 8B: their parameter counts
+WORKLOADS = {"LoRA r16, 8B": 41_943_040, "LoRA r16, 70B": 207_093_760, "full, 1B": 1_235_814_400,
+             "full, 8B": 8_030_261_248}
+
+
+def project(interval_s: float, learners: int) -> None:
+    """The head each workload needs under the model (default recipe: 8 fragments, q4 up and down)."""
+    config = SyncConfig()
+    up, down = codecs.codec(config.codec_up), codecs.codec(config.codec_down)
+    print(f"model projection: {learners} learners, {config.num_fragments} fragments, {up.name} up, {down.name} down, "
+          f"a fleet interval of {interval_s:.0f} s, rounds within half of it")
+    print(f"{'workload':>14} {'values':>14} {'round 1 core s':>15} {'head':>22} {'busy s':>7} {'RAM GiB':>8} "
+          f"{'NIC in MB':>10} {'NIC out MB':>11}")
+    for name, values in WORKLOADS.items():
+        per_fragment = -(-values // config.num_fragments)
+        one = throughput.round_seconds(per_fragment, learners=learners, codec_up=up.name, codec_down=down.name)
+        size = throughput.size_head(values, fragments=config.num_fragments, learners=learners, codec_up=up.name,
+                                    codec_down=down.name, interval_s=interval_s)
+        ram = syncer_memory(values, num_learners=learners, config=config, num_syncers=size.instances).head / 2**30
+        nic_in = learners * up.encoded_size(per_fragment) * config.num_fragments / 1e6     # every fragment once
+        nic_out = learners * down.encoded_size(per_fragment) * config.num_fragments / 1e6  # each learner a copy
+        head = f"{size.instances} x {size.cores} cores" + ("" if size.fits else " (none)")
+        print(f"{name:>14} {values:>14,} {one:>15.2f} {head:>22} {size.busy_s:>7.2f} {ram:>8.1f} {nic_in:>10.0f} "
+              f"{nic_out:>11.0f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--values", default="4M", help="values per fragment (K, M suffixes)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--check", action="store_true", help="also time a whole round and print model_error")
+    ap.add_argument("--project", action="store_true", help="print the model's head for LoRA and full tuning, measure nothing")
+    ap.add_argument("--interval", type=float, default=60.0, help="with --project: the fleet's seconds per H inner steps")
+    ap.add_argument("--learners", type=int, default=4, help="with --project: pushes per round")
     args = ap.parse_args()
+    if args.project:
+        project(args.interval, args.learners)
+        return
     scale = {"K": 1 << 10, "M": 1 << 20}
     n = int(float(args.values[:-1]) * scale[args.values[-1]]) if args.values[-1] in scale else int(args.values)
     backend.set_threads(1)
@@ -120,13 +159,18 @@ def main() -> None:
         four = 4 * a + b * (2 + 3 + 4 + 5) + 2 * 4 * per_value * other["sha256_s_per_byte"]
         print(f"{name:>6} {per_value:>11.4f} {a * 1e9:>12.3f} {b * 1e9:>16.3f} {4 / four / 1e9:>19.3f} "
               f"{1 / other[f'broadcast_{name}_s_per_value'] / 1e9:>15.3f}")
-    print("rates, as throughput.Rates takes them:")
-    print(f"    ingest={ {k: (round(a * 1e9, 3), round(b * 1e9, 3)) for k, (a, b) in ingest.items()} }")
-    for key, value in other.items():
-        print(f"    {key}={value * 1e9:.4f} ns")
+    rates = throughput.Rates(ingest=ingest, sha256_per_byte=other["sha256_s_per_byte"],
+                             step_per_value=other["step_s_per_value"], step_per_value_row=other["step_s_per_value_row"],
+                             broadcast={k: other[f"broadcast_{k}_s_per_value"] for k in ingest},
+                             copy_per_value_row=other["copy_s_per_value_row"])
+    print("rates in ns, as throughput.Rates holds them:")
+    print(f"    ingest={ {k: (round(a * 1e9, 3), round(b * 1e9, 3)) for k, (a, b) in rates.ingest.items()} }")
+    print(f"    broadcast={ {k: round(v * 1e9, 3) for k, v in rates.broadcast.items()} }")
+    for key in ("sha256_per_byte", "step_per_value", "step_per_value_row", "copy_per_value_row"):
+        print(f"    {key}={getattr(rates, key) * 1e9:.4f}")
     print(f"memcpy_s_per_value={memcpy / n * 1e9:.4f} ns")
     if args.check:
-        check(n, args.reps, throughput.Rates())
+        check(n, args.reps, rates)
 
 
 if __name__ == "__main__":
