@@ -39,7 +39,6 @@ class HashingAssembler(ChunkAssembler):
         super().__init__()
         self._running: dict[tuple[object, ...], tuple[int, Any, Future[None] | None]] = {}
         self._dropped: tuple[tuple[object, ...], tuple[int, Any, Future[None] | None]] | None = None
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="yeto-intake-sha256")
 
     def add(self, header: FragmentHeader, chunk: bytes) -> bytes | None:
         payload = super().add(header, chunk)
@@ -48,7 +47,7 @@ class HashingAssembler(ChunkAssembler):
         if payload is None and entry is not None and fused():
             following, hasher, last = self._running.get(key, (0, hashlib.sha256(), None))
             if header.chunk == following:                       # in order: hashed beside what comes next
-                self._running[key] = (following + 1, hasher, self._worker.submit(hasher.update, entry[1][header.chunk]))
+                self._running[key] = (following + 1, hasher, _worker().submit(hasher.update, entry[1][header.chunk]))
             elif header.chunk > following:                     # a gap: the joined payload is hashed at the end
                 self._running[key] = (-1, hasher, last)
         return payload
@@ -70,6 +69,16 @@ class HashingAssembler(ChunkAssembler):
         super()._drop(key)
         state = self._running.pop(key, None)
         self._dropped = (key, state) if state is not None else None
+
+
+_workers: list[ThreadPoolExecutor] = []
+
+
+def _worker() -> ThreadPoolExecutor:
+    """The one hashing thread of the process's assemblers (made on first use): it takes chunks in the order sent."""
+    if not _workers:
+        _workers.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="yeto-intake-sha256"))
+    return _workers[0]
 
 
 class Intake:
