@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--learners", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="kernel threads")
-    ap.add_argument("--kernels", default="compiled", choices=("reference", "compiled"))
+    ap.add_argument("--kernels", default="compiled", choices=("reference", "separate", "compiled"))
     args = ap.parse_args()
     n, m = rnd.parse_sizes(args.values)[0], args.learners
     backend.set_threads(args.threads)
