@@ -2,10 +2,12 @@
 
 Arms: `sync` (M ranks averaging gradients every step) and Yeto settings (benchmarks/lib_compare.py SETTINGS) with M
 islands of the real diffusion loop through the real DilocoHook/DilocoSync and SyncerCore, in process over a simulated
-network (benchmarks/lib_diffusion_arms.py). Without --model/--data it builds a tiny random-init Stable Diffusion
-pipeline and captioned coloured squares (learners/diffusion/tiny.py), so it runs on a CPU in minutes:
+network (benchmarks/lib_diffusion_arms.py). With --model a family name (sd, sd3, ltx-video) or none it builds that
+tiny random-init pipeline and captioned coloured squares, or moving squares as clips for a video family
+(learners/diffusion/tiny.py, tiny_dit.py), so it runs on a CPU in minutes:
 
     .venv/bin/python benchmarks/diffusion_diloco.py --height 16 --width 16 --steps 60 --seeds 0,1,2
+    .venv/bin/python benchmarks/diffusion_diloco.py --model ltx-video --frames 9 --height 32 --width 32 --steps 60
     .venv/bin/python benchmarks/diffusion_diloco.py --model <pipeline> --data <images> --height 512 \
         --width 512 --steps 500 --device cuda --dry-run
 Last lines: `default_ratio=<mean held-out loss ratio Yeto / sync>` and `default_delta_pct=<mean Δ%>` (or of the
@@ -20,6 +22,8 @@ from pathlib import Path
 
 from lib_compare import SETTINGS, pick, spread, step_times
 
+TINY = ("sd", "sd3", "ltx-video")     # families whose tiny pipeline the benchmark builds (learners/diffusion/families.py)
+
 METRICS = ("held-out denoising loss of the final LoRA at a fixed grid of timesteps with fixed noise",
            "Yeto / sync ratio and Δ% against sync at the same seed (paired), mean ± sd over seeds",
            "bytes on the wire per run, up and down; merged rounds")
@@ -27,11 +31,13 @@ METRICS = ("held-out denoising loss of the final LoRA at a fixed grid of timeste
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", help="Diffusers pipeline folder (default: a tiny random-init one built here)")
-    ap.add_argument("--data", help="images with metadata.jsonl (default: captioned coloured squares built here)")
+    ap.add_argument("--model", default="sd", help=f"a Diffusers pipeline folder, or a family ({', '.join(TINY)}) whose "
+                                                  "tiny random-init pipeline is built here (default sd)")
+    ap.add_argument("--data", help="images or clips with metadata.jsonl (default: captioned coloured squares built "
+                                   "here, moving ones as clips with --frames above 1)")
     ap.add_argument("--height", type=int, default=16)
     ap.add_argument("--width", type=int, default=16)
-    ap.add_argument("--frames", type=int, default=1, help="video frames per sample (1: images; video is not built)")
+    ap.add_argument("--frames", type=int, default=1, help="video frames per sample (1: images)")
     ap.add_argument("--settings", default="default", help=f"all, or some of: {', '.join(SETTINGS)}")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--islands", type=int, default=2)
@@ -49,19 +55,24 @@ def check(args) -> list[str]:
     names = pick(args.settings)
     if min(args.height, args.width, args.frames, args.islands, args.steps) < 1 or args.height % 8 or args.width % 8:
         raise ValueError("height and width must be positive multiples of 8; frames, islands, steps >= 1")
-    if args.height != args.width:
-        raise ValueError("the diffusion learner trains square images (--resolution): give --height equal to --width")
+    if args.model in TINY and (args.frames > 1) != (args.model == "ltx-video"):
+        raise ValueError(f"--model {args.model} --frames {args.frames}: ltx-video takes clips (--frames 9), "
+                         "sd and sd3 images (--frames 1)")
     return names
 
 
 def recipe_for(args, seed: int):
-    from yeto.learners.diffusion.api import DiffusionRecipe, write_tiny_images, write_tiny_pipeline
-    work = Path(args.workdir)
-    model = args.model or str(work / f"model-s{seed}" if (work / f"model-s{seed}").is_dir()
-                              else write_tiny_pipeline(work / f"model-s{seed}", seed=seed))
-    data = args.data or str(work / "data" if (work / "data" / "metadata.jsonl").is_file()
-                            else write_tiny_images(work / "data", num_images=80, size=args.height))
-    return DiffusionRecipe(model=model, data=data, resolution=args.height, max_steps=args.steps, lr=args.lr,
+    from yeto.learners.diffusion.api import DiffusionRecipe, write_tiny_clips, write_tiny_images, write_tiny_pipeline
+    work, family = Path(args.workdir), args.model
+    model = str(work / f"{family}-s{seed}" if (work / f"{family}-s{seed}").is_dir()
+                else write_tiny_pipeline(work / f"{family}-s{seed}", seed=seed, family=family)) if family in TINY else family
+    clips = args.frames > 1
+    media = work / (f"clips-{args.frames}x{args.height}x{args.width}" if clips else f"images-{args.height}")
+    data = args.data or str(media if (media / "metadata.jsonl").is_file()
+                            else write_tiny_clips(media, num_clips=40, frames=args.frames + 3, size=max(args.height, args.width))
+                            if clips else write_tiny_images(media, num_images=80, size=args.height))
+    return DiffusionRecipe(model=model, data=data, resolution=args.height, height=args.height, width=args.width,
+                           frames=args.frames, max_steps=args.steps, lr=args.lr,
                            warmup_steps=2, schedule="constant", micro_batch=args.micro_batch, seed=seed,
                            heldout_fraction=0.2)
 
@@ -70,12 +81,12 @@ def main(argv=None) -> int:
     args = parse(argv)
     try:
         names = check(args)
-        if args.frames > 1 and not args.dry_run:
-            raise ValueError("--frames > 1: the diffusion learner trains images only; video is not built (docs/DIFFUSION.md)")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"model={args.model or 'tiny random-init SD (built)'} data={args.data or 'coloured squares (built)'} "
+    built = "moving squares (built)" if args.frames > 1 else "coloured squares (built)"
+    model = f"tiny random-init {args.model} (built)" if args.model in TINY else args.model
+    print(f"model={model} data={args.data or built} "
           f"media={args.frames}x{args.height}x{args.width} (resized, center-cropped)")
     print(f"islands/ranks M={args.islands} steps={args.steps} seeds={args.seeds} tuning=lora device={args.device}")
     print("arm sync: M ranks, gradients averaged every step (grad_accum=M over the M image shards)")

@@ -20,6 +20,8 @@ def run(*argv):
     (["benchmarks/lora_merge.py", "--warm", "8", "--interval", "4,16"], "intervals=[4, 16]"),
     (["benchmarks/diffusion_diloco.py", "--model", "Lightricks/LTX-Video", "--data", "media", "--height", "512",
       "--width", "512", "--settings", "all"], "arm straggler_q1:"),
+    (["benchmarks/diffusion_diloco.py", "--model", "ltx-video", "--frames", "9", "--height", "32", "--width", "32"],
+     "model=tiny random-init ltx-video (built) data=moving squares (built) media=9x32x32"),
 ])
 def test_dry_runs(argv, expect):
     out = run(*argv, "--dry-run")
@@ -37,8 +39,8 @@ def test_bad_flags_exit_2_with_a_message():
     assert out.returncode == 2 and "passes --total-steps" in out.stderr
     out = run("benchmarks/smoke_models.py", "--tier", "huge", "--dry-run")
     assert out.returncode == 2 and "unknown tier" in out.stderr
-    out = run("benchmarks/diffusion_diloco.py", "--model", "m", "--data", "d", "--height", "64", "--width", "32")
-    assert out.returncode == 2 and "--height equal to --width" in out.stderr
+    out = run("benchmarks/diffusion_diloco.py", "--model", "sd", "--frames", "9", "--height", "32", "--width", "32")
+    assert out.returncode == 2 and "ltx-video takes clips (--frames 9), sd and sd3 images" in out.stderr
 
 
 def _chaos_json(path: Path, seed: int, islands: int, clean_ce: float, faulty_ce: float, exited_s: float) -> None:
