@@ -59,7 +59,7 @@ def test_the_run_endpoint_draws_the_scripted_run_then_picks_up_new_events(server
     assert [(s["island"], s["generation"], s["start"], s["end"], s["started"], s["ended"]) for s in d["spans"]] == [
         (0, 0, 0.0, None, "up", None), (1, 0, 0.0, 1800.0, "up", "preempted"), (1, 1, 2400.0, None, "replaced", None)]
     assert d["train"] == {"island-0": [[600.0, 10, 2.5]], "island-1": [[1860.0, 20, 2.0], [2700.0, 5, 1.8]]}
-    assert d["merged"] == [[720.0, 1, 2.5], [780.0, 2, 2.5], [3000.0, 3, 2.15]]
+    assert d["merged"] == [[720.0, 10, 2.5], [780.0, 10, 2.5], [3000.0, 20, 2.15]]    # on the step axis: the furthest
     assert [(r["fragment"], r["version"], r["responders"]) for r in d["rounds"]] == \
         [(0, 1, ["island-0", "island-1"]), (1, 1, ["island-0", "island-1"]), (0, 2, ["island-0", "island-1"])]
     assert d["max_spend"] == 10.0 and d["max_steps"] == 100 and d["step"] == 20 and d["spend_usd"] > 0
