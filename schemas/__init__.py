@@ -7,4 +7,4 @@ from yeto.schemas.base import Command, Event, Message, SchemaError, derive_id, n
 __all__ = ["Command", "Event", "Message", "SchemaError", "derive_id", "new_id", "parse", "registry", "to_bytes"]
 
 # Importing the catalogue modules registers every message type.
-from yeto.schemas import commands, data, events, final, fleet, layout, lineage, plan, progress, training  # noqa: F401
+from yeto.schemas import commands, data, events, final, fleet, layout, lineage, offers, plan, progress, training  # noqa: F401

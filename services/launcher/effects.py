@@ -12,6 +12,7 @@ from yeto.schemas.fleet import IslandExited, IslandReplaced, IslandStopped, Isla
 from yeto.services.launcher.backends.base import Backend, IslandLaunch, IslandRef
 from yeto.services.launcher.logic import SOURCE, Kill, Spawn
 from yeto.services.launcher.reach import island_url
+from yeto.services.launcher.refusals import refusal
 from yeto.services.launcher.state import State, backend_of
 
 log = logging.getLogger(__name__)
@@ -31,12 +32,12 @@ class Effects:
 
     async def act(self, intent, ctx: Context) -> list[Message]:
         if isinstance(intent, Spawn):
-            return [m for m in [await self.spawn(intent)] if m is not None]
+            return [m for m in [await self.spawn(intent, ctx)] if m is not None]
         if isinstance(intent, Kill):
             return [await self.kill(intent)]
         raise AssertionError(f"unknown launcher intent {intent!r}")
 
-    async def spawn(self, intent: Spawn) -> Message | None:
+    async def spawn(self, intent: Spawn, ctx: Context | None = None) -> Message | None:
         c = intent.cmd
         launch = IslandLaunch(run_id=c.run_id, island=c.island, generation=c.generation, spec=c.spec, recipe=c.recipe,
                               num_islands=c.num_islands, nats_url=island_url(c.spec, c.recipe, self.nats_url),
@@ -45,6 +46,9 @@ class Effects:
         try:
             handle = await asyncio.to_thread(backend.start, launch)
         except Exception as e:  # a cloud may say no for now: try again later
+            refused = refusal(c.spec, str(e), run_id=c.run_id, island=c.island, generation=c.generation, source=SOURCE)
+            if refused is not None and ctx is not None:    # on the tape: the planner avoids the offer for a while
+                await ctx.bus.publish(refused)
             raise Retry(f"starting island {c.island} generation {c.generation}: {e}", delay_s=10) from e
         if backend.name == "external":     # a slot opened: up once its learner connects (services/launcher/external.py)
             return None

@@ -104,6 +104,8 @@ def screen(o: Offering, req: PlanRequest, w: Workload, signals: Signals) -> Cand
                                    f"likely to succeed")
     goodput = spot_goodput(o.cloud, placement_score=score) if spot else 1.0
     tflops = o.count * nodes * spec.peak_bf16_tflops * spec.mfu * goodput
+    if why := signals.refusal(o.cloud, o.region, o.gpu, o.count):
+        return _reject(o, "stock", why)
     cap = signals.stock_cap(o.cloud, o.region, o.instance_type, o.gpu)
     if cap <= 0:
         return _reject(o, "stock", f"{o.cloud} reports no {o.gpu} ({o.instance_type}) capacity in {o.region}")

@@ -58,7 +58,7 @@ class Reading:
     """One signal value the plan used: what it is, its value, how old the answer is and where it came from."""
 
     cloud: str
-    signal: str          # quota | placement_score | spot_price | stock | assumption
+    signal: str          # quota | placement_score | spot_price | stock | refusal | assumption
     key: str
     value: Any
     age_s: float | None  # None for an assumption
@@ -80,6 +80,11 @@ class Signals:
     default_stock_cap: int = DEFAULT_STOCK_CAP
     warnings: tuple[str, ...] = ()
     readings: tuple[Reading, ...] = ()
+    # (cloud, region or "", gpu, count) -> why: offers a cloud refused at launch, within their cool-down (refusals.py)
+    refused: dict[tuple[str, str, str, int], str] = field(default_factory=dict)
+
+    def refusal(self, cloud: str, region: str, gpu: str, count: int) -> str | None:
+        return self.refused.get((cloud, region, gpu, count)) or self.refused.get((cloud, "", gpu, count))
 
     def score(self, cloud: str, region: str, instance_type: str) -> float | None:
         got = self.placement_scores.get((cloud, region, instance_type))
