@@ -125,12 +125,13 @@ async def keep_mirrored(bus, state_dir: Path, run_id: str, root: str, stop, ever
     log and tried again at the next turn: the run goes on (its window grows meanwhile)."""
     import asyncio
 
-    mirror = Mirror(bus, state_dir, run_id, root)
+    mirror, said = Mirror(bus, state_dir, run_id, root), None
     while True:
         try:
             done = await mirror.once()
-            print(f"mirrored run {run_id} to {root}: events through {done['events_through']}, "
-                  f"{len(done['snapshots'])} snapshots", flush=True)
+            if said is None:
+                print(f"mirroring run {run_id} to {root} every {every_s:g}s", flush=True)
+            said = done
         except Exception as e:  # noqa: BLE001 - a store that fails now may answer at the next turn
             print(f"mirror of run {run_id} to {root} failed ({type(e).__name__}: {e}); trying again in {every_s:g}s",
                   flush=True)

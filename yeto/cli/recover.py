@@ -51,6 +51,8 @@ def cmd_recover(args) -> int:
     if manifest is None:
         raise ValueError(f"no head mirror of run {run} at {root}: its head mirrors only a run with an --output store, "
                          f"and only once the run arrived; check --output")
+    if manifest.get("run_id") != run:
+        raise ValueError(f"the head mirror at {root} is run {manifest.get('run_id')}'s, not {run}'s: check --output")
     os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
     if rec["url"] and not args.force and asyncio.run(_answers(rec["url"])):
         raise ValueError(f"the head of run {run} answers at {rec['url']}: it is not lost. `yeto status {run}` shows "
