@@ -55,7 +55,8 @@ def snapshot_dir(db: Path) -> Path:
 
 
 class Responder:
-    """Answers the tape's SQL requests for a running writer. `lock`: the writer's flush lock (no append while held)."""
+    """Answers the tape's SQL requests for a running writer. `lock`: the writer's flush lock (no append while held).
+    Made inside the writer's event loop: it starts the first spare query process at once."""
 
     def __init__(self, store: TapeStore, lock: asyncio.Lock, *, timeout_s: float, max_payload: int,
                  memory_bytes: int = sandbox.MEMORY_BYTES):
@@ -68,7 +69,7 @@ class Responder:
         self.current_seq = -1
         self.readers: Counter[Path] = Counter()
         self.names = itertools.count()
-        self.spare: asyncio.Task[asyncio.subprocess.Process] | None = None
+        self.spare: asyncio.Task[asyncio.subprocess.Process] | None = asyncio.create_task(self._start())  # the first
 
     async def answer(self, request: bytes) -> bytes:
         """Reply {columns, types, rows, truncated}, or {error} saying what to change; never raises."""

@@ -8,9 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
-
-from yeto.infra.tape.views import VIEWS
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS events (
     seq BIGINT PRIMARY KEY, ts TIMESTAMPTZ, run_id VARCHAR, type VARCHAR, version INTEGER,
@@ -23,7 +20,7 @@ QUERY_CONFIG = {"enable_external_access": False, "autoinstall_known_extensions":
                 "autoload_known_extensions": False, "memory_limit": "1GB", "max_temp_directory_size": "4GB",
                 "lock_configuration": True}
 
-BATCH_SCHEMA = pa.schema([("seq", pa.int64()), ("subject", pa.string()), ("raw", pa.string()), ("note", pa.string())])
+BATCH_COLUMNS = ("seq", "subject", "raw", "note")   # seq BIGINT, the rest VARCHAR
 
 # DuckDB parses each payload once (json_extract_string with a list of paths) in vectorized C++, which
 # is several times faster than json.loads per message in Python. A payload that is not valid JSON is
@@ -60,6 +57,7 @@ class TapeStore:
     """The read-write tape file. One per process: DuckDB allows one writer process per file."""
 
     def __init__(self, path: Path | str):
+        from yeto.infra.tape.views import VIEWS  # here: a query process (query_process.py) imports only DuckDB's side
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.con = duckdb.connect(str(self.path))
@@ -83,10 +81,11 @@ class TapeStore:
         """Store one batch atomically; the caller has filtered it to seqs after `last_seq`. `subjects`: what each came
         on (a bare run id: see _APPEND); `notes`: why the writer stored a stub in an event's place (limits.py), its
         `forged`. Returns the new last seq."""
+        import pyarrow as pa
         assert seqs and seqs[0] > self.last_seq, f"batch starts at {seqs[0] if seqs else None}, tape is at {self.last_seq}"
         batch = pa.Table.from_arrays([pa.array(seqs, pa.int64()), pa.array(subjects, pa.string()),
                                       pa.array(raws, pa.string()), pa.array(notes or [None] * len(seqs), pa.string())],
-                                     schema=BATCH_SCHEMA)
+                                     names=list(BATCH_COLUMNS))
         self.con.register("tape_batch", batch)
         try:
             self.con.execute(_APPEND).fetchall()  # DuckDB 2 wants the row count consumed before the next statement
