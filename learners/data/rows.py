@@ -1,4 +1,5 @@
-"""Rows of one file with their references: JSON Lines by 1-based line number (jsonl.py), JSON/Arrow by 0-based row index."""
+"""Rows of one file with their references: JSON Lines by 1-based line number (jsonl.py), a JSON array (jsonarray.py)
+and Arrow by 0-based row index."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -30,7 +31,7 @@ def json_type(value: Any) -> str:
 
 
 class TableFile:
-    """Rows of an Arrow table (Parquet, a save_to_disk dataset, a Hub dataset, a JSON array), by row index."""
+    """Rows of an Arrow table (Parquet, a save_to_disk dataset, a Hub dataset), by row index."""
 
     def __init__(self, name: str, table) -> None:
         self.name, self.table = name, table
@@ -48,25 +49,3 @@ class TableFile:
     def get_many(self, indices: Sequence[int]) -> list[Row]:
         values = self.table.take(list(indices)).to_pylist()
         return [Row(self.name, i, False, v) for i, v in zip(indices, values)]
-
-
-class ListFile:
-    """A JSON file holding an array of objects; entries that are not objects are bad rows."""
-
-    def __init__(self, name: str, items: list) -> None:
-        self.name, self.items = name, items
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __iter__(self) -> Iterator[Row]:
-        return iter(self.get_many(range(len(self.items))))
-
-    def get_many(self, indices: Sequence[int]) -> list[Row]:
-        rows = []
-        for i in indices:
-            item = self.items[i]
-            ok = isinstance(item, dict)
-            rows.append(Row(self.name, i, False, item if ok else None,
-                            None if ok else f"expected a JSON object, got {json_type(item)}"))
-        return rows

@@ -1,17 +1,16 @@
 """Resolve `--data` into files of rows: local paths, fsspec object-store URIs, or a Hub dataset pinned to a commit."""
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from yeto.learners.data.jsonarray import JsonArrayFile, NotAnArray
 from yeto.learners.data.jsonl import JsonlFile
-from yeto.learners.data.rows import BOM, ListFile, Row, TableFile
+from yeto.learners.data.rows import Row, TableFile
 
 SUFFIXES = (".jsonl", ".json", ".parquet")
-MAX_JSON_BYTES = 1024 ** 3   # a .json array is parsed whole: a bigger one must be JSON Lines or Parquet
 HUB_ID = re.compile(r"^(?:hf://datasets/)?([\w.-]+/[\w.-]+)(?:@([\w./-]+))?$")
 
 
@@ -63,26 +62,22 @@ def _open_file(name: str, opener):
         import pyarrow.parquet as pq
         with opener() as f:
             return TableFile(name, pq.read_table(f))
-    with opener() as f:
-        data = f.read(MAX_JSON_BYTES + 1)
-    if len(data) > MAX_JSON_BYTES:
-        if data.removeprefix(BOM).lstrip()[:1] == b"{":   # JSON Lines saved as .json
-            return JsonlFile(name, opener)
-        raise ValueError(f"{name}: a JSON array over {MAX_JSON_BYTES} bytes; save it as JSON Lines (one row per line) "
-                         "or Parquet")
     try:
-        items = json.loads(data.removeprefix(BOM).decode("utf-8"))
-    except RecursionError:
-        raise ValueError(f"{name}: JSON nested too deeply to read; keep rows to a few hundred levels of nesting") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{name}: not valid UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start})") from None
-    except json.JSONDecodeError as e:
-        if e.msg == "Extra data":  # JSON Lines saved as .json
-            return JsonlFile(name, opener)
-        raise ValueError(f"{name}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    if not isinstance(items, list):
-        raise ValueError(f"{name}: expected a JSON array of rows (or JSON Lines), got a JSON {type(items).__name__}")
-    return ListFile(name, items)
+        return JsonArrayFile(name, opener)          # streamed: memory is one row, whatever the file's size
+    except NotAnArray as e:
+        first = e.first
+    if first != b"{":
+        shown = "nothing" if not first else repr(first.decode("utf-8", "replace"))
+        raise ValueError(f"{name}: expected a JSON array of rows (or JSON Lines), but the file starts with {shown}")
+    lines = JsonlFile(name, opener)                 # objects one per line, saved as .json
+    rows = iter(lines)
+    head = next(rows, None)
+    if head is not None and head.error is not None:
+        raise ValueError(f"{name}: {head.error.replace('at column', 'at line 1 column', 1)} (a .json file holds an "
+                         "array of rows, or JSON Lines)")
+    if next(rows, None) is None:
+        raise ValueError(f"{name}: expected a JSON array of rows (or JSON Lines), got one JSON object")
+    return lines
 
 
 def _load_from_disk(path: Path):

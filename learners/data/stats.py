@@ -1,6 +1,7 @@
 """Token-length statistics of a dataset with the model's tokenizer, and the rows its chat template rejects."""
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,22 +32,29 @@ class TokenStats:
         return METHODS[self.masking]
 
 
-def token_stats(examples: list, tokenizer, spec) -> tuple[TokenStats, list]:
-    """`examples` are (row, Example) pairs; returns the stats and (row, example, reason) for rejected rows."""
-    encoder = ChatEncoder(tokenizer, train_on=spec.train_on)
-    lengths, trainable, errors = [], [], []
-    for lo in range(0, len(examples), BATCH):
-        chunk = examples[lo:lo + BATCH]
-        for (row, example), enc in zip(chunk, encoder.encode([e for _, e in chunk])):
+class TokenCounter:
+    """Token lengths counted batch by batch as rows stream past: nothing of a row is kept but its two counts."""
+
+    def __init__(self, tokenizer, spec) -> None:
+        self.encoder, self.spec = ChatEncoder(tokenizer, train_on=spec.train_on), spec
+        self.lengths, self.trainable = array("q"), array("q")
+
+    def add(self, pairs: list) -> list:
+        """Count (row, Example) pairs (BATCH at a time is fastest); returns (row, example, reason) for rejected rows."""
+        errors = []
+        for (row, example), enc in zip(pairs, self.encoder.encode([e for _, e in pairs])):
             if isinstance(enc, Encoded):
-                lengths.append(len(enc.input_ids))
-                trainable.append(sum(1 for x in enc.labels[1:] if x != IGNORE))
+                self.lengths.append(len(enc.input_ids))
+                self.trainable.append(sum(1 for x in enc.labels[1:] if x != IGNORE))
             else:
                 errors.append((row, example, str(enc)))
-    n = np.asarray(lengths or [0])
-    stats = TokenStats(
-        tokenizer=encoder.name, masking=encoder.method, num_rows=len(lengths), num_tokens=int(n.sum()),
-        num_trainable=int(sum(trainable)), min=int(n.min()), mean=round(float(n.mean()), 1),
-        p50=int(np.percentile(n, 50)), p95=int(np.percentile(n, 95)), max=int(n.max()), seq_len=spec.seq_len,
-        num_over_seq_len=int((n > spec.seq_len).sum()), num_without_trainable=sum(1 for t in trainable if t == 0))
-    return stats, errors
+        return errors
+
+    def stats(self) -> TokenStats:
+        n, t = np.asarray(self.lengths or [0]), np.asarray(self.trainable, dtype=np.int64)
+        return TokenStats(
+            tokenizer=self.encoder.name, masking=self.encoder.method, num_rows=len(self.lengths),
+            num_tokens=int(n.sum()), num_trainable=int(t.sum()), min=int(n.min()), mean=round(float(n.mean()), 1),
+            p50=int(np.percentile(n, 50)), p95=int(np.percentile(n, 95)), max=int(n.max()), seq_len=self.spec.seq_len,
+            num_over_seq_len=int((n > self.spec.seq_len).sum()), num_without_trainable=int((t == 0).sum()))
+
