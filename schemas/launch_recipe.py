@@ -82,7 +82,7 @@ def _say(err: Any) -> str:
     where = ".".join(str(p) for p in err["loc"]) or "recipe"
     if err["type"] == "extra_forbidden":
         return f"{where}: unknown key (recipe v{RECIPE_VERSION} has no such setting: a typo, or a newer Yeto's recipe)"
-    return f"{where}: {err['msg']}"
+    return f"{where}: {str(err['msg']).removeprefix('Value error, ')}"
 
 
 def _from_v1(data: dict[str, Any]) -> dict[str, Any]:

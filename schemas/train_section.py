@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from yeto.schemas.recipe import SyncConfig
+from yeto.schemas.recipe_bounds import check_bounds
 
 PosInt = Annotated[int, Field(ge=1)]
 Count = Annotated[int, Field(ge=0)]
@@ -84,6 +85,11 @@ class TrainSection(Section):
     sync: SyncSection = Field(default_factory=SyncSection)
     pins: dict[str, Any] = Field(default_factory=dict)
     """What launch pinned, {"base": ..., "data": ...} (infra/source_pins.py); each island checks it."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> TrainSection:
+        check_bounds(self.__dict__)     # recipe_bounds.py: numbers no run means (a rank of 10^8) are refused here
+        return self
 
     @property
     def tokens_per_step(self) -> int:

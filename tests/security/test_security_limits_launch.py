@@ -4,6 +4,7 @@ capacity before it spawns anything (MessageRejected, no RunLaunched)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 
 import pytest
@@ -88,12 +89,14 @@ def test_the_schema_refuses_recipes_whose_read_parts_are_not_what_services_expec
         LaunchRun(run_id="r-x", fleet=[SPEC], recipe=recipe)
 
 
-async def test_the_launcher_rejects_a_launch_over_its_capacity_before_spawning(nats_server, tmp_path, run_id):
+@contextlib.asynccontextmanager
+async def launcher_rejecting(nats_server, tmp_path, run_id: str):
+    """A real launcher service on the bus (capacity: 2 CPUs, no GPU, 3 islands); yields (bus, the MessageRejected
+    events of the launcher that name `run_id`, an event set at each), and checks after that the launcher still runs."""
     url = nats_server.url
     bus = await connect(url, name="test")
-    backend = LocalBackend(tmp_path)
-    cap = Capacity(cpus=2, gpus=0, max_islands=3)
-    spec = launcher_wiring.spec(Effects({"local": backend}, url, poll_s=0.2), tick_s=0.5, capacity=cap)
+    spec = launcher_wiring.spec(Effects({"local": LocalBackend(tmp_path)}, url, poll_s=0.2), tick_s=0.5,
+                                capacity=Capacity(cpus=2, gpus=0, max_islands=3))
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(run_service(spec, url, instance="launcher-cap", stop=stop, ready=ready))
     rejected, changed = [], asyncio.Event()
@@ -106,6 +109,17 @@ async def test_the_launcher_rejects_a_launch_over_its_capacity_before_spawning(n
     watch = await bus.watch(event_subject(SYSTEM_RUN, "MessageRejected"), collect, deliver="new")
     try:
         await asyncio.wait_for(ready.wait(), 60)
+        yield bus, rejected, changed
+        assert not task.done()
+    finally:
+        stop.set()
+        await task
+        await watch.close()
+        await bus.close()
+
+
+async def test_the_launcher_rejects_a_launch_over_its_capacity_before_spawning(nats_server, tmp_path, run_id):
+    async with launcher_rejecting(nats_server, tmp_path, run_id) as (bus, rejected, changed):
         big = {f"{run_id}-a": [SPEC] * 4, f"{run_id}-b": [{**SPEC, "count": 3}], f"{run_id}-c": [{**SPEC, "gpu": "cuda"}]}
         for run, fleet in big.items():
             await bus.publish(LaunchRun(id=f"{run}-launch", run_id=run, source="test", fleet=fleet, recipe={}))
@@ -117,9 +131,34 @@ async def test_the_launcher_rejects_a_launch_over_its_capacity_before_spawning(n
         for run in big:
             assert await bus.last(event_subject(run, "RunLaunched")) is None
             assert not (tmp_path / "runs" / run).exists()                  # nothing spawned
-        assert not task.done()
-    finally:
-        stop.set()
-        await task
-        await watch.close()
-        await bus.close()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--lora-r", "100000000"], "lora_r 100000000 (--lora-r) is over 4096, the most a run takes: set it to at most 4096"),
+    (["--seq-len", "1000000000"], "seq_len 1000000000 (--seq-len) is over 131072"),
+    (["--max-steps", "1" + "0" * 12], "max_steps 1000000000000 (--max-steps) is over 100000000"),
+    (["--seq-len", "65536", "--micro-batch", "64"], "tokens in one forward pass, over 1048576: lower --seq-len or"),
+])
+def test_recipe_numbers_over_their_caps_exit_2_before_anything_starts(capsys, tmp_path, flags, says):
+    code, err = launch(capsys, tmp_path, "--gpu", "local:1xcpu", *flags)
+    assert code == 2 and says in err, err
+    assert not (tmp_path / "state" / "stack.json").exists()
+
+
+def test_the_schema_refuses_a_recipe_over_the_caps_with_the_same_sentence():
+    with pytest.raises(ValidationError, match=r"train: lora_r 100000000 \(--lora-r\) is over 4096"):
+        LaunchRun(run_id="r-x", fleet=[SPEC], recipe={"train": {"lora_r": 10**8}})
+    LaunchRun(run_id="r-x", fleet=[SPEC], recipe={"train": {"lora_r": 4096, "seq_len": 8192, "micro_batch": 8}})
+
+
+async def test_the_launcher_refuses_a_launch_over_the_recipe_caps_sent_over_the_bus(nats_server, tmp_path, run_id):
+    """What the CLI refuses, the launcher refuses too: a LaunchRun published by hand (the schema skipped on the sending
+    side) with lora_r 10^8 is a MessageRejected saying what to change, and nothing is launched."""
+    async with launcher_rejecting(nats_server, tmp_path, run_id) as (bus, rejected, changed):
+        forged = LaunchRun.model_construct(id=f"{run_id}-launch", run_id=run_id, source="test", fleet=[SPEC],
+                                           recipe={"train": {"lora_r": 10**8}})
+        await bus.publish(forged)
+        await until(lambda: rejected, 60, "the launcher's rejection", changed=changed)
+        assert "lora_r 100000000 (--lora-r) is over 4096" in rejected[0].reason, rejected[0].reason
+        assert await bus.last(event_subject(run_id, "RunLaunched")) is None
+        assert not (tmp_path / "runs" / run_id).exists()

@@ -7,6 +7,7 @@ from typing import Any
 
 from yeto.cli.launch.checks import duration_s
 from yeto.schemas.capacity import Capacity, over_capacity
+from yeto.schemas.recipe_bounds import CAPS, check_bounds
 
 
 def _finite(flag: str, value: float | int | None, *, zero_ok: bool = False) -> None:
@@ -28,6 +29,7 @@ def check_numbers(args) -> None:
     duration_s(getattr(args, "recover_timeout", None), "--recover-timeout")
     if getattr(args, "max_islands", 1) < 1:
         raise ValueError(f"--max-islands {args.max_islands}: must be at least 1")
+    check_bounds({key: getattr(args, key, None) for key in CAPS})     # the recipe's caps, before anything starts
 
 
 def _cuda_devices() -> int:
