@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -169,9 +170,11 @@ def test_expected_preemption_cost_follows_the_formula_in_planner_md(score):
     assert c.tflops == pytest.approx(8 * GPUS["H100"].peak_bf16_tflops * GPUS["H100"].mfu / (1 + rate * 0.25))
 
 
-def test_shape_shows_live_quotas_scores_and_stock_and_the_plan_changes_when_stock_says_none(servers, capsys):
+def test_shape_shows_live_quotas_scores_and_stock_and_the_plan_changes_when_stock_says_none(servers, capsys, tmp_path):
     _, rec = servers
-    args = ["shape", "--model", "qwen35-9b", "--budget-per-hour", "40", "--catalog-dir", str(FIXTURE_DIR)]
+    # a copy: with AWS credentials SkyPilot caches the zone map it reads (here from moto) beside the catalog
+    shutil.copytree(FIXTURE_DIR, tmp_path / "catalog")
+    args = ["shape", "--model", "qwen35-9b", "--budget-per-hour", "40", "--catalog-dir", str(tmp_path / "catalog")]
     assert main(args + ["--explain-signals"]) == 0
     out = capsys.readouterr().out
     assert "aws     quota           aws/us-east-2/p/spot vcpus         768 left (768 - 0 used)" in out
