@@ -1,4 +1,4 @@
-"""SQL views over the tape for the common questions: runs, rounds, progress, uptime, spend, lineage, rejections.
+"""SQL views over the tape for the common questions: runs, rounds, progress, steps, uptime, spend, lineage, rejections.
 
 Views read payload fields by name with try_cast, so a field an event type does not carry (yet) reads
 NULL instead of failing: the views work before and after the other areas' events exist. They read `vouched`:
@@ -60,6 +60,17 @@ SELECT seq, ts, run_id,
        try_cast(payload->>'step_time_s' AS DOUBLE) AS step_time_s, try_cast(payload->>'lr' AS DOUBLE) AS lr,
        try_cast(payload->>'eval_loss' AS DOUBLE) AS eval_loss
 FROM vouched WHERE type = 'LearnerProgress'""",
+    # One row per optimizer step: a LearnerProgress v3 carries every step since its learner's previous report (a
+    # report without them, v2 and older, counts as its one step).
+    "learner_steps": """
+SELECT p.seq, p.ts, p.run_id, coalesce(p.learner, p.payload->>'learner') AS learner,
+       try_cast(p.payload->>'generation' AS INTEGER) AS generation, try_cast(s.value->>'step' AS BIGINT) AS step,
+       try_cast(s.value->>'loss' AS DOUBLE) AS loss, try_cast(s.value->>'lr' AS DOUBLE) AS lr,
+       try_cast(s.value->>'tokens' AS BIGINT) AS tokens, try_cast(s.value->>'tokens_per_s' AS DOUBLE) AS tokens_per_s,
+       try_cast(s.value->>'step_time_s' AS DOUBLE) AS step_time_s, try_cast(s.value->>'grad_norm' AS DOUBLE) AS grad_norm
+FROM vouched p, json_each(CASE WHEN json_array_length(p.payload->'steps') > 0 THEN p.payload->'steps'
+                               ELSE json_array(p.payload) END) s
+WHERE p.type = 'LearnerProgress'""",
     # One row per IslandUp / IslandReplaced that starts a meter (none older than a generation already up):
     # billed at its price until the island's next meter event of that or a newer generation, else the
     # run's end, else now (the run is live).

@@ -1,4 +1,4 @@
-"""Join tokens of external learners (`yeto launch --external-learners N`, `yeto join RUN --token T`).
+"""Join tokens of external learners (`yeto launch --external-learners N`, then `yeto join RUN` with $YETO_JOIN_TOKEN).
 
 A token is everything a learner on any machine needs to take one island slot of a run: the bus URL, the slot's
 own learner credential (scoped as a cloud island's, infra/bus/perms.py), the run, the slot and its generation, and

@@ -69,6 +69,9 @@ def test_every_step_of_a_real_learner_is_on_the_tape_in_order_with_lr_and_throug
     assert all(s["grad_norm"] is not None and s["grad_norm"] > 0 for s in steps)
     assert steps[0]["lr"] < steps[3]["lr"]                 # the warm-up, step by step
     assert [r["step"] for r in reports] == [r["steps"][-1]["step"] for r in reports]
+    rows = query_file(StackPaths(state).db, "SELECT step, loss, lr, tokens_per_s, grad_norm FROM learner_steps "
+                                            f"WHERE run_id = '{RUN}' AND learner = 'island-0' ORDER BY step")["rows"]
+    assert rows == [[s["step"], s["loss"], s["lr"], s["tokens_per_s"], s["grad_norm"]] for s in steps]   # `yeto sql`'s view
 
 
 @pytest.mark.slow

@@ -1,11 +1,12 @@
 """`yeto join` (a learner on this machine takes a run's external slot), `yeto join-token`, launch's --external-* flags.
 
-`yeto join RUN --token T [--backend torch|mlx]`, `yeto join-token RUN --slot K`, and `yeto launch`'s
+`yeto join RUN [--token-file F|-] [--backend torch|mlx]`, `yeto join-token RUN --slot K`, and `yeto launch`'s
 `--external-learners N` / `--external-price` (slots after the --gpu islands, their tokens printed once).
 
 The token (services/launcher/join_token.py) carries the bus URL, the slot's learner credential, the run, slot,
 generation and learner recipe. The credential goes to the learner in a 0600 file named by $YETO_NATS_CREDS, never
-on a command line; give the token itself through $YETO_JOIN_TOKEN rather than --token where others list processes.
+on a command line; the token itself comes from $YETO_JOIN_TOKEN, a file or stdin (--token-file), never from the command
+line either: `--token T` is refused, since every user of the machine can list a process's arguments.
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def register(sub) -> None:
     j = sub.add_parser("join", help="run a learner here in a run's external slot (the token from yeto launch)",
                        description=__doc__.splitlines()[0])
     j.add_argument("run", type=run_id_arg, help="run id")
-    j.add_argument("--token", default=None, help=f"the slot's join token (default ${TOKEN_ENV})")
+    j.add_argument("--token-file", default=None, help=f"a file holding the slot's join token, or - to read it from "
+                   f"stdin (default: ${TOKEN_ENV})")
+    j.add_argument("--token", default=None, help="refused: a token on the command line is in every user's process list")
     joinable = [b for b in BACKENDS.values() if b.joinable]
     j.add_argument("--backend", choices=[b.name for b in joinable], default="torch", help="learner backend: " + "; ".join(
         f"{b.name} ({b.summary})" for b in joinable))
@@ -86,8 +89,24 @@ def learner_argv(token: JoinToken, backend: str, recipe_path: Path, device: str 
     return [sys.executable, "-m", BACKENDS[backend].module, *args.to_argv()]
 
 
+def given_token(args) -> str:
+    """The join token from --token-file (a path, or - for stdin) or $YETO_JOIN_TOKEN; --token is refused."""
+    if args.token is not None:
+        raise ValueError(f"--token puts the join token, a secret that trains in the slot, on the command line, where "
+                         f"every user of this machine can list it; give it as ${TOKEN_ENV}=..., or with --token-file "
+                         f"FILE (0600), or pipe it in with --token-file -")
+    if args.token_file == "-":
+        return sys.stdin.read().strip()
+    if args.token_file:
+        try:
+            return Path(args.token_file).expanduser().read_text().strip()
+        except OSError as e:
+            raise ValueError(f"--token-file {args.token_file}: cannot read it ({e.strerror})") from None
+    return os.environ.get(TOKEN_ENV, "")
+
+
 def cmd_join(args) -> int:
-    token = JoinToken.decode(args.token or os.environ.get(TOKEN_ENV, ""))
+    token = JoinToken.decode(given_token(args))
     if token.run_id != args.run:
         raise ValueError(f"this token is for run {token.run_id}, not {args.run}")
     recipe = {**token.recipe, **{k: v for k, v in (("model", args.model), ("data", args.data)) if v}}

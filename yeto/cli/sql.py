@@ -21,7 +21,8 @@ HELP = """Examples:
   yeto sql "select * from spend" --format csv
 
 Tables and views: events(seq, ts, run_id, type, version, source, payload JSON), runs, rounds,
-learner_progress, island_uptime, spend, rejections (docs/TAPE.md). Payload fields: payload->>'loss'.
+learner_progress, learner_steps (every step), island_uptime, spend, rejections (docs/TAPE.md). Payload fields:
+payload->>'loss'.
 Only reading statements run; the tape changes only by events.
 """
 
