@@ -42,6 +42,7 @@ def render(plan: FleetPlan, model: str, margin: float = 0.0) -> str:
         lines.append(f"  $/hr include the {margin:.0%} price margin (--price-margin) on catalog prices; the head's is flat")
     lines += ["Binding constraints:"] + [f"  - {b}" for b in plan.binding or ["none"]]
     lines += [f"Rejected shapes ({len(plan.rejected)}):"] + [f"  - {r['shape']}: {r['reason']}" for r in plan.rejected]
+    lines.append(signals_summary(plan.signals))
     lines += ["Warnings:"] + [f"  - {w}" for w in plan.warnings or ["none"]]
     lines += ["Launch it with:", f"  {plan.launch_command}"]
     return "\n".join(lines)
@@ -65,6 +66,21 @@ def _age(s: float | None) -> str:
     if s is None:
         return "-"
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
+
+
+def signals_summary(signals: Sequence[dict[str, Any]]) -> str:
+    """One line: how many live values of each kind per cloud, the oldest answer's age, and the clouds assumed."""
+    counts: dict[str, dict[str, int]] = {}
+    ages = [r["age_s"] for r in signals if r["age_s"] is not None]
+    for r in signals:
+        if r["signal"] != "assumption":
+            counts.setdefault(r["cloud"], {}).setdefault(r["signal"], 0)
+            counts[r["cloud"]][r["signal"]] += 1
+    live = "; ".join(f"{c} " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(kinds.items()))
+                     for c, kinds in sorted(counts.items()))
+    assumed = sorted({r["cloud"] for r in signals if r["signal"] == "assumption"})
+    return (f"Live signals: {live or 'none'}" + (f" (oldest {_age(max(ages))})" if ages else "")
+            + (f"; assumed for {', '.join(assumed)}" if assumed else "") + " (--explain-signals lists each)")
 
 
 def render_signals(signals: Sequence[dict[str, Any]]) -> str:
