@@ -4,15 +4,16 @@
 (<state>/nats/node-K), its own client and route ports (kept in stack.json, so a node restarted after a crash
 comes back at the same address and rejoins with its data), and a server name JetStream's Raft groups know
 it by. Clients get every node's URL (comma-separated; infra/bus/nats_bus.py hands nats-py the list) and move to
-another node when theirs dies. A cluster across machines (routes over the WAN) needs route TLS and
-credentials: that is NATS's own configuration and not made here.
+another node when theirs dies. A head's cluster (`stack up --cluster 3 --head`) serves clients on all interfaces over
+TLS and routes its nodes over TLS with a route credential, the configuration a cluster across VMs needs; its nodes
+still run on one machine here (docs/CLUSTER.md).
 """
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
-from yeto.infra.nats.server import ClusterConfig, NatsServer, ensure_streams, free_port
+from yeto.infra.nats.server import ClusterConfig, NatsServer, TlsConfig, ensure_streams, free_port
 
 SINGLE = "nats-server"
 MAX_REPLICAS = 5          # JetStream's limit on a stream's copies
@@ -48,16 +49,19 @@ def check_store(nats_dir: Path, size: int | None) -> int:
     return size or kept or 1
 
 
-def cluster_servers(nats_dir: Path, size: int, *, users_file: Path, logs: Path, nodes: dict | None = None
-                    ) -> dict[str, NatsServer]:
+def cluster_servers(nats_dir: Path, size: int, *, users_file: Path, logs: Path, nodes: dict | None = None,
+                    head: tuple[TlsConfig, tuple[str, str]] | None = None) -> dict[str, NatsServer]:
     """The `size` nodes, not started. `nodes`: the ports recorded by an earlier start ({name: {port, route_port}}),
-    reused so that clients and the other nodes' routes find a restarted node where it was."""
+    reused so that clients and the other nodes' routes find a restarted node where it was. `head` (TLS, route
+    credential): a head's nodes, serving clients on all interfaces over TLS, routed over TLS with the credential."""
     nodes = nodes or {}
     ports = {node_name(k): nodes.get(node_name(k)) or {"port": free_port(), "route_port": free_port()} for k in range(size)}
     routes = tuple(p["route_port"] for p in ports.values())
-    return {name: NatsServer(nats_dir / f"node-{k}", port=p["port"], users_file=users_file,
-                             log_file=logs / f"{name}.log",
-                             cluster=ClusterConfig(server_name=f"yeto-{k}", port=p["route_port"], routes=routes))
+    tls, auth = head if head else (None, None)
+    return {name: NatsServer(nats_dir / f"node-{k}", host="0.0.0.0" if head else "127.0.0.1", port=p["port"], tls=tls,
+                             users_file=users_file, log_file=logs / f"{name}.log",
+                             cluster=ClusterConfig(server_name=f"yeto-{k}", port=p["route_port"], routes=routes,
+                                                   tls=tls, auth=auth))
             for k, (name, p) in enumerate(ports.items())}
 
 
@@ -67,8 +71,8 @@ def node_ports(servers: dict[str, NatsServer]) -> dict[str, dict[str, int]]:
 
 
 def cluster_url(servers: dict[str, NatsServer]) -> str:
-    """Every node's client URL, comma-separated (what --nats-url and $YETO_NATS_URL take)."""
-    return ",".join(s.url for s in servers.values())
+    """Every node's client URL on this machine, comma-separated (what --nats-url and $YETO_NATS_URL take)."""
+    return ",".join(s.url.replace("//0.0.0.0:", "//127.0.0.1:") for s in servers.values())
 
 
 async def ready(url: str, num_replicas: int, timeout_s: float = 60.0) -> None:

@@ -44,6 +44,10 @@ class ClusterConfig:
     routes: tuple[int, ...]
     """The route ports of every node (its own included: nats-server ignores a route to itself)."""
     name: str = "yeto"
+    tls: TlsConfig | None = None
+    """A head's nodes: routes over TLS (each node presents this certificate and verifies its peers' against it)."""
+    auth: tuple[str, str] | None = None
+    """A head's nodes: the (user, password) a route must present, and each node presents to its peers."""
 
 
 def server_binary() -> str:
@@ -77,11 +81,18 @@ def render_config(*, host: str, port: int, store_dir: Path, max_payload: int,
         lines += ["}"]
     if users_file:
         lines += ["authorization {", f'  include "{users_file}"', "}"]
-    if cluster:   # routes on loopback carry no client traffic from elsewhere: no route credentials needed
-        assert host in LOOPBACK, "a cluster runs on one machine here (infra/nats/cluster.py)"
+    if cluster:   # routes on loopback need no credentials; a head's nodes route with TLS and a route credential
+        assert host in LOOPBACK or (cluster.tls and cluster.auth), "a head's routes need TLS and a credential"
+        cred = f"{cluster.auth[0]}:{cluster.auth[1]}@" if cluster.auth else ""
         lines += [f'server_name: "{cluster.server_name}"', "cluster {", f'  name: "{cluster.name}"',
-                  f'  listen: "127.0.0.1:{cluster.port}"',
-                  "  routes: [" + ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in cluster.routes) + "]", "}"]
+                  f'  listen: "{"127.0.0.1" if host in LOOPBACK else host}:{cluster.port}"',
+                  "  routes: [" + ", ".join(f'"nats-route://{cred}127.0.0.1:{p}"' for p in cluster.routes) + "]"]
+        if cluster.auth:
+            lines += ["  authorization {", f'    user: "{cluster.auth[0]}"', f'    password: "{cluster.auth[1]}"', "  }"]
+        if cluster.tls:
+            lines += ["  tls {", f'    cert_file: "{cluster.tls.cert_file}"', f'    key_file: "{cluster.tls.key_file}"',
+                      f'    ca_file: "{cluster.tls.cert_file}"', "    verify: true", "  }"]
+        lines += ["}"]
     return "\n".join(lines) + "\n"
 
 

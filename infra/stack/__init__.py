@@ -109,9 +109,6 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
         raise ValueError(f"--syncers {syncers}: need at least one syncer")
     if cluster is not None:
         natscluster.check_size(cluster)
-        if cluster > 1 and head_run:
-            raise ValueError("--cluster with --head: a head's nodes would be other VMs, routed over TLS; this "
-                             "starts a cluster on one machine only (docs/CLUSTER.md)")
     paths = StackPaths(Path(state_dir))
     rec = read_record(paths)
     if rec and _serving(rec):

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 from yeto.infra import procs
 from yeto.infra.bus import auth as bus_auth
 from yeto.infra.nats import cluster as natscluster
-from yeto.infra.nats.server import NatsServer
+from yeto.infra.nats.server import NatsServer, TlsConfig
 from yeto.infra.stack.components import alive_in
 from yeto.schemas.base import check_run_id
 
@@ -26,16 +26,35 @@ def head_server(paths: StackPaths, *, port: int, run_id: str, hosts: list[str]) 
                       users_file=bus_auth.prepare(paths.root), log_file=paths.logs / "nats-server.log")
 
 
+def head_routes(paths: StackPaths, hosts: list[str] | None) -> tuple[TlsConfig, tuple[str, str]]:
+    """A head cluster's TLS (the head's certificate) and route credential (made once, 0600 under auth/)."""
+    import json
+    import secrets
+
+    from yeto.infra.nats.tls import self_signed
+
+    cert, key = self_signed(paths.root / "tls", hosts or ["127.0.0.1", "localhost"])
+    path = bus_auth.auth_dir(paths.root) / "routes.json"
+    if not path.exists():
+        bus_auth.write_secret(path, json.dumps({"user": "route", "password": secrets.token_urlsafe(32)}))
+    route = json.loads(path.read_text())
+    return TlsConfig(cert_file=cert, key_file=key), (route["user"], route["password"])
+
+
 def servers_for(paths: StackPaths, size: int, *, port: int, head_run: str | None, hosts: list[str] | None,
                 nodes: dict | None) -> dict[str, NatsServer]:
     """The servers a start makes, by record name: a head's, a cluster's `size` nodes (at their recorded `nodes`
     ports), or the one local server."""
-    if head_run:
+    if head_run and size == 1:
         return {natscluster.SINGLE: head_server(paths, port=port, run_id=head_run,
                                                 hosts=hosts or ["127.0.0.1", "localhost"])}
     if size > 1:
+        if head_run:
+            check_run_id(head_run)
+        if port and not nodes:      # --port: the first node's client port (4222 for a head)
+            nodes = {natscluster.node_name(0): {"port": port, "route_port": natscluster.free_port()}}
         return natscluster.cluster_servers(paths.nats, size, users_file=bus_auth.prepare(paths.root), logs=paths.logs,
-                                           nodes=nodes)
+                                           nodes=nodes, head=head_routes(paths, hosts) if head_run else None)
     return {natscluster.SINGLE: NatsServer(paths.nats, port=port, users_file=bus_auth.prepare(paths.root),
                                            log_file=paths.logs / "nats-server.log")}
 
@@ -45,7 +64,8 @@ def restart_nodes(paths: StackPaths, rec: dict) -> None:
     if rec.get("cluster", 1) == 1:
         return
     servers = natscluster.cluster_servers(paths.nats, rec["cluster"], users_file=bus_auth.users_file(paths.root),
-                                          logs=paths.logs, nodes=rec["nodes"])
+                                          logs=paths.logs, nodes=rec["nodes"],
+                                          head=head_routes(paths, None) if rec.get("ca_file") else None)
     for name, server in servers.items():
         if not alive_in(rec, name):
             server.start(detach=True)

@@ -39,7 +39,8 @@ def register(sub) -> None:
                          "or what the stack under the state dir last ran")
     up.add_argument("--cluster", type=int, default=None, metavar="N", help="run nats-server as an N-node JetStream "
                     "cluster on this machine (N >= 3, streams replicated on each) with two instances of each service "
-                    "that can run twice (docs/CLUSTER.md); default 1, or what the stack under the state dir last ran")
+                    "that can run twice (docs/CLUSTER.md); with --head, clients over TLS on every interface and routes over TLS "
+                    "with a route credential; default 1, or what the stack under the state dir last ran")
     up.set_defaults(func=cmd_up)
     st = s.add_parser("status", help="which stack processes are alive")
     st.add_argument("--json", action="store_true", help='print {"state_dir", "url", "processes": [{name, up, pid}]}')

@@ -1,0 +1,67 @@
+"""A head's stack on a three-node cluster (`stack.up(cluster=3, head_run=...)`, `yeto stack up --cluster 3 --head`):
+clients over TLS on every node, routes over TLS with a route credential, every stream with three copies, and one
+node's kill -9 loses no acknowledged event. The nodes run on this machine (docs/CLUSTER.md says what is not rehearsed)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from yeto.infra import stack
+from yeto.infra.bus.nats_bus import NatsBus
+from yeto.infra.nats import cluster as natscluster
+from yeto.infra.stack.servers import head_routes
+from yeto.schemas.subjects import STREAMS
+
+RUN = "r-headcluster"
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(autouse=True)
+def _own_credentials(monkeypatch):
+    """stack.up points this process at its stack's operator credential; undo that after the test."""
+    monkeypatch.delenv("YETO_NATS_CREDS", raising=False)
+    monkeypatch.delenv("YETO_NATS_CA", raising=False)
+
+
+def test_a_head_clusters_nodes_serve_tls_on_every_interface_and_route_over_tls_with_a_credential(tmp_path):
+    paths = stack.StackPaths(tmp_path)
+    tls, (user, password) = head_routes(paths, ["127.0.0.1"])
+    servers = natscluster.cluster_servers(tmp_path / "nats", 3, users_file=tmp_path / "auth" / "users.conf",
+                                          logs=tmp_path / "logs", head=(tls, (user, password)))
+    assert (tmp_path / "auth" / "routes.json").stat().st_mode & 0o777 == 0o600
+    for server in servers.values():
+        conf = server.config
+        assert f'listen: "0.0.0.0:{server.port}"' in conf and f'listen: "0.0.0.0:{server.cluster.port}"' in conf
+        cluster = conf[conf.index("cluster {"):]
+        assert f'password: "{password}"' in cluster and "verify: true" in cluster and str(tls.cert_file) in cluster
+        assert all(f'"nats-route://{user}:{password}@127.0.0.1:{s.cluster.port}"' in cluster for s in servers.values())
+    assert natscluster.cluster_url(servers) == ",".join(f"tls://127.0.0.1:{s.port}" for s in servers.values())
+
+
+async def _publish_and_count(url: str, start: int, count: int) -> tuple[list[int], list[int]]:
+    bus = await NatsBus.connect(url, name="test")
+    try:
+        seqs = [await bus.publish_raw(f"yeto.evt.{RUN}.Probe", b"{}", msg_id=f"probe-{k}") for k in range(start, start + count)]
+        # asked only with every node up: while a new leader is elected, stream requests may time out
+        replicas = [(await bus.js.stream_info(spec.name)).config.num_replicas for spec in STREAMS] if start == 0 else []
+        return seqs, replicas
+    finally:
+        await bus.close()
+
+
+def test_a_head_cluster_keeps_every_stream_on_three_nodes_and_outlives_a_node(tmp_path):
+    try:
+        rec = stack.up(tmp_path, head_run=RUN, cluster=3, hosts=["127.0.0.1", "localhost"])
+        assert rec["ca_file"] and rec["url"].count("tls://127.0.0.1:") == 3
+        assert os.environ["YETO_NATS_CA"] == rec["ca_file"]       # this process talks as the operator, over TLS
+        first, replicas = asyncio.run(_publish_and_count(rec["url"], 0, 20))
+        assert replicas == [3] * len(STREAMS)
+        os.kill(rec["pids"]["nats-server-0"], signal.SIGKILL)
+        second, _ = asyncio.run(_publish_and_count(rec["url"], 20, 20))
+        again, _ = asyncio.run(_publish_and_count(rec["url"], 1, 39))      # every id stored once, none lost
+        assert second == list(range(first[-1] + 1, first[-1] + 21)) and again == first[1:] + second
+    finally:
+        stack.down(tmp_path)
