@@ -19,6 +19,7 @@ from tape_events import SPEC, at
 from test_cli_dashboard_api import get, write
 from yeto.cli.dashboard.server import serve
 from yeto.infra.stack import StackPaths
+from yeto.schemas.final import RunFinalized
 from yeto.schemas.fleet import IslandUp, RunLaunched
 from yeto.schemas.progress import LearnerStarted, StepPoint
 from yeto.schemas.training import LearnerProgress
@@ -27,7 +28,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def a_run(run_id: str, lr: float, model: str) -> list:
-    """A run with one island: it says how it runs, then two reports of three steps each (a step takes 20 s)."""
+    """A run with one island: it says how it runs, then two reports of three steps each (a step takes 20 s), then ends."""
     def report(n: int, minute: float) -> LearnerProgress:
         steps = [StepPoint(step=s, loss=3.0 - 0.1 * s, lr=lr * s / 6, tokens=400, tokens_per_s=20.0 + s,
                            step_time_s=20.0, grad_norm=1.0 / s) for s in range(3 * n + 1, 3 * n + 4)]
@@ -42,7 +43,9 @@ def a_run(run_id: str, lr: float, model: str) -> list:
             LearnerStarted(id=f"{run_id}-s", run_id=run_id, source="island-0", learner="island-0", backend="torch",
                            ranks=2, shard="FSDP2", tuning="lora", dtype="bfloat16", quantization="none", device="cuda",
                            trainable=1000, parameters=100_000, ts=at(1)),
-            report(0, 2), report(1, 3)]
+            report(0, 2), report(1, 3),
+            RunFinalized(id=f"{run_id}-f", run_id=run_id, source="finalizer", output="/out", manifest_sha256="1" * 64,
+                         reason="max_steps", spend_usd=0.07, ts=at(4))]
 
 
 @pytest.fixture
