@@ -62,7 +62,7 @@ def fetch(*, timeout_s: float = 10.0) -> dict:
     session = boto3.Session()
     if session.get_credentials() is None:
         raise RuntimeError("no AWS credentials configured")
-    config = Config(connect_timeout=timeout_s, read_timeout=timeout_s, retries={"max_attempts": 1})
+    config = Config(connect_timeout=timeout_s, read_timeout=timeout_s, retries={"total_max_attempts": 1, "mode": "standard"})
     quotas, prices = [], []
     endpoint = ""
     for region in REGIONS:
