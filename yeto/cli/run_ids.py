@@ -4,7 +4,7 @@ from __future__ import annotations
 import difflib
 
 from yeto.cli.common import conf, state_dir
-from yeto.cli.tape_query import tape_query
+from yeto.cli.tape_query import TapeUnreachable, tape_query
 from yeto.infra.head import records as heads
 
 
@@ -13,6 +13,8 @@ def known_runs(args) -> list[str]:
     no tape yet) and those of the cloud runs launched from here (their head records)."""
     try:
         ids = [r[0] for r in tape_query(args, "SELECT run_id FROM runs ORDER BY started")["rows"]]
+    except TapeUnreachable:
+        raise                       # the tape was not asked: "no such run" would be a guess
     except (ValueError, ConnectionError):
         ids = []
     return ids + [rec["run_id"] for rec in heads.heads(state_dir(args)) if rec["run_id"] not in ids]

@@ -13,6 +13,11 @@ MAX_ROWS = 100_000   # infra.tape_sql's; that module imports DuckDB, which only 
 PATIENT_CONNECT_S = 30.0   # the second try, when the tape file shows that a writer runs
 
 
+class TapeUnreachable(ValueError):
+    """A remote stack's bus cannot be reached and there is no local file to read instead: a reader must say so, never
+    "no such run" (a bus without a tape writer is another matter: the run may be on the stream yet)."""
+
+
 def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = None) -> dict[str, Any]:
     """{columns, rows, ...}: from the running stack's tape writer, else from the tape file read-only. With `run`,
     from where that run's tape is (its head VM, or the tape copied back from it: common.run_source)."""
@@ -28,8 +33,8 @@ def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = No
         try:
             return asyncio.run(_ask(url, sql, max_rows))
         except (ConnectionError, NoTapeWriterError) as e:
-            if only:  # a remote stack: there is no local file to fall back on
-                raise ValueError(f"{e}; {only}") from None
+            if only:  # a remote stack: there is no local file to fall back on (its bus unreachable: say so)
+                raise (TapeUnreachable if isinstance(e, ConnectionError) else ValueError)(f"{e}; {only}") from None
     if not db.exists():
         raise ValueError(no_tape(db))
     try:
