@@ -291,3 +291,28 @@ def test_operator_deliver_policy_is_untouched(server, monkeypatch):
         return info.name
 
     assert asyncio.run(admin()) == "op-check"
+
+
+def test_direct_get_by_subject_in_the_body_reaches_another_runs_keyframes(server):
+    """The known gap, measured (docs/SECURITY.md, "Known gaps"): a learner may publish the bare
+    `$JS.API.DIRECT.GET.YETO_GKEY` (its keyframe fetch, by sequence), and what it asks for is in the request's body,
+    which subject permissions cannot see: `last_by_subj`, `next_by_subj` and `multi_last` naming another run's keyframe
+    subject all return that run's chunk. The subject form, `DIRECT.GET.YETO_GKEY.<subject>`, is a permission violation.
+    The day the server (or per-run accounts) closes the body forms, this test fails and the docs must change."""
+    async def attempt():
+        nc, errors, got = await _raw(server)          # a learner of RUN
+        api, other = "$JS.API.DIRECT.GET.YETO_GKEY", keyframe_subject(OTHER, 0)
+        try:
+            bodies = {"last_by_subj": {"last_by_subj": other}, "next_by_subj": {"next_by_subj": other, "seq": 1},
+                      "multi_last": {"multi_last": [other], "batch": 1}}
+            read = {form: (await nc.request(api, json.dumps(body).encode(), timeout=5)).data
+                    for form, body in bodies.items()}
+            with pytest.raises(nats.errors.Error):   # no responder may answer a request the server dropped
+                await nc.request(f"{api}.{other}", b"", timeout=2)
+            return read, await _violation(errors, got, f"{api}.{other}")
+        finally:
+            await nc.close()
+
+    read, violation = asyncio.run(attempt())
+    assert read == dict.fromkeys(("last_by_subj", "next_by_subj", "multi_last"), f"weights of {OTHER}".encode()), read
+    assert "publish" in violation
