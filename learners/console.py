@@ -49,7 +49,8 @@ def start_text(fields: dict) -> str:
 
 
 def text_line(fields: dict) -> str:
-    """`step 3  loss 3.3607  tokens 104  lr 4.500e-05  0.0646 s  heldout 3.3760`; `done: ...`; the `start` sentence;
+    """`step 3  loss 3.3607  tokens 104  lr 4.500e-05  grad_norm 1.2345  0.0646 s  heldout 3.3760`; `done: ...`; the
+    `start` sentence;
     other events `name: k v`."""
     fields = dict(fields)
     event = fields.pop("event", "log")
@@ -58,7 +59,8 @@ def text_line(fields: dict) -> str:
     if event == "step":
         synced = " synced" if fields.pop("synced", False) else ""
         held = fields.pop("heldout", None)
-        parts = [f"step {fields.pop('step')}"] + [f"{k} {_num(v)}" for k, v in fields.items() if k != "seconds"]
+        parts = [f"step {fields.pop('step')}"] + [f"{k} {_num(v)}" for k, v in fields.items()
+                                                  if k != "seconds" and v is not None]
         parts.append(f"{_num(fields.get('seconds', 0.0))} s{synced}")
         return "  ".join(parts + ([f"heldout {_num(held)}"] if held is not None else []))
     return f"{event}: " + "  ".join(f"{k} {_num(v)}" for k, v in fields.items() if v is not None)

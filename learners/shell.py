@@ -154,8 +154,10 @@ class Console:
     def step(self, result: StepResult, held: float | None) -> None:
         if held is not None or time.monotonic() - self.last >= self.every_s:
             self.last = time.monotonic()
+            grad_norm = None if result.grad_norm is None else round(result.grad_norm, 5)
             self.emit(event="step", step=result.step, loss=round(result.loss, 5), tokens=result.tokens,
-                      seconds=round(result.seconds, 4), lr=result.lr, synced=result.synced, heldout=held)
+                      seconds=round(result.seconds, 4), lr=result.lr, grad_norm=grad_norm, synced=result.synced,
+                      heldout=held)
 
 
 def since_process_start() -> float | None:

@@ -61,7 +61,9 @@ def test_report_to_tensorboard_writes_what_tensorboard_reads_back(state, tmp_pat
     assert scalars["sync/rounds_merged"] == [(1, 1.0), (2, 2.0), (3, 3.0), (3, 3.0)]   # each merge, then the end
     assert scalars["sync/global_version"][-1] == (3, 2.0)
     assert scalars["run/spend_usd"][-1] == (3, 4.5)      # the finalizer's figure at the end (the scripted spend)
-    assert {"train/tokens_per_s/island-0", "global/loss"} <= set(scalars)
+    assert {"train/tokens_per_s/island-0", "train/lr/island-0", "train/step_time_s/island-0"} <= set(scalars)
+    # the merged loss on the learners' step axis (the furthest learner's step at each merge), not the round index
+    assert [step for step, _ in scalars["global/loss"]] == [10, 10, 20, 20]
 
 
 @needs_tensorboard

@@ -100,3 +100,30 @@ def test_tensorboard_from_the_real_run_has_a_scalar_for_every_step(trained, tmp_
     acc.Reload()
     for tag in ("loss", "lr", "tokens_per_s", "step_time_s", "grad_norm"):
         assert [s.step for s in acc.Scalars(f"train/{tag}/island-0")] == list(range(1, NUM_STEPS + 1)), tag
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_fsdp2_island_says_fsdp_on_its_first_line_and_measures_the_sharded_gradient_norm(tmp_path):
+    """Two real ranks of one island (gloo on CPU) under `shard: fsdp`: rank 0's first line, the one `yeto logs` shows,
+    names FSDP2, and the gradient norm over the shards is a number on every step."""
+    from test_learner_ddp import _free_port
+
+    recipe = {"model": str(learner_tiny.write_model_dir(tmp_path / "model")), "seq_len": 32, "micro_batch": 2,
+              "data": str(learner_tiny.write_chat_jsonl(tmp_path / "chat.jsonl", num_rows=40)), "max_steps": 3,
+              "tuning": "lora", "lora_r": 2, "shard": "fsdp"}
+    (tmp_path / "recipe.json").write_text(json.dumps(recipe))
+    port = _free_port()
+    ranks = [subprocess.Popen([sys.executable, "-m", "yeto.learners.torch", "--run-id", RUN, "--learner", "island-0",
+                               "--no-sync", "--device", "cpu", "--recipe", str(tmp_path / "recipe.json"), "--rank", str(r),
+                               "--world-size", "2", "--master-port", str(port), "--log-every-s", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"}) for r in range(2)]
+    outs = [rank.communicate(timeout=240) for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], outs[0][1][-3000:] + outs[1][1][-3000:]
+    lines = outs[0][0].splitlines()
+    assert lines[0].startswith("start: torch on cpu, 2 ranks sharded with FSDP2, lora tuning"), lines[0]
+    steps = [line.split("  ") for line in lines if line.startswith("step ")]
+    assert [s[0] for s in steps] == ["step 1", "step 2", "step 3"]
+    assert all(float(next(f for f in s if f.startswith("grad_norm ")).split()[1]) > 0 for s in steps), steps
+    assert outs[1][0] == ""                  # rank 1 prints nothing: the island speaks once
