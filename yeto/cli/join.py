@@ -10,7 +10,9 @@ line either: `--token T` is refused, since every user of the machine can list a 
 """
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -20,6 +22,9 @@ from pathlib import Path
 
 from yeto.cli.common import run_id_arg, state_dir
 from yeto.infra.bus import auth as bus_auth
+from yeto.infra.bus import connect
+from yeto.infra.bus.nats_bus import redact
+from yeto.infra.bus.perms import learner_inbox, learner_user
 from yeto.schemas.learner_contract import BACKENDS, LearnerArgs
 from yeto.services.launcher.api import EXTERNAL, JoinToken, external_entry, read_token
 
@@ -105,6 +110,54 @@ def given_token(args) -> str:
     return os.environ.get(TOKEN_ENV, "")
 
 
+PROBE_S = 10.0     # how long the credential's first connection may take before the learner is left to wait for the bus
+
+
+def check_credential(token: JoinToken, url: str, env: dict[str, str]) -> None:
+    """Before a learner starts on it: the token's credential is the one issued to the learner it names (an altered
+    token names another, and its learner would loop on permission violations), and the bus takes it (a wrong password
+    would be retried for an hour). An unreachable bus is not refused here: the learner waits for it."""
+    cred = token.credential
+    if not cred:
+        return
+    again = f"get the slot's current token with `yeto join-token {token.run_id} --slot {token.slot}` where the stack runs"
+    if (cred.get("user"), cred.get("inbox_prefix")) != (learner_user(token.run_id, token.learner),
+                                                        learner_inbox(token.run_id, token.learner)):
+        raise ValueError(f"this join token was altered: its credential is not the one issued to {token.learner} of "
+                         f"{token.run_id}; {again}")
+    saved = {k: os.environ.get(k) for k in (bus_auth.CREDS_ENV, CA_ENV)}
+    os.environ.update({k: env[k] for k in saved if k in env})
+    refused = _Refusals()
+    bus_log = logging.getLogger("yeto.infra.bus.nats_bus")     # where the connection's errors are told, one a retry
+    bus_log.addFilter(refused)
+    try:
+        asyncio.run(_probe(url))
+    except ConnectionError:
+        if refused.seen:
+            raise ValueError(f"the bus at {redact(url)} refused this join token's credential (authorization "
+                             f"violation): the token was altered, or the run has ended; {again}") from None
+    finally:
+        bus_log.removeFilter(refused)
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+class _Refusals(logging.Filter):
+    """Keeps the probe's retries off stderr, and notes whether the server refused the credential in any of them
+    (the error left at the deadline may be the reset that follows a refusal)."""
+
+    seen = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.seen = self.seen or "authorization violation" in record.getMessage().lower()
+        return False
+
+
+async def _probe(url: str) -> None:
+    bus = await connect(url, name="yeto-join-check", connect_timeout=PROBE_S)
+    await bus.close()
+
+
 def cmd_join(args) -> int:
     token = JoinToken.decode(given_token(args))
     if token.run_id != args.run:
@@ -118,9 +171,10 @@ def cmd_join(args) -> int:
             env[bus_auth.CREDS_ENV] = str(bus_auth.write_secret(Path(tmp) / "creds.json", json.dumps(token.credential)))
         if token.ca:        # a head's TLS certificate, pinned as on a cloud island
             env[CA_ENV] = str(bus_auth.write_secret(Path(tmp) / "ca.pem", token.ca))
+        url = getattr(args, "nats_url", None) or token.url
+        check_credential(token, url, env)
         recipe_path = Path(tmp) / "recipe.json"
         recipe_path.write_text(json.dumps(recipe, sort_keys=True))
         print(f"joining {token.run_id} as {token.learner} generation {token.generation} ({args.backend})", flush=True)
-        # --nats-url: the same server by another route (an SSH tunnel to a local stack, which binds 127.0.0.1)
-        url = getattr(args, "nats_url", None) or token.url
+        # --nats-url (above): the same server by another route (an SSH tunnel to a local stack, which binds 127.0.0.1)
         return subprocess.call(learner_argv(token, args.backend, recipe_path, args.device, url), env=env)
