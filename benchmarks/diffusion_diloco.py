@@ -2,7 +2,7 @@
 
 Arms: `sync` (M ranks averaging gradients every step) and Yeto settings (benchmarks/lib_compare.py SETTINGS) with M
 islands of the real diffusion loop through the real DilocoHook/DilocoSync and SyncerCore, in process over a simulated
-network (benchmarks/lib_diffusion_arms.py). With --model a family name (sd, sd3, ltx-video) or none it builds that
+network (benchmarks/lib_diffusion_arms.py). With --model a family name (sd, sd3, ltx-video, wan) or none it builds that
 tiny random-init pipeline and captioned coloured squares, or moving squares as clips for a video family
 (learners/diffusion/tiny.py, tiny_dit.py), so it runs on a CPU in minutes:
 
@@ -22,7 +22,8 @@ from pathlib import Path
 
 from lib_compare import SETTINGS, pick, spread, step_times
 
-TINY = ("sd", "sd3", "ltx-video")     # families whose tiny pipeline the benchmark builds (learners/diffusion/families.py)
+TINY = ("sd", "sd3", "ltx-video", "wan")
+VIDEO = ("ltx-video", "wan")     # families whose tiny pipeline the benchmark builds (learners/diffusion/families.py)
 
 METRICS = ("held-out denoising loss of the final LoRA at a fixed grid of timesteps with fixed noise",
            "Yeto / sync ratio and Δ% against sync at the same seed (paired), mean ± sd over seeds",
@@ -55,8 +56,8 @@ def check(args) -> list[str]:
     names = pick(args.settings)
     if min(args.height, args.width, args.frames, args.islands, args.steps) < 1 or args.height % 8 or args.width % 8:
         raise ValueError("height and width must be positive multiples of 8; frames, islands, steps >= 1")
-    if args.model in TINY and (args.frames > 1) != (args.model == "ltx-video"):
-        raise ValueError(f"--model {args.model} --frames {args.frames}: ltx-video takes clips (--frames 9), "
+    if args.model in TINY and (args.frames > 1) != (args.model in VIDEO):
+        raise ValueError(f"--model {args.model} --frames {args.frames}: ltx-video and wan take clips (--frames 9), "
                          "sd and sd3 images (--frames 1)")
     return names
 

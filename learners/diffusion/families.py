@@ -26,10 +26,11 @@ FAMILIES = {f.pipeline: f for f in (
     Family("sd", "StableDiffusionPipeline", "unet", video=False),
     Family("sd3", "StableDiffusion3Pipeline", "transformer", video=False),
     Family("ltx-video", "LTXPipeline", "transformer", video=True),
+    Family("wan", "WanPipeline", "transformer", video=True),
 )}
 NAMES = tuple(f.name for f in FAMILIES.values())
 NOT_YET = {"StableDiffusionXLPipeline": "SDXL (a second text encoder and add_time_ids)",
-           "FluxPipeline": "Flux (packed latents, guidance embedding)", "WanPipeline": "Wan (its 3D VAE and UMT5)",
+           "FluxPipeline": "Flux (packed latents, guidance embedding)",
            "PixArtSigmaPipeline": "PixArt (no LoRA loader in Diffusers)", "SanaPipeline": "Sana"}
 
 
@@ -58,7 +59,14 @@ def check_shape(family: Family, frames: int, height: int, width: int, pipe: Any)
         if frames != 1:
             raise ValueError(f"--frames {frames}: {family.name} is an image family (frames 1)")
         return
-    t, s = pipe.vae_temporal_compression_ratio, 32        # LTXPipeline asks multiples of 32 of height and width
+    if family.name == "wan":
+        if pipe.transformer_2 is not None:
+            raise ValueError("--model: a two-expert Wan 2.2 pipeline (transformer_2) is not supported yet; the learner "
+                             "trains one transformer")
+        t, s = pipe.vae_scale_factor_temporal, pipe.vae_scale_factor_spatial * pipe.transformer.config.patch_size[1]
+        s = max(s, 16)                                      # WanPipeline asks multiples of 16 of height and width
+    else:
+        t, s = pipe.vae_temporal_compression_ratio, 32     # LTXPipeline asks multiples of 32 of height and width
     if (frames - 1) % t:
         raise ValueError(f"--frames {frames}: {family.name} takes {t}k + 1 frames (e.g. {t + 1} or {2 * t + 1})")
     if height % s or width % s:
@@ -80,6 +88,10 @@ def condition(built: Built, captions: list[str]) -> dict[str, torch.Tensor]:
                                                   do_classifier_free_guidance=False,
                                                   max_sequence_length=pipe.tokenizer_3.model_max_length)
         return {"encoder_hidden_states": states, "pooled_projections": pooled}
+    if name == "wan":
+        states, _ = pipe.encode_prompt(prompt=captions, do_classifier_free_guidance=False, device=device,
+                                       max_sequence_length=pipe.tokenizer.model_max_length)
+        return {"encoder_hidden_states": states}
     states, mask, _, _ = pipe.encode_prompt(prompt=captions, do_classifier_free_guidance=False, device=device,
                                             max_sequence_length=pipe.tokenizer_max_length)
     return {"encoder_hidden_states": states, "encoder_attention_mask": mask}
@@ -88,7 +100,7 @@ def condition(built: Built, captions: list[str]) -> dict[str, torch.Tensor]:
 @torch.no_grad()
 def latents(built: Built, pixels: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """The VAE's latents, drawn from its posterior with our CPU generator (repeatable anywhere) and normalized as the
-    pipeline expects: (x - shift) * scaling, or per-channel mean/std for LTX-Video's video VAE."""
+    pipeline expects: (x - shift) * scaling, or per-channel mean/std for the video VAEs (LTX-Video, Wan)."""
     vae = built.vae
     if built.family.video and pixels.ndim == 4:
         pixels = pixels.unsqueeze(2)                       # an image is a one-frame clip
@@ -97,6 +109,9 @@ def latents(built: Built, pixels: torch.Tensor, generator: torch.Generator) -> t
     sample = dist.mean + dist.std * noise
     if built.family.name == "ltx-video":
         return built.pipe._normalize_latents(sample, vae.latents_mean, vae.latents_std, vae.config.scaling_factor)
+    if built.family.name == "wan":                          # the inverse of WanPipeline's decode
+        mean, std = (torch.tensor(vae.config[k]).view(1, -1, 1, 1, 1).to(sample) for k in ("latents_mean", "latents_std"))
+        return (sample - mean) / std
     shift = getattr(vae.config, "shift_factor", None) or 0.0
     return (sample - shift) * vae.config.scaling_factor
 
@@ -106,7 +121,7 @@ def predict(built: Built, noisy: torch.Tensor, t: torch.Tensor, cond: dict[str, 
     name, model = built.family.name, built.model
     if name == "sd":
         return model(noisy, t, **cond).sample
-    if name == "sd3":
+    if name in ("sd3", "wan"):
         return model(hidden_states=noisy, timestep=t.float(), return_dict=False, **cond)[0]
     pipe = built.pipe
     p, pt = pipe.transformer_spatial_patch_size, pipe.transformer_temporal_patch_size

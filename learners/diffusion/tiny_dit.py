@@ -69,7 +69,26 @@ def tiny_ltx_video(*, seed: int, scratch: Path):
                        tokenizer=_tokenizer(scratch, "t"), transformer=transformer)
 
 
-BUILDERS = {"sd3": tiny_sd3, "ltx-video": tiny_ltx_video}
+def tiny_wan(*, seed: int, scratch: Path):
+    """WanPipeline (Wan 2.1 layout, one transformer): a WanTransformer3DModel over an AutoencoderKLWan compressing 4x
+    in time and 8x in space (9 frames of 32 x 32 -> 3 x 4 x 4 latents of 16 channels), a UMT5 encoder, flow
+    matching."""
+    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    torch.manual_seed(seed)
+    transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,
+                                        in_channels=16, out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32,
+                                        num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                                        rope_max_seq_len=32)
+    vae = AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                           temperal_downsample=[False, True, True])
+    return WanPipeline(tokenizer=_tokenizer(scratch, "t"), text_encoder=UMT5EncoderModel(UMT5Config(**_t5(32).to_dict())),
+                       vae=vae,
+                       transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
+
+
+BUILDERS = {"sd3": tiny_sd3, "ltx-video": tiny_ltx_video, "wan": tiny_wan}
 
 
 def write_tiny_clips(folder: Path, *, num_clips: int = 16, frames: int = 12, size: int = 32, seed: int = 0) -> Path:

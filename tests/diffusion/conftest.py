@@ -1,4 +1,4 @@
-"""Fixtures of the diffusion tests: tiny random-init pipelines (Stable Diffusion, SD3, LTX-Video) with captioned images
+"""Fixtures of the diffusion tests: tiny random-init pipelines (Stable Diffusion, SD3, LTX-Video, Wan) with captioned images
 and clips, built offline."""
 from __future__ import annotations
 
@@ -32,3 +32,10 @@ def tiny_ltx(tmp_path_factory) -> dict:
     from yeto.learners.diffusion.tiny_dit import write_tiny_clips
     root = tmp_path_factory.mktemp("ltx")
     return {"model": write_tiny_pipeline(root / "model", family="ltx-video"), "data": write_tiny_clips(root / "clips")}
+
+
+@pytest.fixture(scope="session")
+def tiny_wan(tmp_path_factory) -> Path:
+    """A tiny random-init Wan (2.1 layout) pipeline folder; it trains on tiny_ltx's clips."""
+    from yeto.learners.diffusion.tiny import write_tiny_pipeline
+    return write_tiny_pipeline(tmp_path_factory.mktemp("wan") / "model", family="wan")

@@ -1,6 +1,6 @@
-"""Transformer (DiT) families in process: LoRA on the SD3 and LTX-Video denoisers, seeded alike on every island, trained
-on flow matching through the pipeline's own encoders and VAE; the video data contract (clips sampled to frames x
-height x width, bad rows named); and the finalizer's artifact that `pipeline.load_lora_weights` loads."""
+"""Transformer (DiT) families in process: LoRA on the SD3, LTX-Video and Wan denoisers, seeded alike on every island,
+trained on flow matching through the pipeline's own encoders and VAE; the video data contract (clips sampled to
+frames x height x width, bad rows named); and the finalizer's artifact that `pipeline.load_lora_weights` loads."""
 from __future__ import annotations
 
 import json
@@ -25,17 +25,19 @@ from yeto.services.finalizer.artifact import write_artifact
 pytestmark = pytest.mark.timeout(180)
 torch.set_num_threads(1)
 CPU = accel_policy.detect(prefer="cpu")
+FAMILIES = ["sd3", "ltx-video", "wan"]
 
 
 @pytest.fixture(scope="module")
-def cases(tiny, tiny_sd3, tiny_ltx) -> dict[str, DiffusionRecipe]:
+def cases(tiny, tiny_sd3, tiny_ltx, tiny_wan) -> dict[str, DiffusionRecipe]:
     shared = dict(micro_batch=4, lr=1e-2, warmup_steps=0, schedule="constant", heldout_fraction=0.25, max_steps=20)
     return {"sd3": DiffusionRecipe(model=str(tiny_sd3), data=str(tiny["data"]), resolution=16, **shared),
             "ltx-video": DiffusionRecipe(model=str(tiny_ltx["model"]), data=str(tiny_ltx["data"]), resolution=32,
-                                         frames=9, **shared)}
+                                         frames=9, **shared),
+            "wan": DiffusionRecipe(model=str(tiny_wan), data=str(tiny_ltx["data"]), resolution=32, frames=9, **shared)}
 
 
-@pytest.mark.parametrize("family", ["sd3", "ltx-video"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_lora_on_the_transformer_alone_seeded_identically_on_every_island(cases, family):
     r = cases[family]
     a, b, other = build(r, accel=CPU), build(r, accel=CPU), build(r.replace(seed=1), accel=CPU)
@@ -48,7 +50,7 @@ def test_lora_on_the_transformer_alone_seeded_identically_on_every_island(cases,
     assert state_hash(a.model) == state_hash(b.model) != state_hash(other.model)
 
 
-@pytest.mark.parametrize("family", ["sd3", "ltx-video"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_training_lowers_the_heldout_flow_matching_loss(cases, family):
     r = cases[family]
     built = build(r, accel=CPU)
@@ -84,6 +86,8 @@ def test_clips_are_sampled_to_frames_height_width_and_bad_rows_are_named(cases, 
         build(r.replace(frames=8), accel=CPU)
     with pytest.raises(ValueError, match="--height 16 --width 16: ltx-video takes multiples of 32"):
         build(r.replace(resolution=16), accel=CPU)
+    with pytest.raises(ValueError, match="--height 40 --width 40: wan takes multiples of 16"):
+        build(cases["wan"].replace(resolution=40), accel=CPU)
     with pytest.raises(ValueError, match="--frames 9: sd3 is an image family"):
         build(cases["sd3"].replace(frames=9), accel=CPU)
     assert families.family_of(r.model).video and not families.family_of(cases["sd3"].model).video
@@ -106,7 +110,7 @@ def _artifact(r: DiffusionRecipe, out):
     return built
 
 
-@pytest.mark.parametrize("family", ["sd3", "ltx-video"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_load_lora_weights_gives_the_pipeline_the_trained_transformer_and_samples_show_before_and_after(
         cases, family, tmp_path):
     from diffusers import DiffusionPipeline
@@ -130,3 +134,13 @@ def test_load_lora_weights_gives_the_pipeline_the_trained_transformer_and_sample
     assert grid.size == (2 * r.frames * side, 2 * side)    # two prompts, before (top) and after; a clip: its frames
     assert grid.crop((0, 0, grid.width, side)).tobytes() != grid.crop((0, side, grid.width, 2 * side)).tobytes()
     assert json.loads((tmp_path / "manifest.json").read_text())["model_kind"] == "diffusion"
+
+
+def test_a_two_expert_wan_pipeline_is_refused_by_name(tiny_wan, tiny_ltx, tmp_path):
+    from diffusers import WanPipeline
+    pipe = WanPipeline.from_pretrained(str(tiny_wan))
+    two = WanPipeline(**{**pipe.components, "transformer_2": pipe.transformer}, boundary_ratio=0.9)
+    two.save_pretrained(tmp_path)
+    r = DiffusionRecipe(model=str(tmp_path), data=str(tiny_ltx["data"]), resolution=32, frames=9)
+    with pytest.raises(ValueError, match="two-expert Wan 2.2 pipeline .transformer_2. is not supported yet"):
+        build(r, accel=CPU)

@@ -1,5 +1,5 @@
 """Real two-island runs of the transformer families: `yeto launch --model-kind diffusion` on a tiny SD3 pipeline with
-images, and on a tiny LTX-Video pipeline with clips (`--frames 9 --height 32 --width 32`): the syncer merges rounds
+images, and on tiny LTX-Video and Wan pipelines with clips (`--frames 9 --height 32 --width 32`): the syncer merges rounds
 both islands pushed to, the finalizer writes the Diffusers LoRA and the before/after samples (a frame strip per
 video prompt), and the artifact loads with `pipeline.load_lora_weights`."""
 from __future__ import annotations
@@ -29,6 +29,11 @@ def _run(tmp_path_factory, name: str, model: Path, data: Path, *flags: str):
 @pytest.fixture(scope="module")
 def sd3_run(tmp_path_factory, tiny, tiny_sd3):
     yield from _run(tmp_path_factory, "sd3-two", tiny_sd3, tiny["data"], "--resolution", "16")
+
+
+@pytest.fixture(scope="module")
+def wan_run(tmp_path_factory, tiny_wan, tiny_ltx):
+    yield from _run(tmp_path_factory, "wan-two", tiny_wan, tiny_ltx["data"], "--frames", "9", "--resolution", "32")
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +85,12 @@ def test_an_ltx_video_run_on_two_islands_trains_on_clips_finalizes_and_its_artif
                                   timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, 8, 32, generator=g),
                                   encoder_attention_mask=torch.ones(1, 8), num_frames=3, height=8, width=8)
     assert Image.open(artifact / "samples.png").size == (3 * 9 * 32, 2 * 32)   # a 9-frame strip per prompt, twice
+
+
+def test_a_wan_run_on_two_islands_trains_on_clips_finalizes_and_its_artifact_loads(wan_run, tiny_wan):
+    s, output = wan_run
+    artifact = _finalized_by_both(s, "wan-two", output)
+    g = torch.Generator().manual_seed(0)
+    assert _moved_by_the_artifact(tiny_wan, artifact, hidden_states=torch.randn(1, 16, 3, 4, 4, generator=g),
+                                  timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, 8, 32, generator=g))
+    assert Image.open(artifact / "samples.png").size == (3 * 9 * 32, 2 * 32)
