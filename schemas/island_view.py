@@ -65,7 +65,9 @@ def _phase(isl: Island, e: IslandEvent) -> Island:
     if gen < isl.generation:
         return isl
     if isinstance(e, IslandRequested):
-        return replace(isl, generation=gen, phase="requested" if gen == 0 else "replacing", since=ts, last_beat=None)
+        # the spec too: a generation may start on another offer of the same GPU shape (MoveIsland, schemas/offers.py)
+        return replace(isl, generation=gen, phase="requested" if gen == 0 else "replacing", since=ts, last_beat=None,
+                       spec=e.spec)
     if isinstance(e, (IslandUp, IslandReplaced)):
         return replace(isl, generation=gen, phase="up", since=ts, handle=e.handle)
     if isinstance(e, IslandExited) and current and isl.phase in LIVE:

@@ -1,7 +1,9 @@
-"""Events about cloud offers: a cloud refused an island at launch for capacity or quota.
+"""Cloud offers refused at launch (OfferRefused), and the planner's answer to one: move the island (MoveIsland).
 
-The planner reads them (services/planner/refusals.py): an offer refused within `cooldown_s` is planned as out of
-stock, so a plan made after the refusal does not ask the same cloud, region and GPU shape again at once.
+The planner reads refusals (services/planner/refusals.py): an offer refused within `cooldown_s` is planned as out of
+stock, so a plan made after the refusal does not ask the same cloud, region and GPU shape again at once; and it
+answers each with a MoveIsland to the next-best offer of the same GPU shape (services/planner/replan.py), which the
+launcher starts as the island's next generation.
 """
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from typing import Literal
 from pydantic import Field
 
 from yeto.schemas.base import Event, registry
+from yeto.schemas.fleet import IslandCommand
+from yeto.schemas.launch_spec import Price
 
 
 @registry.register
@@ -24,14 +28,33 @@ class OfferRefused(Event):
     region: str = ""                # "" when the fleet entry named none (the cloud picked)
     gpu: str
     count: int = Field(ge=1)
+    nodes: int = Field(default=1, ge=1)
+    spot: bool = False
+    price_per_hour: Price = 0.0     # what the refused island would have cost (its fleet entry's price)
     instance_type: str = ""         # when the cloud's answer names it
     cause: Literal["capacity", "quota"]
     reason: str                     # the cloud's words, cut to 300 characters
     cooldown_s: float = Field(default=1800.0, ge=0)
 
 
+@registry.register
+class MoveIsland(IslandCommand):
+    """Start the island's generation `generation` on `spec`, another offer of the same GPU shape: the one it was
+    started on was refused (`refused`: that OfferRefused's id). The launcher ignores it once the island moved on."""
+
+    type: Literal["MoveIsland"] = "MoveIsland"
+    version: Literal[1] = 1
+    price_per_hour: Price = 0.0
+    refused: str
+    reason: str
+
+
 EXAMPLES = [
     OfferRefused(id="ex-offer-refused", run_id="r-demo", source="launcher", island=1, cloud="aws", region="us-east-2",
-                 gpu="H100", count=8, cause="capacity",
+                 gpu="H100", count=8, spot=True, price_per_hour=11.25, cause="capacity",
                  reason="InsufficientInstanceCapacity: We currently do not have sufficient p5.48xlarge capacity"),
+    MoveIsland(id="ex-move-island", run_id="r-demo", source="planner", island=1, generation=1,
+               spec={"cloud": "aws", "gpu": "H100", "count": 8, "nodes": 1, "region": "us-west-2", "spot": True},
+               price_per_hour=12.69, refused="ex-offer-refused",
+               reason="aws:8xh100@us-east-2 refused (capacity): next-best offer aws:8xh100@us-west-2 at $12.69/hr"),
 ]

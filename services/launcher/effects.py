@@ -46,7 +46,8 @@ class Effects:
         try:
             handle = await asyncio.to_thread(backend.start, launch)
         except Exception as e:  # a cloud may say no for now: try again later
-            refused = refusal(c.spec, str(e), run_id=c.run_id, island=c.island, generation=c.generation, source=SOURCE)
+            refused = refusal(c.spec, str(e), run_id=c.run_id, island=c.island, generation=c.generation, source=SOURCE,
+                              price_per_hour=c.price_per_hour)
             if refused is not None and ctx is not None:    # on the tape: the planner avoids the offer for a while
                 await ctx.bus.publish(refused)
             raise Retry(f"starting island {c.island} generation {c.generation}: {e}", delay_s=10) from e

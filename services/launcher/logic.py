@@ -5,7 +5,7 @@ every message id derives from (run, island, generation, what), so taking it twic
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from yeto.infra.runner.spec import Publish, Reject
@@ -15,6 +15,7 @@ from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import IslandDropped, IslandPreempted, IslandRequested, RunLaunched, StartIsland, StopIsland
 from yeto.schemas.island_view import Island
 from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.offers import MoveIsland
 from yeto.schemas.run_view import RunView
 from yeto.services.launcher import external
 from yeto.services.launcher.reach import unreachable
@@ -115,10 +116,24 @@ def reconcile(run: RunView, now: datetime) -> list[Publish]:
     return [p for isl in run.islands for p in _needs(run, isl, now) + external.needs(run, isl, source=SOURCE)]
 
 
+def move(state: State, cmd: MoveIsland) -> list[Publish]:
+    """The planner's answer to a refused start: the island's next generation on another offer of the same GPU shape.
+    Ignored unless the island still waits for the generation before `cmd.generation` (refused, not yet up)."""
+    run = state.get(cmd.run_id)
+    isl = run.islands[cmd.island] if run and not run.ended and cmd.island < len(run.islands) else None
+    if run is None or isl is None or isl.generation != cmd.generation - 1 or isl.phase not in ("requested", "replacing"):
+        return []
+    moved = replace(isl, spec={**cmd.spec, "price_per_hour": cmd.price_per_hour},
+                    meter=replace(isl.meter, price_per_hour=cmd.price_per_hour))
+    return start(run.run_id, run.recipe, len(run.islands), moved, cmd.generation)
+
+
 def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity | None = None) -> list:
     """`capacity`: what this launcher may start (bound in by wiring.py; None = no cap, for pure tests)."""
     if isinstance(msg, LaunchRun):
         return launch(msg, capacity)
+    if isinstance(msg, MoveIsland):
+        return move(state, msg)
     if isinstance(msg, StartIsland):
         run = state.get(msg.run_id)
         isl = run.islands[msg.island] if run and msg.island < len(run.islands) else None

@@ -35,7 +35,7 @@ def kind_of(error: str) -> Literal["capacity", "quota"] | None:
 
 
 def refusal(spec: dict, error: str, *, run_id: str, island: int, generation: int, source: str,
-            cooldown_s: float = COOLDOWN_S) -> OfferRefused | None:
+            price_per_hour: float = 0.0, cooldown_s: float = COOLDOWN_S) -> OfferRefused | None:
     """The OfferRefused for one failed start, or None when `error` is not a capacity or quota refusal.
 
     One per island generation (its id derives from run, island and generation): a start retried and refused
@@ -47,5 +47,6 @@ def refusal(spec: dict, error: str, *, run_id: str, island: int, generation: int
     return OfferRefused(id=derive_id(run_id, "OfferRefused", island, generation), run_id=run_id, source=source,
                         island=island, generation=generation, cloud=str(spec.get("cloud", "")),
                         region=str(spec.get("region") or ""), gpu=str(spec.get("gpu", "")),
-                        count=int(spec.get("count", 1)), instance_type=itype.group(1) if itype else "", cause=kind,
+                        count=int(spec.get("count", 1)), nodes=int(spec.get("nodes") or 1), spot=bool(spec.get("spot")),
+                        price_per_hour=price_per_hour, instance_type=itype.group(1) if itype else "", cause=kind,
                         reason=" ".join(error.split())[:300], cooldown_s=cooldown_s)
