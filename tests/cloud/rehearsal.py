@@ -29,9 +29,10 @@ class RehearsalSky:
     def __init__(self) -> None:
         self.root = jobs.rehearsal_dir()
 
-    def _start(self, state: dict, task: Any, what: str, hide: list[str] = ()) -> dict:
-        index = state["next_index"]
-        state["next_index"] = index + 1
+    def _start(self, state: dict, task: Any, what: str, hide: list[str] = (), index: int | None = None) -> dict:
+        if index is None:
+            index = state["next_index"]
+            state["next_index"] = index + 1
         ns, ip = net.ns_up(state["world"], what, index)
         folder = self.root / what
         rec = {"ns": ns, "ip": ip, "index": index, "dir": str(folder)}
@@ -53,7 +54,8 @@ class RehearsalSky:
             self._autodown(state)
             if state["clusters"].get(cluster, {}).get("cluster_status") == "UP":
                 raise RuntimeError(f"cluster {cluster} is up already (the rehearsal runs one task per cluster)")
-            rec = self._start(state, task, f"cluster-{cluster}")
+            # A cluster launched again under its name gets its old address back, as a reserved (static) address would
+            rec = self._start(state, task, f"cluster-{cluster}", index=state["clusters"].get(cluster, {}).get("index"))
             state["clusters"][cluster] = {**rec, "cluster_status": "UP" if rec["status"] == "RUNNING" else "DOWN",
                                           "idle_minutes_to_autodown": idle_minutes_to_autodown}
 
