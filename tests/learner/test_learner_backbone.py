@@ -175,7 +175,7 @@ class RecordingHook:
 def test_every_backend_pushes_its_last_deltas_before_the_final_evaluation(monkeypatch, capsys):
     """The lifecycle is written once: the drift where MLX and diffusion evaluated before their final pushes is gone."""
     backend = Recording()
-    monkeypatch.setattr(shell, "connect", lambda b, built, recipe, args: RecordingHook(b.calls))
+    monkeypatch.setattr(shell, "connect", lambda b, built, recipe, args, how: RecordingHook(b.calls))
     args = LearnerArgs(run_id="r", learner="l0", recipe=json.dumps({"model": "m", "data": "d", "max_steps": 1}),
                        nats_url="nats://127.0.0.1:1", eval_every=1, log_format="json")
     assert shell.run(backend, args) == 1.5
