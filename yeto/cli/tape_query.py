@@ -13,7 +13,7 @@ MAX_ROWS = 100_000   # infra.tape_sql's; that module imports DuckDB, which only 
 PATIENT_CONNECT_S = 30.0   # the second try, when the tape file shows that a writer runs
 
 
-class TapeUnreachable(ValueError):
+class TapeUnreachable(ConnectionError):
     """A remote stack's bus cannot be reached and there is no local file to read instead: a reader must say so, never
     "no such run" (a bus without a tape writer is another matter: the run may be on the stream yet)."""
 
