@@ -127,3 +127,17 @@ def test_an_fsdp2_island_says_fsdp_on_its_first_line_and_measures_the_sharded_gr
     assert [s[0] for s in steps] == ["step 1", "step 2", "step 3"]
     assert all(float(next(f for f in s if f.startswith("grad_norm ")).split()[1]) > 0 for s in steps), steps
     assert outs[1][0] == ""                  # rank 1 prints nothing: the island speaks once
+
+
+def test_the_steps_view_counts_a_report_without_steps_as_its_one_step(tmp_path):
+    """A LearnerProgress v2 (before reports carried their steps) is one row of `learner_steps`, not none."""
+    from yeto.infra.tape.store import TapeStore
+
+    v2 = {"type": "LearnerProgress", "version": 2, "id": "p-old", "run_id": "r-old", "ts": "2026-11-30T17:47:02Z",
+          "source": "island-0", "learner": "island-0", "generation": 0, "step": 7, "loss": 2.0, "tokens": 70,
+          "tokens_per_s": 5.0, "step_time_s": 1.0, "lr": 1e-4, "eval_loss": None}
+    store = TapeStore(StackPaths(tmp_path).db)
+    store.append([1], ["r-old"], [json.dumps(v2)])
+    store.close()
+    rows = query_file(StackPaths(tmp_path).db, "SELECT learner, step, loss, lr, grad_norm FROM learner_steps")["rows"]
+    assert rows == [["island-0", 7, 2.0, 1e-4, None]]
