@@ -29,6 +29,9 @@ _BLOCK_BYTES = 4 + BLOCK // 2
 _ROWS_PER_PASS = 4096              # 1M values at a time, so temporaries stay in cache
 _BAND_BLOCKS = 1024                # per thread and decode pass: 1 MiB of f32 output, still in L2 for `on_chunk`
 _GROUP_BLOCKS = 64                 # per task of the broadcast's fused pass: 64 KiB of difference, in L1/L2
+# values per parallel call of a pass over several rows: one call over a whole 16M-value row ran 6x slower than the same
+# pieces in calls of 256K-4M values (2026-12-05, one thread; not understood, measured)
+_FOLD_BAND = 1 << 20
 
 
 class Q4Codec:
@@ -42,8 +45,10 @@ class Q4Codec:
         x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
         if compiled():
             out, scales, scale_bits, codes = self._payload(x.size)
-            with pool():
-                _encode_blocks(x, x.view(np.uint32), scales, scale_bits, codes)
+            for lo in range(0, x.size, _FOLD_BAND):            # bands: see _FOLD_BAND
+                hi, b0, b1 = min(lo + _FOLD_BAND, x.size), lo // BLOCK, -(-min(lo + _FOLD_BAND, x.size) // BLOCK)
+                with pool():
+                    _encode_blocks(x[lo:hi], x[lo:hi].view(np.uint32), scales[b0:b1], scale_bits[b0:b1], codes[b0:b1])
             return out.tobytes()
         numel = x.size
         num_blocks = -(-numel // BLOCK)
@@ -78,8 +83,11 @@ class Q4Codec:
             shadow += self.decode(payload, shadow.size)
             return payload
         out, scales, scale_bits, codes = self._payload(shadow.size)
-        with pool():
-            _encode_delta_groups(np.ascontiguousarray(theta, dtype=np.float32).reshape(-1), shadow, scales, scale_bits, codes)
+        theta = np.ascontiguousarray(theta, dtype=np.float32).reshape(-1)
+        for lo in range(0, shadow.size, _FOLD_BAND):           # bands: see _FOLD_BAND
+            hi, b0, b1 = min(lo + _FOLD_BAND, shadow.size), lo // BLOCK, -(-min(lo + _FOLD_BAND, shadow.size) // BLOCK)
+            with pool():
+                _encode_delta_groups(theta[lo:hi], shadow[lo:hi], scales[b0:b1], scale_bits[b0:b1], codes[b0:b1])
         return out.tobytes()
 
     def _payload(self, numel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -130,8 +138,10 @@ class Q4Codec:
         scales = np.frombuffer(payload, dtype="<f4", count=num_blocks)
         codes = np.frombuffer(payload, dtype=np.uint8, offset=4 * num_blocks).reshape(num_blocks, BLOCK // 2)
         partials = np.empty((-(-numel // piece), rows.shape[0]))
-        with pool():
-            _decode_fold(scales, codes, out, rows, piece, partials)
+        band = max(1, _FOLD_BAND // piece)                    # pieces per parallel call
+        for first in range(0, partials.shape[0], band):
+            with pool():
+                _decode_fold(scales, codes, out, rows, piece, partials, first, min(first + band, partials.shape[0]))
         return partials
 
     def decode_on(self, xp: ModuleType, raw: Any, numel: int, out: Any) -> None:
@@ -259,10 +269,12 @@ def _decode_blocks(scales: Any, codes: Any, out: Any, start: int, stop: int) -> 
 
 
 @numba.njit(nogil=True, cache=True, parallel=True)
-def _decode_fold(scales: Any, codes: Any, out: Any, rows: Any, piece: int, partials: Any) -> None:  # pragma: no cover
-    """Pieces in parallel: decode piece p into `out`, then partials[p, r] = <rows[r], out> over it, while in cache."""
+def _decode_fold(scales: Any, codes: Any, out: Any, rows: Any, piece: int, partials: Any, first: int,
+                 stop: int) -> None:  # pragma: no cover - compiled
+    """Pieces first..stop-1 in parallel: decode piece p into `out`, then partials[p, r] = <rows[r], out> over it,
+    while in cache."""
     numel = out.size
-    for p in numba.prange(partials.shape[0]):
+    for p in numba.prange(first, stop):
         lo = p * piece
         hi = min(lo + piece, numel)
         for b in range(lo // BLOCK, -(-hi // BLOCK)):

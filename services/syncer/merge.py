@@ -157,8 +157,10 @@ def _apply(frag: FragmentRows, c: np.ndarray, chunk: int, *, commit: bool) -> bo
     rows, n = frag.rows[:c.shape[1]], frag.numel
     if not GPU and compiled():
         finite = np.ones(-(-n // STEP_PIECE), dtype=np.bool_)
-        with pool():
-            _step_pieces(frag.rows, np.ascontiguousarray(c, dtype=np.float64), commit, finite)
+        coeffs, band = np.ascontiguousarray(c, dtype=np.float64), STEP_BAND // STEP_PIECE
+        for first in range(0, finite.size, band):       # bands: one call over a 16M-value row ran slower (gram.py)
+            with pool():
+                _step_pieces(frag.rows, coeffs, commit, finite, first, min(first + band, finite.size))
         return bool(finite.all())
     cmat = xp.asarray(c, dtype=xp.float32)
     out = xp.empty((2, min(chunk, n)), dtype=xp.float32)
@@ -176,19 +178,20 @@ def _apply(frag: FragmentRows, c: np.ndarray, chunk: int, *, commit: bool) -> bo
 
 STEP_PIECE = 1 << 9               # values per piece of the step: its two float64 sums stay in L1 (4K measured slower)
 STEP_GROUP = 64                   # pieces per parallel task (32K values)
+STEP_BAND = 1 << 20               # values per parallel call
 
 
 # Each inner loop is its own function on 1-D contiguous slices: that is what lets LLVM vectorize it (inlined into the
 # piece loop, the slices' possible overlap kept it scalar, 5x slower).
 @numba.njit(nogil=True, cache=True, parallel=True)
-def _step_pieces(rows, c, commit, finite):  # pragma: no cover - compiled
-    """[theta'; b'] = c @ rows[:c.shape[1]] piece by piece, written to rows 0 and 1 when `commit`, else only
-    checked: finite[p] is False when piece p's result is not finite in f32. Groups of STEP_GROUP pieces run in
+def _step_pieces(rows, c, commit, finite, first, stop):  # pragma: no cover - compiled
+    """[theta'; b'] = c @ rows[:c.shape[1]] over pieces first..stop-1, written to rows 0 and 1 when `commit`, else
+    only checked: finite[p] is False when piece p's result is not finite in f32. Groups of STEP_GROUP pieces run in
     parallel, each reusing one pair of float64 scratch rows (one allocation per piece cost ~15% of the step)."""
     n = rows.shape[1]
-    for g in numba.prange(-(-finite.size // STEP_GROUP)):
+    for g in numba.prange(-(-(stop - first) // STEP_GROUP)):
         theta, b = np.empty(STEP_PIECE), np.empty(STEP_PIECE)
-        for p in range(g * STEP_GROUP, min(g * STEP_GROUP + STEP_GROUP, finite.size)):
+        for p in range(first + g * STEP_GROUP, min(first + g * STEP_GROUP + STEP_GROUP, stop)):
             lo = p * STEP_PIECE
             hi = min(lo + STEP_PIECE, n)
             t, u = theta[:hi - lo], b[:hi - lo]

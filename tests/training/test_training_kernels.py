@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from yeto.schemas import codecs
-from yeto.schemas.codecs import base
+from yeto.schemas.codecs import base, q4
 from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.services.syncer import gram, merge, outputs
 from yeto.services.syncer.rows import FragmentRows
@@ -124,3 +124,35 @@ def test_broadcast_chunks_hashed_on_threads_are_split_chunks():
         for kernels, threads in (("compiled", 2), ("compiled", 1), ("separate", 2)):
             got = _with(kernels, threads, lambda h=h, payload=payload: outputs.broadcast_chunks(h, payload, 1024))
             assert [(a.model_dump(), c) for a, c in got] == [(a.model_dump(), c) for a, c in want], (size, kernels)
+
+
+@pytest.mark.timeout(120)
+def test_kernels_called_band_by_band_give_the_bits_of_one_call(monkeypatch):
+    """The passes over long rows run as parallel calls of a band each (q4 _FOLD_BAND, gram.BAND, merge.STEP_BAND):
+    with bands far smaller than the rows, every result has the bits of one call over the whole row."""
+    rng = np.random.default_rng(6)
+    n = 5 * gram.PIECE + 300
+    theta, shadow = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    theta[777] = np.nan
+
+    def everything() -> list[bytes]:
+        s = shadow.copy()
+        payload = codecs.Q4.encode_delta(theta, s)
+        rows = FragmentRows(theta, shadow)
+        for k in range(3):
+            rows.push(k)[:] = rng.standard_normal(n, dtype=np.float32) * 1e-3
+        rows.push(3)[:] = 0
+        acc = gram.RowProducts(rows.rows[1:6], rows.push(3))
+        acc.decode(codecs.Q4, codecs.Q4.encode(theta * 1e-3), n)
+        rows.rows[0, 777] = 0
+        assert merge.merge_round(rows, 3, [1, 2, 3], merge="rda", lr=0.7, momentum=0.9) is not None
+        return [codecs.Q4.encode(theta), payload, s.tobytes(), acc.products.tobytes(),
+                gram.gram_row(rows.rows[1:4], rows.rows[3]).tobytes(), rows.rows[:2].tobytes()]
+
+    state = rng.bit_generator.state
+    whole = _with("compiled", 2, everything)
+    monkeypatch.setattr(q4, "_FOLD_BAND", 2 * gram.PIECE)
+    monkeypatch.setattr(gram, "BAND", gram.PIECE)
+    monkeypatch.setattr(merge, "STEP_BAND", 4 * merge.STEP_PIECE)
+    rng.bit_generator.state = state
+    assert _with("compiled", 2, everything) == whole
