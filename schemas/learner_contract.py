@@ -37,6 +37,8 @@ BACKENDS: dict[str, BackendInfo] = {b.name: b for b in (
     BackendInfo("mlx", "lm", "MLX: Apple silicon's GPU; MLX's CPU backend elsewhere; one rank"),
     BackendInfo("diffusion", "diffusion", "Diffusers LoRA on a text-to-image denoiser (PyTorch); one rank",
                 joinable=False),
+    BackendInfo("megatron", "lm", "Megatron-Core: a Mixtral-style MoE, its experts split over the island's ranks "
+                "(expert parallelism; gloo on the CPU)", joinable=False),
 )}
 
 
