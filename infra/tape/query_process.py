@@ -1,8 +1,9 @@
-"""The query process sandbox.py starts: caps its own address space, then answers one query from the tape file on stdout.
+"""The query process sandbox.py starts: caps its own address space, then answers queries from the tape file, one a line.
 
-It loads DuckDB before it reads its request, so the tape writer keeps one started ahead (responder.py).
-Its request (JSON on stdin): {db, sql, max_rows, max_bytes}; its reply: {columns, types, rows, truncated} or {error},
-with `held` set when a running tape writer holds the file.
+It loads DuckDB before it reads a request, so the tape writer keeps one started ahead, and answers one request after
+another until its stdin ends (responder.py's worker; the CLI's sandbox.run sends one). A request is one JSON line on
+stdin, {db, sql, max_rows, max_bytes}; its reply one JSON line on stdout, {columns, types, rows, truncated} or {error},
+with `held` set when a running tape writer holds the file (JSON text holds no raw newline).
 """
 from __future__ import annotations
 
@@ -39,12 +40,13 @@ def answer(req: dict[str, Any]) -> bytes:
 def main() -> None:
     limit = int(sys.argv[1])
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))      # before DuckDB is loaded: everything counts
-    import duckdb  # noqa: F401 - loaded before the request is read: a spare process (responder.py) waits warm
+    import duckdb  # noqa: F401 - loaded before a request is read: the writer keeps a worker (responder.py) warm
 
     import yeto.infra.tape.responder
     import yeto.infra.tape.store  # noqa: F401
-    sys.stdout.buffer.write(answer(json.loads(sys.stdin.buffer.read())))
-    sys.stdout.buffer.flush()
+    for line in sys.stdin.buffer:
+        sys.stdout.buffer.write(answer(json.loads(line)) + b"\n")
+        sys.stdout.buffer.flush()
 
 
 if __name__ == "__main__":

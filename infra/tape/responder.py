@@ -5,8 +5,9 @@ DuckDB lets one process hold a file read-write and no other process read it mean
 bound every allocation (`select list(range(300000000))` took the writer past 4 GB, and an interrupt is only a request).
 So a query is answered by sandbox.py's process (RLIMIT_AS, killed at the deadline) reading a snapshot: under the
 writer's flush lock (no INSERT in flight) the tape is CHECKPOINTed and its file copied by `cp`, once per tape position
-(a query on an unchanged tape reuses the copy). A spare query process is started ahead, so a query pays neither the
-interpreter's nor DuckDB's start. A reply is encoded row by row and refused the moment it passes the bus's payload limit.
+(a query on an unchanged tape reuses the copy). The query process is a worker started ahead and kept: it answers one
+query after another, so a query pays neither the interpreter's nor DuckDB's start; past its deadline it is killed and the
+next one started at once. A reply is encoded row by row and refused the moment it passes the bus's payload limit.
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def snapshot_dir(db: Path) -> Path:
 
 class Responder:
     """Answers the tape's SQL requests for a running writer. `lock`: the writer's flush lock (no append while held).
-    Made inside the writer's event loop: it starts the first spare query process at once."""
+    Made inside the writer's event loop: it starts the query worker at once."""
 
     def __init__(self, store: TapeStore, lock: asyncio.Lock, *, timeout_s: float, max_payload: int,
                  memory_bytes: int = sandbox.MEMORY_BYTES):
@@ -69,7 +70,7 @@ class Responder:
         self.current_seq = -1
         self.readers: Counter[Path] = Counter()
         self.names = itertools.count()
-        self.spare: asyncio.Task[asyncio.subprocess.Process] | None = asyncio.create_task(self._start())  # the first
+        self.worker: asyncio.Task[asyncio.subprocess.Process] = asyncio.create_task(self._start())
 
     async def answer(self, request: bytes) -> bytes:
         """Reply {columns, types, rows, truncated}, or {error} saying what to change; never raises."""
@@ -126,31 +127,45 @@ class Responder:
 
     async def _start(self) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(*sandbox.command(self.memory_bytes), stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+                                                    limit=self.max_bytes + (64 << 10))
 
     async def _process(self) -> asyncio.subprocess.Process:
-        """The spare process (started ahead, importing while the writer waits for the next query), and a new spare."""
-        task, self.spare = self.spare, asyncio.create_task(self._start())
-        return await task if task is not None else await self._start()
+        """The worker: started ahead (importing while the writer waits for the first query), it answers one query after
+        another; one that died is replaced."""
+        proc = await self.worker
+        if proc.returncode is not None:
+            self.worker = asyncio.create_task(self._start())
+            proc = await self.worker
+        return proc
+
+    async def _replace(self, proc: asyncio.subprocess.Process) -> None:
+        """Kill the worker (past its deadline, or broken) and start the next one at once."""
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+        self.worker = asyncio.create_task(self._start())
 
     async def _run(self, path: Path, sql: str, max_rows: int) -> bytes:
         proc = await self._process()
+        assert proc.stdin is not None and proc.stdout is not None
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(sandbox.request(path, sql, max_rows, self.max_bytes)),
-                                            self.timeout_s)
+            proc.stdin.write(sandbox.request(path, sql, max_rows, self.max_bytes))
+            await proc.stdin.drain()
+            line = await asyncio.wait_for(proc.stdout.readline(), self.timeout_s)
         except asyncio.TimeoutError:
+            await self._replace(proc)
             raise sandbox.killed(self.timeout_s) from None
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-        sandbox.reply(proc.returncode, out, self.memory_bytes)
-        return out
+        except (BrokenPipeError, ConnectionResetError, ValueError):   # it died, or its line passed the reply's bound
+            line = b""
+        if not line.endswith(b"\n"):                                  # it ended without an answer: its memory limit
+            await self._replace(proc)
+            sandbox.reply(proc.returncode, b"", self.memory_bytes)
+        return line[:-1]
 
     async def close(self) -> None:
-        if self.spare is not None:
-            proc = await self.spare
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+        proc = await self.worker
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)

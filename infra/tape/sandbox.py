@@ -26,7 +26,8 @@ def command(memory_bytes: int) -> list[str]:
 
 
 def request(db: Path | str, sql: str, max_rows: int, max_bytes: int) -> bytes:
-    return json.dumps({"db": str(db), "sql": sql, "max_rows": max_rows, "max_bytes": max_bytes}).encode()
+    """One request line for query_process.py."""
+    return json.dumps({"db": str(db), "sql": sql, "max_rows": max_rows, "max_bytes": max_bytes}).encode() + b"\n"
 
 
 def killed(timeout_s: float) -> ValueError:
@@ -35,10 +36,11 @@ def killed(timeout_s: float) -> ValueError:
 
 
 def reply(code: int | None, out: bytes, memory_bytes: int) -> bytes:
-    if code != 0 or not out:
+    """The reply line without its newline; ValueError when the process ended without one."""
+    if code not in (0, None) or not out.endswith(b"\n"):
         raise ValueError(f"the query's process ended without an answer (exit {code}): it may have passed its "
                          f"{memory_bytes >> 20} MiB memory limit; narrow the query, add a LIMIT or aggregate")
-    return out
+    return out[:-1]
 
 
 def run(db: Path | str, sql: str, *, max_rows: int, max_bytes: int = MAX_REPLY_BYTES, timeout_s: float = TIMEOUT_S,

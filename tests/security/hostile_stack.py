@@ -11,7 +11,7 @@ from yeto.infra.bus import auth as bus_auth
 from yeto.infra.tape.sql import ask
 from yeto.schemas.training import LearnerProgress
 
-QUERY_TIMEOUT_S = 5.0      # the tape writer's query deadline in these tests
+QUERY_TIMEOUT_S = 15.0     # the tape writer's query deadline in these tests: a cold query process on a loaded machine
 VICTIM, ATTACKER, GHOST = "r-victim", "r-attack", "r-ghost"
 SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": "", "spot": False, "price_per_hour": 1.0}
 
