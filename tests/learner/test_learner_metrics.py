@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,20 @@ def test_the_steps_view_counts_a_report_without_steps_as_its_one_step(tmp_path):
     store.close()
     rows = query_file(StackPaths(tmp_path).db, "SELECT learner, step, loss, lr, grad_norm FROM learner_steps")["rows"]
     assert rows == [["island-0", 7, 2.0, 1e-4, None]]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_yeto_plot_of_the_real_run_draws_every_step(trained, tmp_path, monkeypatch, capsys):
+    from yeto.cli.plot import Collect
+    from yeto.cli.tape import load_run
+    from yeto.cli.trackers import replay
+
+    state, _ = trained
+    monkeypatch.delenv("YETO_NATS_URL", raising=False)
+    sink = Collect()
+    replay(load_run, Namespace(state_dir=str(state), nats_url=None), RUN, [sink])
+    assert [step for step, _ in sink.series["train/loss/island-0"]] == list(range(1, NUM_STEPS + 1))  # what plot draws
+    png = tmp_path / "loss.png"
+    assert main(["--state-dir", str(state), "plot", RUN, "--out", str(png)]) == 0
+    assert capsys.readouterr().out.strip() == f"{png}: 1 curve(s) of {RUN}" and png.stat().st_size > 1000
