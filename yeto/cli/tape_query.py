@@ -11,6 +11,7 @@ from yeto.infra.stack import StackPaths, stack_url
 
 MAX_ROWS = 100_000   # infra.tape_sql's; that module imports DuckDB, which only a command that queries should pay for
 PATIENT_CONNECT_S = 30.0   # the second try, when the tape file shows that a writer runs
+ASK_S = 35.0               # past the writer's 30 s query deadline: a query it killed is told as killed, not lost
 
 
 class TapeUnreachable(ConnectionError):
@@ -72,6 +73,6 @@ async def _ask(url: str, sql: str, max_rows: int, connect_timeout: float = 2.0) 
     except Exception as e:  # noqa: BLE001 - any failure to connect means: read the file instead
         raise ConnectionError(str(e)) from None
     try:
-        return await ask(bus, sql, max_rows=max_rows)
+        return await ask(bus, sql, max_rows=max_rows, timeout=ASK_S)
     finally:
         await bus.close()
