@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import mlx.core as mx
 import mlx.nn as nn
 import mlx.optimizers as optim
-from mlx.utils import tree_map
+from mlx.utils import tree_flatten, tree_map
 
 from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.schedule import lr_at
@@ -61,8 +61,10 @@ def train(model: nn.Module, batches: Iterator[dict[str, mx.array]], recipe: Trai
             total += loss.item()
         scale = 1.0 / max(1, tokens)
         grads = tree_map(lambda g, s=scale: g * s, grads)
-        # clip_grad_norm returns the norm before clipping; an infinite bound leaves the gradients as they are
-        grads, norm = optim.clip_grad_norm(grads, recipe.clip_norm if recipe.clip_norm > 0 else float("inf"))
+        if recipe.clip_norm > 0:      # MLX's clip_grad_norm returns the norm before clipping too
+            grads, norm = optim.clip_grad_norm(grads, recipe.clip_norm)
+        else:                         # nothing clipped; the norm for the step's metrics
+            norm = mx.sqrt(sum(mx.sum(g * g) for _, g in tree_flatten(grads)))
         lr = lr_at(step, recipe, resumed_at=start_step)
         optimizer.learning_rate = lr
         optimizer.update(model, grads)
