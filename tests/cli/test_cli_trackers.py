@@ -241,3 +241,21 @@ def test_report_to_without_wait_is_refused_naming_yeto_report(state, capsys):
     assert yeto(state, "launch", "--gpu", "local:1xcpu", "--model", "m", "--data", "x.jsonl", "--report-to", "tensorboard") == 2
     err = capsys.readouterr().err
     assert "--report-to tensorboard needs --wait" in err and "yeto report RUN --to tensorboard" in err
+
+
+def test_a_report_of_many_steps_gives_the_trackers_a_point_per_step_and_each_kind():
+    from yeto.cli.tracker_metrics import points
+    from yeto.schemas.progress import StepPoint
+    from yeto.schemas.run_view import fold
+    from yeto.schemas.training import LearnerProgress
+
+    steps = [StepPoint(step=s, loss=2.0 / s, lr=1e-3, tokens=10, tokens_per_s=100.0, step_time_s=0.1,
+                       grad_norm=None if s == 2 else 0.5) for s in (1, 2, 3)]
+    event = LearnerProgress(id="p", run_id=RUN, source="l0", learner="l0", step=3, loss=2.0 / 3, tokens=30,
+                            tokens_per_s=100.0, step_time_s=0.1, lr=1e-3, eval_loss=0.9, steps=steps)
+    got = {}
+    for p in points(event, fold(None, event)):
+        got.setdefault(p.tag, []).append(p.step)
+    assert got == {"train/loss/l0": [1, 2, 3], "train/lr/l0": [1, 2, 3], "train/tokens_per_s/l0": [1, 2, 3],
+                   "train/step_time_s/l0": [1, 2, 3], "train/grad_norm/l0": [1, 3],   # a step without one: no point
+                   "eval/loss/l0": [3]}
