@@ -42,11 +42,11 @@ class WandbSink:
         logdir.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(project="yeto", name=run_id, id=run_id, dir=str(logdir), resume="allow")
         for prefix, step in (("train", "learner_step"), ("eval", "learner_step"), ("sync", "round"), ("run", "round"),
-                             ("global", "round")):     # tracker_metrics.py: what each group is stepped by
+                             ("global", "learner_step")):     # tracker_metrics.py: what each group is stepped by
             self.run.define_metric(f"{prefix}/*", step_metric=step)
 
     def add(self, p: Point) -> None:
-        key = "learner_step" if p.tag.startswith(("train/", "eval/")) else "round"
+        key = "learner_step" if p.tag.startswith(("train/", "eval/", "global/")) else "round"
         self.run.log({p.tag: p.value, key: p.step})
 
     def close(self) -> None:
