@@ -2,7 +2,7 @@
 
 Arms: `sync` (M ranks averaging gradients every step) and Yeto settings (benchmarks/lib_compare.py SETTINGS) with M
 islands of the real diffusion loop through the real DilocoHook/DilocoSync and SyncerCore, in process over a simulated
-network (benchmarks/lib_diffusion_arms.py). With --model a family name (sd, sd3, ltx-video, wan) or none it builds that
+network (benchmarks/lib_diffusion_arms.py). With --model a family name (sd, sd3, flux, ltx-video, wan) or none it builds that
 tiny random-init pipeline and captioned coloured squares, or moving squares as clips for a video family
 (learners/diffusion/tiny.py, tiny_dit.py), so it runs on a CPU in minutes:
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lib_compare import SETTINGS, pick, spread, step_times
 
-TINY = ("sd", "sd3", "ltx-video", "wan")
+TINY = ("sd", "sd3", "flux", "ltx-video", "wan")
 VIDEO = ("ltx-video", "wan")     # families whose tiny pipeline the benchmark builds (learners/diffusion/families.py)
 
 METRICS = ("held-out denoising loss of the final LoRA at a fixed grid of timesteps with fixed noise",
@@ -58,7 +58,7 @@ def check(args) -> list[str]:
         raise ValueError("height and width must be positive multiples of 8; frames, islands, steps >= 1")
     if args.model in TINY and (args.frames > 1) != (args.model in VIDEO):
         raise ValueError(f"--model {args.model} --frames {args.frames}: ltx-video and wan take clips (--frames 9), "
-                         "sd and sd3 images (--frames 1)")
+                         "sd, sd3 and flux images (--frames 1)")
     return names
 
 

@@ -1,17 +1,12 @@
-"""The pipeline families the diffusion learner trains, told apart by model_index.json's `_class_name`, and what differs
-between them: how captions become the denoiser's conditioning, how pixels become latents, and how the denoiser is
-called. Everything else (LoRA, noise, the flow or epsilon/v objective, sync) is shared (objective.py)."""
+"""The pipeline families the diffusion learner trains, told apart by model_index.json's `_class_name`, and the media
+shape each takes. What differs in their calls (conditioning, latents, the denoiser) is family_io.py; everything else
+(LoRA, noise, the flow or epsilon/v objective, sync) is shared (objective.py)."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import torch
-
-if TYPE_CHECKING:
-    from yeto.learners.diffusion.components import Built
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -25,12 +20,13 @@ class Family:
 FAMILIES = {f.pipeline: f for f in (
     Family("sd", "StableDiffusionPipeline", "unet", video=False),
     Family("sd3", "StableDiffusion3Pipeline", "transformer", video=False),
+    Family("flux", "FluxPipeline", "transformer", video=False),
     Family("ltx-video", "LTXPipeline", "transformer", video=True),
     Family("wan", "WanPipeline", "transformer", video=True),
 )}
 NAMES = tuple(f.name for f in FAMILIES.values())
 NOT_YET = {"StableDiffusionXLPipeline": "SDXL (a second text encoder and add_time_ids)",
-           "FluxPipeline": "Flux (packed latents, guidance embedding)",
+           "FluxKontextPipeline": "Flux Kontext (image conditioning)",
            "PixArtSigmaPipeline": "PixArt (no LoRA loader in Diffusers)", "SanaPipeline": "Sana"}
 
 
@@ -58,6 +54,9 @@ def check_shape(family: Family, frames: int, height: int, width: int, pipe: Any)
     if not family.video:
         if frames != 1:
             raise ValueError(f"--frames {frames}: {family.name} is an image family (frames 1)")
+        if family.name == "flux" and (height % (2 * pipe.vae_scale_factor) or width % (2 * pipe.vae_scale_factor)):
+            raise ValueError(f"--height {height} --width {width}: flux packs 2 x 2 latents, so multiples of "
+                             f"{2 * pipe.vae_scale_factor}")
         return
     if family.name == "wan":
         if pipe.transformer_2 is not None:
@@ -71,63 +70,3 @@ def check_shape(family: Family, frames: int, height: int, width: int, pipe: Any)
         raise ValueError(f"--frames {frames}: {family.name} takes {t}k + 1 frames (e.g. {t + 1} or {2 * t + 1})")
     if height % s or width % s:
         raise ValueError(f"--height {height} --width {width}: {family.name} takes multiples of {s}")
-
-
-@torch.no_grad()
-def condition(built: Built, captions: list[str]) -> dict[str, torch.Tensor]:
-    """The denoiser's text conditioning, by the pipeline's own encode_prompt (no classifier-free guidance)."""
-    device, name = built.accel.device, built.family.name
-    if name == "sd":
-        tok = built.tokenizer
-        ids = tok(captions, padding="max_length", max_length=tok.model_max_length, truncation=True,
-                  return_tensors="pt")
-        return {"encoder_hidden_states": built.text_encoder(ids.input_ids.to(device))[0]}
-    pipe = built.pipe
-    if name == "sd3":
-        states, _, pooled, _ = pipe.encode_prompt(prompt=captions, prompt_2=None, prompt_3=None, device=device,
-                                                  do_classifier_free_guidance=False,
-                                                  max_sequence_length=pipe.tokenizer_3.model_max_length)
-        return {"encoder_hidden_states": states, "pooled_projections": pooled}
-    if name == "wan":
-        states, _ = pipe.encode_prompt(prompt=captions, do_classifier_free_guidance=False, device=device,
-                                       max_sequence_length=pipe.tokenizer.model_max_length)
-        return {"encoder_hidden_states": states}
-    states, mask, _, _ = pipe.encode_prompt(prompt=captions, do_classifier_free_guidance=False, device=device,
-                                            max_sequence_length=pipe.tokenizer_max_length)
-    return {"encoder_hidden_states": states, "encoder_attention_mask": mask}
-
-
-@torch.no_grad()
-def latents(built: Built, pixels: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """The VAE's latents, drawn from its posterior with our CPU generator (repeatable anywhere) and normalized as the
-    pipeline expects: (x - shift) * scaling, or per-channel mean/std for the video VAEs (LTX-Video, Wan)."""
-    vae = built.vae
-    if built.family.video and pixels.ndim == 4:
-        pixels = pixels.unsqueeze(2)                       # an image is a one-frame clip
-    dist = vae.encode(pixels.to(built.accel.device, vae.dtype)).latent_dist
-    noise = torch.randn(dist.mean.shape, generator=generator).to(dist.mean.device, dist.mean.dtype)
-    sample = dist.mean + dist.std * noise
-    if built.family.name == "ltx-video":
-        return built.pipe._normalize_latents(sample, vae.latents_mean, vae.latents_std, vae.config.scaling_factor)
-    if built.family.name == "wan":                          # the inverse of WanPipeline's decode
-        mean, std = (torch.tensor(vae.config[k]).view(1, -1, 1, 1, 1).to(sample) for k in ("latents_mean", "latents_std"))
-        return (sample - mean) / std
-    shift = getattr(vae.config, "shift_factor", None) or 0.0
-    return (sample - shift) * vae.config.scaling_factor
-
-
-def predict(built: Built, noisy: torch.Tensor, t: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The denoiser's prediction, shaped like `noisy`."""
-    name, model = built.family.name, built.model
-    if name == "sd":
-        return model(noisy, t, **cond).sample
-    if name in ("sd3", "wan"):
-        return model(hidden_states=noisy, timestep=t.float(), return_dict=False, **cond)[0]
-    pipe = built.pipe
-    p, pt = pipe.transformer_spatial_patch_size, pipe.transformer_temporal_patch_size
-    _, _, frames, height, width = noisy.shape
-    scale = (pipe.vae_temporal_compression_ratio / 25, pipe.vae_spatial_compression_ratio,
-             pipe.vae_spatial_compression_ratio)            # the pipeline's default 25 fps
-    out = model(hidden_states=pipe._pack_latents(noisy, p, pt), timestep=t.float(), num_frames=frames // pt,
-                height=height // p, width=width // p, rope_interpolation_scale=scale, return_dict=False, **cond)[0]
-    return pipe._unpack_latents(out, frames // pt, height // p, width // p, p, pt)

@@ -1,5 +1,5 @@
 """The denoising objective of Diffusers' training scripts: frozen VAE latents, frozen text-encoder states (both by
-family: families.py), noise added at a random timestep by the scheduler, and the MSE of the denoiser's prediction
+family: family_io.py), noise added at a random timestep by the scheduler, and the MSE of the denoiser's prediction
 against the scheduler's target (epsilon, v, or the flow-matching velocity). The held-out loss fixes timesteps and
 noise, so it is comparable."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from yeto.learners import accel as accel_policy
-from yeto.learners.diffusion import families
+from yeto.learners.diffusion import family_io
 from yeto.learners.diffusion.components import Built
 
 EVAL_TIMESTEPS = 8          # an even grid over the schedule: the held-out loss weighs every noise level alike
@@ -18,7 +18,7 @@ EVAL_SEED = 20_240_601      # fixed noise for the held-out loss, whatever the ru
 def loss(built: Built, pixels: torch.Tensor, captions: list[str], generator: torch.Generator,
          timesteps: torch.Tensor | None = None) -> torch.Tensor:
     """Mean squared error of the denoiser's prediction (`timesteps`: one per item, else drawn from `generator`)."""
-    lat = families.latents(built, pixels, generator).float()
+    lat = family_io.latents(built, pixels, generator).float()
     noise = torch.randn(lat.shape, generator=generator).to(lat.device)
     num_train = built.scheduler.config.num_train_timesteps
     if timesteps is None:
@@ -30,9 +30,9 @@ def loss(built: Built, pixels: torch.Tensor, captions: list[str], generator: tor
     else:
         noisy = built.scheduler.add_noise(lat, noise, t)
         target = noise if built.objective == "epsilon" else built.scheduler.get_velocity(lat, noise, t)
-    cond = families.condition(built, captions)
+    cond = family_io.condition(built, captions)
     with accel_policy.autocast(built.accel):
-        pred = families.predict(built, noisy.to(cond["encoder_hidden_states"].dtype), t, cond)
+        pred = family_io.predict(built, noisy.to(cond["encoder_hidden_states"].dtype), t, cond)
     return F.mse_loss(pred.float(), target.float())
 
 

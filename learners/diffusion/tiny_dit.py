@@ -88,7 +88,29 @@ def tiny_wan(*, seed: int, scratch: Path):
                        transformer=transformer, scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
 
 
-BUILDERS = {"sd3": tiny_sd3, "ltx-video": tiny_ltx_video, "wan": tiny_wan}
+def tiny_flux(*, seed: int, scratch: Path):
+    """FluxPipeline: a FluxTransformer2DModel (double- and single-stream blocks, latents packed 2 x 2 into tokens), a
+    CLIP encoder (pooled) and a T5 encoder (states), a 1-block VAE (latents 4 x H x W), flow matching, no guidance
+    embedding (FLUX.1-schnell's layout)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5EncoderModel
+
+    torch.manual_seed(seed)
+    transformer = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
+                                         attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+                                         pooled_projection_dim=32, axes_dims_rope=[4, 4, 8])
+    clip = CLIPTextConfig(vocab_size=128, hidden_size=32, intermediate_size=37, num_attention_heads=4,
+                          num_hidden_layers=2, max_position_embeddings=32, projection_dim=32, bos_token_id=0,
+                          eos_token_id=1, pad_token_id=1)
+    vae = AutoencoderKL(sample_size=16, in_channels=3, out_channels=3, block_out_channels=(8,), layers_per_block=1,
+                        latent_channels=4, norm_num_groups=4, use_quant_conv=False, use_post_quant_conv=False,
+                        shift_factor=0.0609, scaling_factor=1.5035)
+    return FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=CLIPTextModel(clip),
+                        tokenizer=_tokenizer(scratch, "t1"), text_encoder_2=T5EncoderModel(_t5(32)),
+                        tokenizer_2=_tokenizer(scratch, "t2"), transformer=transformer)
+
+
+BUILDERS = {"sd3": tiny_sd3, "flux": tiny_flux, "ltx-video": tiny_ltx_video, "wan": tiny_wan}
 
 
 def write_tiny_clips(folder: Path, *, num_clips: int = 16, frames: int = 12, size: int = 32, seed: int = 0) -> Path:

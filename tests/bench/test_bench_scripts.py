@@ -40,7 +40,7 @@ def test_bad_flags_exit_2_with_a_message():
     out = run("benchmarks/smoke_models.py", "--tier", "huge", "--dry-run")
     assert out.returncode == 2 and "unknown tier" in out.stderr
     out = run("benchmarks/diffusion_diloco.py", "--model", "sd", "--frames", "9", "--height", "32", "--width", "32")
-    assert out.returncode == 2 and "ltx-video and wan take clips (--frames 9), sd and sd3 images" in out.stderr
+    assert out.returncode == 2 and "ltx-video and wan take clips (--frames 9), sd, sd3 and flux images" in out.stderr
 
 
 def _chaos_json(path: Path, seed: int, islands: int, clean_ce: float, faulty_ce: float, exited_s: float) -> None:

@@ -1,4 +1,4 @@
-"""Fixtures of the diffusion tests: tiny random-init pipelines (Stable Diffusion, SD3, LTX-Video, Wan) with captioned images
+"""Fixtures of the diffusion tests: tiny random-init pipelines (Stable Diffusion, SD3, Flux, LTX-Video, Wan) with captioned images
 and clips, built offline."""
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ def tiny_sd3(tmp_path_factory) -> Path:
     """A tiny random-init Stable Diffusion 3 pipeline folder (MMDiT transformer, flow matching)."""
     from yeto.learners.diffusion.tiny import write_tiny_pipeline
     return write_tiny_pipeline(tmp_path_factory.mktemp("sd3") / "model", family="sd3")
+
+
+@pytest.fixture(scope="session")
+def tiny_flux(tmp_path_factory) -> Path:
+    """A tiny random-init Flux pipeline folder (double- and single-stream transformer, packed latents)."""
+    from yeto.learners.diffusion.tiny import write_tiny_pipeline
+    return write_tiny_pipeline(tmp_path_factory.mktemp("flux") / "model", family="flux")
 
 
 @pytest.fixture(scope="session")

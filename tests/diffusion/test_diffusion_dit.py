@@ -1,6 +1,6 @@
-"""Transformer (DiT) families in process: LoRA on the SD3, LTX-Video and Wan denoisers, seeded alike on every island,
-trained on flow matching through the pipeline's own encoders and VAE; the video data contract (clips sampled to
-frames x height x width, bad rows named); and the finalizer's artifact that `pipeline.load_lora_weights` loads."""
+"""Transformer (DiT) families in process: LoRA on the SD3, Flux, LTX-Video and Wan denoisers, seeded alike on every
+island, trained on flow matching through the pipeline's own encoders and VAE; the video data contract (clips
+sampled to frames x height x width, bad rows named); and the finalizer's artifact that `load_lora_weights` loads."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from PIL import Image
 
 from yeto.learners import accel as accel_policy
-from yeto.learners.diffusion import families, media, objective
+from yeto.learners.diffusion import families, family_io, media, objective
 from yeto.learners.diffusion.components import build
 from yeto.learners.diffusion.loop import noise_generator, train
 from yeto.learners.diffusion.recipe import DiffusionRecipe
@@ -25,13 +25,14 @@ from yeto.services.finalizer.artifact import write_artifact
 pytestmark = pytest.mark.timeout(180)
 torch.set_num_threads(1)
 CPU = accel_policy.detect(prefer="cpu")
-FAMILIES = ["sd3", "ltx-video", "wan"]
+FAMILIES = ["sd3", "flux", "ltx-video", "wan"]
 
 
 @pytest.fixture(scope="module")
-def cases(tiny, tiny_sd3, tiny_ltx, tiny_wan) -> dict[str, DiffusionRecipe]:
+def cases(tiny, tiny_sd3, tiny_flux, tiny_ltx, tiny_wan) -> dict[str, DiffusionRecipe]:
     shared = dict(micro_batch=4, lr=1e-2, warmup_steps=0, schedule="constant", heldout_fraction=0.25, max_steps=20)
     return {"sd3": DiffusionRecipe(model=str(tiny_sd3), data=str(tiny["data"]), resolution=16, **shared),
+            "flux": DiffusionRecipe(model=str(tiny_flux), data=str(tiny["data"]), resolution=16, **shared),
             "ltx-video": DiffusionRecipe(model=str(tiny_ltx["model"]), data=str(tiny_ltx["data"]), resolution=32,
                                          frames=9, **shared),
             "wan": DiffusionRecipe(model=str(tiny_wan), data=str(tiny_ltx["data"]), resolution=32, frames=9, **shared)}
@@ -120,14 +121,14 @@ def test_load_lora_weights_gives_the_pipeline_the_trained_transformer_and_sample
     items = media.split_items(r)[1][:1]
     pixels, captions = media.batch(items, r)
     g = torch.Generator().manual_seed(0)
-    lat = families.latents(built, pixels, g)
+    lat = family_io.latents(built, pixels, g)
     noisy, t = torch.randn(lat.shape, generator=g), torch.tensor([500])
-    cond = families.condition(built, captions)
+    cond = family_io.condition(built, captions)
     with torch.no_grad():
-        base = families.predict(replace(built, model=pipe.transformer), noisy, t, cond)
+        base = family_io.predict(replace(built, model=pipe.transformer), noisy, t, cond)
         pipe.load_lora_weights(str(tmp_path), weight_name="pytorch_lora_weights.safetensors")
-        loaded = families.predict(replace(built, model=pipe.transformer), noisy, t, cond)
-        trained = families.predict(built, noisy, t, cond)
+        loaded = family_io.predict(replace(built, model=pipe.transformer), noisy, t, cond)
+        trained = family_io.predict(built, noisy, t, cond)
     assert torch.allclose(loaded, trained, atol=1e-5) and not torch.allclose(base, trained, atol=1e-3)
     grid = Image.open(tmp_path / "samples.png")
     side = r.resolution

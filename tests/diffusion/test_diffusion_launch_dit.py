@@ -1,7 +1,7 @@
-"""Real two-island runs of the transformer families: `yeto launch --model-kind diffusion` on a tiny SD3 pipeline with
-images, and on tiny LTX-Video and Wan pipelines with clips (`--frames 9 --height 32 --width 32`): the syncer merges rounds
-both islands pushed to, the finalizer writes the Diffusers LoRA and the before/after samples (a frame strip per
-video prompt), and the artifact loads with `pipeline.load_lora_weights`."""
+"""Real two-island runs of the transformer families: `yeto launch --model-kind diffusion` on tiny SD3 and Flux
+pipelines with images, and on tiny LTX-Video and Wan pipelines with clips (`--frames 9`, 32 x 32): the syncer
+merges rounds both islands pushed to, the finalizer writes the Diffusers LoRA and the before/after samples (a frame
+strip per video prompt), and the artifact loads with `pipeline.load_lora_weights`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,6 +29,11 @@ def _run(tmp_path_factory, name: str, model: Path, data: Path, *flags: str):
 @pytest.fixture(scope="module")
 def sd3_run(tmp_path_factory, tiny, tiny_sd3):
     yield from _run(tmp_path_factory, "sd3-two", tiny_sd3, tiny["data"], "--resolution", "16")
+
+
+@pytest.fixture(scope="module")
+def flux_run(tmp_path_factory, tiny, tiny_flux):
+    yield from _run(tmp_path_factory, "flux-two", tiny_flux, tiny["data"], "--resolution", "16")
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +77,19 @@ def test_an_sd3_run_on_two_islands_finalizes_and_its_artifact_loads(sd3_run, tin
                                   timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, 8, 64, generator=g),
                                   pooled_projections=torch.randn(1, 64, generator=g))
     assert Image.open(artifact / "samples.png").size == (3 * 16, 2 * 16)   # the default prompts, before and after
+
+
+def test_a_flux_run_on_two_islands_finalizes_and_its_artifact_loads(flux_run, tiny_flux):
+    s, output = flux_run
+    artifact = _finalized_by_both(s, "flux-two", output)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.zeros(64, 3)
+    ids[:, 1], ids[:, 2] = torch.arange(64) // 8, torch.arange(64) % 8
+    assert _moved_by_the_artifact(tiny_flux, artifact, hidden_states=torch.randn(1, 64, 16, generator=g),
+                                  timestep=torch.tensor([0.5]), encoder_hidden_states=torch.randn(1, 8, 32, generator=g),
+                                  pooled_projections=torch.randn(1, 32, generator=g), txt_ids=torch.zeros(8, 3),
+                                  img_ids=ids, guidance=None)
+    assert Image.open(artifact / "samples.png").size == (3 * 16, 2 * 16)
 
 
 def test_an_ltx_video_run_on_two_islands_trains_on_clips_finalizes_and_its_artifact_loads(ltx_run, tiny_ltx):

@@ -94,7 +94,7 @@ def test_a_base_other_than_the_pinned_one_or_one_it_cannot_train_is_refused_by_n
     from yeto.learners.diffusion.components import model_folder
     with pytest.raises(ValueError, match="refusing a base model other than the one the run pinned"):
         model_folder(str(tiny["model"]), {"files": {"unet/config.json": "0" * 64}})
-    for name, says in (("FluxPipeline", "Flux"), ("StableDiffusionXLPipeline", "SDXL"), ("WanPipeline", "Wan")):
+    for name, says in (("FluxKontextPipeline", "Flux Kontext"), ("StableDiffusionXLPipeline", "SDXL")):
         (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": name, "transformer": []}))
         with pytest.raises(ValueError, match=f"{says} .*is not supported yet; the diffusion learner trains sd "):
             build(recipe(tiny, model=str(tmp_path)), accel=CPU)
