@@ -43,7 +43,7 @@ def child(arm: str, path: str) -> None:
             items = json.loads(f.read())
         n = sum(1 for item in items if isinstance(item, dict))
     elif arm == "new":
-        from yeto.learners.data.sources import open_source
+        from yeto.learners.data import open_source
         start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         n = sum(1 for row in open_source(path) if row.error is None)
     else:

@@ -12,7 +12,9 @@ from yeto.learners.data.pack import Block
 from yeto.learners.data.pipeline import BadRowError, iter_blocks
 from yeto.learners.data.roles import RowError
 from yeto.learners.data.shard import shard_of
+from yeto.learners.data.sources import open_source
 from yeto.learners.data.spec import FORMATS, DataSpec, parse_field_map
 
 __all__ = ["BadRow", "BadRowError", "Block", "CheckReport", "DataSpec", "Example", "FORMATS", "RowError",
-           "check_data", "collate", "iter_blocks", "normalize", "parse_field_map", "shard_of"]
+           "check_data", "collate", "iter_blocks", "normalize", "open_source", "parse_field_map",
+           "shard_of"]
