@@ -35,18 +35,19 @@ def _ns(table: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]
 
 @dataclass(frozen=True)
 class Rates:
-    """Seconds per unit on one core (benchmarks/head_rates.py prints them in ns; these are of 2026-12-05, 2 cores
-    of an AMD EPYC znver4 shared with other work, best of 5)."""
+    """Seconds per unit on one core. The defaults are `benchmarks/head_rates.py --values 4M --reps 7 --check` of
+    2026-12-05 at commit 39d5a3f (2 cores of an AMD EPYC znver4 at load 9-11 from other work; model_error=0.948):
+    benchmarks/results/round/fused-2026-12-05/head_rates.txt."""
 
     ingest: dict[str, tuple[float, float]] = field(default_factory=lambda: _ns({
-        "q4": (0.55, 0.45), "topk2": (1.6, 0.45), "topk4": (2.2, 0.45), "topk8": (3.3, 0.45),
-        "bf16": (0.6, 0.45), "f32": (0.5, 0.45)}))            # push codec: (a, b) of a + b (rows folded), per value
-    sha256_per_byte: float = 0.55e-9
-    step_per_value: float = 0.3e-9                           # c0
-    step_per_value_row: float = 0.6e-9                       # c1
+        "q4": (0.205, 0.261), "topk2": (0.555, 0.292), "topk4": (0.0, 0.721), "topk8": (1.008, 0.36),
+        "bf16": (0.468, 0.258), "f32": (0.019, 0.303)}))     # push codec: (a, b) of a + b (rows folded), per value
+    sha256_per_byte: float = 0.547e-9
+    step_per_value: float = 0.8011e-9                        # c0
+    step_per_value_row: float = 0.5991e-9                    # c1
     broadcast: dict[str, float] = field(default_factory=lambda: {k: v * 1e-9 for k, v in {
-        "q4": 2.0, "topk2": 14.0, "topk4": 16.0, "topk8": 18.0, "bf16": 2.5, "f32": 1.5}.items()})   # per value
-    copy_per_value_row: float = 0.3e-9
+        "q4": 4.316, "topk2": 8.092, "topk4": 9.079, "topk8": 15.267, "bf16": 12.527, "f32": 2.058}.items()})   # per value
+    copy_per_value_row: float = 0.1875e-9
 
 
 def speedup(cores: int) -> float:
