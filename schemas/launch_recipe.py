@@ -11,7 +11,7 @@ from typing import Any, Final, Literal
 from pydantic import Field, ValidationError
 
 from yeto.schemas.diffusion_section import DiffusionSection
-from yeto.schemas.learner_contract import backend_for
+from yeto.schemas.learner_contract import backend, backend_for
 from yeto.schemas.recipe_sections import TIMEOUTS, DataCheck, Limits, Prices, Timeouts
 from yeto.schemas.train_section import Section, TrainSection
 
@@ -26,6 +26,8 @@ class LaunchRecipe(Section):
     recipe_version: Literal[2] = RECIPE_VERSION
     model_kind: Literal["lm", "diffusion"] = "lm"
     """Which learner trains (`yeto launch --model-kind`): the causal-LM learner, or the diffusion learner."""
+    island_backend: str = ""
+    """The learner backend (`yeto launch --island-backend`, schemas/learner_contract.py); "" = model_kind's first."""
     train: TrainSection = Field(default_factory=TrainSection)
     diffusion: DiffusionSection = Field(default_factory=DiffusionSection)
     """The diffusion learner's own settings (schemas/diffusion_section.py), read with model_kind diffusion."""
@@ -59,7 +61,7 @@ class LaunchRecipe(Section):
     @property
     def learner_module(self) -> str:
         """The module the launcher starts for this run's learners (`python -m`; the same flags for every kind)."""
-        return backend_for(self.model_kind).module
+        return (backend(self.island_backend) if self.island_backend else backend_for(self.model_kind)).module
 
     def learner_recipe(self) -> dict[str, Any]:
         """The learner's recipe.json: the train section, with the diffusion section flattened in for diffusion."""

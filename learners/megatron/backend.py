@@ -41,8 +41,9 @@ def check_recipe(recipe: TrainRecipe) -> None:
     if recipe.shard == "fsdp":
         raise ValueError("megatron backend: shard fsdp is not supported: the island's ranks split the experts "
                          "(expert parallelism) and replicate the dense tensors")
-    if recipe.dtype not in ("auto", "float32"):
-        raise ValueError(f"megatron backend: dtype {recipe.dtype!r} is not supported on the CPU: float32 only")
+    if recipe.dtype not in ("auto", "f32"):
+        raise ValueError(f"megatron backend: dtype {recipe.dtype!r} is not supported: f32 only "
+                         "(bf16 needs the GPU path of docs/MEGATRON.md)")
     if recipe.activation_checkpointing == "on":
         raise ValueError("megatron backend: activation_checkpointing on is not supported")
 

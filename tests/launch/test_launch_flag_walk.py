@@ -127,6 +127,8 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--state-dir": cli("cli/test_cli_conventions.py::test_global_flags_are_accepted_before_or_after_the_command"),
     "--nats-url": cli("cli/test_cli_conventions.py::test_global_flags_are_accepted_before_or_after_the_command"),
     "--model-kind": cli("diffusion/test_diffusion_launch.py::test_both_islands_push_to_merged_rounds_and_the_run_finalizes"),
+    "--island-backend": cli("megatron/test_megatron_launch.py::"
+                            "test_every_megatron_island_pushes_to_merged_rounds_and_the_run_finalizes"),
     "--resolution": cli("diffusion/test_diffusion_launch.py::test_the_artifact_loads_into_the_pipeline_with_load_lora_weights"),
     "--frames": cli("diffusion/test_diffusion_launch_dit.py::"
                     "test_an_ltx_video_run_on_two_islands_trains_on_clips_finalizes_and_its_artifact_loads"),

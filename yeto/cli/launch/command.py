@@ -9,7 +9,7 @@ from yeto.cli import join as external
 from yeto.cli import trackers
 from yeto.cli.autopull import pull_if_ended
 from yeto.cli.common import conf, publish, run_id_arg, state_dir, url_for_run, url_or_none
-from yeto.cli.launch import checks, confirm, dry_run, limits, lineage
+from yeto.cli.launch import checks, confirm, dry_run, island_backend, limits, lineage
 from yeto.cli.launch import cloud as cloud_launch
 from yeto.cli.launch import diffusion as diffusion_flags
 from yeto.cli.launch import recipe as recipe_flags
@@ -94,6 +94,7 @@ def register(sub) -> None:
     lineage.add_arguments(p)
     trackers.add_arguments(p)
     diffusion_flags.add_arguments(p)
+    island_backend.add_arguments(p)
     recipe_flags.add_arguments(p)      # last: -c/--config, and which flags were typed (they beat the file)
     p.set_defaults(func=cmd_launch)
 
@@ -124,6 +125,7 @@ def build_launch(args, run_id: str, fleet: list[dict]) -> LaunchRun:
     recipe = launch_wire.launch_recipe(args, train=train, data_check=data_check, cloud=cloud)
     if diffusion:
         recipe = LaunchRecipe.upcast({**recipe, "model_kind": "diffusion", "diffusion": extra}).wire()
+    recipe = island_backend.apply(args, recipe)
     if args.max_spend is not None and any(f["price_per_hour"] is None for f in fleet):
         raise ValueError("--max-spend needs each island's price, and the catalog has none for some --gpu entry; "
                          "pass --catalog-dir with SkyPilot's catalog, or let the planner pick the fleet")

@@ -1,0 +1,70 @@
+"""What the megatron backend does not do is refused by name: at `yeto launch`, in the learner process (exit 2 with
+one error line), and for what only CUDA runs (TransformerEngine, the all-to-all dispatcher, grouped GEMM)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from yeto.cli.launch import island_backend
+from yeto.learners.lm_recipe import TrainRecipe
+from yeto.learners.megatron import host
+from yeto.learners.megatron.backend import check_recipe
+from yeto.learners.megatron.model import Shape
+from yeto.schemas.launch_recipe import LaunchRecipe
+
+pytest.importorskip("megatron.core")
+
+
+def launch_args(**given):
+    return SimpleNamespace(**{"island_backend": "megatron", "model_kind": "lm", "tuning": "full",
+                              "external_learners": 0, **given})
+
+
+def test_the_launch_recipe_names_the_megatron_learner_module():
+    recipe = island_backend.apply(launch_args(), {"recipe_version": 2})
+    assert LaunchRecipe.upcast(recipe).learner_module == "yeto.learners.megatron"
+    assert LaunchRecipe.upcast({"recipe_version": 2}).learner_module == "yeto.learners.torch"
+    assert island_backend.apply(launch_args(island_backend=None), {"a": 1}) == {"a": 1}
+
+
+@pytest.mark.parametrize(("given", "said"), [({"tuning": "lora"}, "give --tuning full (not lora)"),
+                                             ({"model_kind": "diffusion"}, "not with --model-kind diffusion"),
+                                             ({"external_learners": 1}, "--external-learners join with")])
+def test_launch_refuses_what_megatron_islands_do_not_train(given, said):
+    with pytest.raises(ValueError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        island_backend.apply(launch_args(**given), {})
+
+
+@pytest.mark.parametrize(("change", "said"), [({"tuning": "lora"}, "tuning 'lora' is not supported"),
+                                              ({"base_quantization": "nf4", "tuning": "lora"}, "tuning 'lora'"),
+                                              ({"shard": "fsdp"}, "shard fsdp is not supported"),
+                                              ({"dtype": "bf16"}, "dtype 'bf16' is not supported"),
+                                              ({"activation_checkpointing": "on"}, "activation_checkpointing on")])
+def test_the_learner_refuses_recipe_settings_it_would_ignore(change, said):
+    with pytest.raises(ValueError, match=said):
+        check_recipe(TrainRecipe(model="m", **{"tuning": "full", **change}))
+
+
+def test_a_checkpoint_other_than_mixtral_is_refused_by_model_type():
+    from transformers import LlamaConfig
+    with pytest.raises(ValueError, match="model_type 'llama' is not supported; it converts mixtral"):
+        Shape.of(LlamaConfig())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusals are of a host without CUDA")
+@pytest.mark.parametrize("feature", sorted(host.CUDA_ONLY))
+def test_cuda_only_features_are_refused_by_name_on_the_cpu(feature):
+    with pytest.raises(ValueError, match=f"megatron backend: {feature} is refused on this host"):
+        host.refuse_cuda_only(feature)
+
+
+def test_the_learner_process_exits_2_with_one_error_line_on_lora(tmp_path):
+    recipe = TrainRecipe(model=str(tmp_path), data="d.jsonl", tuning="lora").to_json()
+    done = subprocess.run([sys.executable, "-m", "yeto.learners.megatron", "--run-id", "r", "--learner", "l",
+                           "--recipe", recipe, "--no-sync"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "error: megatron backend: tuning 'lora' is not supported" in done.stderr

@@ -1,0 +1,32 @@
+"""`yeto launch --island-backend`: which learner backend (schemas/learner_contract.py) trains a causal-LM run's
+islands. torch is the default; megatron (Megatron-Core, a Mixtral-style MoE with its experts split over each
+island's ranks: docs/MEGATRON.md) trains every tensor, so it is refused with any --tuning but full."""
+from __future__ import annotations
+
+from typing import Any
+
+from yeto.schemas.learner_contract import BACKENDS
+
+CHOICES = tuple(name for name, info in BACKENDS.items() if info.model_kind == "lm")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--island-backend", choices=CHOICES, default=None,
+                   help="the learner backend of a causal-LM run (default torch); megatron: a Mixtral-style MoE on "
+                        "Megatron-Core, experts split over each island's ranks, with --tuning full (docs/MEGATRON.md)")
+
+
+def apply(args, recipe: dict[str, Any]) -> dict[str, Any]:
+    """The launch recipe with the chosen backend; ValueError for a combination the backend would not train."""
+    name = getattr(args, "island_backend", None)
+    if name is None:
+        return recipe
+    if getattr(args, "model_kind", "lm") != "lm":
+        raise ValueError(f"--island-backend {name} trains causal LMs: not with --model-kind {args.model_kind}")
+    if name == "megatron" and args.tuning != "full":
+        raise ValueError(f"--island-backend megatron trains every tensor: give --tuning full (not {args.tuning}); "
+                         "LoRA on Megatron-Core is not built (docs/MEGATRON.md)")
+    if name == "megatron" and getattr(args, "external_learners", 0):
+        raise ValueError("--island-backend megatron: --external-learners join with the torch or mlx backend, "
+                         "not megatron")
+    return {**recipe, "island_backend": name}
