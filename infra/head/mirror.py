@@ -23,6 +23,7 @@ from yeto.infra.bus.auth import auth_dir
 from yeto.schemas.subjects import EVERY_EVENT, GDELTA_STREAM, GKEY_STREAM
 
 EVERY_S = 10.0              # the mirror's period: at most this much acknowledged history is lost with the head
+SOONEST_S = 2.0             # a new snapshot is mirrored at once, but never sooner than this after the last turn
 MANIFEST = "mirror.json"
 STORE_PROTOCOLS = {"r2": "s3", "cos": "s3", "gcs": "gs"}     # SkyPilot store schemes fsspec knows by another name
 BATCH = 500
@@ -120,10 +121,14 @@ class Mirror:
             self.fs.pipe_file(f"{self.path}/auth/{file.name}", file.read_bytes())
 
 
-async def keep_mirrored(bus, state_dir: Path, run_id: str, root: str, stop, every_s: float = EVERY_S) -> None:
-    """Mirror every `every_s` seconds until `stop` is set, and once more then. A failed mirror is said on the head's
-    log and tried again at the next turn: the run goes on (its window grows meanwhile)."""
+async def keep_mirrored(bus, state_dir: Path, run_id: str, root: str, stop, every_s: float = EVERY_S,
+                        poke=None) -> None:
+    """Mirror every `every_s` seconds, and at each `poke` (the syncer wrote a snapshot) at most every SOONEST_S, until
+    `stop` is set, and once more then. A failed mirror is said on the head's log and tried again at the next turn:
+    the run goes on (its window grows meanwhile)."""
     import asyncio
+
+    poke = poke or asyncio.Event()
 
     mirror, said = Mirror(bus, state_dir, run_id, root), None
     while True:
@@ -137,7 +142,11 @@ async def keep_mirrored(bus, state_dir: Path, run_id: str, root: str, stop, ever
                   flush=True)
         if stop.is_set():
             return
-        try:
-            await asyncio.wait_for(stop.wait(), every_s)
-        except TimeoutError:
-            pass
+        turn = asyncio.get_running_loop().time()
+        poke.clear()
+        waits = [asyncio.create_task(stop.wait()), asyncio.create_task(poke.wait())]
+        await asyncio.wait(waits, timeout=every_s, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        if not stop.is_set():       # a snapshot right after a turn: wait out SOONEST_S (a store is no disk)
+            await asyncio.sleep(max(0.0, turn + SOONEST_S - asyncio.get_running_loop().time()))

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from waiting import until
 from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus.nats_bus import NatsBus
 from yeto.infra.head import mirror, restore
@@ -102,3 +103,19 @@ def test_the_mirror_lives_beside_the_output_never_inside_the_artifacts_folder():
 def test_a_snapshots_version_is_read_from_its_header(tmp_path):
     snapshot(tmp_path, 3, 17)
     assert mirror.snapshot_version((tmp_path / "syncer" / RUN / "frag-0003.safetensors").read_bytes()) == 17
+
+
+async def test_a_snapshot_is_mirrored_at_once_not_at_the_next_period(two_heads, tmp_path):
+    import asyncio
+
+    old, _, _ = two_heads
+    root, stop, poke = str(tmp_path / "store" / RUN), asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(mirror.keep_mirrored(old, tmp_path / "head", RUN, root, stop, every_s=3600, poke=poke))
+    await until(lambda: (mirror.read_manifest(root) or {}).get("mirrored_at"), 30, "the first turn, at the start")
+    snapshot(tmp_path / "head", 0, 9)
+    poke.set()                                      # what the head's supervisor does on SnapshotWritten
+    await until(lambda: "frag-0000.safetensors" in mirror.read_manifest(root)["snapshots"], 30,
+                "the snapshot mirrored an hour before the next period")
+    stop.set()
+    await task
+    assert mirror.read_manifest(root)["snapshots"] == {"frag-0000.safetensors": 9}

@@ -20,6 +20,7 @@ from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.subjects import event_subject
 
 WATCHED = ("RunLaunched", *ENDING_EVENTS, "RunCopiedBack")
+SNAPSHOT = "SnapshotWritten"     # the syncer's newest snapshot: the mirror copies it at once
 
 
 def verdict(seen: dict[str, float], now: float, linger_s: float, *, started: float | None = None,
@@ -48,6 +49,10 @@ async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, sto
     news = asyncio.Event()
 
     mirroring: list[asyncio.Task] = []
+    snapshot_written = asyncio.Event()
+
+    async def on_snapshot(_: Delivery) -> None:
+        snapshot_written.set()
 
     async def on_event(d: Delivery) -> None:
         event = parse(d.data)
@@ -55,11 +60,14 @@ async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, sto
         output = LaunchRecipe.upcast(event.recipe).output if event.type == "RunLaunched" else ""
         if output and not output.startswith("hf://") and not mirroring:      # mirror mode: beside the run's store
             root = mirror.mirror_root(output, run_id)
-            mirroring.append(asyncio.create_task(mirror.keep_mirrored(bus, state_dir, run_id, root, stop)))
+            mirroring.append(asyncio.create_task(mirror.keep_mirrored(bus, state_dir, run_id, root, stop,
+                                                                      poke=snapshot_written)))
         news.set()
 
     # One watch per type: the supervisor never reads the run's stream of progress events.
     subs = [await bus.watch(event_subject(run_id, t), on_event) for t in WATCHED]
+    subs.append(await bus.watch(event_subject(run_id, SNAPSHOT), on_snapshot, deliver="new",
+                                headers_only=True))
     subs.append(await artifact_files.serve(bus, state_dir, run_id))
     try:
         while True:
