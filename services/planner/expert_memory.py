@@ -1,0 +1,66 @@
+"""The memory model of an expert-parallel island (`--island-backend megatron`, docs/MEGATRON.md): each of its GPUs
+holds every dense tensor and 1/EP of the experts, so a MoE whose experts do not fit one GPU fits an island of EP GPUs.
+
+Pure: the caller gives the model's Mixtral-style config (a dict of config.json) and the island's EP degree; the
+per-GPU state uses memory.py's bytes per parameter, its activations and overhead are memory.py's for the dense
+shape of the active parameters (the experts a token runs through).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from yeto.services.planner.memory import BYTES_PER_PARAM, Need, Workload, per_gpu_need
+
+
+@dataclass(frozen=True)
+class MoeSplit:
+    """A MoE's parameters: what every rank holds (dense) and what is split over the experts."""
+
+    dense: int
+    per_expert: int
+    experts: int
+    top_k: int
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.per_expert * self.experts
+
+    @property
+    def active(self) -> int:
+        """Parameters one token runs through: the dense ones and top_k experts."""
+        return self.dense + self.per_expert * self.top_k
+
+
+def moe_split(config: dict[str, Any]) -> MoeSplit:
+    """The split of a Mixtral-style config.json (num_local_experts, num_experts_per_tok); ValueError naming a
+    missing key."""
+    try:
+        h, ffn, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+        heads, kv, experts = config["num_attention_heads"], config["num_key_value_heads"], config["num_local_experts"]
+        vocab, top_k = config["vocab_size"], config["num_experts_per_tok"]
+    except KeyError as e:
+        raise ValueError(f"not a Mixtral-style MoE config: no {e.args[0]}") from None
+    head_dim = config.get("head_dim") or h // heads
+    attention = h * head_dim * (2 * heads + 2 * kv)
+    per_layer = attention + 2 * h + h * experts        # q, k, v, o; two norms; the router
+    embeddings = vocab * h * (1 if config.get("tie_word_embeddings") else 2)
+    return MoeSplit(dense=layers * per_layer + embeddings + h, per_expert=layers * 3 * h * ffn, experts=experts,
+                    top_k=top_k)
+
+
+def experts_per_rank(split: MoeSplit, ep: int) -> int:
+    if ep < 1 or split.experts % ep:
+        raise ValueError(f"{split.experts} experts do not split over expert parallelism {ep}")
+    return split.experts // ep
+
+
+def expert_parallel_need(split: MoeSplit, ep: int, w: Workload) -> Need:
+    """Per-GPU need on an island of `ep` expert-parallel GPUs: the dense state and this rank's experts' state, plus
+    activations and overhead of a dense model of the active parameters (w.weights_gb is ignored for the state)."""
+    held = split.dense + split.per_expert * experts_per_rank(split, ep)
+    state_gb = held * BYTES_PER_PARAM[(w.tuning, w.base_quantization)] / 1e9
+    active = per_gpu_need(Workload(weights_gb=split.active * 2 / 1e9, tuning=w.tuning, seq_len=w.seq_len,
+                                   micro_batch=w.micro_batch, vocab=w.vocab, shard="ddp",
+                                   activation_checkpointing=w.activation_checkpointing), 1)
+    return Need(state_gb, active.activations_gb, active.overhead_gb, active.checkpointed)
