@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from PIL import Image
 
+from yeto.cli.launch.diffusion import check_media
 from yeto.learners import accel as accel_policy
 from yeto.learners.diffusion import families, family_io, media, objective
 from yeto.learners.diffusion.components import build
@@ -83,6 +85,12 @@ def test_clips_are_sampled_to_frames_height_width_and_bad_rows_are_named(cases, 
     (folder / "metadata.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
     with pytest.raises(ValueError, match=r"2 bad clip row\(s\): junk.mp4: not a readable video.*still.png: an image"):
         media.split_items(r.replace(data=str(folder)))
+    launch = SimpleNamespace(data=str(folder), frames=9, on_bad_rows="error")      # `yeto launch`, before it starts
+    with pytest.raises(ValueError, match=r"2 bad clip row\(s\):\n  junk.mp4: not a readable video.*\n  still.png: an image"):
+        check_media(launch)
+    with pytest.raises(ValueError, match="2 video row.*give --frames N"):
+        check_media(SimpleNamespace(data=str(folder), frames=None, on_bad_rows="error"))
+    assert check_media(SimpleNamespace(data=r.data, frames=9, on_bad_rows="error"))["formats"] == {"video": 16}
     with pytest.raises(ValueError, match="--frames 8: ltx-video takes 4k \\+ 1 frames"):
         build(r.replace(frames=8), accel=CPU)
     with pytest.raises(ValueError, match="--height 16 --width 16: ltx-video takes multiples of 32"):

@@ -1,5 +1,5 @@
-"""`yeto launch --model-kind diffusion`: the Diffusers pipeline and captioned images checked and pinned before anything
-starts, and the recipe's train and diffusion sections (the diffusion learner reads both: learners/diffusion)."""
+"""`yeto launch --model-kind diffusion`: the Diffusers pipeline and captioned images or clips checked and pinned before
+anything starts, and the recipe's train and diffusion sections (the diffusion learner reads both: learners/diffusion)."""
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +13,7 @@ from yeto.infra.source_pins import local_files, pin_data
 def add_arguments(p) -> None:
     p.add_argument("--model-kind", choices=("lm", "diffusion"), default="lm",
                    help="lm: a causal language model (default); diffusion: LoRA on a Diffusers pipeline's denoiser, "
-                        "--data a folder of images with metadata.jsonl (docs/DIFFUSION.md)")
+                        "--data a folder of images (or clips, with --frames) with metadata.jsonl (docs/DIFFUSION.md)")
     p.add_argument("--resolution", type=int, help="diffusion: images resized and center-cropped to this (default 512)")
     p.add_argument("--height", type=int, help="diffusion: media height (default --resolution)")
     p.add_argument("--width", type=int, help="diffusion: media width (default --resolution)")
