@@ -57,7 +57,7 @@ def flops_per_token(weights_gb: float, tuning: str) -> float:
 
 def island_tflops(entry: dict[str, Any]) -> float:
     """An island's effective TFLOPs: datasheet peak x MFU (x spot goodput) for a known GPU, else LOCAL_TFLOPS."""
-    devices = entry["count"] * entry.get("nodes", 1)
+    devices = entry.get("count", 1) * entry.get("nodes", 1)
     spec = GPUS.get(str(entry["gpu"]).upper())
     if spec is None or spec.peak_bf16_tflops <= 0:
         return devices * LOCAL_TFLOPS.get(str(entry["gpu"]).lower(), LOCAL_TFLOPS["cuda"])
@@ -72,9 +72,9 @@ def plan_estimate(fleet: list[dict[str, Any]], recipe: LaunchRecipe, *, weights_
     t, limits = recipe.train, recipe.limits
     per_token = flops_per_token(weights_gb, t.tuning)
     # every rank of an island steps over tokens_per_step, so a step's time does not depend on the island's size
-    step_s = max(t.tokens_per_step * per_token / (island_tflops(e) / (e["count"] * e.get("nodes", 1)) * 1e12)
+    step_s = max(t.tokens_per_step * per_token / (island_tflops(e) / (e.get("count", 1) * e.get("nodes", 1)) * 1e12)
                  for e in fleet)
-    start = START_S["local" if all(e["cloud"] == "local" for e in fleet) else "cloud"]
+    start = START_S["local" if all(e.get("cloud") == "local" for e in fleet) else "cloud"]
     ends = [steps * step_s for steps in [max_steps(recipe)] if steps]
     if limits.max_tokens:
         ends.append(limits.max_tokens * per_token / (sum(island_tflops(e) for e in fleet) * 1e12))
