@@ -1,7 +1,7 @@
 """The commands the docs tell a new user to type, run as typed: the README's quick start, docs/CONFIG.md's and
 docs/CLI.md's fenced bash blocks. Each line must exit 0, or the status its comment names (`# exit 2: ...`).
 
-Shortened, by documented overrides only: the quick start's `--max-steps 60` trains 2 steps; in docs/CONFIG.md each
+Shortened, by documented overrides only: the quick start's `--max-steps 60 --wait` trains 2 steps; in docs/CONFIG.md each
 `--wait` becomes `--dry-run` (the same checks, the plan, no training). `<run>` is the id the launch before it printed,
 `~/.yeto` and `/tmp/y` are this test's folders, and `make` lines (the developer loop: `make setup` made this venv,
 `make demo` and `make test` are the long runs CI does) are not run here."""
@@ -41,7 +41,7 @@ def doc_commands(path: str, section: str | None) -> list[tuple[str, int]]:
 
 
 def shortened(command: str, path: str) -> str:
-    if path == "README.md":
+    if path == "README.md" and "--wait" in command:
         return re.sub(r"--max-steps \d+", "--max-steps 2", command)
     if path == "docs/CONFIG.md":
         return command.replace("--wait", "--dry-run")
@@ -74,7 +74,7 @@ def test_every_command_of_the_quick_start_config_and_cli_docs_runs_as_documented
     env = {**os.environ, "YETO_HOME": str(home), "HF_HUB_OFFLINE": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("YETO_NATS_URL", None)
-    run_id, failures, ran = None, [], 0
+    run_id, failures, ran, estimates = None, [], 0, []
     try:
         for path, section in DOCS:
             for command, want in doc_commands(path, section):
@@ -86,10 +86,13 @@ def test_every_command_of_the_quick_start_config_and_cli_docs_runs_as_documented
                 ran += 1
                 if launched := re.search(r"^launched (r-[a-z0-9-]+):", done.stdout, re.M):
                     run_id = launched[1]
+                if path == "README.md" and "--dry-run" in line:       # the quick start's estimate, as the README says
+                    estimates.append(re.findall(r"^Estimate: ~(.*?) from launch", done.stdout, re.M))
                 if done.returncode != want:
                     failures.append(f"{path}: `{line}` exited {done.returncode}, not {want}:\n{done.stdout[-1500:]}"
                                     f"{done.stderr[-1500:]}")
     finally:
         subprocess.run(["yeto", "stack", "down"], env=env, capture_output=True, timeout=120)
     assert not failures, "\n\n".join(failures)
+    assert estimates == [["7 min 25 s"]] and "estimates 7 min 25 s" in (REPO / "README.md").read_text()
     assert ran >= 12 and (work / "merged" / "config.json").exists()       # the quick start's merge wrote the model
