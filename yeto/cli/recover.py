@@ -24,10 +24,10 @@ PROBE_S = 20.0       # how long the lost head gets to answer before it is called
 def register(sub) -> None:
     p = sub.add_parser("recover", help="replace a cloud run's lost head VM; the new one resumes the run from its mirror",
                        description="For a cloud run launched with --output: its head mirrors the run beside the output "
-                                   "every 10 s. When the head stops answering, this takes the old head VM down, rents a "
-                                   "new one with the run's own credentials and restores the run on it from the mirror; "
-                                   "the islands reconnect and the run goes on. What the old head acknowledged after its "
-                                   "last mirror is lost (docs/CLOUD.md).")
+                                   "every 10 s and at each snapshot. When the head stops answering, this takes the old "
+                                   "head VM down, rents a new one with the run's own credentials and restores the run "
+                                   "on it from the mirror; the islands reconnect and the run goes on. What the old head "
+                                   "acknowledged after its last mirror is lost (docs/CLOUD.md, section 10).")
     p.add_argument("run", type=run_id_arg, help="the run id")
     p.add_argument("--output", required=True, help="the run's --output, as given to `yeto launch` (its mirror is beside it)")
     p.add_argument("--force", action="store_true", help="replace the head even though it answers (it is taken down first)")
