@@ -1,7 +1,8 @@
 """The diffusion learner's public face: what the CLI and the benchmarks may use of it.
 
-Loaded at once (the CLI's needs): its recipe, and the media reader and clip check of the data contract. Loaded on first use (they
-pull in Diffusers): what the diffusion benchmark drives the learner with.
+Loaded at once (the CLI's needs): its recipe, the media reader and clip check of the data contract, and the
+pipeline families. Loaded on first use (they pull in Diffusers): what the diffusion benchmark drives the learner
+with.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from yeto.learners.data.diffusion import MediaReport, read_media  # a media folder's captioned items, checked
 from yeto.learners.diffusion.clips import clip_errors  # the clip rows that cannot give --frames frames, named
+from yeto.learners.diffusion.families import family_of  # a pipeline folder's family, others refused by name
 from yeto.learners.diffusion.recipe import DiffusionRecipe  # the diffusion learner's training recipe
 from yeto.learners.lazy_face import lazy_names
 
@@ -19,8 +21,8 @@ if TYPE_CHECKING:
     from yeto.learners.diffusion.tiny import write_tiny_images, write_tiny_pipeline  # a CPU-size pipeline and data set
     from yeto.learners.diffusion.tiny_dit import write_tiny_clips  # captioned MP4 clips for a video family
 
-__all__ = ["DiffusionRecipe", "MediaReport", "build", "clip_errors", "media", "noise_generator", "objective", "read_media",
-           "train", "write_tiny_clips", "write_tiny_images", "write_tiny_pipeline"]
+__all__ = ["DiffusionRecipe", "MediaReport", "build", "clip_errors", "family_of", "media", "noise_generator", "objective",
+           "read_media", "train", "write_tiny_clips", "write_tiny_images", "write_tiny_pipeline"]
 
 __getattr__ = lazy_names(__name__, {
     "media": "yeto.learners.diffusion.media", "objective": "yeto.learners.diffusion.objective",

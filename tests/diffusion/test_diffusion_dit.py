@@ -153,3 +153,19 @@ def test_a_two_expert_wan_pipeline_is_refused_by_name(tiny_wan, tiny_ltx, tmp_pa
     r = DiffusionRecipe(model=str(tmp_path), data=str(tiny_ltx["data"]), resolution=32, frames=9)
     with pytest.raises(ValueError, match="two-expert Wan 2.2 pipeline .transformer_2. is not supported yet"):
         build(r, accel=CPU)
+
+
+def test_yeto_launch_refuses_a_pipeline_it_cannot_train_before_anything_starts(tiny, tmp_path):
+    from yeto.cli.launch.diffusion import sections
+
+    def launch(model, frames):
+        args = SimpleNamespace(model=str(model), data=str(tiny["data"]), resolution=16, height=None, width=None,
+                               frames=frames)
+        return sections(args, {"model": str(model), "data": str(tiny["data"])})
+
+    with pytest.raises(ValueError, match="--frames 9: sd is an image family"):
+        launch(tiny["model"], 9)
+    (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "FluxKontextPipeline"}))
+    with pytest.raises(ValueError, match="Flux Kontext .*is not supported yet"):
+        launch(tmp_path, None)
+    assert launch(tiny["model"], None)[1] == {"resolution": 16}

@@ -54,8 +54,12 @@ def pin_pipeline(model: str) -> dict[str, Any]:
 
 def sections(args, train: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(train section with pins, diffusion section), checked as the learners will read them."""
-    from yeto.learners.diffusion.api import DiffusionRecipe
+    from yeto.learners.diffusion.api import DiffusionRecipe, family_of
     train = {**train, "pins": {"base": pin_pipeline(args.model), "data": pin_data(args.data, None)}}
     diffusion = {k: getattr(args, k) for k in ("resolution", "height", "width", "frames") if getattr(args, k) is not None}
     DiffusionRecipe.from_dict({**train, **diffusion})    # ValueError names a bad setting before anything starts
+    if Path(args.model).expanduser().is_dir():           # a pipeline the learner cannot train, refused by name here
+        family = family_of(str(Path(args.model).expanduser()))
+        if not family.video and (args.frames or 1) > 1:
+            raise ValueError(f"--frames {args.frames}: {family.name} is an image family (frames 1)")
     return train, diffusion
