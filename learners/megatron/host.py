@@ -5,7 +5,8 @@ spec, but four places assume CUDA; `prepare_cpu` covers each, named here (docs/M
 - `torch.cuda.current_device()` places RoPE frequencies, router and expert buffers: it answers "cpu";
 - the model-parallel RNG tracker forks CUDA generators: the no-op ("inference") tracker stands in, so dropout is
   refused above 0 (nothing may draw inside the forks);
-- `moe_utils.te_general_gemm` is unbound without TransformerEngine (a NameError in the router): it is None;
+- `moe_utils.te_general_gemm` is unbound without TransformerEngine (a NameError in the router, on CUDA too:
+  `prepare_without_te`): it is None;
 - the default causal mask is made on "cuda": the backend always passes its own mask.
 """
 from __future__ import annotations
@@ -28,13 +29,18 @@ def refuse_cuda_only(feature: str) -> None:
                          "scripts/gpu_check.sh runs it where a GPU is lent (docs/MEGATRON.md)")
 
 
+def prepare_without_te() -> None:
+    """The router's NameError without TransformerEngine, on any device: its GEMM is then torch's."""
+    from megatron.core.transformer.moe import moe_utils
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
 def prepare_cpu() -> None:
     """Make Megatron-Core 0.16.1 run on the CPU (the module docstring lists each change); a no-op with CUDA."""
+    prepare_without_te()
     if torch.cuda.is_available():
         return
     from megatron.core.tensor_parallel import random as mrandom
-    from megatron.core.transformer.moe import moe_utils
     torch.cuda.current_device = lambda: "cpu"   # type: ignore[assignment]
-    if not hasattr(moe_utils, "te_general_gemm"):
-        moe_utils.te_general_gemm = None
     mrandom.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)

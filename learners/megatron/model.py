@@ -55,9 +55,12 @@ class Shape:
                    tied=bool(getattr(config, "tie_word_embeddings", False)))
 
 
-def build_model(shape: Shape, *, expert_parallel: int):
-    """The Megatron-Core GPTModel of `shape` on this rank (local layer spec, CPU initialisation, fp32, no dropout,
-    the all-gather token dispatcher); the model-parallel state must be initialised."""
+def build_model(shape: Shape, *, expert_parallel: int, dispatcher: str = "allgather"):
+    """The Megatron-Core GPTModel of `shape` on this rank (local layer spec, CPU initialisation, fp32, no dropout;
+    the all-gather token dispatcher, or alltoall with CUDA); the model-parallel state must be initialised."""
+    from yeto.learners.megatron.host import refuse_cuda_only
+    if dispatcher != "allgather":
+        refuse_cuda_only(f"moe_token_dispatcher={dispatcher}")
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -67,7 +70,7 @@ def build_model(shape: Shape, *, expert_parallel: int):
     config = TransformerConfig(
         num_layers=shape.layers, hidden_size=shape.hidden, num_attention_heads=shape.heads,
         num_query_groups=shape.kv_heads, ffn_hidden_size=shape.ffn, moe_ffn_hidden_size=shape.ffn,
-        num_moe_experts=shape.experts, moe_router_topk=shape.top_k, moe_token_dispatcher_type="allgather",
+        num_moe_experts=shape.experts, moe_router_topk=shape.top_k, moe_token_dispatcher_type=dispatcher,
         moe_grouped_gemm=False, moe_aux_loss_coeff=0.0, expert_model_parallel_size=expert_parallel,
         add_bias_linear=False, normalization="RMSNorm", layernorm_epsilon=shape.norm_eps, gated_linear_unit=True,
         activation_func=torch.nn.functional.silu, attention_dropout=0.0, hidden_dropout=0.0,
