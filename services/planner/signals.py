@@ -203,7 +203,7 @@ def gather_signals(clouds: list[str], *, cache_path: Path, now: float, env: dict
 
     def lambda_():
         from yeto.services.planner import signals_lambda
-        return signals_lambda.fetch(lkey, url=lurl, timeout_s=src["lambda"].timeout_s)
+        return signals_lambda.fetch(lkey, url=lurl, cap=DEFAULT_STOCK_CAP, timeout_s=src["lambda"].timeout_s)
 
     if "lambda" in clouds and lkey and (answer := _ask("lambda", cache_path, now, src["lambda"], lambda_, warnings)):
         for region, itype, n in answer[0]:
