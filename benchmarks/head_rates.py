@@ -1,11 +1,11 @@
-"""The syncer head's per-core rates, measured: what services/syncer/throughput.py's model is made of.
+"""The syncer head's per-core rates, measured: what schemas/head_throughput.py's model is made of.
 
 One thread, the compiled kernels (fused passes). For each codec a learner can push: its payload's intake (SHA-256 of
 every chunk, then of the whole: two passes over the encoded bytes) and its decode with the Gram row (a push k of the
 round folds k + 2 rows: the momentum, the k pushes before it and itself), fitted as seconds per value a + b (k + 2).
 For each broadcast codec: the fused encode of theta - shadow that advances the shadow. Then the outer step over M
 pushes (seconds per value c0 + c1 (M + 2)), and the snapshot's copies of three rows. Each time is the best of `--reps`;
-the memcpy of one row is timed beside them so a loaded box shows. It prints the constants as throughput.py holds them
+the memcpy of one row is timed beside them so a loaded box shows. It prints the constants as head_throughput.py holds them
 and, with `--check`, the model's round time against a round.py-style round measured here (model_error: measured over
 modelled).
 

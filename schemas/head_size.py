@@ -14,15 +14,20 @@ REST_GB = 4.0             # the head besides the syncer: OS, nats-server and its
 MARGIN = 0.25             # on top of the syncer's model (its max relative error measured is under 0.1: benchmarks/memory.py)
 
 
+REST_VCPUS = 2            # the head's vCPUs besides the syncer's kernel threads: nats-server, tape writer, services
+
+
 @dataclass(frozen=True)
 class HeadVM:
     name: str             # a type SkyPilot rents with `memory=<gb>+` (AWS names, on-demand us-east-1 prices)
     memory_gb: int
     price_per_hour: float
+    vcpus: int = 0        # 0: not known (a --head-memory-gb head): not checked against the rounds' cores
 
 
-HEAD_VMS = (HeadVM("m6i.xlarge", 16, 0.192), HeadVM("m6i.2xlarge", 32, 0.384), HeadVM("r6i.2xlarge", 64, 0.504),
-            HeadVM("r6i.4xlarge", 128, 1.008), HeadVM("r6i.8xlarge", 256, 2.016), HeadVM("r6i.16xlarge", 512, 4.032))
+HEAD_VMS = (HeadVM("m6i.xlarge", 16, 0.192, 4), HeadVM("m6i.2xlarge", 32, 0.384, 8), HeadVM("r6i.2xlarge", 64, 0.504, 8),
+            HeadVM("r6i.4xlarge", 128, 1.008, 16), HeadVM("r6i.8xlarge", 256, 2.016, 32),
+            HeadVM("r6i.16xlarge", 512, 4.032, 64))
 
 
 @dataclass(frozen=True)
@@ -50,17 +55,22 @@ def trainable_of(weights_gb: float, tuning: str) -> int:
 
 
 def choose_head(trainable: int, *, num_learners: int, sync: SyncConfig | None = None, num_syncers: int = 1,
-                memory_gb: int | None = None) -> HeadChoice:
-    """The smallest head type holding the syncer, or a head of `memory_gb` (--head-memory-gb: any VM with that much
-    RAM, priced per GB as the largest type); HeadTooSmall with the numbers when it does not fit."""
+                memory_gb: int | None = None, cores: int = 0) -> HeadChoice:
+    """The smallest head type holding the syncer and, past REST_VCPUS, the `cores` kernel threads its rounds need
+    (schemas/head_throughput.size_head), or a head of `memory_gb` (--head-memory-gb: any VM with that much RAM, priced
+    per GB as the largest type); HeadTooSmall with the numbers when the syncer does not fit in RAM. A round that
+    needs more cores than the largest type has takes the largest: the plan says so (the rounds' sentence)."""
     syncer = syncer_memory(trainable, num_learners=num_learners, config=sync or SyncConfig(), num_syncers=num_syncers)
     need = syncer.head * (1 + MARGIN) / 1e9 + REST_GB
     largest = HEAD_VMS[-1]
     vms = HEAD_VMS if memory_gb is None else (HeadVM(f"{memory_gb} GB+", memory_gb,
                                                       round(largest.price_per_hour * memory_gb / largest.memory_gb, 3)),)
-    for vm in vms:
-        if vm.memory_gb >= need:
+    holding = [vm for vm in vms if vm.memory_gb >= need]
+    for vm in holding:
+        if not vm.vcpus or vm.vcpus >= cores + REST_VCPUS:
             return HeadChoice(vm, need, syncer)
+    if holding:
+        return HeadChoice(holding[-1], need, syncer)
     raise HeadTooSmall(
         f"the syncer of {trainable / 1e6:,.0f}M trainable values with {num_learners} learners needs "
         f"{syncer.describe()}; with a {MARGIN:.0%} margin and {REST_GB:g} GB for the rest the head needs "

@@ -10,8 +10,11 @@ from typing import Any
 from yeto.infra.model_source import resolve_model
 from yeto.schemas.gpuspec import IslandSpec, format_gpu
 from yeto.schemas.head_size import HeadChoice, HeadTooSmall, choose_head, trainable_of
+from yeto.schemas.head_throughput import HeadSize, size_head
+from yeto.schemas.recipe import SyncConfig
 from yeto.services.planner.candidates import Candidate, dedupe, over_budget, screen
 from yeto.services.planner.catalog import Offering
+from yeto.services.planner.estimate import flops_per_token, island_tflops
 from yeto.services.planner.explain import launch_line, why_not
 from yeto.services.planner.memory import Workload
 from yeto.services.planner.request import PlanRequest
@@ -67,9 +70,34 @@ def island_dict(c: Candidate) -> dict[str, Any]:
             "tflops": round(c.tflops, 2), "memory_per_gpu_gb": round(c.need.total_gb, 2)}
 
 
-def head_dict(h: HeadChoice) -> dict[str, Any]:
-    return {"vm": h.vm.name, "memory_gb": h.vm.memory_gb, "price_per_hour": h.vm.price_per_hour,
-            "need_gb": round(h.need_gb, 1), "syncer_gb": round(h.syncer.head / 1e9, 2), "describe": h.describe()}
+def head_dict(h: HeadChoice, rounds: HeadSize | None = None, *, num_syncers: int = 1) -> dict[str, Any]:
+    out = {"vm": h.vm.name, "memory_gb": h.vm.memory_gb, "vcpus": h.vm.vcpus, "price_per_hour": h.vm.price_per_hour,
+           "need_gb": round(h.need_gb, 1), "syncer_gb": round(h.syncer.head / 1e9, 2), "describe": h.describe()}
+    if rounds is not None:
+        out["rounds"] = {"fits": rounds.fits, "syncers": rounds.instances, "threads": rounds.cores,
+                         "round_s": round(rounds.round_s, 4), "busy_s": round(rounds.busy_s, 4),
+                         "interval_s": round(rounds.interval_s, 2), "describe": rounds_sentence(rounds, num_syncers)}
+    return out
+
+
+def rounds_sentence(r: HeadSize, num_syncers: int) -> str:
+    """What the head's rounds take against the fleet's interval (schemas/head_throughput.py's model), and the
+    --syncers that keeps them inside it."""
+    if not r.fits:
+        return f"its rounds do not keep up: {r.reason}"
+    said = (f"{r.instances} syncer{'s' if r.instances > 1 else ''} x {r.cores} thread{'s' if r.cores > 1 else ''}: "
+            f"{r.busy_s:.3g} s of rounds per {r.interval_s:.3g} s interval of the fleet (H inner steps)")
+    return said + (f"; launch with --syncers {r.instances}" if r.instances > num_syncers else "")
+
+
+def head_rounds(req: PlanRequest, w: Workload, chosen: list[Candidate], sync: SyncConfig) -> HeadSize:
+    """The head's compute for this fleet: the interval is H inner steps of the slowest island at the planner's
+    throughput model (estimate.py, the same numbers as the ETA)."""
+    per_token = flops_per_token(w.weights_gb, req.tuning)
+    step_s = max(req.seq_len * req.micro_batch * per_token * c.offering.count * c.nodes / (island_tflops(island_dict(c)) * 1e12)
+                 for c in chosen)
+    return size_head(trainable_of(w.weights_gb, req.tuning), fragments=sync.num_fragments, learners=len(chosen),
+                     codec_up=sync.codec_up, codec_down=sync.codec_down, interval_s=sync.inner_steps * step_s)
 
 
 def workload_of(req: PlanRequest) -> Workload:
@@ -108,16 +136,17 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
         if sol is None or sol.status == "INFEASIBLE" or not any(sol.counts):
             return FleetPlan(feasible=False, reason=why_not(req, cheapest), cheapest=cheapest_d, **common)
         chosen = [c for c, n in zip(cands, sol.counts) for _ in range(n)]
+        rounds = head_rounds(req, w, chosen, SyncConfig())
         try:
             head = choose_head(trainable_of(w.weights_gb, req.tuning), num_learners=len(chosen),
-                               num_syncers=req.num_syncers, memory_gb=req.head_memory_gb)
+                               num_syncers=req.num_syncers, memory_gb=req.head_memory_gb, cores=rounds.total_cores)
         except HeadTooSmall as e:
             return FleetPlan(feasible=False, reason=str(e), cheapest=cheapest_d, **common)
         if req.budget is None or head.price(req.head_price) <= head_price:
             break
         head_price = head.price(req.head_price)    # fewer islands then: the head needed is no larger
     assert sol is not None
-    common.update(head=head_dict(head), head_price_per_hour=head.price(req.head_price))
+    common.update(head=head_dict(head, rounds, num_syncers=req.num_syncers), head_price_per_hour=head.price(req.head_price))
     specs = [IslandSpec(cloud=c.offering.cloud, gpu=c.offering.gpu, count=c.offering.count, nodes=c.nodes,
                         region=c.offering.region) for c in chosen]
     gpu = format_gpu(specs)

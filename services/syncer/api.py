@@ -5,10 +5,10 @@ syncer through it alone (BENCH_FACES).
 """
 from __future__ import annotations
 
+from yeto.schemas import head_throughput as throughput  # a round's time from measured rates (docs/HEAD.md)
 from yeto.services.syncer import (
     backend,  # the array backend the merge runs on: NumPy, or CuPy on a GPU
     profiling,  # timers on a round's steps (benchmarks/round_profile.py)
-    throughput,  # the head's round time from measured rates, and the head a fleet needs (docs/HEAD.md)
 )
 from yeto.services.syncer.core import SyncerCore  # the pure round logic: pushes in, outputs out
 from yeto.services.syncer.gram import RowProducts, gram, gram_row  # the Gram matrix whole, one row, fused with a decode

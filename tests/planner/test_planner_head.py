@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from yeto.cli.main import main
+from yeto.schemas.head_size import HEAD_VMS, REST_VCPUS, choose_head, trainable_of
+from yeto.schemas.head_throughput import size_head
 from yeto.services.planner.api import FIXTURE_DIR
 from yeto.services.planner.catalog import Offering, load_catalog
 from yeto.services.planner.plan import plan_fleet
@@ -49,3 +51,30 @@ def test_the_head_the_syncer_needs_is_paid_within_the_budget(budget, islands):
     plan = plan_fleet(PlanRequest(model="m", weights_gb=40.0, budget=budget), a100, Signals())
     assert plan.feasible and plan.head is not None and plan.head["memory_gb"] == 32 and len(plan.islands) == islands
     assert plan.islands_price_per_hour * 1.10 + plan.head_price_per_hour <= budget + 1e-9
+
+
+def test_the_head_has_the_cores_its_rounds_need_against_the_fleets_interval():
+    # LoRA on a 9B model: ~180M trainable values merge in a fraction of the fleet's H-step interval on one thread.
+    lora = plan_fleet(PlanRequest(model="qwen35-9b", budget=40.0), CATALOG, Signals())
+    rounds = lora.head["rounds"]
+    assert rounds["fits"] and (rounds["syncers"], rounds["threads"]) == (1, 1)
+    assert rounds["busy_s"] <= 0.5 * rounds["interval_s"] and "--syncers" not in rounds["describe"]
+    # Full tuning of a 2B model on nine fast islands: 4G values a round every few seconds take shards and threads,
+    # so the head is the type with the most vCPUs that holds the syncer, and the plan names --syncers.
+    full = plan_fleet(PlanRequest(model="org/m", weights_gb=4.0, tuning="full", budget=100.0), CATALOG, Signals())
+    rounds, head = full.head["rounds"], full.head
+    assert rounds["syncers"] > 1 and f"launch with --syncers {rounds['syncers']}" in rounds["describe"]
+    assert head["vcpus"] >= min(rounds["syncers"] * rounds["threads"] + REST_VCPUS, HEAD_VMS[-1].vcpus)
+    assert head["memory_gb"] > HEAD_VMS[0].memory_gb and full.head_price_per_hour == head["price_per_hour"]
+    # the model it answers from: the busiest syncer's rounds inside the margin, or the reason in numbers
+    size = size_head(int(4.0e9 / 2), fragments=8, learners=len(full.islands), codec_up="q4", codec_down="q4",
+                     interval_s=rounds["interval_s"])
+    assert (size.instances, size.cores) == (rounds["syncers"], rounds["threads"])
+
+
+def test_a_head_type_is_chosen_for_cores_as_well_as_ram():
+    small = trainable_of(16.0, "lora")
+    assert choose_head(small, num_learners=4).vm.name == HEAD_VMS[0].name
+    assert choose_head(small, num_learners=4, cores=6).vm.vcpus >= 8
+    assert choose_head(small, num_learners=4, cores=1000).vm == HEAD_VMS[-1]    # the most cores there are
+    assert choose_head(small, num_learners=4, memory_gb=64, cores=1000).vm.memory_gb == 64

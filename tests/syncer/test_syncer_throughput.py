@@ -1,10 +1,10 @@
-"""The head's throughput model (services/syncer/throughput.py): how a round's modelled time grows, and the head it
+"""The head's throughput model (schemas/head_throughput.py): how a round's modelled time grows, and the head it
 sizes for a fleet. The rates themselves are measured by benchmarks/head_rates.py (docs/HEAD.md), not here."""
 from __future__ import annotations
 
 import pytest
 
-from yeto.services.syncer import throughput
+from yeto.schemas import head_throughput as throughput
 
 
 def _round(values: int, **kw) -> float:

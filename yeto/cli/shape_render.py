@@ -37,6 +37,8 @@ def render(plan: FleetPlan, model: str, margin: float = 0.0) -> str:
     lines.append(f"       {'head (on-demand)':<64} {plan.head_price_per_hour:>9.2f}")
     if plan.head:
         lines.append(f"  the syncer fits: {plan.head['describe']}")
+        if rounds := plan.head.get("rounds"):
+            lines.append(f"  the head's rounds: {rounds['describe']}")
     lines.append(f"       {'total':<64} {total:>9.2f} {plan.total_tflops:>11.1f}  effective")
     if margin:
         lines.append(f"  $/hr include the {margin:.0%} price margin (--price-margin) on catalog prices; the head's is flat")

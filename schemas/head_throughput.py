@@ -15,8 +15,9 @@ instance under `margin` of the interval, or says by how much no head can.
 
     throughput.round_seconds(16 << 20, learners=4, codec_up="q4", codec_down="q4", cores=2)
     throughput.size_head(8_030_000_000, fragments=8, learners=4, codec_up="q4", codec_down="q4", interval_s=60.0)
-The planner (services/planner/) is where a fleet's interval is known; it should call `size_head` when it shapes a
-fleet and refuse or grow the head from its answer.
+The planner (services/planner/plan.py) calls `size_head` with the fleet's interval from its throughput model and
+gives the head VM the cores it answers (schemas/head_size.py); it lives in schemas/ beside the head's memory model so
+the planner and the syncer's benchmarks read the same model.
 """
 from __future__ import annotations
 
