@@ -258,7 +258,7 @@ def test_an_unknown_head_cloud_is_refused_before_renting(material, tmp_path, mon
     _world(monkeypatch, tmp_path / "vms")
     assert _launch(material, tmp_path / "laptop", "r-moon", "--head-cloud", "moon") == 2
     assert "--head-cloud moon" in capsys.readouterr().err and WORLD["calls"] == []
-    assert heads.head_record(tmp_path / "laptop", "r-moon")["state"] == "down"
+    assert heads.head_record(tmp_path / "laptop", "r-moon") is None    # refused while showing the plan: no bundle made
 
 
 def test_a_head_that_never_answers_is_taken_down_after_the_deadline(tmp_path, monkeypatch):

@@ -65,8 +65,12 @@ def sky_tasks(args, launch: LaunchRun) -> list[tuple[str, dict[str, Any]]]:
 
     tasks = []
     if not conf(args).nats_url:
-        head = head_task(launch.run_id, bundle_dir(state_dir(args), launch.run_id), cloud=args.head_cloud,
-                         region=args.head_region, syncers=args.syncers or 1, output=LaunchRecipe.upcast(launch.recipe).output)
+        try:
+            head = head_task(launch.run_id, bundle_dir(state_dir(args), launch.run_id), cloud=args.head_cloud,
+                             region=args.head_region, syncers=args.syncers or 1,
+                             output=LaunchRecipe.upcast(launch.recipe).output)
+        except ValueError as e:    # SkyPilot knows no such cloud (launcher/head.py says it the same way)
+            raise ValueError(f"--head-cloud {args.head_cloud}: {e}") from None
         tasks.append(("the head VM (`sky launch`, from this machine)", head.to_yaml_config()))
     url = conf(args).nats_url or PLACEHOLDER_URL
     for i, spec in enumerate(launch.fleet):
