@@ -105,6 +105,8 @@ def print_setup_logs(jobs: dict[int, str], seen: set[str], lines: int, why: str,
 
     for island, job in silent.items():
         try:
+            from yeto.cli.launch.confirm import start_sky_server
+            start_sky_server()     # detached from this terminal: `yeto logs RUN | less` must end
             text = sky_api().jobs_logs(int(job))
         except Exception as e:  # noqa: BLE001 - SkyPilot's own errors are many; the user reads its first line
             text = f"(SkyPilot did not give it: {str(e).splitlines()[0] if str(e) else type(e).__name__})"

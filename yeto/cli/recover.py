@@ -60,6 +60,8 @@ def cmd_recover(args) -> int:
     age = time.time() - manifest["mirrored_at"]
     print(f"head of run {run} is lost; the mirror at {root} holds events through seq {manifest['events_through']} and "
           f"{len(manifest['snapshots'])} fragment snapshots, mirrored {age:.0f}s ago")
+    from yeto.cli.launch.confirm import start_sky_server
+    start_sky_server()             # detached from this terminal before SkyPilot's first call would start it
     take_down(state, run)
     bundle = heads.bundle_dir(state, run)
     bus_auth.write_secret(bundle / REQUEST, json.dumps({"mirror": root}))
