@@ -5,7 +5,9 @@ head's run folder: nothing is stored twice, and it was ~60x faster than nats-py'
 0.22 s with 4 requests in flight against 13.7 s, which also needs the files put into a stream first).
 Requests are JSON: {"sizes": true} -> {name: bytes} of the manifest's files and the manifest itself (or
 {"error": why}); {"file": name, "offset": n} -> up to CHUNK_BYTES raw bytes from there ("" past the end).
-Only files the manifest names are served, and only inside the run's artifact folder (run_path checks).
+Only files the manifest names are served, and only inside the run's artifact folder (run_path checks). A name is
+a relative POSIX path (`safe_name`: no `..`, no absolute path, no backslash), so an artifact may hold subfolders;
+the pull refuses a manifest naming anything else before it writes a byte (the head's bytes are not trusted).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import hashlib
 import json
 import os
 from collections.abc import AsyncIterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from yeto.infra.bus.types import Bus, Subscription
 from yeto.infra.run_paths import run_path
@@ -34,8 +36,19 @@ def _sizes(folder: Path) -> dict:
         return {"error": f"no artifact in {folder} ({type(e).__name__}: {e})"}
 
 
+def safe_name(name: object) -> bool:
+    """A relative POSIX path inside a folder: no empty, `.` or `..` part, not absolute, no backslash or NUL."""
+    if not isinstance(name, str) or not name or "\\" in name or "\0" in name or name.startswith("/"):
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/")) and str(PurePosixPath(name)) == name
+
+
 def _inside(folder: Path, name: str) -> bool:
-    return isinstance(name, str) and "/" not in name and name not in ("", ".", "..") and (folder / name).is_file()
+    """A file the folder holds under a safe name, not reached through a link out of it."""
+    if not safe_name(name):
+        return False
+    path = folder / name
+    return path.is_file() and path.resolve().is_relative_to(folder.resolve())
 
 
 def _chunk(folder: Path, name: str, offset: int) -> bytes:
@@ -70,13 +83,18 @@ async def fetch(bus: Bus, run_id: str, dest: Path, manifest_sha256: str, *, time
     text = b"".join([c async for c in _chunks(bus, subject, MANIFEST, sizes.get(MANIFEST, 0), timeout_s)])
     _check(MANIFEST, hashlib.sha256(text).hexdigest(), manifest_sha256)
     manifest = json.loads(text)
+    if unsafe := [name for name in manifest["files"] if not safe_name(name)]:
+        raise ValueError(f"run {run_id}'s manifest from the head names {ascii(unsafe[0])[:80]}, not a relative path "
+                         f"inside the artifact folder: nothing was written")
     dest.mkdir(parents=True, exist_ok=True)
     for name, sha in sorted(manifest["files"].items()):
         if name not in sizes:
             raise ValueError(f"the head lacks {name} of run {run_id}'s artifact (its manifest names it)")
-        final, part, digest = dest / name, dest / f".{name}.part", hashlib.sha256()
+        final, digest = dest / name, hashlib.sha256()
+        part = final.with_name(f".{final.name}.part")
         if final.is_file() and await asyncio.to_thread(sha256_of, final) == sha:
             continue
+        final.parent.mkdir(parents=True, exist_ok=True)
         with open(part, "wb") as f:
             async for chunk in _chunks(bus, subject, name, sizes[name], timeout_s):
                 f.write(chunk)

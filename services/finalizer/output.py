@@ -1,7 +1,8 @@
 """Deliver the artifact to `--output`: a local directory, any fsspec / SkyPilot store URI, or hf://org/repo.
 
 Every upload is verified against the manifest (sizes, and the manifest read back byte-identical) before
-the run is reported uploaded; a failed verification raises, and the finalizer retries.
+the run is reported uploaded; a failed verification raises, and the finalizer retries. Files in subfolders go too,
+under their relative paths (`files`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ SCHEMES = {"s3": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "abfs", "r2"
 
 class UploadError(RuntimeError):
     """The artifact did not arrive intact; the message says where and what differs."""
+
+
+def files(local: Path) -> list[str]:
+    """The artifact's files as relative POSIX paths, subfolders included, sorted."""
+    return sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
 
 
 def is_remote(output: str) -> bool:
@@ -36,9 +42,9 @@ def deliver(local: Path, output: str) -> tuple[str, bool]:
     dest = Path(output).expanduser().resolve()
     if dest != local.resolve():
         shutil.copytree(local, dest, dirs_exist_ok=True)
-        for f in local.iterdir():
-            if sha256_file(dest / f.name) != sha256_file(f):
-                raise UploadError(f"{dest / f.name} differs from the artifact after copying")
+        for name in files(local):
+            if not (dest / name).is_file() or sha256_file(dest / name) != sha256_file(local / name):
+                raise UploadError(f"{dest / name} differs from the artifact after copying")
     return str(dest), False
 
 
@@ -51,12 +57,15 @@ def _upload_fsspec(local: Path, uri: str) -> None:
                          f"hf://org/repo or a local path")
     fs, root = fsspec.core.url_to_fs(f"{SCHEMES[scheme]}://{uri.split('://', 1)[1]}")
     root = root.rstrip("/")
-    for f in sorted(local.iterdir()):
-        fs.put_file(str(f), f"{root}/{f.name}")
-    for f in local.iterdir():
-        remote = f"{root}/{f.name}"
-        if not fs.exists(remote) or fs.size(remote) != f.stat().st_size:
-            raise UploadError(f"{uri}/{f.name} is missing or has the wrong size after upload")
+    names = files(local)
+    for name in names:
+        if "/" in name:
+            fs.makedirs(f"{root}/{name.rsplit('/', 1)[0]}", exist_ok=True)
+        fs.put_file(str(local / name), f"{root}/{name}")
+    for name in names:
+        remote = f"{root}/{name}"
+        if not fs.exists(remote) or fs.size(remote) != (local / name).stat().st_size:
+            raise UploadError(f"{uri}/{name} is missing or has the wrong size after upload")
     if fs.cat_file(f"{root}/manifest.json") != (local / "manifest.json").read_bytes():
         raise UploadError(f"{uri}/manifest.json differs from the artifact's manifest after upload")
 
@@ -71,6 +80,6 @@ def _upload_hf(local: Path, repo: str) -> None:
     if got != (local / "manifest.json").read_bytes():
         raise UploadError(f"hf://{repo}/manifest.json differs from the artifact's manifest after upload")
     remote = set(api.list_repo_files(repo))
-    missing = sorted(f.name for f in local.iterdir() if f.name not in remote)
+    missing = [name for name in files(local) if name not in remote]
     if missing:
         raise UploadError(f"hf://{repo} lacks {', '.join(missing)} after upload")
