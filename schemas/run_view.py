@@ -17,6 +17,8 @@ from yeto.schemas.final import FinalCutRequested, RunFailed, RunFinalized, RunSt
 from yeto.schemas.fleet import IslandEvent, RunLaunched
 from yeto.schemas.island_view import Island, beat, fold_island, island_index
 from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.offers import OfferRefused
+from yeto.schemas.refusal_view import Refusal, fold_refusal
 from yeto.schemas.run_phase import LAUNCHING, next_phase
 from yeto.schemas.spend import hours_between
 from yeto.schemas.training import LearnerProgress, RoundMerged
@@ -54,6 +56,8 @@ class RunView:
     rounds_merged: int = 0
     versions: dict[int, int] = field(default_factory=dict)
     """Fragment -> its latest merged global version."""
+    refusals: tuple[Refusal, ...] = ()
+    """Offers a cloud refused at launch and where each island moved (schemas/refusal_view.py)."""
     num_events: int = 0
     last_ts: datetime | None = None
     last_seq: int = 0
@@ -105,7 +109,10 @@ def _evolve(v: RunView, e: Event) -> RunView:
         islands = tuple(replace(isl, meter=isl.meter.stop(e.ts)) for isl in v.islands)
         v = replace(v, ended=e.type, ended_at=e.ts, reason=e.reason, islands=islands)
     elif isinstance(e, IslandEvent) and 0 <= e.island < len(v.islands):
-        v = _set_island(v, fold_island(v.islands[e.island], e, billing=not v.ended))
+        v = _set_island(replace(v, refusals=fold_refusal(v.refusals, e)),
+                        fold_island(v.islands[e.island], e, billing=not v.ended))
+    elif isinstance(e, OfferRefused):
+        v = replace(v, refusals=fold_refusal(v.refusals, e))
     elif isinstance(e, LearnerProgress):
         v = _progress(v, e)
     elif isinstance(e, RoundMerged):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import shutil
 from datetime import datetime, timezone
 from functools import reduce
@@ -13,11 +14,14 @@ from types import SimpleNamespace
 import pytest
 
 from waiting import until
+from yeto.cli.main import main
 from yeto.infra.bus import connect
 from yeto.infra.runner import run_service
-from yeto.schemas.base import parse
+from yeto.infra.stack import StackPaths
+from yeto.infra.tape.store import TapeStore
+from yeto.schemas.base import parse, to_bytes
 from yeto.schemas.commands import LaunchRun
-from yeto.schemas.fleet import IslandRequested, IslandUp, StartIsland
+from yeto.schemas.fleet import IslandRequested, IslandUp, RunLaunched, StartIsland
 from yeto.schemas.offers import MoveIsland, OfferRefused
 from yeto.schemas.subjects import run_events
 from yeto.services.launcher import wiring as launcher_wiring
@@ -83,7 +87,7 @@ class RefusingCloud:
 
 
 @pytest.mark.slow
-async def test_a_refused_region_is_replaced_by_the_next_best_offer(fresh_nats, tmp_path, run_id, monkeypatch):
+async def test_a_refused_region_is_replaced_by_the_next_best_offer(fresh_nats, tmp_path, run_id, monkeypatch, capsys):
     shutil.copytree(FIXTURE_DIR, tmp_path / "catalog")
     monkeypatch.setenv("YETO_CATALOG_DIR", str(tmp_path / "catalog"))
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "RUNPOD_API_KEY", "LAMBDA_API_KEY"):
@@ -130,6 +134,20 @@ async def test_a_refused_region_is_replaced_by_the_next_best_offer(fresh_nats, t
     moved = next(e for e in events if e.type == "IslandRequested" and e.generation == 1)
     assert moved.spec["region"] == "us-west-2"
     assert cloud.started == [(0, 1, "us-west-2")]
+    status = status_of(tmp_path / "state", run_id, events, capsys)
+    assert f"island 0 gen 0: aws us-east-2 8xH100 (p5.48xlarge) refused (capacity) at {refusal.ts:%Y-%m-%d %H:%M:%S}: " \
+           "sky.exceptions.ResourcesUnavailableError: InsufficientInstanceCapacity" in status
+    assert f"      moved to aws us-west-2 8xH100 as gen 1 at {moved.ts:%Y-%m-%d %H:%M:%S}, $12.69/hr" in status
+
+
+def status_of(state, run: str, events: list, capsys) -> str:
+    """`yeto status RUN` over a real tape file holding `events` as the tape writer stores them."""
+    store = TapeStore(StackPaths(state).db)
+    store.append(list(range(1, len(events) + 1)), [e.run_id for e in events], [to_bytes(e).decode() for e in events])
+    store.close()
+    capsys.readouterr()
+    assert main(["--state-dir", str(state), "status", run]) == 0
+    return capsys.readouterr().out
 
 
 def test_the_launcher_moves_an_island_only_while_it_waits_on_the_refused_generation():
@@ -151,3 +169,30 @@ def test_the_launcher_moves_an_island_only_while_it_waits_on_the_refused_generat
     up = evolve(state, IslandUp(run_id="r1", source="launcher", island=0, spec=spec, backend="skypilot", handle="j"))
     assert decide(up, move, NOW) == []                   # capacity came back: the island is up where it was
     assert isinstance(out[1], IslandRequested)
+
+
+def test_status_tells_a_refusal_and_where_the_island_moved_from_the_tape(tmp_path, capsys):
+    spec = {"cloud": "aws", "gpu": "H100", "count": 8, "nodes": 1, "region": "us-east-2", "spot": True,
+            "price_per_hour": 13.0}
+    west = {**spec, "region": "us-west-2", "price_per_hour": 12.69}
+
+    def requested(gen: int, s: dict, minute: int) -> IslandRequested:
+        return IslandRequested(run_id="r1", source="launcher", island=0, generation=gen, spec=s,
+                               ts=NOW.replace(minute=minute))
+    hostile = refused("us-east-2").model_copy(update={"reason": "no capacity\x1b[2J\nnext line"})
+    evs = [RunLaunched(run_id="r1", source="launcher", fleet=[spec, spec], recipe=RECIPE, ts=NOW),
+           requested(0, spec, 0), hostile, hostile.model_copy(update={"id": "again"}),   # told twice: one refusal
+           requested(1, spec, 1),                       # the same offer again is no move
+           requested(2, west, 2),
+           refused("us-east-2").model_copy(update={"island": 1, "generation": 0})]
+    out = status_of(tmp_path, "r1", evs, capsys)
+    lines = out[out.index("offers refused at launch:"):].splitlines()
+    assert lines[1:5] == [
+        "    island 0 gen 0: aws us-east-2 8xH100 refused (capacity) at 2026-12-05 02:00:00: no capacity [2J next line",
+        "      moved to aws us-west-2 8xH100 as gen 2 at 2026-12-05 02:02:00, $12.69/hr",
+        "    island 1 gen 0: aws us-east-2 8xH100 refused (capacity) at 2026-12-05 02:00:00: InsufficientInstanceCapacity",
+        "      not moved yet: the planner moves it to the next-best offer of its GPU shape, or logs why none is left"]
+    assert main(["--state-dir", str(tmp_path), "status", "r1", "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert [(r["island"], r["region"], (r["moved_to"] or {}).get("region")) for r in view["refusals"]] == \
+        [(0, "us-east-2", "us-west-2"), (1, "us-east-2", None)]

@@ -5,6 +5,7 @@ from datetime import datetime
 
 from yeto.cli.sql import format_table
 from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.refusal_view import refusal_lines
 from yeto.schemas.run_view import RunView, head_usd, spend_usd
 
 
@@ -33,6 +34,8 @@ def describe(v: RunView, now: datetime | None) -> str:
     if eta is not None:
         step = max((lr.step for lr in v.learners.values()), default=0)
         lines.append(f"  ETA ~{eta / 60:.1f} min (step {step}/{max_steps(v.recipe) or '-'})")
+    if v.refusals:      # a cloud said no at launch: what, why, when, and where the planner moved the island
+        lines += ["  offers refused at launch:", *refusal_lines(v.refusals)]
     text = "\n".join(lines) + "\n"
     if v.islands:
         rows = [[isl.index, isl.phase, isl.generation, isl.price_per_hour, round(isl.meter.hours_at(until) * 3600),

@@ -1,0 +1,79 @@
+"""Offers a cloud refused at launch, as a run's tape tells them, and where each refused island moved.
+
+Which island a cloud refused (cloud, region, type, cause, reason, when: OfferRefused), and where its next generation
+was requested instead (the launcher's IslandRequested answering the planner's MoveIsland, schemas/offers.py).
+MoveIsland is a command and never lands on the tape; the move is the next generation's IslandRequested on another
+offer. Pure: run_view.py folds it, `yeto status RUN` prints it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from yeto.schemas.fleet import IslandRequested
+from yeto.schemas.offers import OfferRefused
+
+
+@dataclass(frozen=True)
+class Refusal:
+    island: int
+    generation: int
+    """The generation the cloud refused."""
+    cloud: str
+    region: str
+    gpu: str
+    count: int
+    instance_type: str
+    cause: str
+    """capacity | quota"""
+    reason: str
+    """The cloud's words (untrusted text: print it through `printable`)."""
+    at: datetime
+    moved_to: dict[str, Any] | None = None
+    """The spec of the next generation, when it was requested on another offer."""
+    moved_at: datetime | None = None
+    moved_generation: int = 0
+
+
+def fold_refusal(refusals: tuple[Refusal, ...], e: Any) -> tuple[Refusal, ...]:
+    """The refusals after one more event: an OfferRefused adds one (once per island generation), a later generation's
+    IslandRequested on another offer marks the island's pending refusals as moved there."""
+    if isinstance(e, OfferRefused):
+        if any((r.island, r.generation) == (e.island, e.generation) for r in refusals):
+            return refusals
+        return (*refusals, Refusal(e.island, e.generation, e.cloud, e.region, e.gpu, e.count, e.instance_type,
+                                   e.cause, e.reason, e.ts))
+    if isinstance(e, IslandRequested):
+        return tuple(replace(r, moved_to=dict(e.spec), moved_at=e.ts, moved_generation=e.generation)
+                     if r.island == e.island and r.moved_to is None and e.generation > r.generation
+                     and (e.spec.get("cloud"), e.spec.get("region")) != (r.cloud, r.region) else r for r in refusals)
+    return refusals
+
+
+def printable(text: str, limit: int = 160) -> str:
+    """A cloud's words fit for a terminal: control characters become spaces, cut to `limit` characters."""
+    flat = "".join(c if c.isprintable() else " " for c in text)
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+
+
+def _where(cloud: Any, region: Any, count: Any, gpu: Any) -> str:
+    return f"{cloud} {region or '(any region)'} {count}x{gpu}"
+
+
+def refusal_lines(refusals: tuple[Refusal, ...]) -> list[str]:
+    """Two lines per refusal for `yeto status RUN`: what was refused, why and when; where the island went."""
+    lines = []
+    for r in refusals:
+        kind = _where(r.cloud, r.region, r.count, r.gpu) + (f" ({r.instance_type})" if r.instance_type else "")
+        lines.append(f"    island {r.island} gen {r.generation}: {kind} refused ({r.cause}) "
+                     f"at {r.at:%Y-%m-%d %H:%M:%S}: {printable(r.reason)}")
+        s = r.moved_to
+        if s is None:
+            lines.append("      not moved yet: the planner moves it to the next-best offer of its GPU shape, "
+                         "or logs why none is left")
+            continue
+        price = f", ${float(s['price_per_hour']):.2f}/hr" if s.get("price_per_hour") else ""
+        lines.append(f"      moved to {_where(s.get('cloud'), s.get('region'), s.get('count'), s.get('gpu'))} "
+                     f"as gen {r.moved_generation} at {r.moved_at:%Y-%m-%d %H:%M:%S}{price}")
+    return lines
