@@ -8,15 +8,20 @@ It is the only learner module that imports the bus (tests/test_architecture.py c
 Three watches feed the inbox and the final watch: the run's keyframes headers only (last per subject: a
 joining learner sees the whole model's announcements at once), its deltas, and its CheckpointMarkedFinal.
 The bus re-creates watches after a server restart (a 1 s heartbeat notices it).
+A credential the server refuses (tampered, revoked, of an ended run) ends the process with one line and exit status
+3 (REFUSED_EXIT): retrying it would never succeed. A lost connection is retried while training goes on.
 """
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from yeto.infra.bus import Bus, Delivery
 from yeto.infra.bus import connect as connect_bus
+from yeto.infra.bus.nats_bus import CredentialRefused, NatsBus, redact
 from yeto.learners.layout import Layout
 from yeto.learners.transport.final import FinalWatch
 from yeto.learners.transport.inbox import Inbox
@@ -28,6 +33,14 @@ from yeto.learners.transport.thread import BusThread
 from yeto.schemas.base import Event
 from yeto.schemas.fragments import FragmentHeader
 from yeto.schemas.subjects import event_subject, keyframe_subject, run_deltas, run_keyframes, stream_for
+
+REFUSED_EXIT = 3
+
+
+def refused(message: str) -> NoReturn:
+    """Leave the process from the bus thread (the training thread may be anywhere: building the model, a step)."""
+    print(f"learner stopped: {message}", file=sys.stderr, flush=True)
+    os._exit(REFUSED_EXIT)
 
 
 class NatsTransport:
@@ -94,14 +107,26 @@ class NatsTransport:
 
     # -- the background thread ------------------------------------------------------------------------------
     async def _main(self) -> None:
-        bus = self._bus = await connect_bus(self.url, name=f"learner-{self.learner}-{self.generation}", connect_timeout=3600)
+        try:
+            bus = self._bus = await connect_bus(self.url, name=f"learner-{self.learner}-{self.generation}",
+                                                connect_timeout=3600)
+        except CredentialRefused as e:
+            refused(str(e))
+        later = asyncio.ensure_future(self._refused_later(bus.refused)) if isinstance(bus, NatsBus) else None
         watches = [await bus.watch(run_keyframes(self.run_id), self._on_global, deliver="last_per_subject", headers_only=True),
                    await bus.watch(run_deltas(self.run_id), self._on_global),
                    await bus.watch(event_subject(self.run_id, "CheckpointMarkedFinal"), self.final.on_marked)]
         await self.thread.pump(lambda: self.outbox.send_one(bus), self.outbox.pending)
         for watch in watches:
             await watch.close()
+        if later is not None:
+            later.cancel()
         await bus.close()
+
+    async def _refused_later(self, event: asyncio.Event) -> None:
+        await event.wait()
+        refused(f"the bus at {redact(self.url)} refused this learner's credential when it reconnected (authorization "
+                f"violation): it was revoked, or its run has ended")
 
     async def _on_global(self, delivery: Delivery) -> None:
         header = self.inbox.add(delivery.headers, delivery.data)

@@ -9,7 +9,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
 import nats
-from nats.errors import ConnectionClosedError, ConnectionReconnectingError, NoRespondersError
+from nats.errors import AuthorizationError, ConnectionClosedError, ConnectionReconnectingError, NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
@@ -38,6 +38,19 @@ def retryable(e: Exception) -> bool:
 PING_INTERVAL_S, MAX_PINGS_OUT = 2, 30
 
 
+# A credential the server refuses (tampered, revoked, of an ended run) is refused on every retry: after REFUSED_S of
+# nothing but refusals the connection gives up. A users-file reload in flight refuses a new credential only a moment.
+REFUSED_S = 5.0
+
+
+class CredentialRefused(ConnectionError):
+    """The server refused this connection's credential (an authorization violation) for REFUSED_S on end."""
+
+
+def refusal(e: Exception) -> bool:
+    return isinstance(e, AuthorizationError) or "authorization violation" in str(e).lower()
+
+
 def redact(url: str) -> str:
     """The URL without any user:password@ part (for messages and logs)."""
     scheme, sep, rest = url.rpartition("://")
@@ -54,6 +67,7 @@ class NatsBus:
 
     def __init__(self, nc, name: str):
         self.nc, self.js, self.name = nc, nc.jetstream(timeout=5.0), name
+        self.refused = asyncio.Event()
 
     @classmethod
     async def connect(cls, url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> NatsBus:
@@ -70,27 +84,49 @@ class NatsBus:
         auth = {k: ident[k] for k in ("user", "password", "inbox_prefix") if k in ident}
         # nats-py retries the first connection forever (max_reconnect_attempts=-1, also what keeps a running
         # service through a server restart), refused and unauthorized alike: the deadline is ours to keep.
-        nc, errors = nats.NATS(), list[Exception]()
+        nc, errors, refused, since = nats.NATS(), list[Exception](), asyncio.Event(), list[float]()
+        loop = asyncio.get_running_loop()
 
         async def on_error(e: Exception) -> None:
             errors[:] = [e]       # the last one, for the message should the deadline pass
+            if since:     # refused already: told once, the rest (refusals, the resets after them) would only repeat it
+                if refusal(e) and loop.time() - since[0] >= REFUSED_S:
+                    refused.set()
+                return
+            if refusal(e):        # `since`: the first refusal since the last connection (a reset may follow each)
+                since.append(loop.time())
             await _log_error(e)
+
+        async def on_connect() -> None:
+            since.clear()
+        # A cluster's URL names every node, comma-separated: nats-py takes them as a list
+        connecting = asyncio.ensure_future(nc.connect(
+            url.split(","), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,  # type: ignore[arg-type]
+            ping_interval=PING_INTERVAL_S, max_outstanding_pings=MAX_PINGS_OUT, connect_timeout=2, allow_reconnect=True,
+            error_cb=on_error, reconnected_cb=on_connect, tls=tls, **auth))
+        refusing = asyncio.ensure_future(refused.wait())
+        await asyncio.wait((connecting, refusing), timeout=connect_timeout, return_when=asyncio.FIRST_COMPLETED)
+        refusing.cancel()
         try:
-            # A cluster's URL names every node, comma-separated: nats-py takes them as a list
-            await asyncio.wait_for(nc.connect(url.split(","), name=name, max_reconnect_attempts=-1,
-                                              reconnect_time_wait=0.25,  # type: ignore[arg-type] # seconds; a float works
-                                              ping_interval=PING_INTERVAL_S, max_outstanding_pings=MAX_PINGS_OUT,
-                                              connect_timeout=2, allow_reconnect=True, error_cb=on_error, tls=tls, **auth),
-                                   connect_timeout)
-        except (asyncio.TimeoutError, OSError, nats.errors.Error) as e:
+            if not connecting.done():
+                connecting.cancel()
+                raise asyncio.TimeoutError()
+            connecting.result()
+        except (asyncio.TimeoutError, asyncio.CancelledError, OSError, nats.errors.Error) as e:
             try:
                 await asyncio.wait_for(nc.close(), 1.0)
             except Exception:  # noqa: BLE001 - it never connected: nothing more to release
                 pass
+            if refused.is_set():
+                raise CredentialRefused(f"the bus at {redact(url)} refused this process's credential (authorization "
+                                        f"violation) for {REFUSED_S:.0f}s: it was altered or revoked, or its run "
+                                        f"has ended") from None
             last = errors[-1] if errors else e
             raise ConnectionError(f"cannot reach NATS at {redact(url)} within {connect_timeout:.0f}s ({last}): is the stack "
                                   f"up? (`yeto stack up`)") from None
-        return cls(nc, name)
+        bus = cls(nc, name)
+        bus.refused = refused    # set should a later reconnection meet only refusals for REFUSED_S
+        return bus
 
     async def publish(self, msg: Message, *, retry_for: float = 60.0) -> int:
         return await self.publish_raw(subject_of(msg), to_bytes(msg), msg_id=msg.id, retry_for=retry_for)
