@@ -17,9 +17,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+import numba
 import numpy as np
 
-from yeto.schemas.codecs.base import OnChunk, Payload, check_size, decode_whole
+from yeto.schemas.codecs.base import OnChunk, Payload, check_size, decode_whole, pool
 
 CHUNK = 64
 LOW = 0.6                          # the lower magnitude over the scale: least squared error on synthetic chunks
@@ -57,6 +58,10 @@ class SparseCodec:
                on_chunk: OnChunk | None = None) -> np.ndarray:
         return decode_whole(self, payload, numel, out, on_chunk)
 
+    def decode_entries(self, payload: Payload, numel: int) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, values) of the decoded push without a dense row (the syncer's sparse merge, services/syncer/sparse.py)."""
+        return decode_entries(self, payload, numel)
+
     def decode_on(self, xp: ModuleType, raw: Any, numel: int, out: Any) -> None:
         check_size(self, raw, numel)
         chunks = -(-numel // CHUNK)
@@ -93,3 +98,60 @@ def _encode_rows(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     codes = ((kept < 0).astype(np.uint8) << 1) | high
     entries = offsets.astype(np.uint8) | (codes << 6)
     return half, np.where(empty, entries[:, :1], entries)
+
+
+def decode_entries(codec: SparseCodec, payload: Payload, numel: int) -> tuple[np.ndarray, np.ndarray]:
+    """The payload as (indices, values) without a dense row: indices int64 ascending and unique, values f32, the
+    same bits `decode` writes there (a repeated offset: the last entry wins; offsets in the padding past `numel`
+    are dropped; every other value of `decode` is 0). ValueError on a payload of the wrong size."""
+    check_size(codec, payload, numel)
+    raw = np.frombuffer(payload, dtype=np.uint8)
+    chunks = -(-numel // CHUNK)
+    scales = (raw[:2 * chunks].view("<u2").astype(np.uint32) << 16).view(np.float32)
+    entries = raw[2 * chunks:].reshape(chunks, codec.k)
+    counts = np.empty(chunks + 1, dtype=np.int64)
+    counts[0] = 0
+    with pool():
+        _count_kept(entries, numel, counts[1:])
+    np.cumsum(counts, out=counts)
+    idx, vals = np.empty(int(counts[-1]), dtype=np.int64), np.empty(int(counts[-1]), dtype=np.float32)
+    with pool():
+        _fill_kept(entries, scales, LUT, numel, counts, idx, vals)
+    return idx, vals
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _kept(entries: Any, c: int, j: int, numel: int) -> bool:  # pragma: no cover - compiled
+    """Whether entry j of chunk c is written last at its offset and lies inside the `numel` values."""
+    off = entries[c, j] & (CHUNK - 1)
+    if c * CHUNK + off >= numel:
+        return False
+    for later in range(j + 1, entries.shape[1]):
+        if entries[c, later] & (CHUNK - 1) == off:
+            return False
+    return True
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _count_kept(entries: Any, numel: int, counts: Any) -> None:  # pragma: no cover - compiled
+    for c in numba.prange(entries.shape[0]):
+        n = 0
+        for j in range(entries.shape[1]):
+            n += _kept(entries, c, j, numel)
+        counts[c] = n
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _fill_kept(entries: Any, scales: Any, lut: Any, numel: int,
+               starts: Any, idx: Any, vals: Any) -> None:  # pragma: no cover - compiled
+    for c in numba.prange(entries.shape[0]):
+        at = starts[c]
+        for j in range(entries.shape[1]):
+            if _kept(entries, c, j, numel):
+                i, v = c * CHUNK + (entries[c, j] & (CHUNK - 1)), lut[entries[c, j] >> 6] * scales[c]
+                pos = at                                  # insertion by index: a chunk's kept entries end ascending
+                while pos > starts[c] and idx[pos - 1] > i:
+                    idx[pos], vals[pos] = idx[pos - 1], vals[pos - 1]
+                    pos -= 1
+                idx[pos], vals[pos] = i, v
+                at += 1

@@ -9,13 +9,15 @@ from yeto.schemas import head_throughput as throughput  # a round's time from me
 from yeto.services.syncer import (
     backend,  # the array backend the merge runs on: NumPy, or CuPy on a GPU
     profiling,  # timers on a round's steps (benchmarks/round_profile.py)
+    sparse,  # sparse pushes merged as (indices, values), or densely (benchmarks/round_sparse.py)
 )
 from yeto.services.syncer.core import SyncerCore  # the pure round logic: pushes in, outputs out
+from yeto.services.syncer.fragment import FragmentState  # one fragment's state: take_in, add, merge, publish
 from yeto.services.syncer.gram import RowProducts, gram, gram_row  # the Gram matrix whole, one row, fused with a decode
 from yeto.services.syncer.merge import merge_round  # one fragment's merge plus outer step, in place
 from yeto.services.syncer.outputs import Broadcast, SaveSnapshot, perform  # what a round asks for, and doing it
 from yeto.services.syncer.rows import FragmentRows  # one fragment's theta, momentum and push rows in one block
 from yeto.services.syncer.snapshot import write as write_snapshot  # a fragment's snapshot to disk, as the service does
 
-__all__ = ["Broadcast", "FragmentRows", "RowProducts", "SaveSnapshot", "SyncerCore", "backend", "gram", "gram_row",
-           "merge_round", "perform", "profiling", "throughput", "write_snapshot"]
+__all__ = ["Broadcast", "FragmentRows", "FragmentState", "RowProducts", "SaveSnapshot", "SyncerCore", "backend", "gram",
+           "gram_row", "merge_round", "perform", "profiling", "sparse", "throughput", "write_snapshot"]

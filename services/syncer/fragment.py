@@ -13,11 +13,12 @@ import numpy as np
 from yeto.schemas import codecs
 from yeto.schemas.fragments import FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer import backend, gram, merge
+from yeto.services.syncer import backend, gram, merge, sparse
 from yeto.services.syncer.broadcast import Shadow
 from yeto.services.syncer.rounds import Round
 from yeto.services.syncer.rows import FragmentRows
 from yeto.services.syncer.snapshot import FragmentSnapshot
+from yeto.services.syncer.sparse import SparsePush, sparse_merge
 
 
 class FragmentState:
@@ -61,9 +62,19 @@ class FragmentState:
         then its row of G (float64 sums of f32 products; the last entry is its squared norm, not finite if the
         push is not). On the CPU they are taken as each stretch is decoded, while it is in cache (no second read)."""
         k = len(self.round.pending)
+        codec = codecs.codec(h.codec)
+        if sparse_merge(codec):                 # (indices, values): no dense row (services/syncer/sparse.py)
+            push = SparsePush(*codec.decode_entries(payload, h.numel))
+            buffer = self.rows.rows
+            products = sparse.products(push, [buffer[1 + i] if i == 0 or i - 1 not in self.rows.sparse else None
+                                              for i in range(k + 1)],
+                                       [None] + [self.rows.sparse.get(i) for i in range(k)])
+            self.rows.keep_sparse(k, push)
+            return products
+        self.rows.densify()                     # a dense push's Gram row reads the rows in
+        self.rows.keep_sparse(k, None)
         row = self.rows.push(k)                 # a free row: a superseded push stays intact until this one is added
         acc = gram.RowProducts(self.rows.rows[1:2 + k + 1], row)     # b, the round's pushes, this one
-        codec = codecs.codec(h.codec)
         if backend.GPU:                         # decoded on the device: only the encoded bytes cross over
             backend.decode_into(codec, payload, h.numel, row)
             acc(0, row.size)
@@ -76,7 +87,7 @@ class FragmentState:
         k = len(self.round.pending)
         old = self.round.pending.get(h.learner)
         if old is not None:
-            self.rows.push(old.slot)[:] = self.rows.push(k)
+            self.rows.move(k, old.slot)
         self.gram.admit(self.round.add(h, now).slot, products[1:], momentum_product=float(products[0]))
 
     def merge(self, headers: list[FragmentHeader], config: SyncConfig,
@@ -97,6 +108,7 @@ class FragmentState:
                                   restart_cos=config.momentum_restart_cos)
         backend.synchronize()
         elapsed = clock() - started
+        self.rows.sparse.clear()
         self.round.close(merged=combo is not None, sync_s=elapsed)
         return combo, weights / weights.sum(), lags, elapsed
 

@@ -36,6 +36,7 @@ import numba
 import numpy as np
 
 from yeto.schemas.codecs.base import compiled, pool
+from yeto.services.syncer import sparse
 from yeto.services.syncer.backend import GPU, xp
 from yeto.services.syncer.gram import gram
 from yeto.services.syncer.rows import CHUNK, FragmentRows
@@ -89,6 +90,7 @@ def merge_round(frag: FragmentRows, num_pushes: int, weights, *, merge: str, lr:
     """Merge pushes 0..num_pushes-1 into the fragment with one outer step; None, state untouched, if not finite.
     `g` is the pushes' Gram matrix and `bd` their products with b, [<d_m, b>] (both computed here when not given)."""
     if g is None or bd is None:
+        frag.densify()
         full = gram(frag.rows[1:2 + num_pushes])
         g, bd = full[1:, 1:], full[0, 1:]
     if not (np.isfinite(g).all() and np.isfinite(bd).all()):
@@ -154,14 +156,17 @@ def outer_step(frag: FragmentRows, p: Combination, *, lr: float, momentum: float
 
 
 def _apply(frag: FragmentRows, c: np.ndarray, chunk: int, *, commit: bool) -> bool:
-    rows, n = frag.rows[:c.shape[1]], frag.numel
+    n = frag.numel
     if not GPU and compiled():
         finite = np.ones(-(-n // STEP_PIECE), dtype=np.bool_)
         coeffs, band = np.ascontiguousarray(c, dtype=np.float64), STEP_BAND // STEP_PIECE
+        entries = _entries(frag, c.shape[1] - 2)
         for first in range(0, finite.size, band):       # bands: one call over a 16M-value row ran slower (gram.py)
             with pool():
-                _step_pieces(frag.rows, coeffs, commit, finite, first, min(first + band, finite.size))
+                _step_pieces(frag.rows, coeffs, commit, finite, first, min(first + band, finite.size), *entries)
         return bool(finite.all())
+    frag.densify()
+    rows = frag.rows[:c.shape[1]]
     cmat = xp.asarray(c, dtype=xp.float32)
     out = xp.empty((2, min(chunk, n)), dtype=xp.float32)
     with np.errstate(over="ignore", invalid="ignore"):   # the dry pass looks for overflow on purpose
@@ -176,7 +181,25 @@ def _apply(frag: FragmentRows, c: np.ndarray, chunk: int, *, commit: bool) -> bo
     return True
 
 
+def _entries(frag: FragmentRows, num: int) -> tuple[np.ndarray, ...]:
+    """The sparse pushes among slots 0..num-1 for the step kernel: dense[m] (row 2+m is read), their entries
+    concatenated (idx, vals) and starts[m, p], where slot m's entries of piece p begin (services/syncer/sparse.py)."""
+    dense = np.array([m not in frag.sparse for m in range(num)], dtype=np.bool_)
+    pushes = [frag.sparse[m] if m in frag.sparse else None for m in range(num)]
+    starts = np.zeros((num, -(-frag.numel // STEP_PIECE) + 1), dtype=np.int64)
+    base = 0
+    for m, push in enumerate(pushes):
+        if push is not None:
+            starts[m] = push.starts(frag.numel) + base
+            base += push.idx.size
+    found = [p for p in pushes if p is not None]
+    idx = np.concatenate([p.idx for p in found]) if found else np.zeros(0, dtype=np.int64)
+    vals = np.concatenate([p.vals for p in found]) if found else np.zeros(0, dtype=np.float32)
+    return dense, idx, vals, starts
+
+
 STEP_PIECE = 1 << 9               # values per piece of the step: its two float64 sums stay in L1 (4K measured slower)
+assert STEP_PIECE == sparse.STEP_PIECE        # a sparse push's `starts` are by the step's pieces
 STEP_GROUP = 64                   # pieces per parallel task (32K values)
 STEP_BAND = 1 << 20               # values per parallel call
 
@@ -184,10 +207,12 @@ STEP_BAND = 1 << 20               # values per parallel call
 # Each inner loop is its own function on 1-D contiguous slices: that is what lets LLVM vectorize it (inlined into the
 # piece loop, the slices' possible overlap kept it scalar, 5x slower).
 @numba.njit(nogil=True, cache=True, parallel=True)
-def _step_pieces(rows, c, commit, finite, first, stop):  # pragma: no cover - compiled
+def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts):  # pragma: no cover - compiled
     """[theta'; b'] = c @ rows[:c.shape[1]] over pieces first..stop-1, written to rows 0 and 1 when `commit`, else
-    only checked: finite[p] is False when piece p's result is not finite in f32. Groups of STEP_GROUP pieces run in
-    parallel, each reusing one pair of float64 scratch rows (one allocation per piece cost ~15% of the step)."""
+    only checked: finite[p] is False when piece p's result is not finite in f32. A slot m with dense[m] False is
+    a sparse push: its entries starts[m, p]..starts[m, p+1]-1 of (idx, vals) are added instead of row 2+m.
+    Groups of STEP_GROUP pieces run in parallel, each reusing one pair of float64 scratch rows (one allocation per
+    piece cost ~15% of the step)."""
     n = rows.shape[1]
     for g in numba.prange(-(-(stop - first) // STEP_GROUP)):
         theta, b = np.empty(STEP_PIECE), np.empty(STEP_PIECE)
@@ -197,7 +222,10 @@ def _step_pieces(rows, c, commit, finite, first, stop):  # pragma: no cover - co
             t, u = theta[:hi - lo], b[:hi - lo]
             _two_rows(rows[0, lo:hi], rows[1, lo:hi], t, u, c[0, 0], c[0, 1], c[1, 0], c[1, 1])
             for m in range(2, c.shape[1]):
-                _add_row(rows[m, lo:hi], t, u, c[0, m], c[1, m])
+                if dense[m - 2]:
+                    _add_row(rows[m, lo:hi], t, u, c[0, m], c[1, m])
+                else:
+                    _add_entries(idx, vals, starts[m - 2, p], starts[m - 2, p + 1], lo, t, u, c[0, m], c[1, m])
             finite[p] = _num_non_finite(t, u) == 0
             if commit:
                 _store(t, rows[0, lo:hi])
@@ -218,6 +246,15 @@ def _add_row(x, theta, b, c0, c1):  # pragma: no cover - compiled
         d = np.float64(x[i])
         theta[i] += c0 * d
         b[i] += c1 * d
+
+
+@numba.njit(nogil=True, cache=True, inline="never")
+def _add_entries(idx, vals, begin, end, lo, theta, b, c0, c1):  # pragma: no cover - compiled
+    """A sparse push's entries begin..end-1 (all in the piece starting at value `lo`): what `_add_row` adds there."""
+    for j in range(begin, end):
+        d = np.float64(vals[j])
+        theta[idx[j] - lo] += c0 * d
+        b[idx[j] - lo] += c1 * d
 
 
 @numba.njit(nogil=True, cache=True, inline="never")

@@ -1,11 +1,13 @@
 """One fragment's f32 rows: Θ, Nesterov momentum b and the round's pushes in one array, with running bounds of
-|Θ| and |b| (the outer step in merge.py reads them all in one pass per chunk)."""
+|Θ| and |b| (the outer step in merge.py reads them all in one pass per chunk). A push from a sparse codec may be
+kept as (indices, values) instead of its row (`sparse`, by buffer slot; services/syncer/sparse.py)."""
 from __future__ import annotations
 
 import math
 
 from yeto.services.syncer.backend import GPU, xp
 from yeto.services.syncer.gram import gram_row
+from yeto.services.syncer.sparse import SparsePush
 
 CHUNK = 1 << 24 if GPU else 1 << 15   # CPU: 32K values = 128 KiB per row, the working set stays in L2
 
@@ -20,6 +22,7 @@ class FragmentRows:
         if momentum is not None:
             self.rows[1] = xp.asarray(momentum, dtype=xp.float32).reshape(-1)
         self.theta_bound = self.momentum_bound = math.inf
+        self.sparse: dict[int, SparsePush] = {}   # buffer slot -> its push, whose dense row is not written
         self.momentum_sq = 0.0 if momentum is None else float(gram_row(self.rows[1:2], self.rows[1])[0])   # |b|^2, carried
 
     @property
@@ -41,6 +44,25 @@ class FragmentRows:
             grown[:self.rows.shape[0]] = self.rows
             self.rows = grown
         return self.rows[2 + slot]
+
+    def keep_sparse(self, slot: int, push: SparsePush | None) -> None:
+        """Push buffer slot `slot` is `push` (None: its dense row holds it)."""
+        if push is None:
+            self.sparse.pop(slot, None)
+        else:
+            self.sparse[slot] = push
+
+    def move(self, source: int, target: int) -> None:
+        """Push buffer slot `source` replaces slot `target` (a newer push of the same learner)."""
+        self.keep_sparse(target, self.sparse.pop(source, None))
+        if target not in self.sparse:
+            self.push(target)[:] = self.push(source)
+
+    def densify(self) -> None:
+        """Every sparse push written into its dense row (for a dense push's Gram row, or a dense step)."""
+        for slot, push in sorted(self.sparse.items()):
+            push.scatter(self.push(slot))
+        self.sparse.clear()
 
     def refresh_bounds(self) -> None:
         self.theta_bound, self.momentum_bound = absmax(self.theta), absmax(self.momentum)
