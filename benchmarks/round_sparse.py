@@ -5,8 +5,9 @@ row: FragmentState.take_in, then add) and the round merged (weights, avg/RDA fro
 push decoded into a dense f32 row as before 2026-12-05 (`dense`) and once kept as (indices, values)
 (services/syncer/sparse.py, `sparse`). Time: best of `--reps` rounds, the two interleaved in this process (round by
 round), so a load that changes weighs on both. Peak memory: each arm's one round in a child process of its own, its
-peak RSS (ru_maxrss) and the growth over the RSS before the round (the state, payloads and compiled kernels loaded
-first). Printed as dense over sparse ratios, the load average beside them.
+peak RSS over the round (VmHWM, reset just before it through /proc/self/clear_refs: compiling the kernels peaks
+higher) and that peak's growth over the RSS before the round (the state, payloads and compiled kernels loaded first).
+Printed as dense over sparse ratios, the load average beside them.
 
     .venv/bin/python benchmarks/round_sparse.py [--values 16M] [--learners 4] [--codec topk4] [--reps 3]
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -72,10 +72,17 @@ def child(args: argparse.Namespace) -> None:
     warm = new_fragment(4096, config)           # the kernels compiled (or loaded) before the round is measured
     one_round(warm, [codecs.codec(args.codec).encode(np.ones(4096, dtype=np.float32))] * 2, args.codec, config, args.arm)
     frag = new_fragment(args.n, config)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    Path("/proc/self/clear_refs").write_text("5")    # the peak RSS starts over here: compiling the kernels peaks higher
+    before = status_kib("VmRSS")
     one_round(frag, payloads, args.codec, config, args.arm)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = status_kib("VmHWM")
     print(json.dumps(dict(peak_kib=peak, growth_kib=peak - before)))
+
+
+def status_kib(field: str) -> int:
+    """A field of /proc/self/status in KiB (VmRSS: resident now; VmHWM: the peak since the last reset)."""
+    line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith(field + ":"))
+    return int(line.split()[1])
 
 
 def main() -> None:

@@ -181,21 +181,23 @@ def _apply(frag: FragmentRows, c: np.ndarray, chunk: int, *, commit: bool) -> bo
     return True
 
 
-def _entries(frag: FragmentRows, num: int) -> tuple[np.ndarray, ...]:
-    """The sparse pushes among slots 0..num-1 for the step kernel: dense[m] (row 2+m is read), their entries
-    concatenated (idx, vals) and starts[m, p], where slot m's entries of piece p begin (services/syncer/sparse.py)."""
+def _entries(frag: FragmentRows, num: int) -> tuple[object, ...]:
+    """The sparse pushes among slots 0..num-1 for the step kernel: dense[m] (row 2+m is read), their (idx, vals) as
+    typed lists by slot (an empty pair for a dense slot; no copy of the entries) and starts[m, p], where slot m's
+    entries of piece p begin (services/syncer/sparse.py)."""
     dense = np.array([m not in frag.sparse for m in range(num)], dtype=np.bool_)
-    pushes = [frag.sparse[m] if m in frag.sparse else None for m in range(num)]
     starts = np.zeros((num, -(-frag.numel // STEP_PIECE) + 1), dtype=np.int64)
-    base = 0
-    for m, push in enumerate(pushes):
+    idx, vals = numba.typed.List.empty_list(numba.int64[::1]), numba.typed.List.empty_list(numba.float32[::1])
+    for m in range(num):
+        push = frag.sparse.get(m)
         if push is not None:
-            starts[m] = push.starts(frag.numel) + base
-            base += push.idx.size
-    found = [p for p in pushes if p is not None]
-    idx = np.concatenate([p.idx for p in found]) if found else np.zeros(0, dtype=np.int64)
-    vals = np.concatenate([p.vals for p in found]) if found else np.zeros(0, dtype=np.float32)
+            starts[m] = push.starts(frag.numel)
+        idx.append(push.idx if push is not None else _NO_IDX)
+        vals.append(push.vals if push is not None else _NO_VALS)
     return dense, idx, vals, starts
+
+
+_NO_IDX, _NO_VALS = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
 
 
 STEP_PIECE = 1 << 9               # values per piece of the step: its two float64 sums stay in L1 (4K measured slower)
@@ -210,7 +212,7 @@ STEP_BAND = 1 << 20               # values per parallel call
 def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts):  # pragma: no cover - compiled
     """[theta'; b'] = c @ rows[:c.shape[1]] over pieces first..stop-1, written to rows 0 and 1 when `commit`, else
     only checked: finite[p] is False when piece p's result is not finite in f32. A slot m with dense[m] False is
-    a sparse push: its entries starts[m, p]..starts[m, p+1]-1 of (idx, vals) are added instead of row 2+m.
+    a sparse push: its entries starts[m, p]..starts[m, p+1]-1 of (idx[m], vals[m]) are added instead of row 2+m.
     Groups of STEP_GROUP pieces run in parallel, each reusing one pair of float64 scratch rows (one allocation per
     piece cost ~15% of the step)."""
     n = rows.shape[1]
@@ -225,7 +227,7 @@ def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts)
                 if dense[m - 2]:
                     _add_row(rows[m, lo:hi], t, u, c[0, m], c[1, m])
                 else:
-                    _add_entries(idx, vals, starts[m - 2, p], starts[m - 2, p + 1], lo, t, u, c[0, m], c[1, m])
+                    _add_entries(idx[m - 2], vals[m - 2], starts[m - 2, p], starts[m - 2, p + 1], lo, t, u, c[0, m], c[1, m])
             finite[p] = _num_non_finite(t, u) == 0
             if commit:
                 _store(t, rows[0, lo:hi])
