@@ -5,6 +5,7 @@ every message id derives from (run, island, generation, what), so taking it twic
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -20,6 +21,8 @@ from yeto.schemas.run_view import RunView
 from yeto.services.launcher import external
 from yeto.services.launcher.reach import unreachable
 from yeto.services.launcher.state import State, backend_of, recorded_handle
+
+Fit = Callable[[LaunchRun], "str | None"]     # why a LaunchRun's recipe cannot fit its islands, or None
 
 SOURCE = "launcher"
 
@@ -68,9 +71,12 @@ def stop(run_id: str, isl: Island, reason: str, generation: int | None = None) -
                               price_per_hour=isl.price_per_hour))
 
 
-def launch(cmd: LaunchRun, capacity: Capacity | None = None) -> list[Publish]:
-    """RunLaunched and every island's start; a fleet over the launcher's capacity is rejected before anything starts."""
+def launch(cmd: LaunchRun, capacity: Capacity | None = None, fit: Fit | None = None) -> list[Publish]:
+    """RunLaunched and every island's start; a fleet over the launcher's capacity, or a recipe far over the memory its
+    islands hold (`fit`, memory_fit.py), is rejected before anything starts."""
     if capacity is not None and (why := over_capacity(cmd.fleet, capacity, "$YETO_MAX_ISLANDS of the launcher")):
+        raise Reject(f"run {cmd.run_id} not launched: {why}")
+    if fit is not None and (why := fit(cmd)):
         raise Reject(f"run {cmd.run_id} not launched: {why}")
     out = [Publish(cmd.caused(RunLaunched, fleet=cmd.fleet, recipe=cmd.recipe, source=SOURCE))]
     for i, spec in enumerate(cmd.fleet):
@@ -128,10 +134,12 @@ def move(state: State, cmd: MoveIsland) -> list[Publish]:
     return start(run.run_id, run.recipe, len(run.islands), moved, cmd.generation)
 
 
-def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity | None = None) -> list:
-    """`capacity`: what this launcher may start (bound in by wiring.py; None = no cap, for pure tests)."""
+def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity | None = None,
+           fit: Fit | None = None) -> list:
+    """`capacity`: what this launcher may start; `fit`: why a LaunchRun's recipe cannot fit its islands' memory
+    (both bound in by wiring.py; None = no check, for pure tests)."""
     if isinstance(msg, LaunchRun):
-        return launch(msg, capacity)
+        return launch(msg, capacity, fit)
     if isinstance(msg, MoveIsland):
         return move(state, msg)
     if isinstance(msg, StartIsland):

@@ -6,14 +6,18 @@ import functools
 import logging
 import os
 
+from yeto.infra.model_source import resolve_model
 from yeto.infra.runner import ServiceSpec, StateCodec
 from yeto.schemas.capacity import MAX_ISLANDS, Capacity
+from yeto.schemas.commands import LaunchRun
+from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher import state
 from yeto.services.launcher.backends.external import ExternalBackend
 from yeto.services.launcher.backends.local import LocalBackend
 from yeto.services.launcher.backends.skypilot import SkyPilotBackend
 from yeto.services.launcher.effects import Effects
 from yeto.services.launcher.logic import decide
+from yeto.services.launcher.memory_fit import over_memory
 
 CODEC = StateCodec(version=state.CODEC_VERSION, dump=state.dump, load=state.load)
 log = logging.getLogger(__name__)
@@ -28,6 +32,18 @@ def host_capacity() -> Capacity:
         log.warning("YETO_MAX_ISLANDS=%r is not a number; using %d", os.environ["YETO_MAX_ISLANDS"], MAX_ISLANDS)
         max_islands = MAX_ISLANDS
     return Capacity(cpus=os.cpu_count() or 1, gpus=gpus, max_islands=max_islands)
+
+
+def host_fit(cmd: LaunchRun) -> str | None:
+    """memory_fit.over_memory with this machine's memory and the model's size (its local safetensors' headers, or the
+    alias table); a model of unknown size, or a recipe the launch refuses on its own, is not checked here."""
+    try:
+        recipe = LaunchRecipe.upcast(cmd.recipe)
+        weights_gb = resolve_model(recipe.train.model).weights_gb if recipe.train.model else None
+    except (ValueError, OSError):
+        return None
+    memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    return over_memory(cmd.fleet, recipe, weights_gb=weights_gb, host_memory_gb=memory_gb)
 
 
 def cuda_devices() -> int:
@@ -45,7 +61,7 @@ def cuda_devices() -> int:
 
 def spec(effects: Effects, *, tick_s: float = 2.0, capacity: Capacity | None = None) -> ServiceSpec:
     """`capacity` None: this machine's (host_capacity())."""
-    bound = functools.partial(decide, capacity=capacity or host_capacity())
+    bound = functools.partial(decide, capacity=capacity or host_capacity(), fit=host_fit)
     return ServiceSpec(name="launcher", initial=dict, evolve=state.evolve, decide=bound, act=effects.act,
                        tick_s=tick_s, background=(effects.watcher(),), codec=CODEC)
 
