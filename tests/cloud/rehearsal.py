@@ -6,7 +6,8 @@ its own; `jobs_cancel` records the call and kills the job's processes. How a tas
 checked but not run): rehearsal_jobs.py; the network: rehearsal_net.py. Processes pick it with $YETO_SKY_API=
 tests.cloud.rehearsal:RehearsalSky and share its record through $YETO_REHEARSAL_DIR (rehearsal_world.py makes the
 world for the fixtures, and removes all of it). A head whose process has exited is torn down at the next call
-(SkyPilot's autodown, without the idle minutes).
+(SkyPilot's autodown, without the idle minutes). A region in the world's `refuse_regions` refuses every job asked
+of it there, as a cloud out of capacity does (`refused` records each).
 """
 from __future__ import annotations
 
@@ -72,7 +73,19 @@ class RehearsalSky:
                 net.ns_down(state["world"], rec["ns"], rec["index"])
                 rec["cluster_status"] = "DOWN"
 
+    def _refused(self, task: Any, name: str) -> str | None:
+        """Why the task's region refuses it (recorded), None when the region has room."""
+        region = next(iter(task.resources)).region if task.resources else None
+        with jobs.locked(self.root) as state:
+            if not region or region not in state["world"].get("refuse_regions", []):
+                return None
+            state.setdefault("refused", []).append([name, region])
+        return (f"sky.exceptions.ResourcesUnavailableError: InsufficientInstanceCapacity: no capacity for {name} in "
+                f"{region} (the rehearsal refuses this region)")
+
     def jobs_launch(self, task: Any, name: str) -> int:
+        if why := self._refused(task, name):
+            raise RuntimeError(why)
         with jobs.locked(self.root) as state:
             job_id = len(state["jobs"]) + 1
             rec = self._start(state, task, f"job-{job_id}", state["world"].get("hidden", []))

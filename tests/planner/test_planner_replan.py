@@ -6,31 +6,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import shutil
 from datetime import datetime, timezone
 from functools import reduce
 from types import SimpleNamespace
 
 import pytest
 
+from replan_world import Collected, no_cloud_credentials, status_of
 from waiting import until
 from yeto.cli.main import main
 from yeto.infra.bus import connect
 from yeto.infra.runner import run_service
-from yeto.infra.stack import StackPaths
-from yeto.infra.tape.store import TapeStore
-from yeto.schemas.base import parse, to_bytes
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import IslandRequested, IslandUp, RunLaunched, StartIsland
 from yeto.schemas.offers import MoveIsland, OfferRefused
-from yeto.schemas.subjects import run_events
 from yeto.services.launcher import wiring as launcher_wiring
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus
 from yeto.services.launcher.effects import Effects
 from yeto.services.launcher.logic import decide
 from yeto.services.launcher.state import evolve
 from yeto.services.planner import wiring as planner_wiring
-from yeto.services.planner.catalog import FIXTURE_DIR, Offering
+from yeto.services.planner.catalog import Offering
 from yeto.services.planner.refusals import with_refusals
 from yeto.services.planner.replan import Replacement, replacement
 from yeto.services.planner.signals import Quota, Signals
@@ -88,22 +84,11 @@ class RefusingCloud:
 
 @pytest.mark.slow
 async def test_a_refused_region_is_replaced_by_the_next_best_offer(fresh_nats, tmp_path, run_id, monkeypatch, capsys):
-    shutil.copytree(FIXTURE_DIR, tmp_path / "catalog")
-    monkeypatch.setenv("YETO_CATALOG_DIR", str(tmp_path / "catalog"))
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "RUNPOD_API_KEY", "LAMBDA_API_KEY"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    cloud, url = RefusingCloud(), fresh_nats.url
+    no_cloud_credentials(tmp_path, monkeypatch)
+    cloud, url, seen = RefusingCloud(), fresh_nats.url, Collected()
     bus = await connect(url, name="test")
-    events: list = []
-    changed = asyncio.Event()
-
-    async def collect(d) -> None:
-        events.append(parse(d.data))
-        changed.set()
-    watch = await bus.watch(run_events(run_id), collect)
+    events, changed = seen.events, seen.changed
+    watch = await seen.watch(bus, run_id)
     stop = asyncio.Event()
     launcher = launcher_wiring.spec(Effects({"skypilot": cloud}, url, poll_s=0.2), tick_s=0.5)
     planner = planner_wiring.build(SimpleNamespace(settings=SimpleNamespace(state_dir=tmp_path / "planner")),
@@ -138,16 +123,6 @@ async def test_a_refused_region_is_replaced_by_the_next_best_offer(fresh_nats, t
     assert f"island 0 gen 0: aws us-east-2 8xH100 (p5.48xlarge) refused (capacity) at {refusal.ts:%Y-%m-%d %H:%M:%S}: " \
            "sky.exceptions.ResourcesUnavailableError: InsufficientInstanceCapacity" in status
     assert f"      moved to aws us-west-2 8xH100 as gen 1 at {moved.ts:%Y-%m-%d %H:%M:%S}, $12.69/hr" in status
-
-
-def status_of(state, run: str, events: list, capsys) -> str:
-    """`yeto status RUN` over a real tape file holding `events` as the tape writer stores them."""
-    store = TapeStore(StackPaths(state).db)
-    store.append(list(range(1, len(events) + 1)), [e.run_id for e in events], [to_bytes(e).decode() for e in events])
-    store.close()
-    capsys.readouterr()
-    assert main(["--state-dir", str(state), "status", run]) == 0
-    return capsys.readouterr().out
 
 
 def test_the_launcher_moves_an_island_only_while_it_waits_on_the_refused_generation():

@@ -1,0 +1,91 @@
+"""A region out of capacity, rehearsed through SkyPilot's door: the launcher service starts the island with its real
+SkyPilot backend and the very `sky.Task` Yeto builds, the rehearsal's SkyApi refuses that task's region
+(us-east-2) with SkyPilot's ResourcesUnavailableError, the launcher records OfferRefused, the planner service (on
+the same real nats-server) answers with MoveIsland to the next-best offer of the same GPU shape (us-west-2 at
+$12.69/hr), and the rehearsal starts the island's generation 1 there as a managed job in a namespace of its own.
+`yeto status RUN` over a real tape of those events names the refusal and the move.
+
+Weaker than the whole rehearsal (test_cloud_rehearsal.py): no head is rented and no learner trains or finalizes
+here. The job in us-west-2 runs the island's real task, but the test's nats-server is not the head's TLS stack the
+task is built to reach, so the test stops once the job is started; the head's planner would also need a catalog
+shipped to it (it reads SkyPilot's own, absent without internet)."""
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import rehearsal
+import rehearsal_world
+from waiting import until
+from yeto.infra.bus import connect
+from yeto.infra.runner import run_service
+from yeto.schemas.commands import LaunchRun
+from yeto.services.launcher import wiring as launcher_wiring
+from yeto.services.launcher.backends.skypilot import SkyPilotBackend
+from yeto.services.launcher.effects import Effects
+from yeto.services.planner import wiring as planner_wiring
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "planner"))
+from replan_world import Collected, no_cloud_credentials, status_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+RECIPE = {"train": {"model": "m", "data": "org/chat"}, "bus_url": "tls://203.0.113.7:4222"}
+EAST = {"cloud": "aws", "gpu": "H100", "count": 8, "nodes": 1, "region": "us-east-2", "spot": True,
+        "price_per_hour": 13.0}
+
+
+def refuse(root: Path, regions: list[str]) -> None:
+    with rehearsal.jobs.locked(root) as state:
+        state["world"]["refuse_regions"] = regions
+
+
+async def test_a_refused_region_moves_the_island_to_the_next_best_offer_through_skypilot(
+        rehearsal_dir, fresh_nats, tmp_path, run_id, monkeypatch, capsys):
+    refuse(rehearsal_dir, ["us-east-2"])
+    no_cloud_credentials(tmp_path, monkeypatch)
+    url, seen = fresh_nats.url, Collected()
+    bus = await connect(url, name="test")
+    events, changed = seen.events, seen.changed
+    watch = await seen.watch(bus, run_id)
+    stop = asyncio.Event()
+    sky_backend = SkyPilotBackend(api=rehearsal.RehearsalSky(), max_age_s=0.2)
+    launcher = launcher_wiring.spec(Effects({"skypilot": sky_backend}, url, poll_s=0.2), tick_s=0.5)
+    planner = planner_wiring.build(SimpleNamespace(settings=SimpleNamespace(state_dir=tmp_path / "planner")),
+                                   tick_s=0.5)
+    tasks = [asyncio.create_task(run_service(s, url, instance=n, stop=stop))
+             for s, n in ((launcher, "launcher"), (planner, "planner"))]
+
+    def requested_again():
+        return [e for e in events if e.type == "IslandRequested" and e.generation == 1]
+
+    def west_job():
+        return [j for j in rehearsal_world.record(rehearsal_dir)["jobs"].values()
+                if j["name"].endswith("-island-0-g1")]
+    try:
+        await bus.publish(LaunchRun(run_id=run_id, source="test", fleet=[EAST], recipe=RECIPE))
+        await until(requested_again, 60, "the island's next generation requested elsewhere", changed=changed,
+                    detail=lambda: f"seen {[e.type for e in events]}")
+        await until(west_job, 60, "the rehearsal starting generation 1", changed=changed)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+        await watch.close()
+        await bus.close()
+    world = rehearsal_world.record(rehearsal_dir)
+    refusal = next(e for e in events if e.type == "OfferRefused")
+    assert (refusal.island, refusal.generation, refusal.region, refusal.cause) == (0, 0, "us-east-2", "capacity")
+    assert "ResourcesUnavailableError" in refusal.reason
+    assert world["refused"][0] == [f"yeto-{run_id}-island-0-g0", "us-east-2"]
+    moved = requested_again()[0]
+    assert (moved.spec["region"], moved.spec["gpu"], moved.spec["count"], moved.price_per_hour) == \
+        ("us-west-2", "H100", 8, 12.6935)
+    assert [j["name"] for j in world["jobs"].values()] == [f"yeto-{run_id}-island-0-g1"]    # never in us-east-2
+    run_sh = (Path(west_job()[0]["dir"]) / "run.sh").read_text()
+    assert "torchrun" in run_sh and " -m yeto.learners." in run_sh      # the island's own task, moved as it was
+    status = status_of(tmp_path / "state", run_id, events, capsys)
+    assert "island 0 gen 0: aws us-east-2 8xH100 refused (capacity)" in status
+    assert "      moved to aws us-west-2 8xH100 as gen 1" in status
