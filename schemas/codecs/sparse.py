@@ -58,8 +58,9 @@ class SparseCodec:
                on_chunk: OnChunk | None = None) -> np.ndarray:
         return decode_whole(self, payload, numel, out, on_chunk)
 
-    def decode_entries(self, payload: Payload, numel: int) -> tuple[np.ndarray, np.ndarray]:
-        """(indices, values) of the decoded push without a dense row (the syncer's sparse merge, services/syncer/sparse.py)."""
+    def decode_entries(self, payload: Payload, numel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(indices, values, chunk starts) of the decoded push without a dense row (the syncer's sparse merge,
+        services/syncer/sparse.py)."""
         return decode_entries(self, payload, numel)
 
     def decode_on(self, xp: ModuleType, raw: Any, numel: int, out: Any) -> None:
@@ -100,10 +101,11 @@ def _encode_rows(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return half, np.where(empty, entries[:, :1], entries)
 
 
-def decode_entries(codec: SparseCodec, payload: Payload, numel: int) -> tuple[np.ndarray, np.ndarray]:
-    """The payload as (indices, values) without a dense row: indices int64 ascending and unique, values f32, the
-    same bits `decode` writes there (a repeated offset: the last entry wins; offsets in the padding past `numel`
-    are dropped; every other value of `decode` is 0). ValueError on a payload of the wrong size."""
+def decode_entries(codec: SparseCodec, payload: Payload, numel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The payload as (indices, values, chunk starts) without a dense row: indices int64 ascending and unique, values
+    f32, the same bits `decode` writes there (a repeated offset: the last entry wins; offsets in the padding past
+    `numel` are dropped; every other value of `decode` is 0); chunk c's entries are starts[c]..starts[c+1]-1.
+    ValueError on a payload of the wrong size."""
     check_size(codec, payload, numel)
     raw = np.frombuffer(payload, dtype=np.uint8)
     chunks = -(-numel // CHUNK)
@@ -117,7 +119,7 @@ def decode_entries(codec: SparseCodec, payload: Payload, numel: int) -> tuple[np
     idx, vals = np.empty(int(counts[-1]), dtype=np.int64), np.empty(int(counts[-1]), dtype=np.float32)
     with pool():
         _fill_kept(entries, scales, LUT, numel, counts, idx, vals)
-    return idx, vals
+    return idx, vals, counts
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

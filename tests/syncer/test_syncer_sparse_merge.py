@@ -67,11 +67,12 @@ def test_entries_are_the_dense_decode_also_for_hostile_bytes(codec, n):
     x = rng.standard_normal(n).astype(np.float32)
     x[rng.random(n) < 0.5] = 0
     for payload in (codec.encode(x), rng.integers(0, 256, codec.encoded_size(n), dtype=np.uint8).tobytes()):
-        idx, vals = codec.decode_entries(payload, n)
+        idx, vals, chunks = codec.decode_entries(payload, n)
         with np.errstate(invalid="ignore"):
             dense = codec.decode(payload, n)
         assert idx.dtype == np.int64 and vals.dtype == np.float32 and (np.diff(idx) > 0).all()
         assert idx.size == 0 or (0 <= idx[0] and idx[-1] < n)
+        assert (np.searchsorted(idx, np.arange(chunks.size) * 64) == chunks).all()
         back = np.zeros(n, dtype=np.float32)
         back[idx] = vals
         assert back.tobytes() == dense.tobytes()
@@ -82,7 +83,7 @@ def test_a_repeated_offset_keeps_the_last_entry_and_the_padding_is_dropped():
     codec = codecs.codec("topk4")
     scale = np.array([0x3F80], dtype="<u2").tobytes()          # bf16 1.0
     entries = bytes([5 | 1 << 6, 5, 9 | 3 << 6, 40 | 1 << 6])    # offset 5 twice (the last: LOW), 9 (-1), 40 past numel
-    idx, vals = codec.decode_entries(scale + entries, 20)
+    idx, vals, _ = codec.decode_entries(scale + entries, 20)
     assert idx.tolist() == [5, 9] and vals.tolist() == [np.float32(0.6), -1.0]
     dense = codec.decode(scale + entries, 20)
     assert dense[5] == vals[0] and dense[9] == -1.0 and np.count_nonzero(dense) == 2
