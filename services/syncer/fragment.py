@@ -60,15 +60,15 @@ class FragmentState:
     def take_in(self, h: FragmentHeader, payload: bytes) -> np.ndarray:
         """Decode push `h` into a free row and return its products with the rows in: first with the momentum b,
         then its row of G (float64 sums of f32 products; the last entry is its squared norm, not finite if the
-        push is not). On the CPU they are taken as each stretch is decoded, while it is in cache (no second read)."""
+        push is not). On the CPU they are taken as each stretch is decoded, while it is in cache (no second read).
+        A sparse codec's push on the CPU is kept as (indices, values) instead, its row never written (sparse.py)."""
         k = len(self.round.pending)
         codec = codecs.codec(h.codec)
         if sparse_merge(codec):                 # (indices, values): no dense row (services/syncer/sparse.py)
             push = SparsePush(*codec.decode_entries(payload, h.numel))
-            buffer = self.rows.rows
-            products = sparse.products(push, [buffer[1 + i] if i == 0 or i - 1 not in self.rows.sparse else None
-                                              for i in range(k + 1)],
-                                       [None] + [self.rows.sparse.get(i) for i in range(k)])
+            earlier = [self.rows.sparse.get(i) for i in range(k)]            # the round's pushes in, by buffer slot
+            dense = [self.rows.momentum] + [self.rows.push(i) if p is None else None for i, p in enumerate(earlier)]
+            products = sparse.products(push, dense, [None] + earlier)
             self.rows.keep_sparse(k, push)
             return products
         self.rows.densify()                     # a dense push's Gram row reads the rows in
