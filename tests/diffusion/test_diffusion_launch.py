@@ -9,6 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
+from diffusion_runs import finalized_by_both
 from e2e_stack import Stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -29,13 +30,7 @@ def run(tmp_path_factory, tiny):
 
 def test_both_islands_push_to_merged_rounds_and_the_run_finalizes(run):
     s, output = run
-    assert "run finalized (max_steps)" in output, output
-    merged = s.events(RUN, "RoundMerged")
-    both = [e for e in merged if {"island-0", "island-1"} <= set(e["responders"])]
-    assert both, f"rounds with both learners: {[(e['fragment'], e['responders']) for e in merged]}"
-    (written,) = s.events(RUN, "ArtifactWritten")
-    assert written["artifact_kind"] == "adapter"
-    assert {"pytorch_lora_weights.safetensors", "samples.png", "manifest.json"} <= set(written["files"])
+    finalized_by_both(s, RUN, output)
 
 
 def test_the_artifact_loads_into_the_pipeline_with_load_lora_weights(run, tiny):

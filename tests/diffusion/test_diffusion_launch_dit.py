@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+from diffusion_runs import finalized_by_both
 from e2e_stack import Stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
@@ -47,17 +48,6 @@ def ltx_run(tmp_path_factory, tiny_ltx):
                     "--width", "32")
 
 
-def _finalized_by_both(s: Stack, run_id: str, output: str) -> Path:
-    assert "run finalized (max_steps)" in output, output
-    merged = s.events(run_id, "RoundMerged")
-    both = [e for e in merged if {"island-0", "island-1"} <= set(e["responders"])]
-    assert both, f"rounds with both learners: {[(e['fragment'], e['responders']) for e in merged]}"
-    (written,) = s.events(run_id, "ArtifactWritten")
-    assert written["artifact_kind"] == "adapter"
-    assert {"pytorch_lora_weights.safetensors", "samples.png", "manifest.json"} <= set(written["files"])
-    return Path(written["local_path"])
-
-
 def _moved_by_the_artifact(model: Path, artifact: Path, **inputs) -> bool:
     from diffusers import DiffusionPipeline
     pipe = DiffusionPipeline.from_pretrained(str(model))
@@ -71,7 +61,7 @@ def _moved_by_the_artifact(model: Path, artifact: Path, **inputs) -> bool:
 
 def test_an_sd3_run_on_two_islands_finalizes_and_its_artifact_loads(sd3_run, tiny_sd3):
     s, output = sd3_run
-    artifact = _finalized_by_both(s, "sd3-two", output)
+    artifact = finalized_by_both(s, "sd3-two", output)
     g = torch.Generator().manual_seed(0)
     assert _moved_by_the_artifact(tiny_sd3, artifact, hidden_states=torch.randn(1, 4, 16, 16, generator=g),
                                   timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, 8, 64, generator=g),
@@ -81,7 +71,7 @@ def test_an_sd3_run_on_two_islands_finalizes_and_its_artifact_loads(sd3_run, tin
 
 def test_a_flux_run_on_two_islands_finalizes_and_its_artifact_loads(flux_run, tiny_flux):
     s, output = flux_run
-    artifact = _finalized_by_both(s, "flux-two", output)
+    artifact = finalized_by_both(s, "flux-two", output)
     g = torch.Generator().manual_seed(0)
     ids = torch.zeros(64, 3)
     ids[:, 1], ids[:, 2] = torch.arange(64) // 8, torch.arange(64) % 8
@@ -94,7 +84,7 @@ def test_a_flux_run_on_two_islands_finalizes_and_its_artifact_loads(flux_run, ti
 
 def test_an_ltx_video_run_on_two_islands_trains_on_clips_finalizes_and_its_artifact_loads(ltx_run, tiny_ltx):
     s, output = ltx_run
-    artifact = _finalized_by_both(s, "ltx-two", output)
+    artifact = finalized_by_both(s, "ltx-two", output)
     (launch,) = s.events("ltx-two", "RunLaunched")     # the LaunchRun recipe, as the launcher took it
     assert {k: launch["recipe"]["diffusion"][k] for k in ("frames", "height", "width")} == dict(frames=9, height=32,
                                                                                                width=32)
@@ -107,7 +97,7 @@ def test_an_ltx_video_run_on_two_islands_trains_on_clips_finalizes_and_its_artif
 
 def test_a_wan_run_on_two_islands_trains_on_clips_finalizes_and_its_artifact_loads(wan_run, tiny_wan):
     s, output = wan_run
-    artifact = _finalized_by_both(s, "wan-two", output)
+    artifact = finalized_by_both(s, "wan-two", output)
     g = torch.Generator().manual_seed(0)
     assert _moved_by_the_artifact(tiny_wan, artifact, hidden_states=torch.randn(1, 16, 3, 4, 4, generator=g),
                                   timestep=torch.tensor([500.0]), encoder_hidden_states=torch.randn(1, 8, 32, generator=g))
