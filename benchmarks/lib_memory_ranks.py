@@ -2,7 +2,7 @@
 
 A fresh process builds the learner (learners/torch/build.py: load, tuning, checkpointing as the recipe says) and
 trains `steps` steps with no sync; its VmHWM is the rank's peak, loading included. The planner's memory model
-(services/planner/memory.py) is per GPU and bf16 (a frozen LoRA base of 2 bytes per parameter, a CUDA context),
+(schemas/memory_model.py) is per GPU and bf16 (a frozen LoRA base of 2 bytes per parameter, a CUDA context),
 while a CPU rank holds f32 weights and Python, torch and transformers: its need is printed beside the peak for the
 terms it shares (state, activations), not as a prediction of it.
 """

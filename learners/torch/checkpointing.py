@@ -1,7 +1,7 @@
 """Activation checkpointing: each decoder layer's activations recomputed in the backward pass, when it is needed.
 
 `recipe.activation_checkpointing` is "on", "off" or "auto". "auto" follows the planner's memory model
-(services/planner/memory.py, docs/MEMORY_MODEL.md), with the same activation formulas: on an accelerator,
+(schemas/memory_model.py, docs/MEMORY_MODEL.md), with the same activation formulas: on an accelerator,
 checkpointing goes on when the activations of a step without it would take more than `SHARE` of the device
 memory left once the training state is allocated; on the CPU it stays off (host RAM is rarely what runs out,
 and recomputing costs about a third more compute per step).

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from yeto.schemas.memory_model import Workload, fits
 from yeto.schemas.offers import OfferRefused
 from yeto.services.planner.catalog import FIXTURE_DIR, CatalogUnavailable, Offering, load_catalog
 from yeto.services.planner.gpus import GPUS, NO_NF4
-from yeto.services.planner.memory import Workload, fits
 from yeto.services.planner.plan import FleetPlan, plan_fleet
 from yeto.services.planner.refusals import with_refusals
 from yeto.services.planner.request import PlanRequest

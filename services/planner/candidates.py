@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from yeto.schemas.memory_model import Need, Workload, fits
 from yeto.services.planner.catalog import Offering
 from yeto.services.planner.gpus import GPUS, NO_NF4, spot_goodput
-from yeto.services.planner.memory import Need, Workload, fits
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals
 

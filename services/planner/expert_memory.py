@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from yeto.services.planner.memory import BYTES_PER_PARAM, Need, Workload, per_gpu_need
+from yeto.schemas.memory_model import BYTES_PER_PARAM, Need, Workload, per_gpu_need
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,12 @@ from yeto.infra.model_source import resolve_model
 from yeto.schemas.gpuspec import IslandSpec, format_gpu
 from yeto.schemas.head_size import HeadChoice, HeadTooSmall, choose_head, trainable_of
 from yeto.schemas.head_throughput import HeadSize, size_head
+from yeto.schemas.memory_model import Workload
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.planner.candidates import Candidate, dedupe, over_budget, screen
 from yeto.services.planner.catalog import Offering
 from yeto.services.planner.estimate import flops_per_token, island_tflops
 from yeto.services.planner.explain import launch_line, why_not
-from yeto.services.planner.memory import Workload
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals
 from yeto.services.planner.solver import Problem, Shape, solve

@@ -17,7 +17,7 @@ from yeto.learners.torch import checkpointing, dist
 from yeto.learners.torch.build import build, resolve_accel
 from yeto.learners.torch.evaluate import loss_sum
 from yeto.learners.torch.loop import train
-from yeto.services.planner.memory import Workload, fits, per_gpu_need, shape_of
+from yeto.schemas.memory_model import Workload, fits, per_gpu_need, shape_of
 
 sys.path.insert(0, str(Path(__file__).parent))
 import learner_tiny

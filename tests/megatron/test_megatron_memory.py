@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from yeto.schemas.memory_model import Workload
 from yeto.services.planner.expert_memory import expert_parallel_need, experts_per_rank, moe_split
-from yeto.services.planner.memory import Workload
 
 MIXTRAL_8X7B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
                 "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}

@@ -17,10 +17,10 @@ import pytest
 
 from signal_servers import LAMBDA_KEY, RUNPOD_KEY, AwsFront, Recorded, environment
 from yeto.cli.main import main
+from yeto.schemas.memory_model import Workload
 from yeto.services.planner.candidates import Candidate, screen
 from yeto.services.planner.catalog import FIXTURE_DIR, Offering, load_catalog
 from yeto.services.planner.gpus import GPUS, RECOVERY_HOURS, SPOT_PREEMPTIONS_PER_HOUR
-from yeto.services.planner.memory import Workload
 from yeto.services.planner.plan import plan_fleet
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import SOURCES, Signals, gather_signals

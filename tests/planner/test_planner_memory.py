@@ -1,8 +1,8 @@
 """The memory model against published figures (docs/MEMORY_MODEL.md cites each)."""
 import pytest
 
+from yeto.schemas.memory_model import Workload, fits, per_gpu_need
 from yeto.services.planner.gpus import GIB
-from yeto.services.planner.memory import Workload, fits, per_gpu_need
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -3,8 +3,8 @@ memory model keeps an NF4 base whole on every GPU (NF4 islands replicate it with
 it keeps any state whole under --shard ddp."""
 import pytest
 
+from yeto.schemas.memory_model import Workload, per_gpu_need
 from yeto.services.planner.catalog import Offering
-from yeto.services.planner.memory import Workload, per_gpu_need
 from yeto.services.planner.plan import plan_fleet
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals
