@@ -6,6 +6,7 @@ measures the slower prefix-rendering mask path), else a BPE tokenizer trained on
 """
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
@@ -66,4 +67,9 @@ def main(repeats: int = 8) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=8, help="copies of the demo chat rows to push through (default 8)")
+    a = ap.parse_args()
+    if a.repeats < 1:
+        ap.error(f"--repeats: at least 1 (got {a.repeats})")
+    main(a.repeats)

@@ -6,6 +6,7 @@ API, then widened to many regions with seeded price jitter so the solver sees a 
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import random
 import statistics
@@ -40,12 +41,12 @@ def best_single_shape(plan_req: PlanRequest, catalog, signals):
     return best
 
 
-def main() -> None:
+def main(copies: int = 15) -> None:
     t0 = time.perf_counter()
     base = load_catalog(catalog_dir=FIXTURE_DIR)
     print(f"catalog: {len(base)} offerings from {len({o.cloud for o in base})} clouds via SkyPilot "
           f"({time.perf_counter() - t0:.1f} s)")
-    big = widened(base, copies=15)
+    big = widened(base, copies=copies)
     print(f"widened catalog: {len(big)} offerings, {len({(o.cloud, o.region) for o in big})} cloud-regions")
     signals = Signals(default_stock_cap=4)
     times, ratios, tf_ratios = [], [], []
@@ -74,4 +75,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--copies", type=int, default=15,
+                    help="how many jittered copies of every catalog row widen the catalog (default 15)")
+    a = ap.parse_args()
+    if a.copies < 0:
+        ap.error(f"--copies: 0 or more (got {a.copies})")
+    main(a.copies)
