@@ -181,12 +181,13 @@ class YetoHub:
 
 
 def start_yeto(hub: YetoHub, launch, work: Path, *, eval_every: int) -> list[Proc]:
-    """Publish the run and start one learner per namespace; returns the learner processes."""
+    """Publish the run and start one learner per island of its fleet, island i in namespace i (a fleet smaller than
+    the star, as yeto-survivors', leaves the last namespaces idle); returns the learner processes."""
     hub.publish(launch)
     path = work / f"{launch.run_id}-recipe.json"
     path.write_text(json.dumps(launch.recipe["train"]))
     t0 = time.monotonic()
-    return [start_learner(hub, launch, work, i, eval_every=eval_every, t0=t0) for i in range(len(hub.wan.links))]
+    return [start_learner(hub, launch, work, i, eval_every=eval_every, t0=t0) for i in range(len(launch.fleet))]
 
 
 def start_learner(hub: YetoHub, launch, work: Path, i: int, *, eval_every: int, t0: float, generation: int = 0,
@@ -194,7 +195,7 @@ def start_learner(hub: YetoHub, launch, work: Path, i: int, *, eval_every: int, 
     """Learner `i` in its namespace: generation 0 at the run's start, or a replacement resuming at `start_step` (the
     island's last reported step, as the launcher starts one: services/launcher/logic.py)."""
     from yeto.schemas.fleet import learner_name
-    path, n = work / f"{launch.run_id}-recipe.json", len(hub.wan.links)
+    path, n = work / f"{launch.run_id}-recipe.json", len(launch.fleet)
     return Proc([*hub.wan.links[i].prefix(), *LEARNER, "--run-id", launch.run_id, "--learner", learner_name(i),
                  "--generation", str(generation), "--start-step", str(start_step), "--nats-url", hub.url(i),
                  "--recipe", str(path), "--learner-index", str(i), "--num-learners", str(n), *learner_flags(eval_every)],

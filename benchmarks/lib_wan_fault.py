@@ -19,20 +19,35 @@ island is replaced at once by generation 1 (IslandReplaced published here), whic
 reported step from the current global model; the run ends when every learner has trained its steps, so the fault
 costs only the work lost since the killed learner's last merged push and the replacement's start-up. Also:
   down_until_rejoin_s      kill -> the first RoundMerged with the replacement in it
+yeto-freeze: a silent island. Learner 1 is SIGSTOPped at the kill step: its process and its TCP connection live on and
+nothing from it arrives, as over a black-holed link; nobody reports it (the launcher would only after the recipe's
+heartbeat_timeout_s, 300 s by default, longer than the run). The syncer stops counting it live on its own silence
+bound (services/syncer/liveness.py); that decision is not an event of its own, so the tape shows it as the first
+RoundMerged without the island (with two islands the quorum is both, so no round can merge without it before).
+kill_to_next_global_s is then freeze -> the next merged global, beside the syncer's `silence_bound_s`. When the
+survivors have finished, the frozen process is SIGKILLed and its IslandExited published, so the final cut does not
+wait on its acknowledgement (tests/e2e/test_e2e_liveness.py measures that wait); it is paid until then.
+yeto-survivors: the survivors-only reference, the run the fault rows must beat (or match within their interval): the
+same recipe and seed on the islands that survive a fault (--learners - 1, the lost island absent from the start). A
+fault run trains more tokens than it (the lost island's until the fault), so a fault row worse than it means the
+fault cost more than the island's whole contribution.
 """
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
 from lib_wan_proc import Proc
 
 
-def run_fault(hub, launch, work: Path, args, *, replace: bool = False) -> tuple[list[Proc], dict]:
-    """Start the run, SIGKILL learner 1 at the kill step of learner 0, report its exit, wait for the survivor (and,
-    with `replace`, for the replacement started at once). Returns the processes (the replacement last) and the
-    kill's times: monotonic (`kill_at`, since the processes' t0) and wall."""
+def run_fault(hub, launch, work: Path, args, *, mode: str = "kill") -> tuple[list[Proc], dict]:
+    """Start the run; when learner 0 reaches the kill step, SIGKILL learner 1 and report its exit (`kill`), then, with
+    `replace`, start its replacement at once; or SIGSTOP it and report nothing (`freeze`: a silent island). Wait for
+    the survivor(s) (and the replacement). A frozen learner is SIGKILLed and its exit reported only then, so the final
+    cut does not wait on its acknowledgement. Returns the processes (the replacement last) and the fault's times:
+    monotonic (`kill_at`, since the processes' t0) and wall (`kill_wall`: the kill or the freeze)."""
     from lib_wan_arms import start_learner, start_yeto
     procs = start_yeto(hub, launch, work, eval_every=args.eval_every)
     kill_step, deadline = int(args.kill_frac * args.steps), time.monotonic() + args.timeout_s
@@ -41,10 +56,13 @@ def run_fault(hub, launch, work: Path, args, *, replace: bool = False) -> tuple[
             raise RuntimeError(f"learner 0 never reached step {kill_step}; see {procs[0].log}")
         time.sleep(0.05)      # polling the learner's own progress lines: the kill point, not a synchronization
     kill_wall, kill_at = time.time(), time.monotonic() - procs[0].t0
-    procs[1].kill()           # returns once the process is reaped
-    exited_wall = hub.exited(launch, {1: None})
-    times = {"kill_at": kill_at, "kill_wall": kill_wall, "exited_wall": exited_wall}
-    if replace:               # as the launcher does on an exit: generation 1 at the island's last reported step
+    times = {"kill_at": kill_at, "kill_wall": kill_wall, "mode": mode}
+    if mode == "freeze":
+        procs[1].proc.send_signal(signal.SIGSTOP)     # alive, connected, silent: nobody reports it
+    else:
+        procs[1].kill()           # returns once the process is reaped
+        times["exited_wall"] = hub.exited(launch, {1: None})
+    if mode == "replace":     # as the launcher does on an exit: generation 1 at the island's last reported step
         last = max((d["step"] for _, d in procs[1].steps()), default=0)
         times |= {"replaced_wall": hub.replaced(launch, 1, 1), "replaced_from_step": last}
         procs.append(start_learner(hub, launch, work, 1, eval_every=args.eval_every, t0=procs[0].t0, generation=1,
@@ -52,8 +70,12 @@ def run_fault(hub, launch, work: Path, args, *, replace: bool = False) -> tuple[
     for p in [procs[0], *procs[2:]]:
         if p.wait(args.timeout_s) != 0:
             raise RuntimeError(f"a learner failed after the kill; see {p.log}")
+    if mode == "freeze":      # paid until now: a frozen machine runs (and costs) until someone stops it
+        times["end_at"] = time.monotonic() - procs[0].t0
+        procs[1].kill()
+        times["exited_wall"] = hub.exited(launch, {1: None})
     hub.exited(launch, {i: 0 for i in range(len(hub.wan.links)) if i != 1})
-    if replace:
+    if mode == "replace":
         hub.exited(launch, {1: 0}, {1: 1})
     return procs, times
 
@@ -88,17 +110,38 @@ def goodput_time(procs: list[Proc], tokens_merged: float, *, ends: list[float | 
             "step_s": step_s, "paid_island_s": paid, "useful_island_s": useful, "goodput_time": useful / paid if paid else 0.0}
 
 
-def global_model(hub, run_id: str, procs: list[Proc], *, kill: dict | None = None) -> dict:
-    """The tape's view of a finished, finalized run: goodput by tokens and by time, and after a kill, the global
-    model's next version and the rounds merged without the island (chaos.after_kill)."""
+def global_model(hub, run_id: str, procs: list[Proc], *, kill: dict | None = None, sync: dict | None = None) -> dict:
+    """The tape's view of a finished, finalized run: goodput by tokens and by time, and after a kill or a freeze, the
+    global model's next version and the rounds merged without the island (chaos.after_kill; a freeze: `after_freeze`,
+    with the run's `sync` recipe)."""
     from chaos import after_kill, metrics
     env = tape_env(hub)
     wait_taped(env, run_id, "ArtifactWritten")
     ends = [None] * len(procs)
-    if kill:                  # learner 1 was paid until its kill (a replacement, last, until it finished)
-        ends[1] = kill["kill_at"]
+    if kill:                  # learner 1 was paid until its kill (a frozen one until it was killed at the end)
+        ends[1] = kill.get("end_at", kill["kill_at"])
     out = goodput_time(procs, metrics(env, run_id)["tokens_merged"], ends=ends)
     if kill:
         out["kill"] = after_kill(env, run_id, kill["kill_wall"], 1)
-        out["kill"]["launcher_exited_after_kill_s"] = kill["exited_wall"] - kill["kill_wall"]
+        if kill.get("mode") == "freeze":
+            out["kill"] |= after_freeze(procs[1], sync or {})
+        else:
+            out["kill"]["launcher_exited_after_kill_s"] = kill["exited_wall"] - kill["kill_wall"]
     return out
+
+
+def after_freeze(frozen: Proc, sync: dict) -> dict:
+    """A freeze's own readings beside after_kill's: nothing reported the island before the run's end (the IslandExited
+    on the tape is the benchmark's, after the survivors finished), so there is no time after IslandExited; the
+    syncer's silence bound for the frozen learner (services/syncer/liveness.py: SILENT_GAPS push gaps at its step time,
+    within [FLOOR_S, learner_timeout_s]; its own median step before the freeze, one syncer owning every fragment), the
+    time the first round merged without it may take from its last push."""
+    import statistics
+
+    from yeto.schemas.recipe import SyncConfig
+    from yeto.services.syncer.liveness import silence_s
+    config = SyncConfig.from_dict(sync)
+    seconds = [d["seconds"] for _, d in frozen.steps()[1:]]
+    step_s = statistics.median(seconds) if seconds else float("nan")
+    return {"fault": "freeze", "exited_to_next_global_s": None, "frozen_step_s": step_s,
+            "silence_bound_s": silence_s(step_s, config, config.num_fragments)}

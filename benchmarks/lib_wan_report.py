@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from lib_compare import fmt_ci
+from lib_compare import ci95, fmt_ci
 from lib_wan_proc import Proc, curve, stall, time_to
 
 STALL_S = 1.0
@@ -50,6 +50,7 @@ def target_of(ddp: dict, frac: float, steps: int) -> float:
     return min(ddp["curve"], key=lambda c: abs(c[1] - want))[2]
 
 
+FAULT_ROWS = ("yeto-fault", "yeto-replace", "yeto-freeze")
 NEXT_GLOBAL_S = 5.0
 """Issue 14: after a kill, the next merged global version within this many seconds of the launcher's IslandExited."""
 
@@ -100,9 +101,9 @@ def table(results: dict, args) -> list[str]:
     if yeto and yeto.get("artifact") is not None and ddp:
         quality = _pct(yeto["artifact"], ddp["final"])
         lines.append(f"target quality (the artifact within 1% of DDP): {_met(quality <= 1.0)} ({quality:+.2f}%)")
-    for name in ("yeto-fault", "yeto-replace"):
+    for name in FAULT_ROWS:
         if name in results:
-            lines += fault_lines(name, results[name], yeto)
+            lines += fault_lines(name, results[name], yeto, results.get("yeto-survivors"))
     fts = {n: r for n, r in results.items() if n.startswith("torchft") and "curve" in r}
     if fts and yeto:
         times = [row[n] for n in fts if row.get(n) is not None]
@@ -123,10 +124,18 @@ def table(results: dict, args) -> list[str]:
     return lines
 
 
-def fault_lines(name: str, fault: dict, yeto: dict | None) -> list[str]:
-    """A fault arm's readings on the global model and its targets (next global, no stall, artifact vs fault-free)."""
+def fault_lines(name: str, fault: dict, yeto: dict | None, survivors: dict | None = None) -> list[str]:
+    """A fault arm's readings on the global model and its targets (next global, no stall, artifact vs fault-free and
+    vs the survivors-only run)."""
     lines, kill = [], fault.get("global", {}).get("kill")
-    if kill:
+    frozen = bool(kill) and kill.get("fault") == "freeze"
+    what = "the freeze" if frozen else "the kill"
+    if frozen:
+        lines.append(f"{name} after the freeze: next merged global {_f(kill['kill_to_next_global_s'], '.2f')} s after "
+                     f"the freeze (the syncer's silence bound {_f(kill.get('silence_bound_s'), '.2f')} s at the frozen "
+                     f"learner's step time {_f(kill.get('frozen_step_s'), '.3f')} s; nobody reported the island before the "
+                     f"run's end); {kill['rounds_merged_while_down']} rounds merged without the island")
+    elif kill:
         rejoin = kill.get("down_until_rejoin_s")
         lines.append(f"{name} after the kill: next merged global {_f(kill['kill_to_next_global_s'], '.2f')} s after "
                      f"the kill, {_f(kill['exited_to_next_global_s'], '.2f')} s after IslandExited (published "
@@ -134,18 +143,31 @@ def fault_lines(name: str, fault: dict, yeto: dict | None) -> list[str]:
                      f"{kill['rounds_merged_while_down']} rounds merged without the island"
                      + (f"; the replacement in a merged round {rejoin:.2f} s after the kill" if rejoin is not None else ""))
     st = fault.get("stall", {})
-    lines.append(f"target no stall ({name}: survivor's longest step after the kill < median + {STALL_S:.0f} s): "
+    lines.append(f"target no stall ({name}: survivor's longest step after {what} < median + {STALL_S:.0f} s): "
                  f"{_met(st.get('stall_s', math.inf) < STALL_S)} (longest after "
                  f"{st.get('max_step_after_kill_s', math.nan):.2f} s, before "
                  f"{st.get('max_step_before_kill_s', math.nan):.2f} s, median {st.get('median_step_s', math.nan):.3f} s)")
-    if kill:
+    if kill and not frozen:
         wait = kill["exited_to_next_global_s"]
         lines.append(f"target next global <= {NEXT_GLOBAL_S:.0f} s after IslandExited ({name}): "
                      f"{_met(wait is not None and wait <= NEXT_GLOBAL_S)} ({_f(wait, '.2f')} s)")
     if yeto and fault.get("artifact") is not None and yeto.get("artifact") is not None:
         delta = _pct(fault["artifact"], yeto["artifact"])
         lines.append(f"target fault artifact within 1% of the fault-free one ({name}): {_met(delta <= 1.0)} ({delta:+.2f}%)")
+    if survivors and fault.get("artifact") is not None and survivors.get("artifact") is not None:
+        delta = _pct(fault["artifact"], survivors["artifact"])
+        lines.append(f"target fault artifact no worse than the survivors-only run's ({name}): {_met(delta <= 0.0)} "
+                     f"({delta:+.2f}%)")
     return lines
+
+
+def beats(deltas: list[float]) -> str:
+    """The fault rows' bar against the survivors-only run: its artifact no worse, i.e. the paired deltas' 95% interval
+    reaches 0 or below (one seed: the delta itself); '-' without a delta."""
+    if not deltas:
+        return "-"
+    ci = ci95(deltas)
+    return _met((ci[1] if ci else deltas[0]) <= 0.0)
 
 
 def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
@@ -203,15 +225,21 @@ def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
 
 def faults_table(runs: list[tuple[dict, object]]) -> list[str]:
     """Several runs' --json with fault arms (one per seed and island count): per fault arm and island count, over the
-    seeds, mean [95% t interval] of the artifact against the same seed's fault-free `yeto` artifact (%), the next
-    merged global after IslandExited and after the kill (s), rounds merged without the island, the replacement's
-    first merged round after the kill (s), goodput by tokens and by time; and how many seeds met issue 14's
-    targets (artifact within 1%, next global <= 5 s). Runs without a `yeto` arm or a fault arm are left out."""
+    seeds, mean [95% t interval] of the artifact against the same seed's fault-free `yeto` artifact and against its
+    survivors-only `yeto-survivors` one (%; the bar: no worse than the survivors, within the interval), the next
+    merged global after IslandExited and after the fault (s; a freeze: the syncer's silence bound beside it), rounds
+    merged without the island, the replacement's first merged round after the kill (s), goodput by tokens and by time;
+    and how many seeds met issue 14's targets (artifact within 1%, next global <= 5 s after IslandExited). The
+    survivors-only arm's own row: its artifact against the fault-free one. Runs without a `yeto` arm are left out."""
     per: dict[tuple[str, int], dict[str, dict[int, float | None]]] = {}
-    keys = ("artifact", "exited", "kill", "rounds", "rejoin", "good_tokens", "good_time")
+    keys = ("artifact", "survivors", "exited", "kill", "bound", "rounds", "rejoin", "good_tokens", "good_time")
     for run, args in runs:
         res = run["results"]
         base = res.get("yeto", {}).get("artifact")
+        alone = res.get("yeto-survivors", {}).get("artifact")
+        if base is not None and alone is not None:
+            got = per.setdefault(("yeto-survivors", args.learners), {k: {} for k in keys})
+            got["artifact"][args.seed] = _pct(alone, base)
         for name, r in res.items():
             kill = r.get("global", {}).get("kill") if isinstance(r, dict) else None
             if not kill or base is None or r.get("artifact") is None:
@@ -219,8 +247,10 @@ def faults_table(runs: list[tuple[dict, object]]) -> list[str]:
             got = per.setdefault((name, args.learners), {k: {} for k in keys})
             g = r["global"]
             got["artifact"][args.seed] = _pct(r["artifact"], base)
+            got["survivors"][args.seed] = None if alone is None else _pct(r["artifact"], alone)
             got["exited"][args.seed] = kill["exited_to_next_global_s"]
             got["kill"][args.seed] = kill["kill_to_next_global_s"]
+            got["bound"][args.seed] = kill.get("silence_bound_s")
             got["rounds"][args.seed] = kill["rounds_merged_while_down"]
             got["rejoin"][args.seed] = kill.get("down_until_rejoin_s")
             got["good_tokens"][args.seed] = g.get("goodput_tokens")
@@ -228,18 +258,21 @@ def faults_table(runs: list[tuple[dict, object]]) -> list[str]:
     if not per:
         return ["no run with a fault arm and a fault-free yeto arm"]
     lines = ["fault arms: per arm and island count, mean [95% t interval] over the seeds",
-             "| arm | islands | seeds | artifact vs fault-free % | within 1% | next global after IslandExited s "
-             "| <= 5 s | after the kill s | rounds without the island | replacement merged after the kill s "
+             "| arm | islands | seeds | artifact vs fault-free % | within 1% | artifact vs survivors-only % "
+             "| no worse than survivors | next global after IslandExited s | <= 5 s | after the fault s "
+             "| silence bound s | rounds without the island | replacement merged after the kill s "
              "| goodput by tokens | goodput by time |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (name, islands), got in sorted(per.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         def vals(k: str, got=got) -> list[float]:
             return [v for v in got[k].values() if v is not None]
         n = len(got["artifact"])
+        exited = (f"{fmt_ci(vals('exited'), '.2f')} (max {max(vals('exited')):.2f}) "
+                  f"| {sum(v <= NEXT_GLOBAL_S for v in vals('exited'))}/{n}" if vals("exited") else "- | -")
         lines.append(f"| {name} | {islands} | {','.join(map(str, sorted(got['artifact'])))} "
                      f"| {fmt_ci(vals('artifact'), '+.2f')} | {sum(v <= 1.0 for v in vals('artifact'))}/{n} "
-                     f"| {fmt_ci(vals('exited'), '.2f')} (max {max(vals('exited'), default=math.nan):.2f}) "
-                     f"| {sum(v <= NEXT_GLOBAL_S for v in vals('exited'))}/{n} | {fmt_ci(vals('kill'), '.2f')} "
+                     f"| {fmt_ci(vals('survivors'), '+.2f')} | {beats(vals('survivors'))} "
+                     f"| {exited} | {fmt_ci(vals('kill'), '.2f')} | {fmt_ci(vals('bound'), '.2f')} "
                      f"| {fmt_ci(vals('rounds'), '.1f')} | {fmt_ci(vals('rejoin'), '.1f')} "
                      f"| {fmt_ci(vals('good_tokens'), '.3f')} | {fmt_ci(vals('good_time'), '.3f')} |")
     return lines

@@ -16,6 +16,10 @@ add the two it imports:  .venv/bin/pip install --no-deps torchft-nightly && .ven
                  finalized artifact against the fault-free one, goodput by tokens and by time) and on the survivor
   yeto-replace   yeto-fault, then the island replaced at once as the launcher does (generation 1 resumes at the
                  island's last reported step): the fault run's artifact against the fault-free one, as in production
+  yeto-freeze    a silent island: learner 1 SIGSTOPped at --kill-frac, nobody reports it; the next merged global after
+                 the freeze beside the syncer's silence bound (lib_wan_fault)
+  yeto-survivors the survivors-only reference: yeto on --learners - 1 islands from the start (the lost island's
+                 tokens never trained); every fault row's artifact is scored against it and against yeto's
   torchft        torchft DiLoCo, its defaults (one fragment, no delay, alpha 0, fp32)
   torchft-best   torchft Streaming DiLoCo: Yeto's fragments, fragment_sync_delay 1, alpha 0.5, bf16 payloads
   torchft-fault  torchft (defaults) with replica 1 SIGKILLed: the survivor's stall
@@ -23,7 +27,8 @@ Per arm: wall time from process start to the target held-out loss (DDP's held-ou
 its steps), final held-out loss, bytes on the learner links. --json writes every number. Needs root
 (namespaces). Last line: yeto_time_to_target_over_ddp=<value>. `--report DIR` reads every run's --json in DIR
 (several seeds) and prints each arm's means with 95% t intervals and the per-seed ratios against torchft-best,
-then the fault arms' readings per island count (artifact against the same seed's fault-free one, next global).
+then the fault arms' readings per island count (artifact against the same seed's fault-free one and its survivors-only
+one, next global).
 
     .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--latency-ms 0] [--seed 0] [--torchft]
                                        [--arms ddp,yeto,...] [--json PATH] [--dry-run]
@@ -38,9 +43,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-YETO_ARMS = ("ddp", "yeto", "yeto-a0", "yeto-ramp", "yeto-fault", "yeto-replace")
+YETO_ARMS = ("ddp", "yeto", "yeto-a0", "yeto-ramp", "yeto-survivors", "yeto-fault", "yeto-replace", "yeto-freeze")
+FAULT_ARMS = {"yeto-fault": "kill", "yeto-replace": "replace", "yeto-freeze": "freeze"}
 TORCHFT_ARMS = ("torchft", "torchft-best", "torchft-fault")
-ARM_FLAGS = {"yeto": [], "yeto-a0": ["--merge-alpha=0"], "yeto-ramp": [], "yeto-fault": [], "yeto-replace": []}
+ARM_FLAGS = {"yeto": [], "yeto-a0": ["--merge-alpha=0"], "yeto-ramp": [], "yeto-survivors": [], "yeto-fault": [],
+             "yeto-replace": [], "yeto-freeze": []}
 """`yeto launch` flags of each Yeto arm, after --yeto-flag's (yeto-ramp: `arm_flags`, from --ramp)."""
 
 
@@ -65,6 +72,8 @@ def arms_of(args) -> list[str]:
         unknown = [a for a in arms if a not in YETO_ARMS + TORCHFT_ARMS]
         if unknown:
             raise SystemExit(f"unknown arm(s) {unknown}; known: {', '.join(YETO_ARMS + TORCHFT_ARMS)}")
+        if args.learners < 2 and any(a in FAULT_ARMS or a == "yeto-survivors" for a in arms):
+            raise SystemExit(f"the fault arms and yeto-survivors lose island 1: they need --learners >= 2, not {args.learners}")
         return [a for a in YETO_ARMS + TORCHFT_ARMS if a in arms]
     return [*YETO_ARMS, *(TORCHFT_ARMS if args.torchft else ())]
 
@@ -80,6 +89,8 @@ def plan(args) -> list[str]:
             "yeto-ramp": f"yeto-ramp ({' '.join([*args.yeto_flags, *arm_flags('yeto-ramp', args)])})",
             "yeto-fault": "yeto-fault (yeto, learner 1 killed)",
             "yeto-replace": "yeto-replace (yeto-fault, the island replaced at once as the launcher does)",
+            "yeto-freeze": "yeto-freeze (yeto, learner 1 frozen: SIGSTOP)",
+            "yeto-survivors": f"yeto-survivors (yeto on {args.learners - 1} island(s): the survivors-only reference)",
             "torchft": f"torchft (DiLoCo defaults: 1 fragment, H {args.ft_sync_every}, delay 0, alpha 0, fp32)",
             "torchft-best": f"torchft-best (Streaming DiLoCo: Yeto's fragments, H {args.ft_sync_every}, delay 1, "
                             "alpha 0.5, bf16)",
@@ -90,6 +101,9 @@ def plan(args) -> list[str]:
              "arms: " + ", ".join(what[a] for a in arms),
              f"target: DDP held-out loss at step {int(args.target_frac * args.steps)}; eval every {args.eval_every} steps"]
     faults = [a for a in arms if a.endswith("-fault") or a == "yeto-replace"]
+    if "yeto-freeze" in arms:
+        lines.append(f"freeze: SIGSTOP learner 1 at step {int(args.kill_frac * args.steps)} of learner 0 (yeto-freeze: "
+                     "nobody reports it; next global version after the freeze beside the syncer's silence bound)")
     if faults:
         yeto_faults = [a for a in faults if a.startswith("yeto")]
         lines.append(f"fault: SIGKILL learner 1 at step {int(args.kill_frac * args.steps)} of learner 0"
@@ -107,11 +121,12 @@ def run_yeto_arm(name: str, hub, model: Path, data: Path, work: Path, args) -> d
     from lib_wan_fault import global_model, run_fault
     from lib_wan_net import since
     from lib_wan_proc import wait_all
-    _, launch = build_launch(f"wan-{name}", model, data, steps=args.steps, learners=args.learners,
+    learners = args.learners - 1 if name == "yeto-survivors" else args.learners
+    _, launch = build_launch(f"wan-{name}", model, data, steps=args.steps, learners=learners,
                              extra=[f"--seed={args.seed}", *args.yeto_flags, *arm_flags(name, args)])
     before, app = hub.wan.bytes(), hub.app_bytes()
-    if name in ("yeto-fault", "yeto-replace"):
-        procs, kill = run_fault(hub, launch, work, args, replace=name == "yeto-replace")
+    if name in FAULT_ARMS:
+        procs, kill = run_fault(hub, launch, work, args, mode=FAULT_ARMS[name])
     else:
         procs, kill = start_yeto(hub, launch, work, eval_every=args.eval_every), None
         wait_all(procs, args.timeout_s)
@@ -119,7 +134,7 @@ def run_yeto_arm(name: str, hub, model: Path, data: Path, work: Path, args) -> d
     out = report.arm(procs if kill is None else procs[:1], since(hub.wan, before))
     out["nats_up_down"] = tuple(b - a for a, b in zip(app, hub.app_bytes()))   # without TCP/IP
     out["artifact"] = eval_artifact(launch.recipe["train"], hub.finalize(launch.run_id), work)
-    out["global"] = global_model(hub, launch.run_id, procs, kill=kill)
+    out["global"] = global_model(hub, launch.run_id, procs, kill=kill, sync=launch.recipe["train"].get("sync"))
     if kill is not None:
         out["stall"] = report.stall_of(procs[0], kill["kill_at"])
     return out
