@@ -12,16 +12,18 @@ import sys
 
 import torch
 
-from yeto.learners.accel import Accel
+from yeto.learners.accel import Accel, refusal
 
 # Where bitsandbytes' 4-bit kernels run: CUDA, and its CPU backend (slow, but real; what CPU tests use).
-# Ascend NPUs have no bitsandbytes backend.
+# Ascend NPUs have no bitsandbytes backend (accel.py's refusal says so and what to use instead).
 NF4_KINDS = ("cuda", "cpu")
 INSTALL_HINT = "pip install 'yeto[qlora]' (bitsandbytes)"
 
 
 def nf4_problem(kind: str) -> str | None:
     """Why NF4 cannot run on a `kind` device here (None: it can)."""
+    if why := refusal(kind, "nf4"):
+        return why
     if kind not in NF4_KINDS:
         return f"bitsandbytes has no {kind} backend: NF4 runs on CUDA GPUs (or, slowly, the CPU); use --base-quantization none"
     if importlib.util.find_spec("bitsandbytes") is None:
