@@ -2,7 +2,7 @@
 
 This module only wires; the parts live in learners/transport/: the outbox (newest push per fragment,
 events), the inbox (globals as delivered), the keyframe index and fetch (payloads on demand, by direct
-get), the final-versions watch, the learner's events (reports) and the background thread (thread).
+get of their subjects), the final-versions watch, the learner's events (reports) and the background thread (thread).
 It is the only learner module that imports the bus (tests/test_architecture.py checks it).
 
 Three watches feed the inbox and the final watch: the run's keyframes headers only (last per subject: a
@@ -32,7 +32,7 @@ from yeto.learners.transport.reports import Reports
 from yeto.learners.transport.thread import BusThread
 from yeto.schemas.base import Event
 from yeto.schemas.fragments import FragmentHeader
-from yeto.schemas.subjects import event_subject, keyframe_subject, run_deltas, run_keyframes, stream_for
+from yeto.schemas.subjects import event_subject, run_deltas, run_keyframes
 
 REFUSED_EXIT = 3
 
@@ -138,8 +138,7 @@ class NatsTransport:
 
     def _start_fetch(self, fragment: int, seqs: dict[int, int] | None) -> None:
         if seqs is not None and self._bus is not None:
-            stream = stream_for(keyframe_subject(self.run_id, fragment)).name
-            task = self.thread.loop.create_task(fetch(self._bus, stream, seqs, self.inbox.add_fetched))
+            task = self.thread.loop.create_task(fetch(self._bus, self.run_id, fragment, seqs, self.inbox.add_fetched))
             self._fetches.add(task)
             task.add_done_callback(self._fetches.discard)
 

@@ -83,6 +83,14 @@ class MemoryBus:
         stored = self.streams[stream].msgs.get(seq)
         return None if stored is None else (dict(stored[2]), stored[1])
 
+    async def direct_last(self, subject: str, *, timeout_s: float = 120.0) -> tuple[int, dict[str, str], bytes] | None:
+        stream = self.stream(subject)
+        seqs = [s for s in stream.by_subject.get(subject, ()) if s in stream.msgs]
+        if not seqs:
+            return None
+        _, data, headers = stream.msgs[max(seqs)]
+        return max(seqs), dict(headers), data
+
     async def request(self, subject: str, payload: bytes, *, timeout_s: float) -> bytes:
         handlers = [h for pattern, h in self.servers if subject_matches(pattern, subject)]
         if not handlers:

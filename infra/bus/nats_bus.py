@@ -180,6 +180,18 @@ class NatsBus:
             raise ConnectionError(f"direct get of {stream} #{seq}: {headers.get('Status')} {headers.get('Description', '')}")
         return headers, resp.data
 
+    async def direct_last(self, subject: str, *, timeout_s: float = 120.0) -> tuple[int, dict[str, str], bytes] | None:
+        """By direct get's subject form, `$JS.API.DIRECT.GET.<stream>.<subject>` with no body (the server refuses
+        one): what is read is in the subject the server checks, so a learner's grant, its own run's keyframes,
+        is all it can read. The bare form's body (seq, last_by_subj, multi_last) is invisible to permissions."""
+        resp = await self.nc.request(f"$JS.API.DIRECT.GET.{stream_for(subject).name}.{subject}", b"", timeout=timeout_s)
+        headers = dict(resp.headers or {})
+        if not resp.data and headers.get("Status"):
+            if headers["Status"] == "404":
+                return None
+            raise ConnectionError(f"direct get of {subject}: {headers.get('Status')} {headers.get('Description', '')}")
+        return int(headers["Nats-Sequence"]), headers, resp.data
+
     async def request(self, subject: str, payload: bytes, *, timeout_s: float) -> bytes:
         try:
             return (await self.nc.request(subject, payload, timeout=timeout_s)).data

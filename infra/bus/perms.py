@@ -15,9 +15,10 @@ and reloading, and it is all testable here today; JWT accounts would mint creden
   filter is R's keyframes, deltas or CheckpointMarkedFinal (the filter is part of the API subject, which the server
   checks against the request) under one of its own WATCH_SLOTS consumer names per stream (`watch_names`: the name
   is part of the API subject too, so a learner holds at most that many consumers of a stream, durable or not, and
-  cannot exhaust a stream's consumers for the others), DIRECT.GET on YETO_GKEY, flow-control replies; subscribe
-  only to its own inbox prefix `_INBOX_R_L`. Everything else (commands, other events, stream management, the tape's SQL,
-  other runs' subjects and every other inbox) is a permission violation.
+  cannot exhaust a stream's consumers for the others), DIRECT.GET of R's keyframe subjects (the subject form,
+  `$JS.API.DIRECT.GET.YETO_GKEY.yeto.glob.R.*.key.*`; never the bare form, whose body names what it reads),
+  flow-control replies; subscribe only to its own inbox prefix `_INBOX_R_L`. Everything else (commands, other events,
+  stream management, the tape's SQL, other runs' subjects and every other inbox) is a permission violation.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from yeto.schemas.subjects import (
     event_subject,
     learner_event_subject,
     log_subject,
+    run_keyframes,
 )
 
 API = "$JS.API"
@@ -85,7 +87,8 @@ def learner_permissions(run_id: str, learner: str) -> dict:
         f"{FRAG_PREFIX}.{run_id}.*.{learner}", *(learner_event_subject(run_id, t, learner) for t in LEARNER_EVENTS),
         log_subject(run_id, learner),
         *(f"{create}.{stream}.{name}.{where}" for stream, where in watches for name in watch_names(run_id, learner)),
-        f"{API}.DIRECT.GET.{GKEY_STREAM}",
+        f"{API}.DIRECT.GET.{GKEY_STREAM}.{run_keyframes(run_id)}",   # the subject form only: the bare one's body
+                                                                       # (seq, last_by_subj) could name any run's
         *(f"$JS.FC.{s}.>" for s in (GKEY_STREAM, GDELTA_STREAM, EVT_STREAM))]},
         "subscribe": {"allow": [f"{learner_inbox(run_id, learner)}.>"]}}
 

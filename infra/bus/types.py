@@ -79,6 +79,11 @@ class Bus(Protocol):
         """One stored message by sequence; None if the stream no longer holds it."""
         ...
 
+    async def direct_last(self, subject: str, *, timeout_s: float = 120.0) -> tuple[int, dict[str, str], bytes] | None:
+        """The newest stored message on `subject` with its stream sequence, None if there is none. Over NATS the
+        subject is in the API subject, which the server checks against the caller's grants (a learner's: its run)."""
+        ...
+
     async def request(self, subject: str, payload: bytes, *, timeout_s: float) -> bytes:
         """Request/reply (not persisted). Raises NoResponders, or TimeoutError after timeout_s."""
         ...

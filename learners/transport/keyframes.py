@@ -1,5 +1,6 @@
 """Keyframe payloads on demand: where each announced keyframe chunk sits in its stream, and the fetch by
-direct get once the learner asks for it.
+direct get of the chunk's subject once the learner asks for it (the subject form: a learner's credential may
+name only its own run's keyframes, docs/SECURITY.md).
 
 Learners watch keyframes headers only; each announcement carries the chunk's stream sequence. A
 keyframe is fetched when the learner has asked for it and every one of its chunks is announced; an
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from yeto.schemas.fragments import FragmentHeader
+from yeto.schemas.subjects import keyframe_subject
 
 log = logging.getLogger(__name__)
 Key = tuple[int, int]                      # (fragment, version)
@@ -21,7 +23,7 @@ Key = tuple[int, int]                      # (fragment, version)
 class DirectGet(Protocol):
     """The part of the bus (yeto.infra.bus.Bus) a fetch uses."""
 
-    async def direct_get(self, stream: str, seq: int, *, timeout_s: float = ...) -> tuple[dict[str, str], bytes] | None: ...
+    async def direct_last(self, subject: str, *, timeout_s: float = ...) -> tuple[int, dict[str, str], bytes] | None: ...
 
 
 class KeyframeIndex:
@@ -50,22 +52,23 @@ class KeyframeIndex:
         return dict(seqs)
 
 
-async def fetch(bus: DirectGet, stream: str, seqs: dict[int, int], deliver: Callable[[dict[str, str], bytes], None], *,
-                tries: int = 6) -> None:
-    """Get every chunk by stream sequence from `bus` and hand it to `deliver`, in chunk
-    order. A server restart or a slow link: back off and retry; after `tries`, give up until the next
-    keyframe is announced (and asked for). A chunk the stream no longer holds was replaced by a newer
-    keyframe, which is announced in turn."""
+async def fetch(bus: DirectGet, run_id: str, fragment: int, seqs: dict[int, int],
+                deliver: Callable[[dict[str, str], bytes], None], *, tries: int = 6) -> None:
+    """Get every chunk of `fragment`'s keyframe, the one stored at the announced stream sequence, from `bus`
+    and hand it to `deliver`, in chunk order. A server restart or a slow link: back off and retry; after `tries`,
+    give up until the next keyframe is announced (and asked for). A chunk whose subject now holds another sequence
+    (the stream keeps one per subject) was replaced by a newer keyframe, which is announced in turn."""
     for chunk, seq in sorted(seqs.items()):
+        subject = keyframe_subject(run_id, fragment, chunk)
         for attempt in range(tries):
             try:
-                got = await bus.direct_get(stream, seq)
+                got = await bus.direct_last(subject)
                 break
             except Exception as e:       # noqa: BLE001 -- timeouts and connection errors alike
-                log.info("keyframe chunk %d (%s #%d) not fetched (try %d): %s", chunk, stream, seq, attempt + 1, e)
+                log.info("keyframe chunk %d (%s #%d) not fetched (try %d): %s", chunk, subject, seq, attempt + 1, e)
                 await asyncio.sleep(min(0.5 * 2 ** attempt, 8.0))
         else:
             return
-        if got is None:
+        if got is None or got[0] != seq:
             return
-        deliver(*got)
+        deliver(got[1], got[2])

@@ -18,7 +18,7 @@ from yeto.schemas.base import parse, to_bytes
 from yeto.schemas.final import CheckpointMarkedFinal
 from yeto.schemas.fragments import FragmentHeader, sha256
 from yeto.schemas.progress import MAX_STEPS_PER_REPORT
-from yeto.schemas.subjects import event_subject, fragment_subject, keyframe_subject, stream_for
+from yeto.schemas.subjects import event_subject, fragment_subject, keyframe_subject
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -78,15 +78,14 @@ def test_a_keyframe_is_fetched_once_asked_for_and_every_chunk_announced_and_olde
 
 def test_fetch_delivers_each_chunk_in_order_and_stops_at_a_chunk_the_stream_no_longer_holds():
     bus = MemoryBus()
-    subject = keyframe_subject("r", 0, 0)
 
     async def run() -> list[bytes]:
         seqs = {c: await bus.publish_raw(keyframe_subject("r", 0, c), bytes([c]) * 3, headers={"c": str(c)}) for c in range(3)}
         got: list[bytes] = []
-        await fetch(bus, stream_for(subject).name, seqs, lambda headers, data: got.append(data))
+        await fetch(bus, "r", 0, seqs, lambda headers, data: got.append(data))
         assert got == [b"\0\0\0", b"\1\1\1", b"\2\2\2"]
         got.clear()
-        await fetch(bus, stream_for(subject).name, {0: seqs[0], 1: 10_000, 2: seqs[2]}, lambda h, d: got.append(d))
+        await fetch(bus, "r", 0, {0: seqs[0], 1: 10_000, 2: seqs[2]}, lambda h, d: got.append(d))
         return got
     assert asyncio.run(run()) == [b"\0\0\0"]
 

@@ -239,7 +239,9 @@ def test_a_learners_own_pushes_events_and_watches_work(server, monkeypatch):
             deltas = await bus.watch(f"yeto.glob.{RUN}.*.d.*", on_delta)
             final = await bus.watch(event_subject(RUN, "CheckpointMarkedFinal"), on_key)
             announced = await asyncio.wait_for(seen.get(), 10)
-            payload = await bus.direct_get("YETO_GKEY", announced.seq)
+            payload = await bus.direct_last(keyframe_subject(RUN, 0))   # the learner's keyframe fetch
+            assert payload is not None and payload[0] == announced.seq
+            payload = payload[1:]
             sizes = [await asyncio.wait_for(deltas_seen.get(), 30) for _ in range(DELTAS)]
             assert sizes == [7 * 2**20] * DELTAS
             for w in (keys, deltas, final):
@@ -293,26 +295,46 @@ def test_operator_deliver_policy_is_untouched(server, monkeypatch):
     assert asyncio.run(admin()) == "op-check"
 
 
-def test_direct_get_by_subject_in_the_body_reaches_another_runs_keyframes(server):
-    """The known gap, measured (docs/SECURITY.md, "Known gaps"): a learner may publish the bare
-    `$JS.API.DIRECT.GET.YETO_GKEY` (its keyframe fetch, by sequence), and what it asks for is in the request's body,
-    which subject permissions cannot see: `last_by_subj`, `next_by_subj` and `multi_last` naming another run's keyframe
-    subject all return that run's chunk. The subject form, `DIRECT.GET.YETO_GKEY.<subject>`, is a permission violation.
-    The day the server (or per-run accounts) closes the body forms, this test fails and the docs must change."""
+@pytest.mark.parametrize("body", [{"seq": 1}, {"last_by_subj": keyframe_subject(OTHER, 0)},
+                                  {"next_by_subj": keyframe_subject(OTHER, 0), "seq": 1},
+                                  {"multi_last": [keyframe_subject(OTHER, 0)], "batch": 1}])
+def test_the_bare_direct_get_whose_body_could_name_another_runs_keyframes_is_refused(server, body):
+    """The bare `$JS.API.DIRECT.GET.YETO_GKEY` reads what its body names, which subject permissions cannot see
+    (by sequence, `last_by_subj`, `next_by_subj`, `multi_last`: until this change each returned another run's
+    chunk): a learner may not publish it at all, so nothing comes back and the server reports the violation."""
     async def attempt():
         nc, errors, got = await _raw(server)          # a learner of RUN
-        api, other = "$JS.API.DIRECT.GET.YETO_GKEY", keyframe_subject(OTHER, 0)
+        api = "$JS.API.DIRECT.GET.YETO_GKEY"
         try:
-            bodies = {"last_by_subj": {"last_by_subj": other}, "next_by_subj": {"next_by_subj": other, "seq": 1},
-                      "multi_last": {"multi_last": [other], "batch": 1}}
-            read = {form: (await nc.request(api, json.dumps(body).encode(), timeout=5)).data
-                    for form, body in bodies.items()}
             with pytest.raises(nats.errors.Error):   # no responder may answer a request the server dropped
-                await nc.request(f"{api}.{other}", b"", timeout=2)
-            return read, await _violation(errors, got, f"{api}.{other}")
+                await nc.request(api, json.dumps(body).encode(), timeout=2)
+            return await _violation(errors, got, f"publish to \"{api}\"")
         finally:
             await nc.close()
 
-    read, violation = asyncio.run(attempt())
-    assert read == dict.fromkeys(("last_by_subj", "next_by_subj", "multi_last"), f"weights of {OTHER}".encode()), read
-    assert "publish" in violation
+    assert "permissions violation" in asyncio.run(attempt())
+
+
+@pytest.mark.parametrize("subject", [keyframe_subject(OTHER, 0), "yeto.glob.*.0.key.0", "yeto.glob.>",
+                                     f"yeto.glob.{OTHER}.>", f"yeto.glob.{RUN}.0.d.0"])
+def test_the_subject_form_reads_only_the_learners_own_runs_keyframes(server, subject, monkeypatch):
+    """The learner's fetch names the chunk in the API subject, which the server checks: another run's chunk, a
+    wildcard over runs, the deltas stream's subjects are permission violations, while its own chunk is read (and
+    the server refuses a body on this form, so the body cannot name another subject: 408)."""
+    async def attempt():
+        nc, errors, got = await _raw(server)
+        api = "$JS.API.DIRECT.GET.YETO_GKEY"
+        try:
+            own = await nc.request(f"{api}.{keyframe_subject(RUN, 0)}", b"", timeout=5)
+            with_body = await nc.request(f"{api}.{keyframe_subject(RUN, 0)}",
+                                         json.dumps({"last_by_subj": keyframe_subject(OTHER, 0)}).encode(), timeout=5)
+            with pytest.raises(nats.errors.Error):
+                await nc.request(f"{api}.{subject}", b"", timeout=2)
+            return own, with_body, await _violation(errors, got, f"{api}.{subject}")
+        finally:
+            await nc.close()
+
+    own, with_body, violation = asyncio.run(attempt())
+    assert own.data == f"weights of {RUN}".encode()
+    assert with_body.headers.get("Status") == "408" and not with_body.data
+    assert "for publish to" in violation
