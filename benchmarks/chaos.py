@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lib_provenance import provenance
+
 ROOT = Path(__file__).resolve().parents[1]
 YETO = str(Path(sys.executable).parent / "yeto")      # the venv's CLI (also from a frozen copy)
 
@@ -208,7 +210,9 @@ def main(argv=None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"argv": sys.argv[1:] if argv is None else list(argv), "kills": kills,
-                                         "clean": clean, "faulty": faulty}, indent=1) + "\n")
+                                         "clean": clean, "faulty": faulty,
+                                         "provenance": provenance(None if argv is None else ["benchmarks/chaos.py", *argv])},
+                                        indent=1) + "\n")
     print(f"goodput={faulty['goodput']:.3f}")
     return 0
 

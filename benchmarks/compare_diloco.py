@@ -32,6 +32,7 @@ from pathlib import Path
 
 import lib_compare as lc
 from lib_compare import SETTINGS, step_times
+from lib_provenance import provenance
 
 from yeto.schemas.recipe import SyncConfig
 
@@ -244,7 +245,8 @@ def main(argv=None) -> int:
         Path(args.out).write_text(json.dumps({
             "command": " ".join(["benchmarks/compare_diloco.py", *(sys.argv[1:] if argv is None else argv)]),
             "args": vars(args), "base": base.to_dict(), "tune_seeds": tune_seeds, "lrs": lrs, "sweeps": sweep_runs,
-            "ci": "95% CI of the mean paired per-seed delta, Student t with n-1 df", "results": results}, indent=1))
+            "ci": "95% CI of the mean paired per-seed delta, Student t with n-1 df", "results": results,
+            "provenance": provenance(None if argv is None else ["benchmarks/compare_diloco.py", *argv])}, indent=1))
     for name, lr in lrs.items():
         seeds_txt = f"on tuning seeds {','.join(map(str, tune_seeds))}"
         how = ("not tuned" if not swept(args, name) else f"one lr, also run {seeds_txt}" if len(sweeps[name]) == 1

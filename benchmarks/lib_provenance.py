@@ -85,5 +85,7 @@ def machine() -> dict:
 
 
 def provenance(argv: list[str] | None = None) -> dict:
-    """`{"commit", "dirty", "argv", "machine"}` for a result JSON; `argv` defaults to this process's command."""
-    return {**commit(), "argv": [sys.executable, *(sys.argv if argv is None else argv)], "machine": machine()}
+    """`{"commit", "dirty", "argv", "machine"}` for a result JSON. `argv`: the command as run, default this process's
+    (the interpreter, the script, its arguments); a benchmark whose main() was called with arguments passes
+    `[script, *those]`."""
+    return {**commit(), "argv": [sys.executable, *sys.argv] if argv is None else list(argv), "machine": machine()}
