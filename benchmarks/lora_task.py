@@ -502,7 +502,59 @@ def report(results: list[dict], tune_seeds: list[int], sync_lr: float | None = N
                   f"sync_lr_best={best_lr(sweep):g}", ""]
     rest = [r for r in results if not (r["arm"] == "sync" and r["seed"] in tune_seeds)]
     arms = [a for a in ARMS if any(arm_of(r) == a for r in rest)]
-    return [*lines, *table(rest, arms, sync_lr), default_delta(rest, sync_lr)]
+    pairs = [versus(rest, arm, ref, sync_lr) for arm, ref in VERSUS if arm in arms and ref in arms]
+    return [*lines, *table(rest, arms, sync_lr), *[line for line in pairs if line], default_delta(rest, sync_lr)]
+
+
+VERSUS = (("sparse", "default"), ("ddp", "sync"))
+"""The side-by-side lines of a report: the sparse recipe against the default, exact DDP against the sync arm."""
+
+
+def own_runs(results: list[dict], arm: str, lr: float | None = None) -> dict[int, dict]:
+    """An arm's scored runs of its own recipe (no --sync-every, no candidate overrides) by seed, at `lr`, else at the
+    lr most of its seeds ran."""
+    runs = [r for r in results if arm_of(r) == arm and r.get("heldout_ce") is not None and not recipe_of(r)]
+    lrs = sorted({run_lr(r) for r in runs}, key=lambda x: (x is None, x))
+    if lr not in lrs:
+        lr = max(lrs, key=lambda x: sum(run_lr(r) == x for r in runs), default=None)
+    return {r["seed"]: r for r in runs if run_lr(r) == lr}
+
+
+def down_bytes(run: dict, partner: dict) -> tuple[float | None, bool]:
+    """The broadcast deltas a run's learners received (published bytes x learners), and whether it is a stand-in:
+    a run from before `broadcast_bytes` was recorded gets what q4 (every such run's codec) publishes for its
+    same-seed partner's versions."""
+    if run.get("broadcast_bytes") is not None:
+        return run["broadcast_bytes"] * run["learners"], False
+    if partner.get("broadcast_bytes_q4") is not None and (run.get("sync_config") or {}).get("codec_down", "q4") == "q4":
+        return partner["broadcast_bytes_q4"] * run["learners"], True
+    return None, False
+
+
+def versus(results: list[dict], arm: str, ref: str, sync_lr: float | None) -> str:
+    """`<arm>_vs_<ref>_ce_delta_pct=<mean> ci95=[lo,hi] n=<seeds> steps=<a>/<b> up_MB=.. down_MB=.. total=x<ratio>`,
+    paired by seed: held-out CE, the inner steps the runs reached, the bytes the learners pushed (measured) and the
+    broadcast deltas they received (from the tape; `*`: the reference's is q4's size of the arm's versions)."""
+    mine = own_runs(results, arm)
+    theirs = own_runs(results, ref, reference_lr(results, sync_lr) if ref == "sync" else None)
+    seeds = sorted(set(mine) & set(theirs))
+    if not seeds:
+        return ""
+    head = headline(f"{arm}_vs_{ref}_ce", [mine[s]["heldout_ce"] for s in seeds], [theirs[s]["heldout_ce"] for s in seeds])
+    steps = "/".join(f"{statistics.fmean(r[s].get('max_step') or 0 for s in seeds):.0f}" for r in (mine, theirs))
+    up = [sum(r[s].get("bytes_up") or 0 for s in seeds) for r in (mine, theirs)]
+    down = [down_bytes(mine[s], theirs[s]) for s in seeds], [down_bytes(theirs[s], mine[s]) for s in seeds]
+    parts = [head, f"steps={steps}", _ratio("up_MB", *up, len(seeds))]
+    if all(d is not None for d, _ in down[0] + down[1]):
+        dn = [sum(d for d, _ in side) for side in down]
+        star = "*" if any(stand_in for _, stand_in in down[1]) else ""
+        parts += [_ratio("down_MB", dn[0], dn[1], len(seeds)) + star, f"total=x{(up[0] + dn[0]) / (up[1] + dn[1]):.3f}"]
+    return " ".join(parts)
+
+
+def _ratio(name: str, a: float, b: float, n: int) -> str:
+    """`name=<a per seed>/<b per seed>(x<a/b>)` in MB."""
+    return f"{name}={a / n / 1e6:.2f}/{b / n / 1e6:.2f}(x{a / b:.3f})" if b else f"{name}={a / n / 1e6:.2f}/-"
 
 
 def report_only(args) -> int:
