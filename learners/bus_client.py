@@ -23,6 +23,7 @@ from yeto.infra.bus import Bus, Delivery
 from yeto.infra.bus import connect as connect_bus
 from yeto.infra.bus.nats_bus import CredentialRefused, NatsBus, redact
 from yeto.learners.layout import Layout
+from yeto.learners.transport import rendezvous
 from yeto.learners.transport.final import FinalWatch
 from yeto.learners.transport.inbox import Inbox
 from yeto.learners.transport.keyframes import KeyframeIndex, fetch
@@ -47,8 +48,10 @@ class NatsTransport:
     """The Transport over NATS JetStream. Every method returns at once; the network work runs on a
     background thread, which reconnects with backoff while training goes on."""
 
-    def __init__(self, nats_url: str, *, run_id: str, learner: str, generation: int, progress_every_s: float = 2.0):
+    def __init__(self, nats_url: str, *, run_id: str, learner: str, generation: int, progress_every_s: float = 2.0,
+                 head_rendezvous: str | None = None):
         self.url, self.run_id, self.learner, self.generation = nats_url, run_id, learner, generation
+        self.rendezvous = head_rendezvous       # a cloud run's: the head may move (learners/transport/rendezvous.py)
         self.outbox, self.inbox, self.final, self.keyframes = Outbox(), Inbox(), FinalWatch(), KeyframeIndex()
         self.reports = Reports(run_id=run_id, learner=learner, generation=generation,
                                progress_every_s=progress_every_s, started_at=time.monotonic())
@@ -107,20 +110,25 @@ class NatsTransport:
 
     # -- the background thread ------------------------------------------------------------------------------
     async def _main(self) -> None:
+        if self.rendezvous:
+            self.url = await asyncio.to_thread(rendezvous.start_url, self.rendezvous, self.run_id, self.url)
         try:
             bus = self._bus = await connect_bus(self.url, name=f"learner-{self.learner}-{self.generation}",
                                                 connect_timeout=3600)
         except CredentialRefused as e:
             refused(str(e))
         later = asyncio.ensure_future(self._refused_later(bus.refused)) if isinstance(bus, NatsBus) else None
+        moves = asyncio.ensure_future(rendezvous.follow(bus.nc, self.rendezvous, self.run_id, self.url)) \
+            if self.rendezvous and isinstance(bus, NatsBus) else None
         watches = [await bus.watch(run_keyframes(self.run_id), self._on_global, deliver="last_per_subject", headers_only=True),
                    await bus.watch(run_deltas(self.run_id), self._on_global),
                    await bus.watch(event_subject(self.run_id, "CheckpointMarkedFinal"), self.final.on_marked)]
         await self.thread.pump(lambda: self.outbox.send_one(bus), self.outbox.pending)
         for watch in watches:
             await watch.close()
-        if later is not None:
-            later.cancel()
+        for task in (later, moves):
+            if task is not None:
+                task.cancel()
         await bus.close()
 
     async def _refused_later(self, event: asyncio.Event) -> None:
@@ -143,5 +151,7 @@ class NatsTransport:
             task.add_done_callback(self._fetches.discard)
 
 
-def connect(*, nats_url: str, run_id: str, learner: str, generation: int) -> NatsTransport:
-    return NatsTransport(nats_url, run_id=run_id, learner=learner, generation=generation)
+def connect(*, nats_url: str, run_id: str, learner: str, generation: int,
+            head_rendezvous: str | None = None) -> NatsTransport:
+    return NatsTransport(nats_url, run_id=run_id, learner=learner, generation=generation,
+                         head_rendezvous=head_rendezvous)

@@ -130,7 +130,7 @@ def connect(backend: Backend, built: Any, recipe: Any, args: LearnerArgs, how: d
         raise ValueError("--nats-url is required unless --no-sync is given")
     from yeto.learners import bus_client  # the NATS client only where it is used
     transport = bus_client.connect(nats_url=args.nats_url, run_id=args.run_id, learner=args.learner,
-                                   generation=args.generation)
+                                   generation=args.generation, head_rendezvous=args.head_rendezvous)
     transport.declare_started(how)
     # Version 0 needs one copy of the initial values on the wire: island 0 of the run's first generation
     # sends it; everyone else adopts it by checksum (or, if it never comes, sends its own after the wait).

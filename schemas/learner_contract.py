@@ -71,6 +71,10 @@ class LearnerArgs:
     recipe: str = field(metadata=_flag("recipe JSON file, or the JSON itself"))
     generation: int = field(default=0, metadata=_flag("incarnation of this learner (bumped on replacement)"))
     nats_url: str | None = field(default=None, metadata=_flag("the stack's NATS URL (not needed with --no-sync)"))
+    head_rendezvous: str | None = field(default=None, metadata=_flag(
+        "the run's head rendezvous (a store URI or path of head.json, no secret; read with this machine's store "
+        "credentials): at the start, and whenever the bus has been away a while, the learner connects to the address "
+        "it names (a cloud run's replacement head)"))
     learner_index: int = field(default=0, metadata=_flag("this island's data shard group"))
     num_learners: int = field(default=1, metadata=_flag("islands sharing the data"))
     start_step: int = field(default=0, metadata=_flag(

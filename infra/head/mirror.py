@@ -122,10 +122,11 @@ class Mirror:
 
 
 async def keep_mirrored(bus, state_dir: Path, run_id: str, root: str, stop, every_s: float = EVERY_S,
-                        poke=None) -> None:
+                        poke=None, then=None) -> None:
     """Mirror every `every_s` seconds, and at each `poke` (the syncer wrote a snapshot) at most every SOONEST_S, until
     `stop` is set, and once more then. A failed mirror is said on the head's log and tried again at the next turn:
-    the run goes on (its window grows meanwhile)."""
+    the run goes on (its window grows meanwhile). `then()`, when given, runs once after the first turn that
+    succeeds, and again after the next while it raises (the first head writes its rendezvous so: rendezvous.py)."""
     import asyncio
 
     poke = poke or asyncio.Event()
@@ -134,6 +135,9 @@ async def keep_mirrored(bus, state_dir: Path, run_id: str, root: str, stop, ever
     while True:
         try:
             done = await mirror.once()
+            if then is not None:
+                then()
+                then = None
             if said is None:
                 print(f"mirroring run {run_id} to {root} every {every_s:g}s", flush=True)
             said = done

@@ -45,7 +45,7 @@ def launch_head(state_dir: Path, run_id: str, *, memory_gb: int, cloud: str | No
         if not address:
             raise HeadError(f"SkyPilot launched {cluster} but reports no address for it")
         url = f"tls://{address}:{HEAD_PORT}"
-        heads.update_head(state_dir, run_id, url=url)
+        heads.update_head(state_dir, run_id, url=url, output=output)     # `yeto recover` finds the mirror by it
         why = asyncio.run(wait_answering(url, wait_s, say))
         if why is not None:
             raise HeadError(f"the head at {url} did not answer within {wait_s:.0f}s ({why}); it was taken down "

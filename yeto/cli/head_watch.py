@@ -13,7 +13,7 @@ from pathlib import Path
 
 from yeto.infra import stack
 from yeto.infra.bus import Delivery, connect
-from yeto.infra.head import artifact_files, mirror
+from yeto.infra.head import artifact_files, mirror, rendezvous
 from yeto.schemas import parse
 from yeto.schemas.final import ENDING_EVENTS, end_of_run
 from yeto.schemas.launch_recipe import LaunchRecipe
@@ -57,11 +57,12 @@ async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, sto
     async def on_event(d: Delivery) -> None:
         event = parse(d.data)
         seen.setdefault(d.subject.split(".")[3], event.ts.timestamp())
-        output = LaunchRecipe.upcast(event.recipe).output if event.type == "RunLaunched" else ""
-        if output and not output.startswith("hf://") and not mirroring:      # mirror mode: beside the run's store
-            root = mirror.mirror_root(output, run_id)
+        recipe = LaunchRecipe.upcast(event.recipe) if event.type == "RunLaunched" else None
+        if recipe and recipe.output and not recipe.output.startswith("hf://") and not mirroring:   # mirror mode
+            root = mirror.mirror_root(recipe.output, run_id)
             mirroring.append(asyncio.create_task(mirror.keep_mirrored(bus, state_dir, run_id, root, stop,
-                                                                      poke=snapshot_written)))
+                                                                      poke=snapshot_written,
+                                                                      then=rendezvous.first_head(root, run_id, recipe.bus_url))))
         news.set()
 
     # One watch per type: the supervisor never reads the run's stream of progress events.

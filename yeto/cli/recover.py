@@ -1,8 +1,9 @@
 """`yeto recover RUN`: a cloud run's head is lost; rent a replacement that resumes the run from its mirror.
 
 The replacement is the same head (the same bundle: credentials, certificate, secrets) with `restore.json` added,
-so its `stack up --head` restores the mirror before any service starts (infra/head/restore.py). The islands keep
-their credentials and reconnect to the head's address (docs/CLOUD.md, "When the head is lost").
+so its `stack up --head` restores the mirror before any service starts (infra/head/restore.py). Its address goes to
+the run's rendezvous in the store (infra/head/rendezvous.py): the islands keep their credentials and reconnect there
+(docs/CLOUD.md, "When the head is lost"). --output defaults to the one the run's head record holds.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import time
 from yeto.cli.common import run_id_arg, state_dir
 from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus import connect
-from yeto.infra.head import mirror
+from yeto.infra.head import mirror, rendezvous
 from yeto.infra.head import records as heads
 from yeto.infra.head.restore import REQUEST
 
@@ -29,7 +30,8 @@ def register(sub) -> None:
                                    "on it from the mirror; the islands reconnect and the run goes on. What the old head "
                                    "acknowledged after its last mirror is lost (docs/CLOUD.md, section 10).")
     p.add_argument("run", type=run_id_arg, help="the run id")
-    p.add_argument("--output", required=True, help="the run's --output, as given to `yeto launch` (its mirror is beside it)")
+    p.add_argument("--output", help="the run's --output, as given to `yeto launch` (its mirror is beside it; default: the "
+                                   "one this machine's record of the run's head holds)")
     p.add_argument("--force", action="store_true", help="replace the head even though it answers (it is taken down first)")
     p.add_argument("--head-memory-gb", type=int, default=16, help="the replacement's RAM (default 16, as `launch` rents)")
     p.add_argument("--wait-s", type=float, default=900.0, help="how long the new head may take to answer (default 900)")
@@ -46,7 +48,11 @@ def cmd_recover(args) -> int:
                          f"to replace")
     if rec["state"] == "copied":
         raise ValueError(f"run {run} has ended and is copied back: there is nothing to recover (`yeto status {run}`)")
-    root = mirror.mirror_root(args.output, run)
+    output = args.output or rec.get("output")
+    if not output:
+        raise ValueError(f"the --output of run {run} is not known here (its head record holds none): give it, as given "
+                         f"to `yeto launch`; a run launched without --output has no mirror to recover from")
+    root = mirror.mirror_root(output, run)
     manifest = mirror.read_manifest(root)
     if manifest is None:
         raise ValueError(f"no head mirror of run {run} at {root}: its head mirrors only a run with an --output store, "
@@ -68,10 +74,15 @@ def cmd_recover(args) -> int:
     started = time.time()
     heads.update_head(state, run, state="launching", recoveries=[*rec.get("recoveries", []), started])
     try:
-        url = launch_head(state, run, memory_gb=args.head_memory_gb, wait_s=args.wait_s, output=args.output)
+        url = launch_head(state, run, memory_gb=args.head_memory_gb, wait_s=args.wait_s, output=output)
     finally:
         (bundle / REQUEST).unlink(missing_ok=True)    # the next launch of this bundle is no restore unless asked again
-    moved = f" (the old head was at {rec['url']}: islands given that address cannot follow; docs/CLOUD.md)" \
+    try:
+        rendezvous.publish(root, run, url, now=time.time())      # the islands follow it there (docs/CLOUD.md, section 10)
+    except OSError as e:
+        print(f"the head's rendezvous {root}/head.json could not be written ({type(e).__name__}: {e}): islands given "
+              f"{rec['url']} cannot follow the replacement; `yeto recover {run} --force` tries again")
+    moved = f" (the old head was at {rec['url']}: the islands follow through the rendezvous {root}/head.json)" \
         if rec["url"] and url != rec["url"] else ""
     print(f"replacement head of run {run} answers at {url} after {time.time() - started:.0f}s{moved}; it resumes the "
           f"run from the mirror and owns its teardown again (`yeto status {run}`)")

@@ -13,6 +13,7 @@ from typing import Any
 
 from yeto.infra.head.data import local_model
 from yeto.infra.head.records import HEAD_STATE
+from yeto.infra.head.rendezvous import place
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.backends.base import IslandLaunch, learner_args
 
@@ -84,8 +85,10 @@ def island_task(launch: IslandLaunch, creds: Path | None = None, *, ca: Path | N
     `env_file` (its 0600 secret environment) ship as file mounts; `envs` hold their paths, never their contents."""
     import sky
 
-    spec = launch.spec
+    spec, output = launch.spec, LaunchRecipe.upcast(launch.recipe).output
     train = LaunchRecipe.upcast(launch.recipe).learner_recipe()
+    mirrored = output and not output.startswith("hf://")     # the head's rendezvous is beside the mirror: follow it
+    contract = learner_args(launch, "$YETO_RECIPE").but(head_rendezvous=place(output, launch.run_id) if mirrored else None)
     mounts, data_path = data_mount(train["data"])
     model_files, model_path = model_mount(train["model"])
     mounts, train = {**mounts, **model_files}, {**train, "data": data_path, "model": model_path}
@@ -94,13 +97,13 @@ def island_task(launch: IslandLaunch, creds: Path | None = None, *, ca: Path | N
                 f"--nproc-per-node {count} --master-addr $(echo \"$SKYPILOT_NODE_IPS\" | head -n1) --master-port 29500")
     run = f"{torchrun} -m {LaunchRecipe.upcast(launch.recipe).learner_module} " + " ".join(
         shlex.quote(a) if a != "$YETO_RECIPE" else '"$YETO_RECIPE"'
-        for a in learner_args(launch, "$YETO_RECIPE").to_argv())
+        for a in contract.to_argv())
     files = {name: (target, str(path)) for name, target, path in (
         ("YETO_NATS_CREDS", CREDS_MOUNT, creds), ("YETO_NATS_CA", CA_MOUNT, ca), ("YETO_ENV_FILE", ENV_MOUNT, env_file))
         if path is not None}
     envs = {"YETO_RECIPE": json.dumps(train, sort_keys=True), "YETO_NATS_URL": launch.nats_url,
             "HF_HUB_ENABLE_HF_TRANSFER": "0", **{name: target for name, (target, _) in files.items()}}
-    task = sky.Task(name=job_name(launch.run_id, launch.island, launch.generation), setup=setup_script(spec["gpu"]),
+    task = sky.Task(name=job_name(launch.run_id, launch.island, launch.generation), setup=island_setup(spec["gpu"], output),
                     run=run, num_nodes=nodes, workdir=str(REPO), envs=envs)
     task.set_resources(island_resources(spec))
     mounts = {**mounts, **dict(files.values())}
@@ -109,10 +112,16 @@ def island_task(launch: IslandLaunch, creds: Path | None = None, *, ca: Path | N
     return task
 
 
+def island_setup(gpu: str, output: str = "") -> str:
+    """An island's setup, the head's too (gpu "cpu"): torch and Yeto, then the package of the `output` store (the head
+    uploads the artifact with it; an island's learner reads the head's rendezvous with it)."""
+    package = STORE_PACKAGES.get(output.split("://", 1)[0]) if "://" in output else None
+    return setup_script(gpu) + (f"\npython3 -m pip install -q {package}" if package else "")
+
+
 def head_setup(output: str = "") -> str:
     """The head's setup: torch for CPU and Yeto, then the store package its finalizer uploads `output` with."""
-    package = STORE_PACKAGES.get(output.split("://", 1)[0]) if "://" in output else None
-    return setup_script("cpu") + (f"\npython3 -m pip install -q {package}" if package else "")
+    return island_setup("cpu", output)
 
 
 def head_task(run_id: str, bundle_dir: str | Path, *, cloud: str | None = None, region: str | None = None,
