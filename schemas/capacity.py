@@ -20,6 +20,8 @@ class Capacity:
     gpus: int
     """CUDA devices there (torch.cuda.device_count(); 0 without torch or CUDA)."""
     max_islands: int = MAX_ISLANDS
+    npus: int = 0
+    """Ascend NPUs there (infra/accelerators.py; 0 without the Ascend driver)."""
 
 
 def _n(entry: dict[str, Any], key: str) -> int:
@@ -37,7 +39,8 @@ def over_capacity(fleet: list[dict[str, Any]], cap: Capacity, flag: str = "--max
         if e.get("cloud") != "local" and _n(e, "count") > MAX_GPUS_PER_NODE:
             return f"island {i} asks for {_n(e, 'count')} GPUs per node, more than {MAX_GPUS_PER_NODE}; use nodes (N x count)"
     local = [e for e in fleet if e.get("cloud") == "local"]
-    cpu = sum(_n(e, "count") for e in local if e.get("gpu") != "cuda")
+    cpu = sum(_n(e, "count") for e in local if e.get("gpu") not in ("cuda", "npu"))
+    npu = sum(_n(e, "count") for e in local if e.get("gpu") == "npu")
     cuda = sum(_n(e, "count") for e in local if e.get("gpu") == "cuda")
     if cpu > cap.cpus:
         return (f"the local islands would run {cpu} CPU learner processes and this machine has {cap.cpus} CPUs; "
@@ -45,4 +48,8 @@ def over_capacity(fleet: list[dict[str, Any]], cap: Capacity, flag: str = "--max
     if cuda > cap.gpus:
         return (f"the local islands would use {cuda} CUDA devices and this machine has {cap.gpus}; "
                 f"use at most {cap.gpus} in total" + ("" if cap.gpus else ", or cpu islands (local:1xcpu)"))
+    if npu > cap.npus:
+        return (f"the local islands would use {npu} Ascend NPUs and this machine has {cap.npus} (the Ascend driver's "
+                f"/dev/davinci* devices, narrowed by ASCEND_RT_VISIBLE_DEVICES); use at most {cap.npus} in total"
+                + ("" if cap.npus else ", or cpu islands (local:1xcpu)"))
     return None

@@ -1,7 +1,9 @@
 """The `--gpu` grammar: `cloud:[nodes x]<count>x<gpu>[@region]`, one comma-separated entry per learner island.
 
 Examples: `aws:8xa100@us-east-2`, `runpod:8xh100@CA`, `gcp:2x8xh100` (two 8-GPU nodes form one island),
-`local:1xcpu`, `local:2xcuda`. GPU names are SkyPilot's accelerator names, matched case-insensitively.
+`local:1xcpu`, `local:2xcuda`, `local:8xnpu` (Ascend; `local:8xascend910b` is the same island). GPU names are
+SkyPilot's accelerator names, matched case-insensitively. No SkyPilot cloud rents Ascend NPUs: a cloud Ascend entry
+is refused with where Ascend islands can run instead (docs/ASCEND.md).
 """
 from __future__ import annotations
 
@@ -16,7 +18,13 @@ KNOWN_CLOUDS = ("aws", "gcp", "azure", "lambda", "runpod", "oci", "paperspace", 
 KNOWN_GPUS = ("B200", "H200", "H100", "H100-MEGA", "GH200", "A100-80GB", "A100", "L40S", "L40", "L4",
               "A10G", "A10", "A6000", "A5000", "A4000", "RTX4090", "RTX3090", "V100", "V100-32GB", "T4",
               "MI300X", "MI250X")
-LOCAL_DEVICES = ("cpu", "cuda")
+LOCAL_DEVICES = ("cpu", "cuda", "npu")
+# An Ascend training NPU named by its model on a local island is the `npu` device (the learner reads its generation).
+_ASCEND = re.compile(r"(npu|ascend\w*)")
+NO_CLOUD_ASCEND = ("no cloud SkyPilot knows rents Ascend NPUs (the SkyPilot Yeto installs, 0.8-0.9: its catalogs list "
+                   "NVIDIA and AMD GPUs and TPUs, and its Kubernetes support schedules nvidia.com/gpu and google.com/tpu "
+                   "only); run an Ascend island on the NPU host as local:<count>xnpu, or join it to a cloud run with "
+                   "`yeto join --device npu`")
 
 _ENTRY = re.compile(r"^(?P<cloud>[a-z]+):(?:(?P<nodes>\d+)x)?(?P<count>\d+)x(?P<gpu>[A-Za-z0-9-]+)"
                     r"(?:@(?P<region>[A-Za-z0-9_.-]+))?$")
@@ -54,14 +62,19 @@ def _parse_entry(entry: str) -> IslandSpec:
         raise _bad(entry, "does not match the grammar")
     cloud = m["cloud"]
     if cloud not in KNOWN_CLOUDS:
-        raise _bad(entry, f"unknown cloud {cloud!r}")
+        raise _bad(entry, f"unknown cloud {cloud!r}" + (f" ({NO_CLOUD_ASCEND})" if cloud.startswith("huawei") else ""))
     count, nodes = int(m["count"]), int(m["nodes"] or 1)
     if count < 1 or nodes < 1:
         raise _bad(entry, "counts must be at least 1")
     name = m["gpu"].lower()
+    if cloud != "local" and _ASCEND.fullmatch(name):
+        raise _bad(entry, NO_CLOUD_ASCEND)
     if cloud == "local":
+        if name.startswith("ascend") and not name.startswith("ascend910"):
+            raise _bad(entry, f"{m['gpu']!r} is not an Ascend training NPU (Ascend 910-class NPUs train; 310 cards serve)")
+        name = "npu" if _ASCEND.fullmatch(name) else name
         if name not in LOCAL_DEVICES:
-            raise _bad(entry, f"a local island runs on 'cpu' or 'cuda', not {m['gpu']!r}")
+            raise _bad(entry, f"a local island runs on 'cpu', 'cuda' or 'npu', not {m['gpu']!r}")
         if m["region"] or nodes != 1:
             raise _bad(entry, "a local island has no region and exactly one node")
         return IslandSpec(cloud="local", gpu=name, count=count)

@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 
+from yeto.infra.accelerators import npu_devices
 from yeto.infra.model_source import resolve_model
 from yeto.infra.runner import ServiceSpec, StateCodec
 from yeto.schemas.capacity import MAX_ISLANDS, Capacity
@@ -31,7 +32,7 @@ def host_capacity() -> Capacity:
     except ValueError:
         log.warning("YETO_MAX_ISLANDS=%r is not a number; using %d", os.environ["YETO_MAX_ISLANDS"], MAX_ISLANDS)
         max_islands = MAX_ISLANDS
-    return Capacity(cpus=os.cpu_count() or 1, gpus=gpus, max_islands=max_islands)
+    return Capacity(cpus=os.cpu_count() or 1, gpus=gpus, max_islands=max_islands, npus=npu_devices())
 
 
 def host_fit(cmd: LaunchRun) -> str | None:

@@ -17,8 +17,9 @@ from yeto.services.planner.gpus import GPUS, spot_goodput
 
 # Effective TFLOPs per device of a local island, where no datasheet applies. A CPU island trains in f32 on its share
 # of the cores: SmolLM2-135M LoRA at --seq-len 256 ran ~7 s a step with two islands on this repository's 2-core box
-# (256 tokens x 4 x 135M FLOPs / 7 s = 0.02 TFLOPs). A local CUDA device of unknown model: an A10-class guess.
-LOCAL_TFLOPS = {"cpu": 0.02, "cuda": 40.0}
+# (256 tokens x 4 x 135M FLOPs / 7 s = 0.02 TFLOPs). A local CUDA device of unknown model: an A10-class guess. A local
+# Ascend NPU: a guess too (an Ascend 910B's vendor-quoted ~300 dense bf16 TFLOPs at 0.3 MFU; nothing measured here).
+LOCAL_TFLOPS = {"cpu": 0.02, "cuda": 40.0, "npu": 90.0}
 # Seconds from `yeto launch` to the first optimizer step: the local stack and learners (BENCHMARK_RESULTS claim 13:
 # 27.3 s), or a cloud head VM and spot islands provisioning (an assumption: SkyPilot's usual minutes).
 START_S = {"local": 30.0, "cloud": 900.0}

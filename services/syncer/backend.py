@@ -20,7 +20,10 @@ __all__ = ["GPU", "NAME", "decode_into", "empty", "set_threads", "synchronize", 
 
 
 def _load():
-    if os.environ.get("YETO_SYNCER_BACKEND", "auto") == "numpy":
+    choice = os.environ.get("YETO_SYNCER_BACKEND", "auto")
+    if choice not in ("auto", "numpy", "cupy"):
+        raise ValueError(f"YETO_SYNCER_BACKEND={choice!r}: use auto, numpy or cupy")
+    if choice == "numpy":
         return np, False
     try:
         import cupy
@@ -28,6 +31,9 @@ def _load():
             return cupy, True
     except Exception:  # noqa: BLE001 - no cupy, or a broken CUDA install: the NumPy path is always correct
         pass
+    if choice == "cupy":    # asked for by name, so not silently NumPy (an Ascend NPU host is the usual case)
+        raise ValueError("YETO_SYNCER_BACKEND=cupy: CuPy's kernels need a CUDA device with cupy installed, and none is "
+                         "usable here (an Ascend NPU host has none); unset it or set numpy: the NumPy merge is exact")
     return np, False
 
 

@@ -30,7 +30,7 @@ def run(capsys, tmp_path, *argv) -> tuple[int, str]:
 @pytest.mark.parametrize("gpu, says", [
     ("aws:8xa1000", "unknown GPU 'a1000'"),
     ("moon:8xh100", "unknown cloud 'moon'"),
-    ("local:1xtpu", "a local island runs on 'cpu' or 'cuda'"),
+    ("local:1xtpu", "a local island runs on 'cpu', 'cuda' or 'npu'"),
     ("local:1xcpu,aws:8xh100", "mixes local and cloud islands"),
 ])
 def test_bad_gpu_entries_are_refused_naming_the_entry(capsys, tmp_path, material, gpu, says):

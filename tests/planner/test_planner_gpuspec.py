@@ -31,10 +31,15 @@ def test_format_then_parse_round_trips(islands):
     ("aws:8xa100,azur:8xa100", "'azur:8xa100'"),
     ("aws:8xb300@us-east-1", "unknown GPU 'b300'"),
     ("aws:8a100", "does not match"),
-    ("local:1xh100", "'cpu' or 'cuda'"),
+    ("local:1xh100", "'cpu', 'cuda' or 'npu'"),
     ("local:1xcpu@here", "no region"),
     ("aws:0xh100", "at least 1"),
     ("aws:8xh100,", "empty entry"),
+    # Ascend: no SkyPilot cloud rents it (tests/accel/test_accel_npu_islands.py checks the installed SkyPilot)
+    ("aws:8xascend910b", "'aws:8xascend910b': no cloud SkyPilot knows rents Ascend NPUs"),
+    ("gcp:8xnpu@europe-west4", "local:<count>xnpu, or join it to a cloud run with `yeto join --device npu`"),
+    ("huaweicloud:8xascend910b", "unknown cloud 'huaweicloud' (no cloud SkyPilot knows rents Ascend NPUs"),
+    ("local:1xascend310p", "not an Ascend training NPU"),
 ])
 def test_errors_name_the_bad_entry_and_list_known_clouds_and_gpus(text, names):
     with pytest.raises(ValueError) as e:

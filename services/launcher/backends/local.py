@@ -37,7 +37,7 @@ def torch_learner(launch: IslandLaunch, recipe_path: Path, rank: int, port: int)
     module = LaunchRecipe.upcast(launch.recipe).learner_module     # yeto.learners.torch, or .diffusion
     args = learner_args(launch, recipe_path).but(
         rank=rank, world_size=int(launch.spec.get("count", 1)), local_rank=rank, master_addr="127.0.0.1",
-        master_port=port, device="cuda" if launch.spec.get("gpu") == "cuda" else "cpu")
+        master_port=port, device=launch.spec.get("gpu") if launch.spec.get("gpu") in ("cuda", "npu") else "cpu")
     return [sys.executable, "-m", module, *args.to_argv()]
 
 

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from yeto.cli.launch.checks import duration_s
+from yeto.infra.accelerators import npu_devices
 from yeto.schemas.capacity import Capacity, over_capacity
 from yeto.schemas.recipe_bounds import CAPS, check_bounds
 
@@ -43,7 +44,9 @@ def _cuda_devices() -> int:
 def check_fleet_size(fleet: list[dict[str, Any]], args) -> None:
     """Islands capped by --max-islands, nodes and GPUs per node by the schema's caps, local islands by this machine."""
     cuda = any(e.get("cloud") == "local" and e.get("gpu") == "cuda" for e in fleet)
-    cap = Capacity(cpus=os.cpu_count() or 1, gpus=_cuda_devices() if cuda else 0, max_islands=args.max_islands)
+    npu = any(e.get("cloud") == "local" and e.get("gpu") == "npu" for e in fleet)
+    cap = Capacity(cpus=os.cpu_count() or 1, gpus=_cuda_devices() if cuda else 0, max_islands=args.max_islands,
+                   npus=npu_devices() if npu else 0)
     if why := over_capacity(fleet, cap):
         raise ValueError(f"--gpu {args.gpu or '(the planned fleet)'}: {why}")
 
