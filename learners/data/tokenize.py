@@ -1,7 +1,8 @@
 """Chat-template tokenization with loss masks: exact from {% generation %} markers, else by rendering prefixes.
 
-Both paths render text with the tokenizer's own chat template (the one shipped with the artifact), record the
-character spans of the assistant turns, tokenize the whole batch at once in Rust, and map spans to tokens.
+Both paths render text with the tokenizer's own chat template (the one shipped with the artifact; compiled as
+transformers compiles it, learners/data/chat_template.py), record the character spans of the assistant turns,
+tokenize the whole batch at once in Rust, and map spans to tokens.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from yeto.learners.data.chat_template import compile_template, render_with_assistant_indices
 from yeto.learners.data.formats import Example
 from yeto.learners.data.roles import RowError
 
@@ -31,7 +33,6 @@ class ChatEncoder:
     """Turns normalized examples into token ids and labels with one tokenizer and chat template."""
 
     def __init__(self, tokenizer, *, train_on: str = "assistant") -> None:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
         self.backend = getattr(tokenizer, "backend_tokenizer", None)
         if self.backend is None:
             raise ValueError(f"tokenizer {tokenizer.name_or_path!r} is not a fast tokenizer; Yeto needs its offsets "
@@ -40,7 +41,7 @@ class ChatEncoder:
         self.name = tokenizer.name_or_path or type(tokenizer).__name__
         self.eos_id = tokenizer.eos_token_id
         self.kwargs = dict(tokenizer.special_tokens_map)
-        self.compiled = _compile_jinja_template(self.template) if self.template else None
+        self.compiled = compile_template(self.template) if self.template else None
         # The template's globals merged once; each render then builds a shared context (a third faster than render())
         self._globals = {**self.compiled.globals, **self.kwargs} if self.compiled else {}
         if train_on == "all":
@@ -78,8 +79,7 @@ class ChatEncoder:
         messages = [_flatten_text_blocks(m) for m in ex.messages]
         try:
             if self.method == "generation-markers":
-                from transformers.utils.chat_template_utils import _render_with_assistant_indices
-                return _render_with_assistant_indices(self.compiled, messages, ex.tools, None, False, **self.kwargs)
+                return render_with_assistant_indices(self.compiled, messages, ex.tools, None, False, **self.kwargs)
             full = self._render(messages, ex.tools)
             if self.method == "all-tokens":
                 return full, []

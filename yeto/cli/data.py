@@ -29,8 +29,17 @@ def register(sub) -> None:
 def load_tokenizer(model: str):
     """The model's own tokenizer: aliases, local dirs, .gguf files and HF ids, resolved as training resolves them."""
     from yeto.infra.model_source import resolve
+    return local_tokenizer(resolve(model))
+
+
+def local_tokenizer(source):
+    """A resolved model's tokenizer, read from its files where that gives transformers' tokenizer exactly (no torch
+    import: seconds off every `yeto launch`, benchmarks/startup.py), else loaded through transformers."""
+    from yeto.learners.data.tokenizer_files import read_tokenizer
+    if (found := read_tokenizer(source)) is not None:
+        return found
     from yeto.learners.torch.api import load_tokenizer as load
-    return load(resolve(model))
+    return load(source)
 
 
 def cmd_check(args) -> int:

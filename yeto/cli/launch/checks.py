@@ -74,8 +74,8 @@ def check_data(args, source) -> dict[str, Any]:
 
     tokenizer = None
     if source.is_local:   # token statistics when the tokenizer is at hand (no download before renting)
-        from yeto.learners.torch.api import load_tokenizer
-        tokenizer = load_tokenizer(source)
+        from yeto.cli.data import local_tokenizer
+        tokenizer = local_tokenizer(source)
     spec = DataSpec(source=args.data, data_format=args.data_format, seq_len=args.seq_len,
                     on_bad_rows=args.on_bad_rows, **data_options(args))
     report = run_check(spec, tokenizer)
