@@ -120,7 +120,7 @@ def artifact_ce(env, run: str, data: Path) -> float:
     import torch
 
     from yeto.learners.torch.api import TrainRecipe, evaluate, heldout_batches, load_model, load_tokenizer, resolve
-    path = Path(env["YETO_HOME"]) / "runs" / run / "artifact"
+    path = Path(env["YETO_HOME"]) / "runs" / run / "artifact" / "artifact"     # the output folder's deployable files
     torch.set_num_threads(1)
     source = resolve(str(path))
     recipe = TrainRecipe(model=str(path), data=str(data), seq_len=128, micro_batch=4)

@@ -208,7 +208,8 @@ def eval_artifact(recipe: dict, artifact: Path, work: Path) -> float:
     with no steps left: `--start-step max_steps --no-sync` evaluates the model it loaded)."""
     path = work / f"eval-{artifact.parent.name}-recipe.json"
     # The artifact is the model now: the base's pins (and the sync settings) are not its own.
-    path.write_text(json.dumps({**{k: v for k, v in recipe.items() if k not in ("sync", "pins")}, "model": str(artifact)}))
+    deploy = artifact / "artifact"      # the output folder's deployable files
+    path.write_text(json.dumps({**{k: v for k, v in recipe.items() if k not in ("sync", "pins")}, "model": str(deploy)}))
     proc = Proc([*LEARNER, "--run-id", "eval", "--learner", "eval", "--recipe", str(path), "--no-sync",
                  "--start-step", str(recipe["max_steps"]), "--device", "cpu"], log=work / f"eval-{artifact.parent.name}.log")
     proc.wait(600)

@@ -306,7 +306,7 @@ def run_one(args, env, arm: str, seed: int, tag: str, lr: float | None = None) -
     out = {"arm": arm, "seed": seed, "run_id": run, "note": ARMS[arm]["note"], "command": "yeto " + " ".join(argv),
            "lr": run_lr, "warmup": warmup, "sync_overrides": sync, "role": "report" if lr is None else "tune",
            "exit_code": proc.returncode, "wall_s": wall, **tape}
-    artifact = Path(env["YETO_HOME"]) / "runs" / run / "artifact"
+    artifact = Path(env["YETO_HOME"]) / "runs" / run / "artifact" / "artifact"     # the output folder's deployable files
     if proc.returncode == 0 and out["outcome"] == "RunFinalized" and artifact.exists():
         out["heldout_ce"] = score(artifact, model=args.model, data=args.data, eval_data=args.eval_data,
                                   seq_len=args.seq_len * args.scale, max_blocks=args.heldout_blocks)

@@ -78,7 +78,7 @@ def main() -> int:
         if launched.returncode != 0:
             raise SystemExit(f"the run did not finalize (exit {launched.returncode}); "
                              f"see `yeto --state-dir {state} logs {run_id}`")
-        adapter = state / "runs" / run_id / "artifact"
+        adapter = state / "runs" / run_id / "artifact" / "artifact"     # the output folder's deployable files
         say(f"adapter: {adapter}")
         say(f"loss curves from the tape: {loss_curve(state, run_id, out / 'loss.png')}")
     finally:

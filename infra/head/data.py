@@ -12,9 +12,8 @@ from pathlib import Path
 
 from yeto.infra.head.records import HEAD_STATE, bundle_dir
 from yeto.infra.model_source import SMOLLM2_ALIASES
+from yeto.schemas.artifact_layout import is_resume_file
 from yeto.schemas.model_table import by_alias
-
-RESUME_FILES = "resume."      # the parent artifact's files the syncer seeds from (services/syncer/seed.py)
 
 
 def local_data(data: str) -> Path | None:
@@ -51,10 +50,11 @@ def ship_model(state_dir: Path, run_id: str, model: str) -> str:
 
 
 def ship_parent(state_dir: Path, run_id: str, artifact: Path) -> str:
-    """Copy what a resumed or branched run's syncer seeds from (the parent artifact's manifest.json and its
-    resume.* files, not its weights for people) into the head bundle's `parent/`; its head-side path."""
+    """Copy what a resumed or branched run's syncer seeds from (the parent output folder's manifest.json and its
+    `resume/` state, or a flat folder's resume.* files; not `artifact/`, the weights for people) into the head
+    bundle's `parent/`; its head-side path."""
     return _ship(state_dir, run_id, "parent", Path(artifact),
-                 keep=lambda rel: len(rel.parts) == 1 and (rel.name == "manifest.json" or rel.name.startswith(RESUME_FILES)))
+                 keep=lambda rel: rel.as_posix() == "manifest.json" or is_resume_file(rel.as_posix()))
 
 
 def _ship(state_dir: Path, run_id: str, kind: str, source: Path, keep: Callable[[Path], bool] = lambda rel: True) -> str:

@@ -1,7 +1,8 @@
-"""The run's artifact, assembled from the syncer's final f32 state: a peft LoRA adapter or a full model in
-sharded safetensors, with the tokenizer (and its chat template) and a signed manifest: every file's sha256, the recipe,
-the provenance (provenance.py) and what a resume needs (resume_state.py), a model card (card.py); manifest.sig is the
-stack's Ed25519 signature of manifest.json's bytes (infra/signing.py)."""
+"""The run's output folder, assembled from the syncer's final f32 state (schemas/artifact_layout.py): `artifact/`
+holds what a user deploys (a peft LoRA adapter or a full model in sharded safetensors, the tokenizer and its chat
+template, a model card: card.py), `resume/` what a resume needs (resume_state.py), and the signed manifest at the top
+names every file by its relative path with its sha256, the recipe and the provenance (provenance.py); manifest.sig is
+the stack's Ed25519 signature of manifest.json's bytes (infra/signing.py)."""
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from yeto.infra import signing
 from yeto.infra.model_source import ModelSource, resolve
 from yeto.infra.source_pins import sha256_file  # one file hash for pins, manifests and fetches (re-exported: api.py)
+from yeto.schemas.artifact_layout import DEPLOY, deploy_name
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.train_section import TrainSection
 from yeto.services.finalizer import resume_state
@@ -89,7 +91,8 @@ def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any] | Lau
                    versions: dict[int, int], acked: list[str], max_shard_size: str = "2GB",
                    snapshot_dir: Path | None = None, run: dict[str, Any] | None = None,
                    key: Ed25519PrivateKey | None = None) -> tuple[str, list[str], str]:
-    """Write the artifact into `out`; returns (kind, files, manifest sha256). Deterministic for the same input.
+    """Write the output folder `out`; returns (kind, files by relative path, manifest sha256). Deterministic for the
+    same input.
     `run` is the finalizer's run summary (fleet, rounds_merged, learner_steps); `key` signs the manifest."""
     if is_diffusion(recipe):     # the Diffusers LoRA format, with before/after samples (diffusion_artifact.py)
         return write_diffusion_artifact(state, recipe=recipe, out=out, run_id=run_id, versions=versions, acked=acked,
@@ -97,17 +100,19 @@ def write_artifact(state: dict[str, np.ndarray], *, recipe: dict[str, Any] | Lau
     typed = LaunchRecipe.upcast(recipe)
     train = typed.train
     source = replace(resolve(train.model), revision=train.pins.get("base", {}).get("revision"))
-    out.mkdir(parents=True, exist_ok=True)
+    deploy = out / DEPLOY       # what a user deploys; the resume state goes beside it (resume_state.py)
+    deploy.mkdir(parents=True, exist_ok=True)
     kind = "adapter" if is_adapter(state) else "full"
     base = source.location if source.gguf_file is None else str(Path(source.location) / source.gguf_file)
-    files = _write_adapter(state, train, base, out) if kind == "adapter" else _write_full(state, source, out, max_shard_size)
-    before = {p.name for p in out.iterdir()}
-    _save_tokenizer(source, out)
-    files += sorted({p.name for p in out.iterdir()} - before - set(files))
-    files += resume_state.write(out, snapshot_dir)      # the syncer's final θ and outer momentum, for --resume-from
+    names = (_write_adapter(state, train, base, deploy) if kind == "adapter"
+             else _write_full(state, source, deploy, max_shard_size))
+    before = {p.name for p in deploy.iterdir()}
+    _save_tokenizer(source, deploy)
+    names += sorted({p.name for p in deploy.iterdir()} - before - set(names))
     prov = provenance(typed, run or {})
-    model_card(run_id=run_id, kind=kind, recipe=typed, provenance=prov, run=run or {}).save(out / CARD_FILE)
-    files.append(CARD_FILE)     # before the manifest: hashed and signed like every other file
+    model_card(run_id=run_id, kind=kind, recipe=typed, provenance=prov, run=run or {}).save(deploy / CARD_FILE)
+    names.append(CARD_FILE)     # before the manifest: hashed and signed like every other file
+    files = [deploy_name(n) for n in names] + resume_state.write(out, snapshot_dir)   # θ and momentum, for --resume-from
     manifest = {
         "manifest_version": 2, "run_id": run_id, "kind": kind, "base_model": train.model, "base_location": base,
         "files": {f: sha256_file(out / f) for f in sorted(set(files))},

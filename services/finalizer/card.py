@@ -92,11 +92,14 @@ def model_card(*, run_id: str, kind: str, recipe: dict[str, Any] | LaunchRecipe,
 # {run_id}: {"a LoRA adapter of" if kind == "adapter" else "a full fine-tune of"} {base_id or train.model}
 
 Trained by Yeto with DiLoCo across {len(run.get('fleet', []))} island(s).
-`manifest.json` holds every file's sha256 and the full provenance; `manifest.sig` signs it (`yeto verify`).
+This folder is the `artifact/` of the run's output folder (`<output>` below): all you deploy. Beside it, `<output>`
+holds `manifest.json` (every file's sha256 and the full provenance), `manifest.sig` signing it
+(`yeto verify <output>`) and `resume/`, the state `yeto launch --resume-from` continues from. An `hf://` output's
+repo is this folder, with the manifest and its signature.
 
 ```python
 from {loader}
-model = {loader.rsplit(' ', 1)[-1]}.from_pretrained("<this folder or repo>")
+model = {loader.rsplit(' ', 1)[-1]}.from_pretrained("<output>/artifact")   # or the Hub repo's id
 ```
 
 {offline_section(kind=kind, model=train.model, base_id=base_id, revision=base.get("revision"), source=source)}## Base model

@@ -39,8 +39,8 @@ def offline_section(*, kind: str, model: str, base_id: str | None, revision: str
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 base = AutoModelForCausalLM.from_pretrained({load})
-model = PeftModel.from_pretrained(base, "<this folder>")
-tokenizer = AutoTokenizer.from_pretrained("<this folder>")
+model = PeftModel.from_pretrained(base, "<output>/artifact")
+tokenizer = AutoTokenizer.from_pretrained("<output>/artifact")
 ```
 
 """

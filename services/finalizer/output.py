@@ -2,14 +2,19 @@
 
 Every upload is verified against the manifest (sizes, and the manifest read back byte-identical) before
 the run is reported uploaded; a failed verification raises, and the finalizer retries. Files in subfolders go too,
-under their relative paths (`files`).
+under their relative paths (`files`). An hf:// repo is the deployable model: `artifact/` is its root, with the
+manifest and its signature beside it; `resume/` stays in the run's local output folder (`hub_files`).
 """
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+from yeto.infra.signing import SIG_FILE
+from yeto.schemas.artifact_layout import deploy_prefix
 from yeto.services.finalizer.artifact import sha256_file
+
+MANIFEST = "manifest.json"
 
 # SkyPilot store schemes and their fsspec protocols (r2 and cos speak S3).
 SCHEMES = {"s3": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "abfs", "r2": "s3", "cos": "s3", "oci": "oci",
@@ -66,20 +71,35 @@ def _upload_fsspec(local: Path, uri: str) -> None:
         remote = f"{root}/{name}"
         if not fs.exists(remote) or fs.size(remote) != (local / name).stat().st_size:
             raise UploadError(f"{uri}/{name} is missing or has the wrong size after upload")
-    if fs.cat_file(f"{root}/manifest.json") != (local / "manifest.json").read_bytes():
+    if fs.cat_file(f"{root}/{MANIFEST}") != (local / MANIFEST).read_bytes():
         raise UploadError(f"{uri}/manifest.json differs from the artifact's manifest after upload")
 
 
-def _upload_hf(local: Path, repo: str) -> None:
-    from huggingface_hub import HfApi, hf_hub_download
+def hub_files(local: Path) -> dict[str, str]:
+    """What an hf:// output uploads: its path in the repo -> its path in the output folder. `artifact/`'s files go
+    to the repo's root (`from_pretrained("org/repo")` loads them), the manifest and its signature beside them; the
+    resume state does not go (it is 2-3x the adapter, and `--resume-from` reads the run's local output folder).
+    A flat folder (a diffusion adapter's, or one finalized before `artifact/`) goes as it is."""
+    names = files(local)
+    prefix = deploy_prefix(names)
+    if not prefix:
+        return {name: name for name in names}
+    return {**{name[len(prefix):]: name for name in names if name.startswith(prefix)},
+            **{name: name for name in (MANIFEST, SIG_FILE) if name in names}}
 
-    api = HfApi()
+
+def _upload_hf(local: Path, repo: str) -> None:
+    from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
+
+    api, plan = HfApi(), hub_files(local)
     api.create_repo(repo, private=True, exist_ok=True)
-    api.upload_folder(repo_id=repo, folder_path=str(local), commit_message="yeto: final artifact")
-    got = Path(hf_hub_download(repo, "manifest.json", force_download=True)).read_bytes()
-    if got != (local / "manifest.json").read_bytes():
-        raise UploadError(f"hf://{repo}/manifest.json differs from the artifact's manifest after upload")
+    api.create_commit(repo_id=repo, commit_message="yeto: final artifact",
+                      operations=[CommitOperationAdd(path_in_repo=there, path_or_fileobj=str(local / here))
+                                  for there, here in sorted(plan.items())])
+    got = Path(hf_hub_download(repo, MANIFEST, force_download=True)).read_bytes()
+    if got != (local / MANIFEST).read_bytes():
+        raise UploadError(f"hf://{repo}/{MANIFEST} differs from the artifact's manifest after upload")
     remote = set(api.list_repo_files(repo))
-    missing = [name for name in files(local) if name not in remote]
+    missing = [name for name in sorted(plan) if name not in remote]
     if missing:
         raise UploadError(f"hf://{repo} lacks {', '.join(missing)} after upload")

@@ -2,8 +2,8 @@
 the lineage key (`manifest["resume"]`) that `yeto launch --resume-from` checks strictly (schemas/lineage.py).
 
 The snapshots are the ones the final cut wrote (`<state>/syncer/<run>/frag-*.safetensors`, at the artifact's
-versions), copied byte for byte as `resume.frag-<p>.safetensors` (flat names: every delivery path copies and hashes
-the artifact's top-level files). A resumed or branched run's syncer seeds its fragments from them.
+versions), copied byte for byte into the output folder's `resume/`, beside the deployable `artifact/`
+(schemas/artifact_layout.py). A resumed or branched run's syncer seeds its fragments from them.
 """
 from __future__ import annotations
 
@@ -12,20 +12,20 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from yeto.schemas.artifact_layout import DEPLOY, RESUME, is_resume_file, resume_name
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.lineage import key_of, tokenizer_digests
 
-PREFIX = "resume."
-
 
 def write(out: Path, snapshot_dir: Path | None) -> list[str]:
-    """Copy the final fragment snapshots into the artifact; the names written (none without snapshots)."""
+    """Copy the final fragment snapshots into `out/resume/`; the names written (none without snapshots)."""
     if snapshot_dir is None or not Path(snapshot_dir).is_dir():
         return []
     names = []
     for src in sorted(Path(snapshot_dir).glob("frag-*.safetensors")):
-        shutil.copyfile(src, out / f"{PREFIX}{src.name}")
-        names.append(f"{PREFIX}{src.name}")
+        (out / RESUME).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, out / resume_name(src.name))
+        names.append(resume_name(src.name))
     return names
 
 
@@ -40,8 +40,8 @@ def describe(out: Path, files: list[str], recipe: dict[str, Any] | LaunchRecipe)
     """`manifest["resume"]`: the lineage key, the layout fingerprint, each fragment's version, each learner's steps."""
     from transformers import AutoTokenizer
 
-    tokenizer_sha, template_sha = tokenizer_digests(AutoTokenizer.from_pretrained(str(out)))
-    headers = {h["fragment"]: h for h in (_header(out / f) for f in sorted(files) if f.startswith(PREFIX))}
+    tokenizer_sha, template_sha = tokenizer_digests(AutoTokenizer.from_pretrained(str(out / DEPLOY)))
+    headers = {h["fragment"]: h for h in (_header(out / f) for f in sorted(files) if is_resume_file(f))}
     steps: dict[str, int] = {}
     for h in headers.values():             # the last step of each learner's pushes that θ holds
         for learner, entry in h.get("ledger", {}).items():
@@ -57,4 +57,4 @@ def describe(out: Path, files: list[str], recipe: dict[str, Any] | LaunchRecipe)
             "data_fingerprint": typed.data_check.fingerprint,
             "versions": {str(p): h["version"] for p, h in sorted(headers.items())},
             "learner_steps": dict(sorted(steps.items())), "start_step": max(steps.values(), default=0),
-            "files": sorted(f for f in files if f.startswith(PREFIX))}
+            "files": sorted(f for f in files if is_resume_file(f))}

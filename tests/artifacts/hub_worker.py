@@ -32,7 +32,7 @@ def main(hub_id: str, commit: str, out: Path) -> None:
                    acked=["island-0"], run=RUN)
     from peft import AutoPeftModelForCausalLM
 
-    loaded = AutoPeftModelForCausalLM.from_pretrained(str(out)).eval()
+    loaded = AutoPeftModelForCausalLM.from_pretrained(str(out / "artifact")).eval()     # the deployable folder
     ids = torch.tensor([[2, 5, 6, 7, 8, 9]])
     with torch.no_grad():
         err = float((loaded(ids).logits - model(ids).logits).abs().max())

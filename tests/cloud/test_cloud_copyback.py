@@ -150,7 +150,8 @@ def test_pull_copies_a_finished_runs_tape_and_artifact_over_tls_and_the_head_sto
         artifact = laptop / "runs" / run_id / "artifact"
         manifest = json.loads((artifact / "manifest.json").read_text())
         assert sha256_of(artifact / "manifest.json") == written["manifest_sha256"] == copied_back["manifest_sha256"]
-        assert sorted(p.name for p in artifact.iterdir()) == sorted(written["files"])
+        assert sorted(p.relative_to(artifact).as_posix() for p in artifact.rglob("*") if p.is_file()) == sorted(written["files"])
+        assert (artifact / "artifact" / "adapter_model.safetensors").is_file() and list((artifact / "resume").iterdir())
         assert all(sha256_of(artifact / name) == sha for name, sha in manifest["files"].items())
         assert copied_back["num_files"] == len(written["files"])
         assert copied_back["tape_rows"] == len([r for r in mine if r[0] <= copied_back["last_seq"]]), copied_back

@@ -96,12 +96,17 @@ def test_the_islands_task_mounts_the_heads_model_copy_and_its_recipe_names_the_i
     assert (learner["model"], learner["data"]) == ("~/.yeto/model/tiny", "org/chat")
 
 
-def test_a_resumes_parent_goes_to_the_head_and_the_syncer_seeds_from_the_copy(tmp_path, monkeypatch):
+@pytest.mark.parametrize("layout", ["output", "flat"])     # flat: a parent finalized before artifact/ and resume/
+def test_a_resumes_parent_goes_to_the_head_and_the_syncer_seeds_from_the_copy(tmp_path, monkeypatch, layout):
     artifact = tmp_path / "runs" / "parent-run" / "artifact"
-    theta = np.arange(6, dtype=np.float32)
+    theta, resume = np.arange(6, dtype=np.float32), "resume/frag-0000" if layout == "output" else "resume.frag-0000"
     frag, _ = snapshot.write(artifact, snapshot.FragmentSnapshot(0, 7, "f", theta, theta + 1, theta))
-    frag.rename(artifact / "resume.frag-0000.safetensors")
-    for name, body in {"manifest.json": b"{}", "adapter_model.safetensors": b"big", "README.md": b"card"}.items():
+    (artifact / "resume").mkdir()
+    frag.rename(artifact / f"{resume}.safetensors")
+    deploy = "artifact/" if layout == "output" else ""
+    for name, body in {"manifest.json": b"{}", f"{deploy}adapter_model.safetensors": b"big",
+                       f"{deploy}README.md": b"card"}.items():
+        (artifact / name).parent.mkdir(exist_ok=True)
         (artifact / name).write_bytes(body)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
@@ -113,7 +118,8 @@ def test_a_resumes_parent_goes_to_the_head_and_the_syncer_seeds_from_the_copy(tm
     assert (shipped["model"], shipped["data"], shipped["sync"]["seed"], shipped["sync"]["seed_momentum"]) == (
         "~/.yeto/head/model/model", "org/chat", "~/.yeto/head/parent/artifact", True)
     parent = heads.bundle_dir(tmp_path / "laptop", "r-m") / "parent"
-    assert sorted(p.name for p in parent.rglob("*")) == ["artifact", "manifest.json", "resume.frag-0000.safetensors"]
+    assert sorted(p.relative_to(parent).as_posix() for p in parent.rglob("*") if p.is_file()) == [
+        "artifact/manifest.json", f"artifact/{resume}.safetensors"]         # not the weights for people
     private(parent)
     (tmp_path / "head" / ".yeto").mkdir(parents=True)
     (tmp_path / "head" / ".yeto" / "head").symlink_to(heads.bundle_dir(tmp_path / "laptop", "r-m"))

@@ -90,7 +90,7 @@ def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(la
     assert head["state"] == "copied" and head["url"].startswith("tls://10.236.")
     assert (laptop.home / "heads" / run / "tape.duckdb").exists()
     artifact = laptop.home / "runs" / run / "artifact"
-    assert any(p.suffix == ".safetensors" for p in artifact.rglob("*")), sorted(artifact.rglob("*"))
+    assert any(p.suffix == ".safetensors" for p in (artifact / "artifact").iterdir()), sorted(artifact.rglob("*"))
     # the run ended: no island job runs on (each finished, or the head cancelled it), none of their processes is left
     api, cancelled = rehearsal.RehearsalSky(), {i for call in rehearsal_world.record(laptop.world)["cancels"] for i in call}
     ended = {j["id"]: rehearsal_world.job_status(api, j["id"]) for j in islands}
@@ -120,8 +120,8 @@ def test_a_cloud_run_resumes_from_a_cloud_parent_whose_artifact_its_head_seeds_f
     done = laptop.launch(run, "--max-steps", "24", "--resume-from", "cloud-r1", "--wait", timeout=500)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{laptop.story()}"
     shipped = laptop.home / "heads" / run / "bundle" / "parent" / "artifact"
-    assert sorted(p.name for p in shipped.iterdir()) == sorted(
-        p.name for p in parent.iterdir() if p.name == "manifest.json" or p.name.startswith("resume."))
+    assert sorted(p.relative_to(shipped).as_posix() for p in shipped.rglob("*") if p.is_file()) == [
+        "manifest.json", *sorted(f"resume/{p.name}" for p in (parent / "resume").iterdir())]     # not artifact/
     for job in laptop.islands(run):      # the learners go on from the parent's step
         assert json.loads(job["envs"]["YETO_RECIPE"])["start_step"] == 16
     query = f"select type from events where run_id = '{run}' and type in ('RunResumed', 'RunFinalized') order by type"

@@ -15,20 +15,21 @@ def round_versions(merged: list[dict]) -> dict[int, list[int]]:
 
 
 def heldout_loss(model_dir: Path, artifact: Path | None, rows: list[dict]) -> float:
-    """Mean next-token loss over whole held-out conversations: of the base model, or of the artifact on it
-    (a peft adapter loaded with PeftModel.from_pretrained, or a full model directory)."""
+    """Mean next-token loss over whole held-out conversations: of the base model, or of a run's output folder's
+    `artifact/` on it (a peft adapter loaded with PeftModel.from_pretrained, or a full model directory)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(2)
     tok = AutoTokenizer.from_pretrained(model_dir)
+    deploy = None if artifact is None else artifact / "artifact"     # the output folder's deployable files
     if artifact is None:
         model = AutoModelForCausalLM.from_pretrained(model_dir)
     elif json.loads((artifact / "manifest.json").read_text())["kind"] == "adapter":
         from peft import PeftModel
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), artifact)
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), deploy)
     else:
-        model = AutoModelForCausalLM.from_pretrained(artifact)
+        model = AutoModelForCausalLM.from_pretrained(deploy)
     model.eval()
     total = count = 0.0
     with torch.no_grad():

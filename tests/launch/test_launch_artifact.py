@@ -45,11 +45,12 @@ def test_lora_state_becomes_a_peft_adapter_that_computes_what_the_trained_model_
     model, state, recipe = trained(model_dir, "lora")
     kind, files, manifest_sha = write_artifact(state, recipe=recipe, out=tmp_path / "a", run_id="r1", versions={0: 3},
                                                acked=["island-0"])
-    assert kind == "adapter" and {"adapter_config.json", "adapter_model.safetensors", "manifest.json"} <= set(files)
-    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), tmp_path / "a").eval()
+    assert kind == "adapter" and {"artifact/adapter_config.json", "artifact/adapter_model.safetensors",
+                                  "manifest.json"} <= set(files)
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), tmp_path / "a" / "artifact").eval()
     with torch.no_grad():
         assert torch.allclose(loaded(IDS).logits, model(IDS).logits, atol=1e-5)
-    assert AutoTokenizer.from_pretrained(tmp_path / "a").chat_template
+    assert AutoTokenizer.from_pretrained(tmp_path / "a" / "artifact").chat_template
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert manifest["files"] == {f: sha256_file(tmp_path / "a" / f) for f in manifest["files"]}
     assert (manifest["versions"], manifest["acked_by"], manifest["data"]) == ({"0": 3}, ["island-0"], {"fingerprint": "ab" * 32})
@@ -63,8 +64,9 @@ def test_full_state_becomes_sharded_safetensors_that_transformers_loads(model_di
     model, state, recipe = trained(model_dir, "full")
     kind, files, _ = write_artifact(state, recipe=recipe, out=tmp_path / "f", run_id="r1", versions={0: 1}, acked=[],
                                     max_shard_size="200KB")
-    assert kind == "full" and "model.safetensors.index.json" in files and sum(f.endswith(".safetensors") for f in files) > 1
-    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "f").eval()
+    assert kind == "full" and "artifact/model.safetensors.index.json" in files
+    assert sum(f.endswith(".safetensors") for f in files) > 1
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "f" / "artifact").eval()
     with torch.no_grad():
         assert torch.allclose(loaded(IDS).logits, model(IDS).logits, atol=1e-5)
 
@@ -80,7 +82,7 @@ def test_the_artifact_tokenizer_pads_as_the_learners_do_when_the_base_has_no_pad
     write_artifact(state, recipe=recipe, out=tmp_path / "a", run_id="r1", versions={0: 1}, acked=[])
     learners = load_tokenizer(resolve(str(base)))
     assert learners.pad_token == learners.eos_token is not None
-    assert AutoTokenizer.from_pretrained(tmp_path / "a").pad_token == learners.pad_token
+    assert AutoTokenizer.from_pretrained(tmp_path / "a" / "artifact").pad_token == learners.pad_token
 
 
 def test_output_is_copied_to_a_local_path_or_uploaded_to_a_store_and_verified(tmp_path):

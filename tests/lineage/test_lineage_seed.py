@@ -1,8 +1,11 @@
-"""What an artifact carries and how a run starts from it, on the real parts: the final cut's fragment snapshots
-copied into the artifact (resume_state.write), `manifest["resume"]` (describe), and the real SyncerCore seeded from
-them (seed.py): θ and the outer momentum for a resume, zero momentum for a branch, never the parent's ledger,
-snapshotted as the new run's own and broadcast as exact f32 keyframes."""
+"""What an output folder carries and how a run starts from it, on the real parts: the final cut's fragment snapshots
+copied into its `resume/`, beside `artifact/` (resume_state.write), `manifest["resume"]` (describe), and the real
+SyncerCore seeded from them (seed.py), or from a flat folder finalized before `resume/`: θ and the outer momentum for
+a resume, zero momentum for a branch, never the parent's ledger, snapshotted as the new run's own and broadcast as
+exact f32 keyframes."""
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
@@ -29,14 +32,27 @@ def artifact(tmp_path):
         snapshot.write(snaps, snapshot.FragmentSnapshot(fragment=p, version=7 + p, fingerprint="fp", theta=theta,
                                                         momentum=momentum, shadow=theta * 0,
                                                         ledger={"island-0": {"generation": 0, "last_step": last}}))
-    out = learner_tiny.write_model_dir(tmp_path / "artifact")
+    out = tmp_path / "output"
+    learner_tiny.write_model_dir(out / "artifact")          # the deployable folder holds the tokenizer
     files = resume_state.write(out, snaps)
     return out, files, snapshot.read_all(snaps)
 
 
+@pytest.fixture()
+def flat(artifact, tmp_path):
+    """The same parent in the flat layout a run finalized before `artifact/` and `resume/` wrote."""
+    out, files, parent = artifact
+    old = tmp_path / "flat"
+    old.mkdir()
+    for name in files:
+        shutil.copyfile(out / name, old / name.replace("resume/", "resume."))
+    return old, parent
+
+
 def test_the_artifact_carries_the_final_snapshots_and_what_a_resume_is_checked_against(artifact):
     out, files, _ = artifact
-    assert files == ["resume.frag-0000.safetensors", "resume.frag-0001.safetensors"]
+    assert files == ["resume/frag-0000.safetensors", "resume/frag-0001.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == ["artifact", "resume"]      # beside, not among, the adapter
     resume = resume_state.describe(out, files, RECIPE)
     assert resume["layout_fingerprint"] == "fp" and resume["versions"] == {"0": 7, "1": 8}
     assert resume["learner_steps"] == {"island-0": 30} and resume["start_step"] == 30
@@ -45,9 +61,11 @@ def test_the_artifact_carries_the_final_snapshots_and_what_a_resume_is_checked_a
     assert resume_state.write(out, out / "no-such-folder") == []
 
 
+@pytest.mark.parametrize("layout", ["output", "flat"])
 @pytest.mark.parametrize("momentum", [True, False], ids=["resume", "branch"])
-def test_a_seeded_syncer_starts_at_the_parents_theta_and_momentum_and_broadcasts_exact_keyframes(artifact, momentum):
-    out, _, parent = artifact
+def test_a_seeded_syncer_starts_at_the_parents_theta_and_momentum_and_broadcasts_exact_keyframes(artifact, flat,
+                                                                                                 momentum, layout):
+    out, parent = (artifact[0], artifact[2]) if layout == "output" else flat
     core = SyncerCore(SyncConfig(num_fragments=2), run_id="r-b")
     outputs = seed.seed(core, {"seed": str(out), "seed_momentum": momentum}, now=0.0)
     for p, s in parent.items():
@@ -67,5 +85,5 @@ def test_a_seeded_syncer_starts_at_the_parents_theta_and_momentum_and_broadcasts
 def test_no_seed_is_no_change_and_a_folder_without_resume_files_is_refused(tmp_path):
     core = SyncerCore(SyncConfig(num_fragments=2), run_id="r-b")
     assert seed.seed(core, {}, now=0.0) == [] and not core.fragments
-    with pytest.raises(ValueError, match="holds no resume.frag"):
+    with pytest.raises(ValueError, match="holds no resume/frag"):
         seed.seed(core, {"seed": str(tmp_path)}, now=0.0)

@@ -38,7 +38,7 @@ def test_a_finalized_runs_artifact_verifies_against_the_key_on_its_tape(tmp_path
         assert prov["base"] == pin_model(str(model)) and prov["data"]["files"] == {"chat.jsonl": sha256_file(data)}
         assert [i["island"] for i in prov["fleet"]] == [0, 1] and prov["rounds_merged"] > 0
         assert set(prov["learner_steps"]) == {"island-0", "island-1"}
-        card = (artifact / "README.md").read_text()         # the model card: losses from the tape, a local base
+        card = (artifact / "artifact" / "README.md").read_text()     # the model card: losses from the tape, a local base
         assert "library_name: peft" in card and f"the local model `{model}` (no Hub id" in card
         assert re.search(r"\| island-0 \| \d+ \| \d+\.\d{4} \|", card) and "Rounds merged: 0." not in card
     finally:

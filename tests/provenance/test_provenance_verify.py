@@ -86,16 +86,16 @@ def test_the_manifest_records_provenance_and_verify_passes_and_says_what_it_reco
 
 def test_a_tampered_removed_or_added_file_fails_verify_naming_the_file(artifact, tmp_path, capsys):
     folder = copy(artifact[1], tmp_path)
-    weights = folder / "adapter_model.safetensors"
+    weights = folder / "artifact" / "adapter_model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
-    (folder / "tokenizer.json").unlink()
+    (folder / "artifact" / "tokenizer.json").unlink()
     (folder / "backdoor.py").write_text("print('hi')")
     assert main(["verify", str(folder)]) == 1
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAILED")]
-    assert failed == ["FAILED adapter_model.safetensors: changed (sha256 " + failed[0].split("sha256 ")[1],
-                      "FAILED tokenizer.json: missing",
+    assert failed == ["FAILED artifact/adapter_model.safetensors: changed (sha256 " + failed[0].split("sha256 ")[1],
+                      "FAILED artifact/tokenizer.json: missing",
                       "FAILED backdoor.py: not in the manifest (added after the run wrote it)"]
     assert main(["verify", str(folder), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)

@@ -13,6 +13,7 @@ from pathlib import Path
 from yeto.cli.common import state_dir
 from yeto.cli.verify import MANIFEST, check_artifact
 from yeto.infra.signing import SIG_FILE, public_hex, sign, stack_key
+from yeto.schemas.artifact_layout import DEPLOY
 from yeto.services.finalizer.api import code_version, sha256_file
 
 PROBE = "Yeto merges adapters into their base model."
@@ -33,7 +34,8 @@ def out_dtype(choice: str, source) -> str:
 def register(sub) -> None:
     p = sub.add_parser("merge", help="fold a LoRA adapter into its base; write sharded SafeTensors",
                        description=__doc__.splitlines()[0])
-    p.add_argument("adapter", help="the adapter directory (a run's artifact: adapter_config.json + adapter_model.safetensors)")
+    p.add_argument("adapter", help="a run's output folder (manifest.json, artifact/ with adapter_config.json and "
+                                   "adapter_model.safetensors), its artifact/, or an adapter directory")
     p.add_argument("--out", required=True, help="directory for the merged model (must not exist or be empty)")
     p.add_argument("--base", default=None, help="base model (alias, HF id, directory or .gguf); default: the manifest's")
     p.add_argument("--force", action="store_true", help="merge into a --base other than the one the run trained on")
@@ -43,6 +45,16 @@ def register(sub) -> None:
     p.add_argument("--verbose", action="store_true",
                    help="show the libraries' progress bars and deprecation notices (GGUF dequantizing, shard writing)")
     p.set_defaults(func=cmd_merge)
+
+
+def locate(given: Path) -> tuple[Path, Path]:
+    """(the folder whose manifest to check, the adapter's folder) for a run's output folder, its `artifact/`
+    (schemas/artifact_layout.py), or a flat folder (finalized before `artifact/`, or a bare adapter)."""
+    if (given / DEPLOY / "adapter_config.json").exists():
+        return given, given / DEPLOY
+    if given.name == DEPLOY and not (given / MANIFEST).exists() and (given.parent / MANIFEST).exists():
+        return given.parent, given
+    return given, given
 
 
 def check_manifest(adapter: Path) -> dict:
@@ -98,12 +110,12 @@ def merge(args) -> int:
     from yeto.infra.source_pins import pinned_source
     from yeto.learners.torch.api import load_model, load_tokenizer
 
-    adapter, out = Path(args.adapter), Path(args.out)
+    (root, adapter), out = locate(Path(args.adapter)), Path(args.out)
     if not (adapter / "adapter_config.json").exists():
-        raise ValueError(f"{adapter} is not a LoRA adapter directory (no adapter_config.json)")
+        raise ValueError(f"{adapter} is not a LoRA adapter directory (no adapter_config.json, nor {DEPLOY}/ holding one)")
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not empty; pick a new --out")
-    manifest = check_manifest(adapter)
+    manifest = check_manifest(root)
     base = pick_base(args, manifest)
     # The run's base at its pinned revision, local files checked against their hashes; --force skips the pin.
     pin = manifest.get("provenance", {}).get("base") if base == manifest.get("base_model") else None
@@ -123,7 +135,7 @@ def merge(args) -> int:
     merged.save_pretrained(str(out), max_shard_size=args.max_shard_size, safe_serialization=True)
     tokenizer.save_pretrained(str(out))
     key = stack_key(state_dir(args))      # this machine's stack key signs what it merged (`yeto verify OUT`)
-    text = json.dumps(merged_manifest(args, manifest, adapter, out, base, err, key), indent=2, sort_keys=True)
+    text = json.dumps(merged_manifest(args, manifest, root, out, base, err, key), indent=2, sort_keys=True)
     (out / MANIFEST).write_text(text)
     (out / SIG_FILE).write_text(sign(key, text.encode()) + "\n")
     files = sorted(p.name for p in out.iterdir())

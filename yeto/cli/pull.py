@@ -6,16 +6,26 @@ import asyncio
 from yeto.cli.common import conf, run_id_arg, url_for_run
 from yeto.infra.head import records as heads
 from yeto.infra.run_paths import run_path
+from yeto.schemas.artifact_layout import DEPLOY, RESUME
 
 
 def register(sub) -> None:
     p = sub.add_parser("pull", help="copy an ended cloud run's tape and artifact back from its head VM",
                        description="Replays the run's events from its head into <state>/heads/RUN/tape.duckdb, fetches "
-                                   "the artifact when it lives only on the head into <state>/runs/RUN/artifact (each "
-                                   "file checked against the manifest), then tells the head it may go. Afterwards "
+                                   "the output folder when it lives only on the head into <state>/runs/RUN/artifact "
+                                   "(artifact/ to deploy, resume/ to resume from; each file checked against the "
+                                   "manifest), then tells the head it may go. Afterwards "
                                    "`yeto status/sql/tape` answer for the run from the copy. Safe to repeat.")
     p.add_argument("run", type=run_id_arg, help="the run id")
     p.set_defaults(func=cmd_pull)
+
+
+def layout_of(folder) -> str:
+    """Where the pulled output folder's deployable files and resume state are (schemas/artifact_layout.py)."""
+    if (folder / DEPLOY).is_dir():
+        resume = f"; the resume state is in {folder / RESUME}" if (folder / RESUME).is_dir() else ""
+        return f"{folder / DEPLOY}{resume}"
+    return f"{folder} (a flat folder: finalized before {DEPLOY}/ and {RESUME}/)"
 
 
 def cmd_pull(args) -> int:
@@ -37,7 +47,8 @@ def cmd_pull(args) -> int:
     copied = asyncio.run(copy_back(c.state_dir, run, url))
     print(f"copied run {run}: {copied.tape_rows} events to {heads.copied_tape(c.state_dir, run)}")
     if copied.num_files:
-        print(f"  artifact: {copied.num_files} files, each matching the manifest, in "
-              f"{run_path(c.state_dir, run, 'artifact')}")
+        folder = run_path(c.state_dir, run, "artifact")
+        print(f"  output: {copied.num_files} files, each matching the manifest, in {folder}")
+        print(f"  deploy {layout_of(folder)}")
     print("  the head stops itself now (RunCopiedBack published)")
     return 0

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from yeto.cli.common import conf
 from yeto.infra.head.records import HEAD_STATE
 from yeto.infra.run_paths import run_path
+from yeto.schemas.artifact_layout import DEPLOY, RESUME
 from yeto.schemas.base import check_run_id
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.launch_recipe import LaunchRecipe
@@ -27,10 +28,13 @@ def add_arguments(p) -> None:
 
 
 def find_artifact(target: str, state_dir: Path) -> Path:
-    """An artifact directory (with manifest.json) as given, or the one the finalizer wrote for run `target`."""
+    """A run's output folder (with manifest.json) as given, or the one the finalizer wrote for run `target`; its
+    `artifact/` given names the folder above it (schemas/artifact_layout.py)."""
     given = Path(target).expanduser()
     if (given / "manifest.json").is_file():
         return given.resolve()
+    if given.name == DEPLOY and (given.parent / "manifest.json").is_file():
+        return given.parent.resolve()
     try:
         check_run_id(target)
     except ValueError:
@@ -76,8 +80,8 @@ def apply(args, launch: LaunchRun) -> tuple[LaunchRun, list]:
     manifest, resume = json.loads(text), json.loads(text).get("resume")
     parent = manifest.get("run_id", target)
     if not resume or not resume.get("files"):
-        raise ValueError(f"--{kind}-from {target}: {folder} carries no resume state (resume.frag-*.safetensors): an "
-                         f"artifact written before Yeto kept it, or a merged model; train a new run instead")
+        raise ValueError(f"--{kind}-from {target}: {folder} carries no resume state ({RESUME}/frag-*.safetensors): "
+                         f"an artifact written before Yeto kept it, or a merged model; train a new run instead")
     recipe = LaunchRecipe.upcast(launch.recipe)
     train = recipe.train
     if mismatches := compare(parent_key(manifest), child_key(recipe), kind):
