@@ -9,7 +9,9 @@ Three watches feed the inbox and the final watch: the run's keyframes headers on
 joining learner sees the whole model's announcements at once), its deltas, and its CheckpointMarkedFinal.
 The bus re-creates watches after a server restart (a 1 s heartbeat notices it).
 A credential the server refuses (tampered, revoked, of an ended run) ends the process with one line and exit status
-3 (REFUSED_EXIT): retrying it would never succeed. A lost connection is retried while training goes on.
+3 (REFUSED_EXIT): retrying it would never succeed. So does a credential the server takes but that is another island's
+(its own subjects refused for good, learners/transport/denials.py), with exit status 4 (DENIED_EXIT).
+A lost connection is retried while training goes on.
 """
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ from typing import Any, NoReturn
 from yeto.infra.bus import Bus, Delivery
 from yeto.infra.bus import connect as connect_bus
 from yeto.infra.bus.nats_bus import CredentialRefused, NatsBus, redact
+from yeto.infra.bus.perms import granted
 from yeto.learners.layout import Layout
 from yeto.learners.transport import rendezvous
+from yeto.learners.transport.denials import OwnDenials
 from yeto.learners.transport.final import FinalWatch
 from yeto.learners.transport.inbox import Inbox
 from yeto.learners.transport.keyframes import KeyframeIndex, fetch
@@ -35,13 +39,13 @@ from yeto.schemas.base import Event
 from yeto.schemas.fragments import FragmentHeader
 from yeto.schemas.subjects import event_subject, run_deltas, run_keyframes
 
-REFUSED_EXIT = 3
+REFUSED_EXIT, DENIED_EXIT = 3, 4
 
 
-def refused(message: str) -> NoReturn:
+def refused(message: str, code: int = REFUSED_EXIT) -> NoReturn:
     """Leave the process from the bus thread (the training thread may be anywhere: building the model, a step)."""
     print(f"learner stopped: {message}", file=sys.stderr, flush=True)
-    os._exit(REFUSED_EXIT)
+    os._exit(code)
 
 
 class NatsTransport:
@@ -118,6 +122,9 @@ class NatsTransport:
         except CredentialRefused as e:
             refused(str(e))
         later = asyncio.ensure_future(self._refused_later(bus.refused)) if isinstance(bus, NatsBus) else None
+        if isinstance(bus, NatsBus):
+            denials = OwnDenials(granted(self.run_id, self.learner))
+            bus.on_denied.append(lambda subject: self._denied(denials, subject, bus.num_acked))
         moves = asyncio.ensure_future(rendezvous.follow(bus.nc, self.rendezvous, self.run_id, self.url)) \
             if self.rendezvous and isinstance(bus, NatsBus) else None
         watches = [await bus.watch(run_keyframes(self.run_id), self._on_global, deliver="last_per_subject", headers_only=True),
@@ -135,6 +142,13 @@ class NatsTransport:
         await event.wait()
         refused(f"the bus at {redact(self.url)} refused this learner's credential when it reconnected (authorization "
                 f"violation): it was revoked, or its run has ended")
+
+    def _denied(self, denials: OwnDenials, subject: str, num_acked: int) -> None:
+        if denials.refused(subject, time.monotonic(), num_acked):
+            refused(f"the bus at {redact(self.url)} refused this learner's own subjects for {denials.stop_after_s:.0f}s "
+                    f"(permissions violation, {denials.count} times, the last on {subject}): the credential in "
+                    f"$YETO_NATS_CREDS is not the one issued to {self.learner} of run {self.run_id} (another island's, "
+                    f"or a tampered token); give this learner its own", DENIED_EXIT)
 
     async def _on_global(self, delivery: Delivery) -> None:
         header = self.inbox.add(delivery.headers, delivery.data)

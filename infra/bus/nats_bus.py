@@ -5,6 +5,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -47,6 +48,10 @@ class CredentialRefused(ConnectionError):
     """The server refused this connection's credential (an authorization violation) for REFUSED_S on end."""
 
 
+# A publish the server refused on a connection it keeps (permissions violation); nats-py lower-cases the line.
+DENIED = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
+
+
 def refusal(e: Exception) -> bool:
     return isinstance(e, AuthorizationError) or "authorization violation" in str(e).lower()
 
@@ -68,6 +73,8 @@ class NatsBus:
     def __init__(self, nc, name: str):
         self.nc, self.js, self.name = nc, nc.jetstream(timeout=5.0), name
         self.refused = asyncio.Event()
+        self.on_denied: list[Callable[[str], None]] = []   # told each subject the server refused a publish on
+        self.num_acked = 0                                   # publishes the stream acknowledged
 
     @classmethod
     async def connect(cls, url: str, *, name: str = "yeto", connect_timeout: float = 10.0) -> NatsBus:
@@ -86,9 +93,13 @@ class NatsBus:
         # service through a server restart), refused and unauthorized alike: the deadline is ours to keep.
         nc, errors, refused, since = nats.NATS(), list[Exception](), asyncio.Event(), list[float]()
         loop = asyncio.get_running_loop()
+        on_denied: list[Callable[[str], None]] = []
 
         async def on_error(e: Exception) -> None:
             errors[:] = [e]       # the last one, for the message should the deadline pass
+            if (denied := DENIED.search(str(e))) is not None:
+                for listener in on_denied:
+                    listener(denied[1])
             if since:     # refused already: told once, the rest (refusals, the resets after them) would only repeat it
                 if refusal(e) and loop.time() - since[0] >= REFUSED_S:
                     refused.set()
@@ -126,6 +137,7 @@ class NatsBus:
                                   f"up? (`yeto stack up`)") from None
         bus = cls(nc, name)
         bus.refused = refused    # set should a later reconnection meet only refusals for REFUSED_S
+        bus.on_denied = on_denied
         return bus
 
     async def publish(self, msg: Message, *, retry_for: float = 60.0) -> int:
@@ -141,6 +153,7 @@ class NatsBus:
         while True:
             try:
                 ack = await self.js.publish(subject, payload, headers=hdrs or None)
+                self.num_acked += 1
                 return ack.seq
             except Exception as e:
                 if not retryable(e):

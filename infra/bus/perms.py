@@ -23,6 +23,7 @@ and reloading, and it is all testable here today; JWT accounts would mint creden
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from yeto.schemas.subjects import (
     CMD_PREFIX,
@@ -39,6 +40,7 @@ from yeto.schemas.subjects import (
     learner_event_subject,
     log_subject,
     run_keyframes,
+    subject_matches,
 )
 
 API = "$JS.API"
@@ -91,6 +93,13 @@ def learner_permissions(run_id: str, learner: str) -> dict:
                                                                        # (seq, last_by_subj) could name any run's
         *(f"$JS.FC.{s}.>" for s in (GKEY_STREAM, GDELTA_STREAM, EVT_STREAM))]},
         "subscribe": {"allow": [f"{learner_inbox(run_id, learner)}.>"]}}
+
+
+def granted(run_id: str, learner: str) -> Callable[[str], bool]:
+    """Whether learner `learner` of `run_id`'s own credential may publish a subject. Case-blind: nats-py reports a
+    permissions violation's subject lower-cased."""
+    allowed = [p.lower() for p in learner_permissions(run_id, learner)["publish"]["allow"]]
+    return lambda subject: any(subject_matches(p, subject.lower()) for p in allowed)
 
 
 def users_conf(*, operator: dict, service: dict, learners: dict[tuple[str, str], dict]) -> str:
