@@ -129,13 +129,13 @@ def _has_torchft() -> bool:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """One real run over shaped links, shared by the tests below: ddp, the Yeto fault arm with the replacement (the
-    Yeto arms' path plus the kill and the launcher's replacement) and, when torchft-nightly is installed, torchft at
-    its best; a few steps, H 8 so rounds merge."""
+    Yeto arms' path plus the kill and the launcher's replacement), the frozen island and, when torchft-nightly is
+    installed, torchft at its best; a few steps, H 8 so rounds merge."""
     why = _why_not()
     if why:
         pytest.skip(f"benchmarks/wan.py {why}")
     out_json = tmp_path_factory.mktemp("wan") / "wan.json"
-    arms = "ddp,yeto-replace" + (",torchft-best" if _has_torchft() else "")
+    arms = "ddp,yeto-replace,yeto-freeze" + (",torchft-best" if _has_torchft() else "")
     run = subprocess.Popen([sys.executable, str(SCRIPT), "--steps", "24", "--eval-every", "8", "--rate", "50mbit",
                             "--kill-frac", "0.5", "--arms", arms, "--yeto-flag=--sync-every=8", "--ft-sync-every", "12",
                             "--json", str(out_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -183,6 +183,23 @@ def test_wan_tiny_real_fault_is_measured_on_the_global_model(tiny_run):
     assert 0 < g["goodput_time"] < g["goodput_tokens"] <= 1.0        # paid seconds include start-up and evaluation
     assert any(line.startswith("target next global <= 5 s after IslandExited (yeto-replace)") for line in lines)
     assert any(line.startswith("yeto-replace after the kill:") and "the replacement in a merged round" in line for line in lines)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_wan_tiny_real_freeze_is_left_behind_without_anyone_reporting_it(tiny_run):
+    lines, data = tiny_run
+    frozen = data["results"]["yeto-freeze"]
+    assert frozen["artifact"] > 0, "the run with a frozen learner was finalized and its artifact scored"
+    kill = frozen["global"]["kill"]
+    # nobody reported the island until the survivor had finished: the syncer found it silent on its own and the
+    # global model moved on without it (two islands: the quorum is both, so no round could merge without it before)
+    assert kill["fault"] == "freeze" and kill["exited_to_next_global_s"] is None
+    assert kill["kill_to_next_global_s"] is not None and kill["rounds_merged_while_down"] >= 1
+    assert kill["silence_bound_s"] >= 3.0 and kill["frozen_step_s"] > 0
+    assert frozen["global"]["paid_island_s"] > frozen["wall_s"], "the frozen island is paid until it is stopped"
+    assert any(line.startswith("yeto-freeze after the freeze: next merged global") for line in lines)
+    assert not any("IslandExited (yeto-freeze)" in line for line in lines)
 
 
 ECHO = """
@@ -282,8 +299,62 @@ def test_wan_faults_report_pairs_each_fault_arm_with_its_seeds_fault_free_artifa
     lines = report.faults_table([run(0, 2, 4.02, 0.2), run(1, 2, 4.08, 0.4), run(2, 2, 4.12, 6.0),
                                  run(0, 3, 4.0, 0.1)])
     rows = [line for line in lines if line.startswith("| yeto-fault |")]
-    assert rows[0] == ("| yeto-fault | 2 | 0,1,2 | +1.83 [-1.29, +4.96] | 1/3 | 2.20 [-5.98, 10.38] (max 6.00) | 2/3 "
-                       "| 2.30 [-5.88, 10.48] | 40.0 [40.0, 40.0] | - | 0.960 [0.960, 0.960] | 0.500 [0.500, 0.500] |")
-    assert rows[1].startswith("| yeto-fault | 3 | 0 | +0.00 (n=1) | 1/1 | 0.10 (n=1) (max 0.10) | 1/1 |")
+    assert rows[0] == ("| yeto-fault | 2 | 0,1,2 | +1.83 [-1.29, +4.96] | 1/3 | - | - | 2.20 [-5.98, 10.38] (max 6.00) "
+                       "| 2/3 | 2.30 [-5.88, 10.48] | - | 40.0 [40.0, 40.0] | - | 0.960 [0.960, 0.960] "
+                       "| 0.500 [0.500, 0.500] |")
+    assert rows[1].startswith("| yeto-fault | 3 | 0 | +0.00 (n=1) | 1/1 | - | - | 0.10 (n=1) (max 0.10) | 1/1 |")
     assert report.faults_table([({"argv": [], "results": {"yeto": {}}}, wan.parser().parse_args([]))]) == [
         "no run with a fault arm and a fault-free yeto arm"]
+
+
+def test_wan_faults_report_scores_each_fault_row_against_the_survivors_only_run():
+    """The bar a fault row must meet: its artifact no worse than the run that trained only the survivors from the start
+    (paired by seed, 95% interval); a freeze row has no IslandExited time, its silence bound instead."""
+    import argparse
+
+    import lib_wan_report as report
+    import wan
+
+    def run(seed, alone, fault, frozen):
+        kill = {"kill_to_next_global_s": 0.2, "exited_to_next_global_s": 0.1, "rounds_merged_while_down": 40,
+                "launcher_exited_after_kill_s": 0.1}
+        glob = {"goodput_tokens": 0.9, "tokens_merged": 900.0, "tokens_trained": 1000, "goodput_time": 0.5,
+                "useful_island_s": 5.0, "paid_island_s": 10.0}
+        freeze = {"kill_to_next_global_s": 4.0 + seed, "exited_to_next_global_s": None, "rounds_merged_while_down": 38,
+                  "fault": "freeze", "silence_bound_s": 3.0, "frozen_step_s": 0.1}
+        res = {"yeto": _arm([(1.0, 10, 4.5)], 4.0, 1e6, artifact=4.0),
+               "yeto-survivors": _arm([(1.0, 10, 4.5)], 4.1, 1e6, artifact=alone),
+               "yeto-fault": _arm([(1.0, 10, 4.5)], 4.1, 1e6, artifact=fault, **{"global": {**glob, "kill": kill}}),
+               "yeto-freeze": _arm([(1.0, 10, 4.5)], 4.1, 1e6, artifact=frozen, **{"global": {**glob, "kill": freeze}})}
+        argv = ["--seed", str(seed), "--learners", "2"]
+        return {"argv": argv, "results": res}, wan.parser().parse_args(argv)
+
+    # survivors 4.02 at every seed (+0.50% vs fault-free); the kill row 4.00, 4.01, 4.02 against it: -0.50, -0.25, 0 %
+    # (mean -0.25, sd 0.25, half-width 4.3027 x 0.25 / sqrt 3 = 0.62: no worse); the freeze row 4.08 at every seed:
+    # +1.49% each, interval [+1.49, +1.49] above 0: worse than never having had the island
+    runs = [run(s, 4.02, 4.00 + 0.01 * s, 4.08) for s in range(3)]
+    rows = {line.split(" | ")[0][2:]: line for line in report.faults_table(runs) if line.startswith("| yeto-")}
+    assert rows["yeto-survivors"].startswith("| yeto-survivors | 2 | 0,1,2 | +0.50 [+0.50, +0.50] | 3/3 | - | - | - | - |")
+    assert rows["yeto-fault"].startswith("| yeto-fault | 2 | 0,1,2 | +0.25 [-0.37, +0.87] | 3/3 "
+                                         "| -0.25 [-0.87, +0.37] | MET | 0.10 [0.10, 0.10] (max 0.10) | 3/3 | 0.20")
+    assert rows["yeto-freeze"].startswith("| yeto-freeze | 2 | 0,1,2 | +2.00 [+2.00, +2.00] | 0/3 | +1.49 [+1.49, +1.49] "
+                                          "| NOT MET | - | - | 5.00 [2.52, 7.48] | 3.00 [3.00, 3.00] | 38.0")
+    # one run's table: both deltas, and the freeze's next global beside the syncer's silence bound
+    res, args = runs[0][0]["results"], argparse.Namespace(target_frac=1.0, steps=20)
+    lines = report.table(res, args)
+    assert any("no worse than the survivors-only run's (yeto-fault): MET (-0.50%)" in line for line in lines)
+    assert any("no worse than the survivors-only run's (yeto-freeze): NOT MET (+1.49%)" in line for line in lines)
+    assert any(line.startswith("yeto-freeze after the freeze: next merged global 4.00 s after the freeze (the syncer's "
+                               "silence bound 3.00 s") for line in lines)
+    assert not any("IslandExited (yeto-freeze)" in line for line in lines)
+
+
+def test_wan_plans_the_freeze_and_survivors_arms_and_refuses_them_on_one_island():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--learners", "3", "--arms",
+                          "yeto,yeto-survivors,yeto-freeze"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "yeto-survivors (yeto on 2 island(s): the survivors-only reference)" in out.stdout
+    assert "freeze: SIGSTOP learner 1 at step 96 of learner 0" in out.stdout and "fault:" not in out.stdout
+    alone = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--learners", "1", "--arms", "yeto,yeto-freeze"],
+                           capture_output=True, text=True, timeout=60)
+    assert alone.returncode != 0 and "need --learners >= 2, not 1" in alone.stderr
