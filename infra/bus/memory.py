@@ -105,8 +105,13 @@ class MemoryBus:
             raise TimeoutError(f"no answer on {subject}: {e!r}") from None
 
     async def serve(self, subject: str, handler: Callable[[bytes], Awaitable[bytes]], *,
-                    queue: str = "") -> MemorySubscription:
-        entry = (subject, handler)
+                    queue: str = "", concurrency: int = 1) -> MemorySubscription:
+        slots = asyncio.Semaphore(max(1, concurrency))     # as over NATS: at most `concurrency` answered at once
+
+        async def bounded(payload: bytes) -> bytes:
+            async with slots:
+                return await handler(payload)
+        entry = (subject, bounded)
         self.servers.append(entry)
         return MemorySubscription(lambda: self.servers.remove(entry))
 

@@ -214,14 +214,29 @@ class NatsBus:
             raise TimeoutError(f"no answer on {subject} within {timeout_s:.0f}s") from None
 
     async def serve(self, subject: str, handler: Callable[[bytes], Awaitable[bytes]], *,
-                    queue: str = "") -> NatsSubscription:
-        async def on_request(msg) -> None:
+                    queue: str = "", concurrency: int = 1) -> NatsSubscription:
+        """nats-py runs a subscription's callback once at a time; with `concurrency` N > 1 each request is answered in
+        a task of its own, at most N at once (the rest wait in the subscription's queue), so a slow one holds back
+        no other."""
+        running: set[asyncio.Task[None]] = set()
+        slots = asyncio.Semaphore(concurrency)
+
+        async def answer(msg) -> None:
             try:
                 reply = await handler(msg.data)
             except Exception:  # the requester times out; the service goes on
                 log.exception("handler of %s failed", subject)
                 return
             await msg.respond(reply)
+
+        async def on_request(msg) -> None:
+            if concurrency <= 1:
+                await answer(msg)
+                return
+            await slots.acquire()
+            task = asyncio.create_task(answer(msg))
+            running.add(task)
+            task.add_done_callback(lambda t: (running.discard(t), slots.release()))
 
         return NatsSubscription(await self.nc.subscribe(subject, queue=queue, cb=on_request))
 

@@ -89,8 +89,9 @@ class Bus(Protocol):
         ...
 
     async def serve(self, subject: str, handler: Callable[[bytes], Awaitable[bytes]], *,
-                    queue: str = "") -> Subscription:
-        """Answer requests on `subject` with handler(payload); instances sharing `queue` split them."""
+                    queue: str = "", concurrency: int = 1) -> Subscription:
+        """Answer requests on `subject` with handler(payload); instances sharing `queue` split them. At most
+        `concurrency` are answered at once (1: one after another)."""
         ...
 
     async def close(self) -> None: ...

@@ -5,9 +5,11 @@ DuckDB lets one process hold a file read-write and no other process read it mean
 bound every allocation (`select list(range(300000000))` took the writer past 4 GB, and an interrupt is only a request).
 So a query is answered by sandbox.py's process (RLIMIT_AS, killed at the deadline) reading a snapshot: under the
 writer's flush lock (no INSERT in flight) the tape is CHECKPOINTed and its file copied by `cp`, once per tape position
-(a query on an unchanged tape reuses the copy). The query process is a worker started ahead and kept: it answers one
-query after another, so a query pays neither the interpreter's nor DuckDB's start; past its deadline it is killed and the
-next one started at once. A reply is encoded row by row and refused the moment it passes the bus's payload limit.
+(a query on an unchanged tape reuses the copy). Query processes are a small pool of workers (POOL) started ahead and
+kept: each answers one query after another, so a query pays neither the interpreter's nor DuckDB's start, and queries
+are answered concurrently, so one running to its deadline holds back no other while a worker is free (the bus serves
+POOL requests at once); past its deadline a worker is killed and its replacement started at once. A reply is encoded
+row by row and refused the moment it passes the bus's payload limit.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
     from yeto.infra.tape.store import TapeStore
 
 ENVELOPE_BYTES = 1024   # headroom for the reply's subject and headers within max_payload
+POOL = 3                # query workers: ~40 MiB RSS each idle (DuckDB loaded), each capped by sandbox.MEMORY_BYTES
 
 
 def encode_reply(cur: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int, max_bytes: int) -> bytes:
@@ -60,7 +63,7 @@ class Responder:
     Made inside the writer's event loop: it starts the query worker at once."""
 
     def __init__(self, store: TapeStore, lock: asyncio.Lock, *, timeout_s: float, max_payload: int,
-                 memory_bytes: int = sandbox.MEMORY_BYTES):
+                 memory_bytes: int = sandbox.MEMORY_BYTES, pool: int = POOL):
         self.store, self.lock, self.timeout_s, self.memory_bytes = store, lock, timeout_s, memory_bytes
         self.max_bytes = max_payload - ENVELOPE_BYTES
         self.dir = snapshot_dir(store.path)
@@ -70,7 +73,11 @@ class Responder:
         self.current_seq = -1
         self.readers: Counter[Path] = Counter()
         self.names = itertools.count()
-        self.worker: asyncio.Task[asyncio.subprocess.Process] = asyncio.create_task(self._start())
+        self.pool = pool
+        self.idle: asyncio.Queue[asyncio.Task[asyncio.subprocess.Process]] = asyncio.Queue()   # started or starting
+        self.procs: set[asyncio.subprocess.Process] = set()                                   # every worker alive
+        for _ in range(pool):
+            self.idle.put_nowait(asyncio.create_task(self._start()))
 
     async def answer(self, request: bytes) -> bytes:
         """Reply {columns, types, rows, truncated}, or {error} saying what to change; never raises."""
@@ -128,46 +135,53 @@ class Responder:
             shutil.rmtree(path.with_name(path.name + ".tmp"), ignore_errors=True)   # DuckDB's spill, if any
 
     async def _start(self) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(*sandbox.command(self.memory_bytes), stdin=asyncio.subprocess.PIPE,
+        proc = await asyncio.create_subprocess_exec(*sandbox.command(self.memory_bytes), stdin=asyncio.subprocess.PIPE,
                                                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
                                                     limit=self.max_bytes + (64 << 10))
-
-    async def _process(self) -> asyncio.subprocess.Process:
-        """The worker: started ahead (importing while the writer waits for the first query), it answers one query after
-        another; one that died is replaced."""
-        proc = await self.worker
-        if proc.returncode is not None:
-            self.worker = asyncio.create_task(self._start())
-            proc = await self.worker
+        self.procs.add(proc)
         return proc
 
-    async def _replace(self, proc: asyncio.subprocess.Process) -> None:
-        """Kill the worker (past its deadline, or broken) and start the next one at once."""
+    async def _kept(self, proc: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
+        return proc
+
+    async def _replace(self, proc: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
+        """Kill a worker (past its deadline, or broken) and start the next one at once."""
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
-        self.worker = asyncio.create_task(self._start())
+        self.procs.discard(proc)
+        return await self._start()
 
     async def _run(self, path: Path, sql: str, max_rows: int) -> bytes:
-        proc = await self._process()
+        """On a free worker (waiting for one while all POOL answer); the worker goes back to the pool, or its
+        replacement does: the pool never shrinks."""
+        proc = await (await self.idle.get())
+        if proc.returncode is not None:         # it died while it waited
+            self.procs.discard(proc)
+            proc = await self._start()
         assert proc.stdin is not None and proc.stdout is not None
+        line = b""
         try:
             proc.stdin.write(sandbox.request(path, sql, max_rows, self.max_bytes))
             await proc.stdin.drain()
             line = await asyncio.wait_for(proc.stdout.readline(), self.timeout_s)
         except asyncio.TimeoutError:
-            await self._replace(proc)
+            self.idle.put_nowait(asyncio.create_task(self._replace(proc)))
             raise sandbox.killed(self.timeout_s) from None
         except (BrokenPipeError, ConnectionResetError, ValueError):   # it died, or its line passed the reply's bound
-            line = b""
-        if not line.endswith(b"\n"):                                  # it ended without an answer: its memory limit
-            await self._replace(proc)
+            pass
+        healthy = line.endswith(b"\n")
+        self.idle.put_nowait(asyncio.create_task(self._kept(proc) if healthy else self._replace(proc)))
+        if not healthy:                                               # it ended without an answer: its memory limit
+            await proc.wait()                                         # (killed by its replacement's start if not)
             sandbox.reply(proc.returncode, b"", self.memory_bytes)
         return line[:-1]
 
     async def close(self) -> None:
-        proc = await self.worker
-        if proc.returncode is None:
-            proc.kill()
+        while not self.idle.empty():
+            await self.idle.get_nowait()
+        for proc in list(self.procs):
+            if proc.returncode is None:
+                proc.kill()
             await proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)

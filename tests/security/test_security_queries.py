@@ -2,9 +2,11 @@
 query had no time limit at all. With the stack down, `yeto sql`, `yeto status` and the rest read the tape file in a
 process of their own (infra/tape/sandbox.py): it is stopped within its deadline + 2 s, stays under its memory limit,
 and the CLI's own memory does not move. With the stack up, the tape writer runs each query the same way over a copy of
-its tape (infra/tape/responder.py): the writer's memory does not move either, and it goes on answering."""
+its tape (infra/tape/responder.py): the writer's memory does not move either, and it goes on answering, several queries
+at once: one running to its deadline holds back no quick one."""
 from __future__ import annotations
 
+import asyncio
 import resource
 import time
 from pathlib import Path
@@ -12,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from hostile_stack import QUERY_TIMEOUT_S
-from waiting import wait_for
+from waiting import until_answered, wait_for
 from yeto.cli.main import main
+from yeto.infra.bus import connect
 from yeto.infra.tape import sandbox
-from yeto.infra.tape.responder import snapshot_dir
-from yeto.infra.tape.sql import query_file
+from yeto.infra.tape.responder import POOL, snapshot_dir
+from yeto.infra.tape.sql import ask, query_file
 from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import to_bytes
 from yeto.schemas.fleet import RunLaunched
@@ -91,7 +94,38 @@ def test_with_the_stack_up_a_query_runs_outside_the_tape_writer_and_is_killed_at
               f"peak +{grew:.0f} MiB")
     assert timings["endless"] < QUERY_TIMEOUT_S + 2 and timings["huge"] < QUERY_TIMEOUT_S + 2
     assert grew < 64, "a user's query never runs in the tape writer's process"
-    assert len(_children(writer.pid)) <= 1, "no query process outlives its query (one spare waits for the next)"
+    assert len(_children(writer.pid)) <= POOL, "no query process outlives its query (the pool waits for the next)"
     assert main(cli + ["select count(*) as n from events"]) == 0 and "(1 row)" in capsys.readouterr().out
     assert writer.poll() is None
     assert len(list(snapshot_dir(Path(state) / "tape.duckdb").glob("*.duckdb"))) == 1, "one copy of the tape is kept"
+
+
+def test_with_the_stack_up_a_query_at_its_deadline_holds_back_no_quick_one(live_stack):
+    """The endless join is asked first, a count right after it on the same connection (so the writer receives them in
+    that order): the count's answer comes back first, the join is killed at its deadline after it, and the writer
+    keeps at most its pool of query processes. Answered one at a time (as before), the count waited behind the join."""
+    srv, state, writer = live_stack
+
+    async def race() -> list[tuple[str, str]]:
+        bus = await connect(srv.url, name="operator")
+        order: list[tuple[str, str]] = []
+
+        async def one(name: str, sql: str) -> None:
+            try:
+                reply = await ask(bus, sql, timeout=QUERY_TIMEOUT_S + 60)
+                order.append((name, f"{reply['rows'][0][0]} rows"))
+            except ValueError as e:
+                order.append((name, str(e)))
+        try:
+            await until_answered(lambda: ask(bus, "select count(*) from events"), 60, "the tape writer answering")
+            slow = asyncio.create_task(one("endless", ENDLESS))
+            quick = asyncio.create_task(one("count", "select count(*) from events"))
+            await asyncio.gather(slow, quick)
+            return order
+        finally:
+            await bus.close()
+
+    order = asyncio.run(race())
+    assert [name for name, _ in order] == ["count", "endless"], order
+    assert order[0][1].endswith("rows") and "killed" in order[1][1], order
+    assert len(_children(writer.pid)) <= POOL and writer.poll() is None
