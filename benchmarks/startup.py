@@ -17,11 +17,14 @@ The table shows, per stage, the median over reps of the island that reached its 
 total = launch to the last island's first step. The learner's lines are read with YETO_LOG_FORMAT=json.
 
     .venv/bin/python benchmarks/startup.py [--reps 3] [--islands 2] [--json PATH] [--dry-run]
+    scripts/frozen.sh a85fb58 /tmp/fz-startup-base true
+    .venv/bin/python benchmarks/startup.py --baseline-tree /tmp/fz-startup-base --reps 5 --json PATH
     .venv/bin/python benchmarks/startup.py --arm before=/tmp/fz-before --arm after=/tmp/fz-after --reps 5
 
-An --arm is a frozen copy made by `scripts/frozen.sh <commit> <dir> true`; the arms alternate rep by rep (machine
-load hits them alike) and the last line is `startup_<last>_over_<first>=<ratio of median totals>`. Without --arm
-the tree this script runs from is the one arm (last line: `startup_s=<median total>`).
+An --arm is a frozen copy made by `scripts/frozen.sh <commit> <dir> true`; --baseline-tree DIR is `--arm base=DIR`
+with this tree as the second arm (`here`). The arms alternate rep by rep (machine load hits them alike); with two or
+more, the table has a column of per-stage ratios (median of the last arm over median of the first) and the last line
+is `startup_<last>_over_<first>=<ratio of median totals>`. With one arm the last line is `startup_s=<median total>`.
 """
 from __future__ import annotations
 
@@ -138,21 +141,47 @@ def one_rep(arm: str, frozen: Path | None, args, work: Path, rep: int) -> dict:
     return {"arm": arm, "rep": rep, "critical": critical, "islands": per_island}
 
 
-def table(results: list[dict], arms: list[str]) -> list[str]:
-    rows = [f"| stage | {' | '.join(f'{a} median s' for a in arms)} |", "|---|" + "---|" * len(arms)]
+def medians(results: list[dict], arms: list[str]) -> dict[str, dict[str, float | None]]:
+    """Per arm, per stage: the median over reps of the critical island's seconds (None: the arm does not report it)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for a in arms:
+        vals = {st: [r["critical"][st] for r in results if r["arm"] == a and r["critical"][st] is not None]
+                for st in (*STAGES, "total")}
+        out[a] = {st: statistics.median(v) if v else None for st, v in vals.items()}
+    return out
+
+
+def ratios(med: dict[str, dict[str, float | None]], arms: list[str]) -> dict[str, float | None]:
+    """Per stage, the last arm's median over the first's (None where either is missing or the first is ~0)."""
+    first, last = med[arms[0]], med[arms[-1]]
+    return {st: last[st] / first[st] if first[st] is not None and last[st] is not None and first[st] > 1e-3 else None
+            for st in first}
+
+
+def table(med: dict[str, dict[str, float | None]], arms: list[str]) -> list[str]:
+    two = len(arms) > 1
+    head = [f"{a} median s" for a in arms] + ([f"{arms[-1]} / {arms[0]}"] if two else [])
+    rows = [f"| stage | {' | '.join(head)} |", "|---|" + "---|" * len(head)]
+    ratio = ratios(med, arms) if two else {}
     for stage in (*STAGES, "total"):
-        cells = []
-        for a in arms:
-            vals = [r["critical"][stage] for r in results if r["arm"] == a and r["critical"][stage] is not None]
-            cells.append(f"{statistics.median(vals):.2f}" if vals else "n/a")
+        cells = [f"{med[a][stage]:.2f}" if med[a][stage] is not None else "n/a" for a in arms]
+        if two:
+            cells.append(f"{ratio[stage]:.2f}" if ratio[stage] is not None else "n/a")
         rows.append(f"| {stage} | {' | '.join(cells)} |")
     return rows
+
+
+def tree_commit(tree: Path) -> str | None:
+    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arm", action="append", default=[], metavar="NAME=DIR",
                     help="a frozen copy (scripts/frozen.sh) to measure; repeat to compare, alternating rep by rep")
+    ap.add_argument("--baseline-tree", type=Path, metavar="DIR",
+                    help="a frozen copy to measure first (arm `base`), this tree second (arm `here`), alternating")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--islands", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=240.0)
@@ -163,7 +192,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if args.baseline_tree and args.arm:
+        parser().error("--baseline-tree is `--arm base=DIR` beside this tree: give one or the other")
     arms = dict(a.split("=", 1) for a in args.arm) if args.arm else {"here": ""}
+    if args.baseline_tree:
+        arms = {"base": str(args.baseline_tree), "here": ""}
     if any(not (Path(d) / "build/links").is_dir() for d in arms.values() if d):
         parser().error("an --arm DIR is a frozen copy: make it with `scripts/frozen.sh <commit> DIR true`")
     print(f"arms={list(arms)} reps={args.reps} islands={args.islands} stages={','.join(STAGES)}")
@@ -175,15 +208,20 @@ def main(argv=None) -> int:
     lib_task.write_tiny_model(work / "model", seed=0)
     lib_task.write_markov_chat(work / "chat.jsonl")
     results = [one_rep(a, Path(d) if d else None, args, work, rep) for rep in range(args.reps) for a, d in arms.items()]
-    if args.json:
-        args.json.write_text(json.dumps({"argv": sys.argv[1:], "arms": arms, "results": results}, indent=1))
-    print("\n".join(table(results, list(arms))))
-    med = {a: statistics.median(r["critical"]["total"] for r in results if r["arm"] == a) for a in arms}
     names = list(arms)
+    med = medians(results, names)
+    if args.json:
+        from lib_provenance import provenance
+        trees = {a: {"dir": d or str(Path.cwd()), "commit": tree_commit(Path(d) if d else Path.cwd())}
+                 for a, d in arms.items()}
+        args.json.write_text(json.dumps({"argv": sys.argv[1:], "arms": trees, "medians": med,
+                                         "ratios": ratios(med, names) if len(names) > 1 else None,
+                                         "results": results, "provenance": provenance()}, indent=1))
+    print("\n".join(table(med, names)))
     if len(names) > 1:
-        print(f"startup_{names[-1]}_over_{names[0]}={med[names[-1]] / med[names[0]]:.3f}")
+        print(f"startup_{names[-1]}_over_{names[0]}={med[names[-1]]['total'] / med[names[0]]['total']:.3f}")
     else:
-        print(f"startup_s={med[names[0]]:.2f}")
+        print(f"startup_s={med[names[0]]['total']:.2f}")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-OWNED_ELSEWHERE = {"wan.py", "startup.py"}
+OWNED_ELSEWHERE = {"wan.py"}
 """Benchmarks whose owners wire the helper in themselves (with lib_wan_*.py)."""
 NOT_RESULTS = {"data.py": "writes the JSONL corpora benchmarks train on", "lib_task.py": "writes a synthetic corpus",
                "json_array_memory.py": "writes the input file it measures", "fsdp.py": "its child hands the parent "
