@@ -197,7 +197,8 @@ def run(backend: Backend, args: LearnerArgs) -> float:
     check_ranks(backend, args)
     if not args.no_sync and contract_rank(args) == 0 and args.nats_url:
         from yeto.learners.transport.logs_setup import install  # before the model is built: set-up errors too
-        install(args.nats_url, run_id=args.run_id, learner=args.learner, generation=args.generation)
+        install(args.nats_url, run_id=args.run_id, learner=args.learner, generation=args.generation,
+                head_rendezvous=args.head_rendezvous)
     started = time.monotonic()
     built = backend.build(recipe, args)
     try:

@@ -5,7 +5,8 @@ appended to a bounded queue, and that is all `emit` does, so training never wait
 own, with a connection of its own (it starts before the model is built, when a set-up failure is most likely),
 publishes the queue to `yeto.log.<run>.<learner>` in messages of up to 64 lines, at most every 0.5 s. While the
 bus is away the queue keeps the newest lines; the dropped ones are counted, and the next message says how many.
-The secrets it is given are masked in every line; logs_setup.py installs it with the process's own.
+The secrets it is given are masked in every line; logs_setup.py installs it with the process's own. Given the run's
+head rendezvous, its connection follows a moved head as the transport's does (rendezvous.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import time
 from collections import deque
 
 from yeto.infra.bus import connect as connect_bus
+from yeto.infra.bus.nats_bus import NatsBus
+from yeto.learners.transport import rendezvous
 from yeto.learners.transport.thread import BusThread
 from yeto.schemas.subjects import log_subject
 
@@ -25,13 +28,15 @@ BATCH_LINES, EVERY_S, MAX_QUEUED, MAX_LINE = 64, 0.5, 10_000, 16_384   # 64 line
 
 class BusLogHandler(logging.Handler):
     def __init__(self, nats_url: str, *, run_id: str, learner: str, generation: int, secrets: tuple[str, ...] = (),
-                 batch_lines: int = BATCH_LINES, every_s: float = EVERY_S, max_queued: int = MAX_QUEUED) -> None:
+                 batch_lines: int = BATCH_LINES, every_s: float = EVERY_S, max_queued: int = MAX_QUEUED,
+                 head_rendezvous: str | None = None) -> None:
         super().__init__(logging.INFO)
         formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
         formatter.converter, formatter.default_time_format, formatter.default_msec_format = time.gmtime, \
             "%Y-%m-%dT%H:%M:%S", "%s.%03dZ"     # UTC to the millisecond: islands in many time zones read as one
         self.setFormatter(formatter)
         self.url, self.subject, self.batch_lines, self.every_s = nats_url, log_subject(run_id, learner), batch_lines, every_s
+        self.run_id, self.rendezvous = run_id, head_rendezvous
         self.msg_prefix = f"{run_id}.{learner}.{generation}.{os.urandom(4).hex()}"   # this process's batches, for de-dup
         self.secrets = tuple(s for s in secrets if len(s) >= 8)   # short values would mask ordinary words
         self.lines: deque[str] = deque(maxlen=max_queued)
@@ -72,10 +77,14 @@ class BusLogHandler(logging.Handler):
         return batch
 
     async def _main(self) -> None:
+        if self.rendezvous:
+            self.url = await asyncio.to_thread(rendezvous.start_url, self.rendezvous, self.run_id, self.url)
         try:
             bus = await connect_bus(self.url, name=f"logs-{self.subject}", connect_timeout=3600)
         except ConnectionError:   # never reached: the lines stay queued (bounded) and the learner trains on
             return
+        moves = asyncio.ensure_future(rendezvous.follow(bus.nc, self.rendezvous, self.run_id, self.url)) \
+            if self.rendezvous and isinstance(bus, NatsBus) else None
         self.connected.set()
         held: list[str] = []                 # a batch whose publish failed: sent again, under the same id
         delay = self.every_s
@@ -101,6 +110,8 @@ class BusLogHandler(logging.Handler):
                 await asyncio.wait_for(self._wake.wait(), delay)
             except asyncio.TimeoutError:
                 pass
+        if moves is not None:
+            moves.cancel()
         await bus.close()
 
     def close(self, flush_s: float = 5.0) -> None:

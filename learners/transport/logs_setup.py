@@ -26,10 +26,12 @@ def known_secrets() -> tuple[str, ...]:
     return tuple(s for s in found if s)
 
 
-def install(nats_url: str, *, run_id: str, learner: str, generation: int) -> BusLogHandler:
+def install(nats_url: str, *, run_id: str, learner: str, generation: int,
+            head_rendezvous: str | None = None) -> BusLogHandler:
     """Send this process's log lines (yeto's INFO and up, everyone's warnings) and any uncaught exception to
     the run's log stream; warnings still reach stderr, where the local log file and `sky jobs logs` see them."""
-    handler = BusLogHandler(nats_url, run_id=run_id, learner=learner, generation=generation, secrets=known_secrets())
+    handler = BusLogHandler(nats_url, run_id=run_id, learner=learner, generation=generation, secrets=known_secrets(),
+                            head_rendezvous=head_rendezvous)
     root = logging.getLogger()
     if not root.handlers:     # logging's last resort (warnings to stderr) stops once a handler exists: keep it
         root.addHandler(logging.StreamHandler())

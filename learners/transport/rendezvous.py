@@ -25,7 +25,15 @@ READ_EVERY_S = 5.0     # then the store is read at most this often while the bus
 CHECK_S = 1.0
 
 
-def say(line: str) -> None:
+_SAID: set[str] = set()
+
+
+def say(line: str, *, once: bool = False) -> None:
+    """A line on the learner's stderr; with `once`, not again in this process (its transport and its log handler
+    each connect, and each reads the rendezvous before)."""
+    if once and line in _SAID:
+        return
+    _SAID.add(line)
     print(f"learner: {line}", file=sys.stderr, flush=True)
 
 
@@ -47,10 +55,10 @@ def start_url(where: str, run_id: str, given: str) -> str:
     try:
         url = read(where, run_id, urlsplit(given.split(",")[0]).scheme)
     except (ValueError, OSError) as e:
-        say(f"head rendezvous {where} unusable ({e}): connecting to {given}")
+        say(f"head rendezvous {where} unusable ({e}): connecting to {given}", once=True)
         return given
     if url != given:
-        say(f"head rendezvous {where} names {url}: connecting there, not to {given}")
+        say(f"head rendezvous {where} names {url}: connecting there, not to {given}", once=True)
     return url
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -137,3 +138,25 @@ def test_recover_takes_the_output_from_the_head_record_and_refuses_when_it_holds
     out = recover(tmp_path, RUN)        # the record's output is where it looks for the mirror
     assert out.returncode == 2 and f"no head mirror of run {RUN} at {tmp_path / 'store' / '.yeto-head' / RUN}" \
         in out.stderr, out.stderr
+
+
+async def test_a_learners_log_handler_connects_to_the_head_the_rendezvous_names(tmp_path, tls_servers):
+    from yeto.infra.nats.server import ensure_streams
+    from yeto.learners.transport.logs import BusLogHandler
+
+    old, new = tls_servers
+    where = rendezvous.place(str(tmp_path / "store" / "artifact"), RUN)
+    rendezvous.publish(str(Path(where).parent), RUN, new.url, now=1.0)
+    admin = await NatsBus.connect(new.url, name="test")
+    await ensure_streams(admin)
+    old.stop()                          # the address the handler is given is dead: only the rendezvous leads on
+    handler = BusLogHandler(old.url, run_id=RUN, learner="island-0", generation=0, head_rendezvous=where)
+    try:
+        handler.emit(logging.LogRecord("yeto.test", logging.INFO, __file__, 1, "after the move", None, None))
+        await until(lambda: handler.num_sent == 1, 30, "the log line published", detail=lambda: handler.url)
+        assert handler.url == new.url
+        stored = await admin.js.stream_info("YETO_LOG")
+        assert stored.state.messages == 1       # on the server the rendezvous named
+    finally:
+        handler.close()
+        await admin.close()
