@@ -138,3 +138,18 @@ def test_a_flat_folder_finalized_before_the_switch_still_verifies_merges_and_see
     snaps = seed.read(flat, None, momentum=True)
     assert sorted(snaps) == [0, 1] and all(s.version == 3 for s in snaps.values())
     assert hub_files(flat) == {n: n for n in sorted(p.name for p in flat.iterdir())}     # goes as it is
+
+
+def test_the_run_follower_says_where_to_deploy_and_resume_from():
+    from yeto.cli.follow import Progress
+    from yeto.schemas.final import ArtifactWritten
+
+    def line(output: str, files: list[str]) -> str | None:
+        return Progress().line(ArtifactWritten(id="a", run_id="r", source="finalizer", output=output, local_path="/s/a",
+                                               artifact_kind="adapter", files=files, manifest_sha256="1" * 64))
+    nested = ["artifact/adapter_model.safetensors", "resume/frag-0000.safetensors", "manifest.json"]
+    assert line("/out", nested) == ("artifact (adapter) written to /out: deploy /out/artifact (its README.md says how), "
+                                    "resume from /out")
+    assert line("s3://b/r", nested) == "artifact (adapter) written to s3://b/r: deploy s3://b/r/artifact (its README.md says how)"
+    assert line("hf://org/repo", nested) == "artifact (adapter) written to hf://org/repo"     # the repo is artifact/
+    assert line("/old", ["adapter_model.safetensors", "manifest.json"]) == "artifact (adapter) written to /old"

@@ -45,8 +45,12 @@ class Progress:
             return f"final cut requested: {e.reason} ({e.detail})"
         if t in ("FinalCutDone", "CheckpointMarkedFinal"):
             return f"{t}: versions {dict(e.versions)}"
-        if t == "ArtifactWritten":
-            return f"artifact ({e.artifact_kind}) written to {e.output}"
+        if t == "ArtifactWritten":       # the output folder's layout: schemas/artifact_layout.py
+            nested = any(f.startswith("artifact/") for f in e.files) and not e.output.startswith("hf://")
+            local = "://" not in e.output       # --resume-from reads a local folder (a store's: copy it first)
+            return f"artifact ({e.artifact_kind}) written to {e.output}" + (
+                f": deploy {e.output}/artifact (its README.md says how)" if nested else "") + (
+                f", resume from {e.output}" if nested and local else "")
         if t == "RunFinalized":
             return closing_sentence(e)
         if t in ("RunFailed", "RunStopped", "MessageRejected", "RunLaunched", "RoundAborted"):
