@@ -1,7 +1,8 @@
 """Real two-island runs of the transformer families: `yeto launch --model-kind diffusion` on tiny SD3 and Flux
 pipelines with images, and on tiny LTX-Video and Wan pipelines with clips (`--frames 9`, 32 x 32): the syncer
 merges rounds both islands pushed to, the finalizer writes the Diffusers LoRA and the before/after samples (a frame
-strip per video prompt), and the artifact loads with `pipeline.load_lora_weights`."""
+strip per video prompt), and the artifact loads with `pipeline.load_lora_weights`. The four runs share one local
+stack (the first launch starts it; a run is one more `yeto launch --wait` on it), as a user's runs do."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,39 +13,48 @@ from PIL import Image
 
 from diffusion_runs import finalized_by_both
 from e2e_stack import Stack
+from yeto.infra import stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 FLAGS = ("--model-kind", "diffusion", "--micro-batch", "2", "--max-steps", "12", "--sync-every", "4", "--lr", "1e-2")
 TRAIN = ("--fragments", "2", "--warmup-steps", "2")
 
 
-def _run(tmp_path_factory, name: str, model: Path, data: Path, *flags: str):
-    s = Stack(tmp_path_factory.mktemp(name) / "home", model, data)
-    try:   # inside: a launch that fails half way still has its stack taken down
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """The YETO_HOME of the module's runs; its stack goes down after the last of them, even one that failed."""
+    home = tmp_path_factory.mktemp("dit-runs") / "home"
+    yield home
+    stack.down(home)
+
+
+def _run(home: Path, name: str, model: Path, data: Path, *flags: str):
+    s = Stack(home, model, data)
+    try:
         s.launch(name, *FLAGS, *flags, train_flags=TRAIN)
         yield s, s.finish(name, timeout=360)
-    finally:
-        s.down()
+    finally:   # a launch that failed half way is not left waiting (the stack itself goes down with `home`)
+        s.stop_launches()
 
 
 @pytest.fixture(scope="module")
-def sd3_run(tmp_path_factory, tiny, tiny_sd3):
-    yield from _run(tmp_path_factory, "sd3-two", tiny_sd3, tiny["data"], "--resolution", "16")
+def sd3_run(home, tiny, tiny_sd3):
+    yield from _run(home, "sd3-two", tiny_sd3, tiny["data"], "--resolution", "16")
 
 
 @pytest.fixture(scope="module")
-def flux_run(tmp_path_factory, tiny, tiny_flux):
-    yield from _run(tmp_path_factory, "flux-two", tiny_flux, tiny["data"], "--resolution", "16")
+def flux_run(home, tiny, tiny_flux):
+    yield from _run(home, "flux-two", tiny_flux, tiny["data"], "--resolution", "16")
 
 
 @pytest.fixture(scope="module")
-def wan_run(tmp_path_factory, tiny_wan, tiny_ltx):
-    yield from _run(tmp_path_factory, "wan-two", tiny_wan, tiny_ltx["data"], "--frames", "9", "--resolution", "32")
+def wan_run(home, tiny_wan, tiny_ltx):
+    yield from _run(home, "wan-two", tiny_wan, tiny_ltx["data"], "--frames", "9", "--resolution", "32")
 
 
 @pytest.fixture(scope="module")
-def ltx_run(tmp_path_factory, tiny_ltx):
-    yield from _run(tmp_path_factory, "ltx-two", tiny_ltx["model"], tiny_ltx["data"], "--frames", "9", "--height", "32",
+def ltx_run(home, tiny_ltx):
+    yield from _run(home, "ltx-two", tiny_ltx["model"], tiny_ltx["data"], "--frames", "9", "--height", "32",
                     "--width", "32")
 
 

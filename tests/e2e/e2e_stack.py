@@ -163,8 +163,12 @@ class Stack:
         """What an operator runs after a crash: `stack.up` restarts whatever died."""
         return stack.up(self.home)
 
-    def down(self) -> None:
+    def stop_launches(self) -> None:
+        """Kill this object's `yeto launch --wait` processes still waiting (a setup that failed half way)."""
         for proc, _ in self.runs.values():
             if proc.poll() is None:
                 proc.kill()
+
+    def down(self) -> None:
+        self.stop_launches()
         stack.down(self.home)
