@@ -159,6 +159,8 @@ def parser() -> argparse.ArgumentParser:
                     help="extra `yeto launch` flag for every Yeto arm, e.g. --yeto-flag=--sync-every=24")
     ap.add_argument("--ramp", type=ramp_arg, default=(6, 120), metavar="H0:STEPS",
                     help="yeto-ramp's interval ramp: push every H0 steps at first, growing to H over STEPS (default 6:120)")
+    ap.add_argument("--net", type=int, default=231, choices=range(1, 255), metavar="N",
+                    help="learner i's link is 10.N.i.0/24 (default 231): two runs at once need different N")
     ap.add_argument("--json", type=Path, help="write the arguments and every arm's numbers here")
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--dry-run", action="store_true")
@@ -243,7 +245,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="yeto-wan-"))
     model = lib_task.write_tiny_model(work / "model", seed=args.seed)
     data = lib_task.write_markov_chat(work / "chat.jsonl")
-    wan = Wan(args.learners, rate=args.rate, delay_ms=args.latency_ms)
+    wan = Wan(args.learners, rate=args.rate, delay_ms=args.latency_ms, net=args.net)
     try:
         wan.up()
         results = run_arms(wan, arms, args, model, data, work)

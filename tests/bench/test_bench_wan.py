@@ -138,7 +138,7 @@ def tiny_run(tmp_path_factory):
     arms = "ddp,yeto-replace,yeto-freeze" + (",torchft-best" if _has_torchft() else "")
     run = subprocess.Popen([sys.executable, str(SCRIPT), "--steps", "24", "--eval-every", "8", "--rate", "50mbit",
                             "--kill-frac", "0.5", "--arms", arms, "--yeto-flag=--sync-every=8", "--ft-sync-every", "12",
-                            "--json", str(out_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            "--net", "233", "--json", str(out_json)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = run.communicate(timeout=540)
     except subprocess.TimeoutExpired:
