@@ -51,7 +51,7 @@ def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tun
     if base_quantization == "nf4":
         from yeto.cli.launch.nf4 import check_nf4
         check_nf4(islands)
-    if weights_gb is None:
+    if weights_gb is None or all(i.cloud == "local" for i in islands):    # local islands are not checked (below)
         return
     from yeto.services.planner.api import GPUS, Workload, fits
 
@@ -79,7 +79,8 @@ def check_data(args, source, fleet: Sequence[dict[str, Any]] = ()) -> dict[str, 
     if source.is_local:   # token statistics when the tokenizer is at hand (no download before renting)
         from yeto.cli.data import local_tokenizer
         tokenizer = local_tokenizer(source)
-    local = tokenizer is not None and bool(fleet) and all(f.get("cloud") == "local" for f in fleet)
+    local = tokenizer is not None and bool(fleet) and all(f.get("cloud") == "local" for f in fleet) \
+        and not getattr(args, "dry_run", False)       # a dry run writes nothing
     spec = DataSpec(source=args.data, data_format=args.data_format, seq_len=args.seq_len,
                     on_bad_rows=args.on_bad_rows, **data_options(args))
     report = run_check(spec, tokenizer, cache=token_cache.cache_dir(conf(args).state_dir) if local else None)
@@ -128,7 +129,7 @@ def sync_settings(args) -> dict[str, Any]:
 
 
 def train_recipe(args, sync: dict[str, Any]) -> dict[str, Any]:
-    from yeto.learners.torch.api import TrainRecipe
+    from yeto.learners.lm_recipe import TrainRecipe  # not through learners.torch: no torch import in the CLI
 
     fields = dict(model=args.model, data=args.data, data_format=args.data_format, tuning=args.tuning,
                   seq_len=args.seq_len, micro_batch=args.micro_batch, sync=sync, seed=args.seed, on_bad_rows=args.on_bad_rows,
