@@ -20,12 +20,13 @@ $(BIN)/yeto: pyproject.toml
 
 # Test processes (pytest-xdist): most of the suite's time is real processes starting and waiting on each other, so two
 # workers on two cores overlap it; a test file stays on one worker (its module fixtures: a shared stack, a nats-server).
-# `make test WORKERS=0` runs it in one process.
+# Files go out in collection order, which tests/conftest.py makes the files with slow tests first (xdist's default
+# order, most tests first, left the long few-test files of real runs to the end). `make test WORKERS=0` runs it in one process.
 WORKERS ?= 2
 
 # The whole suite, after the linters (ruff over everything, mypy --strict over the contract and the pure cores).
 test: setup lint
-	$(PYTEST) -q tests --durations=40 -n $(WORKERS) --dist loadfile
+	$(PYTEST) -q tests --durations=40 -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-unit: setup
 	$(PYTEST) -q tests -m "not slow"

@@ -37,6 +37,14 @@ def pytest_configure(config) -> None:
                                        "read what the module's other tests leave in the streams: folds, durable consumers)")
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """The files that hold a test marked `slow` (real runs, minutes each) first, each file's tests in their order:
+    `make test` hands whole files to its two workers in this order (--dist loadfile --no-loadscope-reorder), so the
+    long files start early and the many short ones even out the end, instead of a long file starting last."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 def _started(store: Path) -> NatsServer:
     server = NatsServer(store).start()
     asyncio.run(_ensure(server.url))
