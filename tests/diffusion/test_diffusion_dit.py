@@ -53,6 +53,7 @@ def test_lora_on_the_transformer_alone_seeded_identically_on_every_island(cases,
     assert state_hash(a.model) == state_hash(b.model) != state_hash(other.model)
 
 
+@pytest.mark.slow      # 20 real steps per family through the pipeline's encoders and VAE
 @pytest.mark.parametrize("family", FAMILIES)
 def test_training_lowers_the_heldout_flow_matching_loss(cases, family):
     r = cases[family]
