@@ -16,6 +16,7 @@ from yeto.services.launcher import state
 from yeto.services.launcher.backends.external import ExternalBackend
 from yeto.services.launcher.backends.local import LocalBackend
 from yeto.services.launcher.backends.skypilot import SkyPilotBackend
+from yeto.services.launcher.cuda_memory import cuda_free_gb
 from yeto.services.launcher.effects import Effects
 from yeto.services.launcher.logic import decide
 from yeto.services.launcher.memory_fit import over_memory
@@ -36,15 +37,18 @@ def host_capacity() -> Capacity:
 
 
 def host_fit(cmd: LaunchRun) -> str | None:
-    """memory_fit.over_memory with this machine's memory and the model's size (its local safetensors' headers, or the
-    alias table); a model of unknown size, or a recipe the launch refuses on its own, is not checked here."""
+    """memory_fit.over_memory with this machine's memory, its CUDA devices' free memory (for a local CUDA island) and
+    the model's size (its local safetensors' headers, or the alias table); a model of unknown size, or a recipe the
+    launch refuses on its own, is not checked here."""
     try:
         recipe = LaunchRecipe.upcast(cmd.recipe)
         weights_gb = resolve_model(recipe.train.model).weights_gb if recipe.train.model else None
     except (ValueError, OSError):
         return None
     memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
-    return over_memory(cmd.fleet, recipe, weights_gb=weights_gb, host_memory_gb=memory_gb)
+    local_cuda = any(s.get("cloud") == "local" and s.get("gpu") == "cuda" for s in cmd.fleet)
+    cuda_gb = cuda_free_gb() if local_cuda and weights_gb and cuda_devices() else None
+    return over_memory(cmd.fleet, recipe, weights_gb=weights_gb, host_memory_gb=memory_gb, cuda_memory_gb=cuda_gb)
 
 
 def cuda_devices() -> int:
