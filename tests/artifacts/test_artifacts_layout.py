@@ -153,3 +153,10 @@ def test_the_run_follower_says_where_to_deploy_and_resume_from():
     assert line("s3://b/r", nested) == "artifact (adapter) written to s3://b/r: deploy s3://b/r/artifact (its README.md says how)"
     assert line("hf://org/repo", nested) == "artifact (adapter) written to hf://org/repo"     # the repo is artifact/
     assert line("/old", ["adapter_model.safetensors", "manifest.json"]) == "artifact (adapter) written to /old"
+
+
+def test_yeto_pull_says_where_the_deployable_files_and_the_resume_state_are(output, tmp_path):
+    from yeto.cli.pull import layout_of
+
+    assert layout_of(output) == f"{output / 'artifact'}; the resume state is in {output / 'resume'}"
+    assert layout_of(flat_copy(output, tmp_path / "flat")).endswith("(a flat folder: finalized before artifact/ and resume/)")
