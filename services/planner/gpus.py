@@ -1,7 +1,9 @@
 """Accelerator facts the planner needs: the GPU table (schemas/gpu_table.py) and the goodput model for spot islands."""
 from __future__ import annotations
 
-from yeto.schemas.gpu_table import GIB, GPUS, GpuSpec  # noqa: F401 - the planner's names for the shared table
+from yeto.schemas.gpu_table import GIB as GIB  # the planner's names for the shared table
+from yeto.schemas.gpu_table import GPUS as GPUS
+from yeto.schemas.gpu_table import GpuSpec as GpuSpec
 
 # GPUs whose islands cannot run QLoRA (--base-quantization nf4): their image gets no bitsandbytes (the
 # launcher installs the `gpu` extra, which brings it, on NVIDIA islands only; AMD islands run ROCm torch).
