@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from yeto.schemas.memory_model import Need, Workload, fits
+from yeto.schemas.memory_model import USABLE_FRACTION, Need, Workload
 from yeto.services.planner.catalog import Offering
+from yeto.services.planner.expert_memory import MoeSplit, island_fit, moe_split
 from yeto.services.planner.gpus import GPUS, NO_NF4, spot_goodput
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals
@@ -88,13 +89,13 @@ def screen(o: Offering, req: PlanRequest, w: Workload, signals: Signals) -> Cand
         return _reject(o, "no_bf16", o.gpu)
     if w.base_quantization == "nf4" and o.gpu in NO_NF4:
         return _reject(o, "no_nf4", o.gpu)
-    for nodes in (n for n in NODE_OPTIONS if n <= req.max_nodes):
-        ok, need = fits(w, o.count * nodes, spec.memory_gb)
-        if ok:
-            break
-    else:
-        return _reject(o, "memory", f"needs {need.total_gb:.1f} GB per GPU on {nodes}x{o.count} GPUs, "
-                                    f"a {o.gpu} holds {spec.memory_gb * 0.95:.1f} GB usable")
+    split = moe_split(req.moe) if req.moe is not None else None
+    tried = [(nodes, *island_fit(w, split, o.count * nodes, spec.memory_gb))
+             for nodes in NODE_OPTIONS if nodes <= req.max_nodes]
+    fit = next(((nodes, need) for nodes, ok, need in tried if ok and need is not None), None)
+    if fit is None:
+        return _reject(o, "memory", _no_fit(o, spec.memory_gb, split, tried))
+    nodes, need = fit
     spot = req.spot and o.spot_price is not None
     live = signals.spot_prices.get((o.cloud, o.region, o.instance_type)) if spot else None
     price = (live if live is not None else o.spot_price if spot and o.spot_price is not None else o.price) * nodes
@@ -119,6 +120,17 @@ def screen(o: Offering, req: PlanRequest, w: Workload, signals: Signals) -> Cand
                 return _reject(o, "quota", f"{q.key}: {room:g} left, one island needs {per_island:g}")
             quotas.append((q.key, room, per_island))
     return Candidate(o, spot, nodes, price, tflops, need, cap, tuple(quotas))
+
+
+def _no_fit(o: Offering, memory_gb: float, split: MoeSplit | None, tried: list[tuple[int, bool, Need | None]]) -> str:
+    sized = [(nodes, need) for nodes, _, need in tried if need is not None]
+    if not sized:
+        assert split is not None
+        return f"its {split.experts} experts split evenly over none of {[n * o.count for n, _, _ in tried]} GPUs"
+    nodes, need = sized[-1]
+    ranks = f" as {nodes * o.count} expert-parallel ranks" if split is not None else ""
+    return (f"needs {need.total_gb:.1f} GB per GPU on {nodes}x{o.count} GPUs{ranks}, a {o.gpu} holds "
+            f"{memory_gb * USABLE_FRACTION:.1f} GB usable")
 
 
 def over_budget(c: Candidate, req: PlanRequest) -> Rejection | None:

@@ -3,14 +3,15 @@ holds every dense tensor and 1/EP of the experts, so a MoE whose experts do not 
 
 Pure: the caller gives the model's Mixtral-style config (a dict of config.json) and the island's EP degree; the
 per-GPU state uses memory.py's bytes per parameter, its activations and overhead are memory.py's for the dense
-shape of the active parameters (the experts a token runs through).
+shape of the active parameters (the experts a token runs through). The fleet search sizes islands with `island_fit`
+(candidates.py): every GPU of an island is one EP rank, as the megatron learner runs them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from yeto.schemas.memory_model import BYTES_PER_PARAM, Need, Workload, per_gpu_need
+from yeto.schemas.memory_model import BYTES_PER_PARAM, USABLE_FRACTION, Need, Workload, fits, per_gpu_need
 
 
 @dataclass(frozen=True)
@@ -64,3 +65,14 @@ def expert_parallel_need(split: MoeSplit, ep: int, w: Workload) -> Need:
                                    micro_batch=w.micro_batch, vocab=w.vocab, shard="ddp",
                                    activation_checkpointing=w.activation_checkpointing), 1)
     return Need(state_gb, active.activations_gb, active.overhead_gb, active.checkpointed)
+
+
+def island_fit(w: Workload, split: MoeSplit | None, num_gpus: int, gpu_memory_gb: float) -> tuple[bool, Need | None]:
+    """Whether an island of `num_gpus` holds the workload, and its per-GPU need: the dense model (FSDP over the island)
+    when `split` is None, else one expert-parallel rank per GPU (need None: the experts do not split over them)."""
+    if split is None:
+        return fits(w, num_gpus, gpu_memory_gb)
+    if split.experts % num_gpus:
+        return False, None
+    need = expert_parallel_need(split, num_gpus, w)
+    return need.total_gb <= gpu_memory_gb * USABLE_FRACTION, need

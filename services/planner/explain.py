@@ -12,6 +12,8 @@ def launch_line(req: PlanRequest, gpu: str) -> str:
                        ("--seq-len", "seq_len"), ("--micro-batch", "micro_batch")):
         if getattr(req, attr) != getattr(defaults, attr):
             parts.append(f"{flag} {getattr(req, attr)}")
+    if req.moe is not None:
+        parts.append("--island-backend megatron")
     if not req.spot:
         parts.append("--on-demand")
     return " ".join(parts)

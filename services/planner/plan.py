@@ -16,6 +16,7 @@ from yeto.schemas.recipe import SyncConfig
 from yeto.services.planner.candidates import Candidate, dedupe, over_budget, screen
 from yeto.services.planner.catalog import Offering
 from yeto.services.planner.estimate import flops_per_token, island_tflops
+from yeto.services.planner.expert_memory import moe_split
 from yeto.services.planner.explain import launch_line, why_not
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals
@@ -101,6 +102,9 @@ def head_rounds(req: PlanRequest, w: Workload, chosen: list[Candidate], sync: Sy
 
 
 def workload_of(req: PlanRequest) -> Workload:
+    if req.weights_gb is None and req.moe is not None:     # an MoE's config counts every parameter
+        return Workload(weights_gb=moe_split(req.moe).total * 2 / 1e9, tuning=req.tuning, seq_len=req.seq_len,
+                        micro_batch=req.micro_batch)
     weights = req.weights_gb if req.weights_gb is not None else resolve_model(req.model).weights_gb
     if weights is None:
         raise ValueError(f"the size of {req.model} is resolved from the Hub at plan time; pass --weights-gb "

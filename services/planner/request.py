@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from yeto.services.planner.expert_memory import moe_split
+
 
 @dataclass(frozen=True, kw_only=True)
 class PlanRequest:
@@ -48,6 +50,9 @@ class PlanRequest:
     """--data for the printed launch line."""
     time_limit_s: float = 10.0
     """CP-SAT time limit per phase; past it the plan reports its optimality gap."""
+    moe: dict[str, Any] | None = None
+    """config.json of a Mixtral-style MoE trained with expert parallelism (`--island-backend megatron`): each GPU of
+    an island is an EP rank, sized by expert_memory.py; None: the dense memory model (FSDP over the island)."""
 
     def __post_init__(self) -> None:
         if self.budget is None and self.flops is None:
@@ -58,6 +63,11 @@ class PlanRequest:
             raise ValueError("--max-islands must be at least 1 and the price margin not negative")
         if self.num_syncers < 1 or self.head_memory_gb is not None and self.head_memory_gb < 1:
             raise ValueError("--syncers and --head-memory-gb must be at least 1")
+        if self.moe is not None and (self.tuning, self.base_quantization) != ("full", "none"):
+            raise ValueError("expert-parallel islands (--island-backend megatron) train every tensor: plan them with "
+                             "--tuning full and --base-quantization none")
+        if self.moe is not None:
+            moe_split(self.moe)     # a config that is not a Mixtral-style MoE is refused here, naming the key
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from yeto.cli.launch import island_backend
 from yeto.cli.launch.recipe import SEQ_LEN
 from yeto.cli.shape_render import render, render_signals
 from yeto.infra.model_source import resolve_model
@@ -65,6 +66,7 @@ def register(sub) -> None:
     p = sub.add_parser("shape", help="plan a fleet for a budget or TFLOPs target, without launching",
                        description="Plan the fleet `yeto launch` would rent when --gpu is omitted.")
     add_plan_arguments(p)
+    island_backend.add_arguments(p)
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     p.add_argument("--data", help="the training data: estimate the job's hours and cost from its tokens (the model's "
                                   "tokenizer must be local)")
@@ -87,7 +89,19 @@ def request_from_args(args) -> PlanRequest:
         clouds=_csv(args.clouds), regions=_csv(args.regions), exclude_regions=_csv(args.exclude_regions),
         max_islands=args.max_islands, spot=args.spot, price_margin=args.price_margin, head_price=args.head_price,
         num_syncers=args.syncers or 1, head_memory_gb=args.head_memory_gb,
-        data=getattr(args, "data", None))
+        data=getattr(args, "data", None), moe=expert_parallel_config(args))
+
+
+def expert_parallel_config(args) -> dict | None:
+    """The model's config.json when its islands run expert-parallel (--island-backend megatron): the planner sizes
+    each GPU as an EP rank from it (services/planner/expert_memory.py); None for every other backend."""
+    if getattr(args, "island_backend", None) != "megatron":
+        return None
+    path = Path(args.model).expanduser() / "config.json"
+    if not path.is_file():
+        raise ValueError(f"--island-backend megatron plans from the model's config.json: --model {args.model} is not a "
+                         f"local model directory with one")
+    return json.loads(path.read_text())
 
 
 def hub_weights_gb(hf_id: str) -> float:
