@@ -1,7 +1,8 @@
 """SkyApi rehearsed on this machine: the very `sky.Task` objects Yeto builds, each run in a fresh network namespace.
 
 No cloud is reachable here, so everything after provisioning is rehearsed: `launch_cluster` runs the head's task
-in its namespace and `cluster_address` is its veth address; `jobs_launch` runs an island's task in a namespace of
+in its namespace and `cluster_address` is its veth address (a cluster launched again: the same one, or a new one in
+a world with `new_addresses`); `jobs_launch` runs an island's task in a namespace of
 its own; `jobs_cancel` records the call and kills the job's processes. How a task is executed (HOME, env, setup
 checked but not run): rehearsal_jobs.py; the network: rehearsal_net.py. Processes pick it with $YETO_SKY_API=
 tests.cloud.rehearsal:RehearsalSky and share its record through $YETO_REHEARSAL_DIR (rehearsal_world.py makes the
@@ -55,8 +56,10 @@ class RehearsalSky:
             self._autodown(state)
             if state["clusters"].get(cluster, {}).get("cluster_status") == "UP":
                 raise RuntimeError(f"cluster {cluster} is up already (the rehearsal runs one task per cluster)")
-            # A cluster launched again under its name gets its old address back, as a reserved (static) address would
-            rec = self._start(state, task, f"cluster-{cluster}", index=state["clusters"].get(cluster, {}).get("index"))
+            # A cluster launched again under its name gets its old address back, as a reserved (static) address would;
+            # in a world with `new_addresses` a new one, as SkyPilot gives (a replacement head at another address)
+            again = None if state["world"].get("new_addresses") else state["clusters"].get(cluster, {}).get("index")
+            rec = self._start(state, task, f"cluster-{cluster}", index=again)
             state["clusters"][cluster] = {**rec, "cluster_status": "UP" if rec["status"] == "RUNNING" else "DOWN",
                                           "idle_minutes_to_autodown": idle_minutes_to_autodown}
 

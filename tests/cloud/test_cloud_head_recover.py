@@ -1,10 +1,12 @@
 """Mirror mode rehearsed: a cloud run outlives its head. Mid-run, every process of the head's namespace is killed -9
-and its folder (the VM's disk) deleted; `yeto recover` rents a replacement (a new namespace at the head's reserved
-address, from the same bundle) that restores the run from the mirror beside --output; both islands reconnect, are
-merged again, and the run finalizes with an artifact `yeto verify` accepts. The tape shows the gap. Printed: the
-time from the replacement's namespace start (and from the start of `yeto recover`, which first gives the old head
-20 s to answer) to its first merged global, and the events the dead head acknowledged after its last mirror
-(docs/CLOUD.md, section 10)."""
+and its folder (the VM's disk) deleted; `yeto recover` (no --output: it takes the run's from its head record) rents
+a replacement (a new namespace at a NEW address, as SkyPilot gives, from the same bundle) that restores the run from
+the mirror beside --output and is named in the run's rendezvous there; both islands follow the rendezvous to the new
+address, are merged again, and the run finalizes with an artifact `yeto verify` accepts. The tape shows the gap.
+Printed: the time from the replacement's namespace start (and from the start of `yeto recover`, which first gives
+the old head 20 s to answer) to its first merged global, and the events the dead head acknowledged after its last
+mirror (docs/CLOUD.md, section 10). The store is outside the laptop's folders: the islands read the rendezvous in
+it, as cloud islands read a bucket with the credentials SkyPilot copies to them."""
 from __future__ import annotations
 
 import asyncio
@@ -20,6 +22,7 @@ import psutil
 import pytest
 
 import rehearsal
+import rehearsal_jobs
 import rehearsal_world
 from rehearsal_net import pids
 from test_cloud_rehearsal import Laptop
@@ -66,18 +69,20 @@ def kill_head(world: Path, cluster: str) -> dict:
 
 @pytest.fixture
 def laptop(rehearsal_dir, tmp_path) -> Laptop:
-    root = tmp_path / "laptop"      # the laptop's folders, the store among them: islands find them empty
+    root = tmp_path / "laptop"      # the laptop's folders: islands find them empty (the store is beside them)
     rehearsal_world.hide(rehearsal_dir, [root])
+    with rehearsal_jobs.locked(rehearsal_dir) as state:
+        state["world"]["new_addresses"] = True        # a replacement head gets a new address
     return Laptop(root / "home", rehearsal_dir, learner_tiny.write_model_dir(root / "model"),
                   learner_tiny.write_chat_jsonl(root / "chat.jsonl", 300))
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)
 def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirror_and_finalizes(laptop):
     from yeto.infra.head import mirror, restore
 
-    output = laptop.home.parent / "store" / "artifact"
-    started = laptop.launch(RUN, "--max-steps", "240", "--output", str(output), "--yes", timeout=300)
+    output = laptop.home.parent.parent / "bucket" / "artifact"
+    started = laptop.launch(RUN, "--max-steps", "160", "--output", str(output), "--yes", timeout=300)
     assert started.returncode == 0, f"{started.stdout}\n{started.stderr}\n{laptop.story()}"
     root = mirror.mirror_root(str(output), RUN)
     merged = lambda: int(sql(laptop, "select count(*) from events where type = 'RoundMerged'")[0][0])  # noqa: E731
@@ -95,17 +100,23 @@ def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirr
           f"({lost} events acknowledged after the last mirror, mirrored {killed_at - last['mirrored_at']:.1f}s before)")
 
     new_start = time.time()
-    recovered = laptop.yeto("recover", RUN, "--output", str(output), timeout=400)
+    recovered = laptop.yeto("recover", RUN, timeout=400)          # its --output from the run's head record
     assert recovered.returncode == 0, f"{recovered.stdout}\n{recovered.stderr}\n{laptop.story()}"
     print(recovered.stdout)
     new = rehearsal_world.record(laptop.world)["clusters"][head["cluster"]]
-    assert new["ip"] == dead["ip"] and new["cluster_status"] == "UP"     # the reserved address, a fresh namespace
+    assert new["ip"] != dead["ip"] and new["cluster_status"] == "UP"     # a new address, a fresh namespace
+    where = Path(root) / "head.json"
+    assert json.loads(where.read_text())["url"] == f"tls://{new['ip']}:4222"       # the rendezvous names it
     born = psutil.boot_time() + new["started"]      # its first process's start (seconds since boot, procs.started_at)
     assert new_start <= born + 1
 
     def merged_after() -> list[list[str]]:
-        return sql(laptop, f"select epoch_ms(ts) from events where type = 'RoundMerged' and epoch(ts) > {new_start} "
-                           "order by seq")
+        query = f"select epoch_ms(ts) from events where type = 'RoundMerged' and epoch(ts) > {new_start} order by seq"
+        out = laptop.yeto("sql", "--run", RUN, query, "--format", "csv")
+        if out.returncode != 0 and "no tape writer answers" in out.stderr:
+            return []       # the replacement's server answers; its tape writer starts once the mirror is restored
+        assert out.returncode == 0, out.stdout + out.stderr
+        return [line.split(",") for line in out.stdout.strip().splitlines()[1:]]
     rounds = wait_for(lambda: len(r := merged_after()) >= 1 and r, 180, "a merged global on the replacement head",
                       interval=0.5, detail=laptop.story)
     to_first_merge = int(rounds[0][0]) / 1000 - born
@@ -114,10 +125,13 @@ def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirr
           f"{int(rounds[0][0]) / 1000 - killed_at:.1f}s after the kill")
     assert to_first_merge <= 120, to_first_merge
     finalized = lambda: sql(laptop, "select count(*) from events where type = 'RunFinalized'")[0][0] == "1"  # noqa: E731
-    wait_for(finalized, 600, "the run to finalize on the replacement head", interval=2, detail=laptop.story)
+    wait_for(finalized, 900, "the run to finalize on the replacement head", interval=2, detail=laptop.story)
     contributors = sql(laptop, "select distinct unnest(json_extract_string(payload, '$.responders[*]')) from events "
                                f"where type = 'RoundMerged' and epoch(ts) > {new_start}")
     assert len(contributors) == 2, contributors      # both islands were merged after the kill
+    for island in laptop.islands(RUN):                # each followed the rendezvous to the new address
+        log = (Path(island["dir"]) / "run.log").read_text(errors="replace")
+        assert f"names tls://{new['ip']}:4222: reconnecting there (was tls://{dead['ip']}:4222)" in log, log[-3000:]
 
     pulled = laptop.yeto("pull", RUN, timeout=300)
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
