@@ -5,9 +5,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-from yeto.learners.data import token_cache
 from yeto.learners.data.formats import normalize
 from yeto.learners.data.roles import RowError
 from yeto.learners.data.sources import open_source
@@ -65,26 +63,20 @@ class CheckReport:
         return render_report(self)
 
 
-def check_data(spec: DataSpec, tokenizer=None, *, cache: Path | None = None) -> CheckReport:
-    """The report; with a tokenizer and `cache` (a folder), every row's encoding is kept there for the learners
-    of this host (learners/data/token_cache.py)."""
+def check_data(spec: DataSpec, tokenizer=None) -> CheckReport:
     source = open_source(spec.source)
     report = CheckReport(source=source.description, revision=source.revision, on_bad_rows=spec.on_bad_rows)
     digest = hashlib.sha256()
     formats, per_file = Counter(), {}
     # Streamed: a row is normalized, counted and let go (its tokens a batch at a time), so memory is a batch of rows,
     # never the dataset (a 50 MB .json array once took 6.1 GB here).
-    recorder = None
-    if tokenizer is not None and cache is not None and (key := token_cache.cache_key(spec, tokenizer)) is not None:
-        recorder = token_cache.Recorder(key)
-    counter = TokenCounter(tokenizer, spec, recorder) if tokenizer is not None else None
+    counter = TokenCounter(tokenizer, spec) if tokenizer is not None else None
     pending: list = []
-    pending_at: list[int] = []
     num_calls = 0
 
-    def count(pairs: list, rows_at: list[int]) -> None:
+    def count(pairs: list) -> None:
         assert counter is not None
-        for row, example, reason in counter.add(pairs, rows_at):
+        for row, example, reason in counter.add(pairs):
             _add_bad(report, row.file, row.ref, row.is_line, reason)
             formats[example.format] -= 1
     for row in source:
@@ -105,14 +97,11 @@ def check_data(spec: DataSpec, tokenizer=None, *, cache: Path | None = None) -> 
         num_calls += any("tool_calls" in m for m in example.messages or [])
         if counter is not None:
             pending.append((row, example))
-            pending_at.append(report.num_rows - 1)
             if len(pending) == BATCH:
-                count(pending, pending_at)
-                pending, pending_at = [], []
+                count(pending)
+                pending = []
     if counter is not None and pending:
-        count(pending, pending_at)
-    if recorder is not None and cache is not None:
-        recorder.write(cache, report.num_rows)
+        count(pending)
     report.fingerprint = digest.hexdigest()
     report.formats = dict(formats)
     report.per_file = {f: dict(c) for f, c in per_file.items()}

@@ -11,7 +11,6 @@ from yeto.learners.data.rows import Row
 from yeto.learners.data.shard import is_heldout, shard_rows
 from yeto.learners.data.sources import Source, open_source
 from yeto.learners.data.spec import DataSpec
-from yeto.learners.data.token_cache import Cached, rows_for
 from yeto.learners.data.tokenize import ChatEncoder, Encoded
 
 BATCH = 2048  # rows tokenized together: big enough for Rust batch encoding to pay off
@@ -30,16 +29,15 @@ def iter_blocks(spec: DataSpec, tokenizer, *, shard: int, num_shards: int, epoch
     encoder = ChatEncoder(tokenizer, train_on=spec.train_on)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     packer = Packer(spec.seq_len, pad_id)
-    cached = rows_for(spec, tokenizer, len(source))    # what this host's data check encoded already
     index = 0
-    for block in _blocks(source, spec, encoder, packer, shard, num_shards, epoch, split, cached):
+    for block in _blocks(source, spec, encoder, packer, shard, num_shards, epoch, split):
         block.index = index
         if index >= start:
             yield block
         index += 1
 
 
-def _blocks(source: Source, spec, encoder, packer, shard, num_shards, epoch, split, cached) -> Iterator[Block]:
+def _blocks(source: Source, spec, encoder, packer, shard, num_shards, epoch, split) -> Iterator[Block]:
     order = shard_rows(len(source), shard=shard, num_shards=num_shards, seed=spec.seed, epoch=epoch)
     for lo in range(0, len(order), BATCH):
         ids = [int(i) for i in order[lo:lo + BATCH]]
@@ -54,23 +52,12 @@ def _blocks(source: Source, spec, encoder, packer, shard, num_shards, epoch, spl
                     _bad(spec, row, str(e))
             elif row.error is not None:
                 _bad(spec, row, row.error)
-        for (gid, row), enc in zip(kept, _encode(encoder, cached, kept, examples)):
+        for (gid, row), enc in zip(kept, encoder.encode(examples)):
             if isinstance(enc, Encoded):
                 yield from packer.add(enc.input_ids, enc.labels, gid)
             else:
                 _bad(spec, row, str(enc))
     yield from packer.finish()
-
-
-def _encode(encoder: ChatEncoder, cached: Cached | None, kept: list, examples: list) -> list:
-    """The rows' encodings: the cached ones as they are, the others (all of them without a cache) encoded now."""
-    if cached is None:
-        return encoder.encode(examples)
-    found = [cached.get(gid) for gid, _ in kept]
-    missing = [i for i, enc in enumerate(found) if enc is None]
-    for i, enc in zip(missing, encoder.encode([examples[i] for i in missing]) if missing else []):
-        found[i] = enc
-    return found
 
 
 def _bad(spec: DataSpec, row: Row, reason: str) -> None:

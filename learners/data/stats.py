@@ -35,23 +35,19 @@ class TokenStats:
 class TokenCounter:
     """Token lengths counted batch by batch as rows stream past: nothing of a row is kept but its two counts."""
 
-    def __init__(self, tokenizer, spec, recorder=None) -> None:
+    def __init__(self, tokenizer, spec) -> None:
         self.encoder, self.spec = ChatEncoder(tokenizer, train_on=spec.train_on), spec
         self.lengths, self.trainable = array("q"), array("q")
-        self.recorder = recorder       # learners/data/token_cache.py: the encodings kept for the learners
 
-    def add(self, pairs: list, rows_at: list[int] | None = None) -> list:
-        """Count (row, Example) pairs (BATCH at a time is fastest); returns (row, example, reason) for rejected rows.
-        `rows_at`: the pairs' global row indices, for the recorder."""
+    def add(self, pairs: list) -> list:
+        """Count (row, Example) pairs (BATCH at a time is fastest); returns (row, example, reason) for rejected rows."""
         errors = []
-        for k, ((row, example), enc) in enumerate(zip(pairs, self.encoder.encode([e for _, e in pairs]))):
+        for (row, example), enc in zip(pairs, self.encoder.encode([e for _, e in pairs])):
             if isinstance(enc, Encoded):
                 self.lengths.append(len(enc.input_ids))
                 self.trainable.append(sum(1 for x in enc.labels[1:] if x != IGNORE))
             else:
                 errors.append((row, example, str(enc)))
-            if self.recorder is not None and rows_at is not None:
-                self.recorder.add(rows_at[k], enc if isinstance(enc, Encoded) else None)
         return errors
 
     def stats(self) -> TokenStats:

@@ -94,7 +94,6 @@ class LocalBackend:
         log.parent.mkdir(parents=True, exist_ok=True)
         port, pgid, pids = free_port(), 0, []
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        env["YETO_HOME"] = str(self.state_dir)      # this host's state: the data check's token cache is under it
         env.pop(bus_auth.CREDS_ENV, None)      # never the launcher's own (service) credential
         creds = bus_auth.issue_learner(self.state_dir, launch.run_id, launch.learner)
         if creds is not None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from yeto.schemas.gpuspec import IslandSpec, parse_gpu
@@ -67,23 +66,19 @@ def check_memory_fit(islands: list[IslandSpec], *, weights_gb: float | None, tun
                              f"add GPUs or nodes, use --base-quantization nf4, or a smaller --seq-len")
 
 
-def check_data(args, source, fleet: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-    """Read every row as training will; refuse bad data with the report. Returns what the manifest records.
-    Where every island of `fleet` is local, every row's encoding is kept for them (learners/data/token_cache.py)."""
-    from yeto.cli.common import conf
+def check_data(args, source) -> dict[str, Any]:
+    """Read every row as training will; refuse bad data with the report. Returns what the manifest records."""
     from yeto.cli.launch.recipe import data_options
-    from yeto.learners.data import DataSpec, token_cache
+    from yeto.learners.data import DataSpec
     from yeto.learners.data import check_data as run_check
 
     tokenizer = None
     if source.is_local:   # token statistics when the tokenizer is at hand (no download before renting)
         from yeto.cli.data import local_tokenizer
         tokenizer = local_tokenizer(source)
-    local = tokenizer is not None and bool(fleet) and all(f.get("cloud") == "local" for f in fleet) \
-        and not getattr(args, "dry_run", False)       # a dry run writes nothing
     spec = DataSpec(source=args.data, data_format=args.data_format, seq_len=args.seq_len,
                     on_bad_rows=args.on_bad_rows, **data_options(args))
-    report = run_check(spec, tokenizer, cache=token_cache.cache_dir(conf(args).state_dir) if local else None)
+    report = run_check(spec, tokenizer)
     if not report.ok:
         raise ValueError(f"--data {args.data} is not usable:\n{report.render()}")
     t = report.tokens

@@ -116,7 +116,7 @@ def build_launch(args, run_id: str, fleet: list[dict]) -> LaunchRun:
     launch_wire.refuse_unread(args)    # before the data check: a flag nothing would read is refused at once
     fleet = [*fleet, *external.slots(args)]     # --external-learners: slots after the --gpu islands
     diffusion = args.model_kind == "diffusion"     # a Diffusers pipeline and captioned images (launch/diffusion.py)
-    data_check = diffusion_flags.check_media(args) if diffusion else checks.check_data(args, resolve(args.model), fleet)
+    data_check = diffusion_flags.check_media(args) if diffusion else checks.check_data(args, resolve(args.model))
     recipe_flags.apply_epochs(args, data_check, fleet)     # --epochs -> max_steps from the packed tokens
     sync = checks.sync_settings(args)
     train = checks.train_recipe(args, sync)
