@@ -1,7 +1,8 @@
 """The head's rendezvous in the run's store: the record read as hostile input, written once by the first head and
 replaced by `yeto recover`, and a learner's connection following it from a dead server to a live one at another
 address, over TLS with the head's pinned certificate (issued for none of the addresses it is reached at). `yeto
-recover` takes --output from the run's head record, and refuses with a sentence when that holds none."""
+recover` takes --output from the run's head record, and refuses with a sentence when that holds none. A cloud island's task
+carries --head-rendezvous (none without a mirror) and installs its store's fsspec package."""
 from __future__ import annotations
 
 import asyncio
@@ -160,3 +161,25 @@ async def test_a_learners_log_handler_connects_to_the_head_the_rendezvous_names(
     finally:
         handler.close()
         await admin.close()
+
+
+@pytest.mark.parametrize(("output", "package", "where"), [
+    ("s3://bucket/runs/chat", "s3fs", f"s3://bucket/runs/.yeto-head/{RUN}/head.json"),
+    ("gcs://bucket/chat", "gcsfs", f"gs://bucket/.yeto-head/{RUN}/head.json"),
+    ("hf://org/chat", None, None),      # no mirror, so no rendezvous: the flag is not given
+    ("", None, None),
+])
+def test_a_cloud_island_is_told_the_rendezvous_and_installs_its_store_package(tmp_path, output, package, where):
+    pytest.importorskip("sky")
+    from yeto.services.launcher.backends.base import IslandLaunch
+    from yeto.services.launcher.backends.sky_tasks import island_task
+
+    data = tmp_path / "chat.jsonl"
+    data.write_text('{"messages": []}\n')
+    task = island_task(IslandLaunch(run_id=RUN, island=0, generation=0, num_islands=2, nats_url="tls://head:4222",
+                                    spec={"cloud": "aws", "gpu": "A100", "count": 1, "spot": True},
+                                    recipe={"train": {"model": "qwen35-9b", "data": str(data), "max_steps": 10},
+                                            "output": output}))
+    assert ("--head-rendezvous" in task.run) == (where is not None), task.run
+    assert where is None or f"--head-rendezvous {where}" in task.run, task.run
+    assert (f"pip install -q {package}" in task.setup) if package else ("s3fs" not in task.setup)
