@@ -1,6 +1,8 @@
 """One rank of the FSDP2-vs-DDP island test, started like torchrun starts ranks. The island trains with sync on:
 rank 0 runs the sync hook against the real SyncerCore in its own process (an in-process wire); with FSDP2 the
-other rank serves its gathers and scatters. Rank 0 writes losses and the final globals to argv[1] as JSON."""
+other rank serves its gathers and scatters. The ranks train each tuning of argv[4] (comma-separated) one after the
+other in one process group (one start-up for all); rank 0 writes each one's losses and final globals to
+<argv[1]>-<tuning>.json."""
 from __future__ import annotations
 
 import hashlib
@@ -27,17 +29,25 @@ GLOBAL_BATCH = 4
 SYNC = SyncConfig(num_fragments=2, inner_steps=3, quorum=1, grace_max_s=0.5, codec_up="f32", codec_down="f32")
 
 
-def main(out: str, model_dir: str, shard: str, tuning: str) -> None:
+def main(out: str, model_dir: str, shard: str, tunings: str) -> None:
     torch.set_num_threads(1)
     topology = dist.Topology.from_env()
-    recipe = TrainRecipe(model=model_dir, tuning=tuning, lr=3e-3, warmup_steps=2, max_steps=12, seq_len=32,
-                         micro_batch=GLOBAL_BATCH // topology.world_size, seed=2, shard=shard, sync=SYNC.to_dict())
-    accel = resolve_accel(recipe, local_rank=topology.local_rank, prefer="cpu")
+    recipes = [TrainRecipe(model=model_dir, tuning=tuning, lr=3e-3, warmup_steps=2, max_steps=12, seq_len=32,
+                           micro_batch=GLOBAL_BATCH // topology.world_size, seed=2, shard=shard, sync=SYNC.to_dict())
+               for tuning in tunings.split(",")]
+    accel = resolve_accel(recipes[0], local_rank=topology.local_rank, prefer="cpu")
     dist.init(topology, accel)
+    for recipe in recipes:
+        island(f"{out}-{recipe.tuning}.json", recipe, shard, accel, topology)
+    dist.shutdown()
+
+
+def island(out: str, recipe: TrainRecipe, shard: str, accel, topology: dist.Topology) -> None:
     loads = []          # low-memory loading: under FSDP2 only rank 0 reads the weights
     real_load = build_module.load_model
     build_module.load_model = lambda *a, **k: loads.append(1) or real_load(*a, **k)
     built = build(recipe, accel=accel, topology=topology)
+    build_module.load_model = real_load
     Path(f"{out}.rank{topology.rank}").write_text(str(len(loads)))
     assert built.sharded == (shard == "fsdp")
     params = trainable_parameters(built.model)
@@ -61,7 +71,6 @@ def main(out: str, model_dir: str, shard: str, tuning: str) -> None:
             "losses": [r.loss for r in results], "synced": [r.synced for r in results],
             "versions": dict(hook.sync.versions), "params": digest.hexdigest(),
             "merged": sum(type(e).__name__ == "RoundMerged" for e in wire.events)}))
-    dist.shutdown()
 
 
 if __name__ == "__main__":
