@@ -4,7 +4,7 @@ the finalizer's full artifact loads in transformers as a Mixtral whose logits mo
 The acceptance's fleet, `--gpu local:2xcpu,local:2xcpu` (two islands of two expert-parallel ranks), runs where the
 machine has 4 CPUs; the launch caps local CPU learner processes at os.cpu_count() (schemas/capacity.py), so on 2 CPUs
 the fleets are one island of two expert-parallel ranks (the other rank serves rank 0's reads and writes of its
-experts under real syncs) and two one-rank islands (both in merged rounds)."""
+experts under real syncs) and two one-rank islands (both in merged rounds). The fleets' runs share one local stack."""
 from __future__ import annotations
 
 import os
@@ -13,42 +13,51 @@ import pytest
 import torch
 
 from e2e_stack import Stack
+from yeto.infra import stack
 
 pytest.importorskip("megatron.core")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-RUN = "megatron-run"
 FLEETS = ["local:2xcpu,local:2xcpu"] if (os.cpu_count() or 1) >= 4 else ["local:2xcpu", "local:1xcpu,local:1xcpu"]
 
 
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """The YETO_HOME of every fleet's run; its stack goes down after the last of them, even one that failed."""
+    home = tmp_path_factory.mktemp("megatron-run") / "home"
+    yield home
+    stack.down(home)
+
+
 @pytest.fixture(scope="module", params=FLEETS)
-def run(request, tmp_path_factory, tiny_moe):
-    s = Stack(tmp_path_factory.mktemp("megatron-run") / "home", tiny_moe["model"], tiny_moe["data"])
+def run(request, home, tiny_moe):
+    """(stack, what `yeto launch --wait` printed, the fleet, the run id): one run per fleet."""
+    s, run_id = Stack(home, tiny_moe["model"], tiny_moe["data"]), f"megatron-{FLEETS.index(request.param)}"
     try:
-        s.launch(RUN, "--island-backend", "megatron", "--tuning", "full", "--max-steps", "40", "--micro-batch", "2",
+        s.launch(run_id, "--island-backend", "megatron", "--tuning", "full", "--max-steps", "40", "--micro-batch", "2",
                  islands=request.param,
                  train_flags=("--seq-len", "32", "--sync-every", "8", "--fragments", "2", "--lr", "3e-3",
                               "--warmup-steps", "2"))
-        yield s, s.finish(RUN, timeout=540), request.param
-    finally:
-        s.down()
+        yield s, s.finish(run_id, timeout=540), request.param, run_id
+    finally:   # a launch that failed half way is not left waiting (the stack itself goes down with `home`)
+        s.stop_launches()
 
 
 def test_every_megatron_island_pushes_to_merged_rounds_and_the_run_finalizes(run):
-    s, output, fleet = run
+    s, output, fleet, run_id = run
     assert "run finalized (max_steps)" in output, output
     islands = fleet.split(",")
-    started = s.events(RUN, "LearnerStarted")
+    started = s.events(run_id, "LearnerStarted")
     assert {e["backend"] for e in started} == {"megatron"}
     assert sorted(e["ranks"] for e in started) == sorted(int(i.split(":")[1].split("x")[0]) for i in islands)
-    merged = s.events(RUN, "RoundMerged")
+    merged = s.events(run_id, "RoundMerged")
     every = [e for e in merged if {f"island-{i}" for i in range(len(islands))} <= set(e["responders"])]
     assert every, f"rounds with every learner: {[(e['fragment'], e['responders']) for e in merged]}"
 
 
 def test_the_artifact_loads_in_transformers_and_differs_from_the_base(run, tiny_moe):
     from transformers import AutoModelForCausalLM
-    s = run[0]
-    (written,) = s.events(RUN, "ArtifactWritten")
+    s, run_id = run[0], run[3]
+    (written,) = s.events(run_id, "ArtifactWritten")
     assert written["artifact_kind"] != "adapter"
     tuned = AutoModelForCausalLM.from_pretrained(written["local_path"])
     base = AutoModelForCausalLM.from_pretrained(tiny_moe["model"])
