@@ -112,7 +112,8 @@ def parse(argv=None):
     ap.add_argument("--fragments", type=int, help="fragments (default: the recipe's, 8)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--heldout-blocks", type=int, default=64)
-    ap.add_argument("--timeout-s", type=float, default=2400.0, help="per run")
+    ap.add_argument("--timeout-s", type=float, default=7200.0, help="per run; past it the invocation stops and takes "
+                    "its stack down (a docqa run took 40+ min at a load of 25 on 2 cores on 2026-12-05)")
     ap.add_argument("--out-dir", default=str(RESULTS), help="one JSON per run here")
     ap.add_argument("--keep-gguf", action="store_true", help="every learner loads the .gguf itself (slow on a CPU)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
