@@ -59,7 +59,8 @@ IMPURE_SCHEMAS = {"base.py": "a new message takes a fresh id and the clock's tim
 # The push path's pure steps (services/syncer/core.py lists the path) and the learner's pure parts.
 PURE_STEPS = tuple(f"services/syncer/{m}.py" for m in ("admission/header", "admission/payload", "ledger", "rounds", "grace",
                                                         "merge", "rows", "gram", "runs", "outputs")) + (
-    "learners/keyframe_demand.py", "learners/transport/keyframes.py", "learners/transport/reports.py")
+    "learners/keyframe_demand.py", "learners/transport/keyframes.py", "learners/transport/reports.py",
+    "learners/transport/denials.py", "services/launcher/memory_fit.py")
 
 
 def pure_cores(root: Path, steps: tuple[str, ...] = PURE_STEPS) -> list[Path]:
