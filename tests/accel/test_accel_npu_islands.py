@@ -67,6 +67,19 @@ def test_nf4_on_npu_islands_is_refused_naming_what_to_use():
     checks.check_memory_fit(parse_gpu("local:1xnpu"), **{**fit, "base_quantization": "none"})
 
 
+def test_backends_that_cannot_run_on_an_npu_are_refused_for_npu_islands_by_name():
+    from argparse import Namespace
+
+    from yeto.cli.launch import island_backend
+    args = Namespace(island_backend="megatron", model_kind="lm", tuning="full", external_learners=0,
+                     gpu="local:1xcpu,local:2xnpu")
+    with pytest.raises(ValueError, match=r"--island-backend megatron does not run on Ascend NPUs .* --island-backend "
+                                         r"torch on NPU islands"):
+        island_backend.apply(args, {})
+    assert island_backend.apply(Namespace(**{**vars(args), "gpu": "local:2xcpu"}), {}) == {"island_backend": "megatron"}
+    assert island_backend.apply(Namespace(**{**vars(args), "island_backend": "torch"}), {}) == {"island_backend": "torch"}
+
+
 def test_the_syncer_refuses_cupy_by_name_where_no_cuda_device_is_usable():
     probe = "import cupy, sys; sys.exit(0 if cupy.cuda.is_available() else 1)"
     if subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0:

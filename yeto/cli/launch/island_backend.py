@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from yeto.schemas.gpuspec import parse_gpu
 from yeto.schemas.learner_contract import BACKENDS
 
 CHOICES = tuple(name for name, info in BACKENDS.items() if info.model_kind == "lm")
@@ -29,4 +30,7 @@ def apply(args, recipe: dict[str, Any]) -> dict[str, Any]:
     if name == "megatron" and getattr(args, "external_learners", 0):
         raise ValueError("--island-backend megatron: --external-learners join with the torch or mlx backend, "
                          "not megatron")
+    if name != "torch" and getattr(args, "gpu", None) and any(i.gpu == "npu" for i in parse_gpu(args.gpu)):
+        raise ValueError(f"--island-backend {name} does not run on Ascend NPUs (--gpu {args.gpu}): use --island-backend "
+                         "torch on NPU islands (docs/ASCEND.md)")
     return {**recipe, "island_backend": name}
