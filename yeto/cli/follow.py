@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from yeto.infra.bus import Delivery, connect
+from yeto.schemas.artifact_layout import deploy_prefix
 from yeto.schemas.base import SchemaError, parse
 from yeto.schemas.subjects import run_events
 
@@ -46,7 +47,7 @@ class Progress:
         if t in ("FinalCutDone", "CheckpointMarkedFinal"):
             return f"{t}: versions {dict(e.versions)}"
         if t == "ArtifactWritten":       # the output folder's layout: schemas/artifact_layout.py
-            nested = any(f.startswith("artifact/") for f in e.files) and not e.output.startswith("hf://")
+            nested = bool(deploy_prefix(e.files)) and not e.output.startswith("hf://")
             local = "://" not in e.output       # --resume-from reads a local folder (a store's: copy it first)
             return f"artifact ({e.artifact_kind}) written to {e.output}" + (
                 f": deploy {e.output}/artifact (its README.md says how)" if nested else "") + (
