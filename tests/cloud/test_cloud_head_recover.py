@@ -90,6 +90,8 @@ def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirr
     first = wait_for(lambda: (m := mirror.read_manifest(root)) and len(m["snapshots"]) == 2 and m, 60,
                      "a mirror holding both fragments' snapshots", interval=0.5, detail=laptop.story)
     head = json.loads((laptop.home / "heads" / RUN / "head.json").read_text())
+    where = Path(root) / "head.json"        # the rendezvous: the first head's mirror wrote its address there
+    assert json.loads(where.read_text())["url"] == head["url"], where.read_text()
     acknowledged = stream_last_seq(laptop, head)
     dead = kill_head(laptop.world, head["cluster"])
     killed_at = time.time()
@@ -105,7 +107,6 @@ def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirr
     print(recovered.stdout)
     new = rehearsal_world.record(laptop.world)["clusters"][head["cluster"]]
     assert new["ip"] != dead["ip"] and new["cluster_status"] == "UP"     # a new address, a fresh namespace
-    where = Path(root) / "head.json"
     assert json.loads(where.read_text())["url"] == f"tls://{new['ip']}:4222"       # the rendezvous names it
     born = psutil.boot_time() + new["started"]      # its first process's start (seconds since boot, procs.started_at)
     assert new_start <= born + 1
