@@ -30,7 +30,8 @@ def layer_of(module: str) -> str:
 # What each layer may import of Yeto. The CLI reaches services and learners only through their public faces.
 # (The syncer's face, services/syncer/api.py, is not one of them: the CLI never needs the syncer.)
 FACES = ("yeto.services.planner.api", "yeto.services.launcher.api", "yeto.services.finalizer.api",
-         "yeto.services.planner.estimate", "yeto.learners.torch.api", "yeto.learners.data", "yeto.learners.diffusion.api")
+         "yeto.services.planner.estimate", "yeto.learners.torch.api", "yeto.learners.data", "yeto.learners.diffusion.api",
+         "yeto.learners.lm_recipe")   # the LM recipe record alone: `yeto launch` builds it without importing torch
 TRANSPORT = ("yeto.learners.bus_client", "yeto.learners.transport")   # the learners' one door to the bus
 # Edges every layer above infra reads (a --model on disk, its pin).
 SHARED_EDGES = ("yeto.infra.model_source", "yeto.infra.source_pins")

@@ -14,7 +14,8 @@ from yeto.learners.data.roles import RowError
 from yeto.learners.data.shard import shard_of
 from yeto.learners.data.sources import open_source
 from yeto.learners.data.spec import FORMATS, DataSpec, parse_field_map
+from yeto.learners.data.tokenizer_files import read_tokenizer
 
 __all__ = ["BadRow", "BadRowError", "Block", "CheckReport", "DataSpec", "Example", "FORMATS", "RowError",
            "check_data", "collate", "iter_blocks", "normalize", "open_source", "parse_field_map",
-           "shard_of"]
+           "read_tokenizer", "shard_of"]

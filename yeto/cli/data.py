@@ -35,7 +35,7 @@ def load_tokenizer(model: str):
 def local_tokenizer(source):
     """A resolved model's tokenizer, read from its files where that gives transformers' tokenizer exactly (no torch
     import: seconds off every `yeto launch`, benchmarks/startup.py), else loaded through transformers."""
-    from yeto.learners.data.tokenizer_files import read_tokenizer
+    from yeto.learners.data import read_tokenizer
     if (found := read_tokenizer(source)) is not None:
         return found
     from yeto.learners.torch.api import load_tokenizer as load
