@@ -59,7 +59,7 @@ def test_the_artifact_loads_in_transformers_and_differs_from_the_base(run, tiny_
     s, run_id = run[0], run[3]
     (written,) = s.events(run_id, "ArtifactWritten")
     assert written["artifact_kind"] != "adapter"
-    tuned = AutoModelForCausalLM.from_pretrained(written["local_path"])
+    tuned = AutoModelForCausalLM.from_pretrained(os.path.join(written["local_path"], "artifact"))   # docs/ARTIFACTS.md
     base = AutoModelForCausalLM.from_pretrained(tiny_moe["model"])
     assert tuned.config.model_type == "mixtral" and tuned.config.num_local_experts == 4
     ids = torch.arange(4, 20).unsqueeze(0)
