@@ -31,7 +31,7 @@ then the fault arms' readings per island count (artifact against the same seed's
 one, next global).
 
     .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--latency-ms 0] [--seed 0] [--torchft]
-                                       [--arms ddp,yeto,...] [--json PATH] [--dry-run]
+                                       [--arms ddp,yeto,...] [--net N] [--json PATH] [--dry-run]
     .venv/bin/python benchmarks/wan.py --report benchmarks/results/wan/seeds
 """
 from __future__ import annotations
