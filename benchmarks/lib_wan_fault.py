@@ -141,7 +141,7 @@ def after_freeze(frozen: Proc, sync: dict) -> dict:
     from yeto.schemas.recipe import SyncConfig
     from yeto.services.syncer.liveness import silence_s
     config = SyncConfig.from_dict(sync)
-    seconds = [d["seconds"] for _, d in frozen.steps()[1:]]
-    step_s = statistics.median(seconds) if seconds else float("nan")
+    seconds = [d["seconds"] for _, d in frozen.steps()[1:]] or [d["seconds"] for _, d in frozen.steps()]
+    step_s = statistics.median(seconds) if seconds else float("nan")     # nan: frozen before its first step
     return {"fault": "freeze", "exited_to_next_global_s": None, "frozen_step_s": step_s,
             "silence_bound_s": silence_s(step_s, config, config.num_fragments)}

@@ -196,7 +196,7 @@ def test_wan_tiny_real_freeze_is_left_behind_without_anyone_reporting_it(tiny_ru
     # global model moved on without it (two islands: the quorum is both, so no round could merge without it before)
     assert kill["fault"] == "freeze" and kill["exited_to_next_global_s"] is None
     assert kill["kill_to_next_global_s"] is not None and kill["rounds_merged_while_down"] >= 1
-    assert kill["silence_bound_s"] >= 3.0 and kill["frozen_step_s"] > 0
+    assert kill["silence_bound_s"] >= 3.0       # the syncer's floor (frozen_step_s is nan if it froze before a step)
     assert frozen["global"]["paid_island_s"] > frozen["wall_s"], "the frozen island is paid until it is stopped"
     assert any(line.startswith("yeto-freeze after the freeze: next merged global") for line in lines)
     assert not any("IslandExited (yeto-freeze)" in line for line in lines)
