@@ -139,7 +139,7 @@ def after_freeze(frozen: Proc, sync: dict) -> dict:
     import statistics
 
     from yeto.schemas.recipe import SyncConfig
-    from yeto.services.syncer.liveness import silence_s
+    from yeto.services.syncer.api import silence_s
     config = SyncConfig.from_dict(sync)
     seconds = [d["seconds"] for _, d in frozen.steps()[1:]] or [d["seconds"] for _, d in frozen.steps()]
     step_s = statistics.median(seconds) if seconds else float("nan")     # nan: frozen before its first step
