@@ -240,6 +240,7 @@ def main(argv=None) -> int:
     if why:
         raise SystemExit(f"benchmarks/wan.py {why}")
     import lib_wan_report as report
+    from lib_provenance import provenance
     from lib_wan_proc import kill_started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))     # stopped from outside: clean up in `finally`
     work = Path(tempfile.mkdtemp(prefix="yeto-wan-"))
@@ -259,7 +260,8 @@ def main(argv=None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"argv": sys.argv[1:] if argv is None else argv, "arms": arms,
-                                         "results": results, "table": lines}, indent=1, default=str) + "\n")
+                                         "results": results, "table": lines, "provenance": provenance()},
+                                        indent=1, default=str) + "\n")
     return 0
 
 
