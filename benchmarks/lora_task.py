@@ -119,7 +119,11 @@ def parse(argv=None):
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     ap.add_argument("--report", metavar="DIR", nargs="+", help="print the table of the run JSONs in these "
                     "directories (no runs); runs that recorded their SyncConfig pool by it across directories")
-    args = ap.parse_args(argv)
+    return checked(ap, ap.parse_args(argv))
+
+
+def checked(ap: argparse.ArgumentParser, args):
+    """The parsed flags, with the lists they name, or the parser's error saying which flag to fix."""
     args.base_model = args.model
     args.arm_names = [a.strip() for a in args.arms.split(",") if a.strip()]
     args.seed_list = [int(s) for s in args.seeds.split(",") if s.strip()]
