@@ -60,6 +60,7 @@ from lib_compare import best_lr, ci95, deltas_pct, headline, parse_lrs, parse_ov
 from lib_provenance import provenance
 
 from yeto.cli.launch.checks import SYNC_FLAGS as LAUNCH_SYNC_FLAGS
+from yeto.schemas.codecs import Q4, codec
 from yeto.schemas.train_section import SyncSection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -531,7 +532,7 @@ def down_bytes(run: dict, partner: dict) -> tuple[float | None, bool]:
     same-seed partner's versions."""
     if run.get("broadcast_bytes") is not None:
         return run["broadcast_bytes"] * run["learners"], False
-    if partner.get("broadcast_bytes_q4") is not None and (run.get("sync_config") or {}).get("codec_down", "q4") == "q4":
+    if partner.get("broadcast_bytes_q4") is not None and codec((run.get("sync_config") or {}).get("codec_down", Q4.name)) is Q4:
         return partner["broadcast_bytes_q4"] * run["learners"], True
     return None, False
 

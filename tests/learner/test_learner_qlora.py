@@ -70,6 +70,7 @@ def test_nf4_learner_trains_lora_over_a_4bit_base_on_the_cpu_and_syncs(tmp_path)
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    from yeto.schemas.artifact_layout import DEPLOY
     from yeto.services.finalizer.artifact import write_artifact
     state = {n: p.detach().numpy().copy() for n, p in trainable_parameters(built.model)}
     kind, _, _ = write_artifact(state, recipe={"train": recipe.to_dict()}, out=tmp_path / "a", run_id="r-q",
@@ -77,7 +78,7 @@ def test_nf4_learner_trains_lora_over_a_4bit_base_on_the_cpu_and_syncs(tmp_path)
     manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
     assert kind == "adapter" and manifest["adapter_for"] == "the bf16 base, trained over its NF4 quantization"
     assert manifest["recipe"]["train"]["base_quantization"] == "nf4"
-    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), tmp_path / "a")
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), tmp_path / "a" / DEPLOY)
     assert quant.quantized_layers(loaded) == 0 and torch.isfinite(loaded(torch.tensor([[2, 5, 6, 7]])).logits).all()
 
 
