@@ -89,6 +89,7 @@ class DilocoSync:
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
         self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried
         self.at_push: dict[int, np.ndarray] = {}       # fragment -> its values at that push (global_apply = rebase)
+        self.unanswered: dict[int, np.ndarray] = {}    # fragment -> its values at a push no applied global answers yet
         self._schedule = {p: push_steps(p, config) for p in self.active}
         self._next_push = {p: next(s) for p, s in self._schedule.items()}
         self.keyframes = KeyframeDemand(patience_s=keyframe_patience_s)
@@ -203,20 +204,29 @@ class DilocoSync:
         return [self._push(p) for p in self.active if self.c_steps[p] > self.pushed.get(p, (0, 0))[1]]
 
     def _push(self, p: int) -> Push:
+        """The progress of fragment p not pushed yet: since the anchor, or, while an earlier push is unanswered (no
+        newer global applied since it), since that push. The syncer merges every admitted push as a progress of
+        its own, so a second push from the same anchor (a round trip longer than H steps, a syncer working off a
+        backlog) must not carry the first one's progress again: it was merged once already, and the outer step
+        would take it twice (three times, ... up to max_base_lag), which diverged runs whose syncer started late."""
+        earlier_tokens, earlier_steps = self.pushed.get(p, (0, 0)) if p in self.unanswered else (0, 0)
         self.pushed[p] = (self.c_tokens[p], self.c_steps[p])
         values = self._flat(p)
         if self.config.global_apply == "rebase":
             self.at_push[p] = values
-        d = values - self.anchors[p]
+        d = values - self.unanswered.get(p, self.anchors[p])
+        self.unanswered[p] = values
         payload = self.feedback.encode(p, d) if self.feedback else self.codec_up.encode(d)
-        return self._message(p, "push", self.codec_up, payload)
+        return self._message(p, "push", self.codec_up, payload, since=(earlier_tokens, earlier_steps))
 
-    def _message(self, p: int, kind: str, codec: codecs.Codec, payload: bytes) -> Push:
+    def _message(self, p: int, kind: str, codec: codecs.Codec, payload: bytes, since: tuple[int, int] = (0, 0)) -> Push:
+        """A message of fragment p; a push counts the tokens and steps trained after `since` (the counts an
+        unanswered earlier push carried)."""
         header = FragmentHeader(run_id=self.run_id, learner=self.learner, generation=self.generation, fragment=p, kind=kind,
                                 role=self.layout.roles[p], base_version=self.versions[p] or 0, local_step=self.step,
-                                c_steps=self.c_steps[p], c_tokens=self.c_tokens[p], tokens_to=self.total_tokens,
-                                step_time_s=self.step_time_s, fingerprint=self.fingerprint, codec=codec.name,
-                                numel=self.layout.numel(p), sha256=sha256(payload))
+                                c_steps=self.c_steps[p] - since[1], c_tokens=self.c_tokens[p] - since[0],
+                                tokens_to=self.total_tokens, step_time_s=self.step_time_s, fingerprint=self.fingerprint,
+                                codec=codec.name, numel=self.layout.numel(p), sha256=sha256(payload))
         return Push(header, payload)
 
     def _apply(self, p: int, *, landed: bool = False) -> bool:
@@ -253,6 +263,7 @@ class DilocoSync:
         self.keyframes.landed(p, self.versions[p])
         self._blend(p, self.config.alpha if alpha is None else alpha, reference)
         self.at_push.pop(p, None)
+        self.unanswered.pop(p, None)
         # The counts a push carried are now in the global; what was trained since that push is not and
         # still belongs to the next push (zeroing here lost it from the merge weight and from goodput).
         tokens, steps = self.pushed.pop(p, (0, 0))

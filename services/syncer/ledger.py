@@ -28,8 +28,9 @@ class LearnerRecord:
         return h.local_step <= step if base is None else (h.base_version, h.local_step) <= (base, step)
 
     def credit(self, h: FragmentHeader) -> int:
-        """Tokens of `h` not merged before: a push made before the learner saw its previous push's merge
-        carries that progress again (its anchor is older), and must not count it twice. Pushes without
+        """Tokens of `h` not merged before: a learner's push covers (tokens_to - c_tokens, tokens_to], and a
+        learner that repeats progress a merged push carried (an older learner's pushes from one anchor) must not be
+        credited it twice. Pushes without
         `tokens_to` (older learners) are credited their c_tokens."""
         if not h.tokens_to or h.generation != self.generation:
             return h.c_tokens

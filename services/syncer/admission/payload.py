@@ -14,7 +14,7 @@ from yeto.services.syncer.ledger import LearnerRecord
 from yeto.services.syncer.roster import Roster
 
 TOKEN_HEADROOM = 2          # c_tokens <= 2 x token slots per step x ranks x steps (padding is counted in slots)
-STEP_SLACK = 2              # c_steps clipped to H x (lag + 2): a push not yet merged is carried again by the next one
+STEP_SLACK = 2              # c_steps clipped to H x (lag + 2): two intervals of slack beyond the lag
 
 
 def push(h: FragmentHeader, *, fingerprint: str | None, version: int, numel: int, record: LearnerRecord | None,
