@@ -38,7 +38,7 @@ class TapeHealth:
 
 async def tape_health(url: str, *, wait_s: float = 0.0, timeout_s: float = 5.0) -> TapeHealth:
     """The writer's position and the stream's; `wait_s`: how long to wait for a writer that is starting to answer."""
-    from yeto.infra.tape.sql import NoTapeWriterError, ask
+    from yeto.infra.tape.sql import VIEWS, NoTapeWriterError, ask
     try:
         bus = await connect(url, name="yeto-health", connect_timeout=timeout_s)
     except Exception as e:  # noqa: BLE001 - any failure to reach the bus is the answer
@@ -48,7 +48,7 @@ async def tape_health(url: str, *, wait_s: float = 0.0, timeout_s: float = 5.0) 
         deadline = loop.time() + wait_s
         while True:
             try:
-                rows = (await ask(bus, "SELECT coalesce(max(seq), 0) FROM events", timeout=timeout_s))["rows"]
+                rows = (await ask(bus, "SELECT coalesce(max(seq), 0) FROM events", timeout=timeout_s, lane=VIEWS))["rows"]
                 break
             except (NoTapeWriterError, ValueError) as e:
                 if loop.time() >= deadline:

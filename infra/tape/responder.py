@@ -5,11 +5,10 @@ DuckDB lets one process hold a file read-write and no other process read it mean
 bound every allocation (`select list(range(300000000))` took the writer past 4 GB, and an interrupt is only a request).
 So a query is answered by sandbox.py's process (RLIMIT_AS, killed at the deadline) reading a snapshot: under the
 writer's flush lock (no INSERT in flight) the tape is CHECKPOINTed and its file copied by `cp`, once per tape position
-(a query on an unchanged tape reuses the copy). Query processes are a small pool of workers (POOL) started ahead and
-kept: each answers one query after another, so a query pays neither the interpreter's nor DuckDB's start, and queries
-are answered concurrently, so one running to its deadline holds back no other while a worker is free (the bus serves
-POOL requests at once); past its deadline a worker is killed and its replacement started at once. A reply is encoded
-row by row and refused the moment it passes the bus's payload limit.
+(a query on an unchanged tape reuses the copy). The query processes are workers started ahead and kept, in two lanes
+(lanes.py): POOL for a user's queries, refused at once while all POOL run; VIEWS_POOL for the views the CLI itself
+reads (the request's `lane`), so `yeto status` and the tape's health line answer while a user's queries run to their
+deadline. A reply is encoded row by row and refused the moment it passes the bus's payload limit.
 """
 from __future__ import annotations
 
@@ -24,13 +23,16 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from yeto.infra.tape import sandbox
-from yeto.infra.tape.sql import MAX_ROWS, check_read_only, execute
+from yeto.infra.tape.lanes import Lane
+from yeto.infra.tape.sql import LANES, MAX_ROWS, USER, VIEWS, check_read_only, execute
 
 if TYPE_CHECKING:
     from yeto.infra.tape.store import TapeStore
 
 ENVELOPE_BYTES = 1024   # headroom for the reply's subject and headers within max_payload
-POOL = 3                # query workers: ~40 MiB RSS each idle (DuckDB loaded), each capped by sandbox.MEMORY_BYTES
+POOL = 3                # a user's query workers: ~40 MiB RSS each idle (DuckDB loaded), each capped by MEMORY_BYTES
+VIEWS_POOL = 2          # the CLI's own views' workers (status, health, dashboard): never taken by `yeto sql`
+WAITING = 16            # requests the bus hands over beyond the workers: the views lane's queue, the user's refusals
 
 
 def encode_reply(cur: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int, max_bytes: int) -> bytes:
@@ -60,10 +62,10 @@ def snapshot_dir(db: Path) -> Path:
 
 class Responder:
     """Answers the tape's SQL requests for a running writer. `lock`: the writer's flush lock (no append while held).
-    Made inside the writer's event loop: it starts the query worker at once."""
+    Made inside the writer's event loop: it starts the query workers at once."""
 
     def __init__(self, store: TapeStore, lock: asyncio.Lock, *, timeout_s: float, max_payload: int,
-                 memory_bytes: int = sandbox.MEMORY_BYTES, pool: int = POOL):
+                 memory_bytes: int = sandbox.MEMORY_BYTES, pool: int = POOL, views_pool: int = VIEWS_POOL):
         self.store, self.lock, self.timeout_s, self.memory_bytes = store, lock, timeout_s, memory_bytes
         self.max_bytes = max_payload - ENVELOPE_BYTES
         self.dir = snapshot_dir(store.path)
@@ -73,11 +75,12 @@ class Responder:
         self.current_seq = -1
         self.readers: Counter[Path] = Counter()
         self.names = itertools.count()
-        self.pool = pool
-        self.idle: asyncio.Queue[asyncio.Task[asyncio.subprocess.Process]] = asyncio.Queue()   # started or starting
-        self.procs: set[asyncio.subprocess.Process] = set()                                   # every worker alive
-        for _ in range(pool):
-            self.idle.put_nowait(asyncio.create_task(self._start()))
+        line_bytes = self.max_bytes + (64 << 10)
+        self.lanes = {USER: Lane(pool, refuse_when_full=True, timeout_s=timeout_s, memory_bytes=memory_bytes,
+                                 line_bytes=line_bytes),
+                      VIEWS: Lane(views_pool, refuse_when_full=False, timeout_s=timeout_s, memory_bytes=memory_bytes,
+                                  line_bytes=line_bytes)}
+        self.concurrency = pool + views_pool + WAITING      # what the bus may hand over at once (Bus.serve)
 
     async def answer(self, request: bytes) -> bytes:
         """Reply {columns, types, rows, truncated}, or {error} saying what to change; never raises."""
@@ -86,13 +89,20 @@ class Responder:
             sql, max_rows = req["sql"], max(0, min(int(req.get("max_rows", MAX_ROWS)), MAX_ROWS))
             if not isinstance(sql, str):
                 raise TypeError("'sql' must be a string")
+            if (lane_name := req.get("lane", USER)) not in LANES:
+                raise ValueError(f"'lane' must be one of {', '.join(LANES)} (got {lane_name!r})")
             check_read_only(sql)                # refused before a process or a copy is made for it
-            path = await self._snapshot()
+            lane = self.lanes[lane_name]
+            proc = await lane.take()            # a full user lane refuses here, before the tape is copied
             try:
-                reply = await self._run(path, sql, max_rows)
+                path = await self._snapshot()
+            except BaseException:
+                lane.put_back(proc)
+                raise
+            try:
+                return await lane.ask(proc, sandbox.request(path, sql, max_rows, self.max_bytes))
             finally:
                 self._release(path)
-            return reply
         except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
             text = str(e) if not isinstance(e, KeyError) else "request needs an 'sql' field"
             return json.dumps({"error": text}).encode()
@@ -134,54 +144,7 @@ class Responder:
             path.unlink(missing_ok=True)
             shutil.rmtree(path.with_name(path.name + ".tmp"), ignore_errors=True)   # DuckDB's spill, if any
 
-    async def _start(self) -> asyncio.subprocess.Process:
-        proc = await asyncio.create_subprocess_exec(*sandbox.command(self.memory_bytes), stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-                                                    limit=self.max_bytes + (64 << 10))
-        self.procs.add(proc)
-        return proc
-
-    async def _kept(self, proc: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
-        return proc
-
-    async def _replace(self, proc: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
-        """Kill a worker (past its deadline, or broken) and start the next one at once."""
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
-        self.procs.discard(proc)
-        return await self._start()
-
-    async def _run(self, path: Path, sql: str, max_rows: int) -> bytes:
-        """On a free worker (waiting for one while all POOL answer); the worker goes back to the pool, or its
-        replacement does: the pool never shrinks."""
-        proc = await (await self.idle.get())
-        if proc.returncode is not None:         # it died while it waited
-            self.procs.discard(proc)
-            proc = await self._start()
-        assert proc.stdin is not None and proc.stdout is not None
-        line = b""
-        try:
-            proc.stdin.write(sandbox.request(path, sql, max_rows, self.max_bytes))
-            await proc.stdin.drain()
-            line = await asyncio.wait_for(proc.stdout.readline(), self.timeout_s)
-        except asyncio.TimeoutError:
-            self.idle.put_nowait(asyncio.create_task(self._replace(proc)))
-            raise sandbox.killed(self.timeout_s) from None
-        except (BrokenPipeError, ConnectionResetError, ValueError):   # it died, or its line passed the reply's bound
-            pass
-        healthy = line.endswith(b"\n")
-        self.idle.put_nowait(asyncio.create_task(self._kept(proc) if healthy else self._replace(proc)))
-        if not healthy:                                               # it ended without an answer: its memory limit
-            await proc.wait()                                         # (killed by its replacement's start if not)
-            sandbox.reply(proc.returncode, b"", self.memory_bytes)
-        return line[:-1]
-
     async def close(self) -> None:
-        while not self.idle.empty():
-            await self.idle.get_nowait()
-        for proc in list(self.procs):
-            if proc.returncode is None:
-                proc.kill()
-            await proc.wait()
+        for lane in self.lanes.values():
+            await lane.close()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from yeto.infra.bus import Bus
 
 MAX_ROWS = 100_000
+USER, VIEWS = "user", "views"   # a request's lane at the tape writer (lanes.py): `yeto sql`, or the CLI's own views
+LANES = (USER, VIEWS)
 FETCH = 1024                    # rows taken from DuckDB at a time: a reply is built as its rows come, never whole first
 READ_PRAGMAS = {"table_info", "show_tables", "show_tables_expanded", "database_size", "storage_info", "show"}
 _EXPLAIN = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
@@ -111,12 +113,14 @@ def query_file(path, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
     return reply
 
 
-async def ask(bus: Bus, sql: str, *, timeout: float = 30.0, max_rows: int = MAX_ROWS) -> dict[str, Any]:
-    """Ask the running tape writer over the bus (request/reply). Raises ValueError with the writer's error."""
+async def ask(bus: Bus, sql: str, *, timeout: float = 30.0, max_rows: int = MAX_ROWS, lane: str = USER) -> dict[str, Any]:
+    """Ask the running tape writer over the bus (request/reply) in `lane` (USER or VIEWS: the CLI's own views). Raises
+    ValueError with the writer's error."""
     from yeto.infra.bus import NoResponders  # here: a query process imports this module, never the bus's schemas
     from yeto.schemas.subjects import TAPE_SQL
     try:
-        data = await bus.request(TAPE_SQL, json.dumps({"sql": sql, "max_rows": max_rows}).encode(), timeout_s=timeout)
+        request = json.dumps({"sql": sql, "max_rows": max_rows, "lane": lane}).encode()
+        data = await bus.request(TAPE_SQL, request, timeout_s=timeout)
     except NoResponders:
         raise NoTapeWriterError(f"no tape writer answers on {TAPE_SQL}: is the stack up? (`yeto stack status`)") from None
     except TimeoutError:

@@ -74,7 +74,7 @@ class TapeWriter:
         await ensure_streams(self.bus)
         responder = Responder(self.store, self.flushing, timeout_s=self.cfg.query_timeout_s,
                               max_payload=self.bus.nc.max_payload)     # each query in a process of its own
-        sql_sub = await self.bus.serve(TAPE_SQL, responder.answer, queue="tape", concurrency=responder.pool)
+        sql_sub = await self.bus.serve(TAPE_SQL, responder.answer, queue="tape", concurrency=responder.concurrency)
         pull = RawPull(self.bus, STREAM, self.cfg.consumer, EVERY_EVENT, batch=self.cfg.batch,
                        expires_s=self.cfg.pull_expires_s, max_bytes=self.cfg.max_batch_bytes)
         if (stream_last := await pull.last_seq()) < self.store.last_seq:

@@ -40,7 +40,7 @@ def register(sub) -> None:
 def run(args) -> int:
     if args.run:
         check_run(args, args.run)
-    result = tape_query(args, args.query, max_rows=args.max_rows, run=args.run)
+    result = tape_query(args, args.query, max_rows=args.max_rows, run=args.run, views=False)
     print(render(result["columns"], result["rows"], args.format), end="")
     if result.get("truncated") and args.format == "table":
         print(f"(stopped at {args.max_rows} rows; add a LIMIT or raise --max-rows)")

@@ -19,9 +19,10 @@ class TapeUnreachable(ConnectionError):
     "no such run" (a bus without a tape writer is another matter: the run may be on the stream yet)."""
 
 
-def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = None) -> dict[str, Any]:
+def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = None, views: bool = True) -> dict[str, Any]:
     """{columns, rows, ...}: from the running stack's tape writer, else from the tape file read-only. With `run`,
-    from where that run's tape is (its head VM, or the tape copied back from it: common.run_source)."""
+    from where that run's tape is (its head VM, or the tape copied back from it: common.run_source). `views`: the
+    CLI's own read (the writer's views lane, infra/tape/lanes.py); False for a user's statement (`yeto sql`)."""
     from yeto.infra.tape.sql import NoTapeWriterError, query_file
     from yeto.infra.tape.store import TapeHeldError
     settings = load(state_dir=getattr(args, "state_dir", None), nats_url=getattr(args, "nats_url", None))
@@ -32,7 +33,7 @@ def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = No
         only = "check --nats-url / $YETO_NATS_URL" if settings.nats_url else None
     if url:
         try:
-            return asyncio.run(_ask(url, sql, max_rows))
+            return asyncio.run(_ask(url, sql, max_rows, views))
         except (ConnectionError, NoTapeWriterError) as e:
             if only:  # a remote stack: there is no local file to fall back on (its bus unreachable: say so)
                 raise (TapeUnreachable if isinstance(e, ConnectionError) else ValueError)(f"{e}; {only}") from None
@@ -45,7 +46,7 @@ def tape_query(args, sql: str, *, max_rows: int = MAX_ROWS, run: str | None = No
             raise
         # A tape writer holds the file, so it runs: the bus was only slow to answer (a loaded machine). Ask again,
         # patiently, rather than fail with "is the stack up?" while it is.
-        return asyncio.run(_ask(url, sql, max_rows, connect_timeout=PATIENT_CONNECT_S))
+        return asyncio.run(_ask(url, sql, max_rows, views, connect_timeout=PATIENT_CONNECT_S))
 
 
 def no_tape(db) -> str:
@@ -66,13 +67,13 @@ def stale_line(args) -> str | None:
     return asyncio.run(tape_health(url)).line() if url else None
 
 
-async def _ask(url: str, sql: str, max_rows: int, connect_timeout: float = 2.0) -> dict[str, Any]:
-    from yeto.infra.tape.sql import ask
+async def _ask(url: str, sql: str, max_rows: int, views: bool, connect_timeout: float = 2.0) -> dict[str, Any]:
+    from yeto.infra.tape.sql import USER, VIEWS, ask
     try:
         bus = await connect(url, name="yeto-cli", connect_timeout=connect_timeout)
     except Exception as e:  # noqa: BLE001 - any failure to connect means: read the file instead
         raise ConnectionError(str(e)) from None
     try:
-        return await ask(bus, sql, max_rows=max_rows, timeout=ASK_S)
+        return await ask(bus, sql, max_rows=max_rows, timeout=ASK_S, lane=VIEWS if views else USER)
     finally:
         await bus.close()

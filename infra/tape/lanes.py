@@ -1,0 +1,108 @@
+"""The tape writer's query workers in two lanes: a user's queries (`yeto sql`), and the views the CLI itself reads.
+
+A lane is a fixed pool of query processes (sandbox.py's command) started ahead and kept: each answers one query after
+another, past its deadline it is killed and its replacement started at once, so a lane never shrinks. The user lane
+refuses a query the moment all its workers are busy, saying when the oldest ends; it never queues one, or three
+queries running to their deadline would hold every later one that long. The views lane (`yeto status`, the tape's
+health line, the dashboard, `tape show`, `logs`: sql.VIEWS in the request) has workers of its own and queues, so no
+number of slow user queries delays what the operator is shown, nor makes a running writer look dead.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+
+from yeto.infra.tape import sandbox
+
+Process = asyncio.subprocess.Process
+
+
+class LaneFull(ValueError):
+    """Every worker of a lane that refuses when full is answering a query."""
+
+
+class Lane:
+    """`size` workers; `refuse_when_full`: the user lane's rule (else a query waits for a free worker)."""
+
+    def __init__(self, size: int, *, refuse_when_full: bool, timeout_s: float, memory_bytes: int, line_bytes: int):
+        self.size, self.refuse_when_full, self.timeout_s = size, refuse_when_full, timeout_s
+        self.memory_bytes, self.line_bytes = memory_bytes, line_bytes
+        self.idle: asyncio.Queue[asyncio.Task[Process]] = asyncio.Queue()   # started or starting
+        self.procs: set[Process] = set()                                    # every worker alive
+        self.taken: dict[int, float] = {}                                   # id(worker) -> when it was taken
+        for _ in range(size):
+            self.idle.put_nowait(asyncio.create_task(self._start()))
+
+    async def take(self) -> Process:
+        """A free worker, held until `ask` or `put_back` returns it; LaneFull at once when none is free and the lane
+        refuses (taken before the tape is copied for the query, so a refusal costs nothing)."""
+        if self.refuse_when_full and self.idle.empty():
+            raise self.full()
+        proc = await (await self.idle.get())
+        if proc.returncode is not None:         # it died while it waited
+            self.procs.discard(proc)
+            proc = await self._start()
+        self.taken[id(proc)] = asyncio.get_running_loop().time()
+        return proc
+
+    def full(self) -> LaneFull:
+        now = asyncio.get_running_loop().time()
+        ends_s = max(0, math.ceil(min(self.taken.values(), default=now) + self.timeout_s - now))
+        return LaneFull(f"{self.size} queries are running, the most the tape answers at once for `yeto sql`; the "
+                        f"oldest ends in {ends_s} s at the latest (its {self.timeout_s:.0f} s deadline): ask again "
+                        "then, or narrow the slow ones. `yeto status` and the other views answer meanwhile")
+
+    def put_back(self, proc: Process) -> None:
+        self.taken.pop(id(proc), None)
+        self.idle.put_nowait(asyncio.create_task(self._kept(proc)))
+
+    async def ask(self, proc: Process, request: bytes) -> bytes:
+        """The reply line of a taken worker, which goes back to the lane (or its replacement does); ValueError when it
+        ran past its deadline (killed) or died without an answer (its memory limit)."""
+        assert proc.stdin is not None and proc.stdout is not None
+        line = b""
+        try:
+            proc.stdin.write(request)
+            await proc.stdin.drain()
+            line = await asyncio.wait_for(proc.stdout.readline(), self.timeout_s)
+        except asyncio.TimeoutError:
+            self._replace_later(proc)
+            raise sandbox.killed(self.timeout_s) from None
+        except (BrokenPipeError, ConnectionResetError, ValueError):   # it died, or its line passed the reply's bound
+            pass
+        if line.endswith(b"\n"):
+            self.put_back(proc)
+            return line[:-1]
+        self._replace_later(proc)                                     # it ended without an answer: its memory limit
+        await proc.wait()                                             # (killed by its replacement's start if not)
+        return sandbox.reply(proc.returncode, b"", self.memory_bytes)  # raises: no line came
+
+    def _replace_later(self, proc: Process) -> None:
+        self.taken.pop(id(proc), None)
+        self.idle.put_nowait(asyncio.create_task(self._replace(proc)))
+
+    async def _start(self) -> Process:
+        proc = await asyncio.create_subprocess_exec(*sandbox.command(self.memory_bytes), stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+                                                    limit=self.line_bytes)
+        self.procs.add(proc)
+        return proc
+
+    async def _kept(self, proc: Process) -> Process:
+        return proc
+
+    async def _replace(self, proc: Process) -> Process:
+        """Kill a worker (past its deadline, or broken) and start the next one at once."""
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+        self.procs.discard(proc)
+        return await self._start()
+
+    async def close(self) -> None:
+        while not self.idle.empty():
+            await self.idle.get_nowait()
+        for proc in list(self.procs):
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()

@@ -1,0 +1,71 @@
+"""Queries that stop, and the stack's own liveness (issue 41 items 4 and 6): three of a user's queries running to their
+deadline held every later one back that long, `yeto status` included (30.6 s on a live stack, and it warned that the
+tape writer "does not answer" while it ran). Now the writer keeps two lanes of query workers (infra/tape/lanes.py): a
+user's fourth query is refused at once, saying when the oldest ends, and the CLI's own views (`yeto status`, the tape's
+health line) answer from workers of their own while the three run."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from waiting import until_answered
+from yeto.cli.main import main
+from yeto.infra.bus import connect
+from yeto.infra.stack.health import tape_health
+from yeto.infra.tape.responder import POOL, VIEWS_POOL
+from yeto.infra.tape.sql import VIEWS, ask
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+ENDLESS = "select count(*) from range(1000000000000) t, range(10) u"
+LONG_S = 150.0   # the writer's deadline here: the three run past everything the test asks, so "answered while they run"
+                 # is an order of events (their replies have not come), never a race against a clock
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+@pytest.mark.parametrize("live_stack", [LONG_S], indirect=True)
+def test_three_queries_at_their_deadline_refuse_a_fourth_and_starve_neither_status_nor_the_health_line(
+        live_stack, capsys):
+    srv, state, writer = live_stack
+    cli = ["--state-dir", str(state), "--nats-url", srv.url]
+
+    async def scene() -> None:
+        bus = await connect(srv.url, name="operator")
+        order: list[str] = []
+
+        async def one(name: str, sql: str, **kw) -> str:
+            try:
+                reply = f"{(await ask(bus, sql, timeout=LONG_S + 60, **kw))['rows'][0][0]} rows"
+            except ValueError as e:
+                reply = str(e)
+            order.append(name)
+            return reply
+        try:
+            await until_answered(lambda: ask(bus, "select count(*) from events"), 60, "the tape writer answering")
+            # Asked in this order on one connection, so the writer receives them so: the three take the user lane.
+            slow = [asyncio.create_task(one(f"endless-{k}", ENDLESS)) for k in range(POOL)]
+            fourth = asyncio.create_task(one("fourth", "select count(*) from events"))
+            view = asyncio.create_task(one("view", "select count(*) from runs", lane=VIEWS))
+            refusal, counted = await fourth, await view
+            assert f"{POOL} queries are running" in refusal and "the oldest ends in" in refusal, refusal
+            assert int(refusal.split("the oldest ends in ")[1].split(" s")[0]) <= LONG_S, refusal
+            assert counted.endswith("rows"), counted
+            health = await tape_health(srv.url, timeout_s=60)
+            assert health.answers and health.line() is None, health
+            code = await asyncio.to_thread(main, [*cli, "status"])
+            assert order == ["fourth", "view"] and not any(t.done() for t in slow), \
+                f"the refusal, the view, the health line and `yeto status` all came while the three ran: {order}"
+            assert code == 0
+            for t in slow:
+                t.cancel()
+        finally:
+            await bus.close()
+
+    asyncio.run(scene())
+    out, err = capsys.readouterr()
+    assert "(0 rows)" in out and "no runs on the tape yet" in err and "does not answer" not in err, (out, err)
+    assert writer.poll() is None and len(_children(writer.pid)) <= POOL + VIEWS_POOL
