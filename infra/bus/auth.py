@@ -1,16 +1,19 @@
 """The stack's bus credentials on disk: 0600 identity files under <state>/auth, the users file nats-server
-includes, and a learner's credential issued on demand (then the server reloads). Permissions: bus/perms.py.
+includes, and a learner's credential issued per island generation and revoked when its run ends (each time the
+server reloads the users file: it drops a connection whose credential is no longer there). Permissions: bus/perms.py.
 
-An identity file is JSON {"user", "password"[, "inbox_prefix"]}; a process finds its own through
-$YETO_NATS_CREDS (infra/bus/nats_bus.py reads it), never through its command line.
+An identity file is JSON {"user", "password"[, "inbox_prefix", "generation", "revoked"]}; a process finds its own
+through $YETO_NATS_CREDS (infra/bus/nats_bus.py reads it), never through its command line.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import secrets
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 from yeto.infra import procs
@@ -72,25 +75,61 @@ def prepare(state_dir: Path, learners: tuple[tuple[str, str], ...] = ()) -> Path
 
 
 def _render(state_dir: Path) -> Path:
-    learners = {(p.parent.name, p.stem): json.loads(p.read_text())
-                for p in (auth_dir(state_dir) / "learners").glob("*/*.json")}
+    learners = {key: ident for key, (_, ident) in _learners(state_dir, "*").items() if not ident.get("revoked")}
     return write_secret(users_file(state_dir), users_conf(operator=json.loads(operator_file(state_dir).read_text()),
                                                             service=json.loads(service_file(state_dir).read_text()),
                                                             learners=learners))
 
 
-def issue_learner(state_dir: Path, run_id: str, learner: str) -> Path | None:
-    """The learner's credential file, issued (and the running server reloaded) on first use; None when the
-    stack under state_dir runs without authentication (nothing to issue)."""
+def _learners(state_dir: Path, run_id: str) -> dict[tuple[str, str], tuple[Path, dict]]:
+    """(run, learner) -> (file, identity) of the learner credentials of `run_id` ("*": of every run)."""
+    return {(p.parent.name, p.stem): (p, json.loads(p.read_text()))
+            for p in (auth_dir(state_dir) / "learners").glob(f"{run_id}/*.json")}
+
+
+def issue_learner(state_dir: Path, run_id: str, learner: str, generation: int = 0) -> Path | None:
+    """The credential file of `learner`'s island generation `generation`; None when the stack under state_dir runs
+    without authentication (nothing to issue). Issued on first use; a newer generation gets a new password in the same
+    file, so the generation it replaces is refused from the server's reload on (its processes hold the old password;
+    a redelivered start of the same generation keeps it). A revoked credential (its run ended) stays revoked."""
     path = learner_file(state_dir, run_id, learner)
     if not users_file(state_dir).exists():
         return None
-    with open(auth_dir(state_dir) / ".lock", "a") as lock:    # launcher threads issue concurrently
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not path.exists():
+    with _locked(state_dir):
+        ident = json.loads(path.read_text()) if path.exists() else None
+        if ident is None:
             prepare(state_dir, ((run_id, learner),))
-            reload_server(state_dir)
+            ident = json.loads(path.read_text())
+        elif ident.get("revoked") or ident.get("generation", 0) >= generation:
+            return path
+        write_secret(path, json.dumps({**ident, "password": secrets.token_urlsafe(32), "generation": generation}))
+        _render(state_dir)
+        reload_server(state_dir)
     return path
+
+
+def revoke_run(state_dir: Path, run_id: str) -> int:
+    """Revoke every learner credential of `run_id` (its run ended): marked revoked in its file, left out of the users
+    file, and the server reloaded, which drops their connections at once. Returns how many were revoked (0: none left
+    to revoke, or a stack without authentication)."""
+    if not users_file(state_dir).exists():
+        return 0
+    with _locked(state_dir):
+        live = [(path, ident) for path, ident in _learners(state_dir, run_id).values() if not ident.get("revoked")]
+        for path, ident in live:
+            write_secret(path, json.dumps({**ident, "revoked": True}))
+        if live:
+            _render(state_dir)
+            reload_server(state_dir)
+    return len(live)
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    """One writer of the credentials at a time (launcher threads issue concurrently)."""
+    with open(auth_dir(state_dir) / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def reload_server(state_dir: Path) -> bool:

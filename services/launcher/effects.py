@@ -21,8 +21,10 @@ log = logging.getLogger(__name__)
 class Effects:
     """Holds the backends (by name) and the URL local learners reach the stack at (cloud ones: the run's bus_url)."""
 
-    def __init__(self, backends: dict[str, Backend], nats_url: str, *, poll_s: float = 1.0):
+    def __init__(self, backends: dict[str, Backend], nats_url: str, *, poll_s: float = 1.0,
+                 revoke: Callable[[str], int] | None = None):
         self.backends, self.nats_url, self.poll_s = backends, nats_url, poll_s
+        self.revoke, self.revoked = revoke, set[str]()   # revoke(run): its learner credentials (infra/bus/auth.py)
 
     def backend(self, spec: dict) -> Backend:
         name = backend_of(spec)
@@ -85,10 +87,21 @@ class Effects:
                 for (rid, isl), st in zip(up, seen, strict=True) if not st.running]
         return out
 
+    def revoke_ended(self, state: State) -> None:
+        """A run that ended (finalized, stopped, failed) loses its learners' bus credentials (once per process)."""
+        for run in [r for r in state.values() if r.ended and r.run_id not in self.revoked] if self.revoke else []:
+            if num := self.revoke(run.run_id):
+                log.info("run %s ended (%s): %d learner credential(s) revoked", run.run_id, run.ended, num)
+            self.revoked.add(run.run_id)
+
     def watcher(self) -> Callable[[Context], asyncio.Future]:
         async def watch(ctx: Context) -> None:
             while not ctx.stop.is_set():
                 _reap()
+                try:
+                    await asyncio.to_thread(self.revoke_ended, ctx.state)
+                except Exception:  # a credential file unreadable now: try again next time
+                    log.exception("launcher: revoking ended runs' credentials failed")
                 try:
                     for event in await asyncio.to_thread(self.exits, ctx.state):
                         await ctx.bus.publish(event)

@@ -7,6 +7,7 @@ import logging
 import os
 
 from yeto.infra.accelerators import npu_devices
+from yeto.infra.bus import auth as bus_auth
 from yeto.infra.model_source import resolve_model
 from yeto.infra.runner import ServiceSpec, StateCodec
 from yeto.schemas.capacity import MAX_ISLANDS, Capacity
@@ -75,4 +76,4 @@ def build(args) -> ServiceSpec:
     conf = args.settings
     backends = {"local": LocalBackend(conf.state_dir), "skypilot": SkyPilotBackend(conf.state_dir),
                 "external": ExternalBackend(conf.state_dir, conf.nats_url)}
-    return spec(Effects(backends, conf.nats_url))
+    return spec(Effects(backends, conf.nats_url, revoke=functools.partial(bus_auth.revoke_run, conf.state_dir)))

@@ -26,7 +26,7 @@ class ExternalBackend:
         self.state_dir, self.nats_url = Path(state_dir), nats_url
 
     def start(self, launch: IslandLaunch) -> str:
-        creds = bus_auth.issue_learner(self.state_dir, launch.run_id, launch.learner)
+        creds = bus_auth.issue_learner(self.state_dir, launch.run_id, launch.learner, launch.generation)
         token = JoinToken(url=launch.nats_url or self.nats_url,
                           credential=bus_auth.load_identity(creds) if creds is not None else {},
                           run_id=launch.run_id, learner=launch.learner, slot=launch.island,
@@ -47,8 +47,9 @@ class ExternalBackend:
         return [IslandStatus(True) for _ in islands]
 
     def stop(self, run_id: str, island: int, generation: int, handle: str) -> None:
-        """Close the slot: its token file goes (a remote learner still running is refused by the syncer once a
-        newer generation is announced, and its run's end stops it anyway)."""
+        """Close the slot: its token file goes (a remote learner still running is refused by the server once the next
+        generation's password is issued, and by the syncer once that generation is announced; its run's end revokes
+        the credential)."""
         path = slot_file(self.state_dir, run_id, island)
         try:
             if JoinToken.decode(path.read_text()).generation == generation:

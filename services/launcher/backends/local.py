@@ -95,7 +95,7 @@ class LocalBackend:
         port, pgid, pids = free_port(), 0, []
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         env.pop(bus_auth.CREDS_ENV, None)      # never the launcher's own (service) credential
-        creds = bus_auth.issue_learner(self.state_dir, launch.run_id, launch.learner)
+        creds = bus_auth.issue_learner(self.state_dir, launch.run_id, launch.learner, launch.generation)
         if creds is not None:
             env[bus_auth.CREDS_ENV] = str(creds)
         if launch.spec.get("gpu", "cpu") == "cpu" and "OMP_NUM_THREADS" not in env:

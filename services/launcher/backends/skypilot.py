@@ -91,7 +91,7 @@ class SkyPilotBackend:
         if secrets.exists():
             env_file = bus_auth.write_secret(run_path(state, launch.run_id) / "islands" / str(launch.island) / "env.json",
                                              secrets.read_text())
-        return {"creds": bus_auth.issue_learner(state, launch.run_id, launch.learner),
+        return {"creds": bus_auth.issue_learner(state, launch.run_id, launch.learner, launch.generation),
                 "ca": Path(ca) if ca else None, "env_file": env_file}
 
     def statuses(self, islands: list[IslandRef]) -> list[IslandStatus]:
