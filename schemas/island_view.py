@@ -38,6 +38,10 @@ class Island:
     handle: str = ""
     last_beat: datetime | None = None
     """Last LearnerProgress of the current generation."""
+    beat_gap_s: float = 0.0
+    """The longest interval between two LearnerProgress of the current generation: its pace (launcher/liveness.py)."""
+    evaluated: bool = False
+    """A LearnerProgress of the current generation carried a held-out loss: its pace includes an evaluation."""
     crashes: int = 0
     """Consecutive generations that died before any progress."""
     exit_detail: str = ""
@@ -67,7 +71,7 @@ def _phase(isl: Island, e: IslandEvent) -> Island:
     if isinstance(e, IslandRequested):
         # the spec too: a generation may start on another offer of the same GPU shape (MoveIsland, schemas/offers.py)
         return replace(isl, generation=gen, phase="requested" if gen == 0 else "replacing", since=ts, last_beat=None,
-                       spec=e.spec)
+                       beat_gap_s=0.0, evaluated=False, spec=e.spec)
     if isinstance(e, (IslandUp, IslandReplaced)):
         return replace(isl, generation=gen, phase="up", since=ts, handle=e.handle)
     if isinstance(e, IslandExited) and current and isl.phase in LIVE:
@@ -98,4 +102,6 @@ def beat(isl: Island, e: LearnerProgress) -> Island:
     """A heartbeat of the island's learner: counts only for the current generation."""
     if e.generation != isl.generation:
         return isl
-    return replace(isl, last_beat=e.ts, crashes=0, last_step=max(isl.last_step, e.step))
+    gap = (e.ts - isl.last_beat).total_seconds() if isl.last_beat is not None else 0.0
+    return replace(isl, last_beat=e.ts, crashes=0, last_step=max(isl.last_step, e.step), beat_gap_s=max(isl.beat_gap_s, gap),
+                   evaluated=isl.evaluated or e.eval_loss is not None)

@@ -19,6 +19,7 @@ from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.offers import MoveIsland
 from yeto.schemas.run_view import RunView
 from yeto.services.launcher import external
+from yeto.services.launcher.liveness import Bound, heartbeat_bound
 from yeto.services.launcher.reach import unreachable
 from yeto.services.launcher.state import State, backend_of, recorded_handle
 
@@ -89,6 +90,12 @@ def _event(cls: type[Event], run_id: str, isl: Island, **fields) -> Publish:
                        **_island_fields(run_id, isl, isl.generation), **fields))
 
 
+def silent_after(run: RunView, isl: Island) -> Bound:
+    """How long the island, once it reported progress, may be silent (liveness.py: its pace, heartbeat_timeout_s the cap)."""
+    learner = run.learners.get(f"island-{isl.index}")
+    return heartbeat_bound(LaunchRecipe.upcast(run.recipe), isl, learner.step_time_s if learner else None)
+
+
 def _needs(run: RunView, isl: Island, now: datetime) -> list[Publish]:
     """What one island of a running run needs now (nothing new once a final cut is under way, but drops)."""
     r, rid, cutting = run.recipe, run.run_id, run.phase == "finalizing"
@@ -99,8 +106,9 @@ def _needs(run: RunView, isl: Island, now: datetime) -> list[Publish]:
         return [gone] if backend_of(isl.spec) == "local" else [gone, stop(rid, isl, "preempted")]
     if isl.phase == "up" and not cutting:
         beat = (now - isl.last_beat).total_seconds() if isl.last_beat else None
-        if beat is not None and beat > setting(r, "heartbeat_timeout_s"):
-            return [_event(IslandPreempted, rid, isl, reason=f"no heartbeat for {beat:.0f}s"), stop(rid, isl, "silent")]
+        if beat is not None and beat > (bound := silent_after(run, isl)).seconds:
+            return [_event(IslandPreempted, rid, isl, reason=f"no progress for {beat:.0f}s (bound {bound.seconds:.0f}s: "
+                                                             f"{bound.why})"), stop(rid, isl, "silent")]
         if beat is None and age > setting(r, "startup_timeout_s"):
             return [_event(IslandPreempted, rid, isl, reason=f"no progress {age:.0f}s after start"), stop(rid, isl, "silent")]
     if isl.phase == "preempted" and not cutting:

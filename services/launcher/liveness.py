@@ -1,0 +1,44 @@
+"""How long an island that has reported progress may go silent before the launcher preempts it (pure).
+
+A frozen island (its process alive, no progress: SIGSTOP, a hung collective, a dead link that keeps TCP up) shows
+only as silence. Once the island has shown its pace, the bound is GAPS times that pace, at least FLOOR_S; the
+recipe's `heartbeat_timeout_s` stays the cap, and governs alone where the pace does not yet say how long the next
+silence may be: before the generation reported an evaluated step (an evaluation sends nothing while it runs), and
+once it trained to max_steps (its final pushes and evaluation come next, then its exit). Before the first progress
+`startup_timeout_s` governs (logic.py): a big model's load and first step can take many minutes.
+
+The pace is the longest interval between two of the generation's LearnerProgress (their own times: an island's
+clock offset cancels out), and at least REPORT_EVERY_S plus its last step time: a learner reports at most every
+REPORT_EVERY_S, or after MAX_STEPS_PER_REPORT steps, or at once after an evaluated step (learners/transport/reports.py).
+The constants' evidence is in docs/LAUNCH.md ("Island health").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from yeto.schemas.island_view import Island
+from yeto.schemas.launch_recipe import LaunchRecipe
+
+REPORT_EVERY_S = 2.0   # learners/bus_client.py's progress_every_s
+GAPS = 8.0             # silences seen on 57 tapes: at most 3.3 paces (a learner's second report), 1.44 after it
+FLOOR_S = 60.0         # never sooner: a loaded host, a link the bus client rides out by reconnecting, clock offsets
+
+
+@dataclass(frozen=True)
+class Bound:
+    """How long the island may be silent, and why that long (said in the IslandPreempted reason)."""
+
+    seconds: float
+    why: str
+
+
+def heartbeat_bound(recipe: LaunchRecipe, isl: Island, step_time_s: float | None) -> Bound:
+    """The silence bound of an island whose current generation reported progress; `step_time_s`: its last step's."""
+    cap = recipe.timeouts.heartbeat_timeout_s
+    if isl.last_step >= recipe.train.max_steps:
+        return Bound(cap, "heartbeat_timeout_s: trained to max_steps, its final pushes and evaluation run")
+    if recipe.train.eval_every and not isl.evaluated:
+        return Bound(cap, "heartbeat_timeout_s: no evaluated step reported yet")
+    pace = max(isl.beat_gap_s, REPORT_EVERY_S + (step_time_s or 0.0))
+    return Bound(min(cap, max(FLOOR_S, GAPS * pace)),
+                 f"{GAPS:g} x its pace {pace:.1f}s, at least {FLOOR_S:g}s, at most heartbeat_timeout_s {cap:g}s")

@@ -1,0 +1,115 @@
+"""The launcher's silence rule (services/launcher/liveness.py), pure: an island that showed its pace is preempted a few
+paces into a silence, never before the floor, never after heartbeat_timeout_s; before its first progress, or while
+its next silence may be an evaluation or its final evaluation, the fixed timeouts govern."""
+from __future__ import annotations
+
+import inspect
+from datetime import datetime, timedelta, timezone
+from functools import reduce
+
+import pytest
+
+from yeto.infra.runner import Publish
+from yeto.learners.bus_client import NatsTransport
+from yeto.schemas.fleet import IslandPreempted, IslandRequested, IslandUp, RunLaunched, StopIsland
+from yeto.schemas.training import LearnerProgress
+from yeto.services.launcher.liveness import FLOOR_S, GAPS, REPORT_EVERY_S
+from yeto.services.launcher.logic import decide, silent_after
+from yeto.services.launcher.state import evolve
+
+pytestmark = pytest.mark.timeout(30)
+T0 = datetime(2026, 12, 5, tzinfo=timezone.utc)
+SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": None, "spot": False, "price_per_hour": 1.0}
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def progress(step: int, t: float, *, step_time_s: float = 0.05, generation: int = 0, eval_loss: float | None = None):
+    return LearnerProgress(run_id="r1", learner="island-0", generation=generation, step=step, loss=1.0, tokens=step * 8,
+                           tokens_per_s=1.0, step_time_s=step_time_s, lr=1e-3, eval_loss=eval_loss, ts=at(t))
+
+
+def run_with(*beats, **train) -> dict:
+    recipe = {"recipe_version": 2, "train": {"model": "m", "max_steps": 1000, **train.pop("train", {})}, **train}
+    start = [RunLaunched(run_id="r1", fleet=[SPEC], recipe=recipe, ts=T0),
+             IslandRequested(run_id="r1", island=0, generation=0, spec=SPEC, ts=T0),
+             IslandUp(run_id="r1", island=0, generation=0, spec=SPEC, handle="100", ts=at(1))]
+    return reduce(evolve, [*start, *beats], {})
+
+
+def preempted_at(state: dict, t: float) -> str | None:
+    """The IslandPreempted reason the launcher's tick at `t` gives (None: nothing), with its StopIsland."""
+    out = [p.msg for p in decide(state, None, at(t)) if isinstance(p, Publish)]
+    if not out:
+        return None
+    assert [type(m) for m in out] == [IslandPreempted, StopIsland], out
+    return out[0].reason
+
+
+def fast(n: int = 10, every_s: float = 2.0, **kw) -> list:
+    """`n` reports `every_s` apart, the last at 10 + (n - 1) * every_s."""
+    return [progress(10 * (i + 1), 10 + i * every_s, **kw) for i in range(n)]
+
+
+def test_a_fast_island_frozen_is_preempted_just_after_the_floor_not_after_heartbeat_timeout():
+    state, last = run_with(*fast()), 10 + 9 * 2.0
+    assert silent_after(state["r1"], state["r1"].islands[0]).seconds == FLOOR_S
+    assert preempted_at(state, last + FLOOR_S) is None
+    reason = preempted_at(state, last + FLOOR_S + 1)
+    assert reason is not None and reason.startswith(f"no progress for {FLOOR_S + 1:.0f}s (bound {FLOOR_S:.0f}s: ")
+
+
+def test_a_slow_island_gets_gaps_times_its_longest_interval_between_reports():
+    beats = [progress(i + 1, 10 + 25.0 * i, step_time_s=20.0) for i in range(4)]
+    state, last = run_with(*beats), 10 + 25.0 * 3
+    assert silent_after(state["r1"], state["r1"].islands[0]).seconds == GAPS * 25.0 > FLOOR_S
+    assert preempted_at(state, last + GAPS * 25.0 - 1) is None
+    assert "8 x its pace 25.0s" in preempted_at(state, last + GAPS * 25.0 + 1)
+
+
+def test_with_one_report_the_pace_is_the_report_interval_plus_its_step_time():
+    state = run_with(progress(1, 10, step_time_s=30.0))
+    assert silent_after(state["r1"], state["r1"].islands[0]).seconds == GAPS * (REPORT_EVERY_S + 30.0)
+
+
+@pytest.mark.parametrize("cap, expected", [(30.0, 30.0), (300.0, 300.0)])
+def test_heartbeat_timeout_s_caps_the_bound(cap, expected):
+    beats = [progress(i + 1, 10 + 100.0 * i, step_time_s=90.0) for i in range(3)]     # 8 paces: 800 s
+    state = run_with(*beats, timeouts={"heartbeat_timeout_s": cap})
+    assert silent_after(state["r1"], state["r1"].islands[0]).seconds == expected
+    assert preempted_at(state, 210 + expected - 1) is None and preempted_at(state, 210 + expected + 1)
+
+
+def test_before_its_first_progress_an_island_is_given_startup_timeout_s():
+    state = run_with()
+    assert preempted_at(state, 1 + 1800 - 1) is None
+    assert preempted_at(state, 1 + 1800 + 1) == "no progress 1801s after start"
+
+
+def test_while_its_first_evaluation_may_be_next_heartbeat_timeout_s_governs_then_the_pace_with_the_evaluation():
+    state = run_with(*fast(), train={"eval_every": 100})
+    assert preempted_at(state, 28 + 299) is None and "no evaluated step" in preempted_at(state, 28 + 301)
+    evaluated = reduce(evolve, [progress(110, 28 + 30, eval_loss=2.0)], state)     # the evaluation took ~28 s
+    assert silent_after(evaluated["r1"], evaluated["r1"].islands[0]).seconds == GAPS * 30.0
+
+
+def test_an_island_that_trained_to_max_steps_is_given_heartbeat_timeout_s_for_its_final_evaluation():
+    state = run_with(*fast(), progress(1000, 30))
+    assert preempted_at(state, 30 + 299) is None
+    assert "trained to max_steps" in preempted_at(state, 30 + 301)
+
+
+def test_a_replacement_starts_without_its_predecessors_pace():
+    slow = [progress(i + 1, 10 + 25.0 * i, step_time_s=20.0) for i in range(4)]
+    state = run_with(*slow)
+    state = reduce(evolve, [IslandRequested(run_id="r1", island=0, generation=1, spec=SPEC, ts=at(400)),
+                            progress(5, 420, generation=1), progress(15, 422, generation=1)], state)
+    isl = state["r1"].islands[0]
+    assert (isl.generation, isl.beat_gap_s) == (1, 2.0)
+    assert reduce(evolve, [progress(9, 500, generation=0)], state)["r1"].islands[0].beat_gap_s == 2.0   # old news
+
+
+def test_the_report_interval_the_rule_assumes_is_the_learners():
+    assert inspect.signature(NatsTransport).parameters["progress_every_s"].default == REPORT_EVERY_S
