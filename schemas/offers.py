@@ -1,4 +1,6 @@
-"""Cloud offers refused at launch (OfferRefused), and the planner's answer to one: move the island (MoveIsland).
+"""Cloud offers refused at launch (OfferRefused); the planner's answer: move the island (MoveIsland), or ReplanFailed.
+
+When no offer can take the refused island's place, ReplanFailed says why and what the user can change.
 
 The planner reads refusals (services/planner/refusals.py): an offer refused within `cooldown_s` is planned as out of
 stock, so a plan made after the refusal does not ask the same cloud, region and GPU shape again at once; and it
@@ -49,6 +51,22 @@ class MoveIsland(IslandCommand):
     reason: str
 
 
+@registry.register
+class ReplanFailed(Event):
+    """No offer can take the place of an island a cloud refused (`refused`: that OfferRefused's id): `reason` says
+    why (no other region of its GPU shape left, or the cheapest costs more than the refused price allows), `advice`
+    what the user can change (the fleet's --gpu, --exclude-regions, the budget). The planner publishes it once per
+    refused generation and still moves the island if an offer comes back within the refusal's cool-down."""
+
+    type: Literal["ReplanFailed"] = "ReplanFailed"
+    version: Literal[1] = 1
+    island: int = Field(ge=0)
+    generation: int = Field(default=0, ge=0)     # the refused generation
+    refused: str
+    reason: str
+    advice: str
+
+
 EXAMPLES = [
     OfferRefused(id="ex-offer-refused", run_id="r-demo", source="launcher", island=1, cloud="aws", region="us-east-2",
                  gpu="H100", count=8, spot=True, price_per_hour=11.25, cause="capacity",
@@ -57,4 +75,9 @@ EXAMPLES = [
                spec={"cloud": "aws", "gpu": "H100", "count": 8, "nodes": 1, "region": "us-west-2", "spot": True},
                price_per_hour=12.69, refused="ex-offer-refused",
                reason="aws:8xh100@us-east-2 refused (capacity): next-best offer aws:8xh100@us-west-2 at $12.69/hr"),
+    ReplanFailed(id="ex-replan-failed", run_id="r-demo", source="planner", island=1, refused="ex-offer-refused",
+                 reason="the cheapest other aws offer of 1x8xH100, us-east-1 at $17.63/hr, costs more than the "
+                        "refused $11.25/hr + 10%",
+                 advice="launch again with --gpu aws:8xh100@us-east-1 to pay for it, or without --gpu with "
+                        "--exclude-regions us-east-2 and a --budget-per-hour the planner can place it under"),
 ]

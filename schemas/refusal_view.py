@@ -3,7 +3,8 @@
 Which island a cloud refused (cloud, region, type, cause, reason, when: OfferRefused), and where its next generation
 was requested instead (the launcher's IslandRequested answering the planner's MoveIsland, schemas/offers.py).
 MoveIsland is a command and never lands on the tape; the move is the next generation's IslandRequested on another
-offer. Pure: run_view.py folds it, `yeto status RUN` prints it.
+offer. When no offer can take its place, the planner's ReplanFailed says why and what to change. Pure: run_view.py
+folds it, `yeto status RUN` prints it.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from yeto.schemas.fleet import IslandRequested
-from yeto.schemas.offers import OfferRefused
+from yeto.schemas.offers import OfferRefused, ReplanFailed
 
 
 @dataclass(frozen=True)
@@ -34,16 +35,22 @@ class Refusal:
     """The spec of the next generation, when it was requested on another offer."""
     moved_at: datetime | None = None
     moved_generation: int = 0
+    unplaced: str = ""
+    """Why no offer could take its place and what to change (the planner's ReplanFailed), while it is not moved."""
 
 
 def fold_refusal(refusals: tuple[Refusal, ...], e: Any) -> tuple[Refusal, ...]:
     """The refusals after one more event: an OfferRefused adds one (once per island generation), a later generation's
-    IslandRequested on another offer marks the island's pending refusals as moved there."""
+    IslandRequested on another offer marks the island's pending refusals as moved there, a ReplanFailed records why
+    no offer could take its place."""
     if isinstance(e, OfferRefused):
         if any((r.island, r.generation) == (e.island, e.generation) for r in refusals):
             return refusals
         return (*refusals, Refusal(e.island, e.generation, e.cloud, e.region, e.gpu, e.count, e.instance_type,
                                    e.cause, e.reason, e.ts))
+    if isinstance(e, ReplanFailed):
+        return tuple(replace(r, unplaced=f"{e.reason}; {e.advice}") if (r.island, r.generation) == (e.island, e.generation)
+                     else r for r in refusals)
     if isinstance(e, IslandRequested):
         return tuple(replace(r, moved_to=dict(e.spec), moved_at=e.ts, moved_generation=e.generation)
                      if r.island == e.island and r.moved_to is None and e.generation > r.generation
@@ -69,9 +76,12 @@ def refusal_lines(refusals: tuple[Refusal, ...]) -> list[str]:
         lines.append(f"    island {r.island} gen {r.generation}: {kind} refused ({r.cause}) "
                      f"at {r.at:%Y-%m-%d %H:%M:%S}: {printable(r.reason)}")
         s = r.moved_to
+        if s is None and r.unplaced:
+            lines.append(f"      no offer can take its place: {printable(r.unplaced, 400)}.")
+            continue
         if s is None:
             lines.append("      not moved yet: the planner moves it to the next-best offer of its GPU shape, "
-                         "or logs why none is left")
+                         "or says here why none is left")
             continue
         price = f", ${float(s['price_per_hour']):.2f}/hr" if s.get("price_per_hour") else ""
         lines.append(f"      moved to {_where(s.get('cloud'), s.get('region'), s.get('count'), s.get('gpu'))} "

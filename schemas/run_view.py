@@ -17,7 +17,7 @@ from yeto.schemas.final import FinalCutRequested, RunFailed, RunFinalized, RunSt
 from yeto.schemas.fleet import IslandEvent, RunLaunched
 from yeto.schemas.island_view import Island, beat, fold_island, island_index
 from yeto.schemas.launch_recipe import LaunchRecipe
-from yeto.schemas.offers import OfferRefused
+from yeto.schemas.offers import OfferRefused, ReplanFailed
 from yeto.schemas.refusal_view import Refusal, fold_refusal
 from yeto.schemas.run_phase import LAUNCHING, next_phase
 from yeto.schemas.spend import hours_between
@@ -111,7 +111,7 @@ def _evolve(v: RunView, e: Event) -> RunView:
     elif isinstance(e, IslandEvent) and 0 <= e.island < len(v.islands):
         v = _set_island(replace(v, refusals=fold_refusal(v.refusals, e)),
                         fold_island(v.islands[e.island], e, billing=not v.ended))
-    elif isinstance(e, OfferRefused):
+    elif isinstance(e, (OfferRefused, ReplanFailed)):
         v = replace(v, refusals=fold_refusal(v.refusals, e))
     elif isinstance(e, LearnerProgress):
         v = _progress(v, e)

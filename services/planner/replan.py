@@ -4,12 +4,14 @@ A refused island keeps its GPU type, GPUs per node and node count, so it holds t
 TFLOPs wherever it starts; what changes is where. The replacement is the cheapest offering of that shape on the same
 cloud (whose credentials the run already uses) that the live signals and the refusals still allow (stock, placement
 score, quota room, not refused within its cool-down), priced at most the refused island's price plus the planner's
-margin, so the run stays within the budget it was planned under.
+margin, so the run stays within the budget it was planned under. When none is left, `Unplaceable` says why and
+what the user can change (ReplanFailed on the tape, `yeto status RUN`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from yeto.schemas.gpuspec import IslandSpec, format_gpu
 from yeto.schemas.offers import OfferRefused
 from yeto.services.planner.candidates import NO_CAPACITY_SCORE
 from yeto.services.planner.catalog import Offering
@@ -47,9 +49,29 @@ def _allowed(o: Offering, r: OfferRefused, spot: bool, signals: Signals) -> bool
                and q.spot == spot and q.unit == "vcpus")
 
 
+@dataclass(frozen=True)
+class Unplaceable:
+    """No offer can take the refused island's place: `reason` says why, `advice` what the user can change."""
+
+    reason: str
+    advice: str
+
+
+def _advice(r: OfferRefused, dearer: Replacement | None) -> str:
+    """What to change, as the end of one sentence: the --gpu entry of the dearer offer (when there is one), or another
+    GPU shape; or a fleet the planner picks with the refused region excluded, under a budget that allows it."""
+    exclude = f" with --exclude-regions {r.region}" if r.region else ""
+    planner = f"or without --gpu{exclude} so the planner picks the fleet within --budget-per-hour"
+    if dearer is not None:
+        o = dearer.offering
+        entry = format_gpu([IslandSpec(cloud=o.cloud, gpu=o.gpu, count=o.count, nodes=r.nodes, region=o.region)])
+        return f"launch again with --gpu {entry} to pay ${dearer.price:.2f}/hr for it, {planner} (raise it to allow that)"
+    return f"launch again with a --gpu entry of another GPU type or cloud than {r.cloud} {r.count}x{r.gpu}, {planner}"
+
+
 def replacement(r: OfferRefused, catalog: list[Offering], signals: Signals,
-                margin: float = MARGIN) -> Replacement | str:
-    """The cheapest allowed offering of the refused island's shape, or why there is none."""
+                margin: float = MARGIN) -> Replacement | Unplaceable:
+    """The cheapest allowed offering of the refused island's shape, or why there is none and what to change."""
     options = []
     for o in catalog:
         if (o.cloud, o.gpu, o.count) != (r.cloud, r.gpu, r.count):
@@ -60,11 +82,12 @@ def replacement(r: OfferRefused, catalog: list[Offering], signals: Signals,
             score = signals.score(o.cloud, o.region, o.instance_type) or 0.0
             options.append((price, -score, o.region, o.instance_type, Replacement(o, spot, price)))
     if not options:
-        return (f"no other {r.cloud} offer of {r.nodes}x{r.count}x{r.gpu} is left (stock, placement score, quota "
-                f"or refusals rule out every region)")
+        return Unplaceable(f"no other {r.cloud} offer of {r.nodes}x{r.count}x{r.gpu} is left (stock, placement score, "
+                           f"quota or refusals rule out every region)", _advice(r, None))
     best = min(options, key=lambda t: t[:4])[4]
     cap = r.price_per_hour * (1 + margin)
     if r.price_per_hour > 0 and best.price > cap:
-        return (f"the cheapest other {r.cloud} offer of {r.nodes}x{r.count}x{r.gpu}, {best.offering.region} at "
-                f"${best.price:.2f}/hr, costs more than the refused ${r.price_per_hour:.2f}/hr + {margin:.0%}")
+        return Unplaceable(f"the cheapest other {r.cloud} offer of {r.nodes}x{r.count}x{r.gpu}, {best.offering.region} "
+                           f"at ${best.price:.2f}/hr, costs more than the refused ${r.price_per_hour:.2f}/hr + "
+                           f"{margin:.0%}", _advice(r, best))
     return best

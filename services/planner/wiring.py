@@ -1,7 +1,11 @@
-"""Wiring of the planner service: a PlanFleet command in, a FleetPlanned or FleetPlanFailed event out.
+"""Wiring of the planner service: PlanFleet in, FleetPlanned or FleetPlanFailed out; a refusal in, MoveIsland or ReplanFailed.
 
-The catalog is read through SkyPilot (a child process, seconds) once per catalog directory and kept;
-live signals are gathered per command (they carry their own TTL cache under the state dir).
+An island a cloud refused at launch (OfferRefused) is answered with MoveIsland to the next-best offer of its shape,
+or with ReplanFailed (why none is, what to change) when there is none.
+
+The catalog is read through SkyPilot (a child process, seconds) once per catalog directory (and, for a re-plan, the
+refused cloud alone) and kept; live signals are gathered per command (they carry their own TTL cache under the state
+dir).
 """
 from __future__ import annotations
 
@@ -17,12 +21,12 @@ from yeto.infra.runner import Context, ServiceSpec
 from yeto.schemas.base import SYSTEM_RUN, derive_id
 from yeto.schemas.commands import PlanFleet
 from yeto.schemas.fleet import IslandReplaced, IslandRequested, IslandUp
-from yeto.schemas.offers import MoveIsland, OfferRefused
+from yeto.schemas.offers import MoveIsland, OfferRefused, ReplanFailed
 from yeto.schemas.subjects import event_subject
 from yeto.services.planner.api import load_catalog, shape_fleet
 from yeto.services.planner.logic import handle
 from yeto.services.planner.refusals import KEEP, active, with_refusals
-from yeto.services.planner.replan import replacement
+from yeto.services.planner.replan import Unplaceable, replacement
 from yeto.services.planner.signals import Signals, gather_signals
 
 log = logging.getLogger(__name__)
@@ -45,10 +49,11 @@ class Move:
 @dataclass(frozen=True)
 class State:
     """The newest refusals, and the (run, island, generation) after which a refusal needs no answer: a next
-    generation was requested, or that generation came up after all."""
+    generation was requested, or that generation came up after all; `unplaced`: those whose ReplanFailed is out."""
 
     refused: tuple[OfferRefused, ...] = ()
     answered: frozenset[tuple[str, int, int]] = frozenset()
+    unplaced: frozenset[str] = frozenset()      # OfferRefused ids
 
 
 def unanswered(state: State, now: datetime) -> list[OfferRefused]:
@@ -66,11 +71,13 @@ def decide(state: State, msg, now: datetime) -> list:
     return []
 
 
-def move_island(r: OfferRefused, catalog: list, signals: Signals) -> MoveIsland | str:
-    """The MoveIsland answering one refusal, or why no offer of the island's shape is left."""
+def move_island(r: OfferRefused, catalog: list, signals: Signals) -> MoveIsland | ReplanFailed:
+    """The MoveIsland answering one refusal, or the ReplanFailed saying why no offer can take its place."""
     got = replacement(r, catalog, signals)
-    if isinstance(got, str):
-        return got
+    if isinstance(got, Unplaceable):
+        return ReplanFailed(id=derive_id(r.run_id, "ReplanFailed", r.island, r.generation), run_id=r.run_id,
+                            source="planner", causation_id=r.id, island=r.island, generation=r.generation,
+                            refused=r.id, reason=got.reason, advice=got.advice)
     o = got.offering
     reason = (f"{r.cloud}:{r.count}x{r.gpu.lower()}@{r.region or '*'} refused ({r.cause}); next-best offer "
               f"{o.cloud}:{r.count}x{o.gpu.lower()}@{o.region} ({o.instance_type}) at ${got.price:.2f}/hr")
@@ -84,6 +91,8 @@ def evolve(state: State, event) -> State:
     and which island generations are past answering (a later one requested, or this one up)."""
     if isinstance(event, OfferRefused):
         return replace(state, refused=(*state.refused, event)[-KEEP:])
+    if isinstance(event, ReplanFailed):
+        return replace(state, unplaced=state.unplaced | {event.refused})
     if isinstance(event, IslandRequested) and event.generation > 0:
         return replace(state, answered=state.answered | {(event.run_id, event.island, event.generation - 1)})
     if isinstance(event, (IslandUp, IslandReplaced)):
@@ -93,39 +102,40 @@ def evolve(state: State, event) -> State:
 
 def build(args, *, tick_s: float = 15.0) -> ServiceSpec:
     state_dir: Path = args.settings.state_dir
-    catalogs: dict[str | None, list] = {}
+    catalogs: dict[tuple[str | None, tuple[str, ...]], list] = {}
 
     cache = state_dir / "cache" / "signals.json"
-    warned: set[str] = set()
 
-    def catalog_of(catalog_dir: str | None) -> list:
-        catalog_dir = catalog_dir or os.environ.get("YETO_CATALOG_DIR")
-        if catalog_dir not in catalogs:
-            catalogs[catalog_dir] = load_catalog(catalog_dir=catalog_dir)
-        return catalogs[catalog_dir]
+    def catalog_of(catalog_dir: str | None, clouds: tuple[str, ...] = ()) -> list:
+        """`clouds` () = every cloud; a re-plan reads only the refused one's (the others' need not download)."""
+        key = (catalog_dir or os.environ.get("YETO_CATALOG_DIR"), clouds)
+        if key not in catalogs:
+            catalogs[key] = load_catalog(catalog_dir=key[0], clouds=list(clouds) or None)
+        return catalogs[key]
 
     def plan_blocking(cmd: PlanFleet, refused: tuple[OfferRefused, ...]):
         catalog = catalog_of(cmd.request.get("catalog_dir"))
         return handle(cmd, lambda req: shape_fleet(req, catalog, cache_path=cache, now=time.time(), refusals=refused))
 
-    def move_blocking(r: OfferRefused, refused: tuple[OfferRefused, ...]) -> list:
+    def move_blocking(r: OfferRefused, state: State) -> list:
         now = time.time()
-        signals = with_refusals(gather_signals([r.cloud], cache_path=cache, now=now), refused,
+        signals = with_refusals(gather_signals([r.cloud], cache_path=cache, now=now), state.refused,
                                 datetime.fromtimestamp(now, timezone.utc))
-        got = move_island(r, catalog_of(None), signals)
+        got = move_island(r, catalog_of(None, (r.cloud,)), signals)
         if isinstance(got, MoveIsland):
             return [got]
-        if r.id not in warned:     # asked again on every tick until the cool-down ends: said once
-            warned.add(r.id)
-            log.warning("planner: island %d of run %s stays refused: %s", r.island, r.run_id, got)
-        return []
+        if r.id in state.unplaced:     # asked again on every tick until the cool-down ends: said once, on the tape
+            return []
+        log.warning("planner: island %d of run %s stays refused: %s", r.island, r.run_id, got.reason)
+        return [got]
 
     async def act(intent: Plan | Move, ctx: Context):
         refused = ctx.state.refused
         if isinstance(intent, Move):
-            return await asyncio.to_thread(move_blocking, intent.refused, refused)
+            return await asyncio.to_thread(move_blocking, intent.refused, ctx.state)
         return [await asyncio.to_thread(plan_blocking, intent.cmd, refused)]
 
     return ServiceSpec(name="planner", initial=State, evolve=evolve, decide=decide, act=act, tick_s=tick_s,
                        event_subjects=(event_subject(SYSTEM_RUN, "ServiceStarted"), event_subject("*", "OfferRefused"),
-                                       *(event_subject("*", t) for t in ("IslandRequested", "IslandUp", "IslandReplaced"))))
+                                       *(event_subject("*", t) for t in ("IslandRequested", "IslandUp", "IslandReplaced",
+                                                                          "ReplanFailed"))))

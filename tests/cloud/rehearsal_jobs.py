@@ -88,6 +88,8 @@ def execute(task, folder: Path, world: dict, ns: str, ip: str, job_id: int, hide
     home = folder / "home"
     home.mkdir(parents=True)
     ship(task, home)
+    if world.get("sky_catalogs"):   # what SkyPilot on a VM would download: its catalog (the rehearsal has no internet)
+        shutil.copytree(world["sky_catalogs"], home / ".sky" / "catalogs", dirs_exist_ok=True)
     (folder / "setup.sh").write_text(task.setup or "")
     (folder / "run.sh").write_text(task.run or "")
     checked = subprocess.run(["bash", "-n", str(folder / "setup.sh")], capture_output=True, text=True)

@@ -5,16 +5,14 @@ the same real nats-server) answers with MoveIsland to the next-best offer of the
 $12.69/hr), and the rehearsal starts the island's generation 1 there as a managed job in a namespace of its own.
 `yeto status RUN` over a real tape of those events names the refusal and the move.
 
-Weaker than the whole rehearsal (test_cloud_rehearsal.py): no head is rented and no learner trains or finalizes
-here. The job in us-west-2 runs the island's real task, but the test's nats-server is not the head's TLS stack the
-task is built to reach, so the test stops once the job is started; the head's planner would also need a catalog
-shipped to it (it reads SkyPilot's own, absent without internet)."""
+No head is rented and no learner trains here: the job in us-west-2 runs the island's real task, but the test's
+nats-server is not the head's TLS stack the task is built to reach, so the test stops once the job is started.
+test_cloud_rehearsal_replan.py goes on to the end through the head's own stack: the moved island trains and the
+run finalizes."""
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -22,15 +20,11 @@ import rehearsal
 import rehearsal_world
 from waiting import until
 from yeto.infra.bus import connect
-from yeto.infra.runner import run_service
 from yeto.schemas.commands import LaunchRun
-from yeto.services.launcher import wiring as launcher_wiring
 from yeto.services.launcher.backends.skypilot import SkyPilotBackend
-from yeto.services.launcher.effects import Effects
-from yeto.services.planner import wiring as planner_wiring
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "planner"))
-from replan_world import Collected, no_cloud_credentials, status_of
+from replan_world import Collected, launcher_and_planner, no_cloud_credentials, status_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 RECIPE = {"train": {"model": "m", "data": "org/chat"}, "bus_url": "tls://203.0.113.7:4222"}
@@ -51,13 +45,6 @@ async def test_a_refused_region_moves_the_island_to_the_next_best_offer_through_
     bus = await connect(url, name="test")
     events, changed = seen.events, seen.changed
     watch = await seen.watch(bus, run_id)
-    stop = asyncio.Event()
-    sky_backend = SkyPilotBackend(api=rehearsal.RehearsalSky(), max_age_s=0.2)
-    launcher = launcher_wiring.spec(Effects({"skypilot": sky_backend}, url, poll_s=0.2), tick_s=0.5)
-    planner = planner_wiring.build(SimpleNamespace(settings=SimpleNamespace(state_dir=tmp_path / "planner")),
-                                   tick_s=0.5)
-    tasks = [asyncio.create_task(run_service(s, url, instance=n, stop=stop))
-             for s, n in ((launcher, "launcher"), (planner, "planner"))]
 
     def requested_again():
         return [e for e in events if e.type == "IslandRequested" and e.generation == 1]
@@ -66,13 +53,13 @@ async def test_a_refused_region_moves_the_island_to_the_next_best_offer_through_
         return [j for j in rehearsal_world.record(rehearsal_dir)["jobs"].values()
                 if j["name"].endswith("-island-0-g1")]
     try:
-        await bus.publish(LaunchRun(run_id=run_id, source="test", fleet=[EAST], recipe=RECIPE))
-        await until(requested_again, 60, "the island's next generation requested elsewhere", changed=changed,
-                    detail=lambda: f"seen {[e.type for e in events]}")
-        await until(west_job, 60, "the rehearsal starting generation 1", changed=changed)
+        async with launcher_and_planner(url, SkyPilotBackend(api=rehearsal.RehearsalSky(), max_age_s=0.2),
+                                        tmp_path / "planner"):
+            await bus.publish(LaunchRun(run_id=run_id, source="test", fleet=[EAST], recipe=RECIPE))
+            await until(requested_again, 60, "the island's next generation requested elsewhere", changed=changed,
+                        detail=lambda: f"seen {[e.type for e in events]}")
+            await until(west_job, 60, "the rehearsal starting generation 1", changed=changed)
     finally:
-        stop.set()
-        await asyncio.gather(*tasks)
         await watch.close()
         await bus.close()
     world = rehearsal_world.record(rehearsal_dir)

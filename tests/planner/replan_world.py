@@ -1,16 +1,23 @@
 """What the re-planning tests share: a planner that finds no cloud account (it plans on a copy of the fixture
-catalog), the run's events as the bus delivers them, and `yeto status RUN` over a real tape file of them."""
+catalog), the launcher and the planner as services, the run's events as the bus delivers them, and `yeto status RUN`
+over a real tape file of them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 from yeto.cli.main import main
+from yeto.infra.runner import run_service
 from yeto.infra.stack import StackPaths
 from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import parse, to_bytes
 from yeto.schemas.subjects import run_events
+from yeto.services.launcher import wiring as launcher_wiring
+from yeto.services.launcher.effects import Effects
+from yeto.services.planner import wiring as planner_wiring
 from yeto.services.planner.catalog import FIXTURE_DIR
 
 
@@ -40,6 +47,21 @@ class Collected:
 
     def of(self, kind: str) -> list:
         return [e for e in self.events if e.type == kind]
+
+
+@contextlib.asynccontextmanager
+async def launcher_and_planner(url: str, cloud, state_dir: Path):
+    """The launcher (its SkyPilot backend being `cloud`) and the planner as services on `url`, stopped on leaving."""
+    stop = asyncio.Event()
+    launcher = launcher_wiring.spec(Effects({"skypilot": cloud}, url, poll_s=0.2), tick_s=0.5)
+    planner = planner_wiring.build(SimpleNamespace(settings=SimpleNamespace(state_dir=state_dir)), tick_s=0.5)
+    tasks = [asyncio.create_task(run_service(s, url, instance=n, stop=stop))
+             for s, n in ((launcher, "launcher"), (planner, "planner"))]
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
 
 
 def status_of(state: Path, run: str, events: list, capsys) -> str:

@@ -49,12 +49,12 @@ def test_the_next_best_offer_is_the_same_shape_elsewhere_within_the_refused_pric
     assert isinstance(got, Replacement) and got.offering.region == "us-west-2" and got.price == 12.69
     assert got.spec(1) == {"cloud": "aws", "gpu": "H100", "count": 8, "nodes": 1, "region": "us-west-2", "spot": True}
     both = with_refusals(Signals(), [refused("us-east-2"), refused("us-west-2", generation=1)], NOW)
-    assert replacement(refused("us-west-2", generation=1), P5, both) == (
+    assert replacement(refused("us-west-2", generation=1), P5, both).reason == (
         "the cheapest other aws offer of 1x8xH100, us-east-1 at $17.63/hr, costs more than the refused $13.00/hr + 10%")
     no_room = Signals(quotas=(Quota("aws", "us-west-2", "p", "vcpus", limit=96.0),))
     got = replacement(refused("us-east-2", price=20.0), P5, no_room)
     assert isinstance(got, Replacement) and got.offering.region == "us-east-1"       # us-west-2's quota is spent
-    assert replacement(refused("us-east-2"), P5[:1], Signals()).startswith("no other aws offer of 1x8xH100")
+    assert replacement(refused("us-east-2"), P5[:1], Signals()).reason.startswith("no other aws offer of 1x8xH100")
 
 
 @dataclasses.dataclass
@@ -166,7 +166,7 @@ def test_status_tells_a_refusal_and_where_the_island_moved_from_the_tape(tmp_pat
         "    island 0 gen 0: aws us-east-2 8xH100 refused (capacity) at 2026-12-05 02:00:00: no capacity [2J next line",
         "      moved to aws us-west-2 8xH100 as gen 2 at 2026-12-05 02:02:00, $12.69/hr",
         "    island 1 gen 0: aws us-east-2 8xH100 refused (capacity) at 2026-12-05 02:00:00: InsufficientInstanceCapacity",
-        "      not moved yet: the planner moves it to the next-best offer of its GPU shape, or logs why none is left"]
+        "      not moved yet: the planner moves it to the next-best offer of its GPU shape, or says here why none is left"]
     assert main(["--state-dir", str(tmp_path), "status", "r1", "--json"]) == 0
     view = json.loads(capsys.readouterr().out)
     assert [(r["island"], r["region"], (r["moved_to"] or {}).get("region")) for r in view["refusals"]] == \

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from yeto.infra.bus import Delivery, connect
 from yeto.schemas.artifact_layout import deploy_prefix
 from yeto.schemas.base import SchemaError, parse
+from yeto.schemas.refusal_view import printable
 from yeto.schemas.subjects import run_events
 
 TERMINAL = {"RunFinalized": 0, "RunFailed": 1, "RunStopped": 1}
@@ -39,6 +40,14 @@ class Progress:
                 return None
             self.last[key] = now
             return f"  {e.learner} g{e.generation} refused ({e.reason}): {e.detail}"
+        if t == "OfferRefused":      # the cloud's words are untrusted: printable() (schemas/refusal_view.py)
+            if (t, e.island, e.generation) in self.last:      # a retried start refused again: told once
+                return None
+            self.last[(t, e.island, e.generation)] = time.monotonic()
+            return (f"  island {e.island} g{e.generation}: {e.cloud} {e.region or '(any region)'} {e.count}x{e.gpu} "
+                    f"refused ({e.cause}: {printable(e.reason, 120)}); the planner looks for the next-best offer")
+        if t == "ReplanFailed":
+            return f"  island {e.island} g{e.generation}: no offer can take its place: {printable(e.reason, 400)}; {e.advice}."
         if t.startswith("Island"):
             extra = getattr(e, "reason", "") or getattr(e, "detail", "")
             return f"  island {e.island} g{e.generation}: {t[len('Island'):].lower()}" + (f" ({extra})" if extra else "")
