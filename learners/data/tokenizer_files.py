@@ -10,12 +10,14 @@ from the same folder, and the caller loads it through transformers as before:
     transformers adds it;
   - more than 100,000 tokens (transformers may patch a Mistral pre-tokenizer), several chat templates, legacy
     special_tokens_map.json / added_tokens.json / chat_template.json files.
+A `.gguf` model's tokenizer is read from the folder that transformers' own read of the file was saved to the first
+time (gguf_tokenizer.py); until that folder exists, None.
 tests/data/test_data_tokenizer_files.py encodes the same rows both ways and compares every id and label.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 GENERIC = ("TokenizersBackend", "PreTrainedTokenizerFast")   # the second is the first's alias in transformers 5
@@ -41,9 +43,15 @@ class FileTokenizer:
 
 def read_tokenizer(source) -> FileTokenizer | None:
     """The tokenizer of a local model folder (a resolved ModelSource) as `load_tokenizer` would give it, or None
-    where only transformers can build it exactly (the module docstring lists when)."""
+    where only transformers can build it exactly (the module docstring lists when). A GGUF's is read from the folder
+    that transformers' read of it was saved to (gguf_tokenizer.py), None until that folder exists."""
+    if source.gguf_file is not None:
+        from yeto.learners.data.gguf_tokenizer import cached_folder
+        folder = cached_folder(source)
+        found = None if folder is None else read_tokenizer(replace(source, location=str(folder), gguf_file=None))
+        return None if found is None else replace(found, name_or_path=source.location)
     folder = Path(source.location)
-    if source.gguf_file is not None or not folder.is_dir() or any((folder / n).exists() for n in LEGACY):
+    if not folder.is_dir() or any((folder / n).exists() for n in LEGACY):
         return None
     try:
         config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))

@@ -17,10 +17,20 @@ def _hub_error(source: ModelSource, err: Exception) -> ValueError:
 
 
 def load_tokenizer(source: ModelSource):
-    """The tokenizer (with its chat template) that belongs to the model."""
+    """The tokenizer (with its chat template) that belongs to the model. A GGUF's is read from the file once, then from
+    the folder that read was saved to (learners/data/gguf_tokenizer.py: the same tokenizer, without the file's walk)."""
     from transformers import AutoTokenizer
+
+    from yeto.learners.data.gguf_tokenizer import cached_folder, store
+    folder = cached_folder(source) if source.gguf_file is not None else None
     try:
-        tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
+        if folder is not None:
+            tok = AutoTokenizer.from_pretrained(str(folder))
+            tok.name_or_path = source.location
+        else:
+            tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
+            if source.gguf_file is not None:
+                store(source, tok)
     except OSError as err:
         raise _hub_error(source, err) from err
     if tok.pad_token is None:   # packed training never pads, but collators and generate want one
