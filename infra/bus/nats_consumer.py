@@ -149,13 +149,19 @@ def _watch_name() -> str:
 def _fresh_name_on_reset(sub, names: list[str], at: int) -> None:
     """nats-py re-creates an ordered consumer (missed heartbeats, a gap) with the same config. Under the same
     name, while the server still holds the old one (a stall, not a restart), the create is refused and the
-    watch goes silent until the old one expires; another name each time (a learner's next slot) does not collide."""
+    watch goes silent until the old one expires; another name each time (a learner's next slot) does not collide.
+    Not while disconnected: its heartbeat check resets every two missed heartbeats, and a create made then goes
+    out when the client reaches a server whose version it does not know yet (a head that moved: a new server
+    pool entry), so nats-py takes the nameless legacy subject, which a learner's permissions refuse (Publish
+    Violation, and the watch silent for good). The first check once connected re-creates it by name."""
     jsi = getattr(getattr(sub, "_sub", None), "_jsi", None)
     if jsi is None or not hasattr(jsi, "reset_ordered_consumer"):
         return
-    reset, turn = jsi.reset_ordered_consumer, [at]
+    reset, turn, nc = jsi.reset_ordered_consumer, [at], getattr(jsi, "_conn", None)
 
     async def reset_with_fresh_name(sseq):
+        if nc is not None and not nc.is_connected:
+            return False
         turn[0] += 1
         jsi._ccreq.name = names[turn[0] % len(names)] if len(names) > 1 else _watch_name()
         return await reset(sseq)
