@@ -2,7 +2,8 @@
 and its folder (the VM's disk) deleted; `yeto recover` (no --output: it takes the run's from its head record) rents
 a replacement (a new namespace at a NEW address, as SkyPilot gives, from the same bundle) that restores the run from
 the mirror beside --output and is named in the run's rendezvous there; both islands follow the rendezvous to the new
-address, are merged again, and the run finalizes with an artifact `yeto verify` accepts. The tape shows the gap.
+address, are merged again, and, stopped by `yeto down`, the run finalizes with an artifact `yeto verify` accepts. The
+tape shows the gap.
 Printed: the time from the replacement's namespace start (and from the start of `yeto recover`, which first gives
 the old head 20 s to answer) to its first merged global, and the events the dead head acknowledged after its last
 mirror (docs/CLOUD.md, section 10). The store is outside the laptop's folders: the islands read the rendezvous in
@@ -82,7 +83,10 @@ def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirr
     from yeto.infra.head import mirror, restore
 
     output = laptop.home.parent.parent / "bucket" / "artifact"
-    started = laptop.launch(RUN, "--max-steps", "160", "--output", str(output), "--yes", timeout=300)
+    # It trains until `yeto down`: a tiny model's 160 steps took 14 s, less than the head's loss and recovery, so
+    # a fixed step count let both islands finish (their last pushes refused as stale by the replacement, whose
+    # versions leap past the mirror's) before there was a head to merge them, and the test raced the machine's load.
+    started = laptop.launch(RUN, "--max-steps", "100000", "--output", str(output), "--yes", timeout=300)
     assert started.returncode == 0, f"{started.stdout}\n{started.stderr}\n{laptop.story()}"
     root = mirror.mirror_root(str(output), RUN)
     merged = lambda: int(sql(laptop, "select count(*) from events where type = 'RoundMerged'")[0][0])  # noqa: E731
@@ -125,11 +129,14 @@ def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirr
           f"{int(rounds[0][0]) / 1000 - new_start:.1f}s after `yeto recover` started, "
           f"{int(rounds[0][0]) / 1000 - killed_at:.1f}s after the kill")
     assert to_first_merge <= 120, to_first_merge
+    contributors = lambda: sql(laptop, "select distinct unnest(json_extract_string(payload, '$.responders[*]')) "  # noqa: E731
+                                       f"from events where type = 'RoundMerged' and epoch(ts) > {new_start}")
+    wait_for(lambda: len(contributors()) == 2, 300, "both islands merged on the replacement head", interval=1,
+             detail=laptop.story)
+    stopped = laptop.yeto("down", RUN)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     finalized = lambda: sql(laptop, "select count(*) from events where type = 'RunFinalized'")[0][0] == "1"  # noqa: E731
     wait_for(finalized, 900, "the run to finalize on the replacement head", interval=2, detail=laptop.story)
-    contributors = sql(laptop, "select distinct unnest(json_extract_string(payload, '$.responders[*]')) from events "
-                               f"where type = 'RoundMerged' and epoch(ts) > {new_start}")
-    assert len(contributors) == 2, contributors      # both islands were merged after the kill
     for island in laptop.islands(RUN):                # each followed the rendezvous to the new address
         log = (Path(island["dir"]) / "run.log").read_text(errors="replace")
         assert f"names tls://{new['ip']}:4222: reconnecting there (was tls://{dead['ip']}:4222)" in log, log[-3000:]
