@@ -15,6 +15,7 @@ from pathlib import Path
 SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}   # value type -> bytes (fixed widths)
 STRING, ARRAY = 8, 9
 VERSIONS = (2, 3)
+LENGTH = struct.Struct("<Q")
 
 
 def metadata_digest(path: Path) -> str | None:
@@ -57,8 +58,19 @@ def _skip_value(m, pos: int, kind: int) -> int:
     pos += 12
     if item in SIZES:
         return _within(m, pos + count * SIZES[item])
-    for _ in range(count):       # each item takes >= 8 bytes: a count past the file's end fails at its end
+    if item == STRING:           # a vocabulary's tokens and merges: the walk's one hot loop
+        return _skip_strings(m, pos, count)
+    for _ in range(count):       # each item takes >= 12 bytes: a count past the file's end fails at its end
         pos = _skip_value(m, pos, item)
+    return pos
+
+
+def _skip_strings(m, pos: int, count: int) -> int:
+    length_at, size = LENGTH.unpack_from, len(m)
+    for _ in range(count):       # each string takes >= 8 bytes: a count past the file's end fails at its end
+        pos += 8 + length_at(m, pos)[0]
+        if pos > size:
+            raise ValueError("a GGUF string runs past the end of the file")
     return pos
 
 

@@ -55,7 +55,8 @@ def read_tokenizer(source) -> FileTokenizer | None:
         return None
     try:
         config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-        tokenizer_json = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+        tokenizer_text = (folder / "tokenizer.json").read_text(encoding="utf-8")
+        tokenizer_json = json.loads(tokenizer_text)
     except (OSError, ValueError):
         return None
     if not isinstance(config, dict) or not isinstance(tokenizer_json, dict) or not _plain(config, tokenizer_json):
@@ -65,7 +66,7 @@ def read_tokenizer(source) -> FileTokenizer | None:
         return None
     from tokenizers import Tokenizer
     try:
-        backend = Tokenizer.from_str(json.dumps(tokenizer_json))
+        backend = Tokenizer.from_str(tokenizer_text)
     except Exception:  # noqa: BLE001 - the Rust parser's own errors: transformers then says what is wrong
         return None
     if backend.get_vocab_size() > MAX_VOCAB:
