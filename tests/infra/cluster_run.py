@@ -105,7 +105,8 @@ class ClusterRun(Stack):
         assert down.returncode == 0, down.stdout + down.stderr
         output = self.finish(run, timeout=300)
         assert "run finalized (user)" in output, output
-        (final,) = self.events(run, "RunFinalized")
+        # `launch --wait` follows the stream; the tape writes it behind (after a failover of its consumer, seconds)
+        (final,) = self.until(run, "RunFinalized on the tape", lambda: self.events(run, "RunFinalized"))
         assert sorted(final["acked"]) == ["island-0", "island-1"], final
         status = stack.status(self.home)
         assert status and not any(status[n] for n in self.dead), f"a killed process came back: {status}"
