@@ -38,7 +38,7 @@ class TapeHealth:
 
 async def tape_health(url: str, *, wait_s: float = 0.0, timeout_s: float = 5.0) -> TapeHealth:
     """The writer's position and the stream's; `wait_s`: how long to wait for a writer that is starting to answer."""
-    from yeto.infra.tape.sql import VIEWS, NoTapeWriterError, ask
+    from yeto.infra.tape.sql import NoTapeWriterError, position
     try:
         bus = await connect(url, name="yeto-health", connect_timeout=timeout_s)
     except Exception as e:  # noqa: BLE001 - any failure to reach the bus is the answer
@@ -48,13 +48,13 @@ async def tape_health(url: str, *, wait_s: float = 0.0, timeout_s: float = 5.0) 
         deadline = loop.time() + wait_s
         while True:
             try:
-                rows = (await ask(bus, "SELECT coalesce(max(seq), 0) FROM events", timeout=timeout_s, lane=VIEWS))["rows"]
+                tape_seq = await position(bus, timeout=timeout_s)   # the writer's own answer: no query worker needed
                 break
             except (NoTapeWriterError, ValueError) as e:
                 if loop.time() >= deadline:
                     return TapeHealth(False, error=str(e).splitlines()[0])
                 await asyncio.sleep(0.2)      # paces the questions to a writer still opening its file
-        stream = (await bus.js.stream_info(EVT_STREAM)).state.last_seq if hasattr(bus, "js") else rows[0][0]
-        return TapeHealth(True, tape_seq=int(rows[0][0]), stream_seq=int(stream))
+        stream = (await bus.js.stream_info(EVT_STREAM)).state.last_seq if hasattr(bus, "js") else tape_seq
+        return TapeHealth(True, tape_seq=tape_seq, stream_seq=int(stream))
     finally:
         await bus.close()

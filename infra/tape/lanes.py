@@ -3,9 +3,10 @@
 A lane is a fixed pool of query processes (sandbox.py's command) started ahead and kept: each answers one query after
 another, past its deadline it is killed and its replacement started at once, so a lane never shrinks. The user lane
 refuses a query the moment all its workers are busy, saying when the oldest ends; it never queues one, or three
-queries running to their deadline would hold every later one that long. The views lane (`yeto status`, the tape's
-health line, the dashboard, `tape show`, `logs`: sql.VIEWS in the request) has workers of its own and queues, so no
-number of slow user queries delays what the operator is shown, nor makes a running writer look dead.
+queries running to their deadline would hold every later one that long. The views lane (`yeto status`, the
+dashboard, `tape show`, `logs`: sql.VIEWS in the request) has workers of its own and queues, so no number of slow user
+queries delays what the operator is shown. A lane that is closed (the writer stops) kills every worker, those answering
+included, and starts none: a replacement started during the stop kept the writer from exiting.
 """
 from __future__ import annotations
 
@@ -30,12 +31,15 @@ class Lane:
         self.idle: asyncio.Queue[asyncio.Task[Process]] = asyncio.Queue()   # started or starting
         self.procs: set[Process] = set()                                    # every worker alive
         self.taken: dict[int, float] = {}                                   # id(worker) -> when it was taken
+        self.closed = False                                                 # then no worker is started or kept
         for _ in range(size):
             self.idle.put_nowait(asyncio.create_task(self._start()))
 
     async def take(self) -> Process:
         """A free worker, held until `ask` or `put_back` returns it; LaneFull at once when none is free and the lane
         refuses (taken before the tape is copied for the query, so a refusal costs nothing)."""
+        if self.closed:
+            raise ValueError("the tape writer is stopping: ask again once `yeto stack up` has started it")
         if self.refuse_when_full and self.idle.empty():
             raise self.full()
         proc = await (await self.idle.get())
@@ -54,7 +58,10 @@ class Lane:
 
     def put_back(self, proc: Process) -> None:
         self.taken.pop(id(proc), None)
-        self.idle.put_nowait(asyncio.create_task(self._kept(proc)))
+        if self.closed:
+            _kill(proc)
+        else:
+            self.idle.put_nowait(asyncio.create_task(self._kept(proc)))
 
     async def ask(self, proc: Process, request: bytes) -> bytes:
         """The reply line of a taken worker, which goes back to the lane (or its replacement does); ValueError when it
@@ -79,7 +86,10 @@ class Lane:
 
     def _replace_later(self, proc: Process) -> None:
         self.taken.pop(id(proc), None)
-        self.idle.put_nowait(asyncio.create_task(self._replace(proc)))
+        if self.closed:
+            _kill(proc)
+        else:
+            self.idle.put_nowait(asyncio.create_task(self._replace(proc)))
 
     async def _start(self) -> Process:
         proc = await asyncio.create_subprocess_exec(*sandbox.command(self.memory_bytes), stdin=asyncio.subprocess.PIPE,
@@ -93,16 +103,22 @@ class Lane:
 
     async def _replace(self, proc: Process) -> Process:
         """Kill a worker (past its deadline, or broken) and start the next one at once."""
-        if proc.returncode is None:
-            proc.kill()
+        _kill(proc)
         await proc.wait()
         self.procs.discard(proc)
         return await self._start()
 
     async def close(self) -> None:
-        while not self.idle.empty():
-            await self.idle.get_nowait()
+        """Kill every worker, those answering included (their queries are told the writer stops), and start none."""
+        self.closed = True
         for proc in list(self.procs):
-            if proc.returncode is None:
-                proc.kill()
+            _kill(proc)
+        while not self.idle.empty():
+            _kill(await self.idle.get_nowait())         # a replacement that was starting
+        for proc in list(self.procs):
             await proc.wait()
+
+
+def _kill(proc: Process) -> None:
+    if proc.returncode is None:
+        proc.kill()

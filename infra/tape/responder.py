@@ -7,8 +7,9 @@ So a query is answered by sandbox.py's process (RLIMIT_AS, killed at the deadlin
 writer's flush lock (no INSERT in flight) the tape is CHECKPOINTed and its file copied by `cp`, once per tape position
 (a query on an unchanged tape reuses the copy). The query processes are workers started ahead and kept, in two lanes
 (lanes.py): POOL for a user's queries, refused at once while all POOL run; VIEWS_POOL for the views the CLI itself
-reads (the request's `lane`), so `yeto status` and the tape's health line answer while a user's queries run to their
-deadline. A reply is encoded row by row and refused the moment it passes the bus's payload limit.
+reads (the request's `lane`), so `yeto status` answers while a user's queries run to their deadline. The tape's
+position (the health line's question: sql.position) the writer answers itself, with no worker and no copy. A reply is
+encoded row by row and refused the moment it passes the bus's payload limit.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import duckdb
 
 from yeto.infra.tape import sandbox
 from yeto.infra.tape.lanes import Lane
-from yeto.infra.tape.sql import LANES, MAX_ROWS, USER, VIEWS, check_read_only, execute
+from yeto.infra.tape.sql import LANES, MAX_ROWS, POSITION, USER, VIEWS, check_read_only, execute
 
 if TYPE_CHECKING:
     from yeto.infra.tape.store import TapeStore
@@ -86,6 +87,8 @@ class Responder:
         """Reply {columns, types, rows, truncated}, or {error} saying what to change; never raises."""
         try:
             req = json.loads(request)
+            if isinstance(req, dict) and req.get(POSITION) is True:    # the health line's question: no worker, no copy
+                return json.dumps({POSITION: self.store.last_seq}).encode()
             sql, max_rows = req["sql"], max(0, min(int(req.get("max_rows", MAX_ROWS)), MAX_ROWS))
             if not isinstance(sql, str):
                 raise TypeError("'sql' must be a string")

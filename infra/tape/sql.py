@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 MAX_ROWS = 100_000
 USER, VIEWS = "user", "views"   # a request's lane at the tape writer (lanes.py): `yeto sql`, or the CLI's own views
 LANES = (USER, VIEWS)
+POSITION = "position"           # a request (and its reply's field) for the writer's last stored seq: no query at all
 FETCH = 1024                    # rows taken from DuckDB at a time: a reply is built as its rows come, never whole first
 READ_PRAGMAS = {"table_info", "show_tables", "show_tables_expanded", "database_size", "storage_info", "show"}
 _EXPLAIN = re.compile(r"^\s*explain\s+(analyze\s+)?", re.IGNORECASE)
@@ -116,16 +117,26 @@ def query_file(path, sql: str, *, max_rows: int = MAX_ROWS) -> dict[str, Any]:
 async def ask(bus: Bus, sql: str, *, timeout: float = 30.0, max_rows: int = MAX_ROWS, lane: str = USER) -> dict[str, Any]:
     """Ask the running tape writer over the bus (request/reply) in `lane` (USER or VIEWS: the CLI's own views). Raises
     ValueError with the writer's error."""
+    return await _request(bus, {"sql": sql, "max_rows": max_rows, "lane": lane}, timeout,
+                          "narrow the query or add a LIMIT")
+
+
+async def position(bus: Bus, *, timeout: float = 5.0) -> int:
+    """The running tape writer's position (its last stored seq), answered by the writer itself: no copy of the tape,
+    no query process, so it comes while every query worker is busy (the tape's health line, infra/stack/health.py)."""
+    return int((await _request(bus, {POSITION: True}, timeout, "is it stuck? its log: <state>/logs/tape.log"))[POSITION])
+
+
+async def _request(bus: Bus, body: dict[str, Any], timeout: float, advice: str) -> dict[str, Any]:
     from yeto.infra.bus import NoResponders  # here: a query process imports this module, never the bus's schemas
     from yeto.schemas.subjects import TAPE_SQL
     try:
-        request = json.dumps({"sql": sql, "max_rows": max_rows, "lane": lane}).encode()
-        data = await bus.request(TAPE_SQL, request, timeout_s=timeout)
+        data = await bus.request(TAPE_SQL, json.dumps(body).encode(), timeout_s=timeout)
     except NoResponders:
         raise NoTapeWriterError(f"no tape writer answers on {TAPE_SQL}: is the stack up? (`yeto stack status`)") from None
     except TimeoutError:
-        raise ValueError(f"the tape writer did not answer within {timeout:.0f}s; narrow the query or add a LIMIT") from None
-    reply = json.loads(data)
+        raise ValueError(f"the tape writer did not answer within {timeout:.0f}s; {advice}") from None
+    reply: dict[str, Any] = json.loads(data)
     if "error" in reply:
         raise ValueError(reply["error"])
     return reply

@@ -1,10 +1,11 @@
 """Queries that stop, and the stack's own liveness (issue 41 items 4 and 6): three of a user's queries running to their
 deadline held every later one back that long, `yeto status` included (30.6 s on a live stack, and it warned that the
 tape writer "does not answer" while it ran). Now the writer keeps two lanes of query workers (infra/tape/lanes.py): a
-user's fourth query is refused at once, saying when the oldest ends, and the CLI's own views (`yeto status`, the tape's
-health line) answer from workers of their own while the three run."""
+user's fourth query is refused at once, saying when the oldest ends, and the CLI's own views (`yeto status`) answer from
+workers of their own while the three run; the tape's health line needs no worker (the writer answers its position)."""
 from __future__ import annotations
 
+import argparse
 import asyncio
 from pathlib import Path
 
@@ -12,10 +13,11 @@ import pytest
 
 from waiting import until_answered
 from yeto.cli.main import main
+from yeto.cli.tape_query import stale_line
 from yeto.infra.bus import connect
 from yeto.infra.stack.health import tape_health
 from yeto.infra.tape.responder import POOL, VIEWS_POOL
-from yeto.infra.tape.sql import VIEWS, ask
+from yeto.infra.tape.sql import USER, VIEWS, ask
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 ENDLESS = "select count(*) from range(1000000000000) t, range(10) u"
@@ -69,3 +71,48 @@ def test_three_queries_at_their_deadline_refuse_a_fourth_and_starve_neither_stat
     out, err = capsys.readouterr()
     assert "(0 rows)" in out and "no runs on the tape yet" in err and "does not answer" not in err, (out, err)
     assert writer.poll() is None and len(_children(writer.pid)) <= POOL + VIEWS_POOL
+
+
+@pytest.mark.parametrize("live_stack", [LONG_S], indirect=True)
+def test_the_health_line_answers_while_every_query_worker_of_both_lanes_runs_to_its_deadline(live_stack):
+    """Five endless joins take every worker, the views lane's two by hand-made requests: the tape's health line (what
+    `stack up`, `stack status` and `yeto status` print) still says the writer is current, because the writer answers
+    its position itself. Asked of a query worker as before, it waited behind the five and said "does not answer"."""
+    srv, state, writer = live_stack
+
+    async def scene() -> None:
+        bus = await connect(srv.url, name="operator")
+        replies: list[str] = []
+
+        async def endless(lane: str) -> None:
+            try:
+                await ask(bus, ENDLESS, timeout=LONG_S + 60, lane=lane)
+            except ValueError as e:
+                replies.append(str(e))
+        try:
+            await until_answered(lambda: ask(bus, "select count(*) from events"), 60, "the tape writer answering")
+            slow = [asyncio.create_task(endless(USER)) for _ in range(POOL)]
+            slow += [asyncio.create_task(endless(VIEWS)) for _ in range(VIEWS_POOL)]
+            refusal = await asyncio.create_task(one_refused(bus))
+            assert f"{POOL} queries are running" in refusal, refusal
+            health = await tape_health(srv.url, timeout_s=60)
+            args = argparse.Namespace(state_dir=str(state), nats_url=srv.url)
+            line = await asyncio.to_thread(stale_line, args)
+            assert not replies and not any(t.done() for t in slow), f"all five still ran: {replies}"
+            assert health.answers and health.line() is None and health.tape_seq == health.stream_seq, health
+            assert line is None, line
+            for t in slow:
+                t.cancel()
+        finally:
+            await bus.close()
+
+    asyncio.run(scene())
+    assert writer.poll() is None
+
+
+async def one_refused(bus) -> str:
+    """A user's query asked after the others on the same connection: refused while the user lane is full."""
+    try:
+        return f"answered: {await ask(bus, 'select count(*) from events', timeout=LONG_S + 60)}"
+    except ValueError as e:
+        return str(e)
