@@ -6,11 +6,13 @@ the tape's line when the writer does not answer or is behind (docs/TAPE.md, "Hea
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from yeto.infra.bus import connect
 from yeto.schemas.subjects import EVT_STREAM
 
+EXITED = "its process exited"
 BEHIND = 1000        # events the tape may trail the stream by before a reader is told (a busy writer's batch or two)
 
 
@@ -36,8 +38,10 @@ class TapeHealth:
         return None
 
 
-async def tape_health(url: str, *, wait_s: float = 0.0, timeout_s: float = 5.0) -> TapeHealth:
-    """The writer's position and the stream's; `wait_s`: how long to wait for a writer that is starting to answer."""
+async def tape_health(url: str, *, wait_s: float = 0.0, timeout_s: float = 5.0,
+                      exited: Callable[[], bool] = lambda: False) -> TapeHealth:
+    """The writer's position and the stream's; `wait_s`: how long to wait for a writer that is starting to answer,
+    unless `exited()` says its process is gone (a writer that died at its start is told at once, not after wait_s)."""
     from yeto.infra.tape.sql import NoTapeWriterError, position
     try:
         bus = await connect(url, name="yeto-health", connect_timeout=timeout_s)
@@ -51,6 +55,8 @@ async def tape_health(url: str, *, wait_s: float = 0.0, timeout_s: float = 5.0) 
                 tape_seq = await position(bus, timeout=timeout_s)   # the writer's own answer: no query worker needed
                 break
             except (NoTapeWriterError, ValueError) as e:
+                if exited():
+                    return TapeHealth(False, error=EXITED)
                 if loop.time() >= deadline:
                     return TapeHealth(False, error=str(e).splitlines()[0])
                 await asyncio.sleep(0.2)      # paces the questions to a writer still opening its file

@@ -15,7 +15,7 @@ from waiting import until_answered
 from yeto.cli.main import main
 from yeto.cli.tape_query import stale_line
 from yeto.infra.bus import connect
-from yeto.infra.stack.health import tape_health
+from yeto.infra.stack.health import EXITED, tape_health
 from yeto.infra.tape.responder import POOL, VIEWS_POOL
 from yeto.infra.tape.sql import USER, VIEWS, ask
 
@@ -116,3 +116,18 @@ async def one_refused(bus) -> str:
         return f"answered: {await ask(bus, 'select count(*) from events', timeout=LONG_S + 60)}"
     except ValueError as e:
         return str(e)
+
+
+def test_stack_up_tells_at_once_that_a_tape_writer_which_died_at_its_start_exited(tmp_path, capsys):
+    """A tape file DuckDB cannot open kills the writer at its start: `stack up` exits 1 naming the dead component and its
+    log, and the tape's line says its process exited. It used to wait out its 20 s for an answer that could not come and
+    then say only that nothing answers on the tape's subject."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "tape.duckdb").write_bytes(b"not a DuckDB file " * 4096)
+    try:
+        assert main(["stack", "up", "--state-dir", str(state)]) == 1
+        err = capsys.readouterr().err
+        assert "tape         DOWN: it exited" in err and f"does not answer ({EXITED})" in err, err
+    finally:
+        main(["stack", "down", "--state-dir", str(state)])

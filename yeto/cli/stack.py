@@ -77,7 +77,10 @@ def cmd_up(args) -> int:
 def _report_health(args, url: str, *, wait_s: float = 0.0) -> bool:
     """Print each component that is not running and the tape's line when it is not current; True if all is well.
     `wait_s`: how long a tape writer that is starting may take to answer."""
-    health = asyncio.run(tape_health(stack.stack_url(state_dir(args)) or url, wait_s=wait_s))   # as the operator
+    def tape_exited() -> bool:
+        return not (stack.status(state_dir(args)) or {}).get("tape", True)
+    health = asyncio.run(tape_health(stack.stack_url(state_dir(args)) or url, wait_s=wait_s,   # as the operator
+                                     exited=tape_exited))
     dead = [name for name, ok in (stack.status(state_dir(args)) or {}).items() if not ok]
     for name in dead:
         print(f"  {name:<12} DOWN: it exited; its log is {stack.StackPaths(state_dir(args)).logs / f'{name}.log'}",
