@@ -6,8 +6,9 @@ get of their subjects), the final-versions watch, the learner's events (reports)
 It is the only learner module that imports the bus (tests/test_architecture.py checks it).
 
 Three watches feed the inbox and the final watch: the run's keyframes headers only (last per subject: a
-joining learner sees the whole model's announcements at once), its deltas, and its CheckpointMarkedFinal.
-The bus re-creates watches after a server restart (a 1 s heartbeat notices it).
+joining learner sees the whole model's announcements at once), its deltas, and its CheckpointMarkedFinal. They are
+pull consumers the launcher makes when the learner asks (infra/bus/nats_watches.py): a learner's credential creates
+none. Durable, they outlive a server restart; one that is gone is asked for again.
 A credential the server refuses (tampered, revoked, of an ended run) ends the process with one line and exit status
 3 (REFUSED_EXIT): retrying it would never succeed. So does a credential the server takes but that is another island's
 (its own subjects refused for good, learners/transport/denials.py), with exit status 4 (DENIED_EXIT).
@@ -24,6 +25,7 @@ from typing import Any, NoReturn
 from yeto.infra.bus import Bus, Delivery
 from yeto.infra.bus import connect as connect_bus
 from yeto.infra.bus.nats_bus import CredentialRefused, NatsBus, redact
+from yeto.infra.bus.nats_watches import LearnerWatches
 from yeto.infra.bus.perms import granted
 from yeto.learners.layout import Layout
 from yeto.learners.transport import rendezvous
@@ -37,7 +39,6 @@ from yeto.learners.transport.reports import Reports
 from yeto.learners.transport.thread import BusThread
 from yeto.schemas.base import Event
 from yeto.schemas.fragments import FragmentHeader
-from yeto.schemas.subjects import event_subject, run_deltas, run_keyframes
 
 REFUSED_EXIT, DENIED_EXIT = 3, 4
 
@@ -127,12 +128,11 @@ class NatsTransport:
             bus.on_denied.append(lambda subject: self._denied(denials, subject, bus.num_acked))
         moves = asyncio.ensure_future(rendezvous.follow(bus.nc, self.rendezvous, self.run_id, self.url)) \
             if self.rendezvous and isinstance(bus, NatsBus) else None
-        watches = [await bus.watch(run_keyframes(self.run_id), self._on_global, deliver="last_per_subject", headers_only=True),
-                   await bus.watch(run_deltas(self.run_id), self._on_global),
-                   await bus.watch(event_subject(self.run_id, "CheckpointMarkedFinal"), self.final.on_marked)]
+        watches = LearnerWatches(bus, self.run_id, self.learner,
+                                 {"keyframes": self._on_global, "deltas": self._on_global, "final": self.final.on_marked})
+        await watches.start()
         await self.thread.pump(lambda: self.outbox.send_one(bus), self.outbox.pending)
-        for watch in watches:
-            await watch.close()
+        await watches.close()
         for task in (later, moves):
             if task is not None:
                 task.cancel()

@@ -8,17 +8,18 @@ and reloading, and it is all testable here today; JWT accounts would mint creden
 - operator (the CLI): everything, stream administration included.
 - service (planner, launcher, syncer, finalizer, tape writer): yeto.>, the JetStream API, acks and flow
   control, their inboxes; never `$JS.API.STREAM.DELETE` / `PURGE` (nothing in Yeto deletes a stream).
-- learner L of run R (one credential per island, kept across its generations): publish its own pushes
+- learner L of run R (one credential per island, a new password per generation: bus/auth.py): publish its own pushes
   `yeto.frag.R.*.L` (the syncer checks the header's learner against the subject), its own learner kinds of
   events `yeto.evt.R.<Type>.L` (LearnerProgress, LayoutDeclared, LearnerFinalAck; every service's fold checks
-  the payload's learner and type against the subject), its own log lines `yeto.log.R.L`, ordered consumers whose
-  filter is R's keyframes, deltas or CheckpointMarkedFinal (the filter is part of the API subject, which the server
-  checks against the request) under one of its own WATCH_SLOTS consumer names per stream (`watch_names`: the name
-  is part of the API subject too, so a learner holds at most that many consumers of a stream, durable or not, and
-  cannot exhaust a stream's consumers for the others), DIRECT.GET of R's keyframe subjects (the subject form,
-  `$JS.API.DIRECT.GET.YETO_GKEY.yeto.glob.R.*.key.*`; never the bare form, whose body names what it reads),
-  flow-control replies; subscribe only to its own inbox prefix `_INBOX_R_L`. Everything else (commands, other events,
-  stream management, the tape's SQL, other runs' subjects and every other inbox) is a permission violation.
+  the payload's learner and type against the subject), its own log lines `yeto.log.R.L`, its request for its watches
+  `yeto.watches.R.L` (the launcher makes them, bus/nats_watch_maker.py), pulls (`CONSUMER.MSG.NEXT`) and acks of its own
+  watch consumer on R's keyframes, deltas and events (`watch_consumer`: the launcher made it with R's filter), DIRECT.GET
+  of R's keyframe subjects (the subject form, `$JS.API.DIRECT.GET.YETO_GKEY.yeto.glob.R.*.key.*`; never the bare form,
+  whose body names what it reads); subscribe only to its own inbox prefix `_INBOX_R_L`. It creates no consumer at all:
+  a create request's body (the deliver subject of a push consumer) is invisible to subject permissions, and the server
+  does not check the deliver subject against the creator's permissions (nats-io/nats-server#8274), so a learner that
+  may create one could have the server push a stream into any subject. Everything else (commands, other events,
+  stream and consumer management, the tape's SQL, other runs' subjects and every other inbox) is a permission violation.
 """
 from __future__ import annotations
 
@@ -36,7 +37,6 @@ from yeto.schemas.subjects import (
     LEARNER_EVENTS,
     SNAP_PREFIX,
     TAPE_SQL,
-    event_subject,
     learner_event_subject,
     log_subject,
     run_keyframes,
@@ -60,17 +60,28 @@ def operator_permissions() -> dict:
 
 
 def service_permissions() -> dict:
+    """`allow_responses`: the launcher answers a learner's watch request into the learner's own inbox (one reply)."""
     yeto = [f"{p}.>" for p in (CMD_PREFIX, EVT_PREFIX, FRAG_PREFIX, GLOB_PREFIX, SNAP_PREFIX)] + [TAPE_SQL]
     return {"publish": {"allow": [*yeto, f"{API}.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>"],
                         "deny": [f"{API}.STREAM.DELETE.>", f"{API}.STREAM.PURGE.>"]},
-            "subscribe": {"allow": [*yeto, "_INBOX.>"]}}
+            "subscribe": {"allow": [*yeto, f"{WATCHES}.>", "_INBOX.>"]}, "allow_responses": True}
 
 
-WATCH_SLOTS = 4      # consumer names a learner may use per stream: one watch each, and room to re-create it
+WATCHES = "yeto.watches"     # yeto.watches.<run>.<learner>: a learner asks the launcher for its watch consumers
+WATCHED_STREAMS = (GKEY_STREAM, GDELTA_STREAM, EVT_STREAM)
+
+
+def watch_consumer(run_id: str, learner: str) -> str:
+    """The name of learner `learner` of `run_id`'s one watch consumer on each of WATCHED_STREAMS (made by the launcher)."""
+    return f"w-{run_id}-{learner}"
+
+
+WATCH_SLOTS = 4      # consumer names a connection with a learner's inbox tries for an ordered watch, in turn
 
 
 def watch_names(run_id: str, learner: str) -> list[str]:
-    """The only consumer names learner `learner` of `run_id` may create (on each stream it watches)."""
+    """The consumer names bus/nats_consumer.py's `watch` takes on a connection with learner `learner`'s inbox; a
+    learner's own credential may create none (it pulls the watches the launcher made for it, bus/nats_watches.py)."""
     return [f"w-{run_id}-{learner}-{k}" for k in range(WATCH_SLOTS)]
 
 
@@ -82,17 +93,14 @@ def learner_of_inbox(prefix: str) -> tuple[str, str] | None:
 
 
 def learner_permissions(run_id: str, learner: str) -> dict:
-    create = f"{API}.CONSUMER.CREATE"
-    watches = [(GKEY_STREAM, f"{GLOB_PREFIX}.{run_id}.>"), (GDELTA_STREAM, f"{GLOB_PREFIX}.{run_id}.>"),
-               (EVT_STREAM, event_subject(run_id, "CheckpointMarkedFinal"))]
+    name = watch_consumer(run_id, learner)
     return {"publish": {"allow": [
         f"{FRAG_PREFIX}.{run_id}.*.{learner}", *(learner_event_subject(run_id, t, learner) for t in LEARNER_EVENTS),
-        log_subject(run_id, learner),
-        *(f"{create}.{stream}.{name}.{where}" for stream, where in watches for name in watch_names(run_id, learner)),
-        f"{API}.DIRECT.GET.{GKEY_STREAM}.{run_keyframes(run_id)}",   # the subject form only: the bare one's body
-                                                                       # (seq, last_by_subj) could name any run's
-        *(f"$JS.FC.{s}.>" for s in (GKEY_STREAM, GDELTA_STREAM, EVT_STREAM))]},
-        "subscribe": {"allow": [f"{learner_inbox(run_id, learner)}.>"]}}
+        log_subject(run_id, learner), f"{WATCHES}.{run_id}.{learner}",
+        *(f"{API}.CONSUMER.MSG.NEXT.{stream}.{name}" for stream in WATCHED_STREAMS),
+        *(f"$JS.ACK.{stream}.{name}.>" for stream in WATCHED_STREAMS),
+        f"{API}.DIRECT.GET.{GKEY_STREAM}.{run_keyframes(run_id)}"]},   # the subject form only: the bare one's body
+        "subscribe": {"allow": [f"{learner_inbox(run_id, learner)}.>"]}}   # (seq, last_by_subj) could name any run's
 
 
 def granted(run_id: str, learner: str) -> Callable[[str], bool]:

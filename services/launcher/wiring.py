@@ -8,6 +8,7 @@ import os
 
 from yeto.infra.accelerators import npu_devices
 from yeto.infra.bus import auth as bus_auth
+from yeto.infra.bus import nats_watch_maker
 from yeto.infra.model_source import resolve_model
 from yeto.infra.runner import ServiceSpec, StateCodec
 from yeto.schemas.capacity import MAX_ISLANDS, Capacity
@@ -69,7 +70,12 @@ def spec(effects: Effects, *, tick_s: float = 2.0, capacity: Capacity | None = N
     """`capacity` None: this machine's (host_capacity())."""
     bound = functools.partial(decide, capacity=capacity or host_capacity(), fit=host_fit)
     return ServiceSpec(name="launcher", initial=dict, evolve=state.evolve, decide=bound, act=effects.act,
-                       tick_s=tick_s, background=(effects.watcher(),), codec=CODEC)
+                       tick_s=tick_s, background=(effects.watcher(), serve_watches), codec=CODEC)
+
+
+async def serve_watches(ctx) -> None:
+    """Learners' watch consumers, made when a learner asks (its credential may make none: infra/bus/nats_watch_maker.py)."""
+    await nats_watch_maker.serve(ctx.bus, ctx.stop)
 
 
 def build(args) -> ServiceSpec:

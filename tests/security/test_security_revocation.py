@@ -160,6 +160,8 @@ def test_the_launcher_revokes_a_replaced_generation_and_an_ended_run_and_the_run
         down = s.yeto("down", RUN)
         assert down.returncode == 0, down.stdout + down.stderr
         s.finish(RUN, timeout=240)
+        acked = {e["learner"] for e in s.events(RUN, "LearnerFinalAck")}   # final versions held: their watches worked
+        assert acked == {"island-0", "island-1"}, s.story(RUN)
         last = {who: ident(s.home, RUN, who) for who in ("island-0", "island-1")}
         wait_for(lambda: all(ident(s.home, RUN, who).get("revoked") for who in last), 30,
                  "the launcher to revoke the finalized run's credentials")

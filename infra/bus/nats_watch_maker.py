@@ -1,0 +1,77 @@
+"""The launcher's side of a learner's watches (infra/bus/nats_watches.py): on a learner's request, its pull consumers,
+made afresh with its run's filters: the run's keyframes headers only, last per subject (a joining learner sees the whole
+model's announcements at once), all its deltas, all its CheckpointMarkedFinal. Durable, acked (a delivery lost to a
+reconnection comes again), and dropped by the server after INACTIVE_S without a pull."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from yeto.infra.bus.nats_consumer import NatsSubscription
+from yeto.infra.bus.perms import WATCHES, watch_consumer
+from yeto.schemas.base import check_run_id
+from yeto.schemas.subjects import EVT_STREAM, GDELTA_STREAM, GKEY_STREAM, event_subject, run_deltas, run_keyframes
+
+log = logging.getLogger(__name__)
+BATCH = 64                                           # messages per pull (the learner's)
+ACK_WAIT_S, INACTIVE_S, REMAKE_S = 30.0, 3600.0, 1.0
+LEARNER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+
+
+def watch_configs(run_id: str, learner: str) -> dict[str, tuple[str, ConsumerConfig]]:
+    """The learner's watches by kind: (stream, consumer config), every filter its own run's."""
+    common = dict(durable_name=watch_consumer(run_id, learner), ack_policy=AckPolicy.ALL, ack_wait=ACK_WAIT_S,
+                  max_ack_pending=4 * BATCH, inactive_threshold=INACTIVE_S)
+    return {"keyframes": (GKEY_STREAM, ConsumerConfig(filter_subject=run_keyframes(run_id), headers_only=True,
+                                                      deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, **common)),
+            "deltas": (GDELTA_STREAM, ConsumerConfig(filter_subject=run_deltas(run_id),
+                                                     deliver_policy=DeliverPolicy.ALL, **common)),
+            "final": (EVT_STREAM, ConsumerConfig(filter_subject=event_subject(run_id, "CheckpointMarkedFinal"),
+                                                 deliver_policy=DeliverPolicy.ALL, **common))}
+
+
+async def make_watches(js, run_id: str, learner: str) -> None:
+    """(Re)make the learner's watches from a fresh start (what they delivered before is delivered again)."""
+    for stream, config in watch_configs(run_id, learner).values():
+        try:
+            await js.delete_consumer(stream, config.durable_name)
+        except NotFoundError:
+            pass
+        await js.add_consumer(stream, config)
+
+
+async def serve(bus, stop: asyncio.Event) -> None:
+    """The launcher's side, until `stop`: make a learner's watches when it asks (one instance of a queue group answers;
+    the same learner's watches at most once per REMAKE_S). A bus without NATS (pure tests) serves nothing."""
+    made: dict[tuple[str, str], float] = {}
+
+    async def on_request(msg) -> None:
+        run_id, learner = msg.subject.split(".")[2:4]
+        try:
+            check_run_id(run_id)
+            if not LEARNER.fullmatch(learner):
+                raise ValueError(f"{learner!r} is no learner name")
+            if time.monotonic() - made.get((run_id, learner), -REMAKE_S) >= REMAKE_S:
+                await make_watches(bus.js, run_id, learner)
+                made[(run_id, learner)] = time.monotonic()
+            answer = {"ok": True}
+        except Exception as e:  # noqa: BLE001 - said to the asker; the launcher goes on
+            log.warning("watches of %s of run %s not made: %s", learner, run_id, e)
+            answer = {"error": str(e)[:200]}
+        if msg.reply:
+            await msg.respond(json.dumps(answer).encode())
+
+    if getattr(bus, "nc", None) is None:
+        await stop.wait()
+        return
+    sub = await bus.nc.subscribe(f"{WATCHES}.*.*", queue="launcher", cb=on_request)
+    try:
+        await stop.wait()
+    finally:
+        await NatsSubscription(sub).close()
