@@ -96,8 +96,10 @@ def silent_after(run: RunView, isl: Island) -> Bound:
     return heartbeat_bound(LaunchRecipe.upcast(run.recipe), isl, learner.step_time_s if learner else None)
 
 
-def _needs(run: RunView, isl: Island, now: datetime) -> list[Publish]:
-    """What one island of a running run needs now (nothing new once a final cut is under way, but drops)."""
+def _needs(run: RunView, isl: Island, now: datetime, heard_since: datetime | None) -> list[Publish]:
+    """What one island of a running run needs now (nothing new once a final cut is under way, but drops).
+    Silence counts from `heard_since` at the earliest: what the launcher could not hear (it was not running: a head
+    restarted after an outage) is not the island's."""
     r, rid, cutting = run.recipe, run.run_id, run.phase == "finalizing"
     age = (now - isl.since).total_seconds() if isl.since else 0.0
     if isl.phase == "exited" and not cutting:
@@ -106,7 +108,8 @@ def _needs(run: RunView, isl: Island, now: datetime) -> list[Publish]:
         return [gone] if backend_of(isl.spec) == "local" else [gone, stop(rid, isl, "preempted")]
     if isl.phase == "up" and not cutting:
         beat = (now - isl.last_beat).total_seconds() if isl.last_beat else None
-        if beat is not None and beat > (bound := silent_after(run, isl)).seconds:
+        heard = beat if beat is None or heard_since is None else min(beat, (now - heard_since).total_seconds())
+        if heard is not None and heard > (bound := silent_after(run, isl)).seconds:
             return [_event(IslandPreempted, rid, isl, reason=f"no progress for {beat:.0f}s (bound {bound.seconds:.0f}s: "
                                                              f"{bound.why})"), stop(rid, isl, "silent")]
         if beat is None and age > setting(r, "startup_timeout_s"):
@@ -122,12 +125,12 @@ def _needs(run: RunView, isl: Island, now: datetime) -> list[Publish]:
     return []
 
 
-def reconcile(run: RunView, now: datetime) -> list[Publish]:
+def reconcile(run: RunView, now: datetime, heard_since: datetime | None = None) -> list[Publish]:
     """What the run needs now: replacements, drops, and teardown once it has ended."""
     if run.ended:   # a cloud island's job may outlive its exit (SkyPilot recovering it): cancelled as well
         return [stop(run.run_id, isl, f"run ended ({run.ended})") for isl in run.islands
                 if isl.phase in ("up", "replacing") or (isl.phase == "exited" and backend_of(isl.spec) != "local")]
-    return [p for isl in run.islands for p in _needs(run, isl, now) + external.needs(run, isl, source=SOURCE)]
+    return [p for isl in run.islands for p in _needs(run, isl, now, heard_since) + external.needs(run, isl, source=SOURCE)]
 
 
 def move(state: State, cmd: MoveIsland) -> list[Publish]:
@@ -143,9 +146,9 @@ def move(state: State, cmd: MoveIsland) -> list[Publish]:
 
 
 def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity | None = None,
-           fit: Fit | None = None) -> list:
-    """`capacity`: what this launcher may start; `fit`: why a LaunchRun's recipe cannot fit its islands' memory
-    (both bound in by wiring.py; None = no check, for pure tests)."""
+           fit: Fit | None = None, heard_since: datetime | None = None) -> list:
+    """`capacity`: what this launcher may start; `fit`: why a LaunchRun's recipe cannot fit its islands' memory;
+    `heard_since`: when this launcher started (all bound in by wiring.py; None = no check, for pure tests)."""
     if isinstance(msg, LaunchRun):
         return launch(msg, capacity, fit)
     if isinstance(msg, MoveIsland):
@@ -159,4 +162,4 @@ def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity 
     if isinstance(msg, StopIsland):
         return [Kill(msg, recorded_handle(state, msg.run_id, msg.island, msg.generation))]
     runs = [state[msg.run_id]] if msg is not None and msg.run_id in state else list(state.values()) if msg is None else []
-    return [p for run in runs for p in reconcile(run, now)]
+    return [p for run in runs for p in reconcile(run, now, heard_since)]

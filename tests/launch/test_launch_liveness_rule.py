@@ -11,8 +11,11 @@ import pytest
 
 from yeto.infra.runner import Publish
 from yeto.learners.bus_client import NatsTransport
+from yeto.schemas.capacity import Capacity
 from yeto.schemas.fleet import IslandPreempted, IslandRequested, IslandUp, RunLaunched, StopIsland
 from yeto.schemas.training import LearnerProgress
+from yeto.services.launcher import wiring
+from yeto.services.launcher.effects import Effects
 from yeto.services.launcher.liveness import FLOOR_S, GAPS, REPORT_EVERY_S
 from yeto.services.launcher.logic import decide, silent_after
 from yeto.services.launcher.state import evolve
@@ -39,9 +42,11 @@ def run_with(*beats, **train) -> dict:
     return reduce(evolve, [*start, *beats], {})
 
 
-def preempted_at(state: dict, t: float) -> str | None:
-    """The IslandPreempted reason the launcher's tick at `t` gives (None: nothing), with its StopIsland."""
-    out = [p.msg for p in decide(state, None, at(t)) if isinstance(p, Publish)]
+def preempted_at(state: dict, t: float, heard_since: float | None = None) -> str | None:
+    """The IslandPreempted reason the launcher's tick at `t` gives (None: nothing), with its StopIsland; `heard_since`:
+    when the launcher started."""
+    since = None if heard_since is None else at(heard_since)
+    out = [p.msg for p in decide(state, None, at(t), heard_since=since) if isinstance(p, Publish)]
     if not out:
         return None
     assert [type(m) for m in out] == [IslandPreempted, StopIsland], out
@@ -113,3 +118,17 @@ def test_a_replacement_starts_without_its_predecessors_pace():
 
 def test_the_report_interval_the_rule_assumes_is_the_learners():
     assert inspect.signature(NatsTransport).parameters["progress_every_s"].default == REPORT_EVERY_S
+
+
+def test_a_restarted_launcher_counts_an_islands_silence_from_its_own_start_at_the_earliest():
+    state, last, back = run_with(*fast()), 10 + 9 * 2.0, 10 + 9 * 2.0 + 200     # the head was away 200 s
+    assert preempted_at(state, back + FLOOR_S - 1, heard_since=back) is None    # the learners' reports come now
+    reason = preempted_at(state, back + FLOOR_S + 1, heard_since=back)
+    assert reason is not None and reason.startswith(f"no progress for {back + FLOOR_S + 1 - last:.0f}s (bound 60s")
+
+
+def test_the_launcher_service_counts_silence_from_its_start_a_bare_decide_does_not():
+    state, now = run_with(*fast()), datetime.now(timezone.utc)      # its last report hours before this test
+    wired = wiring.spec(Effects({}, "nats://127.0.0.1:4222"), capacity=Capacity(cpus=2, gpus=0)).decide
+    assert [p for p in wired(state, None, now) if isinstance(p, Publish)] == []
+    assert [type(p.msg) for p in decide(state, None, now) if isinstance(p, Publish)] == [IslandPreempted, StopIsland]
