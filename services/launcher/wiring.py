@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 from yeto.infra.accelerators import npu_devices
 from yeto.infra.bus import auth as bus_auth
+from yeto.infra.bus import nats_watch_maker
 from yeto.infra.model_source import resolve_model
 from yeto.infra.runner import ServiceSpec, StateCodec
 from yeto.schemas.capacity import MAX_ISLANDS, Capacity
@@ -71,7 +72,12 @@ def spec(effects: Effects, *, tick_s: float = 2.0, capacity: Capacity | None = N
     bound = functools.partial(decide, capacity=capacity or host_capacity(), fit=host_fit,
                               heard_since=datetime.now(timezone.utc))   # silence before this start is not counted
     return ServiceSpec(name="launcher", initial=dict, evolve=state.evolve, decide=bound, act=effects.act,
-                       tick_s=tick_s, background=(effects.watcher(),), codec=CODEC)
+                       tick_s=tick_s, background=(effects.watcher(), serve_watches), codec=CODEC)
+
+
+async def serve_watches(ctx) -> None:
+    """Learners' watch consumers, made when a learner asks (its credential may make none: infra/bus/nats_watch_maker.py)."""
+    await nats_watch_maker.serve(ctx.bus, ctx.stop)
 
 
 def build(args) -> ServiceSpec:
