@@ -112,9 +112,8 @@ def screen(o: Offering, req: PlanRequest, w: Workload, signals: Signals) -> Cand
         return _reject(o, "stock", f"{o.cloud} reports no {o.gpu} ({o.instance_type}) capacity in {o.region}")
     quotas = []
     for q in signals.quotas:
-        if (q.cloud == o.cloud and q.region in (None, o.region) and o.instance_type.startswith(q.family)
-                and q.spot == spot):
-            per_island = (o.vcpus or 0) * nodes if q.unit == "vcpus" else o.count * nodes
+        if q.covers(o.cloud, o.region, o.instance_type, o.gpu, spot):
+            per_island = q.per_island(o.vcpus, o.count, nodes)
             room = q.limit - q.used
             if room < per_island:
                 return _reject(o, "quota", f"{q.key}: {room:g} left, one island needs {per_island:g}")

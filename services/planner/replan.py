@@ -44,9 +44,8 @@ def _allowed(o: Offering, r: OfferRefused, spot: bool, signals: Signals) -> bool
     score = signals.score(o.cloud, o.region, o.instance_type) if spot else None
     if score is not None and score <= NO_CAPACITY_SCORE:
         return False
-    return all(q.limit - q.used >= (o.vcpus or 0) * r.nodes for q in signals.quotas
-               if q.cloud == o.cloud and q.region in (None, o.region) and o.instance_type.startswith(q.family)
-               and q.spot == spot and q.unit == "vcpus")
+    return all(q.limit - q.used >= q.per_island(o.vcpus, o.count, r.nodes) for q in signals.quotas
+               if q.covers(o.cloud, o.region, o.instance_type, o.gpu, spot))
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """Live capacity signals (quotas minus usage, spot placement scores, spot prices, stock), and the assumptions used without them.
 
-`Signals` is a plain value the pure planner reads. `gather_signals` is the I/O edge: per source (AWS through
-boto3, RunPod's GraphQL, Lambda's instance-types API) it asks with that source's timeout, caches the answer in a
-JSON file for that source's TTL, and records every value it used as a `Reading` (value, age, source). A source
-that cannot be read (no client, no credentials, a timeout, an error) becomes a warning stating the assumption the
-plan makes instead, never silence.
+`Signals` is a plain value the pure planner reads. `gather_signals` is the I/O edge: per source (AWS through boto3, GCP
+through google-cloud-compute, RunPod's GraphQL, Lambda's instance-types API) it asks with that source's timeout, caches
+the answer in a JSON file for that source's TTL, and records every value it used as a `Reading` (value, age, source).
+A source that cannot be read (no client, no credentials, a timeout, an error) becomes a warning stating the assumption
+the plan makes instead, never silence.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class Source:
 
 # docs/PLANNER.md lists these; a quota moves slowly, stock and scores within minutes.
 SOURCES = {"aws": Source(timeout_s=10.0, ttl_s=900.0),
+           "gcp": Source(timeout_s=10.0, ttl_s=900.0, url_env="YETO_GCP_COMPUTE_URL"),
            "runpod": Source(timeout_s=10.0, ttl_s=300.0, url="https://api.runpod.io/graphql",
                             url_env="YETO_RUNPOD_API_URL"),
            "lambda": Source(timeout_s=10.0, ttl_s=300.0, url="https://cloud.lambdalabs.com/api/v1/instance-types",
@@ -38,7 +39,8 @@ SOURCES = {"aws": Source(timeout_s=10.0, ttl_s=900.0),
 
 @dataclass(frozen=True)
 class Quota:
-    """A cap on `unit` (vcpus or gpus) for instance types starting with `family` in one cloud (and region)."""
+    """A cap on `unit` (vcpus or gpus) for instance types starting with `family` (and of GPU type `gpu`, where
+    named: GCP's quotas are per GPU type) in one cloud (and region)."""
 
     cloud: str
     region: str | None
@@ -47,10 +49,20 @@ class Quota:
     limit: float
     used: float = 0.0
     spot: bool = True
+    gpu: str = ""
 
     @property
     def key(self) -> str:
-        return f"{self.cloud}/{self.region or '*'}/{self.family or '*'}/{'spot' if self.spot else 'on-demand'} {self.unit}"
+        what = self.family or self.gpu or "*"
+        return f"{self.cloud}/{self.region or '*'}/{what}/{'spot' if self.spot else 'on-demand'} {self.unit}"
+
+    def covers(self, cloud: str, region: str, instance_type: str, gpu: str, spot: bool) -> bool:
+        return (self.cloud == cloud and self.region in (None, region) and instance_type.startswith(self.family)
+                and (not self.gpu or self.gpu.lower() == gpu.lower()) and self.spot == spot)
+
+    def per_island(self, vcpus: float | None, count: int, nodes: int) -> float:
+        """What one island of `nodes` machines draws from this quota."""
+        return (vcpus or 0.0) * nodes if self.unit == "vcpus" else float(count * nodes)
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,10 @@ def assumptions(clouds: list[str], *, known: set[str] = frozenset(), cap: int = 
                        f"spot prices; assumed up to {cap} islands per instance type and region and 5% "
                        f"preemptions/hour. Check `aws service-quotas get-service-quota --service-code ec2 "
                        f"--quota-code L-7212CCBC`.")
+        elif c == "gcp":
+            out.append(f"gcp: no application-default credentials (GOOGLE_APPLICATION_CREDENTIALS, `gcloud auth "
+                       f"application-default login`) or their query failed: regional GPU quotas not checked; assumed "
+                       f"up to {cap} islands per instance type and region.")
         elif c == "runpod":
             out.append(f"runpod: RUNPOD_API_KEY not set or its query failed: stock unknown; assumed up to {cap} "
                        f"islands per GPU type and region.")
@@ -186,6 +202,21 @@ def gather_signals(clouds: list[str], *, cache_path: Path, now: float, env: dict
         for region, itype, price in got["spot_prices"]:
             prices[("aws", region, itype)] = price
             readings.append(Reading("aws", "spot_price", f"{region}/{itype}", price, now - at, got["prices_source"]))
+    gcp_project = env.get("GOOGLE_CLOUD_PROJECT") or env.get("CLOUDSDK_CORE_PROJECT")
+    gcp_url = env.get(src["gcp"].url_env) or src["gcp"].url
+
+    def gcp():
+        from yeto.services.planner import signals_gcp
+        return signals_gcp.fetch(project=gcp_project, url=gcp_url, timeout_s=src["gcp"].timeout_s)
+
+    adc = Path(env.get("HOME", "~")).expanduser() / ".config" / "gcloud" / "application_default_credentials.json"
+    gcp_credentials = bool(env.get("GOOGLE_APPLICATION_CREDENTIALS")) or adc.is_file()
+    if "gcp" in clouds and gcp_credentials and (answer := _ask("gcp", cache_path, now, src["gcp"], gcp, warnings)):
+        got, at = answer
+        for q in got["quotas"]:
+            quotas.append(quota := Quota(**q))
+            readings.append(Reading("gcp", "quota", quota.key, {"limit": quota.limit, "used": quota.used},
+                                    now - at, got["source"]))
     key = _secret(env, "RUNPOD_API_KEY")
     url = env.get(src["runpod"].url_env) or src["runpod"].url
 

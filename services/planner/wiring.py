@@ -107,11 +107,14 @@ def build(args, *, tick_s: float = 15.0) -> ServiceSpec:
     cache = state_dir / "cache" / "signals.json"
 
     def catalog_of(catalog_dir: str | None, clouds: tuple[str, ...] = ()) -> list:
-        """`clouds` () = every cloud; a re-plan reads only the refused one's (the others' need not download)."""
-        key = (catalog_dir or os.environ.get("YETO_CATALOG_DIR"), clouds)
-        if key not in catalogs:
-            catalogs[key] = load_catalog(catalog_dir=key[0], clouds=list(clouds) or None)
-        return catalogs[key]
+        """`clouds` () = every cloud; a re-plan reads only the refused one's (the others' need not download), or
+        takes it from every cloud's, read already."""
+        where = catalog_dir or os.environ.get("YETO_CATALOG_DIR")
+        if (where, ()) in catalogs:
+            return [o for o in catalogs[(where, ())] if not clouds or o.cloud in clouds]
+        if (where, clouds) not in catalogs:
+            catalogs[(where, clouds)] = load_catalog(catalog_dir=where, clouds=list(clouds) or None)
+        return catalogs[(where, clouds)]
 
     def plan_blocking(cmd: PlanFleet, refused: tuple[OfferRefused, ...]):
         catalog = catalog_of(cmd.request.get("catalog_dir"))

@@ -9,7 +9,8 @@
   request without the expected `Authorization: Bearer <key>` header.
 
 Each holds its recorded data in plain dicts a test may change. `python tests/planner/signal_servers.py` starts them
-all and prints the environment that points `yeto shape` at them (the acceptance demo in docs/PLANNER.md).
+all, and GCP's (gcp_server.py), and prints the environment that points `yeto shape` at them (the acceptance demo in
+docs/PLANNER.md).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _region(headers) -> str:
     return m.group(1) if m else "us-east-1"
 
 
-class _Server:
+class Server:
     def __init__(self, handler_cls):
         owner = self
 
@@ -104,7 +105,7 @@ class _AwsHandler(BaseHTTPRequestHandler):
         return self._forward(body)
 
 
-class AwsFront(_Server):
+class AwsFront(Server):
     """Moto's server behind a front that answers the recorded calls; point boto3 at `url` (AWS_ENDPOINT_URL)."""
 
     def __init__(self):
@@ -161,9 +162,7 @@ class AwsFront(_Server):
                 f"<spotPriceHistorySet>{items}</spotPriceHistorySet><nextToken/></DescribeSpotPriceHistoryResponse>")
 
 
-class _RecordedHandler(BaseHTTPRequestHandler):
-    server_owner: Recorded
-
+class JsonHandler(BaseHTTPRequestHandler):
     def _reply(self, status: int, doc: Any) -> None:
         body = json.dumps(doc).encode()
         self.send_response(status)
@@ -171,6 +170,10 @@ class _RecordedHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+class _RecordedHandler(JsonHandler):
+    server_owner: Recorded
 
     def do_GET(self):
         rec = self.server_owner
@@ -192,7 +195,7 @@ class _RecordedHandler(BaseHTTPRequestHandler):
         return self._reply(200, rec.runpod_types)
 
 
-class Recorded(_Server):
+class Recorded(Server):
     """RunPod's GraphQL (`url`/graphql) and Lambda's API (`url`/api/v1/instance-types) replaying recorded answers."""
 
     def __init__(self):
@@ -213,12 +216,18 @@ def environment(aws: AwsFront, rec: Recorded) -> dict[str, str]:
 
 if __name__ == "__main__":
     import sys
+    import tempfile
+
+    import gcp_server
     aws, rec = AwsFront().start(), Recorded().start()
+    gcp = gcp_server.GcpCompute().start(Path(tempfile.mkdtemp(prefix="yeto-gcp-")))    # its credentials file
     for itype in sys.argv[1:]:      # instance types Lambda's recorded answer shows with no capacity anywhere
         rec.no_lambda_capacity(itype)
-    print(" ".join(f"export {k}={v};" for k, v in environment(aws, rec).items()), flush=True)
+    exports = {**environment(aws, rec), **gcp_server.environment(gcp)}
+    print(" ".join(f"export {k}={v};" for k, v in exports.items()), flush=True)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
         aws.stop()
         rec.stop()
+        gcp.stop()

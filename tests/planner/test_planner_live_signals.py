@@ -181,7 +181,7 @@ def test_shape_shows_live_quotas_scores_and_stock_and_the_plan_changes_when_stoc
     assert "aws     placement_score us-east-2/p5.48xlarge              8/10" in out
     assert "runpod  stock           A100-80GB                          High: 8 islands" in out
     assert "lambda  stock           us-east-3/gpu_1x_gh200             capacity: 4 islands" in out
-    assert "gcp     assumption: gcp: no live capacity signals" in out and "age    0 s" in out
+    assert "gcp     assumption: gcp: no application-default credentials" in out and "age    0 s" in out
     assert ("Live signals: aws 16 placement score, 32 quota, 8 spot price; lambda 6 stock; runpod 5 stock (oldest 0 s); "
             "assumed for azure, gcp (--explain-signals lists each)") in out
 

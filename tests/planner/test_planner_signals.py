@@ -13,7 +13,7 @@ def test_without_credentials_every_cloud_gets_a_stated_assumption(tmp_path):
     s = gather_signals(["aws", "gcp", "runpod"], cache_path=tmp_path / "s.json", now=0.0, env={})
     text = "\n".join(s.warnings)
     assert "aws: no live signals" in text and "L-7212CCBC" in text
-    assert "runpod: RUNPOD_API_KEY not set" in text and "gcp: no live capacity signals" in text
+    assert "runpod: RUNPOD_API_KEY not set" in text and "gcp: no application-default credentials" in text
     assert s.quotas == () and s.stock == {}
 
 
