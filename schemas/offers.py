@@ -53,10 +53,11 @@ class MoveIsland(IslandCommand):
 
 @registry.register
 class ReplanFailed(Event):
-    """No offer can take the place of an island a cloud refused (`refused`: that OfferRefused's id): `reason` says
-    why (no other region of its GPU shape left, or the cheapest costs more than the refused price allows), `advice`
-    what the user can change (the fleet's --gpu, --exclude-regions, the budget). The planner publishes it once per
-    refused generation and still moves the island if an offer comes back within the refusal's cool-down."""
+    """No offer can take the place of an island a cloud refused: why (`reason`), and what to change (`advice`).
+
+    `refused` is that OfferRefused's id. `reason`: no other region of its GPU shape is left, or the cheapest costs more
+    than the refused price allows; `advice`: the fleet's --gpu, --exclude-regions, the budget. The planner publishes
+    it once per refused generation and still moves the island if an offer comes back within the refusal's cool-down."""
 
     type: Literal["ReplanFailed"] = "ReplanFailed"
     version: Literal[1] = 1
