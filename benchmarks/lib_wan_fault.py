@@ -20,10 +20,11 @@ reported step from the current global model; the run ends when every learner has
 costs only the work lost since the killed learner's last merged push and the replacement's start-up. Also:
   down_until_rejoin_s      kill -> the first RoundMerged with the replacement in it
 yeto-freeze: a silent island. Learner 1 is SIGSTOPped at the kill step: its process and its TCP connection live on and
-nothing from it arrives, as over a black-holed link; nobody reports it (the launcher would only after the recipe's
-heartbeat_timeout_s, 300 s by default, longer than the run). The syncer stops counting it live on its own silence
-bound (services/syncer/liveness.py); that decision is not an event of its own, so the tape shows it as the first
-RoundMerged without the island (with two islands the quorum is both, so no round can merge without it before).
+nothing from it arrives, as over a black-holed link; nobody reports it (the launcher is stopped here; a running one
+preempts it after its silence bound, 60 s at least: services/launcher/liveness.py). The syncer stops counting it live
+on its own silence bound (services/syncer/liveness.py); that decision is not an event of its own, so the tape shows it
+as the first RoundMerged without the island (with two islands the quorum is both, so no round can merge without it
+before).
 kill_to_next_global_s is then freeze -> the next merged global, beside the syncer's `silence_bound_s`. When the
 survivors have finished, the frozen process is SIGKILLed and its IslandExited published, so the final cut does not
 wait on its acknowledgement (tests/e2e/test_e2e_liveness.py measures that wait); it is paid until then.
