@@ -38,7 +38,7 @@ test-e2e: setup
 STRICT := -p yeto.schemas -p yeto.learners.transport -p yeto.services.syncer.admission -m yeto.infra.package_dir \
 	$(addprefix -m yeto.learners.,keyframe_demand sync_hook bus_client) \
 	$(addprefix -m yeto.services.,planner.logic planner.plan planner.request planner.candidates \
-	planner.explain planner.gpus planner.api finalizer.state launcher.state syncer.rounds syncer.grace \
+	planner.explain planner.gpus planner.api finalizer.state launcher.state launcher.liveness syncer.rounds syncer.grace \
 	syncer.ledger syncer.runs syncer.outputs syncer.roster syncer.intake syncer.liveness launcher.reach)
 
 # Part of `make test`. Both tools run; either failing fails.

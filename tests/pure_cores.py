@@ -60,7 +60,7 @@ IMPURE_SCHEMAS = {"base.py": "a new message takes a fresh id and the clock's tim
 PURE_STEPS = tuple(f"services/syncer/{m}.py" for m in ("admission/header", "admission/payload", "ledger", "rounds", "grace",
                                                         "merge", "rows", "gram", "runs", "outputs")) + (
     "learners/keyframe_demand.py", "learners/transport/keyframes.py", "learners/transport/reports.py",
-    "learners/transport/denials.py", "services/launcher/memory_fit.py")
+    "learners/transport/denials.py", "services/launcher/memory_fit.py", "services/launcher/liveness.py")
 
 
 def pure_cores(root: Path, steps: tuple[str, ...] = PURE_STEPS) -> list[Path]:
