@@ -3,12 +3,15 @@
 region and the budget. On a real nats-server with the launcher and the planner as services."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from replan_world import Collected, launcher_and_planner, no_cloud_credentials, status_of
 from test_planner_replan import P5, RECIPE, RefusingCloud, refused
 from waiting import until
 from yeto.cli.follow import Progress
+from yeto.cli.main import main
 from yeto.infra.bus import connect
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.offers import ReplanFailed
@@ -59,6 +62,9 @@ async def test_a_refusal_no_offer_can_replace_reaches_the_tape_and_status_says_w
             "costs more than the refused $5.00/hr + 10%; launch again with --gpu aws:8xh100@us-west-2 to pay "
             "$12.69/hr for it, or without --gpu with --exclude-regions us-east-2 so the planner picks the fleet "
             "within --budget-per-hour (raise it to allow that).\n") in status
+    assert main(["--state-dir", str(tmp_path / "state"), "status", run_id, "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert [r["unplaced"] for r in view["refusals"]] == [f"{failed.reason}; {failed.advice}"]
     progress = Progress()       # what `launch --wait` prints for them: the refusal once, however often retried
     lines = [progress.line(e) for e in (refusal, refusal.model_copy(update={"id": "retried"}), failed)]
     assert lines[0].startswith("  island 0 g0: aws us-east-2 8xH100 refused (capacity: sky.exceptions.")
