@@ -11,7 +11,10 @@ included, and starts none: a replacement started during the stop kept the writer
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
+import shutil
+from pathlib import Path
 
 from yeto.infra.tape import sandbox
 
@@ -25,9 +28,12 @@ class LaneFull(ValueError):
 class Lane:
     """`size` workers; `refuse_when_full`: the user lane's rule (else a query waits for a free worker)."""
 
-    def __init__(self, size: int, *, refuse_when_full: bool, timeout_s: float, memory_bytes: int, line_bytes: int):
+    def __init__(self, size: int, *, refuse_when_full: bool, timeout_s: float, memory_bytes: int, line_bytes: int,
+                 spill_root: Path):
         self.size, self.refuse_when_full, self.timeout_s = size, refuse_when_full, timeout_s
-        self.memory_bytes, self.line_bytes = memory_bytes, line_bytes
+        self.memory_bytes, self.line_bytes, self.spill_root = memory_bytes, line_bytes, spill_root
+        self.spills: dict[int, Path] = {}                                   # id(worker) -> its own spill folder
+        self.names = itertools.count()
         self.idle: asyncio.Queue[asyncio.Task[Process]] = asyncio.Queue()   # started or starting
         self.procs: set[Process] = set()                                    # every worker alive
         self.taken: dict[int, float] = {}                                   # id(worker) -> when it was taken
@@ -44,7 +50,7 @@ class Lane:
             raise self.full()
         proc = await (await self.idle.get())
         if proc.returncode is not None:         # it died while it waited
-            self.procs.discard(proc)
+            self._gone(proc)
             proc = await self._start()
         self.taken[id(proc)] = asyncio.get_running_loop().time()
         return proc
@@ -92,11 +98,20 @@ class Lane:
             self.idle.put_nowait(asyncio.create_task(self._replace(proc)))
 
     async def _start(self) -> Process:
-        proc = await asyncio.create_subprocess_exec(*sandbox.command(self.memory_bytes), stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-                                                    limit=self.line_bytes)
+        spill = self.spill_root / f"{sandbox.SPILL_PREFIX}{id(self)}-{next(self.names)}"
+        spill.mkdir(parents=True, mode=0o700)
+        proc = await asyncio.create_subprocess_exec(*sandbox.command(self.memory_bytes, spill),
+                                                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.DEVNULL, limit=self.line_bytes)
         self.procs.add(proc)
+        self.spills[id(proc)] = spill
         return proc
+
+    def _gone(self, proc: Process) -> None:
+        """A worker that ended: what DuckDB spilled for its last query goes with it (a killed query leaves its files)."""
+        self.procs.discard(proc)
+        if (spill := self.spills.pop(id(proc), None)) is not None:
+            shutil.rmtree(spill, ignore_errors=True)
 
     async def _kept(self, proc: Process) -> Process:
         return proc
@@ -105,7 +120,7 @@ class Lane:
         """Kill a worker (past its deadline, or broken) and start the next one at once."""
         _kill(proc)
         await proc.wait()
-        self.procs.discard(proc)
+        self._gone(proc)
         return await self._start()
 
     async def close(self) -> None:
@@ -117,6 +132,7 @@ class Lane:
             _kill(await self.idle.get_nowait())         # a replacement that was starting
         for proc in list(self.procs):
             await proc.wait()
+            self._gone(proc)
 
 
 def _kill(proc: Process) -> None:

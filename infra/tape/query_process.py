@@ -15,14 +15,14 @@ from typing import Any
 from yeto.infra.tape.sandbox import HELD
 
 
-def answer(req: dict[str, Any]) -> bytes:
+def answer(req: dict[str, Any], spill_dir: str | None = None) -> bytes:
     import duckdb
 
     from yeto.infra.tape.responder import encode_reply
     from yeto.infra.tape.sql import query_error
     from yeto.infra.tape.store import TapeHeldError, open_read_only
     try:
-        con = open_read_only(req["db"])
+        con = open_read_only(req["db"], spill_dir)
     except TapeHeldError as e:
         return json.dumps({"error": str(e), HELD: True}).encode()
     except ValueError as e:
@@ -38,14 +38,14 @@ def answer(req: dict[str, Any]) -> bytes:
 
 
 def main() -> None:
-    limit = int(sys.argv[1])
+    limit, spill_dir = int(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 else None)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))      # before DuckDB is loaded: everything counts
     import duckdb  # noqa: F401 - loaded before a request is read: the writer keeps a worker (responder.py) warm
 
     import yeto.infra.tape.responder
     import yeto.infra.tape.store  # noqa: F401
     for line in sys.stdin.buffer:
-        sys.stdout.buffer.write(answer(json.loads(line)) + b"\n")
+        sys.stdout.buffer.write(answer(json.loads(line), spill_dir) + b"\n")
         sys.stdout.buffer.flush()
 
 

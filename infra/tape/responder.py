@@ -76,11 +76,10 @@ class Responder:
         self.current_seq = -1
         self.readers: Counter[Path] = Counter()
         self.names = itertools.count()
-        line_bytes = self.max_bytes + (64 << 10)
-        self.lanes = {USER: Lane(pool, refuse_when_full=True, timeout_s=timeout_s, memory_bytes=memory_bytes,
-                                 line_bytes=line_bytes),
-                      VIEWS: Lane(views_pool, refuse_when_full=False, timeout_s=timeout_s, memory_bytes=memory_bytes,
-                                  line_bytes=line_bytes)}
+        def lane(size: int, refuse_when_full: bool) -> Lane:
+            return Lane(size, refuse_when_full=refuse_when_full, timeout_s=timeout_s, memory_bytes=memory_bytes,
+                        line_bytes=self.max_bytes + (64 << 10), spill_root=self.dir)
+        self.lanes = {USER: lane(pool, True), VIEWS: lane(views_pool, False)}
         self.concurrency = pool + views_pool + WAITING      # what the bus may hand over at once (Bus.serve)
 
     async def answer(self, request: bytes) -> bytes:

@@ -11,18 +11,22 @@ readers of a file, and a user's query never runs in the writer's process.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 MEMORY_BYTES = 3 << 30       # the query process's address space: DuckDB's 1 GB memory limit, its code, and headroom
 TIMEOUT_S = 30.0
 MAX_REPLY_BYTES = 256 << 20  # a reply read from the file with the stack down (over the bus: the bus's payload limit)
 HELD = "held"                # the reply's flag: a tape writer holds the file
+SPILL_PREFIX = ".query-spill-"   # a query process's own spill folder (DuckDB's temp_directory), removed with it
 
 
-def command(memory_bytes: int) -> list[str]:
-    return [sys.executable, "-m", "yeto.infra.tape.query_process", str(memory_bytes)]
+def command(memory_bytes: int, spill_dir: Path) -> list[str]:
+    """The query process; DuckDB spills into `spill_dir` (a process's own: a killed query's spill is removed with it)."""
+    return [sys.executable, "-m", "yeto.infra.tape.query_process", str(memory_bytes), str(spill_dir)]
 
 
 def request(db: Path | str, sql: str, max_rows: int, max_bytes: int) -> bytes:
@@ -45,13 +49,18 @@ def reply(code: int | None, out: bytes, memory_bytes: int) -> bytes:
 
 def run(db: Path | str, sql: str, *, max_rows: int, max_bytes: int = MAX_REPLY_BYTES, timeout_s: float = TIMEOUT_S,
         memory_bytes: int = MEMORY_BYTES) -> bytes:
-    """The JSON reply {columns, types, rows, truncated} or {error}; ValueError when the process was killed or died."""
-    proc = subprocess.Popen(command(memory_bytes), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
+    """The JSON reply {columns, types, rows, truncated} or {error}; ValueError when the process was killed or died.
+    What DuckDB spilled goes with the process (a killed query's spill stayed beside the tape file)."""
+    spill = Path(tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=Path(db).parent if Path(db).parent.is_dir() else None))
     try:
-        out, _ = proc.communicate(request(db, sql, max_rows, max_bytes), timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise killed(timeout_s) from None
-    return reply(proc.returncode, out, memory_bytes)
+        proc = subprocess.Popen(command(memory_bytes, spill), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        try:
+            out, _ = proc.communicate(request(db, sql, max_rows, max_bytes), timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise killed(timeout_s) from None
+        return reply(proc.returncode, out, memory_bytes)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)

@@ -106,13 +106,15 @@ class TapeHeldError(ValueError):
     """The tape file is locked by a running tape writer: ask it over the bus instead."""
 
 
-def open_read_only(path: Path | str) -> duckdb.DuckDBPyConnection:
-    """Open the tape file read-only (the stack is down). Errors say what to do."""
+def open_read_only(path: Path | str, spill_dir: Path | str | None = None) -> duckdb.DuckDBPyConnection:
+    """Open the tape file read-only (the stack is down, or a query worker's copy). Errors say what to do. `spill_dir`:
+    where DuckDB spills (default: beside the file), so whoever kills the process can remove what it left."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"no tape at {path}: no tape writer has created it (a stack's does when the stack starts)")
     try:
-        return duckdb.connect(str(path), read_only=True, config=dict(QUERY_CONFIG))
+        spill = {} if spill_dir is None else {"temp_directory": str(spill_dir)}
+        return duckdb.connect(str(path), read_only=True, config={**QUERY_CONFIG, **spill})
     except duckdb.IOException as e:
         raise TapeHeldError(f"the tape {path} is held by a running tape writer ({e}); "
                          f"ask it through the stack (is `yeto stack status` up? pass --nats-url)") from None
