@@ -27,8 +27,8 @@ class Timeouts(Section):
     recover_timeout_s: Annotated[float, Field(ge=0)] = 600.0
     """A lost island not back within this is dropped (--recover-timeout)."""
     heartbeat_timeout_s: Annotated[float, Field(ge=0)] = 300.0
-    """The cap on an island's silence after its first progress: preempted sooner once its pace says so (at least 60 s,
-    services/launcher/liveness.py), and after this long where its pace cannot say (docs/LAUNCH.md, Island health)."""
+    """The cap on an island's silence after its first progress (--heartbeat-timeout): preempted sooner once its pace
+    says so (at least 60 s, services/launcher/liveness.py), after this long where it cannot (docs/LAUNCH.md)."""
     startup_timeout_s: Annotated[float, Field(ge=0)] = 1800.0
     """An island with no progress this long after its start is preempted."""
     final_ack_timeout_s: Annotated[float, Field(ge=0)] = 30.0

@@ -56,6 +56,7 @@ def test_bad_data_is_refused_with_its_row_before_a_stack_starts(capsys, tmp_path
     (["--sync-every-start", "6"], "both above 0 (a ramp) or both 0 (set by --sync-every-start, --sync-ramp-steps)"),
     (["--sync-every", "4", "--sync-every-start", "6", "--sync-ramp-steps", "9"], "must be in [0, inner_steps = 4]"),
     (["--recover-timeout", "x"], "--recover-timeout"),
+    (["--heartbeat-timeout", "x"], "--heartbeat-timeout"),
     (["--momentum-restart-cos", "0.5"], "momentum_restart_cos must be in [-1, 0]"),
     (["--momentum-restart", "off", "--momentum-restart-cos", "-0.5"], "applies only with momentum_restart opposed"),
     (["--momentum-restart", "damped", "--momentum-restart-cos", "-0.5"], "ignored with off or damped"),

@@ -90,6 +90,7 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--codec-down": syncer("--codec-down", "topk4", field="codec_down", want="topk4"),
     "--feedback-decay": syncer("--feedback-decay", "0.9", field="feedback_decay", want=0.9),
     "--recover-timeout": launcher("--recover-timeout", "2m", field="recover_timeout_s", want=120.0),
+    "--heartbeat-timeout": launcher("--heartbeat-timeout", "2m", field="heartbeat_timeout_s", want=120.0),
     "--local-price": launcher("--local-price", "0.5", field="price_per_hour", want=0.5),
     "--external-learners": launcher("--external-learners", "2", field="num_started", want=3),
     "--external-price": launcher("--external-learners", "1", "--external-price", "0.4", field="last_price", want=0.4),
@@ -187,6 +188,7 @@ def reached(reach: Reach, material, argv: tuple[str, ...]) -> Any:
         return getattr(SyncConfig.from_dict(runs.evolve(runs.SyncerState(), launched).runs[cmd.run_id].sync), reach.field)
     if reach.where == "launcher":
         return getattr(SimpleNamespace(recover_timeout_s=setting(start.recipe, "recover_timeout_s"),
+                                       heartbeat_timeout_s=setting(start.recipe, "heartbeat_timeout_s"),
                                        price_per_hour=start.price_per_hour, num_started=len(starts),
                                        last_price=starts[-1].price_per_hour), reach.field)
     if reach.where == "finalizer":     # the recipe of the run's shared view, as the finalizer folds it

@@ -52,6 +52,8 @@ def register(sub) -> None:
     a("--local-price", type=float, default=0.0,
       help="$/hr to charge per local island (default 0: your own machine is free); makes --max-spend testable locally")
     a("--recover-timeout", default="10m", help="a lost island not back within this is dropped (default 10m)")
+    a("--heartbeat-timeout", default="5m", help="the most an island that reported progress may be silent before it is "
+      "replaced; sooner once its pace says so, 60s at least (default 5m; docs/LAUNCH.md, Island health)")
     a("--lr", type=float, help="peak inner learning rate")
     a("--lora-r", type=int, help="LoRA rank")
     a("--warmup-steps", type=int)

@@ -28,6 +28,7 @@ def check_numbers(args) -> None:
         _finite(f"--{flag.replace('_', '-')}", getattr(args, flag, None), zero_ok=True)
     duration_s(getattr(args, "max_time", None), "--max-time")
     duration_s(getattr(args, "recover_timeout", None), "--recover-timeout")
+    duration_s(getattr(args, "heartbeat_timeout", None), "--heartbeat-timeout")
     if getattr(args, "max_islands", 1) < 1:
         raise ValueError(f"--max-islands {args.max_islands}: must be at least 1")
     check_bounds({key: getattr(args, key, None) for key in CAPS})     # the recipe's caps, before anything starts

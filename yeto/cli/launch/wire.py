@@ -28,7 +28,8 @@ def launch_recipe(args, *, train: dict[str, Any], data_check: dict[str, Any], cl
     return LaunchRecipe.upcast({
         "recipe_version": RECIPE_VERSION, "train": train, "data_check": data_check, "output": args.output,
         "config": recipe_flags.settings(args),
-        "timeouts": {"recover_timeout_s": checks.duration_s(args.recover_timeout, "--recover-timeout")},
+        "timeouts": {"recover_timeout_s": checks.duration_s(args.recover_timeout, "--recover-timeout"),
+                     "heartbeat_timeout_s": checks.duration_s(args.heartbeat_timeout, "--heartbeat-timeout")},
         "prices": {"head_price_per_hour": args.head_price if cloud else 0.0},
         "limits": {"max_steps": args.max_steps, "max_tokens": args.max_tokens,
                    "max_time_s": checks.duration_s(args.max_time, "--max-time"), "max_spend": args.max_spend},
