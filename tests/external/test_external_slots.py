@@ -102,8 +102,9 @@ def test_the_backend_writes_each_generations_token_with_the_slots_own_scoped_cre
     assert first.credential == bus_auth.load_identity(bus_auth.learner_file(tmp_path, "r1", "island-3"))
     assert learner_permissions("r1", "island-3")["subscribe"]["allow"] == [f"{first.credential['inbox_prefix']}.>"]
     assert oct(os.stat(next(tmp_path.rglob("slot-3.token"))).st_mode & 0o777) == "0o600"
-    second = start(1)                           # re-opened: a new generation, the same slot credential
-    assert (second.generation, second.start_step, second.credential) == (1, 7, first.credential)
+    second = start(1)                           # re-opened: a new generation, the slot's user with a new password
+    assert (second.generation, second.start_step, second.credential["user"]) == (1, 7, first.credential["user"])
+    assert second.credential["password"] != first.credential["password"]     # the old generation's is refused
     backend.stop("r1", 3, 0, "")                # the old generation's stop leaves the new token alone
     assert JoinToken.decode(read_token(tmp_path, "r1", 3)).generation == 1
     backend.stop("r1", 3, 1, "")
