@@ -2,7 +2,8 @@
 
 A push carries everything trained since its anchor, so a newer push of a fragment supersedes one not
 sent yet: while the server is away the outbox holds one push per fragment, however long training goes on.
-Events go first (they are small). `send_one` publishes the oldest item over the bus it is given.
+Events go first (they are small), and between a push's chunks too. `send_one` publishes the oldest item over the
+bus it is given.
 """
 from __future__ import annotations
 
@@ -71,8 +72,22 @@ class Outbox:
                 del self._pushes[key]
         return True
 
+    async def _send_events(self, bus: Publisher) -> None:
+        """Every queued event, oldest first. Between a push's chunks: a push that takes minutes over a slow link must
+        not hold back the learner's progress, the launcher's only sign that it lives (services/launcher/liveness.py)."""
+        while True:
+            with self._lock:
+                event = self._events[0] if self._events else None
+            if event is None:
+                return
+            await bus.publish(event, retry_for=2)
+            with self._lock:
+                self._events.popleft()
+
     async def _send_push(self, bus: Publisher, header: FragmentHeader, payload: bytes) -> None:
-        for h, chunk in split_chunks(header, payload):
+        for i, (h, chunk) in enumerate(split_chunks(header, payload)):
+            if i:
+                await self._send_events(bus)
             # The run belongs in the id: the stream de-duplicates across all runs for 10 minutes, and the
             # next run on the same stack reuses the learner names.
             msg_id = f"{h.run_id}.{h.learner}.{h.generation}.{h.fragment}.{h.kind}.{h.local_step}.{h.chunk}"
