@@ -132,3 +132,41 @@ def test_the_launcher_makes_a_learners_watches_pull_only_with_its_runs_filters_a
     assert all(c.deliver_subject is None for _, c in configs), "pull consumers: nothing is pushed anywhere"
     assert [c.filter_subject for _, c in configs] == [
         run_keyframes(RUN), run_deltas(RUN), event_subject(RUN, "CheckpointMarkedFinal")]
+
+
+@pytest.mark.timeout(60)
+def test_a_watch_whose_consumer_is_gone_asks_the_launcher_again_and_goes_on(server):
+    """A head replaced without its consumers, or one dropped after an hour without a pull: the learner's pull finds
+    no consumer, it asks again, and what is published after reaches it."""
+    srv, state = server
+
+    async def lose_and_recover() -> list[int]:
+        with pytest.MonkeyPatch.context() as mp:
+            operator = await connect(srv.url, name="operator")
+            mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.service_file(state)))
+            launcher = await connect(srv.url, name="launcher")
+            mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.learner_file(state, RUN, "island-0")))
+            learner = await connect(srv.url, name="learner")
+        stop, seqs = asyncio.Event(), asyncio.Queue()
+        serving = asyncio.create_task(nats_watch_maker.serve(launcher, stop))
+
+        async def on(d) -> None:
+            await seqs.put(d.seq)
+        watches = LearnerWatches(learner, RUN, "island-0", {"keyframes": on})
+        try:
+            await watches.start()
+            first = await asyncio.wait_for(seqs.get(), 10)
+            await operator.js.delete_consumer("YETO_GKEY", watch_consumer(RUN, "island-0"))
+            later = await operator.publish_raw(keyframe_subject(RUN, 0), b"newer", headers={"run": RUN})
+            while (seq := await asyncio.wait_for(seqs.get(), 30)) != later:
+                pass
+            return [first, seq, watches.num_made]
+        finally:
+            await watches.close()
+            stop.set()
+            await serving
+            for bus in (learner, launcher, operator):
+                await bus.close()
+
+    first, later, num_made = asyncio.run(lose_and_recover())
+    assert later > first and num_made == 2, "made again once, on the learner's request"
