@@ -7,7 +7,9 @@ file (a real local stack's learners train, merge and finalize through them: test
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 
 import nats
 import pytest
@@ -98,39 +100,42 @@ def test_a_learner_cannot_create_a_push_consumer_into_a_command_subject_or_any_c
     assert asyncio.run(consumers()) == [], "no create reached the server: nothing pushes into the command subject"
 
 
+@contextlib.asynccontextmanager
+async def watching(srv, state, *kinds: str) -> AsyncIterator[tuple]:
+    """The operator's bus, island-0's started watches of `kinds` (asked of a launcher serving the requests) and the queue
+    their deliveries go to."""
+    buses = []
+    with pytest.MonkeyPatch.context() as mp:
+        for who in (bus_auth.operator_file(state), bus_auth.service_file(state),
+                    bus_auth.learner_file(state, RUN, "island-0")):
+            mp.setenv(bus_auth.CREDS_ENV, str(who))
+            buses.append(await connect(srv.url, name=who.stem))
+    stop, seen = asyncio.Event(), asyncio.Queue()
+    serving = asyncio.create_task(nats_watch_maker.serve(buses[1], stop))
+    watches = LearnerWatches(buses[2], RUN, "island-0", {kind: seen.put for kind in kinds})
+    try:
+        await watches.start()
+        yield buses[0], watches, seen
+    finally:
+        await watches.close()
+        stop.set()
+        await serving
+        for bus in buses:
+            await bus.close()
+
+
 @pytest.mark.timeout(60)
 def test_the_launcher_makes_a_learners_watches_pull_only_with_its_runs_filters_and_the_learner_reads_them(server):
-    srv, state = server
-
     async def watch() -> tuple[dict, list]:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.service_file(state)))
-            launcher = await connect(srv.url, name="launcher")
-            mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.learner_file(state, RUN, "island-0")))
-            learner = await connect(srv.url, name="learner")
-        stop, seen = asyncio.Event(), asyncio.Queue()
-        serving = asyncio.create_task(nats_watch_maker.serve(launcher, stop))
-
-        async def on(d) -> None:
-            await seen.put(d)
-        watches = LearnerWatches(learner, RUN, "island-0", {"keyframes": on, "deltas": on, "final": on})
-        try:
-            await watches.start()
+        async with watching(*server, "keyframes", "deltas", "final") as (operator, _, seen):
             announced = await asyncio.wait_for(seen.get(), 10)
-            configs = [(s, (await launcher.js.consumer_info(s, watch_consumer(RUN, "island-0"))).config)
-                       for s in ("YETO_GKEY", "YETO_GDELTA", "YETO_EVT")]
-            return announced.headers, configs
-        finally:
-            await watches.close()
-            stop.set()
-            await serving
-            await learner.close()
-            await launcher.close()
+            return announced.headers, [(await operator.js.consumer_info(s, watch_consumer(RUN, "island-0"))).config
+                                       for s in ("YETO_GKEY", "YETO_GDELTA", "YETO_EVT")]
 
     headers, configs = asyncio.run(watch())
     assert headers["run"] == RUN and headers["Nats-Msg-Size"] == str(len(b"weights")), "headers only, its own run's"
-    assert all(c.deliver_subject is None for _, c in configs), "pull consumers: nothing is pushed anywhere"
-    assert [c.filter_subject for _, c in configs] == [
+    assert all(c.deliver_subject is None for c in configs), "pull consumers: nothing is pushed anywhere"
+    assert [c.filter_subject for c in configs] == [
         run_keyframes(RUN), run_deltas(RUN), event_subject(RUN, "CheckpointMarkedFinal")]
 
 
@@ -138,35 +143,14 @@ def test_the_launcher_makes_a_learners_watches_pull_only_with_its_runs_filters_a
 def test_a_watch_whose_consumer_is_gone_asks_the_launcher_again_and_goes_on(server):
     """A head replaced without its consumers, or one dropped after an hour without a pull: the learner's pull finds
     no consumer, it asks again, and what is published after reaches it."""
-    srv, state = server
-
     async def lose_and_recover() -> list[int]:
-        with pytest.MonkeyPatch.context() as mp:
-            operator = await connect(srv.url, name="operator")
-            mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.service_file(state)))
-            launcher = await connect(srv.url, name="launcher")
-            mp.setenv(bus_auth.CREDS_ENV, str(bus_auth.learner_file(state, RUN, "island-0")))
-            learner = await connect(srv.url, name="learner")
-        stop, seqs = asyncio.Event(), asyncio.Queue()
-        serving = asyncio.create_task(nats_watch_maker.serve(launcher, stop))
-
-        async def on(d) -> None:
-            await seqs.put(d.seq)
-        watches = LearnerWatches(learner, RUN, "island-0", {"keyframes": on})
-        try:
-            await watches.start()
-            first = await asyncio.wait_for(seqs.get(), 10)
+        async with watching(*server, "keyframes") as (operator, watches, seen):
+            first = (await asyncio.wait_for(seen.get(), 10)).seq
             await operator.js.delete_consumer("YETO_GKEY", watch_consumer(RUN, "island-0"))
             later = await operator.publish_raw(keyframe_subject(RUN, 0), b"newer", headers={"run": RUN})
-            while (seq := await asyncio.wait_for(seqs.get(), 30)) != later:
+            while (seq := (await asyncio.wait_for(seen.get(), 30)).seq) != later:
                 pass
             return [first, seq, watches.num_made]
-        finally:
-            await watches.close()
-            stop.set()
-            await serving
-            for bus in (learner, launcher, operator):
-                await bus.close()
 
     first, later, num_made = asyncio.run(lose_and_recover())
     assert later > first and num_made == 2, "made again once, on the learner's request"
