@@ -26,7 +26,7 @@ from yeto.infra.run_paths import run_path
 from yeto.schemas.fragments import FragmentError, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import delta_subject, fragment_filters, keyframe_subject, learner_of_fragment, run_of_fragment
-from yeto.services.syncer import seed, snapshot
+from yeto.services.syncer import seed, snapshot, warmup
 from yeto.services.syncer.bus_sink import BusSink
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.durable import SnapshotWriter
@@ -46,6 +46,7 @@ class DataPlane:
     def __init__(self, *, state_dir: Path, shard: tuple[int, int] = (0, 1), instance: str = "syncer"):
         self.dir, self.shard, self.instance = Path(state_dir) / "syncer", shard, instance
         self.cores: dict[str, SyncerCore] = {}
+        self.warmed: set[str] = set()                  # runs whose kernels warmup.py was asked to make
         self.held = Held()
         self.writer = SnapshotWriter()
         self.cut_started: set[str] = set()
@@ -91,12 +92,22 @@ class DataPlane:
         await self.open(bus)
         kept_alive = time.monotonic()
         while not stop.is_set():
+            self.warm(runs())
             await self.tick(bus, runs())
             if time.monotonic() - kept_alive > ACK_WAIT_S / 3:
                 kept_alive = time.monotonic()
                 await self.held.keep_alive()
             await self.take_in(bus, runs, timeout_s=self.timeout())
         await self.settle()
+
+    def warm(self, runs: dict[str, RunInfo]) -> None:
+        """A run not seen before and not being cut: its codecs' kernels made on a thread now, while its learners
+        load, instead of in its first rounds (warmup.py; once per pair of codecs in this process)."""
+        for run_id, info in runs.items():
+            if run_id not in self.warmed:
+                self.warmed.add(run_id)
+                if run_id not in self.cores and info.cut_requested is None:
+                    warmup.start(info.sync)
 
     async def settle(self) -> None:
         """Wait for the snapshots being written and the acknowledgements waiting on them."""
