@@ -117,3 +117,24 @@ def test_an_unwritable_cache_leaves_the_tokenizer_to_the_gguf(tmp_path, monkeypa
     monkeypatch.setenv("YETO_HOME", str(tmp_path / "home"))
     source = ModelSource(location=str(tmp_path), gguf_file=tiny_gguf(tmp_path / "m.gguf").name)
     assert store(source, make_tokenizer(PLAIN_TEMPLATE)) is None and read_tokenizer(source) is None
+
+
+def _store_after(barrier, source, tokenizer, results) -> None:
+    barrier.wait()
+    results.put(str(store(source, tokenizer)))
+
+
+def test_writers_racing_for_one_folder_leave_it_whole(tmp_path, home):
+    import multiprocessing
+    source = ModelSource(location=str(tmp_path), gguf_file=tiny_gguf(tmp_path / "m.gguf").name)
+    tokenizer, ctx = make_tokenizer(PLAIN_TEMPLATE), multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(3), ctx.Queue()
+    writers = [ctx.Process(target=_store_after, args=(barrier, source, tokenizer, results)) for _ in range(3)]
+    for w in writers:
+        w.start()
+    found = {results.get(timeout=120) for _ in writers}
+    for w in writers:
+        w.join(timeout=60)
+    folder = cached_folder(source)
+    assert folder is not None and found == {str(folder)} and [w.exitcode for w in writers] == [0, 0, 0]
+    assert [p.name for p in cache_root().iterdir()] == [folder.name]       # the losers' temporary folders are gone
