@@ -46,6 +46,17 @@ async def make_watches(js, run_id: str, learner: str) -> None:
         await js.add_consumer(stream, config)
 
 
+async def drop_watches(bus, run_id: str, learners: list[str]) -> None:
+    """Delete the watches of an ended run's learners (their credentials are revoked: nothing pulls them again) rather
+    than leave them to the streams' consumer limits for INACTIVE_S. A bus without NATS has none."""
+    for learner in learners if getattr(bus, "js", None) is not None else []:
+        for stream, config in watch_configs(run_id, learner).values():
+            try:
+                await bus.js.delete_consumer(stream, config.durable_name)
+            except NotFoundError:
+                pass
+
+
 async def serve(bus, stop: asyncio.Event) -> None:
     """The launcher's side, until `stop`: make a learner's watches when it asks (one instance of a queue group answers;
     the same learner's watches at most once per REMAKE_S). A bus without NATS (pure tests) serves nothing."""

@@ -6,9 +6,10 @@ import logging
 import os
 from collections.abc import Callable
 
+from yeto.infra.bus.nats_watch_maker import drop_watches
 from yeto.infra.runner import Context, Retry
 from yeto.schemas.base import Message, derive_id
-from yeto.schemas.fleet import IslandExited, IslandReplaced, IslandStopped, IslandUp
+from yeto.schemas.fleet import IslandExited, IslandReplaced, IslandStopped, IslandUp, learner_name
 from yeto.services.launcher.backends.base import Backend, IslandLaunch, IslandRef
 from yeto.services.launcher.logic import SOURCE, Kill, Spawn
 from yeto.services.launcher.reach import island_url
@@ -87,19 +88,24 @@ class Effects:
                 for (rid, isl), st in zip(up, seen, strict=True) if not st.running]
         return out
 
-    def revoke_ended(self, state: State) -> None:
-        """A run that ended (finalized, stopped, failed) loses its learners' bus credentials (once per process)."""
+    def revoke_ended(self, state: State) -> list[str]:
+        """A run that ended (finalized, stopped, failed) loses its learners' bus credentials (once per process); returns
+        the runs whose credentials were live until now."""
+        revoked = []
         for run in [r for r in state.values() if r.ended and r.run_id not in self.revoked] if self.revoke else []:
             if num := self.revoke(run.run_id):
                 log.info("run %s ended (%s): %d learner credential(s) revoked", run.run_id, run.ended, num)
+                revoked.append(run.run_id)
             self.revoked.add(run.run_id)
+        return revoked
 
     def watcher(self) -> Callable[[Context], asyncio.Future]:
         async def watch(ctx: Context) -> None:
             while not ctx.stop.is_set():
                 _reap()
                 try:
-                    await asyncio.to_thread(self.revoke_ended, ctx.state)
+                    for run_id in await asyncio.to_thread(self.revoke_ended, ctx.state):   # nothing pulls them now
+                        await drop_watches(ctx.bus, run_id, [learner_name(i) for i in range(len(ctx.state[run_id].islands))])
                 except Exception:  # a credential file unreadable now: try again next time
                     log.exception("launcher: revoking ended runs' credentials failed")
                 try:

@@ -130,6 +130,19 @@ def test_revoking_an_ended_run_refuses_all_its_credentials_and_leaves_other_runs
     assert ended["island-0"]["user"] not in bus_auth.users_file(state).read_text()
 
 
+def watch_consumers(url: str, state: Path) -> list[str]:
+    """The consumers of RUN's learners' watches still on the server (as the operator sees them)."""
+    async def names() -> list[str]:
+        op = json.loads(bus_auth.operator_file(state).read_text())
+        nc = await nats.connect(url, user=op["user"], password=op["password"])
+        try:
+            return [c.name for s in ("YETO_GKEY", "YETO_GDELTA", "YETO_EVT")
+                    for c in await nc.jetstream().consumers_info(s) if c.name.startswith(f"w-{RUN}-")]
+        finally:
+            await nc.close()
+    return asyncio.run(names())
+
+
 @pytest.fixture(scope="module")
 def material(tmp_path_factory) -> dict:
     import learner_tiny
@@ -157,6 +170,7 @@ def test_the_launcher_revokes_a_replaced_generation_and_an_ended_run_and_the_run
             e["type"] == "RoundMerged" and "island-1" in e["responders"] for e in evs) and any(
             e["type"] == "LearnerProgress" and e["learner"] == "island-1" and e["generation"] == 1 for e in evs),
             "LearnerProgress", "RoundMerged", after_seq=replaced["seq"], timeout=180)
+        assert len(watch_consumers(url, s.home)) == 6, "each learner's three watches, made by the launcher"
         down = s.yeto("down", RUN)
         assert down.returncode == 0, down.stdout + down.stderr
         s.finish(RUN, timeout=240)
@@ -167,5 +181,7 @@ def test_the_launcher_revokes_a_replaced_generation_and_an_ended_run_and_the_run
                  "the launcher to revoke the finalized run's credentials")
         for who, i in last.items():
             assert refused(url, i, RUN, who), f"{who}'s credential still works after RunFinalized"
+        wait_for(lambda: not watch_consumers(url, s.home), 30, "the ended run's watch consumers deleted",
+                 detail=lambda: repr(watch_consumers(url, s.home)))
     finally:
         s.down()
