@@ -56,10 +56,13 @@ class Unplaceable:
     advice: str
 
 
-def _advice(r: OfferRefused, dearer: Replacement | None) -> str:
+def _advice(r: OfferRefused, dearer: Replacement | None, signals: Signals) -> str:
     """What to change, as the end of one sentence: the --gpu entry of the dearer offer (when there is one), or another
-    GPU shape; or a fleet the planner picks with the refused region excluded, under a budget that allows it."""
-    exclude = f" with --exclude-regions {r.region}" if r.region else ""
+    GPU shape; or a fleet the planner picks with the regions that refused this shape excluded, under a budget that
+    allows it."""
+    refused = {region for (cloud, region, gpu, count) in signals.refused if (cloud, gpu, count) == (r.cloud, r.gpu, r.count)}
+    regions = sorted({r.region, *refused} - {""})
+    exclude = f" with --exclude-regions {','.join(regions)}" if regions else ""
     planner = f"or without --gpu{exclude} so the planner picks the fleet within --budget-per-hour"
     if dearer is not None:
         o = dearer.offering
@@ -82,11 +85,11 @@ def replacement(r: OfferRefused, catalog: list[Offering], signals: Signals,
             options.append((price, -score, o.region, o.instance_type, Replacement(o, spot, price)))
     if not options:
         return Unplaceable(f"no other {r.cloud} offer of {r.nodes}x{r.count}x{r.gpu} is left (stock, placement score, "
-                           f"quota or refusals rule out every region)", _advice(r, None))
+                           f"quota or refusals rule out every region)", _advice(r, None, signals))
     best = min(options, key=lambda t: t[:4])[4]
     cap = r.price_per_hour * (1 + margin)
     if r.price_per_hour > 0 and best.price > cap:
         return Unplaceable(f"the cheapest other {r.cloud} offer of {r.nodes}x{r.count}x{r.gpu}, {best.offering.region} "
                            f"at ${best.price:.2f}/hr, costs more than the refused ${r.price_per_hour:.2f}/hr + "
-                           f"{margin:.0%}", _advice(r, best))
+                           f"{margin:.0%}", _advice(r, best, signals))
     return best

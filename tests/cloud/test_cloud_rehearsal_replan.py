@@ -4,7 +4,10 @@ ResourcesUnavailableError), so the head's launcher records OfferRefused, the hea
 catalog as a VM downloads it: the rehearsal seeds the head's ~/.sky/catalogs) answers with MoveIsland to the
 next-best T4 offer (us-west-2), island 0's generation 1 starts there and trains, and the run finalizes: RunFinalized,
 the refusal and the re-plan (island 0's generation 1 requested in us-west-2) on the tape brought home, the artifact
-verifies, and `yeto status RUN` names the refusal and the move.
+verifies, and `yeto status RUN` names the refusal and the move. And an island no offer can replace: refused in
+us-east-2, moved to us-west-2 and refused there too, with eu-west-1 over its price: the head's planner puts
+ReplanFailed on the tape once and `yeto status RUN` says what to change (the run is then taken down: it cannot end by
+--max-steps while the island waits, docs/PLANNER.md).
 
 test_cloud_rehearsal_refusal.py is the same refusal with the services in this process, stopped at the moved job's
 start; this one goes through the head's own stack to the end."""
@@ -20,6 +23,7 @@ import pytest
 import rehearsal_world
 from rehearsal_jobs import locked
 from test_cloud_rehearsal import TRAIN_FLAGS, Laptop, learner_tiny
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 HEADER = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone,Arch"
@@ -44,19 +48,25 @@ def sql(laptop: Laptop, run: str, query: str) -> list[dict]:
     return json.loads(got.stdout)
 
 
-@pytest.mark.timeout(600)
-def test_a_refused_region_is_replaced_by_the_next_best_offer_and_the_run_finalizes(rehearsal_dir, tmp_path):
+def laptop_in(rehearsal_dir: Path, tmp_path: Path, refuse: list[str]) -> tuple[Laptop, Path]:
+    """The laptop, and the T4 catalog both it and the head's SkyPilot read; the rehearsal refuses `refuse`."""
     from yeto.services.planner.catalog import schema_version
 
     catalog = t4_catalog(tmp_path / "catalog")
     shutil.copytree(catalog, tmp_path / "sky-catalogs" / schema_version())
     with locked(rehearsal_dir) as state:
-        state["world"].update(refuse_regions=["us-east-2"], sky_catalogs=str(tmp_path / "sky-catalogs"))
+        state["world"].update(refuse_regions=refuse, sky_catalogs=str(tmp_path / "sky-catalogs"))
     root = tmp_path / "laptop"
     root.mkdir()
     rehearsal_world.hide(rehearsal_dir, [root])
     laptop = Laptop(root / "home", rehearsal_dir, learner_tiny.write_model_dir(root / "model"),
                     learner_tiny.write_chat_jsonl(root / "chat.jsonl", 300))
+    return laptop, catalog
+
+
+@pytest.mark.timeout(600)
+def test_a_refused_region_is_replaced_by_the_next_best_offer_and_the_run_finalizes(rehearsal_dir, tmp_path):
+    laptop, catalog = laptop_in(rehearsal_dir, tmp_path, refuse=["us-east-2"])
     run, started = "cloud-replan", time.monotonic()
     done = laptop.yeto("launch", "--gpu", "aws:1xt4@us-east-2,aws:1xt4@us-west-2", "--catalog-dir", str(catalog),
                        "--model", str(laptop.model), "--data", str(laptop.data), *TRAIN_FLAGS, "--run-id", run, "--yes",
@@ -88,3 +98,30 @@ def test_a_refused_region_is_replaced_by_the_next_best_offer_and_the_run_finaliz
     assert status.returncode == 0, status.stdout + status.stderr
     assert "island 0 gen 0: aws us-east-2 1xT4 refused (capacity)" in status.stdout, status.stdout
     assert "moved to aws us-west-2 1xT4 as gen 1" in status.stdout and "finalized" in status.stdout.lower()
+
+
+@pytest.mark.timeout(600)
+def test_a_refused_island_no_offer_can_replace_is_on_the_heads_tape_and_status_says_what_to_change(
+        rehearsal_dir, tmp_path):
+    laptop, catalog = laptop_in(rehearsal_dir, tmp_path, refuse=["us-east-2", "us-west-2"])
+    run = "cloud-unplaced"     # island 0: us-east-2 refuses, the planner moves it to us-west-2, which refuses too;
+    started = laptop.yeto(     # eu-west-1's $0.25/hr is over us-west-2's $0.21 + 10%
+        "launch", "--gpu", "aws:1xt4@us-east-2,aws:1xt4@eu-west-1", "--catalog-dir", str(catalog), "--model",
+        str(laptop.model), "--data", str(laptop.data), *TRAIN_FLAGS, "--run-id", run, "--yes", "--max-steps", "100000",
+        timeout=300)
+    assert started.returncode == 0, f"{started.stdout}\n{started.stderr}\n{laptop.story()}"
+    sentence = ("      no offer can take its place: the cheapest other aws offer of 1x1xT4, eu-west-1 at $0.25/hr, "
+                "costs more than the refused $0.21/hr + 10%; launch again with --gpu aws:1xt4@eu-west-1 to pay "
+                "$0.25/hr for it, or without --gpu with --exclude-regions us-east-2,us-west-2 so the planner picks "
+                "the fleet within --budget-per-hour (raise it to allow that).")
+    try:      # `yeto status` asks the head's tape while the run goes on (island 1 trains in eu-west-1)
+        status = wait_for(lambda: sentence in (out := laptop.yeto("status", run).stdout) and out, 300,
+                          "yeto status saying no offer can take island 0's place", interval=2, detail=laptop.story)
+        assert "island 0 gen 0: aws us-east-2 1xT4 refused (capacity)" in status
+        assert "      moved to aws us-west-2 1xT4 as gen 1" in status
+        assert "island 0 gen 1: aws us-west-2 1xT4 refused (capacity)" in status
+        failed = sql(laptop, run, f"select payload from events where run_id = '{run}' and type = 'ReplanFailed'")
+        assert [(json.loads(f["payload"])["island"], json.loads(f["payload"])["generation"]) for f in failed] == [(0, 1)]
+        assert not [j for j in laptop.islands(run) if j["name"].startswith(f"yeto-{run}-island-0-")]
+    finally:
+        laptop.yeto("down", run, "--now")

@@ -49,8 +49,10 @@ def test_the_next_best_offer_is_the_same_shape_elsewhere_within_the_refused_pric
     assert isinstance(got, Replacement) and got.offering.region == "us-west-2" and got.price == 12.69
     assert got.spec(1) == {"cloud": "aws", "gpu": "H100", "count": 8, "nodes": 1, "region": "us-west-2", "spot": True}
     both = with_refusals(Signals(), [refused("us-east-2"), refused("us-west-2", generation=1)], NOW)
-    assert replacement(refused("us-west-2", generation=1), P5, both).reason == (
+    twice = replacement(refused("us-west-2", generation=1), P5, both)
+    assert twice.reason == (
         "the cheapest other aws offer of 1x8xH100, us-east-1 at $17.63/hr, costs more than the refused $13.00/hr + 10%")
+    assert "--exclude-regions us-east-2,us-west-2 " in twice.advice         # every region that refused the shape
     no_room = Signals(quotas=(Quota("aws", "us-west-2", "p", "vcpus", limit=96.0),))
     got = replacement(refused("us-east-2", price=20.0), P5, no_room)
     assert isinstance(got, Replacement) and got.offering.region == "us-east-1"       # us-west-2's quota is spent
