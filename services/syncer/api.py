@@ -10,6 +10,7 @@ from yeto.services.syncer import (
     backend,  # the array backend the merge runs on: NumPy, or CuPy on a GPU
     profiling,  # timers on a round's steps (benchmarks/round_profile.py)
     sparse,  # sparse pushes merged as (indices, values), or densely (benchmarks/round_sparse.py)
+    warmup,  # a run's kernels made before its first round (benchmarks/syncer_warmup.py)
 )
 from yeto.services.syncer.core import SyncerCore  # the pure round logic: pushes in, outputs out
 from yeto.services.syncer.fragment import FragmentState  # one fragment's state: take_in, add, merge, publish
@@ -22,4 +23,4 @@ from yeto.services.syncer.snapshot import write as write_snapshot  # a fragment'
 
 __all__ = ["Broadcast", "FragmentRows", "FragmentState", "RowProducts", "SaveSnapshot", "SyncerCore", "backend", "gram",
            "gram_row", "merge_round", "perform", "profiling", "silence_s", "sparse", "throughput",
-           "write_snapshot"]
+           "warmup", "write_snapshot"]
