@@ -56,13 +56,27 @@ def run_summary(run: FinalRun) -> dict:
             "learner_eval_losses": held}
 
 
+def unplaceable(view) -> set[int]:
+    """Islands a cloud refused at their current generation that no offer can take the place of (the planner's
+    ReplanFailed, no move since) and that never came up: they will not train, so a run whose other islands trained to
+    --max-steps is cut without them instead of waiting for them for good (the planner would still move one whose
+    offer came back within the refusal's cool-down, if the run lasted)."""
+    islands = {isl.index: isl for isl in view.islands}
+    return {r.island for r in view.refusals if r.unplaced and r.moved_to is None and r.island in islands
+            and islands[r.island].generation == r.generation and islands[r.island].phase in ("requested", "replacing")}
+
+
 def _training(run: FinalRun, now: datetime, period_s: float) -> list[Publish]:
     phases = [isl.phase for isl in run.view.islands]
     if phases and all(p == "dropped" for p in phases):
         return [_msg(RunFailed, run, reason=f"every island was dropped; see `yeto logs {run.view.run_id}`")]
     found = cut_reason(run.view, now=now, period_s=period_s)
-    if found is None and phases and all(p in ("finished", "dropped") for p in phases):
-        found = ("max_steps", "every island trained to --max-steps")
+    unplaced = unplaceable(run.view)
+    if (found is None and "finished" in phases
+            and all(isl.phase in ("finished", "dropped") or isl.index in unplaced for isl in run.view.islands)):
+        found = ("max_steps", "every island trained to --max-steps" + (
+            f" (never placed: island {', '.join(map(str, sorted(unplaced)))}, which no offer could take; "
+            f"see `yeto status {run.view.run_id}`)" if unplaced else ""))
     return [_msg(FinalCutRequested, run, reason=found[0], detail=found[1])] if found else []
 
 

@@ -6,8 +6,8 @@ next-best T4 offer (us-west-2), island 0's generation 1 starts there and trains,
 the refusal and the re-plan (island 0's generation 1 requested in us-west-2) on the tape brought home, the artifact
 verifies, and `yeto status RUN` names the refusal and the move. And an island no offer can replace: refused in
 us-east-2, moved to us-west-2 and refused there too, with eu-west-1 over its price: the head's planner puts
-ReplanFailed on the tape once and `yeto status RUN` says what to change (the run is then taken down: it cannot end by
---max-steps while the island waits, docs/PLANNER.md).
+ReplanFailed on the tape once and `yeto status RUN` says what to change (the run, at --max-steps 100000, is then
+taken down; a run whose other islands reach --max-steps is cut without such an island, docs/PLANNER.md).
 
 test_cloud_rehearsal_refusal.py is the same refusal with the services in this process, stopped at the moved job's
 start; this one goes through the head's own stack to the end."""

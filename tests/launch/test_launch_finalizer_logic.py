@@ -20,7 +20,16 @@ from yeto.schemas.final import (
     RunFinalized,
     RunStopped,
 )
-from yeto.schemas.fleet import IslandDropped, IslandExited, IslandStopped, IslandUp, RunLaunched, StopIsland
+from yeto.schemas.fleet import (
+    IslandDropped,
+    IslandExited,
+    IslandRequested,
+    IslandStopped,
+    IslandUp,
+    RunLaunched,
+    StopIsland,
+)
+from yeto.schemas.offers import OfferRefused, ReplanFailed
 from yeto.services.finalizer.logic import make_decide, run_spend
 from yeto.services.finalizer.state import evolve
 
@@ -97,6 +106,23 @@ def test_every_island_finished_or_dropped_means_max_steps_and_all_dropped_means_
     assert [m.reason for m in published(decide(fold(launched({}) + [up(0, 1), up(1, 1)] + ended), None, at(7)))] == ["max_steps"]
     dropped = [IslandDropped(run_id="r1", island=i, spec=SPEC, reason="gone", ts=at(6)) for i in (0, 1)]
     assert [type(m) for m in published(decide(fold(launched({}) + dropped), None, at(7)))] == [RunFailed]
+
+
+def test_an_island_no_offer_can_place_does_not_hold_back_a_max_steps_cut_of_the_others():
+    """Island 1's cloud refused it and the planner found no other offer (ReplanFailed): once island 0 trained to
+    --max-steps the run is cut, saying which island was never placed; without the ReplanFailed, or once the island
+    moved to another offer, the run waits for it as before."""
+    refused = OfferRefused(run_id="r1", island=1, cloud="aws", region="us-east-2", gpu="A100", count=8,
+                           cause="capacity", reason="InsufficientInstanceCapacity", ts=at(1))
+    failed = ReplanFailed(run_id="r1", island=1, refused=refused.id, reason="no other region of 8xA100 is left",
+                          advice="drop it from --gpu", ts=at(2))
+    done = IslandExited(run_id="r1", island=0, spec=SPEC, exit_code=0, ts=at(5))
+    base = launched({}) + [up(0, 1), refused]
+    (cut,) = published(decide(fold(base + [failed, done]), None, at(7)))
+    assert cut.reason == "max_steps" and "never placed: island 1" in cut.detail, cut
+    assert published(decide(fold(base + [done]), None, at(7))) == []          # the planner may still place it
+    moved = IslandRequested(run_id="r1", island=1, generation=1, spec={**SPEC, "region": "us-west-2"}, ts=at(3))
+    assert published(decide(fold(base + [failed, moved, done]), None, at(7))) == []
 
 
 def _through_mark(extra=()) -> list:
