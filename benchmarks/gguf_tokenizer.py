@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -71,10 +70,9 @@ def main() -> None:
     print(f"median: cold {med['cold']:.2f} s, warm {med['warm']:.2f} s; the warm load itself {load * 1000:.0f} ms")
     ratio = med["warm"] / med["cold"]
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        from lib_provenance import provenance
         Path(args.json).write_text(json.dumps({
-            "commit": commit, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "machine": platform.node(),
-            "cpus": os.cpu_count(), "times_s": times, "warm_load_s": load, "warm_over_cold": ratio}, indent=1))
+            "times_s": times, "warm_load_s": load, "warm_over_cold": ratio, "provenance": provenance()}, indent=1))
     print(f"gguf_tokenizer_warm_over_cold={ratio:.3f}")
 
 

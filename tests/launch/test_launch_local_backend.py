@@ -40,7 +40,7 @@ def ended(be: LocalBackend, handle: str, generation: int = 0):
 
 
 def test_ranks_run_in_one_group_log_to_the_island_log_and_finish_with_status_zero(tmp_path):
-    be = LocalBackend(tmp_path, rank_argv=stand_in("import sys; print('rank', sys.argv[2], 'of', sys.argv[1])"))
+    be = LocalBackend(tmp_path, rank_argv=stand_in("import sys; sys.stdout.write(f'rank {sys.argv[2]} of {sys.argv[1]}\\n')"))
     handle = be.start(launch(count=2))
     st = ended(be, handle)
     assert (st.running, st.exit_code) == (False, 0)
