@@ -8,9 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import APIError
 
-from yeto.infra.bus.perms import learner_of_inbox, watch_names
 from yeto.infra.bus.types import Delivery
 from yeto.schemas.subjects import stream_for
 
@@ -118,52 +116,35 @@ async def watch(js, subject: str, callback: Callable[[Delivery], Awaitable[None]
     async def on_msg(msg) -> None:
         await callback(NatsDelivery(msg, acks=False))
 
-    # Named, so the create request's API subject carries the filter, which the server checks against the
-    # request and a learner's permissions confine to its run (infra/bus/perms.py); a learner's names are its own few
-    # slots (perms.watch_names), the next one tried while an older watch still holds one.
-    names = _names(js)
-    for attempt, name in enumerate(names):
-        try:
-            sub = await js.subscribe(subject, stream=stream_for(subject).name, ordered_consumer=True,
-                                     config=ConsumerConfig(name=name), idle_heartbeat=1.0,
-                                     deliver_policy=POLICIES[deliver], headers_only=headers_only or None, cb=on_msg)
-            break
-        except APIError as e:
-            if attempt == len(names) - 1 or "already" not in str(e.description):
-                raise
-    _fresh_name_on_reset(sub, names, attempt)
+    # Named, so the create request's API subject carries the filter, which the server checks against the request.
+    sub = await js.subscribe(subject, stream=stream_for(subject).name, ordered_consumer=True,
+                             config=ConsumerConfig(name=_watch_name()), idle_heartbeat=1.0,
+                             deliver_policy=POLICIES[deliver], headers_only=headers_only or None, cb=on_msg)
+    _fresh_name_on_reset(sub)
     return NatsSubscription(sub)
-
-
-def _names(js) -> list[str]:
-    """The consumer names a watch may take, in order: a learner's slots, anyone else one random name."""
-    prefix = bytes(getattr(getattr(js, "_nc", None), "_inbox_prefix", b"")).decode()
-    learner = learner_of_inbox(prefix)
-    return watch_names(*learner) if learner else [_watch_name()]
 
 
 def _watch_name() -> str:
     return f"watch-{secrets.token_hex(8)}"
 
 
-def _fresh_name_on_reset(sub, names: list[str], at: int) -> None:
+def _fresh_name_on_reset(sub) -> None:
     """nats-py re-creates an ordered consumer (missed heartbeats, a gap) with the same config. Under the same
     name, while the server still holds the old one (a stall, not a restart), the create is refused and the
-    watch goes silent until the old one expires; another name each time (a learner's next slot) does not collide.
+    watch goes silent until the old one expires; another name each time does not collide.
     Not while disconnected: its heartbeat check resets every two missed heartbeats, and a create made then goes
     out when the client reaches a server whose version it does not know yet (a head that moved: a new server
-    pool entry), so nats-py takes the nameless legacy subject, which a learner's permissions refuse (Publish
-    Violation, and the watch silent for good). The first check once connected re-creates it by name."""
+    pool entry), so nats-py takes the nameless legacy subject, which a credential allowed only named creates is
+    refused (Publish Violation, and the watch silent for good). The first check once connected re-creates it by name."""
     jsi = getattr(getattr(sub, "_sub", None), "_jsi", None)
     if jsi is None or not hasattr(jsi, "reset_ordered_consumer"):
         return
-    reset, turn, nc = jsi.reset_ordered_consumer, [at], getattr(jsi, "_conn", None)
+    reset, nc = jsi.reset_ordered_consumer, getattr(jsi, "_conn", None)
 
     async def reset_with_fresh_name(sseq):
         if nc is not None and not nc.is_connected:
             return False
-        turn[0] += 1
-        jsi._ccreq.name = names[turn[0] % len(names)] if len(names) > 1 else _watch_name()
+        jsi._ccreq.name = _watch_name()
         return await reset(sseq)
 
     jsi.reset_ordered_consumer = reset_with_fresh_name

@@ -76,22 +76,6 @@ def watch_consumer(run_id: str, learner: str) -> str:
     return f"w-{run_id}-{learner}"
 
 
-WATCH_SLOTS = 4      # consumer names a connection with a learner's inbox tries for an ordered watch, in turn
-
-
-def watch_names(run_id: str, learner: str) -> list[str]:
-    """The consumer names bus/nats_consumer.py's `watch` takes on a connection with learner `learner`'s inbox; a
-    learner's own credential may create none (it pulls the watches the launcher made for it, bus/nats_watches.py)."""
-    return [f"w-{run_id}-{learner}-{k}" for k in range(WATCH_SLOTS)]
-
-
-def learner_of_inbox(prefix: str) -> tuple[str, str] | None:
-    """(run, learner) of a learner's inbox prefix `_INBOX_<run>_<learner>` (run ids hold no `_`), else None."""
-    head, _, rest = prefix.partition("_INBOX_")
-    run_id, _, learner = rest.partition("_")
-    return (run_id, learner) if not head and run_id and learner else None
-
-
 def learner_permissions(run_id: str, learner: str) -> dict:
     name = watch_consumer(run_id, learner)
     return {"publish": {"allow": [

@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import math
 import shutil
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from yeto.infra.tape import sandbox
@@ -63,11 +64,15 @@ class Lane:
                         "then, or narrow the slow ones. `yeto status` and the other views answer meanwhile")
 
     def put_back(self, proc: Process) -> None:
+        self._give_back(proc, self._kept)
+
+    def _give_back(self, proc: Process, then: Callable[[Process], Awaitable[Process]]) -> None:
+        """Out of the taken ones; into the lane as `then(proc)` makes it (itself, or its replacement), or killed."""
         self.taken.pop(id(proc), None)
         if self.closed:
             _kill(proc)
         else:
-            self.idle.put_nowait(asyncio.create_task(self._kept(proc)))
+            self.idle.put_nowait(asyncio.create_task(then(proc)))
 
     async def ask(self, proc: Process, request: bytes) -> bytes:
         """The reply line of a taken worker, which goes back to the lane (or its replacement does); ValueError when it
@@ -91,11 +96,7 @@ class Lane:
         return sandbox.reply(proc.returncode, b"", self.memory_bytes)  # raises: no line came
 
     def _replace_later(self, proc: Process) -> None:
-        self.taken.pop(id(proc), None)
-        if self.closed:
-            _kill(proc)
-        else:
-            self.idle.put_nowait(asyncio.create_task(self._replace(proc)))
+        self._give_back(proc, self._replace)
 
     async def _start(self) -> Process:
         spill = self.spill_root / f"{sandbox.SPILL_PREFIX}{id(self)}-{next(self.names)}"

@@ -14,7 +14,7 @@ from yeto.schemas.commands import StopRun
 from yeto.schemas.final import BuildArtifact, FinalCutRequested, MarkFinal, RunFailed, RunFinalized, RunStopped
 from yeto.schemas.fleet import StopIsland, learner_name
 from yeto.schemas.launch_recipe import LaunchRecipe
-from yeto.schemas.run_view import spend_usd
+from yeto.schemas.run_view import RunView, spend_usd
 from yeto.services.finalizer.budget import cut_reason
 from yeto.services.finalizer.state import ENDED, FinalRun, State
 
@@ -56,7 +56,7 @@ def run_summary(run: FinalRun) -> dict:
             "learner_eval_losses": held}
 
 
-def unplaceable(view) -> set[int]:
+def unplaceable(view: RunView) -> set[int]:
     """Islands a cloud refused at their current generation that no offer can take the place of (the planner's
     ReplanFailed, no move since) and that never came up: they will not train, so a run whose other islands trained to
     --max-steps is cut without them instead of waiting for them for good (the planner would still move one whose

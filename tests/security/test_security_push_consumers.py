@@ -17,7 +17,7 @@ import pytest
 from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus import connect, nats_watch_maker
 from yeto.infra.bus.nats_watches import LearnerWatches
-from yeto.infra.bus.perms import watch_consumer, watch_names
+from yeto.infra.bus.perms import watch_consumer
 from yeto.infra.nats.server import NatsServer, ensure_streams
 from yeto.schemas.subjects import command_subject, event_subject, keyframe_subject, run_deltas, run_keyframes
 
@@ -47,7 +47,8 @@ def server(tmp_path, monkeypatch):
 def creates(inbox: str) -> list[tuple[str, str, dict]]:
     """(stream, API subject, config) of every create a hostile learner tries: push consumers delivering into the
     finalizer's command subject (named with its own watch's name, durable, the legacy and the bare forms), and pulls."""
-    mine, slot = watch_consumer(RUN, "island-0"), watch_names(RUN, "island-0")[0]    # slot: the name it used to hold
+    mine = watch_consumer(RUN, "island-0")
+    slot = f"{mine}-0"          # the first of the watch slots a learner's credential could create before 371f212
     push = {"filter_subject": run_keyframes(RUN), "deliver_subject": STOP, "ack_policy": "none"}
     return [("YETO_GKEY", f"{API}.CREATE.YETO_GKEY.{slot}.{run_keyframes(RUN)}", {**push, "name": slot}),
             ("YETO_GKEY", f"{API}.CREATE.YETO_GKEY.{mine}.{run_keyframes(RUN)}", {**push, "name": mine}),
