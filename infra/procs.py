@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
+import time
 from pathlib import Path
 
 import psutil
@@ -86,3 +88,61 @@ def group_is_ours(pgid: int, members: dict[int, float]) -> bool:
         except ProcessLookupError:
             continue
     return False
+
+
+def exit_within(pids: list[int], timeout_s: float) -> bool:
+    """Every process of `pids` has ended within `timeout_s` (False at the deadline). Waits on pidfds, which become
+    readable when their process exits (a zombie counts as ended); where there are none (not Linux), checks every 0.1 s."""
+    deadline = time.monotonic() + timeout_s
+    if not hasattr(os, "pidfd_open"):
+        while any(alive(p) for p in pids):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+    fds = []
+    try:
+        for pid in pids:
+            try:
+                fds.append(os.pidfd_open(pid))
+            except ProcessLookupError:
+                continue
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        pending = set(fds)
+        while pending:
+            if (left := deadline - time.monotonic()) <= 0:
+                return False
+            for fd, _ in poller.poll(left * 1000):
+                pending.discard(fd)
+                poller.unregister(fd)
+        return True
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group `pgid`, from /proc ([] where there is no /proc)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(entry.name))
+    return found
+
+
+def group_has_ours(pgid: int, members: dict[int, float]) -> bool:
+    """Group `pgid` still holds processes of ours: a recorded member runs in it, or members' children outlived them
+    there. A group's id is never reused while it has a process, and its leader's pid (`pgid`, a recorded member) is
+    not reused while the group lives: a live process with that pid started at another time means the old group is
+    empty and the id is a stranger's now."""
+    if group_is_ours(pgid, members):
+        return True
+    if alive(pgid) and not same_start(pgid, members.get(pgid)):
+        return False
+    return bool(group_members(pgid))

@@ -26,10 +26,12 @@ from yeto.infra.bus import auth as bus_auth
 from yeto.infra.run_paths import run_path
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus, learner_args
+from yeto.services.launcher.backends.zygote import Zygote
 
 # `sh -c WRAP exitfile cmd...` runs cmd, then records its status: the one thing a non-parent can read later.
 WRAP = '"$@"; echo $? > "$0"'
 RankArgv = Callable[[IslandLaunch, Path, int, int], list[str]]
+STOP_GRACE_S = 10.0     # SIGTERM, then SIGKILL for a group still alive this long after (a rank stuck in a C call)
 
 
 def torch_learner(launch: IslandLaunch, recipe_path: Path, rank: int, port: int) -> list[str]:
@@ -70,8 +72,17 @@ def last_error(log: Path, generation: int) -> str:
 class LocalBackend:
     name = "local"
 
-    def __init__(self, state_dir: Path, *, rank_argv: RankArgv = torch_learner, env: dict[str, str] | None = None):
+    def __init__(self, state_dir: Path, *, rank_argv: RankArgv = torch_learner, env: dict[str, str] | None = None,
+                 zygote: bool = False):
+        """`zygote`: start a pre-imported torch learner now (backends/zygote.py) and fork CPU islands' ranks from it;
+        the launcher service's backend does, a backend made to read or signal islands does not."""
         self.state_dir, self.rank_argv, self.env = Path(state_dir), rank_argv, env or {}
+        self.zygote = Zygote(self.base_env(), self.state_dir / "logs" / "learner-zygote.log") if zygote else None
+
+    def base_env(self) -> dict[str, str]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        env.pop(bus_auth.CREDS_ENV, None)      # never the launcher's own (service) credential
+        return env
 
     def run_dir(self, run_id: str) -> Path:
         return run_path(self.state_dir, run_id)
@@ -93,8 +104,7 @@ class LocalBackend:
         log = self.log_path(launch.run_id, launch.island)
         log.parent.mkdir(parents=True, exist_ok=True)
         port, pgid, pids = free_port(), 0, []
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        env.pop(bus_auth.CREDS_ENV, None)      # never the launcher's own (service) credential
+        env = self.base_env()
         creds = bus_auth.issue_learner(self.state_dir, launch.run_id, launch.learner, launch.generation)
         if creds is not None:
             env[bus_auth.CREDS_ENV] = str(creds)
@@ -105,13 +115,17 @@ class LocalBackend:
         with open(log, "ab") as out:
             out.write(f"=== island {launch.island} generation {launch.generation} ===\n".encode())
             out.flush()
+            forks = self.zygote is not None and launch.spec.get("gpu", "cpu") == "cpu" and \
+                train.get("base_quantization") != "nf4"     # the zygote touches no device and keeps NF4 out
             for rank in range(int(launch.spec.get("count", 1))):
-                argv = ["sh", "-c", WRAP, str(gdir / f"rank-{rank}.exit"),
-                        *self.rank_argv(launch, recipe_path, rank, port)]
-                proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, process_group=pgid)
-                pgid = pgid or proc.pid
-                pids.append(proc.pid)
+                exit_file, argv = gdir / f"rank-{rank}.exit", self.rank_argv(launch, recipe_path, rank, port)
+                pid = self.zygote.fork(argv, env, log=log, exit_file=exit_file, pgid=pgid) if forks else None
+                if pid is None:
+                    pid = subprocess.Popen(["sh", "-c", WRAP, str(exit_file), *argv], stdout=out,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                           process_group=pgid).pid
+                pgid = pgid or pid
+                pids.append(pid)
         started = {str(p): procs.started_at(p) for p in pids}
         (gdir / "group.json").write_text(json.dumps({"pgid": pgid, "pids": pids, "started_at": started}))
         return str(pgid)
@@ -145,10 +159,21 @@ class LocalBackend:
         return [self.status(*ref) for ref in islands]     # local files and /proc: cheap at every 1 s poll
 
     def stop(self, run_id: str, island: int, generation: int, handle: str, *, sig: int = signal.SIGTERM) -> None:
+        """Signal the generation's process group. SIGTERM (the launcher's stop) ends it: SIGCONT follows, since a
+        frozen (SIGSTOPped) rank keeps a pending SIGTERM until it runs again, and a group still alive STOP_GRACE_S
+        later gets SIGKILL. Any other signal is sent as it is (`yeto chaos`, tests)."""
         try:
             group = json.loads((self.gen_dir(run_id, island, generation) / "group.json").read_text())
-            if group_alive(group):      # still the processes recorded, never a stranger with a reused id
-                os.killpg(group["pgid"], sig)
+            if not group_alive(group):      # still the processes recorded, never a stranger with a reused id
+                return
+            os.killpg(group["pgid"], sig)
+            if sig != signal.SIGTERM:
+                return
+            os.killpg(group["pgid"], signal.SIGCONT)
+            members = {int(p): t for p, t in group.get("started_at", {}).items()}
+            if not procs.exit_within(procs.group_members(group["pgid"]), STOP_GRACE_S) \
+                    and procs.group_has_ours(group["pgid"], members):
+                os.killpg(group["pgid"], signal.SIGKILL)
         except (OSError, ValueError, KeyError, ProcessLookupError):
             pass
 
