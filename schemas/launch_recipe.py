@@ -28,6 +28,8 @@ class LaunchRecipe(Section):
     """Which learner trains (`yeto launch --model-kind`): the causal-LM learner, or the diffusion learner."""
     island_backend: str = ""
     """The learner backend (`yeto launch --island-backend`, schemas/learner_contract.py); "" = model_kind's first."""
+    oversubscribe_cpus: bool = False
+    """`yeto launch --oversubscribe-cpus`: up to two local CPU learner processes a CPU (schemas/capacity.py)."""
     train: TrainSection = Field(default_factory=TrainSection)
     diffusion: DiffusionSection = Field(default_factory=DiffusionSection)
     """The diffusion learner's own settings (schemas/diffusion_section.py), read with model_kind diffusion."""

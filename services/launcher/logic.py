@@ -11,7 +11,7 @@ from datetime import datetime
 
 from yeto.infra.runner.spec import Publish, Reject
 from yeto.schemas.base import Event, Message, derive_id
-from yeto.schemas.capacity import Capacity, over_capacity
+from yeto.schemas.capacity import Capacity, over_capacity, oversubscribed
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import IslandDropped, IslandPreempted, IslandRequested, RunLaunched, StartIsland, StopIsland
 from yeto.schemas.island_view import Island
@@ -75,6 +75,7 @@ def stop(run_id: str, isl: Island, reason: str, generation: int | None = None) -
 def launch(cmd: LaunchRun, capacity: Capacity | None = None, fit: Fit | None = None) -> list[Publish]:
     """RunLaunched and every island's start; a fleet over the launcher's capacity, or a recipe far over the memory its
     islands hold (`fit`, memory_fit.py), is rejected before anything starts."""
+    capacity = capacity and replace(capacity, oversubscribe=oversubscribed(cmd.recipe))     # --oversubscribe-cpus
     if capacity is not None and (why := over_capacity(cmd.fleet, capacity, "$YETO_MAX_ISLANDS of the launcher")):
         raise Reject(f"run {cmd.run_id} not launched: {why}")
     if fit is not None and (why := fit(cmd)):

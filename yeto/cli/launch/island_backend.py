@@ -1,6 +1,10 @@
 """`yeto launch --island-backend`: which learner backend (schemas/learner_contract.py) trains a causal-LM run's
 islands. torch is the default; megatron (Megatron-Core, a Mixtral-style MoE with its experts split over each
-island's ranks: docs/MEGATRON.md) trains every tensor, so it is refused with any --tuning but full."""
+island's ranks: docs/MEGATRON.md) trains every tensor, so it is refused with any --tuning but full.
+
+`--oversubscribe-cpus` is here too, for the small machine an island of several CPU ranks (an expert-parallel one, most
+of all) does not otherwise fit: up to two local CPU learner processes a CPU (schemas/capacity.py states the rule).
+It goes into the launch recipe, so the launcher's own check of the fleet allows what `yeto launch` allowed."""
 from __future__ import annotations
 
 from typing import Any
@@ -15,10 +19,16 @@ def add_arguments(p) -> None:
     p.add_argument("--island-backend", choices=CHOICES, default=None,
                    help="the learner backend of a causal-LM run (default torch); megatron: a Mixtral-style MoE on "
                         "Megatron-Core, experts split over each island's ranks, with --tuning full (docs/MEGATRON.md)")
+    p.add_argument("--oversubscribe-cpus", action="store_true", default=False,
+                   help="let local CPU islands run up to two learner processes per CPU of this machine (without it, "
+                        "one per CPU): each step is slower, the training the same; for tiny models on small machines")
 
 
 def apply(args, recipe: dict[str, Any]) -> dict[str, Any]:
-    """The launch recipe with the chosen backend; ValueError for a combination the backend would not train."""
+    """The launch recipe with the chosen backend (and --oversubscribe-cpus); ValueError for a combination the backend
+    would not train."""
+    if getattr(args, "oversubscribe_cpus", False):
+        recipe = {**recipe, "oversubscribe_cpus": True}
     name = getattr(args, "island_backend", None)
     if name is None:
         return recipe

@@ -7,7 +7,7 @@ from typing import Any
 
 from yeto.cli.launch.checks import duration_s
 from yeto.infra.accelerators import npu_devices
-from yeto.schemas.capacity import Capacity, over_capacity
+from yeto.schemas.capacity import Capacity, cpu_processes, over_capacity
 from yeto.schemas.recipe_bounds import CAPS, check_bounds
 
 
@@ -47,9 +47,22 @@ def check_fleet_size(fleet: list[dict[str, Any]], args) -> None:
     cuda = any(e.get("cloud") == "local" and e.get("gpu") == "cuda" for e in fleet)
     npu = any(e.get("cloud") == "local" and e.get("gpu") == "npu" for e in fleet)
     cap = Capacity(cpus=os.cpu_count() or 1, gpus=_cuda_devices() if cuda else 0, max_islands=args.max_islands,
-                   npus=npu_devices() if npu else 0)
+                   npus=npu_devices() if npu else 0, oversubscribe=bool(getattr(args, "oversubscribe_cpus", False)))
     if why := over_capacity(fleet, cap):
         raise ValueError(f"--gpu {args.gpu or '(the planned fleet)'}: {why}")
+    if cap.oversubscribe:
+        oversubscription_note(cpu_processes(fleet), cap.cpus)
+
+
+def oversubscription_note(processes: int, cpus: int) -> None:
+    """--oversubscribe-cpus where the fleet needs it: a warning that says what it costs; where it does not, refused."""
+    import sys
+
+    if processes <= cpus:
+        raise ValueError(f"--oversubscribe-cpus: the local islands run {processes} CPU learner process(es) and this "
+                         f"machine has {cpus} CPUs, no more than one a CPU: drop it")
+    print(f"yeto: warning: --oversubscribe-cpus: {processes} CPU learner processes share {cpus} CPUs; each step is "
+          "slower (they take turns on the cores), the training is the same", file=sys.stderr)
 
 
 LIMITS = ("max_spend", "max_steps", "max_tokens", "max_time")
