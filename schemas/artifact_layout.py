@@ -5,7 +5,9 @@
     resume/                       what `--resume-from` / `--branch-from` need: the syncer's final fragments
 
 A folder finalized before this layout (flat) holds the deployable files at its top and the resume state as
-`resume.frag-<p>.safetensors` beside them; readers tell the two apart by the manifest's file names.
+`resume.frag-<p>.safetensors` beside them; readers tell the two apart by the manifest's file names. A copy of
+`artifact/` alone (an hf:// output's repo) holds the deployable files at its top beside the output folder's
+manifest, which still names them `artifact/...` (`deploy_copy_names`).
 """
 from __future__ import annotations
 
@@ -34,3 +36,8 @@ def is_resume_file(name: str) -> bool:
 def deploy_prefix(files: Iterable[str]) -> str:
     """`artifact/` when a manifest's files use this layout, "" for a flat folder (deployable files at the top)."""
     return f"{DEPLOY}/" if any(name.startswith(f"{DEPLOY}/") for name in files) else ""
+
+
+def deploy_copy_names(files: Iterable[str]) -> dict[str, str]:
+    """A manifest's deployable names -> where a copy of `artifact/` alone holds them (at its top); {} when flat."""
+    return {name: name[len(DEPLOY) + 1:] for name in files if name.startswith(f"{DEPLOY}/")}

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from yeto.infra.signing import SIG_FILE
-from yeto.schemas.artifact_layout import deploy_prefix
+from yeto.schemas.artifact_layout import deploy_copy_names
 from yeto.services.finalizer.artifact import sha256_file
 
 MANIFEST = "manifest.json"
@@ -81,10 +81,9 @@ def hub_files(local: Path) -> dict[str, str]:
     resume state does not go (it is 2-3x the adapter, and `--resume-from` reads the run's local output folder).
     A flat folder (a diffusion adapter's, or one finalized before `artifact/`) goes as it is."""
     names = files(local)
-    prefix = deploy_prefix(names)
-    if not prefix:
+    if not (deploy := deploy_copy_names(names)):
         return {name: name for name in names}
-    return {**{name[len(prefix):]: name for name in names if name.startswith(prefix)},
+    return {**{there: here for here, there in deploy.items()},
             **{name: name for name in (MANIFEST, SIG_FILE) if name in names}}
 
 

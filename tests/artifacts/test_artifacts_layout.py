@@ -153,6 +153,8 @@ def test_the_run_follower_says_where_to_deploy_and_resume_from():
     assert line("s3://b/r", nested) == "artifact (adapter) written to s3://b/r: deploy s3://b/r/artifact (its README.md says how)"
     assert line("hf://org/repo", nested) == "artifact (adapter) written to hf://org/repo"     # the repo is artifact/
     assert line("/old", ["adapter_model.safetensors", "manifest.json"]) == "artifact (adapter) written to /old"
+    assert line("/diffusion", ["artifact/pytorch_lora_weights.safetensors", "manifest.json"]) == (
+        "artifact (adapter) written to /diffusion: deploy /diffusion/artifact (its README.md says how)")  # no resume/
 
 
 def test_yeto_pull_says_where_the_deployable_files_and_the_resume_state_are(output, tmp_path):
@@ -160,3 +162,48 @@ def test_yeto_pull_says_where_the_deployable_files_and_the_resume_state_are(outp
 
     assert layout_of(output) == f"{output / 'artifact'}; the resume state is in {output / 'resume'}"
     assert layout_of(flat_copy(output, tmp_path / "flat")).endswith("(a flat folder: finalized before artifact/ and resume/)")
+
+
+def test_yeto_verify_of_the_artifact_folder_checks_the_output_folder_above_it_resume_state_too(output, tmp_path, capsys):
+    assert main(["verify", str(output / "artifact")]) == 0
+    out = capsys.readouterr().out
+    deploy = len(list((output / "artifact").iterdir()))
+    assert f"files signed ({deploy} in artifact/, 2 in resume/)" in out
+    assert f"checked:  the output folder {output}" in out and "verified" in out
+    changed = Path(shutil.copytree(output, tmp_path / "changed"))
+    (changed / "resume" / "frag-0000.safetensors").write_bytes(b"not theta")
+    assert main(["verify", str(changed / "artifact")]) == 1
+    assert "FAILED resume/frag-0000.safetensors: changed" in capsys.readouterr().out
+
+
+def hub_copy(output: Path, dest: Path) -> Path:
+    """What a download of an hf:// output's repo holds: the upload plan's files (output.hub_files), and the Hub's own."""
+    for there, here in hub_files(output).items():
+        (dest / there).parent.mkdir(parents=True, exist_ok=True)
+        (dest / there).write_bytes((output / here).read_bytes())
+    (dest / ".gitattributes").write_text("*.safetensors filter=lfs diff=lfs merge=lfs -text\n")
+    return dest
+
+
+def test_a_download_of_the_hub_repo_verifies_merges_and_is_refused_as_a_resume_parent(output, tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from yeto.cli.launch import lineage
+
+    copy = hub_copy(output, tmp_path / "hub")
+    assert main(["verify", str(copy), "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["not_here"] == ["resume/frag-0000.safetensors", "resume/frag-0001.safetensors"]
+    assert (verdict["changed"], verdict["extra"]) == ([], [])
+    assert main(["merge", str(copy), "--out", str(tmp_path / "m-hub")]) == 0, capsys.readouterr().err
+    assert main(["merge", str(output), "--out", str(tmp_path / "m-out")]) == 0
+    assert sha256_file(tmp_path / "m-hub" / "model.safetensors") == sha256_file(tmp_path / "m-out" / "model.safetensors")
+    args = SimpleNamespace(resume_from=str(copy), branch_from=None, state_dir=str(tmp_path / "state"))
+    with pytest.raises(ValueError, match="lacks resume/frag-0000.safetensors that its manifest names .a copy of artifact/"):
+        lineage.apply(args, None)
+    (copy / "adapter_model.safetensors").write_bytes(b"other weights")
+    (copy / "notes.txt").write_text("added")
+    capsys.readouterr()
+    assert main(["verify", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED adapter_model.safetensors: changed" in out and "FAILED notes.txt: not in the manifest" in out

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from yeto.infra.bus import Delivery, connect
-from yeto.schemas.artifact_layout import deploy_prefix
+from yeto.schemas.artifact_layout import deploy_prefix, is_resume_file
 from yeto.schemas.base import SchemaError, parse
 from yeto.schemas.refusal_view import printable
 from yeto.schemas.subjects import run_events
@@ -60,7 +60,7 @@ class Progress:
             local = "://" not in e.output       # --resume-from reads a local folder (a store's: copy it first)
             return f"artifact ({e.artifact_kind}) written to {e.output}" + (
                 f": deploy {e.output}/artifact (its README.md says how)" if nested else "") + (
-                f", resume from {e.output}" if nested and local else "")
+                f", resume from {e.output}" if nested and local and any(map(is_resume_file, e.files)) else "")
         if t == "RunFinalized":
             return closing_sentence(e)
         if t in ("RunFailed", "RunStopped", "MessageRejected", "RunLaunched", "RoundAborted"):

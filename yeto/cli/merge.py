@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from yeto.cli.common import state_dir
+from yeto.cli.output_folder import locate
 from yeto.cli.verify import MANIFEST, check_artifact
 from yeto.infra.signing import SIG_FILE, public_hex, sign, stack_key
 from yeto.schemas.artifact_layout import DEPLOY
@@ -45,16 +46,6 @@ def register(sub) -> None:
     p.add_argument("--verbose", action="store_true",
                    help="show the libraries' progress bars and deprecation notices (GGUF dequantizing, shard writing)")
     p.set_defaults(func=cmd_merge)
-
-
-def locate(given: Path) -> tuple[Path, Path]:
-    """(the folder whose manifest to check, the adapter's folder) for a run's output folder, its `artifact/`
-    (schemas/artifact_layout.py), or a flat folder (finalized before `artifact/`, or a bare adapter)."""
-    if (given / DEPLOY / "adapter_config.json").exists():
-        return given, given / DEPLOY
-    if given.name == DEPLOY and not (given / MANIFEST).exists() and (given.parent / MANIFEST).exists():
-        return given.parent, given
-    return given, given
 
 
 def check_manifest(adapter: Path) -> dict:

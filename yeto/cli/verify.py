@@ -2,6 +2,9 @@
 
 Exit 0 when the signature and every hash check out; 1 naming each changed, missing or added file, an unsigned
 manifest, a bad signature or another signer than --key. What this proves and what it does not: docs/PROVENANCE.md.
+The manifest signs both folders of a run's output folder (schemas/artifact_layout.py); `<output>/artifact` given
+checks the output folder above it, and a copy of `artifact/` alone (an hf:// repo's download) checks its files,
+the resume state the manifest names being absent by design (`not_here`).
 """
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from yeto.cli.output_folder import manifest_folder, placed
 from yeto.infra.signing import SIG_FILE, signature_ok
+from yeto.schemas.artifact_layout import DEPLOY, RESUME, deploy_copy_names, is_resume_file
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.finalizer.api import sha256_file
 
@@ -19,7 +24,8 @@ MANIFEST = "manifest.json"
 def register(sub) -> None:
     p = sub.add_parser("verify", help="check an artifact's signature and file hashes; show its provenance",
                        description=__doc__.splitlines()[0])
-    p.add_argument("artifact", help="an artifact directory (manifest.json, manifest.sig and the files they name)")
+    p.add_argument("artifact", help="a run's output folder (manifest.json, manifest.sig, artifact/, resume/), its "
+                                    "artifact/, or a download of an hf:// output's repo")
     p.add_argument("--key", default=None, help="require this signer (hex public key), e.g. the signer_public_key of "
                                                "the run's ArtifactWritten on its tape")
     p.add_argument("--json", action="store_true", help="print the verdict and the manifest's provenance as JSON")
@@ -34,6 +40,8 @@ class Verdict:
     """Files the manifest names whose sha256 differs, or that are missing (with why)."""
     extra: list[str] = field(default_factory=list)
     """Files in the folder that the manifest does not name."""
+    not_here: list[str] = field(default_factory=list)
+    """Names the manifest signs that a copy of `artifact/` alone leaves out by design: the resume state."""
     signature: str = "ok"
     """ok | unsigned | bad (manifest.json or manifest.sig changed) | missing (no manifest.sig) | other-key"""
     signer: str = ""
@@ -56,14 +64,18 @@ def check_artifact(folder: Path, *, key: str | None = None) -> tuple[dict, Verdi
     except (OSError, ValueError) as e:
         raise ValueError(f"{folder}: no readable {MANIFEST} ({type(e).__name__}); pass a Yeto artifact folder") from None
     verdict, files = Verdict(signer=manifest.get("signer_public_key", "")), manifest.get("files", {})
+    where, verdict.not_here = placed(folder, files)
     for name, sha in sorted(files.items()):
-        path = folder / name
+        path = folder / where.get(name, name)
+        if name in verdict.not_here:
+            continue
         if not path.is_file():
-            verdict.changed.append(f"{name}: missing")
+            verdict.changed.append(f"{where.get(name, name)}: missing")
         elif (got := sha256_file(path)) != sha:
-            verdict.changed.append(f"{name}: changed (sha256 {got[:12]}, the manifest says {sha[:12]})")
-    present = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
-    verdict.extra = sorted(present - set(files) - {MANIFEST, SIG_FILE})
+            verdict.changed.append(f"{where.get(name, name)}: changed (sha256 {got[:12]}, the manifest says {sha[:12]})")
+    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    hub = {".gitattributes"} | {n for n in present if n.startswith(".cache/huggingface/")} if verdict.not_here else set()
+    verdict.extra = sorted(present - {where.get(n, n) for n in files} - {MANIFEST, SIG_FILE} - hub)
     if not verdict.signer:
         verdict.signature = "unsigned"
     elif not (folder / SIG_FILE).is_file():
@@ -83,7 +95,10 @@ def summary(manifest: dict) -> list[str]:
     except ValueError as e:     # a recipe this Yeto cannot read (a newer one's): the rest of the summary holds
         why = str(e)
     base, data, code = prov.get("base", {}), prov.get("data") or manifest.get("data", {}), prov.get("yeto", {})
-    lines = [f"artifact: {manifest.get('kind')} of run {manifest.get('run_id')}, {len(manifest.get('files', {}))} files",
+    files = manifest.get("files", {})
+    resume = sum(is_resume_file(n) for n in files)
+    lines = [f"artifact: {manifest.get('kind')} of run {manifest.get('run_id')}, {len(files)} files"
+             + (f" signed ({len(files) - resume} in {DEPLOY}/, {resume} in {RESUME}/)" if deploy_copy_names(files) else ""),
              f"base:     {base.get('id', manifest.get('base_model'))} revision {base.get('revision') or '-'} "
              f"({len(base.get('files', {}))} files by sha256)",
              f"data:     {data.get('source')} revision {data.get('revision') or '-'} fingerprint "
@@ -104,11 +119,17 @@ def summary(manifest: dict) -> list[str]:
 
 
 def cmd_verify(args) -> int:
-    manifest, verdict = check_artifact(Path(args.artifact), key=args.key)
+    folder = manifest_folder(Path(args.artifact))
+    manifest, verdict = check_artifact(folder, key=args.key)
     if args.json:
-        print(json.dumps({"ok": not verdict.problems, "problems": verdict.problems, **asdict(verdict),
+        print(json.dumps({"ok": not verdict.problems, "problems": verdict.problems, "folder": str(folder), **asdict(verdict),
                           "provenance": manifest.get("provenance", {}), "merge": manifest.get("merge")}, indent=2))
     else:
         print("\n".join(summary(manifest)))
+        if folder != Path(args.artifact):
+            print(f"checked:  the output folder {folder}, whose manifest signs {args.artifact} and {RESUME}/")
+        if verdict.not_here:
+            print(f"checked:  a copy of {DEPLOY}/ alone (an hf:// repo's files); the {len(verdict.not_here)} resume "
+                  f"file(s) the manifest signs stay in the run's output folder")
         print("\n".join(f"FAILED {p}" for p in verdict.problems) or "verified: the signature and every file's sha256 match")
     return 1 if verdict.problems else 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from yeto.cli.common import conf
+from yeto.cli.output_folder import manifest_folder
 from yeto.infra.head.records import HEAD_STATE
 from yeto.infra.run_paths import run_path
 from yeto.schemas.artifact_layout import DEPLOY, RESUME
@@ -30,11 +31,9 @@ def add_arguments(p) -> None:
 def find_artifact(target: str, state_dir: Path) -> Path:
     """A run's output folder (with manifest.json) as given, or the one the finalizer wrote for run `target`; its
     `artifact/` given names the folder above it (schemas/artifact_layout.py)."""
-    given = Path(target).expanduser()
+    given = manifest_folder(Path(target).expanduser())
     if (given / "manifest.json").is_file():
         return given.resolve()
-    if given.name == DEPLOY and (given.parent / "manifest.json").is_file():
-        return given.parent.resolve()
     try:
         check_run_id(target)
     except ValueError:
@@ -82,6 +81,10 @@ def apply(args, launch: LaunchRun) -> tuple[LaunchRun, list]:
     if not resume or not resume.get("files"):
         raise ValueError(f"--{kind}-from {target}: {folder} carries no resume state ({RESUME}/frag-*.safetensors): "
                          f"an artifact written before Yeto kept it, or a merged model; train a new run instead")
+    if absent := [name for name in resume["files"] if not (folder / name).is_file()]:
+        raise ValueError(f"--{kind}-from {target}: {folder} lacks {absent[0]} that its manifest names (a copy of "
+                         f"{DEPLOY}/ alone, such as an hf:// repo's download, holds no resume state); pass the run's "
+                         f"output folder (<state>/runs/RUN/artifact, or `yeto pull RUN` first)")
     recipe = LaunchRecipe.upcast(launch.recipe)
     train = recipe.train
     if mismatches := compare(parent_key(manifest), child_key(recipe), kind):
