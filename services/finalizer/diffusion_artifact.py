@@ -1,6 +1,8 @@
 """A diffusion run's artifact: the denoiser's LoRA in the Diffusers format `pipeline.load_lora_weights(folder)` loads
 (pytorch_lora_weights.safetensors, keys `unet.*`, the LoRA config in its metadata), samples.png of the recipe's
-prompts before and after (diffusion_samples.py), a model card and the signed manifest, as for a language model."""
+prompts before and after (diffusion_samples.py) and a model card in the output folder's `artifact/`, the signed
+manifest at its top, as for a language model (schemas/artifact_layout.py); no `resume/`: a diffusion run does not
+resume."""
 from __future__ import annotations
 
 import hashlib
@@ -13,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from yeto.infra import signing
 from yeto.infra.source_pins import sha256_file
+from yeto.schemas.artifact_layout import DEPLOY, deploy_name
 from yeto.schemas.diffusion_section import DiffusionSection
 from yeto.services.finalizer.diffusion_samples import WEIGHTS, base_location
 from yeto.services.finalizer.provenance import provenance
@@ -62,7 +65,7 @@ def _card(run_id: str, train: dict[str, Any], grid: list[str]) -> str:
             "Trained with Yeto (asynchronous DiLoCo islands). Load it into the base pipeline:\n\n"
             "```python\nfrom diffusers import DiffusionPipeline\n"
             f"pipe = DiffusionPipeline.from_pretrained({train.get('model')!r})\n"
-            f"pipe.load_lora_weights(\"<this folder>\", weight_name=\"{WEIGHTS}\")\n```\n"
+            f"pipe.load_lora_weights(\"<output>/{DEPLOY}\", weight_name=\"{WEIGHTS}\")\n```\n"
             + sample)
 
 
@@ -73,11 +76,12 @@ def write_diffusion_artifact(state: dict[str, np.ndarray], *, recipe: Any, out: 
     from yeto.services.finalizer.diffusion_samples import sample_grid
 
     train, section = _sections(recipe)
-    out.mkdir(parents=True, exist_ok=True)
-    files = [write_lora(state, train, out)]
-    files += sample_grid(base_location(train), out, section)
-    (out / CARD).write_text(_card(run_id, train, files[1:]))
-    files.append(CARD)
+    deploy = out / DEPLOY
+    deploy.mkdir(parents=True, exist_ok=True)
+    names = [write_lora(state, train, deploy)]
+    names += sample_grid(base_location(train), deploy, section)
+    (deploy / CARD).write_text(_card(run_id, train, names[1:]))
+    files = [deploy_name(n) for n in [*names, CARD]]
     wire = recipe if isinstance(recipe, dict) else recipe.wire()
     manifest = {
         "manifest_version": 2, "run_id": run_id, "kind": "adapter", "model_kind": "diffusion",

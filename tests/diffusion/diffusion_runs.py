@@ -8,12 +8,13 @@ from e2e_stack import Stack
 
 
 def finalized_by_both(s: Stack, run_id: str, output: str) -> Path:
-    """The run finalized with rounds both learners pushed to and a Diffusers LoRA with samples; its folder."""
+    """The run finalized with rounds both learners pushed to and a Diffusers LoRA with samples; its deployable
+    folder (the output folder's artifact/, schemas/artifact_layout.py)."""
     assert "run finalized (max_steps)" in output, output
     merged = s.events(run_id, "RoundMerged")
     both = [e for e in merged if {"island-0", "island-1"} <= set(e["responders"])]
     assert both, f"rounds with both learners: {[(e['fragment'], e['responders']) for e in merged]}"
     (written,) = s.events(run_id, "ArtifactWritten")
     assert written["artifact_kind"] == "adapter"
-    assert {"pytorch_lora_weights.safetensors", "samples.png", "manifest.json"} <= set(written["files"])
-    return Path(written["local_path"])
+    assert {"artifact/pytorch_lora_weights.safetensors", "artifact/samples.png", "manifest.json"} <= set(written["files"])
+    return Path(written["local_path"]) / "artifact"

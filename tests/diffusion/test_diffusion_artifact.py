@@ -46,25 +46,28 @@ def test_load_lora_weights_gives_the_pipeline_the_trained_denoiser(written):
     x, states, t = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 32, 32, generator=g), torch.tensor([500])
     with torch.no_grad():
         base = pipe.unet(x, t, encoder_hidden_states=states).sample
-        pipe.load_lora_weights(str(written["out"]), weight_name="pytorch_lora_weights.safetensors")
+        pipe.load_lora_weights(str(written["out"] / "artifact"), weight_name="pytorch_lora_weights.safetensors")
         loaded = pipe.unet(x, t, encoder_hidden_states=states).sample
         trained = written["built"].model(x, t, encoder_hidden_states=states).sample
     assert torch.allclose(loaded, trained, atol=1e-5) and not torch.allclose(base, trained, atol=1e-3)
 
 
 def test_samples_png_holds_the_prompts_before_and_after(written):
-    grid = Image.open(written["out"] / "samples.png")
+    grid = Image.open(written["out"] / "artifact" / "samples.png")
     assert grid.size == (2 * 16, 2 * 16)
     top, bottom = grid.crop((0, 0, 32, 16)).tobytes(), grid.crop((0, 16, 32, 32)).tobytes()
     assert top != bottom          # same seeds: only the adapter differs
 
 
-def test_the_manifest_names_and_signs_every_file(written):
+def test_the_deployable_files_sit_in_artifact_and_the_manifest_names_and_signs_every_file(written):
     out = written["out"]
+    assert sorted(p.name for p in out.iterdir()) == ["artifact", "manifest.json", signing.SIG_FILE]   # no resume/
     text = (out / "manifest.json").read_text()
     manifest = json.loads(text)
     assert written["kind"] == "adapter" and manifest["model_kind"] == "diffusion"
-    assert set(manifest["files"]) == {"pytorch_lora_weights.safetensors", "samples.png", "README.md"}
+    assert set(manifest["files"]) == {"artifact/pytorch_lora_weights.safetensors", "artifact/samples.png",
+                                      "artifact/README.md"}
+    assert manifest["resume"] is None and '"<output>/artifact"' in (out / "artifact" / "README.md").read_text()
     assert set(written["files"]) == set(manifest["files"]) | {"manifest.json", signing.SIG_FILE}
     assert signing.signature_ok(signing.public_hex(written["key"]), text.encode(),
                                 (out / signing.SIG_FILE).read_text().strip())

@@ -135,11 +135,11 @@ def test_load_lora_weights_gives_the_pipeline_the_trained_transformer_and_sample
     cond = family_io.condition(built, captions)
     with torch.no_grad():
         base = family_io.predict(replace(built, model=pipe.transformer), noisy, t, cond)
-        pipe.load_lora_weights(str(tmp_path), weight_name="pytorch_lora_weights.safetensors")
+        pipe.load_lora_weights(str(tmp_path / "artifact"), weight_name="pytorch_lora_weights.safetensors")
         loaded = family_io.predict(replace(built, model=pipe.transformer), noisy, t, cond)
         trained = family_io.predict(built, noisy, t, cond)
     assert torch.allclose(loaded, trained, atol=1e-5) and not torch.allclose(base, trained, atol=1e-3)
-    grid = Image.open(tmp_path / "samples.png")
+    grid = Image.open(tmp_path / "artifact" / "samples.png")
     side = r.resolution
     assert grid.size == (2 * r.frames * side, 2 * side)    # two prompts, before (top) and after; a clip: its frames
     assert grid.crop((0, 0, grid.width, side)).tobytes() != grid.crop((0, side, grid.width, 2 * side)).tobytes()

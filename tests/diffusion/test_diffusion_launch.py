@@ -37,7 +37,7 @@ def test_the_artifact_loads_into_the_pipeline_with_load_lora_weights(run, tiny):
     from diffusers import DiffusionPipeline
     s, _ = run
     (written,) = s.events(RUN, "ArtifactWritten")
-    artifact = Path(written["local_path"])
+    artifact = Path(written["local_path"]) / "artifact"      # the deployable folder (schemas/artifact_layout.py)
     pipe = DiffusionPipeline.from_pretrained(str(tiny["model"]))
     g = torch.Generator().manual_seed(0)
     x, states, t = torch.randn(1, 4, 8, 8, generator=g), torch.randn(1, 32, 32, generator=g), torch.tensor([500])
