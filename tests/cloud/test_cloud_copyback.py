@@ -154,6 +154,11 @@ def test_pull_copies_a_finished_runs_tape_and_artifact_over_tls_and_the_head_sto
         assert (artifact / "artifact" / "adapter_model.safetensors").is_file() and list((artifact / "resume").iterdir())
         assert all(sha256_of(artifact / name) == sha for name, sha in manifest["files"].items())
         assert copied_back["num_files"] == len(written["files"])
+        # What the pull says and `yeto verify` of the pulled artifact/: the signature over both folders holds
+        assert f"deploy {artifact / 'artifact'}; the resume state is in {artifact / 'resume'}" in pull.stdout, pull.stdout
+        verify = subprocess.run([YETO, "--state-dir", str(laptop), "verify", str(artifact / "artifact"), "--key",
+                                 written["signer_public_key"]], env=_env(), capture_output=True, text=True, timeout=60)
+        assert verify.returncode == 0 and f"checked:  the output folder {artifact}," in verify.stdout, verify.stdout
         assert copied_back["tape_rows"] == len([r for r in mine if r[0] <= copied_back["last_seq"]]), copied_back
 
         sql = subprocess.run([YETO, "--state-dir", str(laptop), "sql", "--run", run_id, "--format", "csv",
