@@ -35,7 +35,9 @@ def test_launch_wait_copies_a_finished_cloud_run_back_and_the_head_stops(tmp_pat
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"copied run {run_id} back: its tape" in done.stdout and "its artifact" in done.stdout, done.stdout
         assert heads.head_record(laptop, run_id)["state"] == "copied" and heads.copied_tape(laptop, run_id).exists()
-        assert (laptop / "runs" / run_id / "artifact" / "manifest.json").exists()
+        output = laptop / "runs" / run_id / "artifact"
+        assert (output / "manifest.json").exists()
+        assert f"deploy {output / 'artifact'}; the resume state is in {output / 'resume'})" in done.stdout, done.stdout
         assert head.exited(60) == 0 and "copied the run back" in head.text(), head.text()
     finally:
         head.close()

@@ -7,7 +7,9 @@ import asyncio
 import os
 from pathlib import Path
 
+from yeto.cli.pull import layout_of  # where the output folder's deployable files are (schemas/artifact_layout.py)
 from yeto.infra.head import records as heads
+from yeto.infra.run_paths import run_path
 
 
 def pull_if_ended(state_dir: Path, run_id: str) -> str | None:
@@ -24,6 +26,7 @@ def pull_if_ended(state_dir: Path, run_id: str) -> str | None:
         return f"not copied back yet: {e}"
     except (ConnectionError, TimeoutError, OSError) as e:
         return f"copying run {run_id} back failed ({e}); `yeto pull {run_id}` tries again (what was copied stays)"
-    files = f" and its artifact ({copied.num_files} files, checked)" if copied.num_files else ""
+    files = (f" and its artifact ({copied.num_files} files, checked; deploy "
+             f"{layout_of(run_path(state_dir, run_id, 'artifact'))})") if copied.num_files else ""
     return (f"copied run {run_id} back: its tape ({copied.tape_rows} events){files} is on this machine "
             f"({heads.head_dir(state_dir, run_id)}); the head stops itself now")
