@@ -76,6 +76,40 @@ def test_merge_loads_the_hub_base_at_its_pinned_commit(hub_artifact, tmp_path):
     assert f"into {HUB_ID}: 1 float32 shard(s)" in done.stdout       # auto: the tiny base's own dtype
 
 
+def test_the_cards_offline_recipe_loads_the_adapter_on_a_local_copy_of_the_hub_base(hub_artifact, tmp_path):
+    """With an empty Hugging Face cache and no network, AutoPeftModelForCausalLM cannot find the Hub id; the card's
+    snippet, run as written beside the `base` folder its `hf download ... --local-dir base` line makes (here a copy
+    of the same repo files), loads the adapter and gives what peft gives on the cached base."""
+    import re
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    artifact, env = hub_artifact
+    snapshot = Path(env["HF_HOME"]) / "hub" / f"models--{HUB_ID.replace('/', '--')}" / "snapshots" / COMMIT
+    shutil.copytree(snapshot, tmp_path / "base")             # what `hf download --local-dir base` leaves: the repo's files
+    empty = {**env, "HF_HOME": str(tmp_path / "empty-hf")}
+    ids = [[2, 5, 6, 7, 8, 9]]
+
+    def run(code: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code], env=empty, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=200)
+    deploy = artifact / "artifact"
+    assert run(f"from peft import AutoPeftModelForCausalLM\nAutoPeftModelForCausalLM.from_pretrained({str(deploy)!r})"
+               ).returncode != 0                               # why the card says how to load it offline
+    section = (deploy / "README.md").read_text().split("## Offline, with a local base", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1).replace("<output>", str(artifact))
+    done = run(snippet + f"import json, torch\nwith torch.no_grad():\n    print(json.dumps(model(input_ids="
+                         f"torch.tensor({ids})).logits[0, -1].tolist()))\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = torch.tensor(json.loads(done.stdout.strip().splitlines()[-1]))
+    base = AutoModelForCausalLM.from_pretrained(snapshot)
+    with torch.no_grad():
+        plain = base(input_ids=torch.tensor(ids)).logits[0, -1]
+        expected = PeftModel.from_pretrained(base, str(deploy)).eval()(input_ids=torch.tensor(ids)).logits[0, -1]
+    assert torch.allclose(got, expected, atol=1e-5) and not torch.allclose(got, plain, atol=1e-3)
+
+
 def test_local_and_alias_bases(tmp_path):
     assert hub_id("smollm2-135m") == SMOLLM2_HF_ID and hub_id("HuggingFaceTB/SmolLM2-135M-Instruct") == SMOLLM2_HF_ID
     assert hub_id("some-org/some-model") == "some-org/some-model"
