@@ -71,3 +71,22 @@ def test_the_deployable_files_sit_in_artifact_and_the_manifest_names_and_signs_e
     assert set(written["files"]) == set(manifest["files"]) | {"manifest.json", signing.SIG_FILE}
     assert signing.signature_ok(signing.public_hex(written["key"]), text.encode(),
                                 (out / signing.SIG_FILE).read_text().strip())
+
+
+def test_a_download_of_its_hub_repo_verifies_against_the_signed_manifest(written, tmp_path, capsys):
+    """An hf:// output uploads artifact/ as the repo root (output.hub_files): its download, with the Hub's own
+    .gitattributes, verifies against the output folder's signed manifest (no resume state to miss); a changed file
+    fails by name."""
+    from yeto.cli.main import main
+    from yeto.services.finalizer.output import hub_files
+
+    plan = hub_files(written["out"])
+    assert sorted(plan) == ["README.md", "manifest.json", signing.SIG_FILE, "pytorch_lora_weights.safetensors",
+                            "samples.png"]
+    for there, here in plan.items():
+        (tmp_path / there).write_bytes((written["out"] / here).read_bytes())
+    (tmp_path / ".gitattributes").write_text("*.safetensors filter=lfs diff=lfs merge=lfs -text\n")
+    assert main(["verify", str(tmp_path)]) == 0, capsys.readouterr().out
+    (tmp_path / "samples.png").write_bytes(b"another picture")
+    assert main(["verify", str(tmp_path)]) == 1
+    assert "FAILED samples.png: changed" in capsys.readouterr().out

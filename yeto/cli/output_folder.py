@@ -18,8 +18,9 @@ def manifest_folder(given: Path) -> Path:
 
 
 def placed(folder: Path, files: dict) -> tuple[dict[str, str], list[str]]:
-    """(manifest name -> its path in `folder`, names the folder leaves out by design): a copy of `artifact/` alone
-    (output.hub_files: no `artifact/` folder, the deployable files at its top) holds no resume state."""
+    """(manifest name -> its path in `folder`, names the folder leaves out by design) for a copy of `artifact/` alone
+    (output.hub_files: no `artifact/` folder, the deployable files at its top; it holds no resume state), else
+    ({}, []): every name where the manifest says."""
     copy = deploy_copy_names(files)
     if copy and not (folder / DEPLOY).is_dir() and any((folder / n).is_file() for n in copy.values()):
         return copy, sorted(n for n in files if n not in copy)

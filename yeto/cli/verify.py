@@ -66,15 +66,15 @@ def check_artifact(folder: Path, *, key: str | None = None) -> tuple[dict, Verdi
     verdict, files = Verdict(signer=manifest.get("signer_public_key", "")), manifest.get("files", {})
     where, verdict.not_here = placed(folder, files)
     for name, sha in sorted(files.items()):
-        path = folder / where.get(name, name)
         if name in verdict.not_here:
             continue
-        if not path.is_file():
-            verdict.changed.append(f"{where.get(name, name)}: missing")
-        elif (got := sha256_file(path)) != sha:
-            verdict.changed.append(f"{where.get(name, name)}: changed (sha256 {got[:12]}, the manifest says {sha[:12]})")
+        here = where.get(name, name)
+        if not (folder / here).is_file():
+            verdict.changed.append(f"{here}: missing")
+        elif (got := sha256_file(folder / here)) != sha:
+            verdict.changed.append(f"{here}: changed (sha256 {got[:12]}, the manifest says {sha[:12]})")
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    hub = {".gitattributes"} | {n for n in present if n.startswith(".cache/huggingface/")} if verdict.not_here else set()
+    hub = {n for n in present if n == ".gitattributes" or n.startswith(".cache/huggingface/")} if where else set()
     verdict.extra = sorted(present - {where.get(n, n) for n in files} - {MANIFEST, SIG_FILE} - hub)
     if not verdict.signer:
         verdict.signature = "unsigned"
@@ -128,7 +128,7 @@ def cmd_verify(args) -> int:
         print("\n".join(summary(manifest)))
         if folder != Path(args.artifact):
             print(f"checked:  the output folder {folder}, whose manifest signs {args.artifact} and {RESUME}/")
-        if verdict.not_here:
+        if verdict.not_here:    # a copy of artifact/ alone (output_folder.placed)
             print(f"checked:  a copy of {DEPLOY}/ alone (an hf:// repo's files); the {len(verdict.not_here)} resume "
                   f"file(s) the manifest signs stay in the run's output folder")
         print("\n".join(f"FAILED {p}" for p in verdict.problems) or "verified: the signature and every file's sha256 match")
