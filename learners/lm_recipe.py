@@ -42,6 +42,9 @@ class TrainRecipe(InnerRecipe):
     """Recompute each decoder layer in the backward pass: "on", "off", or "auto" (on where the memory model needs it)."""
     shard: str = "auto"
     """Inside the island: "ddp" replicas, "fsdp" FSDP2 shards, or "auto" (FSDP2 when one replica does not fit)."""
+    tensor_parallel: int = 1
+    """The megatron backend's tensor parallelism inside an island (`yeto launch --megatron-tp`); other backends refuse
+    anything but 1 (tensor_parallel_refusal)."""
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -50,9 +53,16 @@ class TrainRecipe(InnerRecipe):
         if self.base_quantization == "nf4" and (self.tuning != "lora" or self.shard == "fsdp"):
             raise ValueError("base_quantization nf4 (QLoRA) trains LoRA adapters on a frozen 4-bit base replicated on "
                              "every rank (DDP): use tuning lora, and shard ddp or auto (nf4 already quarters the base)")
-        self.check_shared(at_least_one=("seq_len",))
+        self.check_shared(at_least_one=("seq_len", "tensor_parallel"))
 
     @property
     def tokens_per_step(self) -> int:
         """Token slots one rank processes per optimizer step (padding and masked tokens included)."""
         return self.micro_batch * self.grad_accum * self.seq_len
+
+
+def tensor_parallel_refusal(recipe: TrainRecipe, backend: str) -> None:
+    """A backend without tensor parallelism refuses a recipe that asks for it (it would be ignored)."""
+    if recipe.tensor_parallel != 1:
+        raise ValueError(f"{backend} backend: tensor_parallel {recipe.tensor_parallel} is the megatron backend's "
+                         "(yeto launch --island-backend megatron --megatron-tp N); this backend runs 1")

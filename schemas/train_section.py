@@ -82,6 +82,7 @@ class TrainSection(Section):
     base_quantization: Literal["none", "nf4"] = "none"
     activation_checkpointing: Literal["auto", "on", "off"] = "auto"
     shard: Literal["auto", "ddp", "fsdp"] = "auto"
+    tensor_parallel: PosInt = 1
     sync: SyncSection = Field(default_factory=SyncSection)
     pins: dict[str, Any] = Field(default_factory=dict)
     """What launch pinned, {"base": ..., "data": ...} (infra/source_pins.py); each island checks it."""

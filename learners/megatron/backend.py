@@ -1,5 +1,6 @@
 """The megatron backend of learners/shell.py: a Mixtral-style MoE on Megatron-Core, its experts split over the
-island's ranks (expert parallelism over gloo on the CPU), every tensor trained (full fine-tuning).
+island's ranks (expert parallelism over gloo on the CPU) and, with the recipe's tensor_parallel, its tensors split over
+groups of TP ranks, every tensor trained (full fine-tuning).
 
 Rank 0 syncs under the stable Hugging Face names (model.py); the other ranks serve its reads and writes of the
 experts they hold (arrays.py). What needs CUDA is refused by name (host.py).
@@ -78,7 +79,8 @@ class MegatronBackend:
         check_data_pin(recipe.data, recipe.pins.get("data"))
         torch.set_num_threads(max(1, (torch.get_num_threads() or 1) // topology.world_size))
         island = open_island(Path(source.location), rank=topology.rank, world_size=topology.world_size,
-                             master_addr=topology.master_addr, master_port=topology.master_port)
+                             master_addr=topology.master_addr, master_port=topology.master_port,
+                             tensor_parallel=recipe.tensor_parallel)
         try:
             return Rank(island, load_tokenizer(source))
         except BaseException:
@@ -91,9 +93,10 @@ class MegatronBackend:
     def describe(self, rank: Rank, recipe: TrainRecipe) -> dict[str, Any]:
         island, shape = rank.island, rank.island.shape
         trainable = sum(int(torch.Size(rank.arrays.shape(n)).numel()) for n in rank.arrays.names())
-        return dict(ranks=island.world_size, shard=f"EP{island.world_size}", tuning="full", dtype="float32",
-                    quantization="none", device="cpu", experts=shape.experts,
-                    experts_per_rank=shape.experts // island.world_size, trainable=trainable, parameters=trainable)
+        split = f"EP{island.ep}" + (f"xTP{island.tp}" if island.tp > 1 else "")
+        return dict(ranks=island.world_size, shard=split, tuning="full", dtype="float32", quantization="none",
+                    device="cpu", experts=shape.experts, experts_per_rank=shape.experts // island.ep,
+                    tensor_parallel=island.tp, trainable=trainable, parameters=trainable)
 
     def arrays(self, rank: Rank) -> ArrayAdapter:
         return rank.arrays
@@ -110,9 +113,10 @@ class MegatronBackend:
             ep_arrays.end_call()
 
     def train_batches(self, rank: Rank, recipe: TrainRecipe, args: LearnerArgs) -> Iterator[Any]:
-        world = rank.island.world_size
-        return batches.train_batches(recipe, rank.tokenizer, shard=args.learner_index * world + rank.island.rank,
-                                     num_shards=args.num_learners * world)
+        # The TP ranks of an EP group see the same batches; the EP groups are the island's data-parallel replicas.
+        replicas, replica = rank.island.ep, rank.island.layout.ep_rank
+        return batches.train_batches(recipe, rank.tokenizer, shard=args.learner_index * replicas + replica,
+                                     num_shards=args.num_learners * replicas)
 
     def heldout(self, rank: Rank, recipe: TrainRecipe) -> list[Any]:
         # Every rank evaluates the same batches: the experts' forward is a collective.
@@ -139,11 +143,12 @@ class MegatronBackend:
 
 
 def _sum(values: list[float], island: Island) -> list[float]:
+    """The island's sums over its data-parallel replicas (the TP ranks of a replica hold the same values)."""
     if island.world_size == 1:
         return values
     box = torch.tensor(values, dtype=torch.float64, device=island.device)
     dist.all_reduce(box)
-    return box.tolist()
+    return (box / island.tp).tolist()
 
 
 def train(rank: Rank, stream: Iterator[Any], recipe: TrainRecipe, *, sync: DilocoHook | None,
@@ -151,7 +156,7 @@ def train(rank: Rank, stream: Iterator[Any], recipe: TrainRecipe, *, sync: Diloc
           boundary: Callable[[Callable[[], bool] | None], bool]) -> list[StepResult]:
     """AdamW steps over accumulated micro-batches, the DiLoCo step boundary after each (rank 0 syncs; writes reach
     the ranks that hold each tensor inside the boundary, so nothing is broadcast after it)."""
-    island, world = rank.island, rank.island.world_size
+    island, replicas = rank.island, rank.island.ep
     params = list(island.model.named_parameters())
     optimizer = build_optimizer(params, recipe)
     boundary((lambda: sync.join()) if sync is not None else None)
@@ -163,7 +168,7 @@ def train(rank: Rank, stream: Iterator[Any], recipe: TrainRecipe, *, sync: Diloc
         if len(micro) < recipe.grad_accum:
             break
         (island_tokens,) = _sum([float(sum(int((b["labels"][:, 1:] != -100).sum()) for b in micro))], island)
-        scale = world / max(1.0, island_tokens)
+        scale = replicas / max(1.0, island_tokens)
         lr = lr_at(step, recipe, resumed_at=start_step)
         set_lr(optimizer, lr)
         loss_total = 0.0

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from yeto.learners.diloco_sync import ArrayAdapter
-from yeto.learners.lm_recipe import TrainRecipe
+from yeto.learners.lm_recipe import TrainRecipe, tensor_parallel_refusal
 from yeto.learners.shell import OneRank
 from yeto.learners.step import StepResult
 from yeto.learners.sync_hook import DilocoHook
@@ -29,7 +29,9 @@ class MlxBackend(OneRank):
     devices: tuple[str, ...] | None = ("gpu", "cpu", "cuda")   # cuda is read as gpu
 
     def load_recipe(self, text: str) -> TrainRecipe:
-        return TrainRecipe.from_json(text)
+        recipe = TrainRecipe.from_json(text)
+        tensor_parallel_refusal(recipe, "mlx")
+        return recipe
 
     def build(self, recipe: TrainRecipe, args: LearnerArgs) -> Built:
         from yeto.learners.mlx.build import build

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from yeto.learners import accel as accel_policy
 from yeto.learners.diloco_sync import ArrayAdapter
-from yeto.learners.lm_recipe import TrainRecipe
+from yeto.learners.lm_recipe import TrainRecipe, tensor_parallel_refusal
 from yeto.learners.step import StepResult
 from yeto.learners.sync_hook import DilocoHook
 from yeto.learners.torch import batches, dist, shards
@@ -42,7 +42,9 @@ class TorchBackend:
     max_ranks: int | None = None
 
     def load_recipe(self, text: str) -> TrainRecipe:
-        return TrainRecipe.from_json(text)
+        recipe = TrainRecipe.from_json(text)
+        tensor_parallel_refusal(recipe, "torch")
+        return recipe
 
     def build(self, recipe: TrainRecipe, args: LearnerArgs) -> Rank:
         topology = dist.Topology.from_env(rank=args.rank, world_size=args.world_size, local_rank=args.local_rank,

@@ -14,6 +14,8 @@ def launch_line(req: PlanRequest, gpu: str) -> str:
             parts.append(f"{flag} {getattr(req, attr)}")
     if req.moe is not None:
         parts.append("--island-backend megatron")
+        if (tp := req.moe.get("megatron_tp", 1)) != 1:     # expert_memory.TP_KEY: yeto shape --megatron-tp
+            parts.append(f"--megatron-tp {tp}")
     if not req.spot:
         parts.append("--on-demand")
     return " ".join(parts)

@@ -130,6 +130,8 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--model-kind": cli("diffusion/test_diffusion_launch.py::test_both_islands_push_to_merged_rounds_and_the_run_finalizes"),
     "--island-backend": cli("megatron/test_megatron_launch.py::"
                             "test_every_megatron_island_pushes_to_merged_rounds_and_the_run_finalizes"),
+    "--megatron-tp": learner("--island-backend", "megatron", "--tuning", "full", "--gpu", "local:2xcpu", "--megatron-tp",
+                             "2", field="tensor_parallel", want=2),
     "--oversubscribe-cpus": cli("megatron/test_megatron_oversubscribe.py::"
                                 "test_the_launcher_allows_what_the_recipe_says_and_refuses_what_it_does_not"),
     "--resolution": cli("diffusion/test_diffusion_launch.py::test_the_artifact_loads_into_the_pipeline_with_load_lora_weights"),

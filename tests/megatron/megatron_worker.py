@@ -1,5 +1,6 @@
 """One rank of a Megatron-Core island for tests/megatron/test_megatron_island.py: started once per rank with RANK,
-WORLD_SIZE, MASTER_ADDR and MASTER_PORT; rank 0 writes what it measured to the JSON file given."""
+WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and the island's tensor parallelism (argv); rank 0 writes what it
+measured to the JSON file given."""
 from __future__ import annotations
 
 import json
@@ -25,11 +26,12 @@ def max_diff(island, hf, ids: torch.Tensor) -> float:
         return float((ours - hf(ids).logits).abs().max()) if hf is not None else 0.0
 
 
-def main(out: str, model_dir: str, artifact: str) -> None:
+def main(out: str, model_dir: str, artifact: str, tp: str = "1") -> None:
     torch.set_num_threads(1)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     island = open_island(Path(model_dir), rank=rank, world_size=world, master_addr=os.environ["MASTER_ADDR"],
-                         master_port=int(os.environ["MASTER_PORT"]))
+                         master_port=int(os.environ["MASTER_PORT"]), tensor_parallel=int(tp))
+    replicas, replica = island.ep, island.layout.ep_rank      # the TP ranks of a replica see the same batch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     hf = AutoModelForCausalLM.from_pretrained(model_dir) if rank == 0 else None
@@ -37,9 +39,9 @@ def main(out: str, model_dir: str, artifact: str) -> None:
     measured: dict = {"initial_diff": max_diff(island, hf, ids)}
 
     recipe = TrainRecipe(model=model_dir, tuning="full", lr=3e-3, warmup_steps=2, max_steps=6, seq_len=32,
-                         micro_batch=GLOBAL_BATCH // world, grad_accum=1, seed=2)
+                         micro_batch=GLOBAL_BATCH // replicas, grad_accum=1, seed=2)
     share = recipe.micro_batch
-    stream = ({k: v[rank * share:(rank + 1) * share] for k, v in b.items()}
+    stream = ({k: v[replica * share:(replica + 1) * share] for k, v in b.items()}
               for b in packed_batches(tokenizer, chat_rows(50), seq_len=32, micro_batch=GLOBAL_BATCH))
     backend, this = MegatronBackend(), Rank(island, tokenizer)
     results = train(this, stream, recipe, sync=None, on_step=None, start_step=0,

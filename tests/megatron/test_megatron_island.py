@@ -1,6 +1,8 @@
-"""A Megatron-Core island on the CPU: a tiny Mixtral's experts split over two gloo ranks (EP 2) compute what
-transformers computes, train exactly as one rank does on the same global batch, and rank 0 reads and writes the
-other rank's experts under the checkpoint's names, so the artifact it saves loads in transformers."""
+"""A Megatron-Core island on the CPU: a tiny Mixtral's experts split over two gloo ranks (EP 2), or every tensor
+split over two tensor-parallel ranks (TP 2: attention, experts, embedding and output layer, with sequence
+parallelism), computes what transformers computes, trains exactly as one rank does on the same global batch, and
+rank 0 reads and writes the other rank's experts and shards under the checkpoint's names, so the artifact it saves
+loads in transformers."""
 from __future__ import annotations
 
 import json
@@ -24,13 +26,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_island(world_size: int, model_dir: Path, out: Path) -> dict:
+def _run_island(world_size: int, model_dir: Path, out: Path, tp: int = 1) -> dict:
     port, procs = _free_port(), []
     for rank in range(world_size):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen(
-            [sys.executable, str(WORKER), str(out), str(model_dir), str(out.with_suffix(".artifact"))], env=env,
+            [sys.executable, str(WORKER), str(out), str(model_dir), str(out.with_suffix(".artifact")), str(tp)], env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     for proc in procs:
         output, _ = proc.communicate(timeout=240)
@@ -39,10 +41,12 @@ def _run_island(world_size: int, model_dir: Path, out: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def islands(tmp_path_factory) -> tuple[dict, dict]:
+def islands(tmp_path_factory) -> tuple[dict, dict, dict]:
+    """One rank, EP 2, TP 2 (EP 1): the same model, the same global batches."""
     root = tmp_path_factory.mktemp("megatron")
     model_dir = tiny.write_model_dir(root / "model")
-    return _run_island(1, model_dir, root / "one.json"), _run_island(2, model_dir, root / "two.json")
+    return (_run_island(1, model_dir, root / "one.json"), _run_island(2, model_dir, root / "two.json"),
+            _run_island(2, model_dir, root / "tp2.json", tp=2))
 
 
 @pytest.mark.slow
@@ -54,12 +58,13 @@ def test_megatron_logits_are_transformers_logits_on_one_and_two_expert_parallel_
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_expert_parallel_ranks_train_as_one_rank_on_the_same_global_batch(islands):
-    one, two = islands
-    assert len(one["losses"]) == len(two["losses"]) == 6
+def test_two_expert_or_tensor_parallel_ranks_train_as_one_rank_on_the_same_global_batch(islands):
+    one, *split = islands
     assert one["losses"][-1] < one["losses"][0] - 0.2        # it trained, so the comparison means something
-    for a, b in zip(one["losses"], two["losses"]):
-        assert b == pytest.approx(a, rel=1e-4, abs=1e-5)
+    for measured in split:
+        assert len(one["losses"]) == len(measured["losses"]) == 6
+        for a, b in zip(one["losses"], measured["losses"]):
+            assert b == pytest.approx(a, rel=1e-4, abs=1e-5)
 
 
 @pytest.mark.slow
@@ -71,4 +76,4 @@ def test_rank0_reads_and_writes_the_other_ranks_experts_and_the_artifact_loads(i
         assert measured["restored_diff"] < 1e-4              # the base written back reached every rank's experts
     names = islands[1]["names"]
     assert "model.layers.1.block_sparse_moe.experts.3.w3.weight" in names     # held by rank 1 of two
-    assert names == islands[0]["names"]                       # the layout does not depend on the EP degree
+    assert names == islands[0]["names"] == islands[2]["names"]    # the layout depends on neither EP nor TP

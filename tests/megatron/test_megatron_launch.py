@@ -4,7 +4,8 @@ the finalizer's full artifact loads in transformers as a Mixtral whose logits mo
 The fleet is the acceptance's, `--gpu local:2xcpu,local:2xcpu`: two islands of two expert-parallel ranks (each
 island's second rank serves rank 0's reads and writes of its experts under real syncs), both in merged rounds. On a
 machine with fewer than 4 CPUs it runs with --oversubscribe-cpus (schemas/capacity.py: up to two CPU learner
-processes a CPU), and the launch's warning says so."""
+processes a CPU), and the launch's warning says so. It runs twice: each island EP 2, and each island TP 2
+(`--megatron-tp 2`: one expert-parallel group of two tensor-parallel ranks)."""
 from __future__ import annotations
 
 import os
@@ -17,7 +18,8 @@ from yeto.infra import stack
 
 pytest.importorskip("megatron.core")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-FLEETS = ["local:2xcpu,local:2xcpu"]
+FLEET = "local:2xcpu,local:2xcpu"
+SPLITS = {"EP2": (), "EP1xTP2": ("--megatron-tp", "2")}     # LearnerStarted's shard: the split each island runs
 CPUS = os.cpu_count() or 1
 OVERSUBSCRIBE = ("--oversubscribe-cpus",) if CPUS < 4 else ()
 if CPUS < 2:
@@ -26,19 +28,19 @@ if CPUS < 2:
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory):
-    """The YETO_HOME of every fleet's run; its stack goes down after the last of them, even one that failed."""
+    """The YETO_HOME of every split's run; its stack goes down after the last of them, even one that failed."""
     home = tmp_path_factory.mktemp("megatron-run") / "home"
     yield home
     stack.down(home)
 
 
-@pytest.fixture(scope="module", params=FLEETS)
+@pytest.fixture(scope="module", params=sorted(SPLITS))
 def run(request, home, tiny_moe):
-    """(stack, what `yeto launch --wait` printed, the fleet, the run id): one run per fleet."""
-    s, run_id = Stack(home, tiny_moe["model"], tiny_moe["data"]), f"megatron-{FLEETS.index(request.param)}"
+    """(stack, what `yeto launch --wait` printed, the split, the run id): one run per split."""
+    s, run_id = Stack(home, tiny_moe["model"], tiny_moe["data"]), f"megatron-{request.param.lower()}"
     try:
         s.launch(run_id, "--island-backend", "megatron", "--tuning", "full", "--max-steps", "40", "--micro-batch", "2",
-                 *OVERSUBSCRIBE, islands=request.param,
+                 *OVERSUBSCRIBE, *SPLITS[request.param], islands=FLEET,
                  train_flags=("--seq-len", "32", "--sync-every", "8", "--fragments", "2", "--lr", "3e-3",
                               "--warmup-steps", "2"))
         yield s, s.finish(run_id, timeout=540), request.param, run_id
@@ -47,12 +49,12 @@ def run(request, home, tiny_moe):
 
 
 def test_every_megatron_island_pushes_to_merged_rounds_and_the_run_finalizes(run):
-    s, output, fleet, run_id = run
+    s, output, split, run_id = run
     assert "run finalized (max_steps)" in output, output
     assert ("--oversubscribe-cpus: 4 CPU learner processes share" in output) == bool(OVERSUBSCRIBE), output
-    islands = fleet.split(",")
+    islands = FLEET.split(",")
     started = s.events(run_id, "LearnerStarted")
-    assert {e["backend"] for e in started} == {"megatron"}
+    assert {e["backend"] for e in started} == {"megatron"} and {e["shard"] for e in started} == {split}
     assert sorted(e["ranks"] for e in started) == sorted(int(i.split(":")[1].split("x")[0]) for i in islands)
     merged = s.events(run_id, "RoundMerged")
     every = [e for e in merged if {f"island-{i}" for i in range(len(islands))} <= set(e["responders"])]

@@ -68,3 +68,42 @@ def test_the_learner_process_exits_2_with_one_error_line_on_lora(tmp_path):
                            "--recipe", recipe, "--no-sync"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "error: megatron backend: tuning 'lora' is not supported" in done.stderr
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ({"island_backend": None}, "--megatron-tp splits a Megatron-Core island's tensors: add --island-backend megatron "
+                               "(the torch backend"),
+    ({"island_backend": "torch"}, "add --island-backend megatron"),
+    ({"megatron_tp": 0}, "--megatron-tp 0: must be at least 1"),
+    ({"megatron_tp": 2, "gpu": "local:2xcpu,local:3xcpu"}, "--megatron-tp 2 does not divide the 3 rank"),
+])
+def test_launch_refuses_tensor_parallelism_it_cannot_run(given, said):
+    with pytest.raises(ValueError, match=said.replace("(", r"\(")):
+        island_backend.apply(launch_args(**{"megatron_tp": 2, "gpu": "local:2xcpu", **given}),
+                             {"train": {"tuning": "full"}})
+
+
+def test_the_tensor_parallelism_reaches_the_train_section_of_the_launch_recipe():
+    recipe = island_backend.apply(launch_args(megatron_tp=2, gpu="local:2xcpu,local:4xcpu"), {"train": {"lr": 1.0}})
+    assert recipe["train"] == {"lr": 1.0, "tensor_parallel": 2} and recipe["island_backend"] == "megatron"
+
+
+def test_backends_without_tensor_parallelism_refuse_a_recipe_that_asks_for_it():
+    from yeto.learners.torch.backend import TorchBackend
+    text = TrainRecipe(model="m", tensor_parallel=2).to_json()
+    with pytest.raises(ValueError, match="torch backend: tensor_parallel 2 is the megatron backend's"):
+        TorchBackend().load_recipe(text)
+    assert TorchBackend().load_recipe(TrainRecipe(model="m").to_json()).tensor_parallel == 1
+
+
+def test_a_model_whose_heads_or_experts_do_not_split_is_refused_by_name():
+    from transformers import MixtralConfig
+
+    from yeto.learners.megatron.model import check_split
+    shape = Shape.of(MixtralConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                   intermediate_size=96))
+    check_split(shape, expert_parallel=2, tensor_parallel=2)
+    with pytest.raises(ValueError, match="key/value heads 2 do not split over tensor parallelism 4"):
+        check_split(shape, expert_parallel=1, tensor_parallel=4)
+    with pytest.raises(ValueError, match="4 experts do not split over expert parallelism 3"):
+        check_split(shape, expert_parallel=3, tensor_parallel=1)

@@ -66,7 +66,7 @@ def register(sub) -> None:
     p = sub.add_parser("shape", help="plan a fleet for a budget or TFLOPs target, without launching",
                        description="Plan the fleet `yeto launch` would rent when --gpu is omitted.")
     add_plan_arguments(p)
-    island_backend.add_arguments(p)
+    island_backend.add_arguments(p, launch=False)
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     p.add_argument("--data", help="the training data: estimate the job's hours and cost from its tokens (the model's "
                                   "tokenizer must be local)")
@@ -96,12 +96,17 @@ def expert_parallel_config(args) -> dict | None:
     """The model's config.json when its islands run expert-parallel (--island-backend megatron): the planner sizes
     each GPU as an EP rank from it (services/planner/expert_memory.py); None for every other backend."""
     if getattr(args, "island_backend", None) != "megatron":
+        if getattr(args, "megatron_tp", None) is not None:
+            raise ValueError("--megatron-tp splits a Megatron-Core island's tensors: add --island-backend megatron, "
+                             "or drop it")
         return None
     path = Path(args.model).expanduser() / "config.json"
     if not path.is_file():
         raise ValueError(f"--island-backend megatron plans from the model's config.json: --model {args.model} is not a "
                          f"local model directory with one")
-    return json.loads(path.read_text())
+    from yeto.services.planner.expert_memory import TP_KEY
+    tp = getattr(args, "megatron_tp", None)
+    return {**json.loads(path.read_text()), **({TP_KEY: tp} if tp is not None else {})}
 
 
 def hub_weights_gb(hf_id: str) -> float:
@@ -140,6 +145,16 @@ def job_estimate(args, plan: FleetPlan) -> str:
     return estimate(report.tokens.num_tokens, args.epochs, weights, plan.total_tflops, args.tuning, usd)
 
 
+def expert_splits(args, plan: FleetPlan) -> list[str]:
+    """With --island-backend megatron: how each distinct island size of the plan runs the MoE (EP x TP)."""
+    moe = expert_parallel_config(args)
+    if moe is None:
+        return []
+    from yeto.services.planner.expert_memory import describe_split, moe_split
+    sizes = sorted({i["count"] * i["nodes"] for i in plan.islands})
+    return [f"{n} GPU(s) an island: {describe_split(moe_split(moe), n)}" for n in sizes]
+
+
 def run(args) -> int:
     from yeto.services.planner.api import CatalogUnavailable
     try:
@@ -147,10 +162,13 @@ def run(args) -> int:
     except CatalogUnavailable as e:     # this machine's condition, not a usage error: exit status 1
         print(f"yeto: error: {e}", file=sys.stderr)
         return 1
+    splits = expert_splits(args, plan)
     if args.json:
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(json.dumps({**plan.to_dict(), **({"expert_splits": splits} if splits else {})}, indent=2))
     elif plan.feasible:
         print(render(plan, args.model, args.price_margin))
+        if splits:
+            print("\n".join(["Expert parallelism (--island-backend megatron):", *(f"  {s}" for s in splits)]))
         if args.data:
             print(job_estimate(args, plan))
     else:

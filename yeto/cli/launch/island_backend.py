@@ -15,10 +15,16 @@ from yeto.schemas.learner_contract import BACKENDS
 CHOICES = tuple(name for name, info in BACKENDS.items() if info.model_kind == "lm")
 
 
-def add_arguments(p) -> None:
+def add_arguments(p, *, launch: bool = True) -> None:
+    """--island-backend and --megatron-tp (`yeto launch` and `yeto shape`); --oversubscribe-cpus with `launch`."""
     p.add_argument("--island-backend", choices=CHOICES, default=None,
                    help="the learner backend of a causal-LM run (default torch); megatron: a Mixtral-style MoE on "
                         "Megatron-Core, experts split over each island's ranks, with --tuning full (docs/MEGATRON.md)")
+    p.add_argument("--megatron-tp", type=int, default=None, metavar="N",
+                   help="with --island-backend megatron: tensor parallelism inside each island (default 1); an island "
+                        "of R ranks runs R/N expert-parallel groups of N tensor-parallel ranks (docs/MEGATRON.md)")
+    if not launch:
+        return
     p.add_argument("--oversubscribe-cpus", action="store_true", default=False,
                    help="let local CPU islands run up to two learner processes per CPU of this machine (without it, "
                         "one per CPU): each step is slower, the training the same; for tiny models on small machines")
@@ -31,6 +37,8 @@ def apply(args, recipe: dict[str, Any]) -> dict[str, Any]:
         recipe = {**recipe, "oversubscribe_cpus": True}
     name = getattr(args, "island_backend", None)
     if name is None:
+        if getattr(args, "megatron_tp", None) is not None:
+            _tensor_parallel(args, args.megatron_tp)
         return recipe
     if getattr(args, "model_kind", "lm") != "lm":
         raise ValueError(f"--island-backend {name} trains causal LMs: not with --model-kind {args.model_kind}")
@@ -43,4 +51,21 @@ def apply(args, recipe: dict[str, Any]) -> dict[str, Any]:
     if name != "torch" and getattr(args, "gpu", None) and any(i.gpu == "npu" for i in parse_gpu(args.gpu)):
         raise ValueError(f"--island-backend {name} does not run on Ascend NPUs (--gpu {args.gpu}): use --island-backend "
                          "torch on NPU islands (docs/ASCEND.md)")
+    if (tp := getattr(args, "megatron_tp", None)) is not None:
+        recipe = {**recipe, "train": {**recipe.get("train", {}), "tensor_parallel": _tensor_parallel(args, tp)}}
     return {**recipe, "island_backend": name}
+
+
+def _tensor_parallel(args, tp: int) -> int:
+    """--megatron-tp, checked against the backend and the --gpu islands' ranks."""
+    if args.island_backend != "megatron":
+        raise ValueError(f"--megatron-tp splits a Megatron-Core island's tensors: add --island-backend megatron "
+                         f"(the {args.island_backend or 'torch'} backend runs no tensor parallelism), or drop it")
+    if tp < 1:
+        raise ValueError(f"--megatron-tp {tp}: must be at least 1")
+    for island in parse_gpu(args.gpu) if getattr(args, "gpu", None) else []:
+        if island.num_gpus % tp:
+            raise ValueError(f"--megatron-tp {tp} does not divide the {island.num_gpus} rank(s) of "
+                             f"--gpu island {island.cloud}:{island.count}x{island.gpu}: each island runs ranks / TP "
+                             "expert-parallel groups of TP ranks")
+    return tp
