@@ -51,7 +51,13 @@ class RunLaunched(Event):
 @registry.register
 class IslandRequested(IslandEvent):
     type: Literal["IslandRequested"] = "IslandRequested"
-    version: Literal[1] = 1
+    version: Literal[2] = 2
+    reason: str = ""    # v2: a move's (the planner's MoveIsland): what changed and the budget kept; "" for other starts
+
+
+@registry.upcaster("IslandRequested", 1)
+def _island_requested_v1(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "reason": ""}
 
 
 @registry.register

@@ -43,6 +43,12 @@ class Prices(Section):
     """What the run costs beyond its islands (whose prices are in the fleet)."""
 
     head_price_per_hour: Annotated[float, Field(ge=0, le=1e6)] = 0.0
+    budget_per_hour: Annotated[float, Field(gt=0, le=1e6)] | None = None
+    """`--budget-per-hour` the planner picked the fleet under (islands with the margin, plus the head); a move of a
+    refused island keeps the fleet within it (services/planner/move_budget.py). None: the run gave none."""
+    price_margin: Annotated[float, Field(ge=0, le=10)] | None = None
+    """`--price-margin` (default 0.10); without a budget a move keeps the fleet within the launched fleet's price x
+    (1 + margin). None: a recipe from before 2026-12-05, whose moves keep to the refused price + 10 %."""
 
 
 class DataCheck(Section):

@@ -35,6 +35,8 @@ class Refusal:
     """The spec of the next generation, when it was requested on another offer."""
     moved_at: datetime | None = None
     moved_generation: int = 0
+    moved_why: str = ""
+    """The planner's words for the move (IslandRequested.reason): what changed and the budget it keeps."""
     unplaced: str = ""
     """Why no offer could take its place and what to change (the planner's ReplanFailed), while it is not moved."""
 
@@ -52,9 +54,10 @@ def fold_refusal(refusals: tuple[Refusal, ...], e: Any) -> tuple[Refusal, ...]:
         return tuple(replace(r, unplaced=f"{e.reason}; {e.advice}") if (r.island, r.generation) == (e.island, e.generation)
                      else r for r in refusals)
     if isinstance(e, IslandRequested):
-        return tuple(replace(r, moved_to=dict(e.spec), moved_at=e.ts, moved_generation=e.generation)
+        where = (e.spec.get("cloud"), e.spec.get("region"), e.spec.get("gpu"), e.spec.get("count"))
+        return tuple(replace(r, moved_to=dict(e.spec), moved_at=e.ts, moved_generation=e.generation, moved_why=e.reason)
                      if r.island == e.island and r.moved_to is None and e.generation > r.generation
-                     and (e.spec.get("cloud"), e.spec.get("region")) != (r.cloud, r.region) else r for r in refusals)
+                     and where != (r.cloud, r.region, r.gpu, r.count) else r for r in refusals)
     return refusals
 
 
@@ -77,13 +80,16 @@ def refusal_lines(refusals: tuple[Refusal, ...]) -> list[str]:
                      f"at {r.at:%Y-%m-%d %H:%M:%S}: {printable(r.reason)}")
         s = r.moved_to
         if s is None and r.unplaced:
-            lines.append(f"      no offer can take its place: {printable(r.unplaced, 400)}.")
+            lines.append(f"      no offer can take its place: {printable(r.unplaced, 700)}.")
             continue
         if s is None:
-            lines.append("      not moved yet: the planner moves it to the next-best offer of its GPU shape, "
+            lines.append("      not moved yet: the planner moves it to the next-best offer (another region or cloud, "
+                         "or another GPU type or count that holds the model at its TFLOPs) within the run's budget, "
                          "or says here why none is left")
             continue
         price = f", ${float(s['price_per_hour']):.2f}/hr" if s.get("price_per_hour") else ""
         lines.append(f"      moved to {_where(s.get('cloud'), s.get('region'), s.get('count'), s.get('gpu'))} "
                      f"as gen {r.moved_generation} at {r.moved_at:%Y-%m-%d %H:%M:%S}{price}")
+        if r.moved_why:     # the planner's sentence: the bound is the run's, the text is ours (printable all the same)
+            lines.append(f"      {printable(r.moved_why.split('; ', 1)[-1], 300)}")
     return lines

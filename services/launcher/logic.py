@@ -135,15 +135,17 @@ def reconcile(run: RunView, now: datetime, heard_since: datetime | None = None) 
 
 
 def move(state: State, cmd: MoveIsland) -> list[Publish]:
-    """The planner's answer to a refused start: the island's next generation on another offer of the same GPU shape.
-    Ignored unless the island still waits for the generation before `cmd.generation` (refused, not yet up)."""
+    """The planner's answer to a refused start: the island's next generation on another offer (its GPU shape elsewhere,
+    or another that holds the model; its IslandRequested carries the planner's reason). Ignored unless the island
+    still waits for the generation before `cmd.generation` (refused, not yet up)."""
     run = state.get(cmd.run_id)
     isl = run.islands[cmd.island] if run and not run.ended and cmd.island < len(run.islands) else None
     if run is None or isl is None or isl.generation != cmd.generation - 1 or isl.phase not in ("requested", "replacing"):
         return []
     moved = replace(isl, spec={**cmd.spec, "price_per_hour": cmd.price_per_hour},
                     meter=replace(isl.meter, price_per_hour=cmd.price_per_hour))
-    return start(run.run_id, run.recipe, len(run.islands), moved, cmd.generation)
+    return [replace(p, msg=p.msg.model_copy(update={"reason": cmd.reason[:600]})) if isinstance(p.msg, IslandRequested) else p
+            for p in start(run.run_id, run.recipe, len(run.islands), moved, cmd.generation)]  # the move's why, for status
 
 
 def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity | None = None,

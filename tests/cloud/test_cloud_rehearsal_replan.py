@@ -5,9 +5,10 @@ catalog as a VM downloads it: the rehearsal seeds the head's ~/.sky/catalogs) an
 next-best T4 offer (us-west-2), island 0's generation 1 starts there and trains, and the run finalizes: RunFinalized,
 the refusal and the re-plan (island 0's generation 1 requested in us-west-2) on the tape brought home, the artifact
 verifies, and `yeto status RUN` names the refusal and the move. And an island no offer can replace: refused in
-us-east-2, moved to us-west-2 and refused there too, with eu-west-1 over its price: the head's planner puts
-ReplanFailed on the tape once and `yeto status RUN` says what to change (the run, at --max-steps 100000, is then
-taken down; a run whose other islands reach --max-steps is cut without such an island, docs/PLANNER.md).
+us-east-2, moved to us-west-2 and refused there too, with eu-west-1 over the run's bound (a fleet named by --gpu: the
+launched fleet's price + 10 %): the head's planner puts ReplanFailed on the tape once, the other island trains to
+--max-steps, the finalizer cuts the run without island 0 (the cut's detail names it), the run finalizes, and
+`yeto status RUN` says the move, its bound and what to change.
 
 test_cloud_rehearsal_refusal.py is the same refusal with the services in this process, stopped at the moved job's
 start; this one goes through the head's own stack to the end."""
@@ -23,7 +24,6 @@ import pytest
 import rehearsal_world
 from rehearsal_jobs import locked
 from test_cloud_rehearsal import TRAIN_FLAGS, Laptop, learner_tiny
-from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 HEADER = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone,Arch"
@@ -101,27 +101,40 @@ def test_a_refused_region_is_replaced_by_the_next_best_offer_and_the_run_finaliz
 
 
 @pytest.mark.timeout(600)
-def test_a_refused_island_no_offer_can_replace_is_on_the_heads_tape_and_status_says_what_to_change(
+def test_an_island_no_offer_can_replace_is_cut_out_when_the_other_trained_to_max_steps_and_the_run_finalizes(
         rehearsal_dir, tmp_path):
     laptop, catalog = laptop_in(rehearsal_dir, tmp_path, refuse=["us-east-2", "us-west-2"])
-    run = "cloud-unplaced"     # island 0: us-east-2 refuses, the planner moves it to us-west-2, which refuses too;
-    started = laptop.yeto(     # eu-west-1's $0.25/hr is over us-west-2's $0.21 + 10%
+    run, started = "cloud-unplaced", time.monotonic()
+    # island 0: us-east-2 refuses, the planner moves it to us-west-2 (the fleet $0.46/hr within the launched $0.45/hr
+    # + 10%), which refuses too; eu-west-1's $0.25/hr would take the fleet to $0.50/hr: ReplanFailed. Island 1 trains
+    # in eu-west-1 to --max-steps, and the run is cut without island 0 and finalizes.
+    done = laptop.yeto(
         "launch", "--gpu", "aws:1xt4@us-east-2,aws:1xt4@eu-west-1", "--catalog-dir", str(catalog), "--model",
-        str(laptop.model), "--data", str(laptop.data), *TRAIN_FLAGS, "--run-id", run, "--yes", "--max-steps", "100000",
-        timeout=300)
-    assert started.returncode == 0, f"{started.stdout}\n{started.stderr}\n{laptop.story()}"
-    sentence = ("      no offer can take its place: the cheapest other aws offer of 1x1xT4, eu-west-1 at $0.25/hr, "
-                "costs more than the refused $0.21/hr + 10%; launch again with --gpu aws:1xt4@eu-west-1 to pay "
-                "$0.25/hr for it, or without --gpu with --exclude-regions us-east-2,us-west-2 so the planner picks "
-                "the fleet within --budget-per-hour (raise it to allow that).")
-    try:      # `yeto status` asks the head's tape while the run goes on (island 1 trains in eu-west-1)
-        status = wait_for(lambda: sentence in (out := laptop.yeto("status", run).stdout) and out, 300,
-                          "yeto status saying no offer can take island 0's place", interval=2, detail=laptop.story)
-        assert "island 0 gen 0: aws us-east-2 1xT4 refused (capacity)" in status
-        assert "      moved to aws us-west-2 1xT4 as gen 1" in status
-        assert "island 0 gen 1: aws us-west-2 1xT4 refused (capacity)" in status
-        failed = sql(laptop, run, f"select payload from events where run_id = '{run}' and type = 'ReplanFailed'")
-        assert [(json.loads(f["payload"])["island"], json.loads(f["payload"])["generation"]) for f in failed] == [(0, 1)]
-        assert not [j for j in laptop.islands(run) if j["name"].startswith(f"yeto-{run}-island-0-")]
-    finally:
-        laptop.yeto("down", run, "--now")
+        str(laptop.model), "--data", str(laptop.data), *TRAIN_FLAGS, "--run-id", run, "--yes", "--max-steps", "16",
+        "--wait", timeout=540)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{laptop.story()}"
+    print(f"{run}: launch --wait took {time.monotonic() - started:.0f}s")
+    launched = sql(laptop, run, f"select payload from events where run_id = '{run}' and type = 'RunLaunched'")
+    prices = json.loads(launched[0]["payload"])["recipe"]["prices"]     # what the planner's bound is made of
+    assert (prices["budget_per_hour"], prices["price_margin"]) == (None, 0.1), prices
+    failed = sql(laptop, run, f"select payload from events where run_id = '{run}' and type = 'ReplanFailed'")
+    assert [(json.loads(f["payload"])["island"], json.loads(f["payload"])["generation"]) for f in failed] == [(0, 1)]
+    cut = sql(laptop, run, f"select payload from events where run_id = '{run}' and type = 'FinalCutRequested'")
+    assert [json.loads(c["payload"])["detail"] for c in cut] == [
+        f"every island trained to --max-steps (never placed: island 0, which no offer could take; see `yeto status "
+        f"{run}`)"]
+    ended = sql(laptop, run, f"select type from events where run_id = '{run}' and type = 'RunFinalized'")
+    assert [e["type"] for e in ended] == ["RunFinalized"]
+    assert [j["name"] for j in laptop.islands(run)] == [f"yeto-{run}-island-1-g0"]     # island 0 never ran
+    status = laptop.yeto("status", run).stdout
+    assert "island 0 gen 0: aws us-east-2 1xT4 refused (capacity)" in status, status
+    assert "      moved to aws us-west-2 1xT4 as gen 1" in status
+    assert ("      next-best offer aws:1x1xt4@us-west-2 (g4dn.xlarge) at $0.21/hr, another region; the fleet's "
+            "$0.460/hr within the launched fleet's $0.450/hr + 10% ($0.495/hr; the run named its fleet, no budget)") \
+        in status
+    assert "island 0 gen 1: aws us-west-2 1xT4 refused (capacity)" in status
+    assert ("      no offer can take its place: the cheapest other offer that holds island 0, aws:1x1xT4@eu-west-1 at "
+            "$0.25/hr, would take the fleet's $0.500/hr over the launched fleet's $0.450/hr + 10% ($0.495/hr; the run "
+            "named its fleet, no budget); launch again with --gpu aws:1xt4@eu-west-1 to pay $0.25/hr for it, or "
+            "without --gpu with --exclude-regions us-east-2,us-west-2 so the planner picks the fleet within "
+            "--budget-per-hour (raise it to allow that).") in status, status

@@ -160,15 +160,21 @@ def test_status_tells_a_refusal_and_where_the_island_moved_from_the_tape(tmp_pat
     evs = [RunLaunched(run_id="r1", source="launcher", fleet=[spec, spec], recipe=RECIPE, ts=NOW),
            requested(0, spec, 0), hostile, hostile.model_copy(update={"id": "again"}),   # told twice: one refusal
            requested(1, spec, 1),                       # the same offer again is no move
-           requested(2, west, 2),
+           requested(2, west, 2).model_copy(update={"reason": (   # the move's reason: what changed, the bound kept
+               "aws:1x8xh100@us-east-2 refused (capacity); next-best offer aws:1x8xh100@us-west-2 (p5.48xlarge) at "
+               "$12.69/hr, another region; the fleet's $25.94/hr within the launched fleet's $26.00/hr + 10% "
+               "($28.60/hr; the run named its fleet, no budget)\x1b[2J")}),
            refused("us-east-2").model_copy(update={"island": 1, "generation": 0})]
     out = status_of(tmp_path, "r1", evs, capsys)
     lines = out[out.index("offers refused at launch:"):].splitlines()
-    assert lines[1:5] == [
+    assert lines[1:6] == [
         "    island 0 gen 0: aws us-east-2 8xH100 refused (capacity) at 2026-12-05 02:00:00: no capacity [2J next line",
         "      moved to aws us-west-2 8xH100 as gen 2 at 2026-12-05 02:02:00, $12.69/hr",
+        "      next-best offer aws:1x8xh100@us-west-2 (p5.48xlarge) at $12.69/hr, another region; the fleet's $25.94/hr "
+        "within the launched fleet's $26.00/hr + 10% ($28.60/hr; the run named its fleet, no budget) [2J",
         "    island 1 gen 0: aws us-east-2 8xH100 refused (capacity) at 2026-12-05 02:00:00: InsufficientInstanceCapacity",
-        "      not moved yet: the planner moves it to the next-best offer of its GPU shape, or says here why none is left"]
+        "      not moved yet: the planner moves it to the next-best offer (another region or cloud, or another GPU type "
+        "or count that holds the model at its TFLOPs) within the run's budget, or says here why none is left"]
     assert main(["--state-dir", str(tmp_path), "status", "r1", "--json"]) == 0
     view = json.loads(capsys.readouterr().out)
     assert [(r["island"], r["region"], (r["moved_to"] or {}).get("region")) for r in view["refusals"]] == \

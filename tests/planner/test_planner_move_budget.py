@@ -1,0 +1,117 @@
+"""A refused island's move within the run's budget (pure): the bounds the launch records (--budget-per-hour,
+--price-margin, or the launched fleet's price), the next-best offer on another cloud or of another GPU type when the
+same shape elsewhere is over them, and the moved island's start carrying its new shape."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from functools import reduce
+
+import pytest
+
+from yeto.schemas.commands import LaunchRun
+from yeto.schemas.fleet import IslandRequested, RunLaunched, StartIsland
+from yeto.schemas.offers import MoveIsland, OfferRefused, ReplanFailed
+from yeto.services.launcher.logic import decide
+from yeto.services.launcher.state import evolve
+from yeto.services.planner import wiring
+from yeto.services.planner.catalog import Offering
+from yeto.services.planner.move_budget import bounds_of
+from yeto.services.planner.replan import Replacement, Unplaceable, replacement
+from yeto.services.planner.signals import Signals
+
+NOW = datetime(2026, 12, 5, 2, 0, tzinfo=timezone.utc)
+H100 = [Offering("aws", r, "p5.48xlarge", "H100", 8, 192.0, 2048.0, 55.04, s)
+        for r, s in (("us-east-2", 11.25), ("us-west-2", 12.69), ("us-east-1", 17.63))]
+GCP_H100 = Offering("gcp", "us-central1", "a3-highgpu-8g", "H100", 8, 208.0, 1872.0, 88.25, 12.10)
+H200 = Offering("aws", "us-east-1", "p5e.48xlarge", "H200", 8, 192.0, 2048.0, 60.0, 12.00)
+A100 = Offering("aws", "us-east-1", "p4de.24xlarge", "A100-80GB", 8, 96.0, 1152.0, 40.97, 5.00)   # cheaper, slower
+SPEC = {"cloud": "aws", "gpu": "H100", "count": 8, "nodes": 1, "region": "us-east-2", "spot": True}
+TRAIN = {"model": "m", "data": "org/chat", "tuning": "lora", "seq_len": 2048, "micro_batch": 1}
+
+
+def launched(prices: dict, config: dict, fleet: list[dict] | None = None) -> RunLaunched:
+    fleet = fleet or [{**SPEC, "price_per_hour": 11.25}, {**SPEC, "region": "us-east-1", "price_per_hour": 11.25}]
+    recipe = {"recipe_version": 2, "train": TRAIN, "prices": prices, "config": config, "bus_url": "tls://203.0.113.7:4222"}
+    return RunLaunched(run_id="r1", source="launcher", fleet=fleet, recipe=recipe)
+
+
+def refused(region: str = "us-east-2", price: float = 11.25, generation: int = 0) -> OfferRefused:
+    return OfferRefused(run_id="r1", source="launcher", island=0, generation=generation, cloud="aws", region=region,
+                        gpu="H100", count=8, spot=True, price_per_hour=price, cause="capacity",
+                        reason="InsufficientInstanceCapacity", ts=NOW)
+
+
+# the planner picked the fleet under $26/hr: (11.25 + x) x 1.1 + 0.19 <= 26 leaves island 0 $12.21/hr
+PLANNED = launched({"head_price_per_hour": 0.19, "budget_per_hour": 26.0, "price_margin": 0.10},
+                   {"gpu": None, "clouds": "aws,gcp", "weights_gb": 18.0})
+
+
+def test_the_budget_the_launch_recorded_bounds_the_fleet_after_the_move():
+    b = bounds_of(PLANNED)
+    assert b is not None and b.budget == 26.0 and b.clouds == ("aws", "gcp")
+    assert b.room(0) == pytest.approx((26.0 - 0.19) / 1.1 - 11.25)
+    named = bounds_of(launched({"head_price_per_hour": 0.19, "price_margin": 0.10}, {"gpu": "aws:8xh100@us-east-2"}))
+    assert named is not None and named.budget is None and named.clouds == ("aws",)        # the fleet's own clouds
+    assert named.room(0) == pytest.approx(22.5 * 1.1 - 11.25)                              # launched x (1 + margin)
+    assert bounds_of(launched({"head_price_per_hour": 0.19}, {})) is None                  # a tape from before
+    moved = wiring.evolve(wiring.evolve(wiring.State(), PLANNED), IslandRequested(
+        run_id="r1", source="launcher", island=1, generation=1, spec=SPEC, price_per_hour=12.0))
+    assert moved.bounds("r1").islands == (11.25, 12.0)
+
+
+def test_when_the_same_shape_elsewhere_is_over_the_budget_the_only_offer_within_it_on_another_cloud_takes_it():
+    b = bounds_of(PLANNED)
+    got = replacement(refused(), [*H100, GCP_H100], Signals(), b)
+    assert isinstance(got, Replacement) and (got.offering.cloud, got.offering.region, got.price) == \
+        ("gcp", "us-central1", 12.10)
+    # the same run with gcp not among its clouds: nothing within the budget is left, and the reason says its numbers
+    aws_only = bounds_of(launched(PLANNED.recipe["prices"], {"clouds": "aws", "weights_gb": 18.0}))
+    none = replacement(refused(), [*H100, GCP_H100], Signals(), aws_only)
+    assert isinstance(none, Unplaceable)
+    assert none.reason == ("the cheapest other offer that holds island 0, aws:1x8xH100@us-west-2 at $12.69/hr, would "
+                           "take the fleet's $23.94/hr + 10% margin + head $0.190/hr = $26.52/hr over the run's "
+                           "--budget-per-hour $26.00")
+    assert none.advice.startswith("launch again with --gpu aws:8xh100@us-west-2 to pay $12.69/hr for it")
+
+
+def test_when_no_offer_of_the_shape_fits_another_gpu_type_that_holds_the_model_at_its_tflops_takes_it():
+    b = bounds_of(PLANNED)
+    got = replacement(refused(), [*H100, H200, A100], Signals(), b)
+    assert isinstance(got, Replacement) and (got.offering.gpu, got.offering.count, got.price) == ("H200", 8, 12.00)
+    assert got.spec(1) == {"cloud": "aws", "gpu": "H200", "count": 8, "nodes": 1, "region": "us-east-1", "spot": True}
+    # the slower A100s, though cheaper, never take an H100 island's place
+    assert isinstance(replacement(refused(), [*H100, A100], Signals(), b), Unplaceable)
+    # the same shape is preferred to a cheaper other one while it fits the budget
+    cheap_west = [Offering("aws", "us-west-2", "p5.48xlarge", "H100", 8, 192.0, 2048.0, 55.04, 12.05)]
+    assert replacement(refused(), [*H100[:1], *cheap_west, H200], Signals(), b).offering.gpu == "H100"
+    # a model whose size the tape does not know: only the same shape is known to hold it
+    unknown = bounds_of(launched(PLANNED.recipe["prices"], {"clouds": "aws"}))
+    none = replacement(refused(), [*H100, H200], Signals(), unknown)
+    assert isinstance(none, Unplaceable) and none.reason.startswith("the cheapest other offer that holds island 0, "
+                                                                    "aws:1x8xH100@us-west-2")
+
+
+def test_a_run_that_recorded_no_budget_keeps_the_same_shape_on_its_cloud_within_the_refused_price_and_ten_percent():
+    assert replacement(refused(price=12.0), [*H100, GCP_H100, H200], Signals(), None).offering.region == "us-west-2"
+    old = replacement(refused(price=11.0), [*H100, GCP_H100, H200], Signals(), None)
+    assert isinstance(old, Unplaceable) and "costs more than the refused $11.00/hr + 10%" in old.reason
+
+
+def test_the_move_says_what_changed_and_the_budget_and_the_launcher_starts_the_new_shape():
+    state = wiring.evolve(wiring.State(), PLANNED)
+    move = wiring.move_island(refused(), [*H100, H200], Signals(), state.bounds("r1"))
+    assert isinstance(move, MoveIsland) and move.spec["gpu"] == "H200" and move.price_per_hour == 12.0
+    assert move.reason == ("aws:1x8xh100@us-east-2 refused (capacity); next-best offer aws:1x8xh200@us-east-1 "
+                           "(p5e.48xlarge) at $12.00/hr, another region, GPU type; the fleet's $23.25/hr + 10% margin "
+                           "+ head $0.190/hr = $25.77/hr within the run's --budget-per-hour $26.00")
+    failed = wiring.move_island(refused(), H100, Signals(), state.bounds("r1"))
+    assert isinstance(failed, ReplanFailed) and "over the run's --budget-per-hour $26.00" in failed.reason
+    # the launcher starts generation 1 with the new shape: its StartIsland's spec is what the backend rents and
+    # the ranks it runs (sky_tasks.island_task: accelerators {gpu: count}, torchrun --nproc-per-node count)
+    start = LaunchRun(id="L", run_id="r1", fleet=PLANNED.fleet, recipe=PLANNED.recipe)
+    out = [i.msg for i in decide({}, start, NOW)]
+    launcher = reduce(evolve, [m for m in out if not isinstance(m, StartIsland)], {})
+    moved = [i.msg for i in decide(launcher, move, NOW)]
+    assert [type(m).__name__ for m in moved] == ["StartIsland", "IslandRequested"]
+    assert all((m.generation, m.spec["gpu"], m.spec["count"], m.price_per_hour) == (1, "H200", 8, 12.0) for m in moved)
+    assert moved[1].reason == move.reason       # on the tape with the move, for `yeto status`
