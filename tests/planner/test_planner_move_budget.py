@@ -115,3 +115,32 @@ def test_the_move_says_what_changed_and_the_budget_and_the_launcher_starts_the_n
     assert [type(m).__name__ for m in moved] == ["StartIsland", "IslandRequested"]
     assert all((m.generation, m.spec["gpu"], m.spec["count"], m.price_per_hour) == (1, "H200", 8, 12.0) for m in moved)
     assert moved[1].reason == move.reason       # on the tape with the move, for `yeto status`
+
+
+def test_a_moved_island_of_another_shape_is_rented_and_run_as_that_shape(tmp_path):
+    """What the launcher's SkyPilot backend builds from the moved generation's StartIsland (as effects.py does): the
+    new GPUs, nodes and ranks; --micro-batch stays per GPU (the screening sized it for the new GPUs)."""
+    from yeto.services.launcher.backends.base import IslandLaunch
+    from yeto.services.launcher.backends.sky_tasks import island_task
+
+    data = tmp_path / "chat.jsonl"
+    data.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n')
+    cheap_h200 = [Offering("aws", "us-east-1", "p5e.48xlarge", "H200", 4, 96.0, 1024.0, 30.0, 6.00),
+                  Offering("aws", "us-east-1", "p5e.48xlarge", "H200", 8, 192.0, 2048.0, 60.0, 12.00)]
+    refused_2x = refused().model_copy(update={"nodes": 2, "count": 4, "price_per_hour": 11.25})
+    state = wiring.evolve(wiring.State(), launched(PLANNED.recipe["prices"], PLANNED.recipe["config"],
+                                                  [{**SPEC, "count": 4, "nodes": 2, "price_per_hour": 11.25}]))
+    move = wiring.move_island(refused_2x, cheap_h200, Signals(), state.bounds("r1"))
+    # 2 nodes x 4 H100 -> 1 node x 8 H200 (4 H200 would train at half the TFLOPs)
+    assert isinstance(move, MoveIsland) and (move.spec["gpu"], move.spec["count"], move.spec["nodes"]) == ("H200", 8, 1)
+    assert "another region, GPU type, GPUs;" in move.reason
+    recipe = {**PLANNED.recipe, "train": {**TRAIN, "data": str(data), "micro_batch": 2}}
+    start = StartIsland(run_id="r1", source="launcher", island=0, generation=1, spec=move.spec, recipe=recipe,
+                        num_islands=2, price_per_hour=move.price_per_hour)
+    task = island_task(IslandLaunch(run_id=start.run_id, island=start.island, generation=start.generation,
+                                    spec=start.spec, recipe=start.recipe, num_islands=start.num_islands,
+                                    nats_url="tls://head:4222", start_step=start.start_step))
+    (res,) = task.resources
+    assert res.accelerators == {"H200": 8} and res.region == "us-east-1" and task.num_nodes == 1
+    assert "--nproc-per-node 8" in task.run
+    assert '"micro_batch": 2' in task.envs["YETO_RECIPE"]
