@@ -1,6 +1,7 @@
 """A refused island's move within the run's budget (pure): the bounds the launch records (--budget-per-hour,
 --price-margin, or the launched fleet's price), the next-best offer on another cloud or of another GPU type when the
-same shape elsewhere is over them, and the moved island's start carrying its new shape."""
+same shape elsewhere is over them, and the moved island's start carrying its new shape; then, on a real nats-server
+with the launcher and the planner as services, a budgeted run's island moved to another cloud."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -8,6 +9,10 @@ from functools import reduce
 
 import pytest
 
+from replan_world import Collected, launcher_and_planner, no_cloud_credentials, status_of
+from test_planner_replan import RefusingCloud
+from waiting import until
+from yeto.infra.bus import connect
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.fleet import IslandRequested, RunLaunched, StartIsland
 from yeto.schemas.offers import MoveIsland, OfferRefused, ReplanFailed
@@ -144,3 +149,39 @@ def test_a_moved_island_of_another_shape_is_rented_and_run_as_that_shape(tmp_pat
     assert res.accelerators == {"H200": 8} and res.region == "us-east-1" and task.num_nodes == 1
     assert "--nproc-per-node 8" in task.run
     assert '"micro_batch": 2' in task.envs["YETO_RECIPE"]
+
+
+@pytest.mark.slow
+async def test_on_a_real_bus_a_budgeted_run_moves_its_island_to_another_cloud_and_status_says_the_bound(
+        fresh_nats, tmp_path, run_id, monkeypatch, capsys):
+    """The launcher and the planner as services: the run's RunLaunched carries its budget ($10/hr, --clouds aws,gcp);
+    us-east-2 refuses the aws 1x H100 island; aws's other 1x H100 (eu-west-2, $8.94/hr on demand) would take the fleet
+    over the budget, gcp's us-central1 (a3-highgpu-1g with its GPU, $5.38/hr) keeps it within: generation 1 starts
+    there."""
+    no_cloud_credentials(tmp_path, monkeypatch)
+    url, seen = fresh_nats.url, Collected()
+    bus = await connect(url, name="test")
+    watch = await seen.watch(bus, run_id)
+    cloud = RefusingCloud()
+    recipe = launched({"head_price_per_hour": 0.19, "budget_per_hour": 10.0, "price_margin": 0.10},
+                      {"clouds": "aws,gcp", "weights_gb": 18.0}).recipe
+    try:
+        async with launcher_and_planner(url, cloud, tmp_path / "planner"):
+            fleet = [{"cloud": "aws", "gpu": "H100", "count": 1, "nodes": 1, "region": "us-east-2", "spot": False,
+                      "price_per_hour": 6.88}]
+            await bus.publish(LaunchRun(run_id=run_id, source="test", fleet=fleet, recipe=recipe))
+            await until(lambda: [e for e in seen.of("IslandRequested") if e.generation == 1], 90, "the move",
+                        changed=seen.changed, detail=lambda: f"seen {[e.type for e in seen.events]}")
+    finally:
+        await watch.close()
+        await bus.close()
+    moved = next(e for e in seen.of("IslandRequested") if e.generation == 1)
+    assert (moved.spec["cloud"], moved.spec["region"], moved.spec["gpu"], moved.spec["count"]) == \
+        ("gcp", "us-central1", "H100", 1)
+    assert moved.reason.endswith("another cloud, region; the fleet's $5.38/hr + 10% margin + head $0.190/hr = "
+                                 "$6.11/hr within the run's --budget-per-hour $10.00"), moved.reason
+    assert (0, 1, "us-central1") in cloud.started
+    status = status_of(tmp_path / "state", run_id, seen.events, capsys)
+    assert "      moved to gcp us-central1 1xH100 as gen 1" in status
+    assert "another cloud, region; the fleet's $5.38/hr + 10% margin + head $0.190/hr = $6.11/hr within the run's " \
+           "--budget-per-hour $10.00" in status
