@@ -13,6 +13,9 @@ launch starts the stack too, and reads the stage boundaries from real signals:
   connect     `connect_s` on the `done` line: the sync hook (bus connect, layout declared)
   data        `data_s` on the `done` line: training batches and held-out set made, the first batch drawn
   first_step  the rest, to the island's first LearnerProgress on the tape: the initial keyframe's join, one step
+    join      of first_step: `join_s` on the `done` line (initial pushes sent, version 0 adopted or fetched)
+    step1     of first_step: the first `step` line's `seconds` less `first_batch_s` (counted in data): forward,
+              backward, optimizer step, the step boundary
 The table shows, per stage, the median over reps of the island that reached its first step last (the critical one);
 total = launch to the last island's first step. The learner's lines are read with YETO_LOG_FORMAT=json.
 
@@ -41,6 +44,7 @@ from pathlib import Path
 
 YETO = str(Path(sys.executable).parent / "yeto")      # the venv's CLI (a frozen arm's env picks its own `yeto.*`)
 STAGES = ("cli", "stack", "services", "spawn", "import", "build", "connect", "data", "first_step")
+PARTS = ("join", "step1")     # parts of first_step (arms before 2026-12-05 do not print join_s: n/a)
 
 
 def sql(home: Path, query: str) -> list[list]:
@@ -76,7 +80,7 @@ def launch(env: dict, cwd: Path, args, model: Path, data: Path, run: str) -> tup
 
 
 def learner_lines(home: Path, run: str, island: int) -> dict[str, dict]:
-    """The island's JSON `start` and `done` lines from its log (the local launcher's file of its stdout)."""
+    """The island's JSON `start`, first `step` and `done` lines from its log (the local launcher's file of its stdout)."""
     found = {}
     log = home / "runs" / run / "logs" / f"island-{island}.log"
     for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
@@ -85,7 +89,7 @@ def learner_lines(home: Path, run: str, island: int) -> dict[str, dict]:
                 obj = json.loads(line)
             except ValueError:
                 continue
-            found[obj.get("event")] = obj
+            found.setdefault(obj.get("event"), obj)     # the first `step` line
     return found
 
 
@@ -121,7 +125,14 @@ def stages(t0: float, seen: dict, launched: float, up: float, first: float, line
            "import": start.get("import_s"), "build": start.get("build_s"),
            "connect": done.get("connect_s"), "data": done.get("data_s")}
     known = sum(v for v in out.values() if v is not None)
-    return {**out, "first_step": first - t0 - known, "total": first - t0}
+    return {**out, "first_step": first - t0 - known, "total": first - t0,
+            "join": done.get("join_s"), "step1": step1(lines)}
+
+
+def step1(lines: dict[str, dict]) -> float | None:
+    """The first step's own seconds: its `step` line's, less the first batch's wait (data_s counts it)."""
+    seconds, first_batch = lines.get("step", {}).get("seconds"), lines["done"].get("first_batch_s")
+    return None if seconds is None or first_batch is None else seconds - first_batch
 
 
 def one_rep(arm: str, frozen: Path | None, args, work: Path, rep: int) -> dict:
@@ -145,8 +156,8 @@ def medians(results: list[dict], arms: list[str]) -> dict[str, dict[str, float |
     """Per arm, per stage: the median over reps of the critical island's seconds (None: the arm does not report it)."""
     out: dict[str, dict[str, float | None]] = {}
     for a in arms:
-        vals = {st: [r["critical"][st] for r in results if r["arm"] == a and r["critical"][st] is not None]
-                for st in (*STAGES, "total")}
+        vals = {st: [r["critical"].get(st) for r in results if r["arm"] == a and r["critical"].get(st) is not None]
+                for st in (*STAGES, *PARTS, "total")}
         out[a] = {st: statistics.median(v) if v else None for st, v in vals.items()}
     return out
 
@@ -163,11 +174,11 @@ def table(med: dict[str, dict[str, float | None]], arms: list[str]) -> list[str]
     head = [f"{a} median s" for a in arms] + ([f"{arms[-1]} / {arms[0]}"] if two else [])
     rows = [f"| stage | {' | '.join(head)} |", "|---|" + "---|" * len(head)]
     ratio = ratios(med, arms) if two else {}
-    for stage in (*STAGES, "total"):
+    for stage in (*STAGES, *PARTS, "total"):
         cells = [f"{med[a][stage]:.2f}" if med[a][stage] is not None else "n/a" for a in arms]
         if two:
             cells.append(f"{ratio[stage]:.2f}" if ratio[stage] is not None else "n/a")
-        rows.append(f"| {stage} | {' | '.join(cells)} |")
+        rows.append(f"| {'first_step: ' + stage if stage in PARTS else stage} | {' | '.join(cells)} |")
     return rows
 
 

@@ -188,8 +188,10 @@ class FirstItemClock(Iterator[T]):
 
 def run(backend: Backend, args: LearnerArgs) -> float:
     """Train this rank to the recipe's end; return the final held-out loss (NaN where this rank evaluates nothing).
-    Start-up costs are measured for benchmarks/startup.py: `import_s` and `build_s` on the `start` line, `connect_s`
-    and `data_s` (training batches and held-out set made, the first batch drawn) on the `done` line."""
+    Start-up costs are measured for benchmarks/startup.py: `import_s` and `build_s` on the `start` line, `connect_s`,
+    `data_s` (training batches and held-out set made, the first batch drawn) on the `done` line, and with sync
+    `join_s` (the initial globals' join before the first step) and `first_batch_s` (the first batch's part of
+    `data_s`, drawn inside the first step's seconds)."""
     import_s = since_process_start()
     out = Console(console.log_format(args.log_format), args.log_every_s)
     console.quiet()
@@ -232,9 +234,12 @@ def run(backend: Backend, args: LearnerArgs) -> float:
             backend.on_rank0(built, sync.close if sync is not None else None)
         held = backend.evaluate(built, heldout) if heldout else math.nan
         if rank == 0:
+            join_s = getattr(sync, "join_s", None)      # DilocoHook's; a hook that never joined has none
+            joined = {"join_s": round(join_s, 3), "first_batch_s": round(batches.first_s or 0.0, 3)} \
+                if join_s is not None else {}
             out.emit(event="done", steps=len(results), tokens=sum(r.tokens for r in results),
                      seconds=round(elapsed, 3), heldout=held, connect_s=round(connect_s, 3),
-                     data_s=round(data_s + (batches.first_s or 0.0), 3))
+                     data_s=round(data_s + (batches.first_s or 0.0), 3), **joined)
         if sync is not None:
             out.emit(event="sync", **sync.stats())
         return held

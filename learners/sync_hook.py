@@ -24,6 +24,7 @@ class DilocoHook:
         self.sync, self.transport, self.join_wait_s, self.sends_init = sync, transport, join_wait_s, sends_init
         self.clock, self.sleep = clock, sleep
         self._last_step_at: float | None = None
+        self.join_s: float | None = None     # how long join() took (the `done` line's, for benchmarks/startup.py)
 
     def join(self) -> bool:
         """Join the run: the learner that `sends_init` (island 0 of a fresh run) offers its initial values at
@@ -32,6 +33,7 @@ class DilocoHook:
         download) and offer their own values only for fragments still without one, then wait as long
         again. A (re)started learner begins from the run's latest globals, a fresh run's learners from the
         same seeded values anyway; either way training starts when the waits end."""
+        started = self.clock()
         if self.sends_init:
             send(self.transport, self.sync.init_pushes())
         changed = self._wait()
@@ -40,6 +42,7 @@ class DilocoHook:
             send(self.transport, [push for push in self.sync.init_pushes() if push.header.fragment in missing])
             changed = self._wait() or changed
         self._last_step_at = self.clock()
+        self.join_s = self._last_step_at - started
         return changed
 
     def _wait(self) -> bool:

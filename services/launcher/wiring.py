@@ -82,6 +82,6 @@ async def serve_watches(ctx) -> None:
 
 def build(args) -> ServiceSpec:
     conf = args.settings
-    backends = {"local": LocalBackend(conf.state_dir), "skypilot": SkyPilotBackend(conf.state_dir),
+    backends = {"local": LocalBackend(conf.state_dir, zygote=True), "skypilot": SkyPilotBackend(conf.state_dir),
                 "external": ExternalBackend(conf.state_dir, conf.nats_url)}
     return spec(Effects(backends, conf.nats_url, revoke=functools.partial(bus_auth.revoke_run, conf.state_dir)))

@@ -26,6 +26,7 @@ from yeto.infra.bus import auth as bus_auth
 from yeto.infra.run_paths import run_path
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus, learner_args
+from yeto.services.launcher.backends.zygote import Zygote
 
 # `sh -c WRAP exitfile cmd...` runs cmd, then records its status: the one thing a non-parent can read later.
 WRAP = '"$@"; echo $? > "$0"'
@@ -71,8 +72,17 @@ def last_error(log: Path, generation: int) -> str:
 class LocalBackend:
     name = "local"
 
-    def __init__(self, state_dir: Path, *, rank_argv: RankArgv = torch_learner, env: dict[str, str] | None = None):
+    def __init__(self, state_dir: Path, *, rank_argv: RankArgv = torch_learner, env: dict[str, str] | None = None,
+                 zygote: bool = False):
+        """`zygote`: start a pre-imported torch learner now (backends/zygote.py) and fork CPU islands' ranks from it;
+        the launcher service's backend does, a backend made to read or signal islands does not."""
         self.state_dir, self.rank_argv, self.env = Path(state_dir), rank_argv, env or {}
+        self.zygote = Zygote(self.base_env(), self.state_dir / "logs" / "learner-zygote.log") if zygote else None
+
+    def base_env(self) -> dict[str, str]:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        env.pop(bus_auth.CREDS_ENV, None)      # never the launcher's own (service) credential
+        return env
 
     def run_dir(self, run_id: str) -> Path:
         return run_path(self.state_dir, run_id)
@@ -94,8 +104,7 @@ class LocalBackend:
         log = self.log_path(launch.run_id, launch.island)
         log.parent.mkdir(parents=True, exist_ok=True)
         port, pgid, pids = free_port(), 0, []
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        env.pop(bus_auth.CREDS_ENV, None)      # never the launcher's own (service) credential
+        env = self.base_env()
         creds = bus_auth.issue_learner(self.state_dir, launch.run_id, launch.learner, launch.generation)
         if creds is not None:
             env[bus_auth.CREDS_ENV] = str(creds)
@@ -106,13 +115,17 @@ class LocalBackend:
         with open(log, "ab") as out:
             out.write(f"=== island {launch.island} generation {launch.generation} ===\n".encode())
             out.flush()
+            forks = self.zygote is not None and launch.spec.get("gpu", "cpu") == "cpu" and \
+                train.get("base_quantization") != "nf4"     # the zygote touches no device and keeps NF4 out
             for rank in range(int(launch.spec.get("count", 1))):
-                argv = ["sh", "-c", WRAP, str(gdir / f"rank-{rank}.exit"),
-                        *self.rank_argv(launch, recipe_path, rank, port)]
-                proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, process_group=pgid)
-                pgid = pgid or proc.pid
-                pids.append(proc.pid)
+                exit_file, argv = gdir / f"rank-{rank}.exit", self.rank_argv(launch, recipe_path, rank, port)
+                pid = self.zygote.fork(argv, env, log=log, exit_file=exit_file, pgid=pgid) if forks else None
+                if pid is None:
+                    pid = subprocess.Popen(["sh", "-c", WRAP, str(exit_file), *argv], stdout=out,
+                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                           process_group=pgid).pid
+                pgid = pgid or pid
+                pids.append(pid)
         started = {str(p): procs.started_at(p) for p in pids}
         (gdir / "group.json").write_text(json.dumps({"pgid": pgid, "pids": pids, "started_at": started}))
         return str(pgid)

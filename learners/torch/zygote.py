@@ -1,0 +1,136 @@
+"""A pre-imported torch learner (a zygote): the local launcher forks each CPU island's ranks from it.
+
+`python -m yeto.learners.torch.zygote` imports what every learner imports (torch, transformers, numba, the
+learner shell), then reads requests from stdin, one JSON object a line:
+
+    {"argv": [learner arguments], "env": {...}, "log": path, "exit_file": path, "pgid": 0 or the island's group}
+
+and answers each with `{"pid": N}` (or `{"error": why}`) on stdout. The forked child joins the process group `pgid`
+(0: a group of its own), writes its output to `log`, runs the learner with `env` as its environment and writes its
+exit status to `exit_file` (as the spawned rank's shell wrapper does; a rank killed by a signal leaves none).
+The zygote reaps its children and ends when its stdin closes (the launcher is gone); the children run on.
+
+Why a fork is safe here: the zygote only imports. It starts no thread (no torch op has run, so neither OpenMP's
+nor torch's pools exist; numba's pool starts at the first parallel kernel) and touches no device. The one pool
+an import starts is numpy's OpenBLAS (its cores less one), which OpenBLAS itself stops before a fork and restarts
+after (its pthread_atfork handler). The zygote refuses to fork while /proc/self/task shows any thread beyond those
+present right after numpy's import, and the launcher sends it CPU islands only. State that
+imports fix and a child must not share is reset in the child: the thread count (OMP_NUM_THREADS, read by OpenMP
+when torch loaded, is applied with torch.set_num_threads) and numpy's global generator (reseeded; `random` is
+reseeded by CPython at fork). Every other variable the imports could have read must equal the zygote's own: the
+launcher checks that before asking (services/launcher/backends/zygote.py), else it spawns the rank as before.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import signal
+import sys
+import traceback
+from typing import NoReturn
+
+import numpy as np
+
+
+def num_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+BLAS_THREADS = num_threads()     # the main thread and OpenBLAS's pool (fork-safe: see the module docstring)
+
+import torch  # noqa: E402
+
+from yeto.learners.torch import quant  # noqa: E402
+
+quant.keep_out_unless(False)     # before transformers: the launcher forks no NF4 island from here
+
+# What the model build imports, paid here once: the Auto classes, Llama's modules (the tiny test model's and
+# SmolLM2's architecture; another architecture imports its own in the child), peft (LoRA) and the bus client.
+import peft  # noqa: E402,F401
+import transformers.models.llama.modeling_llama  # noqa: E402,F401
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402,F401
+
+from yeto.learners import bus_client  # noqa: E402,F401
+from yeto.learners.torch import __main__ as entry  # noqa: E402
+from yeto.learners.transport import logs_setup  # noqa: E402,F401
+
+
+def reap(*_: object) -> None:
+    """SIGCHLD: collect every ended child (a zombie would read as dead to the launcher anyway: infra/procs.py)."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def exit_code(err: SystemExit) -> int:
+    return err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
+
+
+def child(request: dict) -> NoReturn:
+    """The forked rank: its group, its output, its environment, then the learner; its status to the exit file."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setpgid(0, request["pgid"])
+    out = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    os.close(null)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    if threads := os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(threads))
+    np.random.seed()
+    sys.argv = [entry.__file__, *request["argv"]]
+    code = 1
+    try:
+        code = entry.main(request["argv"])
+    except SystemExit as err:
+        code = exit_code(err)
+    except BaseException:  # noqa: BLE001 - what an uncaught error does to a spawned rank: a traceback, status 1
+        traceback.print_exc()
+    finally:
+        atexit._run_exitfuncs()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with open(request["exit_file"], "w") as f:
+            f.write(f"{code}\n")
+    os._exit(code)
+
+
+def fork(request: dict) -> dict:
+    if (n := num_threads()) > BLAS_THREADS:     # fewer after a first fork: OpenBLAS restarts its pool lazily
+        return {"error": f"the zygote runs {n} threads, more than {BLAS_THREADS}: a fork could copy a lock held"}
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        child(request)
+    try:
+        os.setpgid(pid, request["pgid"] or pid)    # as the child does: whichever runs first, the group is set
+    except OSError:
+        pass     # the child set it already and may have started its learner
+    return {"pid": pid}
+
+
+def main() -> int:
+    signal.signal(signal.SIGCHLD, reap)
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        try:
+            answer = fork(json.loads(line))
+        except (ValueError, KeyError, OSError) as err:
+            answer = {"error": f"{type(err).__name__}: {err}"}
+        print(json.dumps(answer), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
