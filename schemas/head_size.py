@@ -78,3 +78,30 @@ def choose_head(trainable: int, *, num_learners: int, sync: SyncConfig | None = 
         f"(--head-memory-gb {2 ** math.ceil(math.log2(need))}), train fewer values (--tuning lora, a smaller --lora-r) "
         f"or use fewer islands; --syncers N splits the syncer over N processes "
         f"({math.ceil(syncer.process * (1 + MARGIN) / 1e9)} GB each now) on the same head, not its total")
+
+
+MAX_HEAD_NODES = 5       # JetStream keeps at most 5 copies of a stream
+
+
+def check_head_nodes(num_nodes: int) -> None:
+    """`--head-nodes`: 1 (one VM; mirror mode covers its loss with a window) or 3 to 5 VMs (a NATS cluster, streams on
+    every node: one VM's loss loses nothing); ValueError with the reason otherwise."""
+    if num_nodes == 2:
+        raise ValueError("--head-nodes 2: a head over several VMs outlives the loss of one only with a Raft majority "
+                         "left, which needs 3 nodes; use 3 (or 1)")
+    if not 1 <= num_nodes <= MAX_HEAD_NODES:
+        raise ValueError(f"--head-nodes {num_nodes}: use 1, or 3 to {MAX_HEAD_NODES} (JetStream keeps at most "
+                         f"{MAX_HEAD_NODES} copies of a stream, so more nodes would hold no more of it)")
+
+
+def head_nodes_line(num_nodes: int, price_per_hour: float) -> str:
+    """What a head of `num_nodes` VMs buys and costs (yeto launch --dry-run and the launch's plan print it)."""
+    if num_nodes == 1:
+        return (f"head: 1 VM at ${price_per_hour:.2f}/hr; its loss stops the run until `yeto recover` rents another "
+                f"from the mirror (with --output), losing what it acknowledged after the last mirror (10 s at most, "
+                f"docs/CLOUD.md section 10); --head-nodes 3 for none")
+    extra = (num_nodes - 1) * price_per_hour
+    return (f"head: {num_nodes} VMs at ${price_per_hour:.2f}/hr each, ${num_nodes * price_per_hour:.2f}/hr "
+            f"(+${extra:.2f}/hr for the other {num_nodes - 1}); losing any one loses no acknowledged event, and "
+            f"rounds merge on unless it held the syncer (the tape writer and each syncer shard run once: "
+            f"docs/CLUSTER.md)")

@@ -7,8 +7,11 @@ through $YETO_NATS_CREDS (infra/bus/nats_bus.py reads it), never through its com
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -102,10 +105,25 @@ def issue_learner(state_dir: Path, run_id: str, learner: str, generation: int = 
             ident = json.loads(path.read_text())
         elif ident.get("revoked") or ident.get("generation", 0) >= generation:
             return path
-        write_secret(path, json.dumps({**ident, "password": secrets.token_urlsafe(32), "generation": generation}))
+        write_secret(path, json.dumps({**ident, "password": _password(state_dir, run_id, learner, generation),
+                                       "generation": generation}))
         _render(state_dir)
         reload_server(state_dir)
     return path
+
+
+def learner_key_file(state_dir: Path) -> Path:
+    """A head over several VMs: the key every node derives the same learner password from (infra/head/credentials.py)."""
+    return auth_dir(state_dir) / "learners.key"
+
+
+def _password(state_dir: Path, run_id: str, learner: str, generation: int) -> str:
+    """A fresh random password; with a learner key, the one every node of the head derives for this generation."""
+    key = learner_key_file(state_dir)
+    if not key.exists():
+        return secrets.token_urlsafe(32)
+    digest = hmac.new(key.read_bytes(), f"{run_id}/{learner}/{generation}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def revoke_run(state_dir: Path, run_id: str) -> int:

@@ -42,6 +42,7 @@ PING_INTERVAL_S, MAX_PINGS_OUT = 2, 30
 # A credential the server refuses (tampered, revoked, of an ended run) is refused on every retry: after REFUSED_S of
 # nothing but refusals the connection gives up. A users-file reload in flight refuses a new credential only a moment.
 REFUSED_S = 5.0
+SERVER_TRY_S = 2.0      # one try at one server of the URL
 
 
 class CredentialRefused(ConnectionError):
@@ -113,9 +114,12 @@ class NatsBus:
         # A cluster's URL names every node, comma-separated: nats-py takes them as a list
         connecting = asyncio.ensure_future(nc.connect(
             url.split(","), name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25,  # type: ignore[arg-type]
-            ping_interval=PING_INTERVAL_S, max_outstanding_pings=MAX_PINGS_OUT, connect_timeout=2, allow_reconnect=True,
+            ping_interval=PING_INTERVAL_S, max_outstanding_pings=MAX_PINGS_OUT, connect_timeout=SERVER_TRY_S,
+            allow_reconnect=True,
             error_cb=on_error, reconnected_cb=on_connect, tls=tls, **auth))
         refusing = asyncio.ensure_future(refused.wait())
+        # every node after the first may cost one try on a dead one (a lost VM's address answers nothing for 2 s)
+        connect_timeout += SERVER_TRY_S * url.count(",")
         await asyncio.wait((connecting, refusing), timeout=connect_timeout, return_when=asyncio.FIRST_COMPLETED)
         refusing.cancel()
         try:

@@ -7,6 +7,7 @@ head's URL once known, the CA and operator credential files, its price and its s
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -50,8 +51,10 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
-def prepare_bundle(state_dir: Path, run_id: str, secrets: Mapping[str, str]) -> Path:
-    """The head's future state dir: credentials, TLS certificate, the islands' env file; returns its path."""
+def prepare_bundle(state_dir: Path, run_id: str, secrets: Mapping[str, str], nodes: int = 1) -> Path:
+    """The head's future state dir: credentials, TLS certificate, the islands' env file; returns its path. A head of
+    `nodes` > 1 VMs also gets what its nodes must share: the route credential and the key they derive each learner's
+    password from (every node gets the bundle, so each admits every learner: infra/head/credentials.py)."""
     for folder in (Path(state_dir) / "heads", head_dir(state_dir, run_id), bundle_dir(state_dir, run_id)):
         _private_dir(folder)
     bundle = bundle_dir(state_dir, run_id)
@@ -59,6 +62,13 @@ def prepare_bundle(state_dir: Path, run_id: str, secrets: Mapping[str, str]) -> 
     cert, _ = tls.self_signed(bundle / "tls", CERT_HOSTS)
     os.chmod(cert, 0o600)          # public, but the bundle is one private folder: nothing in it readable by others
     bus_auth.write_secret(bundle / "secrets" / "env.json", json.dumps(dict(secrets)))
+    if nodes > 1:
+        from yeto.infra.stack import StackPaths
+        from yeto.infra.stack.servers import head_routes
+
+        head_routes(StackPaths(bundle), CERT_HOSTS)
+        if not bus_auth.learner_key_file(bundle).exists():
+            bus_auth.write_secret(bus_auth.learner_key_file(bundle), base64.b64encode(os.urandom(32)).decode())
     return bundle
 
 

@@ -5,8 +5,9 @@
 comes back at the same address and rejoins with its data), and a server name JetStream's Raft groups know
 it by. Clients get every node's URL (comma-separated; infra/bus/nats_bus.py hands nats-py the list) and move to
 another node when theirs dies. A head's cluster (`stack up --cluster 3 --head`) serves clients on all interfaces over
-TLS and routes its nodes over TLS with a route credential, the configuration a cluster across VMs needs; its nodes
-still run on one machine here (docs/CLUSTER.md).
+TLS and routes its nodes over TLS with a route credential, the configuration a cluster across VMs needs; with
+`--node K --peers A,B,C` (`yeto launch --head-nodes 3`: one SkyPilot node each) this machine runs node K alone,
+routed to the others' addresses (`head_node`; docs/CLUSTER.md).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from yeto.infra.nats.server import ClusterConfig, NatsServer, TlsConfig, ensure_
 
 SINGLE = "nats-server"
 MAX_REPLICAS = 5          # JetStream's limit on a stream's copies
+ROUTE_PORT = 6222         # NATS's usual route port: a head node's on its own VM (the nodes reach it on their network)
 
 
 def node_name(k: int) -> str:
@@ -63,6 +65,25 @@ def cluster_servers(nats_dir: Path, size: int, *, users_file: Path, logs: Path, 
                              cluster=ClusterConfig(server_name=f"yeto-{k}", port=p["route_port"], routes=routes,
                                                    tls=tls, auth=auth))
             for k, (name, p) in enumerate(ports.items())}
+
+
+def head_node(nats_dir: Path, k: int, peers: list[str], *, port: int, users_file: Path, logs: Path, tls: TlsConfig,
+              auth: tuple[str, str]) -> dict[str, NatsServer]:
+    """Node `k` of a head whose nodes run on machines of their own (`yeto launch --head-nodes 3`), not started: clients
+    on every interface over TLS at `port`, routes over TLS with the route credential `auth` at ROUTE_PORT to every
+    node's address (`peers`, in node order, this one's included). `tls`: the node's own certificate (its address in
+    it: a route checks the name it dials) and, as `ca_file`, the head's, which every node's is signed by."""
+    routes = tuple(f"{ip}:{ROUTE_PORT}" for ip in peers)
+    client = TlsConfig(cert_file=tls.cert_file, key_file=tls.key_file)     # learners are not asked for a certificate
+    return {node_name(k): NatsServer(nats_dir / f"node-{k}", host="0.0.0.0", port=port, tls=client, users_file=users_file,
+                                     log_file=logs / f"{node_name(k)}.log",
+                                     cluster=ClusterConfig(server_name=f"yeto-{k}", port=ROUTE_PORT, routes=routes,
+                                                           tls=tls, auth=auth))}
+
+
+def peers_url(peers: list[str], port: int) -> str:
+    """Every node's client URL, comma-separated, for a head's nodes on machines of their own."""
+    return ",".join(f"tls://{ip}:{port}" for ip in peers)
 
 
 def node_ports(servers: dict[str, NatsServer]) -> dict[str, dict[str, int]]:

@@ -35,17 +35,20 @@ class TlsConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterConfig:
-    """This node's place in a JetStream cluster on one machine (infra/nats/cluster.py makes them)."""
+    """This node's place in a JetStream cluster (infra/nats/cluster.py makes them): on one machine, or a head's node
+    on a machine of its own (`head_node`)."""
 
     server_name: str
     """Unique per node: JetStream's Raft groups name their peers by it."""
     port: int
-    """Where this node listens for routes from the others (loopback only)."""
-    routes: tuple[int, ...]
-    """The route ports of every node (its own included: nats-server ignores a route to itself)."""
+    """Where this node listens for routes from the others (loopback only, but for a head's node on a VM of its own)."""
+    routes: tuple[int | str, ...]
+    """Every node's route: a port on 127.0.0.1, or "host:port" for a node on another machine (its own included:
+    nats-server ignores a route to itself)."""
     name: str = "yeto"
     tls: TlsConfig | None = None
-    """A head's nodes: routes over TLS (each node presents this certificate and verifies its peers' against it)."""
+    """A head's nodes: routes over TLS (each node presents this certificate and verifies its peers' against its
+    `ca_file`, else against this same certificate)."""
     auth: tuple[str, str] | None = None
     """A head's nodes: the (user, password) a route must present, and each node presents to its peers."""
 
@@ -86,12 +89,13 @@ def render_config(*, host: str, port: int, store_dir: Path, max_payload: int,
         cred = f"{cluster.auth[0]}:{cluster.auth[1]}@" if cluster.auth else ""
         lines += [f'server_name: "{cluster.server_name}"', "cluster {", f'  name: "{cluster.name}"',
                   f'  listen: "{"127.0.0.1" if host in LOOPBACK else host}:{cluster.port}"',
-                  "  routes: [" + ", ".join(f'"nats-route://{cred}127.0.0.1:{p}"' for p in cluster.routes) + "]"]
+                  "  routes: [" + ", ".join(f'"nats-route://{cred}{p if isinstance(p, str) else f"127.0.0.1:{p}"}"'
+                                            for p in cluster.routes) + "]"]
         if cluster.auth:
             lines += ["  authorization {", f'    user: "{cluster.auth[0]}"', f'    password: "{cluster.auth[1]}"', "  }"]
         if cluster.tls:
             lines += ["  tls {", f'    cert_file: "{cluster.tls.cert_file}"', f'    key_file: "{cluster.tls.key_file}"',
-                      f'    ca_file: "{cluster.tls.cert_file}"', "    verify: true", "  }"]
+                      f'    ca_file: "{cluster.tls.ca_file or cluster.tls.cert_file}"', "    verify: true", "  }"]
         lines += ["}"]
     return "\n".join(lines) + "\n"
 

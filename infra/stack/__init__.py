@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ from yeto.infra.nats.cluster import node_names
 from yeto.infra.nats.server import ensure_streams
 from yeto.infra.run_paths import run_path
 from yeto.infra.stack.components import alive_in as _alive
-from yeto.infra.stack.components import component_commands, spawn
-from yeto.infra.stack.servers import head_server, local_url, restart_nodes, servers_for
+from yeto.infra.stack.components import component_commands, placed, spawn
+from yeto.infra.stack.servers import head_nodes, head_server, local_url, restart_nodes, servers_for
 from yeto.infra.stack.stop import stop_components, stop_islands
 
 __all__ = ["StackPaths", "alive", "down", "head_server", "local_url", "read_record", "stack_url", "status", "up"]
@@ -74,8 +75,15 @@ def _serving(rec: dict) -> bool:
 
 
 def _commands(rec: dict, paths: StackPaths, url: str) -> dict[str, list[str]]:
-    """The components of a recorded stack: a cluster runs two instances of each service that can run twice."""
-    return component_commands(url, paths.root, paths.db, rec.get("syncers", 1), 2 if rec.get("cluster", 1) > 1 else 1)
+    """The components of a recorded stack: a cluster runs two instances of each service that can run twice. A head
+    node on a machine of its own runs its share of them (components.placed) and the credential follower, which admits
+    on this node every learner a launcher on another node issued (infra/head/credentials.py)."""
+    cmds = component_commands(url, paths.root, paths.db, rec.get("syncers", 1), 2 if rec.get("cluster", 1) > 1 else 1)
+    if not rec.get("peers"):
+        return cmds
+    follower = [sys.executable, "-m", "yeto.infra.head.credentials", "--nats-url", url, "--state-dir", str(paths.root),
+                "--run-id", rec["run_id"]]
+    return placed(cmds, rec["node"], len(rec["peers"])) | {"credentials": follower}
 
 
 def operator_env(root: Path, rec: dict) -> dict[str, str]:
@@ -96,7 +104,7 @@ async def _ensure_streams(url: str) -> None:
 
 
 def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: list[str] | None = None,
-       syncers: int | None = None, cluster: int | None = None,
+       syncers: int | None = None, cluster: int | None = None, node: int | None = None, peers: list[str] | None = None,
        before_components: Callable[[str], None] | None = None) -> dict:
     """Start the stack if it is not running (idempotent); returns the record of what runs.
     `head_run` starts a head VM's stack instead: TLS and credentials for that run, on all interfaces.
@@ -104,7 +112,15 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     runs nats-server as N nodes of a JetStream cluster on this machine, streams replicated on each (up to 5), and
     two instances of each service that can run twice (infra/stack/components.py). None: as the stack under
     state_dir last ran, else 1. `before_components(url)` runs once the streams exist and before any component
-    starts, on a fresh start only (a replacement head republishes its mirror there: infra/head/restore.py)."""
+    starts, on a fresh start only (a replacement head republishes its mirror there: infra/head/restore.py).
+    `node` K and `peers` (every node's address, in node order): a head whose nodes run on machines of their own; this
+    machine runs node K alone, routed to the others, and its share of the components (docs/CLUSTER.md)."""
+    if peers is not None:
+        natscluster.check_size(len(peers))
+        if not head_run or node is None or not 0 <= node < len(peers) or cluster not in (None, len(peers)):
+            raise ValueError(f"--peers names {len(peers)} nodes: it needs --head, --node K (0 <= K < {len(peers)}) and "
+                             f"--cluster {len(peers)} or none")
+        cluster = len(peers)
     if syncers is not None and syncers < 1:
         raise ValueError(f"--syncers {syncers}: need at least one syncer")
     if cluster is not None:
@@ -128,14 +144,21 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     os.chmod(paths.root, 0o700)     # logs, tape and credentials: this user's alone
     prev_port = rec["port"] if rec else 0
     paths.logs.mkdir(parents=True, exist_ok=True)
-    size = natscluster.check_store(paths.nats, cluster or (rec or {}).get("cluster") or None)
-    servers = servers_for(paths, size, port=port or prev_port, head_run=head_run, hosts=hosts, nodes=(rec or {}).get("nodes"))
+    if peers:       # this machine keeps one node's store: nothing to compare with the others' here
+        size = len(peers)
+        servers = head_nodes(paths, node, peers, port=port or prev_port, hosts=hosts)
+    else:
+        size = natscluster.check_store(paths.nats, cluster or (rec or {}).get("cluster") or None)
+        servers = servers_for(paths, size, port=port or prev_port, head_run=head_run, hosts=hosts,
+                              nodes=(rec or {}).get("nodes"))
     for server in servers.values():
         server.start(detach=True)
-    url = natscluster.cluster_url(servers) if size > 1 else local_url(servers[natscluster.SINGLE])
+    url = (natscluster.peers_url(peers, next(iter(servers.values())).port) if peers
+           else natscluster.cluster_url(servers) if size > 1 else local_url(servers[natscluster.SINGLE]))
     pids, started = {n: s.pid for n, s in servers.items()}, {n: procs.started_at(s.pid) for n, s in servers.items()}
     first = next(iter(servers.values()))
-    new: dict = {"url": url, "ca_file": str(first.tls.cert_file) if first.tls else None}
+    ca = paths.root / "tls" / "server.pem" if peers else first.tls.cert_file if first.tls else None   # what clients pin
+    new: dict = {"url": url, "ca_file": str(ca) if ca else None}
     os.environ.update(operator_env(paths.root, new))
     asyncio.run(natscluster.ready(url, natscluster.replicas(size)) if size > 1 else _ensure_streams(url))
     if before_components is not None:
@@ -151,6 +174,8 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     syncers = syncers or (rec or {}).get("syncers", 1)
     new |= {"port": first.port, "pids": pids, "started_at": started, "started": time.time(), "syncers": syncers,
             "cluster": size, "nodes": natscluster.node_ports(servers)}
+    if peers:
+        new |= {"node": node, "peers": peers, "run_id": head_run}
     env = component_env(paths.root, new)
     for name, cmd in _commands(new, paths, url).items():
         if name in survivors:

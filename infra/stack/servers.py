@@ -59,13 +59,28 @@ def servers_for(paths: StackPaths, size: int, *, port: int, head_run: str | None
                                            log_file=paths.logs / "nats-server.log")}
 
 
+def head_nodes(paths: StackPaths, node: int, peers: list[str], *, port: int, hosts: list[str] | None) -> dict[str, NatsServer]:
+    """Node `node` of a head whose nodes run on machines of their own at `peers` (infra/nats/cluster.py head_node);
+    every node has the bundle's certificate and route credential, made on the laptop (infra/head/records.py)."""
+    from yeto.infra.nats.tls import node_certificate
+
+    head_cert, route = head_routes(paths, hosts)
+    cert, key = node_certificate(paths.root / "tls", [*(hosts or ["127.0.0.1", "localhost"]), "yeto-head", peers[node]])
+    return natscluster.head_node(paths.nats, node, peers, port=port or 4222, users_file=bus_auth.prepare(paths.root),
+                                 logs=paths.logs, auth=route,
+                                 tls=TlsConfig(cert_file=cert, key_file=key, ca_file=head_cert.cert_file))
+
+
 def restart_nodes(paths: StackPaths, rec: dict) -> None:
     """A cluster node that died comes back at its recorded ports with its store, and rejoins (the others serve)."""
     if rec.get("cluster", 1) == 1:
         return
-    servers = natscluster.cluster_servers(paths.nats, rec["cluster"], users_file=bus_auth.users_file(paths.root),
-                                          logs=paths.logs, nodes=rec["nodes"],
-                                          head=head_routes(paths, None) if rec.get("ca_file") else None)
+    if rec.get("peers"):
+        servers = head_nodes(paths, rec["node"], rec["peers"], port=rec["port"], hosts=None)
+    else:
+        servers = natscluster.cluster_servers(paths.nats, rec["cluster"], users_file=bus_auth.users_file(paths.root),
+                                              logs=paths.logs, nodes=rec["nodes"],
+                                              head=head_routes(paths, None) if rec.get("ca_file") else None)
     for name, server in servers.items():
         if not alive_in(rec, name):
             server.start(detach=True)

@@ -25,26 +25,29 @@ class HeadError(ConnectionError):
 
 def launch_head(state_dir: Path, run_id: str, *, memory_gb: int, cloud: str | None = None, region: str | None = None,
                 linger_s: int = 3600, wait_s: float = 900.0, say: Callable[[str], None] = print, output: str = "",
-                syncers: int = 1) -> str:
-    """Rent the head (its bundle prepared: infra/head/records.py), wait until it answers; its URL. This process must hold
-    the head's operator env (heads.head_env) for the wait. On any failure the head is taken down again."""
+                syncers: int = 1, nodes: int = 1) -> str:
+    """Rent the head (its bundle prepared: infra/head/records.py), wait until it answers; its URL (every node's,
+    comma-separated, for a head of `nodes` VMs). This process must hold the head's operator env (heads.head_env) for
+    the wait. On any failure the head is taken down again."""
     rec = heads.head_record(state_dir, run_id)
     assert rec is not None, "prepare the head's bundle and record first"
     api, cluster = sky_api(), rec["cluster"]
     try:
         task = head_task(run_id, heads.bundle_dir(state_dir, run_id), cloud=cloud, region=region, memory_gb=memory_gb,
-                         linger_s=linger_s, output=output, syncers=syncers)
+                         linger_s=linger_s, output=output, syncers=syncers, nodes=nodes)
     except ValueError as e:        # SkyPilot knows no such cloud: nothing was rented
         heads.update_head(state_dir, run_id, state="down")
         raise ValueError(f"--head-cloud {cloud}: {e}") from None
-    say(f"renting the head VM {cluster} (on-demand CPU, {memory_gb}+ GB RAM{f', {cloud}' if cloud else ''}); "
+    say(f"renting the head {f'of {nodes} VMs' if nodes > 1 else 'VM'} {cluster} (on-demand CPU, {memory_gb}+ GB RAM"
+        f"{f', {cloud}' if cloud else ''}); "
         f"this takes a few minutes")
     try:
         api.launch_cluster(task, cluster, idle_minutes_to_autodown=IDLE_MINUTES_TO_AUTODOWN)
-        address = api.cluster_address(cluster)
-        if not address:
-            raise HeadError(f"SkyPilot launched {cluster} but reports no address for it")
-        url = f"tls://{address}:{HEAD_PORT}"
+        addresses = [a for a in (api.cluster_addresses(cluster) if nodes > 1 else [api.cluster_address(cluster)]) if a]
+        if len(addresses) != nodes:
+            raise HeadError(f"SkyPilot launched {cluster} but reports no address for it"
+                            + (f" on {nodes - len(addresses)} of its {nodes} nodes" if addresses else ""))
+        url = ",".join(f"tls://{address}:{HEAD_PORT}" for address in addresses)
         heads.update_head(state_dir, run_id, url=url, output=output)     # `yeto recover` finds the mirror by it
         why = asyncio.run(wait_answering(url, wait_s, say))
         if why is not None:

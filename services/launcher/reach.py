@@ -24,9 +24,13 @@ def unreachable(spec: dict[str, Any], recipe: dict[str, Any]) -> str:
     """Why an island of this fleet entry could not reach the bus at its URL ("" when it can; always for local ones)."""
     if backend_of(spec) in ("local", "external"):    # an external learner's URL is in its join token
         return ""
-    url = LaunchRecipe.upcast(recipe).bus_url
-    if not url:
+    urls = LaunchRecipe.upcast(recipe).bus_url
+    if not urls:
         return f"no bus URL for a cloud island (the run's recipe has no bus_url); {FIX}"
+    return next(filter(None, map(_unreachable_url, urls.split(","))), "")   # a head over several VMs: every node's
+
+
+def _unreachable_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""

@@ -17,15 +17,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
-def world_at(root: Path):
-    """A world under `root`; this process (and what it starts) uses the rehearsal as its SkyApi meanwhile."""
+def world_at(root: Path, names: dict = rehearsal_net.NAMES):
+    """A world under `root` (`names`: its namespaces' prefixes); this process (and what it starts) uses the rehearsal
+    as its SkyApi meanwhile."""
     why = rehearsal_net.available()
     if why:
         pytest.skip(f"no network namespaces for the rehearsal: {why}")
     root.mkdir()
     with pytest.MonkeyPatch.context() as mp:
         try:
-            rehearsal_world.world_up(root)
+            rehearsal_world.world_up(root, names)
             mp.setenv(rehearsal_jobs.REHEARSAL_DIR_ENV, str(root))
             mp.setenv("YETO_SKY_API", rehearsal_jobs.SKY_API)
             # `tests.cloud.rehearsal` is found from the repository root (the head's processes: from its workdir)
@@ -44,4 +45,11 @@ def rehearsal_dir(tmp_path) -> Path:
 @pytest.fixture(scope="module")
 def module_rehearsal_dir(tmp_path_factory) -> Path:
     with world_at(tmp_path_factory.mktemp("world") / "rehearsal") as root:
+        yield root
+
+
+@pytest.fixture
+def head_cluster_rehearsal_dir(tmp_path) -> Path:
+    """A world whose names are the head-cluster rehearsal's own (rehearsal_net.HEAD_CLUSTER_NAMES)."""
+    with world_at(tmp_path / "rehearsal", rehearsal_net.HEAD_CLUSTER_NAMES) as root:
         yield root

@@ -2,7 +2,8 @@
 
 No cloud is reachable here, so everything after provisioning is rehearsed: `launch_cluster` runs the head's task
 in its namespace and `cluster_address` is its veth address (a cluster launched again: the same one, or a new one in
-a world with `new_addresses`); `jobs_launch` runs an island's task in a namespace of
+a world with `new_addresses`; a task of N nodes runs in N namespaces, `cluster_addresses` lists
+them); `jobs_launch` runs an island's task in a namespace of
 its own; `jobs_cancel` records the call and kills the job's processes. How a task is executed (HOME, env, setup
 checked but not run): rehearsal_jobs.py; the network: rehearsal_net.py. Processes pick it with $YETO_SKY_API=
 tests.cloud.rehearsal:RehearsalSky and share its record through $YETO_REHEARSAL_DIR (rehearsal_world.py makes the
@@ -32,24 +33,38 @@ class RehearsalSky:
         self.root = jobs.rehearsal_dir()
 
     def _start(self, state: dict, task: Any, what: str, hide: list[str] = (), index: int | None = None) -> dict:
-        if index is None:
+        """A task in a namespace of its own; a task of N nodes in N namespaces (`what`-node-K, each running the task
+        with its rank and every node's address, as SkyPilot runs a multi-node task), the first node's record with
+        every node's under "nodes"."""
+        num_nodes = int(getattr(task, "num_nodes", 1) or 1)
+        if index is None or num_nodes > 1:
             index = state["next_index"]
-            state["next_index"] = index + 1
-        ns, ip = net.ns_up(state["world"], what, index)
-        folder = self.root / what
-        rec = {"ns": ns, "ip": ip, "index": index, "dir": str(folder)}
+            state["next_index"] = index + num_nodes
+        names = [what] if num_nodes == 1 else [f"{what}-node-{k}" for k in range(num_nodes)]
+        made: list[dict] = []
         try:
-            return {**rec, **jobs.execute(task, folder, state["world"], ns, ip, index, hide)}
+            for k, name in enumerate(names):
+                ns, ip = net.ns_up(state["world"], name, index + k)
+                made.append({"ns": ns, "ip": ip, "index": index + k, "dir": str(self.root / name)})
+            ips = [m["ip"] for m in made]
+            nodes = [{**m, **jobs.execute(task, Path(m["dir"]), state["world"], m["ns"], m["ip"], m["index"], hide,
+                                          rank=k, node_ips=ips)} for k, m in enumerate(made)]
+            return {**nodes[0], "nodes": nodes} if num_nodes > 1 else nodes[0]
         except Exception:       # nothing of a refused task stays: a later job may take its id
-            net.ns_down(state["world"], ns, index)
-            shutil.rmtree(folder, ignore_errors=True)
+            for m in made:
+                net.ns_down(state["world"], m["ns"], m["index"])
+                shutil.rmtree(m["dir"], ignore_errors=True)
             raise
+
+    def _down(self, state: dict, rec: dict) -> None:
+        for node in rec.get("nodes", [rec]):
+            net.ns_down(state["world"], node["ns"], node["index"])
+        rec["cluster_status"] = "DOWN"
 
     def _autodown(self, state: dict) -> None:
         for rec in state["clusters"].values():
-            if rec["cluster_status"] == "UP" and jobs.status(rec) != "RUNNING":
-                net.ns_down(state["world"], rec["ns"], rec["index"])
-                rec["cluster_status"] = "DOWN"
+            if rec["cluster_status"] == "UP" and all(jobs.status(n) != "RUNNING" for n in rec.get("nodes", [rec])):
+                self._down(state, rec)
 
     def launch_cluster(self, task: Any, cluster: str, *, idle_minutes_to_autodown: int) -> None:
         with jobs.locked(self.root) as state:
@@ -69,12 +84,17 @@ class RehearsalSky:
             rec = state["clusters"].get(cluster)
             return rec["ip"] if rec and rec["cluster_status"] == "UP" else None
 
+    def cluster_addresses(self, cluster: str) -> list[str]:
+        with jobs.locked(self.root) as state:
+            self._autodown(state)
+            rec = state["clusters"].get(cluster)
+            return [n["ip"] for n in rec.get("nodes", [rec])] if rec and rec["cluster_status"] == "UP" else []
+
     def down_cluster(self, cluster: str) -> None:
         with jobs.locked(self.root) as state:
             rec = state["clusters"].get(cluster)
             if rec and rec["cluster_status"] == "UP":
-                net.ns_down(state["world"], rec["ns"], rec["index"])
-                rec["cluster_status"] = "DOWN"
+                self._down(state, rec)
 
     def _refused(self, task: Any, name: str) -> str | None:
         """Why the task's region refuses it (recorded), None when the region has room."""

@@ -69,20 +69,25 @@ def ship(task, home: Path) -> None:
     (home / "sky_workdir").symlink_to(Path(task.workdir).resolve() if task.workdir else home, target_is_directory=True)
 
 
-def environment(task, home: Path, world: dict, ip: str, job_id: int) -> dict[str, str]:
+def environment(task, home: Path, world: dict, ip: str, job_id: int, rank: int = 0,
+                node_ips: list[str] | None = None) -> dict[str, str]:
+    """A task's environment on its node `rank` of a cluster whose nodes have `node_ips` (one node: [ip])."""
     venv_bin = world["venv_bin"]
-    nodes = int(task.num_nodes or 1)
-    assert nodes == 1, "the rehearsal runs single-node tasks"
+    node_ips = node_ips or [ip]
+    assert int(task.num_nodes or 1) == len(node_ips), "one address per node"
     shipped = {**(task.envs or {}), **(getattr(task, "secrets", None) or {})}   # secrets: SkyPilot's newer releases
     return {**{k: str(v) for k, v in shipped.items()},
             "PATH": f"{venv_bin}:{SYSTEM_PATH}", "HOME": str(home),
-            "SKYPILOT_NUM_NODES": "1", "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NODE_IPS": ip,
+            "SKYPILOT_NUM_NODES": str(len(node_ips)), "SKYPILOT_NODE_RANK": str(rank),
+            "SKYPILOT_NODE_IPS": "\n".join(node_ips),
             "SKYPILOT_TASK_ID": f"rehearsal-{world['tag']}-{job_id}", "SKYPILOT_NUM_GPUS_PER_NODE": "0",
             "YETO_SKY_API": SKY_API, REHEARSAL_DIR_ENV: str(rehearsal_dir())}
 
 
-def execute(task, folder: Path, world: dict, ns: str, ip: str, job_id: int, hide: list[str] = ()) -> dict:
-    """Ship, check setup, start run in the namespace (its own process group); the record's process fields.
+def execute(task, folder: Path, world: dict, ns: str, ip: str, job_id: int, hide: list[str] = (), rank: int = 0,
+            node_ips: list[str] | None = None) -> dict:
+    """Ship, check setup, start run in the namespace (its own process group); the record's process fields. `rank`,
+    `node_ips`: this node's index and every node's address, for a task of several nodes (SkyPilot's variables).
     A setup that is not valid bash ends the job as FAILED_SETUP without running anything. Folders in `hide` (the
     laptop's) are empty for the job: it reads only what shipped (a mount namespace of its own, no way back)."""
     home = folder / "home"
@@ -101,7 +106,8 @@ def execute(task, folder: Path, world: dict, ns: str, ip: str, job_id: int, hide
     argv = [*net.enter(ns), *(["unshare", "--mount", "--propagation", "slave"] if hide else []), "bash", "-c", hiding + wrapper,
             "job", *(str(folder / f) for f in ("run.sh", "run.log", "exit")), *hide]
     quiet = subprocess.DEVNULL
-    proc = subprocess.Popen(argv, env=environment(task, home, world, ip, job_id), cwd=home / "sky_workdir", stdin=quiet,
+    env = environment(task, home, world, ip, job_id, rank, node_ips)
+    proc = subprocess.Popen(argv, env=env, cwd=home / "sky_workdir", stdin=quiet,
                             stdout=quiet, stderr=quiet, start_new_session=True)
     threading.Thread(target=proc.wait, daemon=True).start()    # reaped here, never a zombie in our table
     from yeto.infra import procs

@@ -42,15 +42,30 @@ def available() -> str | None:
     return None
 
 
-def free_net() -> str:
-    """`10.236.K` for the first K no address of this machine uses."""
+def free_net(base: str = "10.236") -> str:
+    """`<base>.K` for the first K no address of this machine uses."""
     used = sh("ip", "-4", "-o", "addr")
-    return next(f"10.236.{k}" for k in range(256) if f" 10.236.{k}." not in used)
+    return next(f"{base}.{k}" for k in range(256) if f" {base}.{k}." not in used)
 
 
-def world_names(tag: str) -> dict:
+# Name prefixes of a world's namespaces, bridge and host-side veths, and its address block: a rehearsal of its own
+# kind uses its own (the head cluster's: HEAD_CLUSTER_NAMES), so two rehearsals on this machine never share a name.
+NAMES = {"ns": "yreh", "bridge": "yrb", "veth": "yrh", "base": "10.236"}
+HEAD_CLUSTER_NAMES = {"ns": "yhcn", "bridge": "yhcb", "veth": "yhcv", "base": "10.237"}
+
+
+def world_names(tag: str, names: dict = NAMES) -> dict:
     """The world's names and its /24 (nothing made yet: recorded first, so `world_down` finds a half-made world)."""
-    return {"tag": tag, "net": free_net(), "bridge": f"yrb{tag}", "root": f"yreh-{tag}-root"}
+    return {"tag": tag, "net": free_net(names["base"]), "bridge": f"{names['bridge']}{tag}",
+            "root": f"{names['ns']}-{tag}-root", "ns_prefix": names["ns"], "veth_prefix": names["veth"]}
+
+
+def _ns_prefix(world: dict) -> str:
+    return f"{world.get('ns_prefix', NAMES['ns'])}-{world['tag']}"
+
+
+def _veth(world: dict, index: int | str = "") -> str:
+    return f"{world.get('veth_prefix', NAMES['veth'])}{world['tag']}{index}"
 
 
 def world_up(world: dict) -> None:
@@ -64,7 +79,7 @@ def world_up(world: dict) -> None:
 def ns_up(world: dict, what: str, index: int) -> tuple[str, str]:
     """A namespace for `what` with its veth pair on the bridge; (its name, its address)."""
     assert 1 <= index < 250, "a world holds up to 249 namespaces"
-    ns, host_if, ip = f"yreh-{world['tag']}-{what}", f"yrh{world['tag']}{index}", f"{world['net']}.{index + 1}"
+    ns, host_if, ip = f"{_ns_prefix(world)}-{what}", _veth(world, index), f"{world['net']}.{index + 1}"
     root = ("ip", "-n", world["root"])
     sh("ip", "netns", "add", ns)
     sh(*root, "link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -103,19 +118,18 @@ def kill_all(ns: str, grace_s: float = 5.0) -> None:
 def ns_down(world: dict, ns: str, index: int) -> None:
     if (NETNS_DIR / ns).exists():
         kill_all(ns)
-    sh("ip", "-n", world["root"], "link", "del", f"yrh{world['tag']}{index}", check=False)
+    sh("ip", "-n", world["root"], "link", "del", _veth(world, index), check=False)
     sh("ip", "netns", "del", ns, check=False)
 
 
 def world_down(world: dict) -> None:
     """Everything of the world, found by name: its namespaces (processes first), veths, the bridge, the handle."""
-    tag = world["tag"]
-    for path in sorted(NETNS_DIR.glob(f"yreh-{tag}-*")):
+    for path in sorted(NETNS_DIR.glob(f"{_ns_prefix(world)}-*")):
         if path.name != world["root"]:
             kill_all(path.name)
             sh("ip", "netns", "del", path.name, check=False)
     for line in sh("ip", "-o", "link", "show", check=False).splitlines():
         name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        if name.startswith(f"yrh{tag}") or name == world["bridge"]:
+        if name.startswith(_veth(world)) or name == world["bridge"]:
             sh("ip", "link", "del", name, check=False)
     sh("ip", "netns", "del", world["root"], check=False)

@@ -9,9 +9,9 @@ import rehearsal_jobs as jobs
 import rehearsal_net as net
 
 
-def world_up(root: Path) -> dict:
-    """Make the world (bridge, handle) under `root`, the future $YETO_REHEARSAL_DIR."""
-    world = {**net.world_names(secrets.token_hex(3)[:5]), "venv_bin": jobs.venv_bin()}
+def world_up(root: Path, names: dict = net.NAMES) -> dict:
+    """Make the world (bridge, handle) under `root`, the future $YETO_REHEARSAL_DIR; `names`: its name prefixes."""
+    world = {**net.world_names(secrets.token_hex(3)[:5], names), "venv_bin": jobs.venv_bin()}
     with jobs.locked(root) as state:
         state.update(world=world, clusters={}, jobs={}, cancels=[], next_index=1)
     net.world_up(world)
@@ -40,3 +40,21 @@ def record(root: Path) -> dict:
     """The shared record as it is now (for tests)."""
     with jobs.locked(root) as state:
         return state
+
+
+def as_operator(head: dict, ask):
+    """`await ask(bus)` on a head (every node of it), connected as its operator with the laptop's record `head`."""
+    import asyncio
+    import os
+    from unittest import mock
+
+    from yeto.infra.bus.nats_bus import NatsBus
+
+    async def run():
+        bus = await NatsBus.connect(head["url"], name="test")
+        try:
+            return await ask(bus)
+        finally:
+            await bus.close()
+    with mock.patch.dict(os.environ, {"YETO_NATS_CREDS": head["creds_file"], "YETO_NATS_CA": head["ca_file"]}):
+        return asyncio.run(run())

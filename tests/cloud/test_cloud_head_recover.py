@@ -10,7 +10,6 @@ mirror (docs/CLOUD.md, section 10). The store is outside the laptop's folders: t
 it, as cloud islands read a bucket with the credentials SkyPilot copies to them."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -44,18 +43,9 @@ def sql(laptop: Laptop, query: str) -> list[list[str]]:
 
 def stream_last_seq(laptop: Laptop, head: dict) -> int:
     """The head's event stream's last sequence, asked as its operator (what it had acknowledged)."""
-    from yeto.infra.bus.nats_bus import NatsBus
-
-    async def ask() -> int:
-        bus = await NatsBus.connect(head["url"], name="test")
-        try:
-            return (await bus.js.stream_info("YETO_EVT")).state.last_seq
-        finally:
-            await bus.close()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("YETO_NATS_CREDS", head["creds_file"])
-        mp.setenv("YETO_NATS_CA", head["ca_file"])
-        return asyncio.run(ask())
+    async def ask(bus) -> int:
+        return (await bus.js.stream_info("YETO_EVT")).state.last_seq
+    return rehearsal_world.as_operator(head, ask)
 
 
 def kill_head(world: Path, cluster: str) -> dict:

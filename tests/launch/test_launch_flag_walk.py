@@ -119,6 +119,8 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--env-from-host": cli(CLOUD_HEAD + "test_env_from_host_names_must_be_names_and_hf_token_goes_when_set"),
     "--head-cloud": cli(CLOUD_HEAD + "test_an_unknown_head_cloud_is_refused_before_renting"),
     "--head-region": cli(CLOUD_HEAD + "test_launch_rents_the_head_records_it_privately_and_waits_until_it_answers"),
+    "--head-nodes": cli("cloud/test_cloud_head_cluster.py::"
+                        "test_a_head_over_three_vms_loses_one_mid_run_and_merges_on_loses_nothing_and_finalizes"),
     "--resume-from": cli("lineage/test_lineage_resume.py::"
                          "test_a_run_stopped_by_max_steps_resumes_where_it_stopped_like_one_uninterrupted_run"),
     "--branch-from": cli("lineage/test_lineage_resume.py::test_a_branch_records_its_parent_and_yeto_lineage_shows_the_tree"),

@@ -41,8 +41,9 @@ def verdict(seen: dict[str, float], now: float, linger_s: float, *, started: flo
 
 
 async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, stop: asyncio.Event,
-                    await_s: float | None = None) -> str:
-    """Serve and watch until the head is done (or `stop` is set); returns why."""
+                    await_s: float | None = None, mirror_mode: bool = True) -> str:
+    """Serve and watch until the head is done (or `stop` is set); returns why. `mirror_mode` False: no mirror (a
+    node of a head over several VMs)."""
     started = time.time()
     bus = await connect(url, name="head-watch")
     seen: dict[str, float] = {}
@@ -58,7 +59,7 @@ async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, sto
         event = parse(d.data)
         seen.setdefault(d.subject.split(".")[3], event.ts.timestamp())
         recipe = LaunchRecipe.upcast(event.recipe) if event.type == "RunLaunched" else None
-        if recipe and recipe.output and not recipe.output.startswith("hf://") and not mirroring:   # mirror mode
+        if mirror_mode and recipe and recipe.output and not recipe.output.startswith("hf://") and not mirroring:
             root = mirror.mirror_root(recipe.output, run_id)
             mirroring.append(asyncio.create_task(mirror.keep_mirrored(bus, state_dir, run_id, root, stop,
                                                                       poke=snapshot_written,
@@ -88,20 +89,20 @@ async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, sto
         await bus.close()
 
 
-async def _main(state_dir: Path, url: str, run_id: str, linger_s: float, await_s: float | None) -> str:
+async def _main(state_dir: Path, url: str, run_id: str, linger_s: float, await_s: float | None, mirror_mode: bool) -> str:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    return await supervise(state_dir, url, run_id, linger_s, stop, await_s)
+    return await supervise(state_dir, url, run_id, linger_s, stop, await_s, mirror_mode)
 
 
-def run(state_dir: Path, url: str, run_id: str, linger_s: float, await_s: float | None = None) -> int:
+def run(state_dir: Path, url: str, run_id: str, linger_s: float, await_s: float | None = None, mirror: bool = True) -> int:
     """The head's foreground loop: supervise, then stop the stack. Exit status 0 however it ended."""
     print(f"head of run {run_id}: serving until the run has ended and is copied back (or --linger {linger_s:g}s "
           f"after its end)", flush=True)
     try:
-        why = asyncio.run(_main(state_dir, url, run_id, linger_s, await_s))
+        why = asyncio.run(_main(state_dir, url, run_id, linger_s, await_s, mirror))
     finally:
         stopped = stack.down(state_dir)
     print(f"{why}: stopped {', '.join(stopped)}", flush=True)

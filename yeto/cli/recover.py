@@ -48,6 +48,10 @@ def cmd_recover(args) -> int:
                          f"to replace")
     if rec["state"] == "copied":
         raise ValueError(f"run {run} has ended and is copied back: there is nothing to recover (`yeto status {run}`)")
+    if rec.get("head_nodes", 1) > 1:
+        raise ValueError(f"run {run}'s head runs on {rec['head_nodes']} VMs with its streams on each: it has no mirror to "
+                         f"recover from and outlives one VM's loss as it is; replacing a lost node is not built "
+                         f"(docs/CLUSTER.md)")
     output = args.output or rec.get("output")
     if not output:
         raise ValueError(f"the --output of run {run} is not known here (its head record holds none): give it, as given "

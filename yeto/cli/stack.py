@@ -41,6 +41,11 @@ def register(sub) -> None:
                     "cluster on this machine (N >= 3, streams replicated on each) with two instances of each service "
                     "that can run twice (docs/CLUSTER.md); with --head, clients over TLS on every interface and routes over TLS "
                     "with a route credential; default 1, or what the stack under the state dir last ran")
+    up.add_argument("--node", type=int, default=None, metavar="K", help="with --head and --peers: this machine runs "
+                    "node K of a head over several VMs (`yeto launch --head-nodes 3`; SkyPilot's $SKYPILOT_NODE_RANK)")
+    up.add_argument("--peers", default=None, metavar="A,B,C", help="with --head and --node: every node's address, in "
+                    "node order, this one's included (SkyPilot's $SKYPILOT_NODE_IPS, commas or newlines); the nodes "
+                    "route to each other on port 6222 over TLS with the bundle's route credential")
     up.set_defaults(func=cmd_up)
     st = s.add_parser("status", help="which stack processes are alive")
     st.add_argument("--json", action="store_true", help='print {"state_dir", "url", "processes": [{name, up, pid}]}')
@@ -52,9 +57,13 @@ def cmd_up(args) -> int:
     if args.head and not args.run_id:
         raise ValueError("--head needs --run-id: a head serves one run")
     before = head_restore.prepare(state_dir(args), args.run_id) if args.head else None
+    peers = args.peers.replace("\n", ",").split(",") if args.peers else None
+    if (peers is None) != (args.node is None) or (peers and not args.head):
+        raise ValueError("--node and --peers go together, with --head: one node of a head over several VMs")
     rec = stack.up(state_dir(args), port=args.port, head_run=args.run_id if args.head else None,
                    hosts=["127.0.0.1", "localhost", *args.host], syncers=args.syncers,
-                   cluster=args.cluster, before_components=before)
+                   cluster=args.cluster, node=args.node, peers=[p.strip() for p in peers if p.strip()] if peers else None,
+                   before_components=before)
     print(f"stack up at {rec['url']} (state {state_dir(args)})")
     for name, pid in rec["pids"].items():
         print(f"  {name:<12} pid {pid}")
@@ -63,7 +72,9 @@ def cmd_up(args) -> int:
     print(f"  bus credentials (0600, passed by path in $YETO_NATS_CREDS): {stack.bus_auth.auth_dir(state_dir(args))}")
     healthy = _report_health(args, rec["url"], wait_s=UP_WAIT_S)
     if args.foreground and args.head:
-        return head_watch.run(state_dir(args), rec["url"], args.run_id, args.linger, args.await_run)
+        # a head over several VMs has no mirror: its streams are on every node (and one mirror, not three, would do)
+        return head_watch.run(state_dir(args), rec["url"], args.run_id, args.linger, args.await_run,
+                              mirror=not rec.get("peers"))
     if args.foreground:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

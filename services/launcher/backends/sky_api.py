@@ -32,6 +32,9 @@ class SkyApi(Protocol):
     def cluster_address(self, cluster: str) -> str | None:
         """The cluster head's address reachable from this machine (public IP or name); None when not up."""
 
+    def cluster_addresses(self, cluster: str) -> list[str]:
+        """Every node's address reachable from this machine, head node first ([] when not up): a head of several VMs."""
+
     def down_cluster(self, cluster: str) -> None:
         """Terminate the cluster; nothing if it is gone."""
 
@@ -68,6 +71,13 @@ class RealSky:
             return None
         handle = records[0].get("handle")
         return getattr(handle, "head_ip", None) if handle is not None else None
+
+    def cluster_addresses(self, cluster: str) -> list[str]:
+        import sky
+
+        records = sky.get(sky.status(cluster_names=[cluster]))
+        handle = records[0].get("handle") if records else None
+        return [external for _, external in (getattr(handle, "stable_internal_external_ips", None) or [])]
 
     def down_cluster(self, cluster: str) -> None:
         import sky

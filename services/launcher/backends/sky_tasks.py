@@ -87,7 +87,8 @@ def island_task(launch: IslandLaunch, creds: Path | None = None, *, ca: Path | N
 
     spec, output = launch.spec, LaunchRecipe.upcast(launch.recipe).output
     train = LaunchRecipe.upcast(launch.recipe).learner_recipe()
-    mirrored = output and not output.startswith("hf://")     # the head's rendezvous is beside the mirror: follow it
+    # the head's rendezvous is beside the mirror: follow it (a head over several VMs has none: it is given every node)
+    mirrored = output and not output.startswith("hf://") and "," not in LaunchRecipe.upcast(launch.recipe).bus_url
     contract = learner_args(launch, "$YETO_RECIPE").but(head_rendezvous=place(output, launch.run_id) if mirrored else None)
     mounts, data_path = data_mount(train["data"])
     model_files, model_path = model_mount(train["model"])
@@ -125,15 +126,19 @@ def head_setup(output: str = "") -> str:
 
 
 def head_task(run_id: str, bundle_dir: str | Path, *, cloud: str | None = None, region: str | None = None,
-              cpus: str = "4+", memory_gb: int = 16, linger_s: int = 3600, output: str = "", syncers: int = 1):
+              cpus: str = "4+", memory_gb: int = 16, linger_s: int = 3600, output: str = "", syncers: int = 1,
+              nodes: int = 1):
     """The run's on-demand head VM: `yeto stack up --head` (nats-server with TLS and per-run credentials, the
     services, the tape) over the bundle the laptop made (shipped as the head's state dir); its port is open
-    for the islands. It outlives the run by at most `linger_s` waiting for the laptop to copy the tape back."""
+    for the islands. It outlives the run by at most `linger_s` waiting for the laptop to copy the tape back.
+    `nodes` > 1: a head over that many VMs, one task per node (SkyPilot runs it on each with its rank and every
+    node's address), each node of the NATS cluster with its share of the services (docs/CLUSTER.md)."""
     import sky
 
     run = (f"yeto --state-dir {HEAD_STATE} stack up --head --run-id {shlex.quote(run_id)} --port {NATS_PORT} "
-           f"--foreground --linger {int(linger_s)}" + (f" --syncers {int(syncers)}" if syncers > 1 else ""))
-    task = sky.Task(name=f"yeto-head-{run_id}", workdir=str(REPO), setup=head_setup(output), run=run)
+           f"--foreground --linger {int(linger_s)}" + (f" --syncers {int(syncers)}" if syncers > 1 else "")
+           + (f' --cluster {int(nodes)} --node "$SKYPILOT_NODE_RANK" --peers "$SKYPILOT_NODE_IPS"' if nodes > 1 else ""))
+    task = sky.Task(name=f"yeto-head-{run_id}", workdir=str(REPO), setup=head_setup(output), run=run, num_nodes=nodes)
     task.set_resources(sky.Resources(cloud=sky.CLOUD_REGISTRY.from_str(cloud) if cloud else None, region=region,
                                      cpus=cpus, memory=f"{int(memory_gb)}+", use_spot=False, ports=[NATS_PORT]))
     task.set_file_mounts({HEAD_STATE: str(Path(bundle_dir).expanduser().resolve())})

@@ -51,12 +51,12 @@ class SkyPilotBackend:
         self._read_at: float | None = None
         self._error: Exception | None = None
 
-    def queue(self) -> dict[int, ManagedJob]:
-        """The last queue read (plus the jobs launched since), read again once older than max_age_s. A failed
-        read is not retried sooner either: its error is raised again until then."""
+    def queue(self, fresh: bool = False) -> dict[int, ManagedJob]:
+        """The last queue read (plus the jobs launched since), read again once older than max_age_s, or now when
+        `fresh`. A failed read is not retried sooner either: its error is raised again until then."""
         with self._lock:
             now = self.clock()
-            if self._read_at is None or now - self._read_at >= self.max_age_s:
+            if self._read_at is None or now - self._read_at >= self.max_age_s or (fresh and self._error is None):
                 self._read_at = now
                 try:
                     self._jobs, self._error = {j.job_id: j for j in self.api.jobs_queue()}, None
@@ -96,6 +96,8 @@ class SkyPilotBackend:
 
     def statuses(self, islands: list[IslandRef]) -> list[IslandStatus]:
         jobs = self.queue()
+        if any(r.handle.isdigit() and int(r.handle) not in jobs for r in islands):
+            jobs = self.queue(fresh=True)     # started since the last read, by another launcher instance (a cluster's)
         by_name = {j.name: j for j in sorted(jobs.values(), key=lambda j: j.job_id)}
         found = [jobs.get(int(r.handle)) if r.handle.isdigit() else by_name.get(job_name(r.run_id, r.island, r.generation))
                  for r in islands]

@@ -14,7 +14,8 @@ from yeto.cli.common import publish, state_dir
 from yeto.cli.launch import checks
 from yeto.infra.head import records as heads
 from yeto.infra.head.data import ship_data, ship_model, ship_parent
-from yeto.schemas.head_size import HeadChoice, choose_head, trainable_of
+from yeto.schemas.head_size import HeadChoice, choose_head, head_nodes_line, trainable_of
+from yeto.schemas.head_size import check_head_nodes as check_head_nodes_size
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.api import launch_head, take_down
 
@@ -26,6 +27,17 @@ def add_arguments(p) -> None:
            "it travels as a 0600 file, never on a command line, the tape or in logs")
     a("--head-cloud", help="cloud of the run's head VM (default: SkyPilot's cheapest CPU VM that fits)")
     a("--head-region", help="region of the head VM (with --head-cloud)")
+    a("--head-nodes", type=int, default=1, metavar="N", help="the run's head over N VMs: 1 (default; mirror mode with "
+      "--output), or 3 to 5, a NATS cluster with streams on every node, so one VM's loss loses no event "
+      "(docs/CLUSTER.md); each VM is billed at the head's price")
+
+
+def check_head_nodes(args, rented: bool) -> None:
+    """--head-nodes is a size the head can have, and names a head this launch rents (refused otherwise, not ignored)."""
+    check_head_nodes_size(args.head_nodes)
+    if args.head_nodes > 1 and not rented:
+        raise ValueError(f"--head-nodes {args.head_nodes}: this launch rents no head (its islands are local, or "
+                         f"--nats-url names a stack); a head over several VMs is for cloud islands without --nats-url")
 
 
 def refuse_loopback(url: str) -> None:
@@ -81,7 +93,8 @@ def run_on_head(args, launch, events=()):
     check has passed."""
     state, run_id = state_dir(args), launch.run_id
     head = size_head(args, launch)                 # HeadTooSmall (a ValueError) before anything is rented
-    price = head.price(args.head_price) if head else args.head_price
+    each = head.price(args.head_price) if head else args.head_price
+    price = each * args.head_nodes                 # every node of the head is a VM of that type
     launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(
         prices={"head_price_per_hour": price}).wire()})      # spend counts the head type that holds the syncer
     secrets = heads.host_secrets(os.environ, args.env_from_host)
@@ -89,14 +102,16 @@ def run_on_head(args, launch, events=()):
     if old and old["state"] != "down":
         raise ValueError(f"run {run_id} has a head already ({old['cluster']}, {old['state']}); pick another --run-id "
                          f"(an interrupted launch: `sky down {old['cluster']}`, then remove {heads.head_dir(state, run_id)})")
-    heads.prepare_bundle(state, run_id, secrets)
+    heads.prepare_bundle(state, run_id, secrets, nodes=args.head_nodes)
     launch = ship(state, launch)
-    rec = heads.write_head(state, heads.new_record(state, run_id, price_per_hour=price, launched_at=time.time()))
+    rec = heads.write_head(state, {**heads.new_record(state, run_id, price_per_hour=price, launched_at=time.time()),
+                                   "head_nodes": args.head_nodes})
     os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
     print(f"head VM for {run_id}: {head.describe() if head else 'the smallest (16 GB): the model size is unknown'}; "
           f"${price:.2f}/hr counted in spend; secrets for the islands: {', '.join(secrets) or 'none'}")
+    print(f"  {head_nodes_line(args.head_nodes, each)}")
     url = launch_head(state, run_id, memory_gb=head.vm.memory_gb if head else 16, cloud=args.head_cloud,
-                      region=args.head_region, syncers=args.syncers or 1,
+                      region=args.head_region, syncers=args.syncers or 1, nodes=args.head_nodes,
                       output=LaunchRecipe.upcast(launch.recipe).output)
     launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(bus_url=url).wire()})
     try:

@@ -206,6 +206,7 @@ def cmd_launch(args) -> int:
         launch = build_launch(args, run_id, fleet)
     launch, lineage_events = lineage.apply(args, launch)      # a parent mismatch is refused before anything starts
     cloud = external.on_cloud(launch.fleet)
+    cloud_launch.check_head_nodes(args, rented=cloud and not named)
     if named and cloud:
         cloud_launch.refuse_loopback(named)
     estimate = plan_estimate(launch.fleet, LaunchRecipe.upcast(launch.recipe),

@@ -52,10 +52,12 @@ def head_line(args, launch: LaunchRun, cloud: bool) -> str:
     if conf(args).nats_url:
         return f"Head: the stack at {conf(args).nats_url} (--nats-url): no head VM is rented"
     from yeto.cli.launch.cloud import size_head
+    from yeto.schemas.head_size import head_nodes_line
 
     head = size_head(args, launch)
     return ("Head: " + (head.describe() if head else "the smallest VM (16 GB): the model's size is unknown here") +
-            ", on-demand, rented first; it owns the run's teardown")
+            ", on-demand, rented first; it owns the run's teardown\n  " +
+            head_nodes_line(args.head_nodes, head.price(args.head_price) if head else args.head_price))
 
 
 def sky_tasks(args, launch: LaunchRun) -> list[tuple[str, dict[str, Any]]]:
@@ -67,7 +69,7 @@ def sky_tasks(args, launch: LaunchRun) -> list[tuple[str, dict[str, Any]]]:
     if not conf(args).nats_url:
         try:
             head = head_task(launch.run_id, bundle_dir(state_dir(args), launch.run_id), cloud=args.head_cloud,
-                             region=args.head_region, syncers=args.syncers or 1,
+                             region=args.head_region, syncers=args.syncers or 1, nodes=args.head_nodes,
                              output=LaunchRecipe.upcast(launch.recipe).output)
         except ValueError as e:    # SkyPilot knows no such cloud (launcher/head.py says it the same way)
             raise ValueError(f"--head-cloud {args.head_cloud}: {e}") from None

@@ -1,0 +1,154 @@
+"""Cluster mode rehearsed: a cloud run's head over three VMs outlives the loss of one. `yeto launch --head-nodes 3`
+rents one SkyPilot task of three nodes, which the rehearsal runs in three network namespaces (one per VM, named with
+this test's own prefix), each running one nats-server node routed to the others' addresses over TLS with the
+bundle's route credential, streams R3, and its share of the services; the islands get every node's address.
+Mid-run, node 2 is made the event stream's leader and then deleted with everything in it (kill -9 of its processes,
+its namespace and its folder, the VM's disk): it runs launcher-1 and finalizer-0 and the leader of YETO_EVT, not the
+tape writer (node 0) nor the syncer (node 1), which run once each (docs/CLUSTER.md says what their node's loss does).
+Rounds keep merging, both islands are merged after the kill, `yeto down` finalizes the run on the surviving nodes,
+and nothing is lost: the tape's rows are exactly the replicated stream's messages (sequence and id, no hole).
+Printed: the time without a merged global around the kill (target <= 10 s) and the events the stream held."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import rehearsal_jobs
+import rehearsal_net
+import rehearsal_world
+from test_cloud_rehearsal import Laptop
+from waiting import wait_for
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "learner"))
+import learner_tiny
+
+pytestmark = pytest.mark.slow
+RUN = "cloud-head-cluster"
+KILLED = 2          # the node holding neither the tape writer (0) nor the syncer (1): infra/stack/components.placed
+
+
+def sql(laptop: Laptop, query: str, waiting: bool = False) -> list[list[str]] | None:
+    """The rows of `query` on the run's tape; `waiting`: None while the tape writer does not answer (a busy moment)."""
+    out = laptop.yeto("sql", "--run", RUN, query, "--format", "csv")
+    if waiting and out.returncode != 0 and "no tape writer answers" in out.stderr:
+        return None
+    assert out.returncode == 0, out.stdout + out.stderr
+    return [line.split(",") for line in out.stdout.strip().splitlines()[1:]]
+
+
+async def evt_leader(bus) -> str:
+    return (await bus.js.stream_info("YETO_EVT")).cluster.leader
+
+
+async def lead_from(bus, server: str, tries: int = 20) -> str:
+    """Step the event stream's leader down until `server` leads it (each election picks among the others at random)."""
+    for _ in range(tries):
+        if (leader := await evt_leader(bus)) == server:
+            return leader
+        await bus.nc.request("$JS.API.STREAM.LEADER.STEPDOWN.YETO_EVT", b"", timeout=5)
+        for _ in range(100):       # the new leader is elected within a few heartbeats: ask until one answers
+            try:
+                if await evt_leader(bus):
+                    break
+            except Exception:  # noqa: BLE001 - no leader yet: the stream info request fails until one is elected
+                pass
+            await asyncio.sleep(0.1)
+    return await evt_leader(bus)
+
+
+async def stream_ids(bus) -> list[tuple[str, str]]:
+    """(seq, Nats-Msg-Id) of every message the replicated event stream holds."""
+    last = (await bus.js.stream_info("YETO_EVT")).state.last_seq
+    got = []
+    for seq in range(1, last + 1):
+        found = await bus.direct_get("YETO_EVT", seq, timeout_s=10)
+        if found is not None:
+            got.append((str(seq), found[0].get("Nats-Msg-Id", "")))
+    return got
+
+
+def kill_node(world: Path, cluster: str, k: int) -> dict:
+    """kill -9 of everything in node k's namespace, then the namespace (and its veth) and its folder: the VM is gone."""
+    with rehearsal_jobs.locked(world) as state:
+        node = state["clusters"][cluster]["nodes"][k]
+        for pid in rehearsal_net.pids(node["ns"]):
+            os.kill(pid, signal.SIGKILL)
+        rehearsal_net.ns_down(state["world"], node["ns"], node["index"])
+    shutil.rmtree(node["dir"])
+    return node
+
+
+@pytest.fixture
+def laptop(head_cluster_rehearsal_dir, tmp_path) -> Laptop:
+    root = tmp_path / "laptop"      # the laptop's folders: islands find them empty
+    rehearsal_world.hide(head_cluster_rehearsal_dir, [root])
+    return Laptop(root / "home", head_cluster_rehearsal_dir, learner_tiny.write_model_dir(root / "model"),
+                  learner_tiny.write_chat_jsonl(root / "chat.jsonl", 300))
+
+
+@pytest.mark.timeout(1500)
+def test_a_head_over_three_vms_loses_one_mid_run_and_merges_on_loses_nothing_and_finalizes(laptop):
+    output = laptop.home.parent.parent / "bucket" / "artifact"
+    started = laptop.launch(RUN, "--head-nodes", "3", "--max-steps", "100000", "--output", str(output), timeout=300)
+    assert started.returncode == 0, f"{started.stdout}\n{started.stderr}\n{laptop.story()}"
+    assert "head: 3 VMs at" in started.stdout, started.stdout
+    head = json.loads((laptop.home / "heads" / RUN / "head.json").read_text())
+    cluster = rehearsal_world.record(laptop.world)["clusters"][head["cluster"]]
+    ips = [n["ip"] for n in cluster["nodes"]]
+    assert len(set(ips)) == 3 and len({n["ns"] for n in cluster["nodes"]}) == 3
+    assert head["url"] == ",".join(f"tls://{ip}:4222" for ip in ips)
+    assert all(n["ns"].startswith(rehearsal_net.HEAD_CLUSTER_NAMES["ns"]) for n in cluster["nodes"])
+    records = [Path(n["dir"]) / "home/.yeto/head/stack.json" for n in cluster["nodes"]]   # written once all started
+    wait_for(lambda: all(r.exists() for r in records), 120, "every node's stack record", interval=0.5, detail=laptop.story)
+    assert [sorted(json.loads(r.read_text())["pids"]) for r in records] == [
+        ["credentials", "finalizer-1", "nats-server-0", "planner-0", "tape"],
+        ["credentials", "launcher-0", "nats-server-1", "planner-1", "syncer"],
+        ["credentials", "finalizer-0", "launcher-1", "nats-server-2"]]
+
+    merged = lambda: int((sql(laptop, "select count(*) from events where type = 'RoundMerged'", True) or [[0]])[0][0])  # noqa: E731
+    wait_for(lambda: merged() >= 4, 400, "four merged rounds on the head's cluster", interval=1, detail=laptop.story)
+    replicas = rehearsal_world.as_operator(head, lambda bus: bus.js.stream_info("YETO_EVT"))
+    assert replicas.config.num_replicas == 3 and len(replicas.cluster.replicas) == 2, replicas
+    leader = rehearsal_world.as_operator(head, lambda bus: lead_from(bus, f"yeto-{KILLED}"))
+    assert leader == f"yeto-{KILLED}", leader       # the killed node leads the event stream: its loss moves the leader
+    before = rehearsal_world.as_operator(head, lambda bus: bus.js.stream_info("YETO_EVT")).state.last_seq
+    dead = kill_node(laptop.world, head["cluster"], KILLED)
+    killed_at = time.time()
+    print(f"killed node {KILLED} ({dead['ip']}, leader of YETO_EVT) with the stream at seq {before}")
+
+    def merges_after() -> list[float]:
+        rows = sql(laptop, f"select epoch_ms(ts) from events where type = 'RoundMerged' and epoch(ts) > {killed_at} "
+                           "order by ts", True)
+        return [int(r[0]) / 1000 for r in rows or []]
+    after = wait_for(lambda: merges_after() or None, 120, "a merged global after the node's loss", interval=0.5,
+                     detail=laptop.story)
+    last_before = max(int(r[0]) / 1000 for r in sql(
+        laptop, f"select epoch_ms(ts) from events where type = 'RoundMerged' and epoch(ts) <= {killed_at}"))
+    print(f"first merged global {after[0] - killed_at:.1f}s after the kill; no merged global for "
+          f"{after[0] - last_before:.1f}s around it (the last one {killed_at - last_before:.1f}s before the kill)")
+    new_leader = rehearsal_world.as_operator(head, evt_leader)
+    assert new_leader and new_leader != f"yeto-{KILLED}", new_leader
+    contributors = lambda: sql(laptop, "select distinct unnest(json_extract_string(payload, '$.responders[*]')) "  # noqa: E731
+                                       f"from events where type = 'RoundMerged' and epoch(ts) > {killed_at}", True) or []
+    wait_for(lambda: len(contributors()) == 2, 300, "both islands merged after the node's loss", interval=1,
+             detail=laptop.story)
+    stopped = laptop.yeto("down", RUN)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    finalized = lambda: (sql(laptop, "select count(*) from events where type = 'RunFinalized'", True) or [[0]])[0][0] == "1"  # noqa: E731
+    wait_for(finalized, 900, "the run to finalize on the two nodes left", interval=2, detail=laptop.story)
+
+    stream = rehearsal_world.as_operator(head, stream_ids)
+    tape = lambda: [tuple(r) for r in sql(laptop, "select seq, payload->>'$.id' from events order by seq", True) or []]  # noqa: E731
+    rows = wait_for(lambda: (t := tape()) and len(t) >= len(stream) and t, 120, "the tape to reach the stream's end",
+                    interval=1, detail=laptop.story)
+    assert rows[:len(stream)] == stream, "the tape's rows differ from the replicated stream's messages"
+    assert [int(s) for s, _ in stream] == list(range(1, len(stream) + 1))     # no hole
+    print(f"nothing lost: {len(stream)} events in the stream, the same on the tape (seq and id); killed at seq {before}")
