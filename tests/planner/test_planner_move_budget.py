@@ -4,8 +4,10 @@ same shape elsewhere is over them, and the moved island's start carrying its new
 with the launcher and the planner as services, a budgeted run's island moved to another cloud."""
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timezone
 from functools import reduce
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +187,25 @@ async def test_on_a_real_bus_a_budgeted_run_moves_its_island_to_another_cloud_an
     assert "      moved to gcp us-central1 1xH100 as gen 1" in status
     assert "another cloud, region; the fleet's $5.38/hr + 10% margin + head $0.190/hr = $6.11/hr within the run's " \
            "--budget-per-hour $10.00" in status
+
+
+@pytest.mark.slow       # two launches' data checks: ~20 s on the 2-core box
+def test_yeto_launch_records_what_the_move_keeps_to(tmp_path):
+    """The LaunchRun `yeto launch` builds carries the budget, the margin, the clouds and the model's size; the
+    planner's bounds read them back from its RunLaunched."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learner"))
+    from learner_tiny import write_chat_jsonl, write_model_dir
+    from yeto.cli.launch.command import build_launch
+    from yeto.cli.main import build_parser
+
+    model, data = write_model_dir(tmp_path / "model"), write_chat_jsonl(tmp_path / "chat.jsonl", 40)
+    common = ["launch", "--model", str(model), "--data", str(data), "--seq-len", "64", "--weights-gb", "18"]
+    planned = build_parser().parse_args([*common, "--budget-per-hour", "26", "--price-margin", "0.2", "--clouds", "aws,gcp"])
+    named = build_parser().parse_args([*common, "--gpu", "aws:8xh100@us-east-2"])
+    got = []
+    for args in (planned, named):
+        cmd = build_launch(args, "r-bounds", [{**SPEC, "price_per_hour": 11.25}])
+        b = bounds_of(RunLaunched(run_id="r-bounds", source="launcher", fleet=cmd.fleet, recipe=cmd.recipe))
+        assert b is not None and b.workload is not None
+        got.append((b.budget, b.margin, b.clouds, b.head_price, b.workload["weights_gb"], b.workload["seq_len"]))
+    assert got == [(26.0, 0.2, ("aws", "gcp"), 0.19, 18.0, 64), (None, 0.1, ("aws",), 0.19, 18.0, 64)]
