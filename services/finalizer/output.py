@@ -79,7 +79,7 @@ def hub_files(local: Path) -> dict[str, str]:
     """What an hf:// output uploads: its path in the repo -> its path in the output folder. `artifact/`'s files go
     to the repo's root (`from_pretrained("org/repo")` loads them), the manifest and its signature beside them; the
     resume state does not go (it is 2-3x the adapter, and `--resume-from` reads the run's local output folder).
-    A flat folder (a diffusion adapter's, or one finalized before `artifact/`) goes as it is."""
+    A flat folder (finalized before `artifact/`: ecdf685, a diffusion run's 677d304) goes as it is."""
     names = files(local)
     if not (deploy := deploy_copy_names(names)):
         return {name: name for name in names}
