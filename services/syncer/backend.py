@@ -15,8 +15,8 @@ import numpy as np
 from yeto.schemas import codecs
 from yeto.schemas.codecs.base import set_threads, threads, use_kernels
 
-__all__ = ["GPU", "NAME", "decode_into", "empty", "set_threads", "synchronize", "threads", "to_device", "to_host",
-           "use_kernels", "xp", "zeros"]
+__all__ = ["GPU", "NAME", "copy_to_host", "decode_into", "empty", "host_buffer", "set_threads",
+           "synchronize", "threads", "to_device", "to_host", "use_kernels", "xp", "zeros"]
 
 
 def _load():
@@ -44,6 +44,22 @@ NAME = "cupy" if GPU else "numpy"
 def to_host(a) -> np.ndarray:
     """A NumPy array of `a` (a no-op on the NumPy backend)."""
     return a.get() if GPU and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+def copy_to_host(a, out: np.ndarray) -> np.ndarray:
+    """Copy `a` into the host array `out` (the device copies into it directly, no staging array); returns `out`."""
+    if GPU and not isinstance(a, np.ndarray):
+        return a.get(out=out)
+    np.copyto(out, a)
+    return out
+
+
+def host_buffer(n: int) -> np.ndarray:
+    """`n` float32 values of host memory for device copies: pinned on a GPU head, plain NumPy otherwise."""
+    if GPU:
+        import cupyx
+        return cupyx.empty_pinned(n, dtype=np.float32)
+    return np.empty(n, dtype=np.float32)
 
 
 def to_device(a: np.ndarray):

@@ -17,7 +17,7 @@ from yeto.services.syncer import backend, gram, merge, sparse
 from yeto.services.syncer.broadcast import Shadow
 from yeto.services.syncer.rounds import Round
 from yeto.services.syncer.rows import FragmentRows
-from yeto.services.syncer.snapshot import FragmentSnapshot
+from yeto.services.syncer.snapshot import FragmentSnapshot, SnapshotBuffers
 from yeto.services.syncer.sparse import SparsePush, sparse_merge
 
 
@@ -29,6 +29,7 @@ class FragmentState:
         self.round = Round(shadow.fragment, version=version)
         self.gram = gram.RoundGram()
         self.since_snapshot = 0                 # versions published since the last snapshot
+        self.snapshot_buffers = SnapshotBuffers(backend.host_buffer)
 
     @classmethod
     def adopt(cls, h: FragmentHeader, values: np.ndarray, run_id: str, config: SyncConfig) -> FragmentState:
@@ -133,9 +134,11 @@ class FragmentState:
     # -- snapshots and the final cut -------------------------------------------------------------------
     def snapshot(self, ledger: dict[str, dict]) -> FragmentSnapshot:
         """The fragment as of now: Θ, momentum, the broadcast shadow, version, and the learners' `ledger` of it."""
+        theta, momentum, shadow = self.snapshot_buffers.take(self.numel)     # reused once no snapshot holds them
         return FragmentSnapshot(fragment=self.fragment, version=self.version, fingerprint=self.shadow.fingerprint,
-                                theta=backend.to_host(self.theta).copy(), momentum=backend.to_host(self.rows.momentum).copy(),
-                                shadow=self.shadow.values.copy(), role=self.shadow.role, ledger=ledger)
+                                theta=backend.copy_to_host(self.theta, theta),
+                                momentum=backend.copy_to_host(self.rows.momentum, momentum),
+                                shadow=backend.copy_to_host(self.shadow.values, shadow), role=self.shadow.role, ledger=ledger)
 
     def exact_keyframe(self) -> tuple[FragmentHeader, bytes]:
         """An f32 keyframe of Θ itself (not the q4-tracked shadow): the authoritative final values."""

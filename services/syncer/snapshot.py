@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import struct
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,40 @@ class FragmentSnapshot:
     shadow: np.ndarray
     role: str = "layers"
     ledger: dict[str, dict] = field(default_factory=dict)    # learner -> {"generation": g, "last_step": s}
+
+
+class SnapshotBuffers:
+    """The host arrays a fragment's snapshots are copied into, reused once nothing holds them any more.
+
+    A snapshot copies Θ, the momentum and the shadow on the round's path. Into fresh arrays, each copy's first touch
+    of its pages faults them in: on a VM whose memory the host backs lazily that costs tens of times the copy itself
+    (`python benchmarks/snapshot_copy.py`), and on any machine more than the copy. A set is reused only while no
+    reference to any of its arrays exists but the pool's own (a snapshot still queued for its writer, or kept by a
+    caller, holds its arrays, so they are never overwritten under it); at most KEEP sets are kept per fragment,
+    enough for one being written while the next is filled. `alloc` makes a set's arrays (pinned host memory on a
+    GPU head, so the device copies into it directly)."""
+
+    KEEP = 2
+
+    def __init__(self, alloc=None) -> None:
+        self.sets: list[list[np.ndarray]] = []
+        self.alloc = alloc or (lambda n: np.empty(n, dtype=np.float32))
+
+    def take(self, n: int) -> tuple[np.ndarray, ...]:
+        """Three arrays of `n` float32 values (theta, momentum, shadow) that nobody else holds. The tuple returned
+        holds them: while it, or any of its arrays, is kept, they are not handed out again."""
+        for bufs in self.sets:
+            if bufs[0].size == n and all(_only_here(bufs, i) for i in range(len(bufs))):
+                return tuple(bufs)
+        bufs = [self.alloc(n) for _ in NAMES]
+        self.sets = [b for b in self.sets if b[0].size == n][-(self.KEEP - 1):] + [bufs]   # a resized fragment's go
+        return tuple(bufs)
+
+
+def _only_here(bufs: list[np.ndarray], i: int) -> bool:
+    """No reference to `bufs[i]` but the list's (getrefcount counts its own argument too), and no view of it (a view
+    holds its base)."""
+    return sys.getrefcount(bufs[i]) == 2
 
 
 def path_of(directory: Path, fragment: int) -> Path:

@@ -1,0 +1,72 @@
+"""A fragment's snapshots are copied into host arrays reused from one snapshot to the next once nothing holds them
+(services/syncer/snapshot.py SnapshotBuffers): a snapshot still held (queued for its writer, kept by a caller) is
+never overwritten, and the values each snapshot holds are those of its own version."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+from yeto.schemas.fragments import FragmentHeader
+from yeto.schemas.recipe import SyncConfig
+from yeto.services.syncer.fragment import FragmentState
+from yeto.services.syncer.snapshot import SnapshotBuffers
+
+N = 1000
+
+
+def _fragment() -> FragmentState:
+    h = FragmentHeader(run_id="r", learner="l0", fragment=0, kind="init", fingerprint="f" * 64, codec="f32", numel=N,
+                       c_tokens=0, c_steps=0, local_step=0, base_version=0, sha256="0" * 64)
+    frag = FragmentState.adopt(h, np.zeros(N, dtype=np.float32), "r", SyncConfig(num_fragments=1))
+    frag.publish(snapshot_every=1)
+    return frag
+
+
+def _move(frag: FragmentState, value: float) -> None:
+    """A merged version: new values of theta and the momentum (what an outer step writes)."""
+    frag.rows.theta[:] = value
+    frag.rows.momentum[:] = -value
+    frag.round.version += 1
+
+
+def _addresses(snap) -> list[int]:
+    return [a.ctypes.data for a in (snap.theta, snap.momentum, snap.shadow)]
+
+
+def test_a_released_snapshots_arrays_are_reused_and_a_held_one_is_never_overwritten():
+    frag = _fragment()
+    _move(frag, 1.0)
+    first = frag.snapshot({})
+    held = _addresses(first)
+    _move(frag, 2.0)
+    second = frag.snapshot({})               # the first is still held (a writer has not reached it yet)
+    assert not set(_addresses(second)) & set(held)
+    assert (first.theta == 1.0).all() and (first.momentum == -1.0).all() and first.version == 1
+    assert (second.theta == 2.0).all() and (second.momentum == -2.0).all() and second.version == 2
+    del first                               # written: nothing holds it
+    gc.collect()
+    _move(frag, 3.0)
+    third = frag.snapshot({})
+    assert _addresses(third) == held        # the first one's arrays, filled with version 3
+    assert (third.theta == 3.0).all() and (third.momentum == -3.0).all() and (second.theta == 2.0).all()
+
+
+def test_a_view_or_an_array_kept_from_a_snapshot_keeps_its_set_out_of_reuse():
+    frag = _fragment()
+    _move(frag, 1.0)
+    theta = frag.snapshot({}).theta         # the snapshot object is gone, its theta kept
+    part = frag.snapshot({}).momentum[10:20]      # a view keeps its base
+    _move(frag, 5.0)
+    frag.snapshot({})
+    frag.snapshot({})
+    assert (theta == 1.0).all() and (part == -1.0).all()
+
+
+def test_the_pool_keeps_at_most_two_sets_and_drops_another_sizes():
+    pool = SnapshotBuffers()
+    held = [pool.take(N) for _ in range(4)]  # all held: a new set each time, the pool keeps the newest two
+    assert len(pool.sets) == 2 and all(len({a.ctypes.data for a in s}) == 3 for s in held)
+    del held
+    pool.take(2 * N)                          # the fragment's size changed: the old sets go
+    assert [s[0].size for s in pool.sets] == [2 * N]
