@@ -69,7 +69,7 @@ def _phase(isl: Island, e: IslandEvent) -> Island:
     if gen < isl.generation:
         return isl
     if isinstance(e, IslandRequested):
-        # the spec too: a generation may start on another offer of the same GPU shape (MoveIsland, schemas/offers.py)
+        # the spec too: a generation may start on another offer, of another GPU shape even (MoveIsland, schemas/offers.py)
         return replace(isl, generation=gen, phase="requested" if gen == 0 else "replacing", since=ts, last_beat=None,
                        beat_gap_s=0.0, evaluated=False, spec=e.spec)
     if isinstance(e, (IslandUp, IslandReplaced)):

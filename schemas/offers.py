@@ -4,7 +4,8 @@ When no offer can take the refused island's place, ReplanFailed says why and wha
 
 The planner reads refusals (services/planner/refusals.py): an offer refused within `cooldown_s` is planned as out of
 stock, so a plan made after the refusal does not ask the same cloud, region and GPU shape again at once; and it
-answers each with a MoveIsland to the next-best offer of the same GPU shape (services/planner/replan.py), which the
+answers each with a MoveIsland to the next-best offer within the run's budget (its GPU shape elsewhere, else another
+GPU type or count that holds the model at its TFLOPs; services/planner/replan.py), which the
 launcher starts as the island's next generation.
 """
 from __future__ import annotations
@@ -41,7 +42,7 @@ class OfferRefused(Event):
 
 @registry.register
 class MoveIsland(IslandCommand):
-    """Start the island's generation `generation` on `spec`, another offer of the same GPU shape: the one it was
+    """Start the island's generation `generation` on `spec`, the next-best offer within the run's budget: the one it was
     started on was refused (`refused`: that OfferRefused's id). The launcher ignores it once the island moved on."""
 
     type: Literal["MoveIsland"] = "MoveIsland"
@@ -55,8 +56,8 @@ class MoveIsland(IslandCommand):
 class ReplanFailed(Event):
     """No offer can take the place of an island a cloud refused: why (`reason`), and what to change (`advice`).
 
-    `refused` is that OfferRefused's id. `reason`: no other region of its GPU shape is left, or the cheapest costs more
-    than the refused price allows; `advice`: the fleet's --gpu, --exclude-regions, the budget. The planner publishes
+    `refused` is that OfferRefused's id. `reason`: no offer that holds the island is left, or the cheapest costs more
+    than the run's budget allows (a run from before 2026-12-05: the refused price + 10 %); `advice`: the fleet's --gpu, --exclude-regions, the budget. The planner publishes
     it once per refused generation and still moves the island if an offer comes back within the refusal's cool-down."""
 
     type: Literal["ReplanFailed"] = "ReplanFailed"

@@ -1,7 +1,8 @@
 """Wiring of the planner service: PlanFleet in, FleetPlanned or FleetPlanFailed out; a refusal in, MoveIsland or ReplanFailed.
 
-An island a cloud refused at launch (OfferRefused) is answered with MoveIsland to the next-best offer of its shape,
-or with ReplanFailed (why none is, what to change) when there is none.
+An island a cloud refused at launch (OfferRefused) is answered with MoveIsland to the next-best offer within the run's
+budget (replan.py: its GPU shape elsewhere first, else another that holds the model; the bounds from the run's
+RunLaunched and IslandRequested events, move_budget.py), or with ReplanFailed (why none is, what to change).
 
 The catalog is read through SkyPilot (a child process, seconds) once per catalog directory (and, for a re-plan, the
 refused cloud alone) and kept; live signals are gathered per command (they carry their own TTL cache under the state
