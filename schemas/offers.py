@@ -57,8 +57,9 @@ class ReplanFailed(Event):
     """No offer can take the place of an island a cloud refused: why (`reason`), and what to change (`advice`).
 
     `refused` is that OfferRefused's id. `reason`: no offer that holds the island is left, or the cheapest costs more
-    than the run's budget allows (a run from before 2026-12-05: the refused price + 10 %); `advice`: the fleet's --gpu, --exclude-regions, the budget. The planner publishes
-    it once per refused generation and still moves the island if an offer comes back within the refusal's cool-down."""
+    than the run's budget allows (a run from before 2026-12-05: the refused price + 10 %); `advice`: the fleet's
+    --gpu, --exclude-regions, the budget. The planner publishes it once per refused generation and still moves the
+    island if an offer comes back within the refusal's cool-down."""
 
     type: Literal["ReplanFailed"] = "ReplanFailed"
     version: Literal[1] = 1
