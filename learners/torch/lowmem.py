@@ -10,14 +10,14 @@ import torch
 import torch.distributed as dist
 
 from yeto.learners.lm_recipe import TrainRecipe
-from yeto.learners.torch.model import ModelSource
+from yeto.learners.torch.model import ModelSource, load_config
 from yeto.learners.torch.tuning import apply_tuning
 
 
 def skeleton(source: ModelSource, recipe: TrainRecipe, *, dtype: torch.dtype) -> torch.nn.Module:
     """The tuned model on the meta device: every shape and name, no storage."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-    config = AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
+    from transformers import AutoModelForCausalLM
+    config = load_config(source)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.config.use_cache = False
