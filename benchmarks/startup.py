@@ -16,10 +16,14 @@ launch starts the stack too, and reads the stage boundaries from real signals:
     join      of first_step: `join_s` on the `done` line (initial pushes sent, version 0 adopted or fetched)
     step1     of first_step: the first `step` line's `seconds` less `first_batch_s` (counted in data): forward,
               backward, optimizer step, the step boundary
+With --stack-first each rep starts the stack first (`yeto stack up`), waits until it is idle (the launcher's
+pre-imported learner, learners/torch/zygote.py, has logged `ready` in <home>/logs/learner-zygote.log; an arm without
+one: the stack up), then launches: a launch on a running stack, as every launch after a user's first. The stack
+stage is then ~0 and the CLI's line says so.
 The table shows, per stage, the median over reps of the island that reached its first step last (the critical one);
 total = launch to the last island's first step. The learner's lines are read with YETO_LOG_FORMAT=json.
 
-    .venv/bin/python benchmarks/startup.py [--reps 3] [--islands 2] [--json PATH] [--dry-run]
+    .venv/bin/python benchmarks/startup.py [--reps 3] [--islands 2] [--stack-first] [--json PATH] [--dry-run]
     scripts/frozen.sh a85fb58 /tmp/fz-startup-base true
     .venv/bin/python benchmarks/startup.py --baseline-tree /tmp/fz-startup-base --reps 5 --json PATH
     .venv/bin/python benchmarks/startup.py --arm before=/tmp/fz-before --arm after=/tmp/fz-after --reps 5
@@ -68,7 +72,7 @@ def launch(env: dict, cwd: Path, args, model: Path, data: Path, run: str) -> tup
             "--sync-every", "2", "--run-id", run]
     t0 = time.time()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen: dict[str, float] = {}
+    seen: dict[str, float] = {"stack_s": 0.0}     # no line: the stack was running
     for line in proc.stdout:
         if line.startswith("started the local stack"):
             seen["stack_s"] = float(line.split(" in ")[1].split(" s ")[0]) if " in " in line else float("nan")
@@ -91,6 +95,18 @@ def learner_lines(home: Path, run: str, island: int) -> dict[str, dict]:
                 continue
             found.setdefault(obj.get("event"), obj)     # the first `step` line
     return found
+
+
+def stack_first(env: dict, tree: Path, home: Path, timeout_s: float) -> None:
+    """`yeto stack up`, then, where the arm's tree has a pre-imported learner, wait for it to log `ready`."""
+    subprocess.run([YETO, "stack", "up"], env=env, cwd=tree, capture_output=True, timeout=120, check=True)
+    if not (tree / "learners/torch/zygote.py").exists():
+        return
+    log, deadline = home / "logs" / "learner-zygote.log", time.monotonic() + timeout_s
+    while not (log.exists() and "ready:" in log.read_text(errors="replace")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{log}: the launcher's pre-imported learner did not log `ready` within {timeout_s} s")
+        time.sleep(0.5)
 
 
 def wait_done(home: Path, run: str, islands: int, timeout_s: float) -> list[dict[str, dict]]:
@@ -140,6 +156,8 @@ def one_rep(arm: str, frozen: Path | None, args, work: Path, rep: int) -> dict:
     env = arm_env({**os.environ, "YETO_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                    "YETO_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1"}, frozen)
     try:
+        if args.stack_first:
+            stack_first(env, frozen or Path.cwd(), home, args.timeout_s)
         t0, seen = launch(env, frozen or Path.cwd(), args, work / "model", work / "chat.jsonl", run)
         lines = wait_done(home, run, args.islands, args.timeout_s)
         launched, up, first = tape_times(home, run, args.islands)
@@ -196,6 +214,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--islands", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=240.0)
+    ap.add_argument("--stack-first", action="store_true",
+                    help="start the stack and let it settle before each launch (a launch on a running stack)")
     ap.add_argument("--json", type=Path, help="write every rep's stages here")
     ap.add_argument("--dry-run", action="store_true")
     return ap
