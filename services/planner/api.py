@@ -11,14 +11,15 @@ from pathlib import Path
 from yeto.schemas.memory_model import Workload, fits
 from yeto.schemas.offers import OfferRefused
 from yeto.services.planner.catalog import FIXTURE_DIR, CatalogUnavailable, Offering, load_catalog
+from yeto.services.planner.expert_memory import TP_KEY, describe_split, moe_split
 from yeto.services.planner.gpus import GPUS, NO_NF4
 from yeto.services.planner.plan import FleetPlan, plan_fleet
 from yeto.services.planner.refusals import with_refusals
 from yeto.services.planner.request import PlanRequest
 from yeto.services.planner.signals import Signals, gather_signals
 
-__all__ = ["FIXTURE_DIR", "GPUS", "NO_NF4", "CatalogUnavailable", "FleetPlan", "Offering", "PlanRequest", "Signals",
-           "Workload", "fits", "load_catalog", "shape_fleet"]
+__all__ = ["FIXTURE_DIR", "GPUS", "NO_NF4", "TP_KEY", "CatalogUnavailable", "FleetPlan", "Offering", "PlanRequest", "Signals",
+           "Workload", "describe_split", "fits", "load_catalog", "moe_split", "shape_fleet"]
 
 
 def shape_fleet(request: PlanRequest, catalog: list[Offering], *, cache_path: Path, now: float,

@@ -104,7 +104,7 @@ def expert_parallel_config(args) -> dict | None:
     if not path.is_file():
         raise ValueError(f"--island-backend megatron plans from the model's config.json: --model {args.model} is not a "
                          f"local model directory with one")
-    from yeto.services.planner.expert_memory import TP_KEY
+    from yeto.services.planner.api import TP_KEY
     tp = getattr(args, "megatron_tp", None)
     return {**json.loads(path.read_text()), **({TP_KEY: tp} if tp is not None else {})}
 
@@ -150,7 +150,7 @@ def expert_splits(args, plan: FleetPlan) -> list[str]:
     moe = expert_parallel_config(args)
     if moe is None:
         return []
-    from yeto.services.planner.expert_memory import describe_split, moe_split
+    from yeto.services.planner.api import describe_split, moe_split
     sizes = sorted({i["count"] * i["nodes"] for i in plan.islands})
     return [f"{n} GPU(s) an island: {describe_split(moe_split(moe), n)}" for n in sizes]
 
