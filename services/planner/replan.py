@@ -93,10 +93,19 @@ def nominal_tflops(gpu: str, gpus: int) -> float:
     return gpus * spec.peak_bf16_tflops * spec.mfu if spec is not None else 0.0
 
 
-def _same_shape(r: OfferRefused, catalog: list[Offering], signals: Signals, clouds: tuple[str, ...]) -> list:
+def _where_allowed(o: Offering, b: RunBounds) -> bool:
+    """The run's --clouds (or its fleet's), --regions and --exclude-regions."""
+    region = o.region.lower()
+    return ((not b.clouds or o.cloud in b.clouds) and (not b.regions or region in {x.lower() for x in b.regions})
+            and region not in {x.lower() for x in b.exclude_regions})
+
+
+def _same_shape(r: OfferRefused, catalog: list[Offering], signals: Signals, bounds: RunBounds | None) -> list:
+    """Offerings of the refused island's GPU shape elsewhere, cheapest first (the refused cloud first at a tie); on the
+    refused cloud alone for a run without bounds."""
     options = []
     for o in catalog:
-        if (o.gpu, o.count) != (r.gpu, r.count) or (clouds and o.cloud not in clouds):
+        if (o.gpu, o.count) != (r.gpu, r.count) or not (o.cloud == r.cloud if bounds is None else _where_allowed(o, bounds)):
             continue
         spot = r.spot and o.spot_price is not None
         if _allowed(o, r, spot, signals, r.nodes):
@@ -139,7 +148,7 @@ def replacement(r: OfferRefused, catalog: list[Offering], signals: Signals,
     if bounds is None:
         return _unbounded(r, catalog, signals)
     room = bounds.room(r.island)
-    same = _same_shape(r, catalog, signals, bounds.clouds)
+    same = _same_shape(r, catalog, signals, bounds)
     others = _other_shapes(r, catalog, signals, bounds)
     fits = [x for x in same if x.price <= room + 1e-9] or [x for x in others if x.price <= room + 1e-9]
     if fits:
@@ -160,7 +169,7 @@ def replacement(r: OfferRefused, catalog: list[Offering], signals: Signals,
 
 def _unbounded(r: OfferRefused, catalog: list[Offering], signals: Signals) -> Replacement | Unplaceable:
     """A run that recorded no budget (an old tape): the same shape on the same cloud, at most the refused price + 10 %."""
-    options = _same_shape(r, catalog, signals, (r.cloud,))
+    options = _same_shape(r, catalog, signals, None)
     if not options:
         return Unplaceable(f"no other {r.cloud} offer of {_shape(r)} is left (stock, placement score, "
                            f"quota or refusals rule out every region)", _advice(r, None, signals))

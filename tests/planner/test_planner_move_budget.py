@@ -79,6 +79,12 @@ def test_when_the_same_shape_elsewhere_is_over_the_budget_the_only_offer_within_
                            "take the fleet's $23.94/hr + 10% margin + head $0.190/hr = $26.52/hr over the run's "
                            "--budget-per-hour $26.00")
     assert none.advice.startswith("launch again with --gpu aws:8xh100@us-west-2 to pay $12.69/hr for it")
+    # the run's --regions and --exclude-regions hold for the move too
+    roomy = {"head_price_per_hour": 0.19, "budget_per_hour": 40.0, "price_margin": 0.10}
+    not_west = bounds_of(launched(roomy, {"clouds": "aws", "exclude_regions": "us-west-2", "weights_gb": 18.0}))
+    assert replacement(refused(), H100, Signals(), not_west).offering.region == "us-east-1"
+    only_west = bounds_of(launched(roomy, {"regions": "us-west-2,us-east-2", "weights_gb": 18.0}))
+    assert replacement(refused(), [*H100, GCP_H100], Signals(), only_west).offering.region == "us-west-2"
 
 
 def test_when_no_offer_of_the_shape_fits_another_gpu_type_that_holds_the_model_at_its_tflops_takes_it():
