@@ -77,12 +77,15 @@ def _serving(rec: dict) -> bool:
 def _commands(rec: dict, paths: StackPaths, url: str) -> dict[str, list[str]]:
     """The components of a recorded stack: a cluster runs two instances of each service that can run twice. A head
     node on a machine of its own runs its share of them (components.placed) and the credential follower, which admits
-    on this node every learner a launcher on another node issued (infra/head/credentials.py)."""
+    on this node every learner a launcher on another node issued (infra/head/credentials.py). Such a head keeps two
+    tapes, on nodes 0 and 1, each written from its own durable consumer: either VM's loss leaves one that `yeto sql`
+    is answered from (the writers serve one queue group)."""
     cmds = component_commands(url, paths.root, paths.db, rec.get("syncers", 1), 2 if rec.get("cluster", 1) > 1 else 1)
     if not rec.get("peers"):
         return cmds
     follower = [sys.executable, "-m", "yeto.infra.head.credentials", "--nats-url", url, "--state-dir", str(paths.root),
                 "--run-id", rec["run_id"]]
+    cmds["tape-1"] = [*cmds["tape"], "--consumer", "tape-1"]     # a second tape, its own consumer, on another VM's disk
     return placed(cmds, rec["node"], len(rec["peers"])) | {"credentials": follower}
 
 

@@ -35,13 +35,13 @@ def component_commands(url: str, root: Path, db: Path, syncers: int = 1, instanc
 
 
 def placed(cmds: dict[str, list[str]], node: int, num_nodes: int) -> dict[str, list[str]]:
-    """The components node `node` of a head over `num_nodes` machines runs: the tape writer on node 0, syncer shard K
-    on node (K + 1) % N, and the i-th SCALABLE service's instance j on node (i + j) % N, so the two instances of each
-    run on two different machines and a machine's loss leaves one of each (docs/CLUSTER.md)."""
+    """The components node `node` of a head over `num_nodes` machines runs: tape writer K (`tape`, `tape-1`) on node K,
+    syncer shard K on node (K + 1) % N, and the i-th SCALABLE service's instance j on node (i + j) % N, so the two
+    instances of each run on two different machines and a machine's loss leaves one of each (docs/CLUSTER.md)."""
     def home(name: str) -> int:
-        if name == "tape":
-            return 0
         base, _, k = name.rpartition("-") if "-" in name else (name, "", "0")
+        if base == "tape":
+            return int(k) % num_nodes
         if base == "syncer":
             return (int(k) + 1) % num_nodes
         return (SCALABLE.index(base) + int(k)) % num_nodes

@@ -62,7 +62,7 @@ def test_each_node_runs_its_share_the_tape_and_syncer_once_each_service_twin_on_
     for service in SCALABLE:
         assert len({k for k, share in enumerate(shares) if any(n.startswith(service) for n in share)}) == 2
     one = component_commands("tls://x:4222", tmp_path, tmp_path / "tape.duckdb", syncers=1, instances=2)
-    assert "syncer" in placed(one, 1, 3)
+    assert "syncer" in placed(one, 1, 3) and "tape-1" in placed({**one, "tape-1": one["tape"]}, 1, 3)
 
 
 def test_every_node_derives_the_same_learner_password_and_revokes_it_when_the_run_ends(tmp_path):
