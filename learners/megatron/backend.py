@@ -1,6 +1,6 @@
 """The megatron backend of learners/shell.py: a Mixtral-style MoE on Megatron-Core, its experts split over the
 island's ranks (expert parallelism over gloo on the CPU) and, with the recipe's tensor_parallel, its tensors split over
-groups of TP ranks, every tensor trained (full fine-tuning).
+groups of TP ranks, every tensor trained (full fine-tuning) or LoRA adapters on the attention projections (lora.py).
 
 Rank 0 syncs under the stable Hugging Face names (model.py); the other ranks serve its reads and writes of the
 experts they hold (arrays.py). What needs CUDA is refused by name (host.py).
@@ -21,6 +21,7 @@ from yeto.learners.lm_recipe import TrainRecipe
 from yeto.learners.megatron import arrays as ep_arrays
 from yeto.learners.megatron import host
 from yeto.learners.megatron.island import Island, close_island, grad_norm, loss_sum, open_island, reduce_gradients
+from yeto.learners.megatron.lora import LoraSettings, targets_of
 from yeto.learners.step import StepResult
 from yeto.learners.sync_hook import DilocoHook
 from yeto.learners.torch import batches
@@ -34,11 +35,15 @@ T = TypeVar("T")
 
 def check_recipe(recipe: TrainRecipe) -> None:
     """What this backend does not do, refused by name (a flag accepted and ignored would be a defect)."""
-    if recipe.tuning != "full":
-        raise ValueError(f"megatron backend: tuning {recipe.tuning!r} is not supported: it trains every tensor "
-                         "(tuning full); LoRA on Megatron-Core is not built (docs/MEGATRON.md)")
     if recipe.base_quantization != "none":
-        raise ValueError("megatron backend: base_quantization must be none")
+        raise ValueError("megatron backend: base_quantization must be none (no quantized Megatron-Core base is built)")
+    if recipe.tuning == "lora":
+        targets_of(recipe.target_modules)
+        if recipe.tensor_parallel > 1:
+            raise ValueError("megatron backend: LoRA with tensor parallelism is not built (the adapters are not split "
+                             "over TP ranks): tensor_parallel 1, or tuning full")
+        if recipe.lora_dropout:
+            raise ValueError(f"megatron backend: lora_dropout {recipe.lora_dropout} is not built: 0 only")
     if recipe.shard == "fsdp":
         raise ValueError("megatron backend: shard fsdp is not supported: the island's ranks split the experts "
                          "(expert parallelism) and replicate the dense tensors")
@@ -47,6 +52,14 @@ def check_recipe(recipe: TrainRecipe) -> None:
                          "(bf16 needs the GPU path of docs/MEGATRON.md)")
     if recipe.activation_checkpointing == "on":
         raise ValueError("megatron backend: activation_checkpointing on is not supported")
+
+
+def lora_settings(recipe: TrainRecipe) -> LoraSettings | None:
+    """The recipe's adapters (lora.py), or None for full fine-tuning."""
+    if recipe.tuning != "lora":
+        return None
+    return LoraSettings(r=recipe.lora_r, alpha=recipe.lora_alpha, targets=targets_of(recipe.target_modules),
+                        seed=recipe.seed)
 
 
 class Rank:
@@ -80,7 +93,7 @@ class MegatronBackend:
         torch.set_num_threads(max(1, (torch.get_num_threads() or 1) // topology.world_size))
         island = open_island(Path(source.location), rank=topology.rank, world_size=topology.world_size,
                              master_addr=topology.master_addr, master_port=topology.master_port,
-                             tensor_parallel=recipe.tensor_parallel)
+                             tensor_parallel=recipe.tensor_parallel, lora=lora_settings(recipe))
         try:
             return Rank(island, load_tokenizer(source))
         except BaseException:
@@ -94,9 +107,10 @@ class MegatronBackend:
         island, shape = rank.island, rank.island.shape
         trainable = sum(int(torch.Size(rank.arrays.shape(n)).numel()) for n in rank.arrays.names())
         split = f"EP{island.ep}" + (f"xTP{island.tp}" if island.tp > 1 else "")
-        return dict(ranks=island.world_size, shard=split, tuning="full", dtype="float32", quantization="none",
+        return dict(ranks=island.world_size, shard=split, tuning=recipe.tuning, dtype="float32", quantization="none",
                     device="cpu", experts=shape.experts, experts_per_rank=shape.experts // island.ep,
-                    tensor_parallel=island.tp, trainable=trainable, parameters=trainable)
+                    tensor_parallel=island.tp, trainable=trainable,
+                    parameters=shape.parameters + (trainable if recipe.tuning == "lora" else 0))
 
     def arrays(self, rank: Rank) -> ArrayAdapter:
         return rank.arrays
@@ -157,7 +171,7 @@ def train(rank: Rank, stream: Iterator[Any], recipe: TrainRecipe, *, sync: Diloc
     """AdamW steps over accumulated micro-batches, the DiLoCo step boundary after each (rank 0 syncs; writes reach
     the ranks that hold each tensor inside the boundary, so nothing is broadcast after it)."""
     island, replicas = rank.island, rank.island.ep
-    params = list(island.model.named_parameters())
+    params = [(n, p) for n, p in island.model.named_parameters() if p.requires_grad]   # LoRA: the adapters alone
     optimizer = build_optimizer(params, recipe)
     boundary((lambda: sync.join()) if sync is not None else None)
     island.model.train()

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from yeto.learners.megatron import checkpoint, host
 from yeto.learners.megatron.arrays import ExpertArrays, Layout
+from yeto.learners.megatron.lora import LoraSettings, apply_lora
 from yeto.learners.megatron.model import Shape, Slot, build_model, slots
 
 IGNORE_INDEX = -100
@@ -56,9 +57,11 @@ class Island:
 
 
 def open_island(model_dir: Path, *, rank: int, world_size: int, master_addr: str, master_port: int,
-                device: str = "cpu", dispatcher: str = "allgather", tensor_parallel: int = 1) -> Island:
+                device: str = "cpu", dispatcher: str = "allgather", tensor_parallel: int = 1,
+                lora: LoraSettings | None = None) -> Island:
     """Join the island's process group (gloo on the CPU, NCCL on CUDA; world_size / tensor_parallel expert-parallel
-    ranks of `tensor_parallel` TP ranks each) and build this rank's part of the model on `device`."""
+    ranks of `tensor_parallel` TP ranks each) and build this rank's part of the model on `device`; with `lora`, the
+    base frozen and adapters on its attention projections (lora.py), which are then the island's names."""
     from megatron.core import parallel_state
     from transformers import AutoConfig
     shape = Shape.of(AutoConfig.from_pretrained(model_dir))
@@ -66,6 +69,9 @@ def open_island(model_dir: Path, *, rank: int, world_size: int, master_addr: str
         raise ValueError(f"megatron backend: tensor parallelism {tensor_parallel} does not divide the island's "
                          f"{world_size} rank(s)")
     ep = world_size // tensor_parallel
+    if lora is not None and tensor_parallel > 1:
+        raise ValueError("megatron backend: LoRA with tensor parallelism is not built (the adapters are not split "
+                         "over TP ranks): use --megatron-tp 1, or --tuning full")
     if device == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
         host.prepare_without_te()
@@ -88,6 +94,8 @@ def open_island(model_dir: Path, *, rank: int, world_size: int, master_addr: str
     checkpoint.load(model_dir, shape, names, dict(model.named_parameters()), ep_rank=me[0], tp=tensor_parallel,
                     tp_rank=me[1])
     layout = Layout(ep_rank=me[0], tp=tensor_parallel, tp_rank=me[1], peers=tuple(peers))
+    if lora is not None:
+        names = apply_lora(model, shape, lora)
     return Island(model.to(device), shape, names, rank, world_size, layout)
 
 

@@ -38,6 +38,13 @@ class Shape:
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
+    @property
+    def parameters(self) -> int:
+        """Every parameter of the model (the checkpoint's count)."""
+        attention = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
+        layer = attention + 2 * self.hidden + self.hidden * self.experts + self.experts * 3 * self.hidden * self.ffn
+        return self.layers * layer + self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
+
     def padded_vocab(self, tensor_parallel: int) -> int:
         """The vocabulary Megatron builds: a multiple of the TP degree (the rows past `vocab` are never read)."""
         return -(-self.vocab // tensor_parallel) * tensor_parallel

@@ -1,8 +1,10 @@
 """A Megatron-Core island on the CPU: a tiny Mixtral's experts split over two gloo ranks (EP 2), or every tensor
 split over two tensor-parallel ranks (TP 2: attention, experts, embedding and output layer, with sequence
-parallelism), or both (EP 2 x TP 2, four ranks), computes what transformers computes, trains exactly as one rank does on the same global batch, and
-rank 0 reads and writes the other rank's experts and shards under the checkpoint's names, so the artifact it saves
-loads in transformers."""
+parallelism), or both (EP 2 x TP 2, four ranks), computes what transformers computes, trains exactly as one rank
+does on the same global batch, and rank 0 reads and writes the other ranks' experts and shards under the checkpoint's
+names, so the artifact it saves loads in transformers. With LoRA on the attention projections (one rank and EP 2),
+the adapters start at the base, train alike on both, and the adapter saved as the finalizer saves one loads with
+peft onto the base checkpoint."""
 from __future__ import annotations
 
 import json
@@ -26,13 +28,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_island(world_size: int, model_dir: Path, out: Path, tp: int = 1) -> dict:
+def _run_island(world_size: int, model_dir: Path, out: Path, tp: int = 1, tuning: str = "full") -> dict:
     port, procs = _free_port(), []
     for rank in range(world_size):
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen(
-            [sys.executable, str(WORKER), str(out), str(model_dir), str(out.with_suffix(".artifact")), str(tp)], env=env,
+            [sys.executable, str(WORKER), str(out), str(model_dir), str(out.with_suffix(".artifact")), str(tp), tuning],
+            env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     for proc in procs:
         output, _ = proc.communicate(timeout=240)
@@ -77,3 +80,28 @@ def test_rank0_reads_and_writes_the_other_ranks_experts_and_the_artifact_loads(i
     names = islands[1]["names"]
     assert "model.layers.1.block_sparse_moe.experts.3.w3.weight" in names     # held by rank 1 of two
     assert all(names == measured["names"] for measured in islands)     # the layout depends on neither EP nor TP
+
+
+@pytest.fixture(scope="module")
+def lora_islands(tmp_path_factory) -> tuple[dict, dict]:
+    """LoRA (r 4, q/k/v/o) on one rank and on EP 2: the same model, the same global batches."""
+    root = tmp_path_factory.mktemp("megatron-lora")
+    model_dir = tiny.write_model_dir(root / "model")
+    return (_run_island(1, model_dir, root / "one.json", tuning="lora"),
+            _run_island(2, model_dir, root / "two.json", tuning="lora"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_lora_adapters_start_at_the_base_train_alike_on_ep2_and_load_with_peft(lora_islands):
+    one, two = lora_islands
+    assert one["losses"][-1] < one["losses"][0] - 0.05       # the adapters trained
+    for a, b in zip(one["losses"], two["losses"]):
+        assert b == pytest.approx(a, rel=1e-4, abs=1e-5)
+    for measured in lora_islands:
+        assert measured["initial_diff"] < 1e-4               # B = 0: the adapted model is the base
+        assert measured["trained_vs_base"] > 1e-2
+        assert measured["artifact_diff"] < 1e-4              # peft on the base computes what the island computes
+        assert measured["restored_diff"] < 1e-4             # B written back to 0 on every rank
+    assert two["names"] == one["names"] and len(one["names"]) == 2 * 4 * 2      # layers x q,k,v,o x A,B
+    assert "base_model.model.model.layers.1.self_attn.o_proj.lora_B.default.weight" in one["names"]

@@ -1,5 +1,6 @@
 """What the megatron backend does not do is refused by name: at `yeto launch`, in the learner process (exit 2 with
-one error line), and for what only CUDA runs (TransformerEngine, the all-to-all dispatcher, grouped GEMM)."""
+one error line), and for what only CUDA runs (TransformerEngine, the all-to-all dispatcher, grouped GEMM); LoRA
+beyond the attention projections, with dropout or with TP among them."""
 from __future__ import annotations
 
 import subprocess
@@ -21,7 +22,7 @@ pytest.importorskip("megatron.core")
 
 def launch_args(**given):
     return SimpleNamespace(**{"island_backend": "megatron", "model_kind": "lm", "tuning": "full",
-                              "external_learners": 0, **given})
+                              "external_learners": 0, "base_quantization": "none", **given})
 
 
 def test_the_launch_recipe_names_the_megatron_learner_module():
@@ -31,16 +32,21 @@ def test_the_launch_recipe_names_the_megatron_learner_module():
     assert island_backend.apply(launch_args(island_backend=None), {"a": 1}) == {"a": 1}
 
 
-@pytest.mark.parametrize(("given", "said"), [({"tuning": "lora"}, "give --tuning full (not lora)"),
-                                             ({"model_kind": "diffusion"}, "not with --model-kind diffusion"),
-                                             ({"external_learners": 1}, "--external-learners join with")])
+@pytest.mark.parametrize(("given", "said"), [
+    ({"base_quantization": "nf4", "tuning": "lora"}, "--base-quantization nf4 is not built"),
+    ({"tuning": "lora", "megatron_tp": 2, "gpu": "local:2xcpu"}, "LoRA with --megatron-tp is not built"),
+    ({"tuning": "lora", "lora_dropout": 0.1}, "--lora-dropout 0.1 is not built"),
+    ({"model_kind": "diffusion"}, "not with --model-kind diffusion"),
+    ({"external_learners": 1}, "--external-learners join with")])
 def test_launch_refuses_what_megatron_islands_do_not_train(given, said):
     with pytest.raises(ValueError, match=said.replace("(", r"\(").replace(")", r"\)")):
         island_backend.apply(launch_args(**given), {})
 
 
-@pytest.mark.parametrize(("change", "said"), [({"tuning": "lora"}, "tuning 'lora' is not supported"),
-                                              ({"base_quantization": "nf4", "tuning": "lora"}, "tuning 'lora'"),
+@pytest.mark.parametrize(("change", "said"), [({"tuning": "lora", "target_modules": ("w2",)}, "module\\(s\\) w2 are not"),
+                                              ({"base_quantization": "nf4", "tuning": "lora"}, "base_quantization"),
+                                              ({"tuning": "lora", "tensor_parallel": 2}, "LoRA with tensor paral"),
+                                              ({"tuning": "lora", "lora_dropout": 0.1}, "lora_dropout 0.1 is not"),
                                               ({"shard": "fsdp"}, "shard fsdp is not supported"),
                                               ({"dtype": "bf16"}, "dtype 'bf16' is not supported"),
                                               ({"activation_checkpointing": "on"}, "activation_checkpointing on")])
@@ -62,12 +68,12 @@ def test_cuda_only_features_are_refused_by_name_on_the_cpu(feature):
         host.refuse_cuda_only(feature)
 
 
-def test_the_learner_process_exits_2_with_one_error_line_on_lora(tmp_path):
-    recipe = TrainRecipe(model=str(tmp_path), data="d.jsonl", tuning="lora").to_json()
+def test_the_learner_process_exits_2_with_one_error_line_on_lora_beyond_attention(tmp_path):
+    recipe = TrainRecipe(model=str(tmp_path), data="d.jsonl", tuning="lora", target_modules=("w1",)).to_json()
     done = subprocess.run([sys.executable, "-m", "yeto.learners.megatron", "--run-id", "r", "--learner", "l",
                            "--recipe", recipe, "--no-sync"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "error: megatron backend: tuning 'lora' is not supported" in done.stderr
+    assert "error: megatron backend: LoRA target module(s) w1 are not built" in done.stderr
 
 
 @pytest.mark.parametrize(("given", "said"), [

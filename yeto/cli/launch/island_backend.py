@@ -1,6 +1,6 @@
 """`yeto launch --island-backend`: which learner backend (schemas/learner_contract.py) trains a causal-LM run's
 islands. torch is the default; megatron (Megatron-Core, a Mixtral-style MoE with its experts split over each
-island's ranks: docs/MEGATRON.md) trains every tensor, so it is refused with any --tuning but full.
+island's ranks: docs/MEGATRON.md) trains every tensor (--tuning full) or LoRA adapters on the attention projections.
 
 `--oversubscribe-cpus` is here too, for the small machine an island of several CPU ranks (an expert-parallel one, most
 of all) does not otherwise fit: up to two local CPU learner processes a CPU (schemas/capacity.py states the rule).
@@ -19,7 +19,8 @@ def add_arguments(p, *, launch: bool = True) -> None:
     """--island-backend and --megatron-tp (`yeto launch` and `yeto shape`); --oversubscribe-cpus with `launch`."""
     p.add_argument("--island-backend", choices=CHOICES, default=None,
                    help="the learner backend of a causal-LM run (default torch); megatron: a Mixtral-style MoE on "
-                        "Megatron-Core, experts split over each island's ranks, with --tuning full (docs/MEGATRON.md)")
+                        "Megatron-Core, experts split over each island's ranks; --tuning full, or lora on the "
+                        "attention projections (docs/MEGATRON.md)")
     p.add_argument("--megatron-tp", type=int, default=None, metavar="N",
                    help="with --island-backend megatron: tensor parallelism inside each island (default 1); an island "
                         "of R ranks runs R/N expert-parallel groups of N tensor-parallel ranks (docs/MEGATRON.md)")
@@ -42,9 +43,14 @@ def apply(args, recipe: dict[str, Any]) -> dict[str, Any]:
         return recipe
     if getattr(args, "model_kind", "lm") != "lm":
         raise ValueError(f"--island-backend {name} trains causal LMs: not with --model-kind {args.model_kind}")
-    if name == "megatron" and args.tuning != "full":
-        raise ValueError(f"--island-backend megatron trains every tensor: give --tuning full (not {args.tuning}); "
-                         "LoRA on Megatron-Core is not built (docs/MEGATRON.md)")
+    if name == "megatron" and getattr(args, "base_quantization", "none") != "none":
+        raise ValueError(f"--island-backend megatron: --base-quantization {args.base_quantization} is not built (no "
+                         "quantized Megatron-Core base); drop it")
+    if name == "megatron" and args.tuning == "lora":
+        _megatron_lora(args)
+    if name == "megatron" and args.tuning == "lora" and (getattr(args, "megatron_tp", None) or 1) > 1:
+        raise ValueError("--island-backend megatron: LoRA with --megatron-tp is not built (the adapters are not split "
+                         "over TP ranks): drop --megatron-tp, or give --tuning full")
     if name == "megatron" and getattr(args, "external_learners", 0):
         raise ValueError("--island-backend megatron: --external-learners join with the torch or mlx backend, "
                          "not megatron")
@@ -69,3 +75,10 @@ def _tensor_parallel(args, tp: int) -> int:
                              f"--gpu island {island.cloud}:{island.count}x{island.gpu}: each island runs ranks / TP "
                              "expert-parallel groups of TP ranks")
     return tp
+
+
+def _megatron_lora(args) -> None:
+    """What LoRA on the megatron backend does not do, refused before anything starts (the learner refuses it too, and
+    --target-modules beyond the attention projections: learners/megatron/lora.py, which the CLI may not import)."""
+    if getattr(args, "lora_dropout", None):
+        raise ValueError(f"--island-backend megatron: --lora-dropout {args.lora_dropout} is not built: drop it (0)")
