@@ -178,7 +178,8 @@ async def test_on_a_real_bus_a_budgeted_run_moves_its_island_to_another_cloud_an
             fleet = [{"cloud": "aws", "gpu": "H100", "count": 1, "nodes": 1, "region": "us-east-2", "spot": False,
                       "price_per_hour": 6.88}]
             await bus.publish(LaunchRun(run_id=run_id, source="test", fleet=fleet, recipe=recipe))
-            await until(lambda: [e for e in seen.of("IslandRequested") if e.generation == 1], 90, "the move",
+            # up on the new offer: the stand-in started it (IslandRequested alone may land before the start)
+            await until(lambda: [e for e in seen.of("IslandReplaced") if e.generation == 1], 90, "the moved island up",
                         changed=seen.changed, detail=lambda: f"seen {[e.type for e in seen.events]}")
     finally:
         await watch.close()
