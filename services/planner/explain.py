@@ -18,6 +18,8 @@ def launch_line(req: PlanRequest, gpu: str) -> str:
             parts.append(f"--megatron-tp {tp}")
     if not req.spot:
         parts.append("--on-demand")
+    if req.head_nodes != 1:
+        parts.append(f"--head-nodes {req.head_nodes}")
     return " ".join(parts)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from yeto.infra.model_source import resolve_model
 from yeto.schemas.gpuspec import IslandSpec, format_gpu
-from yeto.schemas.head_size import HeadChoice, HeadTooSmall, choose_head, trainable_of
+from yeto.schemas.head_size import HeadChoice, HeadTooSmall, choose_head, head_nodes_line, trainable_of
 from yeto.schemas.head_throughput import HeadSize, size_head
 from yeto.schemas.memory_model import Workload
 from yeto.schemas.recipe import SyncConfig
@@ -71,9 +71,12 @@ def island_dict(c: Candidate) -> dict[str, Any]:
             "tflops": round(c.tflops, 2), "memory_per_gpu_gb": round(c.need.total_gb, 2)}
 
 
-def head_dict(h: HeadChoice, rounds: HeadSize | None = None, *, num_syncers: int = 1) -> dict[str, Any]:
+def head_dict(h: HeadChoice, rounds: HeadSize | None = None, *, num_syncers: int = 1, nodes: int = 1,
+              given: float | None = None) -> dict[str, Any]:
+    """The head planned; `nodes` VMs of it, each at h.price(`given`) (--head-price), with what they buy."""
     out = {"vm": h.vm.name, "memory_gb": h.vm.memory_gb, "vcpus": h.vm.vcpus, "price_per_hour": h.vm.price_per_hour,
-           "need_gb": round(h.need_gb, 1), "syncer_gb": round(h.syncer.head / 1e9, 2), "describe": h.describe()}
+           "need_gb": round(h.need_gb, 1), "syncer_gb": round(h.syncer.head / 1e9, 2), "describe": h.describe(),
+           "nodes": nodes, "buys": head_nodes_line(nodes, h.price(h.vm.price_per_hour if given is None else given))}
     if rounds is not None:
         out["rounds"] = {"fits": rounds.fits, "syncers": rounds.instances, "threads": rounds.cores,
                          "round_s": round(rounds.round_s, 4), "busy_s": round(rounds.busy_s, 4),
@@ -124,7 +127,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
     rejected += dupes + [r for _, r in priced_out if r is not None]
     mode = "budget" if req.flops is None else "target"
     common: dict[str, Any] = dict(mode=mode, rejected=tuple(r.to_dict() for r in rejected), warnings=signals.warnings,
-                  head_price_per_hour=req.head_price, signals=tuple(r.to_dict() for r in signals.readings))
+                  head_price_per_hour=req.head_price * req.head_nodes, signals=tuple(r.to_dict() for r in signals.readings))
     cheapest = min(fitting, key=lambda c: c.price, default=None)
     cheapest_d = island_dict(cheapest) if cheapest else None
     groups: dict[str, float] = {}
@@ -132,7 +135,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
         groups.update({k: room for k, room, _ in c.quotas})
     shapes = tuple(Shape(c.label(), c.price * (1 + req.price_margin), c.tflops, c.max_islands,
                          tuple(k for k, _, _ in c.quotas), tuple(u for _, _, u in c.quotas)) for c in cands)
-    head_price = req.head_price
+    head_price = req.head_price * req.head_nodes       # every VM of the head at the head type's price
     for _ in range(2):      # a head larger than --head-price's costs more: solve again with its price off the budget
         problem = Problem(shapes=shapes, budget=None if req.budget is None else req.budget - head_price,
                           target_tflops=req.flops, max_islands=req.max_islands, group_caps=groups)
@@ -146,11 +149,12 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
                                num_syncers=req.num_syncers, memory_gb=req.head_memory_gb, cores=rounds.total_cores)
         except HeadTooSmall as e:
             return FleetPlan(feasible=False, reason=str(e), cheapest=cheapest_d, **common)
-        if req.budget is None or head.price(req.head_price) <= head_price:
+        if req.budget is None or head.price(req.head_price) * req.head_nodes <= head_price:
             break
-        head_price = head.price(req.head_price)    # fewer islands then: the head needed is no larger
+        head_price = head.price(req.head_price) * req.head_nodes    # fewer islands then: the head needed is no larger
     assert sol is not None
-    common.update(head=head_dict(head, rounds, num_syncers=req.num_syncers), head_price_per_hour=head.price(req.head_price))
+    common.update(head=head_dict(head, rounds, num_syncers=req.num_syncers, nodes=req.head_nodes, given=req.head_price),
+                  head_price_per_hour=head.price(req.head_price) * req.head_nodes)
     specs = [IslandSpec(cloud=c.offering.cloud, gpu=c.offering.gpu, count=c.offering.count, nodes=c.nodes,
                         region=c.offering.region) for c in chosen]
     gpu = format_gpu(specs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from yeto.schemas.head_size import check_head_nodes
 from yeto.services.planner.expert_memory import moe_split
 
 
@@ -46,6 +47,8 @@ class PlanRequest:
     """syncer processes on the head (--syncers): the fragments are split over them."""
     head_memory_gb: int | None = None
     """RAM of the head VM (--head-memory-gb); None: the smallest head type that holds the syncer."""
+    head_nodes: int = 1
+    """VMs of the head (--head-nodes): 1, or 3 to 5 of the head type each (a NATS cluster, docs/CLUSTER.md)."""
     data: str | None = None
     """--data for the printed launch line."""
     time_limit_s: float = 10.0
@@ -63,6 +66,7 @@ class PlanRequest:
             raise ValueError("--max-islands must be at least 1 and the price margin not negative")
         if self.num_syncers < 1 or self.head_memory_gb is not None and self.head_memory_gb < 1:
             raise ValueError("--syncers and --head-memory-gb must be at least 1")
+        check_head_nodes(self.head_nodes)
         if self.moe is not None and (self.tuning, self.base_quantization) != ("full", "none"):
             raise ValueError("expert-parallel islands (--island-backend megatron) train every tensor: plan them with "
                              "--tuning full and --base-quantization none")

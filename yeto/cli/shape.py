@@ -59,6 +59,9 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, include_model: bool = True
                    "syncer's memory; default 1, or what the running local stack runs")
     p.add_argument("--head-memory-gb", type=int, metavar="GB", help="RAM of the head VM (default: the smallest head "
                    "type that holds the syncer's memory model with a margin)")
+    p.add_argument("--head-nodes", type=int, default=1, metavar="N", help="the run's head over N VMs: 1 (default; "
+                   "mirror mode with --output), or 3 to 5, a NATS cluster with streams on every node, so one VM's "
+                   "loss loses no event (docs/CLUSTER.md); each VM is priced as the head")
     p.add_argument("--catalog-dir", help="local copy of SkyPilot's catalog (<dir>/<cloud>/vms.csv), for offline use")
 
 
@@ -88,7 +91,7 @@ def request_from_args(args) -> PlanRequest:
         base_quantization=args.base_quantization, seq_len=args.seq_len, micro_batch=args.micro_batch,
         clouds=_csv(args.clouds), regions=_csv(args.regions), exclude_regions=_csv(args.exclude_regions),
         max_islands=args.max_islands, spot=args.spot, price_margin=args.price_margin, head_price=args.head_price,
-        num_syncers=args.syncers or 1, head_memory_gb=args.head_memory_gb,
+        num_syncers=args.syncers or 1, head_memory_gb=args.head_memory_gb, head_nodes=args.head_nodes,
         data=getattr(args, "data", None), moe=expert_parallel_config(args))
 
 

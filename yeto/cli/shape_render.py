@@ -34,9 +34,12 @@ def render(plan: FleetPlan, model: str, margin: float = 0.0) -> str:
         lines.append(f"  {n:>2}×  {_entry(i):<28} {i['instance_type']:<26} {'spot' if i['spot'] else 'on-demand':<9} "
                      f"{i['price_per_hour'] * up:>9.2f} {i['tflops']:>11.1f} {i['memory_per_gpu_gb']:>7.1f}")
     total = plan.islands_price_per_hour * up + plan.head_price_per_hour
-    lines.append(f"       {'head (on-demand)':<64} {plan.head_price_per_hour:>9.2f}")
+    nodes = (plan.head or {}).get("nodes", 1)
+    lines.append(f"       {'head (on-demand' + (f', {nodes} VMs)' if nodes > 1 else ')'):<64} {plan.head_price_per_hour:>9.2f}")
     if plan.head:
         lines.append(f"  the syncer fits: {plan.head['describe']}")
+        if buys := plan.head.get("buys"):
+            lines.append(f"  {buys}")
         if rounds := plan.head.get("rounds"):
             lines.append(f"  the head's rounds: {rounds['describe']}")
     lines.append(f"       {'total':<64} {total:>9.2f} {plan.total_tflops:>11.1f}  effective")

@@ -27,9 +27,6 @@ def add_arguments(p) -> None:
            "it travels as a 0600 file, never on a command line, the tape or in logs")
     a("--head-cloud", help="cloud of the run's head VM (default: SkyPilot's cheapest CPU VM that fits)")
     a("--head-region", help="region of the head VM (with --head-cloud)")
-    a("--head-nodes", type=int, default=1, metavar="N", help="the run's head over N VMs: 1 (default; mirror mode with "
-      "--output), or 3 to 5, a NATS cluster with streams on every node, so one VM's loss loses no event "
-      "(docs/CLUSTER.md); each VM is billed at the head's price")
 
 
 def check_head_nodes(args, rented: bool) -> None:
