@@ -4,7 +4,8 @@ Layout under `<state>/runs/<run>/` (found again by a restarted launcher and by `
     recipe.json                           the learners' TrainRecipe
     logs/island-<i>.log                   every generation's output, appended (what `yeto logs` tails)
     islands/<i>/g<gen>/group.json         the process group id, the ranks' pids and start times ("ended" once over)
-    islands/<i>/g<gen>/rank-<r>.exit      the rank's exit status, written by its shell wrapper on exit
+    islands/<i>/g<gen>/rank-<r>.exit      the rank's exit status, written on exit by its shell wrapper (a spawned
+                                          rank) or by the rank itself (one forked from the zygote, backends/zygote.py)
 A group whose ranks are gone without exit files was killed (SIGKILL leaves no status behind).
 A group is signalled only while a recorded rank still runs in it with its recorded start time, so a stale
 record never reaches a process that reused the pid. Each island's learners connect with the island's own
@@ -117,13 +118,17 @@ class LocalBackend:
             out.flush()
             forks = self.zygote is not None and launch.spec.get("gpu", "cpu") == "cpu" and \
                 train.get("base_quantization") != "nf4"     # the zygote touches no device and keeps NF4 out
+            # Every spawned rank's Popen is kept until the last rank is started: a dropped one is reaped by the next
+            # Popen, and a leader that exited at once would take its process group with it (the next rank: EPERM).
+            spawned: list[subprocess.Popen] = []
             for rank in range(int(launch.spec.get("count", 1))):
                 exit_file, argv = gdir / f"rank-{rank}.exit", self.rank_argv(launch, recipe_path, rank, port)
                 pid = self.zygote.fork(argv, env, log=log, exit_file=exit_file, pgid=pgid) if forks else None
                 if pid is None:
-                    pid = subprocess.Popen(["sh", "-c", WRAP, str(exit_file), *argv], stdout=out,
-                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                           process_group=pgid).pid
+                    spawned.append(subprocess.Popen(["sh", "-c", WRAP, str(exit_file), *argv], stdout=out,
+                                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                                    process_group=pgid))
+                    pid = spawned[-1].pid
                 pgid = pgid or pid
                 pids.append(pid)
         started = {str(p): procs.started_at(p) for p in pids}
