@@ -84,3 +84,21 @@ def test_chaos_kill_of_an_unknown_island_says_how_islands_are_numbered(tmp_path,
 
     assert main(["--state-dir", str(tmp_path), "chaos", "kill", "r1", "4"]) == 2
     assert "numbered from 0" in capsys.readouterr().err
+
+
+def test_a_second_rank_joins_the_group_of_a_first_that_already_ended(tmp_path):
+    """The first rank (the group's leader) ends before the second is spawned: its Popen is kept until every rank is
+    started, so it is not reaped meanwhile and the group still exists for the second (dropped, the next Popen reaped
+    it and the second rank's setpgid failed with EPERM)."""
+    import psutil
+
+    def argv(launch, recipe_path, rank, port):
+        if rank == 1:       # the leader has exited and is a zombie of this process before the second is spawned
+            wait_for(lambda: any(c.status() == psutil.STATUS_ZOMBIE for c in psutil.Process().children()) or None, 15,
+                     "the first rank to end")
+        return [sys.executable, "-c", "import sys; sys.exit(0)"]
+
+    be = LocalBackend(tmp_path, rank_argv=argv)
+    handle = be.start(launch(count=2))
+    st = ended(be, handle)
+    assert st.exit_code == 0 and st.detail == "every rank finished"
