@@ -30,11 +30,14 @@ REASON = re.compile(r"no progress for (\d+)s \(bound (\d+)s: ")
 
 
 def learner_pid(home: Path, island: int, generation: int) -> tuple[int, str]:
-    """The learner process of a one-rank island generation (the child of the `sh` its group.json records), and its
-    start time (/proc's, to tell it from a later process given the same pid)."""
+    """The learner process of a one-rank island generation (the child of the `sh` its group.json records, or the
+    recorded process itself when the launcher forked it from its zygote), and its start time (/proc's, to tell it from
+    a later process given the same pid)."""
     group = json.loads((LocalBackend(home).gen_dir(RUN, island, generation) / "group.json").read_text())
-    sh = group["pids"][0]
-    (pid,) = (int(p) for p in Path(f"/proc/{sh}/task/{sh}/children").read_text().split())
+    rank = group["pids"][0]
+    if Path(f"/proc/{rank}/cmdline").read_bytes().split(b"\0")[0] != b"sh":
+        return rank, started(rank)
+    (pid,) = (int(p) for p in Path(f"/proc/{rank}/task/{rank}/children").read_text().split())
     return pid, started(pid)
 
 
