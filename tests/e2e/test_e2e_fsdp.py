@@ -29,9 +29,12 @@ def run(tmp_path_factory, material):
 
 
 def rank_process(home: Path, island: int, generation: int, rank: int) -> int:
-    """The learner process of one rank (the child of the shell wrapper the local backend records)."""
+    """The learner process of one rank (the child of the shell wrapper the local backend records, or the recorded
+    process itself when the launcher forked it from its zygote)."""
     (group,) = home.glob(f"**/{RUN}/islands/{island}/g{generation}/group.json")
     wrapper = json.loads(group.read_text())["pids"][rank]
+    if Path(f"/proc/{wrapper}/cmdline").read_bytes().split(b"\0")[0] != b"sh":
+        return wrapper
     children = Path(f"/proc/{wrapper}/task/{wrapper}/children").read_text().split()
     assert len(children) == 1, f"rank {rank}'s wrapper {wrapper} has children {children}"
     return int(children[0])
