@@ -23,6 +23,7 @@ launcher checks that before asking (services/launcher/backends/zygote.py), else 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -112,7 +113,14 @@ def fork(request: dict) -> dict:
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
-        child(request)
+        try:
+            child(request)
+        except BaseException:  # noqa: BLE001 - failed before its learner ran (its group gone, its log unwritable)
+            traceback.print_exc()
+            with contextlib.suppress(OSError), open(request["exit_file"], "w") as f:
+                f.write("1\n")
+        finally:
+            os._exit(1)     # never back into the zygote's loop: a second reader of its requests
     try:
         os.setpgid(pid, request["pgid"] or pid)    # as the child does: whichever runs first, the group is set
     except OSError:

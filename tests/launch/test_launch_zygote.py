@@ -122,3 +122,27 @@ def test_a_rank_the_zygote_does_not_serve_is_spawned(tmp_path):
         ended(be, handle)
     finally:
         be.zygote.close()
+
+
+def test_a_fork_whose_group_is_gone_ends_and_never_serves_requests(tmp_path):
+    """A rank forked into a process group that no longer exists (its leader ended and was reaped meanwhile) cannot
+    join it: it writes status 1 and ends, instead of returning into the zygote's loop as a second reader of its
+    requests. The zygote goes on forking."""
+    import subprocess
+    gone = subprocess.Popen(["true"])
+    gone.wait()                                     # its pid names no process group now
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    z = Zygote(env, tmp_path / "zygote.log")
+    try:
+        torch_argv = [sys.executable, "-m", "yeto.learners.torch", "--run-id", "r1", "--learner", "island-0",
+                      "--no-sync", "--recipe", '{"model": "x", "lora_rank": 4}']
+        pid = z.fork(torch_argv, env, log=tmp_path / "rank.log", exit_file=tmp_path / "rank.exit", pgid=gone.pid)
+        assert pid is not None
+        wait_for(lambda: not Path(f"/proc/{pid}").exists() or None, 60, "the fork that could not join its group to end")
+        assert (tmp_path / "rank.exit").read_text() == "1\n"
+        again = z.fork(torch_argv, env, log=tmp_path / "rank2.log", exit_file=tmp_path / "rank2.exit", pgid=0)
+        assert again is not None                    # forked by the zygote, still serving
+        wait_for(lambda: (tmp_path / "rank2.exit").exists() or None, 120, "the second fork's learner to refuse its recipe")
+        assert (tmp_path / "rank2.exit").read_text() == "2\n"
+    finally:
+        z.close()
