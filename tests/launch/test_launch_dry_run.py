@@ -161,3 +161,23 @@ def test_skypilot_s_colour_codes_are_stripped_from_yeto_s_error_lines(capsys, mo
     monkeypatch.setattr(runs, "run_status", fail)
     assert main(["status"]) == 1
     assert capsys.readouterr().err == "yeto: error: SkyPilot: no cloud is enabled; run sky check\n"
+
+
+def _rates(out: str) -> tuple[float, float]:
+    """(the estimate's $/hr, the islands' $/hr summed) from a dry run's plan."""
+    import re
+    estimate = float(re.search(r"^Estimate: .* at \$([0-9.]+)/hr", out, re.M).group(1))
+    islands = sum(float(x) for x in re.findall(r"^  island \d+: \S+ \(\$([0-9.]+)/hr", out, re.M))
+    return estimate, islands
+
+
+def test_the_estimate_counts_every_head_vm_at_the_sized_head_s_price(tmp_path, material, sky, capsys):
+    fleet = "aws:8xa100-80gb@us-east-1,aws:8xa100-80gb@us-east-1"
+    assert launch(tmp_path / "one", material, "--gpu", fleet, "--dry-run") == 0
+    one, islands = _rates(capsys.readouterr().out)
+    assert launch(tmp_path / "three", material, "--gpu", fleet, "--dry-run", "--head-nodes", "3") == 0
+    three, same = _rates(capsys.readouterr().out)
+    head = one - islands                     # the sized head VM's price (the 16 GB model needs more than the smallest)
+    assert same == pytest.approx(islands) and head > 0
+    assert three == pytest.approx(islands + 3 * head, abs=0.011)     # two more VMs of that type, rounded to cents
+    assert sky == []

@@ -84,6 +84,15 @@ def size_head(args, launch) -> HeadChoice | None:
                        num_syncers=args.syncers or 1, memory_gb=args.head_memory_gb)
 
 
+def with_head_price(args, launch, head: HeadChoice | None = None):
+    """The LaunchRun with the head's $/hr in its recipe: the head type that holds the syncer (sized here unless
+    given), times --head-nodes, every node a VM of that type. Spend, the estimate and a refused island's move count it."""
+    head = head if head is not None else size_head(args, launch)
+    each = head.price(args.head_price) if head else args.head_price
+    return launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(
+        prices={"head_price_per_hour": each * args.head_nodes}).wire()})
+
+
 def run_on_head(args, launch, events=()):
     """Rent and wait for the run's head, then publish the run on it (after `events`, its lineage's) with its
     islands told the head's URL; (the head's URL, the LaunchRun as published). Nothing is rented before every
@@ -92,8 +101,7 @@ def run_on_head(args, launch, events=()):
     head = size_head(args, launch)                 # HeadTooSmall (a ValueError) before anything is rented
     each = head.price(args.head_price) if head else args.head_price
     price = each * args.head_nodes                 # every node of the head is a VM of that type
-    launch = launch.model_copy(update={"recipe": LaunchRecipe.upcast(launch.recipe).updated(
-        prices={"head_price_per_hour": price}).wire()})      # spend counts the head type that holds the syncer
+    launch = with_head_price(args, launch, head)
     secrets = heads.host_secrets(os.environ, args.env_from_host)
     old = heads.head_record(state, run_id)
     if old and old["state"] != "down":

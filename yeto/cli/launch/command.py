@@ -207,6 +207,8 @@ def cmd_launch(args) -> int:
     launch, lineage_events = lineage.apply(args, launch)      # a parent mismatch is refused before anything starts
     cloud = external.on_cloud(launch.fleet)
     cloud_launch.check_head_nodes(args, rented=cloud and not named)
+    if cloud and not named:            # the estimate, the plan and a move's budget count every head VM at its type's price
+        launch = cloud_launch.with_head_price(args, launch)
     if named and cloud:
         cloud_launch.refuse_loopback(named)
     estimate = plan_estimate(launch.fleet, LaunchRecipe.upcast(launch.recipe),
