@@ -16,6 +16,8 @@ launch starts the stack too, and reads the stage boundaries from real signals:
     join      of first_step: `join_s` on the `done` line (initial pushes sent, version 0 adopted or fetched)
     step1     of first_step: the first `step` line's `seconds` less `first_batch_s` (counted in data): forward,
               backward, optimizer step, the step boundary
+With --fresh-numba-cache each rep runs with NUMBA_CACHE_DIR an empty folder of its own (removed after): numba
+compiles every kernel it runs, as on a fresh install or update, whatever the arm's tree has cached beside its source.
 With --stack-first each rep starts the stack first (`yeto stack up`), waits until it is idle (the launcher's
 pre-imported learner, learners/torch/zygote.py, has logged `ready` in <home>/logs/learner-zygote.log; an arm without
 one: the stack up), then launches: a launch on a running stack, as every launch after a user's first. The stack
@@ -23,7 +25,8 @@ stage is then ~0 and the CLI's line says so.
 The table shows, per stage, the median over reps of the island that reached its first step last (the critical one);
 total = launch to the last island's first step. The learner's lines are read with YETO_LOG_FORMAT=json.
 
-    .venv/bin/python benchmarks/startup.py [--reps 3] [--islands 2] [--stack-first] [--json PATH] [--dry-run]
+    .venv/bin/python benchmarks/startup.py [--reps 3] [--islands 2] [--stack-first] [--fresh-numba-cache]
+                                           [--json PATH] [--dry-run]
     scripts/frozen.sh a85fb58 /tmp/fz-startup-base true
     .venv/bin/python benchmarks/startup.py --baseline-tree /tmp/fz-startup-base --reps 5 --json PATH
     .venv/bin/python benchmarks/startup.py --arm before=/tmp/fz-before --arm after=/tmp/fz-after --reps 5
@@ -155,6 +158,8 @@ def one_rep(arm: str, frozen: Path | None, args, work: Path, rep: int) -> dict:
     home, run = work / f"{arm}-{rep}", f"startup-{arm}-{rep}"
     env = arm_env({**os.environ, "YETO_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                    "YETO_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1"}, frozen)
+    if args.fresh_numba_cache:      # a fresh install's empty kernel cache, for the CLI, every service and learner
+        env["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"numba-{arm}-{rep}-", dir=work)
     try:
         if args.stack_first:
             stack_first(env, frozen or Path.cwd(), home, args.timeout_s)
@@ -167,6 +172,8 @@ def one_rep(arm: str, frozen: Path | None, args, work: Path, rep: int) -> dict:
     critical = max(per_island, key=lambda s: s["total"])
     print(f"{arm} rep {rep}: " + " ".join(f"{k}={v:.2f}" for k, v in critical.items() if v is not None), flush=True)
     shutil.rmtree(home, ignore_errors=True)
+    if args.fresh_numba_cache:
+        shutil.rmtree(env["NUMBA_CACHE_DIR"], ignore_errors=True)
     return {"arm": arm, "rep": rep, "critical": critical, "islands": per_island}
 
 
@@ -216,6 +223,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--timeout-s", type=float, default=240.0)
     ap.add_argument("--stack-first", action="store_true",
                     help="start the stack and let it settle before each launch (a launch on a running stack)")
+    ap.add_argument("--fresh-numba-cache", action="store_true",
+                    help="point NUMBA_CACHE_DIR at an empty folder each rep (a fresh install: every kernel compiles)")
     ap.add_argument("--json", type=Path, help="write every rep's stages here")
     ap.add_argument("--dry-run", action="store_true")
     return ap

@@ -24,6 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
+from yeto.learners import kernels_warm
 from yeto.learners.keyframe_demand import KeyframeDemand
 from yeto.learners.layout import Layout, TensorSpec, plan_layout
 from yeto.learners.transport.protocol import Transport
@@ -204,6 +205,7 @@ class DilocoSync:
         return [self._push(p) for p in self.active if self.c_steps[p] > self.pushed.get(p, (0, 0))[1]]
 
     def _push(self, p: int) -> Push:
+        kernels_warm.wait()      # the codec kernels, made on a thread since the learner started (kernels_warm.py)
         """The progress of fragment p not pushed yet: since the anchor, or, while an earlier push is unanswered (no
         newer global applied since it), since that push. The syncer merges every admitted push as a progress of
         its own, so a second push from the same anchor (a round trip longer than H steps, a syncer working off a
@@ -230,6 +232,7 @@ class DilocoSync:
         return Push(header, payload)
 
     def _apply(self, p: int, *, landed: bool = False) -> bool:
+        kernels_warm.wait()
         queue, start = self.queue[p], None if landed else self.versions[p]
         # rebase with no push pending: relative to the global last applied (deltas update the anchor in place)
         before = (self.anchors[p].copy() if self.config.global_apply == "rebase" and p not in self.at_push

@@ -26,7 +26,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from yeto.learners import console
+from yeto.learners import console, kernels_warm
 from yeto.learners.diloco_sync import ArrayAdapter
 from yeto.learners.step import StepResult
 from yeto.learners.sync_hook import DilocoHook, make_hook
@@ -201,6 +201,8 @@ def run(backend: Backend, args: LearnerArgs) -> float:
         from yeto.learners.transport.logs_setup import install  # before the model is built: set-up errors too
         install(args.nats_url, run_id=args.run_id, learner=args.learner, generation=args.generation,
                 head_rendezvous=args.head_rendezvous)
+    if not args.no_sync:        # the codec kernels compile (or load) while the model loads: kernels_warm.py
+        kernels_warm.start()
     started = time.monotonic()
     built = backend.build(recipe, args)
     try:

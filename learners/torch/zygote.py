@@ -1,7 +1,8 @@
 """A pre-imported torch learner (a zygote): the local launcher forks each CPU island's ranks from it.
 
 `python -m yeto.learners.torch.zygote` imports what every learner imports (torch, transformers, numba, the
-learner shell), then reads requests from stdin, one JSON object a line:
+learner shell), meanwhile fills numba's on-disk cache with the codec kernels in a child process
+(learners/kernels_warm.py; waited for before `ready`), then reads requests from stdin, one JSON object a line:
 
     {"argv": [learner arguments], "env": {...}, "log": path, "exit_file": path, "pgid": 0 or the island's group}
 
@@ -28,6 +29,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import traceback
 from typing import NoReturn
@@ -40,6 +42,11 @@ def num_threads() -> int:
 
 
 BLAS_THREADS = num_threads()     # the main thread and OpenBLAS's pool (fork-safe: see the module docstring)
+
+# The codec kernels, compiled into numba's on-disk cache by a child process while the imports below run (not in this
+# process: a parallel kernel compiled or loaded starts numba's threads). Waited for before `ready`.
+WARM = subprocess.Popen([sys.executable, "-m", "yeto.learners.kernels_warm"], stdin=subprocess.DEVNULL,
+                        stdout=sys.stderr)   # its line to the log: stdout is the launcher's answers
 
 import torch  # noqa: E402
 
@@ -128,7 +135,15 @@ def fork(request: dict) -> dict:
     return {"pid": pid}
 
 
+def warmed() -> None:
+    """Wait for the kernels' child (before the SIGCHLD handler, which would reap it); a failure is logged, not fatal:
+    the ranks' own warm-up thread compiles what it could not."""
+    if code := WARM.wait():     # its output and traceback went to this process's log
+        print(f"codec kernel warm-up exited {code}", file=sys.stderr, flush=True)
+
+
 def main() -> int:
+    warmed()
     signal.signal(signal.SIGCHLD, reap)
     print(json.dumps({"ready": os.getpid()}), flush=True)
     print(f"ready: pid {os.getpid()}, imports done", file=sys.stderr, flush=True)   # its log (benchmarks/startup.py)

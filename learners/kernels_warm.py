@@ -1,0 +1,76 @@
+"""The learner's compiled codec kernels made before its first push needs them.
+
+A learner's q4 (or sparse) push runs numba kernels (schemas/codecs/: the encode with its error feedback, the decode
+of the globals it applies) that compile on first use. With numba's cache empty (a fresh install or update: the README
+quick start of every new user) that was inside the first step: 33.6 s at load 8-19 on 2 cores
+(benchmarks/results/startup/README.md). Here every registered codec's encode, error-feedback encode and decode run
+once on a throwaway array, either
+
+- on a background thread of the learner itself, started before its model loads (`start`), the first push or apply
+  waiting for it only if it is not done (`wait`, in DilocoSync), or
+- in a child process the zygote starts beside its own imports (`python -m yeto.learners.kernels_warm`), which fills
+  numba's on-disk cache; the forked ranks then load the kernels from it on their own thread. The zygote cannot hold
+  them compiled itself: compiling, or loading from the cache, a `parallel=True` kernel starts numba's thread pool,
+  and the zygote must run no thread when it forks.
+
+Every codec, not only the run's: the learner does not know its run's codecs until it connects, after the model
+loads, and all of them cost about what q4 alone does once the cache holds them (README's measurement).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+
+log = logging.getLogger("yeto.learner")
+
+NUMEL = 3 * 65536 + 1000      # several of the kernels' pieces and a ragged tail, as the syncer's warm-up
+_LOCK = threading.Lock()
+_STATE: dict[str, threading.Thread | None] = {"thread": None}
+
+
+def warm() -> float:
+    """Every registered codec's kernels made (compiled, or loaded from numba's cache) in this process; seconds."""
+    from yeto.schemas import codecs
+    started = time.monotonic()
+    x = np.random.default_rng(0).standard_normal(NUMEL).astype(np.float32)
+    for codec in codecs.CODECS.values():
+        payload = codecs.ErrorFeedback(codec).encode(0, x)       # a push: encode, and decode into the residual
+        codec.decode(bytes(payload), NUMEL)                      # a global applied: its payload as the bus hands it
+    return time.monotonic() - started
+
+
+def start() -> threading.Thread:
+    """`warm` on a daemon thread, once per process (a forked rank starts its own: threads do not cross a fork)."""
+    with _LOCK:
+        thread = _STATE["thread"]
+        if thread is None:
+            thread = _STATE["thread"] = threading.Thread(target=_run, name="learner-kernels", daemon=True)
+            thread.start()
+        return thread
+
+
+def _run() -> None:
+    try:
+        log.info("codec kernels ready in %.1fs", warm())
+    except Exception:       # a warm-up that fails leaves the first push to compile, as before
+        log.exception("codec kernel warm-up failed")
+
+
+def wait() -> None:
+    """Block until a started warm-up is done (no-op where none was started)."""
+    thread = _STATE["thread"]
+    if thread is not None:
+        thread.join()
+
+
+def main() -> int:
+    """The zygote's child: fill numba's on-disk cache, print the seconds."""
+    print(f"codec kernels ready in {warm():.2f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
