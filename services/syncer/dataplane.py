@@ -29,7 +29,7 @@ from yeto.schemas.subjects import delta_subject, fragment_filters, keyframe_subj
 from yeto.services.syncer import seed, snapshot, warmup
 from yeto.services.syncer.bus_sink import BusSink
 from yeto.services.syncer.core import SyncerCore
-from yeto.services.syncer.durable import SnapshotWriter
+from yeto.services.syncer.durable import SnapshotWriter, fetch_replicated
 from yeto.services.syncer.held import Held
 from yeto.services.syncer.outputs import perform_async
 from yeto.services.syncer.refusals import UNKNOWN_RUN_DELAY_S, UNKNOWN_RUN_NAKS, Refusals
@@ -75,7 +75,11 @@ class DataPlane:
         if run_id not in self.cores:
             core = SyncerCore(SyncConfig.from_dict(sync), run_id=run_id, fragments=self.owned(), source=self.instance)
             # Shards share the run's snapshot folder: restore only this shard's fragments.
-            snaps = {p: s for p, s in snapshot.read_all(self.run_dir(run_id)).items() if core.owned is None or p in core.owned}
+            def own() -> dict:
+                return {p: s for p, s in snapshot.read_all(self.run_dir(run_id)).items() if core.owned is None or p in core.owned}
+            snaps = own()
+            if not snaps and await fetch_replicated(bus, run_id, self.run_dir(run_id), core.owned):   # its VM lost
+                snaps = own()
             if snaps:
                 published = {p: v for p in snaps if (v := await last_published(bus, run_id, p)) is not None}
                 published |= {p: max(v, published.get(p, 0)) for p, v in mirror_floor(self.run_dir(run_id)).items() if p in snaps}

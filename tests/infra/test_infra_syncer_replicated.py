@@ -1,0 +1,147 @@
+"""The syncer's snapshots off its VM, on a real three-node nats-server cluster (streams R3): each snapshot a syncer
+writes is also put into the replicated store (infra/bus/snapshot_store.py) before its pushes are acknowledged, and a
+syncer on another VM (an empty state folder) restores from it, with a node of the cluster killed in between; a put
+cut short leaves the previous snapshot whole; a single server (one copy) keeps nothing there."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from nats.errors import TimeoutError as NatsTimeout
+
+from waiting import until_answered
+from yeto.infra.bus.nats_bus import NatsBus
+from yeto.infra.bus.snapshot_store import PUT_HEADER, STREAM, SnapshotStore, chunk_subject
+from yeto.infra.nats import cluster as natscluster
+from yeto.schemas import codecs, parse
+from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
+from yeto.schemas.subjects import EVT_STREAM, FRAG_STREAM, event_subject, fragment_subject, keyframe_subject
+from yeto.services.syncer import snapshot
+from yeto.services.syncer.dataplane import DataPlane
+from yeto.services.syncer.runs import RunInfo
+
+RUN, N, FP = "r-repl", 3000, "e" * 64
+SYNC = {"quorum": 2, "grace_max_s": 0.0, "snapshot_every": 1}
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    """Three nats-servers routed on loopback, the streams R3; (servers, url)."""
+    (tmp_path / "logs").mkdir()
+    servers = natscluster.cluster_servers(tmp_path / "nats", 3, users_file=None, logs=tmp_path / "logs")
+    for s in servers.values():
+        s.start()
+    url = natscluster.cluster_url(servers)
+    await natscluster.ready(url, natscluster.replicas(3))
+    yield servers, url
+    for s in servers.values():
+        s.stop()
+
+
+async def send(bus, learner: str, kind: str, codec: str, values: np.ndarray, **fields) -> None:
+    payload = codecs.codec(codec).encode(values)
+    header = FragmentHeader(run_id=RUN, learner=learner, fragment=0, kind=kind, fingerprint=FP, codec=codec, numel=N,
+                            sha256=sha256(payload), **fields)
+    for h, chunk in split_chunks(header, payload, chunk_bytes=1024):
+        await bus.publish_raw(fragment_subject(RUN, 0, learner), chunk, headers=h.to_nats())
+
+
+async def led(bus) -> bool:
+    try:
+        return all([(await bus.js.stream_info(name)).cluster.leader for name in (EVT_STREAM, FRAG_STREAM, STREAM)])
+    except Exception:  # noqa: BLE001 - no answer while the cluster elects: not yet
+        return False
+
+
+async def last_event(bus, type_: str):
+    """The run's newest event of `type_`, asked again while a request times out (the cluster electing after the kill)."""
+    for attempt in range(10):
+        try:
+            found = await bus.last(event_subject(RUN, type_))
+            break
+        except NatsTimeout:
+            if attempt == 9:
+                raise
+    return None if found is None else parse(found[1])
+
+
+async def test_a_syncer_on_another_vm_restores_the_newest_snapshot_from_the_replicated_store(tmp_path, cluster):
+    servers, url = cluster
+    bus = await NatsBus.connect(url, name="test-syncer")
+    runs = {RUN: RunInfo(sync=SYNC, generations={"l0": 0, "l1": 0})}
+    try:
+        first = DataPlane(state_dir=tmp_path / "vm-1")
+        init = np.random.default_rng(1).standard_normal(N).astype(np.float32)
+        for learner in ("l0", "l1"):
+            await send(bus, learner, "init", "f32", init)
+            await send(bus, learner, "push", "q4", np.full(N, 0.1, np.float32), local_step=4, c_tokens=10)
+        await first.open(bus)
+        while (await last_event(bus, "RoundMerged")) is None:
+            await first.take_in(bus, lambda: runs, timeout_s=1.0)
+        await first.settle()                            # the round's snapshot written, put, its pushes acknowledged
+        local = snapshot.read_all(tmp_path / "vm-1" / "syncer" / RUN)[0]
+        store = await SnapshotStore.of(bus)
+        assert store is not None and store.replicas == 3
+        assert (await bus.js.stream_info(STREAM)).config.num_replicas == 3
+        head = await store.head(RUN, 0)
+        assert head["version"] == local.version == 1 and head["sha256"] == snapshot_sha(tmp_path / "vm-1", local)
+
+        leader = (await bus.js.stream_info(STREAM)).cluster.leader      # the store's leader goes with the VM
+        victim = next(s for k, s in enumerate(servers.values()) if f"yeto-{k}" == leader)
+        victim.kill()
+        await first.consumer.close()
+        await until_answered(lambda: led(bus), 60, "a leader of every stream the syncer uses after the kill")
+
+        second = DataPlane(state_dir=tmp_path / "vm-2")                # another VM: nothing in its folder
+        await send(bus, "l0", "push", "q4", np.full(N, 0.2, np.float32), local_step=8, base_version=1, c_tokens=10)
+        await second.open(bus)
+        while (await last_event(bus, "FragmentRestored")) is None:
+            await second.take_in(bus, lambda: runs, timeout_s=1.0)
+        restored = await last_event(bus, "FragmentRestored")
+        assert (restored.snapshot_version, restored.published_version, restored.global_version) == (1, 1, 1)
+        fetched = snapshot.read_all(tmp_path / "vm-2" / "syncer" / RUN)[0]
+        assert np.array_equal(fetched.theta, local.theta) and np.array_equal(fetched.momentum, local.momentum)
+        assert set(local.ledger) == {"l0", "l1"} and fetched.ledger == local.ledger   # its replays refused
+        headers, _ = await bus.last(keyframe_subject(RUN, 0, 0))
+        assert FragmentHeader.from_nats(headers).version == 1          # what went out: its keyframe again
+        await second.settle()
+        await second.consumer.close()
+    finally:
+        await bus.close()
+
+
+def snapshot_sha(state: object, snap: snapshot.FragmentSnapshot) -> str:
+    import hashlib
+
+    return hashlib.sha256(snapshot.path_of(state / "syncer" / RUN, snap.fragment).read_bytes()).hexdigest()
+
+
+async def test_a_put_cut_short_leaves_the_previous_snapshot_whole_and_a_foreign_chunk_is_refused(tmp_path, cluster):
+    _, url = cluster
+    bus = await NatsBus.connect(url, name="test-store")
+    try:
+        store = await SnapshotStore.of(bus)
+        snap = snapshot.FragmentSnapshot(fragment=3, version=7, fingerprint=FP, theta=np.arange(10, dtype=np.float32),
+                                         momentum=np.zeros(10, np.float32), shadow=np.ones(10, np.float32))
+        path, sha = snapshot.write(tmp_path / "a", snap)
+        manifest = await store.put(RUN, 3, 7, path)
+        assert manifest["sha256"] == sha and await store.fragments(RUN) == [3]
+        # the next put dies after a chunk into the other slot, before its head: the old one is still read whole
+        await bus.js.publish(chunk_subject(RUN, 3, 1 - manifest["slot"], 0), b"torn", stream=STREAM,
+                             headers={PUT_HEADER: "a-put-that-died"})
+        got = await store.get(RUN, 3, tmp_path / "b" / "frag-0003.safetensors")
+        assert got == manifest and snapshot.read_all(tmp_path / "b")[3].version == 7
+        # a chunk of the named slot that is not of the named put (overwritten, or forged): refused, nothing written
+        await bus.js.publish(chunk_subject(RUN, 3, manifest["slot"], 0), b"forged", stream=STREAM,
+                             headers={PUT_HEADER: "another"})
+        with pytest.raises(ValueError, match="not of the put its head names"):
+            await store.get(RUN, 3, tmp_path / "c" / "frag-0003.safetensors")
+        assert not list((tmp_path / "c").glob("*"))
+    finally:
+        await bus.close()
+
+
+async def test_a_single_server_head_keeps_nothing_in_the_replicated_store(bus):
+    assert await SnapshotStore.of(bus) is None
+    streams = await bus.js.streams_info()
+    assert STREAM not in {s.config.name for s in streams}
