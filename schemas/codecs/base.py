@@ -10,6 +10,7 @@ NumPy code the kernels replaced (the benchmarks compare the two in one run; the 
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,8 +19,37 @@ from typing import Any, Protocol
 
 import numba
 import numpy as np
+from numba.misc.appdirs import AppDirs
 
 Payload = bytes | bytearray | memoryview
+
+
+def writable(folder: str) -> bool:
+    """Whether numba could keep its cache files in `folder` (made if missing), as its cache locators test it."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def numba_cache_dir(package_dir: str, user_dir: str, home: str) -> str | None:
+    """Where the kernels' `cache=True` files go when numba's own choices fail: None while the package's __pycache__
+    (a source tree, a writable site-packages) or numba's per-user folder (~/.cache/numba: a read-only site-packages)
+    is writable, both kept across state directories; else `home`/cache/numba (without it numba refuses to define a
+    cached kernel at all, and every import of the codecs would fail)."""
+    if writable(os.path.join(package_dir, "__pycache__")) or writable(user_dir):
+        return None
+    return os.path.join(home, "cache", "numba")
+
+
+_numba: Any = numba.config
+_dirs: Any = AppDirs
+if not _numba.CACHE_DIR:      # NUMBA_CACHE_DIR unset; read when each kernel below is defined
+    _numba.CACHE_DIR = numba_cache_dir(
+        os.path.dirname(os.path.abspath(__file__)), _dirs(appname="numba", appauthor=False).user_cache_dir,
+        os.environ.get("YETO_HOME") or os.path.join(os.path.expanduser("~"), ".yeto")) or ""
 OnChunk = Callable[[int, int], None]
 
 
