@@ -41,40 +41,29 @@ def chunk_subject(run_id: str, fragment: int, slot: int, index: int) -> str:
 class SnapshotStore:
     """Puts and gets the snapshot files of a run's fragments on a NATS bus (infra/bus/nats_bus.py: its `js`)."""
 
-    def __init__(self, js, replicas: int):
-        self.js, self.replicas = js, replicas
+    def __init__(self, js, replicas: int, fence=None):
+        self.js, self.replicas, self.fence = js, replicas, fence    # fence: awaited before a head is published
         self.ready = False
 
     @classmethod
     async def of(cls, bus) -> SnapshotStore | None:
         """The store on `bus` where its event stream has more than one copy; None on one copy or a bus without
-        JetStream (the in-memory bus of pure tests)."""
-        js = getattr(bus, "js", None)
-        if js is None:
-            return None
-        replicas = (await _retrying(lambda: js.stream_info(EVT_STREAM))).config.num_replicas or 1
-        return cls(js, replicas) if replicas > 1 else None
+        JetStream (the in-memory bus of pure tests). A bus with a `fence` (a leased syncer's) has it awaited before
+        each head is published."""
+        replicas = await replicas_of(bus)
+        return cls(bus.js, replicas, getattr(bus, "fence", None)) if replicas > 1 else None
 
     async def _ensure(self) -> None:
-        if self.ready:
-            return
-        from nats.js.api import StorageType, StreamConfig
-        from nats.js.errors import NotFoundError
-
-        config = StreamConfig(name=STREAM, subjects=[f"{PREFIX}.>"], max_msgs_per_subject=1, storage=StorageType.FILE,
-                              num_replicas=self.replicas, max_msg_size=CHUNK + 64 * 1024)
-        try:
-            await _retrying(lambda: self.js.stream_info(STREAM))
-        except NotFoundError:
-            await _retrying(lambda: self.js.add_stream(config))
-        self.ready = True
+        if not self.ready:
+            await ensure_stream(self.js, STREAM, f"{PREFIX}.>", self.replicas, CHUNK + 64 * 1024)
+            self.ready = True
 
     async def head(self, run_id: str, fragment: int) -> dict | None:
         from nats.js.errors import NotFoundError
 
         await self._ensure()
         try:
-            msg = await _retrying(lambda: self.js.get_last_msg(STREAM, head_subject(run_id, fragment)))
+            msg = await retrying(lambda: self.js.get_last_msg(STREAM, head_subject(run_id, fragment)))
         except NotFoundError:
             return None
         return json.loads(msg.data)
@@ -95,17 +84,19 @@ class SnapshotStore:
                     await asyncio.gather(*pending)
                     pending = []
         await asyncio.gather(*pending)
+        if self.fence is not None:
+            await self.fence()          # a syncer that lost its lease names no snapshot (services/syncer/lease.py)
         manifest = dict(slot=slot, chunks=index, size=size, sha256=digest.hexdigest(), version=version, put=put)
         await self._publish(head_subject(run_id, fragment), json.dumps(manifest, sort_keys=True).encode(), None)
         return manifest
 
     async def _publish(self, subject: str, data: bytes, headers: dict | None) -> None:
-        await _retrying(lambda: self.js.publish(subject, data, stream=STREAM, headers=headers))
+        await retrying(lambda: self.js.publish(subject, data, stream=STREAM, headers=headers))
 
     async def fragments(self, run_id: str) -> list[int]:
         """The fragments of `run_id` with a snapshot here."""
         await self._ensure()
-        info = await _retrying(lambda: self.js.stream_info(STREAM, subjects_filter=f"{PREFIX}.{run_id}.*.head"))
+        info = await retrying(lambda: self.js.stream_info(STREAM, subjects_filter=f"{PREFIX}.{run_id}.*.head"))
         return sorted(int(s.split(".")[-2]) for s in (info.state.subjects or {}))
 
     async def get(self, run_id: str, fragment: int, dest: Path) -> dict | None:
@@ -120,7 +111,7 @@ class SnapshotStore:
             with open(tmp, "wb") as f:
                 for index in range(manifest["chunks"]):
                     subject = chunk_subject(run_id, fragment, manifest["slot"], index)
-                    msg = await _retrying(lambda: self.js.get_last_msg(STREAM, subject))   # noqa: B023 - awaited here
+                    msg = await retrying(lambda: self.js.get_last_msg(STREAM, subject))   # noqa: B023 - awaited here
                     if (msg.headers or {}).get(PUT_HEADER) != manifest["put"]:
                         raise ValueError(f"run {run_id} fragment {fragment}: chunk {index} of its replicated snapshot "
                                          f"is not of the put its head names")
@@ -136,7 +127,7 @@ class SnapshotStore:
         return manifest
 
 
-async def _retrying(call):
+async def retrying(call):
     """`await call()`, again while a stream elects a leader (a node lost) for RETRY_S."""
     from yeto.infra.bus.nats_bus import retryable
 
@@ -149,3 +140,22 @@ async def _retrying(call):
             if not retryable(e) or loop.time() > deadline:
                 raise
             await asyncio.sleep(0.2)    # an election: nothing to wait on but the next answer
+
+
+async def ensure_stream(js, name: str, subjects: str, replicas: int, max_msg_size: int) -> None:
+    """A file stream keeping each subject's newest message, with `replicas` copies, unless it exists."""
+    from nats.js.api import StorageType, StreamConfig
+    from nats.js.errors import NotFoundError
+
+    config = StreamConfig(name=name, subjects=[subjects], max_msgs_per_subject=1, storage=StorageType.FILE,
+                          num_replicas=replicas, max_msg_size=max_msg_size)
+    try:
+        await retrying(lambda: js.stream_info(name))
+    except NotFoundError:
+        await retrying(lambda: js.add_stream(config))
+
+
+async def replicas_of(bus) -> int:
+    """Copies of the event stream on `bus`: more than one on a head over several VMs (0 on a bus without JetStream)."""
+    js = getattr(bus, "js", None)
+    return 0 if js is None else (await retrying(lambda: js.stream_info(EVT_STREAM))).config.num_replicas or 1

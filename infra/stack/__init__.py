@@ -79,13 +79,17 @@ def _commands(rec: dict, paths: StackPaths, url: str) -> dict[str, list[str]]:
     node on a machine of its own runs its share of them (components.placed) and the credential follower, which admits
     on this node every learner a launcher on another node issued (infra/head/credentials.py). Such a head keeps two
     tapes, on nodes 0 and 1, each written from its own durable consumer: either VM's loss leaves one that `yeto sql`
-    is answered from (the writers serve one queue group)."""
+    is answered from (the writers serve one queue group). Each syncer shard runs with --lease and a standby on the next
+    node takes its lease over when its VM is lost."""
     cmds = component_commands(url, paths.root, paths.db, rec.get("syncers", 1), 2 if rec.get("cluster", 1) > 1 else 1)
     if not rec.get("peers"):
         return cmds
     follower = [sys.executable, "-m", "yeto.infra.head.credentials", "--nats-url", url, "--state-dir", str(paths.root),
                 "--run-id", rec["run_id"]]
     cmds["tape-1"] = [*cmds["tape"], "--consumer", "tape-1"]     # a second tape, its own consumer, on another VM's disk
+    for name in [n for n in cmds if n == "syncer" or n.startswith("syncer-")]:     # each shard leased, a standby beside
+        cmds[name] = [*cmds[name], "--lease"]                                        # (services/syncer/lease.py)
+        cmds[f"{name}-standby"] = [*cmds[name], "--instance", f"{name}-standby"]
     return placed(cmds, rec["node"], len(rec["peers"])) | {"credentials": follower}
 
 

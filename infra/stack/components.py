@@ -36,9 +36,12 @@ def component_commands(url: str, root: Path, db: Path, syncers: int = 1, instanc
 
 def placed(cmds: dict[str, list[str]], node: int, num_nodes: int) -> dict[str, list[str]]:
     """The components node `node` of a head over `num_nodes` machines runs: tape writer K (`tape`, `tape-1`) on node K,
-    syncer shard K on node (K + 1) % N, and the i-th SCALABLE service's instance j on node (i + j) % N, so the two
-    instances of each run on two different machines and a machine's loss leaves one of each (docs/CLUSTER.md)."""
+    syncer shard K on node (K + 1) % N (its standby, `syncer-K-standby`, on the node after), and the i-th SCALABLE
+    service's instance j on node (i + j) % N, so the two instances of each run on two different machines and a machine's
+    loss leaves one of each (docs/CLUSTER.md)."""
     def home(name: str) -> int:
+        if name.endswith("-standby"):
+            return (home(name.removesuffix("-standby")) + 1) % num_nodes
         base, _, k = name.rpartition("-") if "-" in name else (name, "", "0")
         if base == "tape":
             return int(k) % num_nodes

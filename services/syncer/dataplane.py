@@ -93,7 +93,8 @@ class DataPlane:
 
     async def consume(self, bus: Bus, runs: Callable[[], dict[str, RunInfo]], stop: asyncio.Event) -> None:
         """Take in fragment chunks until stopped; `runs()` returns the current {run_id: RunInfo}."""
-        await self.open(bus)
+        if self.consumer is None:           # a leased syncer opened it already (services/syncer/wiring.py)
+            await self.open(bus)
         kept_alive = time.monotonic()
         while not stop.is_set():
             self.warm(runs())
@@ -118,9 +119,12 @@ class DataPlane:
         await self.writer.drain()
         await self.held.settle()
 
-    async def open(self, bus: Bus) -> None:
+    def durable(self) -> str:
         k, n = self.shard
-        self.consumer = await bus.consumer(fragment_filters(self.owned()), durable="syncer" if n == 1 else f"syncer-{k}of{n}",
+        return "syncer" if n == 1 else f"syncer-{k}of{n}"
+
+    async def open(self, bus: Bus) -> None:
+        self.consumer = await bus.consumer(fragment_filters(self.owned()), durable=self.durable(),
                                            ack_wait_s=ACK_WAIT_S, max_deliver=MAX_DELIVER, max_ack_pending=100_000)
 
     async def take_in(self, bus: Bus, runs: Callable[[], dict[str, RunInfo]], timeout_s: float) -> int:

@@ -1,14 +1,17 @@
 """Wiring of the syncer service: the run fold and final cut on the runner, the fragment data plane beside it."""
 from __future__ import annotations
 
+import asyncio
 import os
 
+from yeto.infra.bus.snapshot_store import retrying
 from yeto.infra.runner import Context, ServiceSpec, StateCodec
 from yeto.schemas.fleet import ISLAND_ENDS
 from yeto.schemas.subjects import event_subject
 from yeto.services.syncer import backend, runs
 from yeto.services.syncer.dataplane import DataPlane
 from yeto.services.syncer.final_cut import final_cut
+from yeto.services.syncer.lease import FencedBus, Lease
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -21,14 +24,33 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def spec(plane: DataPlane) -> ServiceSpec:
+def spec(plane: DataPlane, leased: bool = False) -> ServiceSpec:
+    """`leased`: merge only while holding the shard's lease (lease.py), a standby until then, every publish fenced."""
+    fenced: list = []                  # the fenced bus, once the lease is held
+    holding = asyncio.Event()
+
     async def act(intent: runs.FinalCut, ctx: Context):
         info = ctx.state.runs[intent.request.run_id]
-        await final_cut(plane, ctx.bus, intent.request, info.sync)
+        if leased and not holding.is_set():
+            return []                   # a standby cuts nothing: the holder does, or this one on a tick once it holds it
+        await final_cut(plane, fenced[0] if leased else ctx.bus, intent.request, info.sync)
         return []
 
     async def data_plane(ctx: Context) -> None:
-        await plane.consume(ctx.bus, lambda: ctx.state.runs, ctx.stop)
+        if not leased:
+            return await plane.consume(ctx.bus, lambda: ctx.state.runs, ctx.stop)
+        lease = await Lease.of(ctx.bus, plane.durable(), plane.instance)
+        if lease is None:
+            raise ValueError("--lease: the bus keeps one copy of its streams (a single-VM head): there is no other "
+                             "syncer to hand the shard to; run without --lease")
+        if await lease.acquire():           # taken from another holder: its fetched pushes come here at once
+            await lease.take_over_consumer(plane.durable())
+        fenced.append(FencedBus(ctx.bus, lease))
+        await retrying(lambda: plane.open(fenced[0]))       # the cluster may still be electing (a node just lost)
+        holding.set()
+        async with asyncio.TaskGroup() as group:          # a lost lease ends the service (LeaseLost)
+            group.create_task(lease.keep(ctx.stop))
+            group.create_task(plane.consume(fenced[0], lambda: ctx.state.runs, ctx.stop))
 
     # Every shard folds the runs alike, so they share one snapshot; each loads it as its own shard.
     codec = StateCodec(version=runs.CODEC_VERSION, dump=runs.dump, load=lambda data: runs.load(data, plane.shard))
@@ -42,6 +64,9 @@ def spec(plane: DataPlane) -> ServiceSpec:
 
 def flags(parser) -> None:
     parser.add_argument("--shard", default="0/1", help="K/N: own fragments p with p %% N == K (default 0/1: all)")
+    parser.add_argument("--lease", action="store_true",
+                        help="a head over several VMs: merge the shard only while holding its lease on the bus; "
+                             "until then stand by, and take it over when its holder's lapses (services/syncer/lease.py)")
     parser.add_argument("--threads", type=int, default=0,
                         help="threads of the compiled decode, merge and encode kernels (default 0: the head's cores "
                              "over the N of --shard, as the N syncers share the head)")
@@ -58,4 +83,4 @@ def build(args) -> ServiceSpec:
         raise ValueError(f"--threads {args.threads}: at least 1, or 0 for the head's cores")
     backend.set_threads(args.threads or default_threads(shard, os.cpu_count()))
     return spec(DataPlane(state_dir=args.settings.state_dir, shard=shard,
-                          instance=args.instance or "syncer"))
+                          instance=args.instance or "syncer"), leased=args.lease)

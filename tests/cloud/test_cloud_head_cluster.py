@@ -3,9 +3,9 @@ rents one SkyPilot task of three nodes, which the rehearsal runs in three networ
 this test's own prefix), each running one nats-server node routed to the others' addresses over TLS with the
 bundle's route credential, streams R3, and its share of the services; the islands get every node's address.
 Mid-run, one node is made the event stream's leader and then deleted with everything in it (kill -9 of its
-processes, its namespace and its folder, the VM's disk): node 2 (launcher-1, finalizer-0), or node 0 (the first of the
-two tapes, planner-0, finalizer-1), whose loss leaves node 1's tape to answer. Not node 1: it runs the syncer, once
-(docs/CLUSTER.md says what its loss does).
+processes, its namespace and its folder, the VM's disk): node 2 (launcher-1, finalizer-0, the syncer's standby), or
+node 0 (the first of the two tapes, planner-0, finalizer-1), whose loss leaves node 1's tape to answer. Node 1, the
+syncer's VM, is deleted by test_cloud_head_cluster_syncer.py (its standby on node 2 takes over).
 Rounds keep merging, both islands are merged after the kill, `yeto down` finalizes the run on the surviving nodes,
 and nothing is lost: the tape's rows are exactly the replicated stream's messages (sequence and id, no hole).
 Printed: the time without a merged global around the kill (target <= 10 s) and the events the stream held."""
@@ -88,17 +88,28 @@ def kill_node(world: Path, cluster: str, k: int) -> dict:
 
 @pytest.fixture
 def laptop(head_cluster_rehearsal_dir, tmp_path) -> Laptop:
+    return laptop_in(head_cluster_rehearsal_dir, tmp_path)
+
+
+def laptop_in(world: Path, tmp_path: Path) -> Laptop:
     root = tmp_path / "laptop"      # the laptop's folders: islands find them empty
-    rehearsal_world.hide(head_cluster_rehearsal_dir, [root])
-    return Laptop(root / "home", head_cluster_rehearsal_dir, learner_tiny.write_model_dir(root / "model"),
+    rehearsal_world.hide(world, [root])
+    return Laptop(root / "home", world, learner_tiny.write_model_dir(root / "model"),
                   learner_tiny.write_chat_jsonl(root / "chat.jsonl", 300))
 
 
-# Node 2 runs launcher-1 and finalizer-0; node 0 the first tape writer (the second is node 1's), planner-0 and
-# finalizer-1. Not node 1: it runs the syncer, once (docs/CLUSTER.md). infra/stack/components.placed
+# Node 2 runs launcher-1, finalizer-0 and the syncer's standby; node 0 the first tape writer (the second is node 1's),
+# planner-0 and finalizer-1. Node 1 (the syncer): test_cloud_head_cluster_syncer.py. infra/stack/components.placed
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("killed", [2, 0])
 def test_a_head_over_three_vms_loses_one_mid_run_and_merges_on_loses_nothing_and_finalizes(laptop, killed):
+    rehearse(laptop, killed, rehearsal_net.HEAD_CLUSTER_NAMES["ns"])
+
+
+def rehearse(laptop: Laptop, killed: int | None, ns_prefix: str) -> None:
+    """Launch on three head VMs (namespaces named `ns_prefix`...), delete node `killed` (None: the node of the syncer
+    that holds the lease) after four merged rounds; merging resumes, both islands merge after the kill, the run
+    finalizes and the tape is the replicated stream."""
     output = laptop.home.parent.parent / "bucket" / "artifact"
     started = laptop.launch(RUN, "--head-nodes", "3", "--max-steps", "100000", "--output", str(output), timeout=300)
     assert started.returncode == 0, f"{started.stdout}\n{started.stderr}\n{laptop.story()}"
@@ -108,18 +119,24 @@ def test_a_head_over_three_vms_loses_one_mid_run_and_merges_on_loses_nothing_and
     ips = [n["ip"] for n in cluster["nodes"]]
     assert len(set(ips)) == 3 and len({n["ns"] for n in cluster["nodes"]}) == 3
     assert head["url"] == ",".join(f"tls://{ip}:4222" for ip in ips)
-    assert all(n["ns"].startswith(rehearsal_net.HEAD_CLUSTER_NAMES["ns"]) for n in cluster["nodes"])
+    assert all(n["ns"].startswith(ns_prefix) for n in cluster["nodes"])
     records = [Path(n["dir"]) / "home/.yeto/head/stack.json" for n in cluster["nodes"]]   # written once all started
     wait_for(lambda: all(r.exists() for r in records), 120, "every node's stack record", interval=0.5, detail=laptop.story)
     assert [sorted(json.loads(r.read_text())["pids"]) for r in records] == [
         ["credentials", "finalizer-1", "nats-server-0", "planner-0", "tape"],
         ["credentials", "launcher-0", "nats-server-1", "planner-1", "syncer", "tape-1"],
-        ["credentials", "finalizer-0", "launcher-1", "nats-server-2"]]
+        ["credentials", "finalizer-0", "launcher-1", "nats-server-2", "syncer-standby"]]
 
     merged = lambda: int((sql(laptop, "select count(*) from events where type = 'RoundMerged'", True) or [[0]])[0][0])  # noqa: E731
     wait_for(lambda: merged() >= 4, 400, "four merged rounds on the head's cluster", interval=1, detail=laptop.story)
     replicas = rehearsal_world.as_operator(head, lambda bus: bus.js.stream_info("YETO_EVT"))
     assert replicas.config.num_replicas == 3 and len(replicas.cluster.replicas) == 2, replicas
+    if killed is None:              # whichever of the syncer (node 1) and its standby (node 2) took the lease first
+        holder = rehearsal_world.as_operator(head, lambda bus: bus.js.get_last_msg("YETO_LEASE", "yeto.snap.lease.syncer"))
+        killed = {"syncer": 1, "syncer-standby": 2}[json.loads(holder.data)["holder"]]
+        print(f"the lease is held by {json.loads(holder.data)['holder']}, on node {killed}")
+        other, name = {1: (2, "syncer-standby"), 2: (1, "syncer")}[killed]
+        os.kill(json.loads(records[other].read_text())["pids"][name], 0)     # the one to take over is running
     leader = rehearsal_world.as_operator(head, lambda bus: lead_from(bus, f"yeto-{killed}"))
     assert leader == f"yeto-{killed}", leader       # the killed node leads the event stream: its loss moves the leader
     before = rehearsal_world.as_operator(head, lambda bus: bus.js.stream_info("YETO_EVT")).state.last_seq

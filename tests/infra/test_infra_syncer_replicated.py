@@ -1,8 +1,12 @@
 """The syncer's snapshots off its VM, on a real three-node nats-server cluster (streams R3): each snapshot a syncer
 writes is also put into the replicated store (infra/bus/snapshot_store.py) before its pushes are acknowledged, and a
 syncer on another VM (an empty state folder) restores from it, with a node of the cluster killed in between; a put
-cut short leaves the previous snapshot whole; a single server (one copy) keeps nothing there."""
+cut short leaves the previous snapshot whole; a single server (one copy) keeps nothing there. The lease
+(services/syncer/lease.py): a standby takes it only once its holder stops renewing, the old holder's publishes are
+fenced after that, and the shard's pushes the old holder fetched come back to the new one at once."""
 from __future__ import annotations
+
+import asyncio
 
 import numpy as np
 import pytest
@@ -14,9 +18,18 @@ from yeto.infra.bus.snapshot_store import PUT_HEADER, STREAM, SnapshotStore, chu
 from yeto.infra.nats import cluster as natscluster
 from yeto.schemas import codecs, parse
 from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
-from yeto.schemas.subjects import EVT_STREAM, FRAG_STREAM, event_subject, fragment_subject, keyframe_subject
+from yeto.schemas.subjects import (
+    EVT_STREAM,
+    FRAG_STREAM,
+    GDELTA_STREAM,
+    GKEY_STREAM,
+    event_subject,
+    fragment_subject,
+    keyframe_subject,
+)
 from yeto.services.syncer import snapshot
 from yeto.services.syncer.dataplane import DataPlane
+from yeto.services.syncer.lease import LEASE_S, FencedBus, Lease, LeaseLost
 from yeto.services.syncer.runs import RunInfo
 
 RUN, N, FP = "r-repl", 3000, "e" * 64
@@ -48,7 +61,9 @@ async def send(bus, learner: str, kind: str, codec: str, values: np.ndarray, **f
 
 async def led(bus) -> bool:
     try:
-        return all([(await bus.js.stream_info(name)).cluster.leader for name in (EVT_STREAM, FRAG_STREAM, STREAM)])
+        streams = [(await bus.js.stream_info(name)).cluster.leader
+                   for name in (EVT_STREAM, FRAG_STREAM, GKEY_STREAM, GDELTA_STREAM, STREAM)]
+        return all(streams) and bool((await bus.js.consumer_info(FRAG_STREAM, "syncer")).cluster.leader)
     except Exception:  # noqa: BLE001 - no answer while the cluster elects: not yet
         return False
 
@@ -141,7 +156,83 @@ async def test_a_put_cut_short_leaves_the_previous_snapshot_whole_and_a_foreign_
         await bus.close()
 
 
-async def test_a_single_server_head_keeps_nothing_in_the_replicated_store(bus):
-    assert await SnapshotStore.of(bus) is None
+async def test_a_single_server_head_keeps_nothing_in_the_replicated_store_and_has_no_lease(bus):
+    assert await SnapshotStore.of(bus) is None and await Lease.of(bus, "syncer", "syncer") is None
     streams = await bus.js.streams_info()
     assert STREAM not in {s.config.name for s in streams}
+
+
+async def test_a_standby_takes_the_lease_only_once_its_holder_stops_renewing_and_the_old_holder_is_fenced(cluster):
+    _, url = cluster
+    bus = await NatsBus.connect(url, name="test-lease")
+    try:
+        active, standby = (await Lease.of(bus, "syncer", "syncer"), await Lease.of(bus, "syncer", "syncer-standby"))
+        assert await active.acquire() is False          # nobody held it
+        assert active.held.is_set() and (await bus.js.stream_info("YETO_LEASE")).config.num_replicas == 3
+        renewals, stop = [], asyncio.Event()
+        renew = active.renew
+
+        async def counted() -> None:
+            await renew()
+            renewals.append(active.seq)
+            if len(renewals) == 10:
+                stop.set()                  # the holder stops renewing (paused, or its VM gone)
+        active.renew = counted
+        taking = asyncio.create_task(standby.acquire())
+        await active.keep(stop)             # ten renewals, 15 s: more than twice the lease
+        assert not taking.done(), "the standby took a lease its holder was renewing"
+        assert await asyncio.wait_for(taking, 4 * LEASE_S) is True      # taken from a holder
+        assert standby.held.is_set() and standby.seq > renewals[-1]
+        fenced = FencedBus(bus, active)                 # the old holder resumes: its next publish is refused
+        with pytest.raises(LeaseLost):
+            await fenced.publish_raw(event_subject(RUN, "Stale"), b"x")
+        assert await bus.last(event_subject(RUN, "Stale")) is None
+        await standby.fence()                           # the new holder publishes on
+    finally:
+        await bus.close()
+
+
+async def test_taking_over_hands_the_old_holders_unacknowledged_pushes_to_the_new_one_at_once(cluster):
+    _, url = cluster
+    bus = await NatsBus.connect(url, name="test-takeover")
+    try:
+        lease = await Lease.of(bus, "syncer-lease-test", "syncer")
+        filters = [fragment_subject(RUN, 0, "*")]
+        old = await bus.consumer(filters, durable="syncer-lease-test", ack_wait_s=60)
+        await bus.publish_raw(fragment_subject(RUN, 0, "l0"), b"a push")
+        assert [d.data for d in await old.fetch(1, timeout_s=5)] == [b"a push"]          # fetched, never acked
+        await lease.take_over_consumer("syncer-lease-test")
+        new = await bus.consumer(filters, durable="syncer-lease-test", ack_wait_s=60)
+        got = await new.fetch(1, timeout_s=10)          # not after the 60 s ack wait: now
+        assert [d.data for d in got] == [b"a push"]
+        await got[0].ack()
+    finally:
+        await bus.close()
+
+
+def test_a_head_over_three_vms_runs_each_syncer_shard_leased_with_a_standby_on_the_next_node(tmp_path):
+    from yeto.infra.stack import StackPaths, _commands
+
+    paths = StackPaths(tmp_path)
+    for syncers in (1, 3):
+        rec = {"syncers": syncers, "cluster": 3, "peers": ["10.9.0.2", "10.9.0.3", "10.9.0.4"], "run_id": RUN}
+        nodes = [_commands({**rec, "node": k}, paths, "tls://x:4222") for k in range(3)]
+        syncer_nodes = {name: k for k, cmds in enumerate(nodes) for name in cmds if name.startswith("syncer")}
+        shards = ["syncer"] if syncers == 1 else [f"syncer-{k}" for k in range(3)]
+        assert set(syncer_nodes) == set(shards) | {f"{s}-standby" for s in shards}
+        for shard in shards:
+            assert syncer_nodes[f"{shard}-standby"] == (syncer_nodes[shard] + 1) % 3     # another VM
+            active, standby = nodes[syncer_nodes[shard]][shard], nodes[syncer_nodes[f"{shard}-standby"]][f"{shard}-standby"]
+            assert "--lease" in active and standby[-3:] == ["--lease", "--instance", f"{shard}-standby"]
+    single = _commands({"syncers": 1}, paths, "nats://127.0.0.1:4222")      # one VM: unchanged
+    assert "--lease" not in single["syncer"] and not [n for n in single if n.endswith("-standby")]
+
+
+async def test_lease_on_a_single_server_is_refused_with_a_sentence(tmp_path, bus):
+    from types import SimpleNamespace
+
+    from yeto.services.syncer.wiring import spec
+
+    service = spec(DataPlane(state_dir=tmp_path), leased=True)
+    with pytest.raises(ValueError, match="--lease: the bus keeps one copy"):
+        await service.background[0](SimpleNamespace(bus=bus, state=None, stop=asyncio.Event()))

@@ -1,0 +1,188 @@
+"""One syncer per shard at a time on a head over several VMs: a lease on the bus, a standby that takes it over when it
+lapses, and a fence that keeps a syncer which lost it from publishing (docs/CLUSTER.md).
+
+The lease is one subject, `yeto.snap.lease.<the shard's durable consumer>`, in a stream keeping its newest message
+with as many copies as the event stream (`YETO_LEASE`). Every write is a compare-and-set: a publish that expects the
+subject's last sequence (`Nats-Expected-Last-Subject-Sequence`) the writer last saw, which the stream refuses when
+another write came between (`WRONG_LAST_SEQUENCE`).
+
+- The holder renews every RENEW_S (its own last sequence expected). A renewal refused means another syncer took
+  it: LeaseLost, and the service ends (a background task's error ends it).
+- A syncer without it (the standby, or any syncer starting) watches the subject and takes the lease when the
+  subject's sequence stayed the same for LEASE_S of its own clock, or when there is none (the sequence it saw
+  expected: of two standbys one wins).
+- The fence: the holder publishes (a broadcast chunk, an event, a replicated snapshot's head) only within FRESH_S of
+  sending a renewal the stream accepted; past that it renews first, and a refusal is LeaseLost. A standby takes over no
+  sooner than LEASE_S after it saw that renewal stored, so an old holder paused past FRESH_S (SIGSTOP, a frozen VM, a
+  cut link) renews before its next publish and finds the lease gone. Left open: a pause of more than
+  LEASE_S - FRESH_S between the fence's check and the publish landing (3 s at the defaults).
+- On taking over, the new holder deletes the shard's durable fragment consumer before it opens it again: the pushes the
+  old holder had fetched and not acknowledged are delivered to it at once (not after ACK_WAIT_S), and the old holder's
+  fetches and acknowledgements go nowhere.
+
+LEASE_S is 6 s: the issue's target is a merged global within 10 s of a VM's loss, and a takeover costs the lapse plus
+a restore (the replicated snapshots, infra/bus/snapshot_store.py) and a round. It is longer than a stream leader's
+election (1.3-5.6 s after a node's loss in the rehearsals), during which the holder cannot renew: an election a little
+longer than that hands the lease over needlessly, never to two at once.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from yeto.infra.bus.snapshot_store import ensure_stream, replicas_of, retrying
+from yeto.schemas.subjects import FRAG_STREAM, SNAP_PREFIX
+
+log = logging.getLogger(__name__)
+
+STREAM = "YETO_LEASE"
+PREFIX = f"{SNAP_PREFIX}.lease"
+LEASE_S = 6.0
+RENEW_S = LEASE_S / 4
+FRESH_S = LEASE_S / 2
+WATCH_S = 0.25              # how often a standby reads the lease
+WRONG_LAST_SEQUENCE = 10071
+
+
+class LeaseLost(RuntimeError):
+    pass
+
+
+class Lease:
+    """The lease of the shard whose durable fragment consumer is `name`, sought by syncer instance `holder`."""
+
+    def __init__(self, js, replicas: int, name: str, holder: str):
+        self.js, self.replicas, self.name, self.holder = js, replicas, name, holder
+        self.subject = f"{PREFIX}.{name}"
+        self.seq = 0                        # the sequence of this holder's last accepted write
+        self.renewed_at = float("-inf")     # when that write was sent (monotonic)
+        self.held = asyncio.Event()
+        self.lost = False
+        self.lock = asyncio.Lock()
+
+    @classmethod
+    async def of(cls, bus, name: str, holder: str) -> Lease | None:
+        """The lease on `bus` where its event stream has more than one copy (a head over several VMs), else None."""
+        replicas = await replicas_of(bus)
+        if replicas <= 1:
+            return None
+        await ensure_stream(bus.js, STREAM, f"{PREFIX}.>", replicas, 64 * 1024)
+        return cls(bus.js, replicas, name, holder)
+
+    async def last_seq(self) -> int:
+        from nats.js.errors import NotFoundError
+
+        try:
+            return (await retrying(lambda: self.js.get_last_msg(STREAM, self.subject))).seq or 0
+        except NotFoundError:
+            return 0
+
+    async def _write(self, expected: int) -> bool:
+        """Compare-and-set the lease to this holder; False when another write came after `expected`."""
+        from nats.js.errors import APIError
+
+        sent = time.monotonic()
+        body = json.dumps({"holder": self.holder}).encode()
+        try:
+            ack = await self.js.publish(self.subject, body, stream=STREAM, timeout=FRESH_S / 2,
+                                        headers={"Nats-Expected-Last-Subject-Sequence": str(expected)})
+        except APIError as e:
+            if e.err_code == WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        self.seq, self.renewed_at = ack.seq, sent
+        return True
+
+    async def acquire(self) -> bool:
+        """Wait until the lease is free or lapsed (its sequence unchanged for LEASE_S), then take it; whether another
+        holder had it."""
+        seen, since = -1, time.monotonic()
+        while True:
+            seq = await self.last_seq()
+            if seq != seen:
+                seen, since = seq, time.monotonic()
+            if seq == 0 or time.monotonic() - since >= LEASE_S:
+                async with self.lock:
+                    if await self._try(self._write(seq)):
+                        self.held.set()
+                        log.info("syncer %s holds the lease %s (sequence %d)", self.holder, self.subject, self.seq)
+                        return seq > 0
+            await asyncio.sleep(WATCH_S)        # a poll of the lease subject: the lapse is a time, not an event
+
+    async def _try(self, write) -> bool:
+        """A write that may time out during an election: False (not taken) rather than an error."""
+        from yeto.infra.bus.nats_bus import retryable
+
+        try:
+            return await write
+        except Exception as e:
+            if retryable(e):
+                return False
+            raise
+
+    async def renew(self) -> None:
+        """One renewal; LeaseLost when another holder took it. A renewal the stream does not answer (an election)
+        is left for the next one, and the fence holds publishes back meanwhile."""
+        async with self.lock:
+            if self.lost:
+                raise LeaseLost(f"syncer {self.holder} lost the lease {self.subject}")
+            try:
+                ok = await self._write(self.seq)
+            except Exception as e:
+                from yeto.infra.bus.nats_bus import retryable
+
+                if retryable(e):
+                    return
+                raise
+            if not ok:
+                self.lost = True
+                self.held.clear()
+                raise LeaseLost(f"syncer {self.holder}: another syncer took the lease {self.subject}")
+
+    async def keep(self, stop: asyncio.Event) -> None:
+        """Renew every RENEW_S until stopped; LeaseLost when it was taken."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), RENEW_S)
+            except asyncio.TimeoutError:
+                await self.renew()
+
+    async def fence(self) -> None:
+        """Return once a renewal accepted less than FRESH_S ago stands; LeaseLost when the lease was taken."""
+        while self.lost or time.monotonic() - self.renewed_at >= FRESH_S:
+            await self.renew()
+            if time.monotonic() - self.renewed_at >= FRESH_S:
+                await asyncio.sleep(0.2)        # the stream did not answer (an election): ask again
+
+    async def take_over_consumer(self, durable: str) -> None:
+        """Delete the shard's durable fragment consumer (the old holder's fetched, unacknowledged pushes come back at
+        once, to the consumer this holder opens next)."""
+        from nats.js.errors import NotFoundError
+
+        try:
+            await retrying(lambda: self.js.delete_consumer(FRAG_STREAM, durable))
+        except NotFoundError:
+            pass
+
+
+class FencedBus:
+    """A bus whose publishes wait for the lease's fence: what a leased syncer publishes through."""
+
+    def __init__(self, bus, lease: Lease):
+        self._bus, self.lease = bus, lease
+
+    async def fence(self) -> None:
+        await self.lease.fence()
+
+    async def publish(self, *args, **kwargs):
+        await self.lease.fence()
+        return await self._bus.publish(*args, **kwargs)
+
+    async def publish_raw(self, *args, **kwargs):
+        await self.lease.fence()
+        return await self._bus.publish_raw(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._bus, name)

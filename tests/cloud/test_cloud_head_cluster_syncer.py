@@ -1,0 +1,38 @@
+"""Cluster mode rehearsed, the syncer's VM lost: test_cloud_head_cluster.py's run on a head over three VMs (three
+network namespaces, prefix `ysyn`, bridge `ysyb`, addresses 10.238.K.x: never another rehearsal's), and mid-run the
+VM of the syncer that holds the shard's lease is deleted with everything in it: node 1 (nats-server-1, `syncer`, the
+second tape, planner-1, launcher-0) or node 2 (nats-server-2, `syncer-standby`, launcher-1, finalizer-0), whichever
+took the lease first; its folder of snapshots goes with the VM's disk. The other syncer takes the lease over once it
+lapses (services/syncer/lease.py), restores the newest snapshot from the replicated store
+(infra/bus/snapshot_store.py) and merges on; both islands merge after the kill, the run finalizes, the tape left is the
+replicated stream.
+Printed: the time to the first merged global after the kill (target <= 10 s) and the events the stream held."""
+from __future__ import annotations
+
+import pytest
+
+from test_cloud_head_cluster import laptop_in, rehearse
+from test_cloud_rehearsal import Laptop
+
+pytestmark = pytest.mark.slow
+NAMES = {"ns": "ysyn", "bridge": "ysyb", "veth": "ysyv", "base": "10.238"}
+
+
+@pytest.fixture
+def laptop(tmp_path) -> Laptop:
+    from conftest import world_at
+
+    with world_at(tmp_path / "rehearsal", NAMES) as root:
+        yield laptop_in(root, tmp_path)
+
+
+@pytest.mark.timeout(1500)
+def test_a_head_over_three_vms_loses_the_syncers_vm_and_its_standby_merges_on_and_the_run_finalizes(laptop: Laptop):
+    rehearse(laptop, None, NAMES["ns"])
+
+
+def test_names_are_this_rehearsals_own():
+    import rehearsal_net
+
+    taken = [rehearsal_net.NAMES, rehearsal_net.HEAD_CLUSTER_NAMES]
+    assert all(NAMES[k] != t[k] for t in taken for k in NAMES)
