@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 
 from yeto.infra.bus.snapshot_store import retrying
 from yeto.infra.runner import Context, ServiceSpec, StateCodec
 from yeto.schemas.fleet import ISLAND_ENDS
 from yeto.schemas.subjects import event_subject
-from yeto.services.syncer import backend, runs
+from yeto.services.syncer import backend, runs, snapshot
 from yeto.services.syncer.dataplane import DataPlane
+from yeto.services.syncer.durable import fetch_replicated
 from yeto.services.syncer.final_cut import final_cut
 from yeto.services.syncer.lease import FencedBus, Lease
+
+log = logging.getLogger(__name__)
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -44,13 +48,22 @@ def spec(plane: DataPlane, leased: bool = False) -> ServiceSpec:
             raise ValueError("--lease: the bus keeps one copy of its streams (a single-VM head): there is no other "
                              "syncer to hand the shard to; run without --lease")
         if await lease.acquire():           # taken from another holder: its fetched pushes come here at once
-            await lease.take_over_consumer(plane.durable())
+            await asyncio.gather(lease.take_over_consumer(plane.durable()), fetch_live(ctx.bus, ctx.state.runs))
+            log.info("syncer %s: took the shard over (consumer handed over, snapshots fetched)", plane.instance)
         fenced.append(FencedBus(ctx.bus, lease))
         await retrying(lambda: plane.open(fenced[0]))       # the cluster may still be electing (a node just lost)
+        log.info("syncer %s: merging", plane.instance)
         holding.set()
         async with asyncio.TaskGroup() as group:          # a lost lease ends the service (LeaseLost)
             group.create_task(lease.keep(ctx.stop))
             group.create_task(plane.consume(fenced[0], lambda: ctx.state.runs, ctx.stop))
+
+    async def fetch_live(bus, known: dict[str, runs.RunInfo]) -> None:
+        """The replicated snapshots of each run not cut, fetched while the consumer is handed over (not when the
+        run's first push comes)."""
+        for run_id, info in known.items():
+            if info.cut_requested is None and not snapshot.read_all(plane.run_dir(run_id)):
+                await fetch_replicated(bus, run_id, plane.run_dir(run_id), plane.owned())
 
     # Every shard folds the runs alike, so they share one snapshot; each loads it as its own shard.
     codec = StateCodec(version=runs.CODEC_VERSION, dump=runs.dump, load=lambda data: runs.load(data, plane.shard))
