@@ -90,9 +90,12 @@ def run(tmp_path, *, num_learners=3, steps=240, config=None, seed=0):
     init = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
     targets = [{k: rng.standard_normal(s).astype(np.float32) + 2.0 for k, s in SHAPES.items()} for _ in range(num_learners)]
     config = config or SyncConfig(num_fragments=4, inner_steps=8, alpha=0.5)
-    core = SyncerCore(config, run_id="r-sim")
+    # Simulated time throughout: a merge takes none (the wall clock's merge seconds shrink the next round's grace, and a
+    # fresh process's first merges compile kernels for seconds), and a keyframe's patience runs out in simulated seconds.
+    core = SyncerCore(config, run_id="r-sim", clock=lambda: bus.now)
     bus = Wire(core, tmp_path)
-    learners = [DilocoSync(DictArrays(init), config, run_id="r-sim", learner=f"l{m}") for m in range(num_learners)]
+    learners = [DilocoSync(DictArrays(init), config, run_id="r-sim", learner=f"l{m}", clock=lambda: bus.now)
+                for m in range(num_learners)]
     transports = [bus.transport(f"l{m}") for m in range(num_learners)]
     for sync, t in zip(learners, transports):
         for push in sync.init_pushes():
