@@ -103,4 +103,4 @@ def head_nodes_line(num_nodes: int, price_per_hour: float) -> str:
     extra = (num_nodes - 1) * price_per_hour
     return (f"head: {num_nodes} VMs at ${price_per_hour:.2f}/hr each, ${num_nodes * price_per_hour:.2f}/hr "
             f"(+${extra:.2f}/hr for the other {num_nodes - 1}); losing any one loses no acknowledged event, and "
-            f"rounds merge on unless it held the syncer (each syncer shard runs once: docs/CLUSTER.md)")
+            f"rounds merge on (a standby syncer takes over the lost VM's shard within seconds: docs/CLUSTER.md)")
