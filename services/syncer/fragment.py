@@ -20,6 +20,9 @@ from yeto.services.syncer.rows import FragmentRows
 from yeto.services.syncer.snapshot import FragmentSnapshot, SnapshotBuffers
 from yeto.services.syncer.sparse import SparsePush, sparse_merge
 
+SNAPSHOT_BUFFERS = SnapshotBuffers(backend.host_buffer)
+"""The arrays every fragment's snapshots are copied into, one pool per syncer process (snapshot.py)."""
+
 
 class FragmentState:
     """Everything the syncer holds of one fragment; SyncerCore routes each push to its fragment's state."""
@@ -29,7 +32,7 @@ class FragmentState:
         self.round = Round(shadow.fragment, version=version)
         self.gram = gram.RoundGram()
         self.since_snapshot = 0                 # versions published since the last snapshot
-        self.snapshot_buffers = SnapshotBuffers(backend.host_buffer)
+        self.snapshot_buffers = SNAPSHOT_BUFFERS
 
     @classmethod
     def adopt(cls, h: FragmentHeader, values: np.ndarray, run_id: str, config: SyncConfig) -> FragmentState:

@@ -43,9 +43,12 @@ class SnapshotBuffers:
     of its pages faults them in: on a VM whose memory the host backs lazily that costs tens of times the copy itself
     (`python benchmarks/snapshot_copy.py`), and on any machine more than the copy. A set is reused only while no
     reference to any of its arrays exists but the pool's own (a snapshot still queued for its writer, or kept by a
-    caller, holds its arrays, so they are never overwritten under it); at most KEEP sets are kept per fragment,
-    enough for one being written while the next is filled. `alloc` makes a set's arrays (pinned host memory on a
-    GPU head, so the device copies into it directly)."""
+    caller, holds its arrays, so they are never overwritten under it). One pool serves every fragment of a syncer
+    process (fragment.py SNAPSHOT_BUFFERS): a snapshot gets views of a set sized to the largest fragment seen, and at
+    most KEEP sets are kept, enough for one being written while the next is filled. The memory it holds is KEEP x 3
+    rows of the largest fragment, where a pool per fragment held that for every fragment (the syncer's memory model
+    missed it by 22%: tests/training/test_training_syncer_memory.py). `alloc` makes a set's arrays (pinned host memory
+    on a GPU head, so the device copies into it directly)."""
 
     KEEP = 2
 
@@ -54,14 +57,15 @@ class SnapshotBuffers:
         self.alloc = alloc or (lambda n: np.empty(n, dtype=np.float32))
 
     def take(self, n: int) -> tuple[np.ndarray, ...]:
-        """Three arrays of `n` float32 values (theta, momentum, shadow) that nobody else holds. The tuple returned
-        holds them: while it, or any of its arrays, is kept, they are not handed out again."""
+        """Three arrays of `n` float32 values (theta, momentum, shadow) that nobody else holds: views of a free set at
+        least that large. While the tuple, or any of its arrays, is kept, the set is not handed out again."""
         for bufs in self.sets:
-            if bufs[0].size == n and all(_only_here(bufs, i) for i in range(len(bufs))):
-                return tuple(bufs)
-        bufs = [self.alloc(n) for _ in NAMES]
-        self.sets = [b for b in self.sets if b[0].size == n][-(self.KEEP - 1):] + [bufs]   # a resized fragment's go
-        return tuple(bufs)
+            if bufs[0].size >= n and all(_only_here(bufs, i) for i in range(len(bufs))):
+                return tuple(b[:n] for b in bufs)
+        size = max([n] + [b[0].size for b in self.sets])
+        bufs = [self.alloc(size) for _ in NAMES]
+        self.sets = [b for b in self.sets if b[0].size == size][-(self.KEEP - 1):] + [bufs]   # smaller sets go
+        return tuple(b[:n] for b in bufs)
 
 
 def _only_here(bufs: list[np.ndarray], i: int) -> bool:

@@ -70,3 +70,21 @@ def test_the_pool_keeps_at_most_two_sets_and_drops_another_sizes():
     del held
     pool.take(2 * N)                          # the fragment's size changed: the old sets go
     assert [s[0].size for s in pool.sets] == [2 * N]
+
+
+def test_every_fragment_shares_one_pool_sized_to_the_largest():
+    """A syncer's fragments take their snapshots' arrays from one pool: views of a set as large as the largest
+    fragment, at most two sets in all, whatever the number of fragments (a pool per fragment held two sets of every
+    fragment, beyond the syncer's memory model)."""
+    small, large = _fragment(), _fragment()
+    assert small.snapshot_buffers is large.snapshot_buffers
+    pool = small.snapshot_buffers
+    large.rows = type(large.rows)(np.zeros(3 * N, dtype=np.float32))     # a fragment three times the size
+    large.shadow.values = np.zeros(3 * N, dtype=np.float32)
+    for _ in range(5):
+        _move(small, 1.0)
+        _move(large, 2.0)
+        a, b = small.snapshot({}), large.snapshot({})
+        assert a.theta.size == N and b.theta.size == 3 * N and (a.theta == 1.0).all() and (b.theta == 2.0).all()
+        del a, b
+    assert len(pool.sets) <= 2 and {s[0].size for s in pool.sets} == {3 * N}
