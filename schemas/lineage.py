@@ -18,7 +18,10 @@ from yeto.schemas.launch_recipe import LaunchRecipe
 # Train-recipe fields a resume may change: the schedule's end (and so the lineage's total steps), how an island
 # lays out its memory (the fleet's business: the same numbers either way), held-out evaluation (it never
 # touches the weights), and what a bad row does (the data itself is pinned by its fingerprint).
-SAFE_TRAIN = frozenset({"max_steps", "shard", "activation_checkpointing", "eval_every", "eval_data", "on_bad_rows"})
+# How an island's ranks hold the model (shard, tensor_parallel) is safe to change: fragments and resume state use the
+# checkpoint's own names, whatever the split.
+SAFE_TRAIN = frozenset({"max_steps", "shard", "tensor_parallel", "activation_checkpointing", "eval_every", "eval_data",
+                        "on_bad_rows"})
 # Train fields keyed elsewhere: the base by name and pins, the data by its fingerprint; the resume's own start step.
 NOT_KEYED = frozenset({"model", "data", "pins", "start_step"})
 # Sync settings that shape θ and the outer momentum a resume carries on (the rest is fleet tuning: safe).
