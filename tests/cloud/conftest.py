@@ -53,3 +53,10 @@ def head_cluster_rehearsal_dir(tmp_path) -> Path:
     """A world whose names are the head-cluster rehearsal's own (rehearsal_net.HEAD_CLUSTER_NAMES)."""
     with world_at(tmp_path / "rehearsal", rehearsal_net.HEAD_CLUSTER_NAMES) as root:
         yield root
+
+
+@pytest.fixture
+def syncer_vm_rehearsal_dir(tmp_path) -> Path:
+    """A world whose names are the syncer's-VM rehearsal's own (rehearsal_net.SYNCER_VM_NAMES)."""
+    with world_at(tmp_path / "rehearsal", rehearsal_net.SYNCER_VM_NAMES) as root:
+        yield root

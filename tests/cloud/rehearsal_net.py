@@ -52,6 +52,7 @@ def free_net(base: str = "10.236") -> str:
 # kind uses its own (the head cluster's: HEAD_CLUSTER_NAMES), so two rehearsals on this machine never share a name.
 NAMES = {"ns": "yreh", "bridge": "yrb", "veth": "yrh", "base": "10.236"}
 HEAD_CLUSTER_NAMES = {"ns": "yhcn", "bridge": "yhcb", "veth": "yhcv", "base": "10.237"}
+SYNCER_VM_NAMES = {"ns": "ysyn", "bridge": "ysyb", "veth": "ysyv", "base": "10.238"}
 
 
 def world_names(tag: str, names: dict = NAMES) -> dict:

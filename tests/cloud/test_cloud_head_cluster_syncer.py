@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import pytest
 
+import rehearsal_net
 from test_cloud_head_cluster import laptop_in, rehearse
 from test_cloud_rehearsal import Laptop
 
 pytestmark = pytest.mark.slow
-NAMES = {"ns": "ysyn", "bridge": "ysyb", "veth": "ysyv", "base": "10.238"}
+NAMES = rehearsal_net.SYNCER_VM_NAMES
 
 
 @pytest.fixture
-def laptop(tmp_path) -> Laptop:
-    from conftest import world_at
-
-    with world_at(tmp_path / "rehearsal", NAMES) as root:
-        yield laptop_in(root, tmp_path)
+def laptop(syncer_vm_rehearsal_dir, tmp_path) -> Laptop:
+    # the world from tests/cloud/conftest.py's fixture: `from conftest import ...` names whichever conftest a pytest
+    # worker imported first (tests/security's in the full run), not this folder's
+    return laptop_in(syncer_vm_rehearsal_dir, tmp_path)
 
 
 @pytest.mark.timeout(1500)
@@ -32,7 +32,5 @@ def test_a_head_over_three_vms_loses_the_syncers_vm_and_its_standby_merges_on_an
 
 
 def test_names_are_this_rehearsals_own():
-    import rehearsal_net
-
     taken = [rehearsal_net.NAMES, rehearsal_net.HEAD_CLUSTER_NAMES]
     assert all(NAMES[k] != t[k] for t in taken for k in NAMES)
