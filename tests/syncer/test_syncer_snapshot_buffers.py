@@ -87,4 +87,4 @@ def test_every_fragment_shares_one_pool_sized_to_the_largest():
         a, b = small.snapshot({}), large.snapshot({})
         assert a.theta.size == N and b.theta.size == 3 * N and (a.theta == 1.0).all() and (b.theta == 2.0).all()
         del a, b
-    assert len(pool.sets) <= 2 and {s[0].size for s in pool.sets} == {3 * N}
+    assert len(pool.sets) <= 2 and all(s[0].size >= 3 * N for s in pool.sets)   # earlier tests' larger sets may serve
