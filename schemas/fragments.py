@@ -17,11 +17,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from yeto.schemas import codecs, subjects
+from yeto.schemas.buffers import BufferPool, joined
 
 NATS_HEADER = "Yeto-Fragment"
 FragmentKind = Literal["init", "push", "keyframe", "delta"]
 FragmentRole = Literal["layers", "embed", "misc"]
 DEFAULT_MAX_BYTES = 1 << 34        # 16 GiB: no fragment payload is larger; the syncer passes a tighter cap
+PUSH_PAYLOADS = BufferPool()
+"""Where a push is joined from its chunks, one pool per process (schemas/buffers.py): a push's payload is dropped once
+it is decoded, so a round's pushes reuse one buffer instead of faulting a fresh one's pages in every time."""
 
 
 class FragmentError(ValueError):
@@ -112,7 +116,7 @@ class ChunkAssembler:
         self.pending_bytes = 0
         self.evicted: deque[FragmentHeader] = deque(maxlen=1024)   # first headers of evicted partials; the caller drains it
 
-    def add(self, header: FragmentHeader, chunk: bytes) -> bytes | None:
+    def add(self, header: FragmentHeader, chunk: bytes) -> bytes | memoryview | None:
         """Add one chunk; return the whole payload once every chunk is in, else None. Raises FragmentError."""
         total = self._validate(header, chunk)
         if header.num_chunks == 1:
@@ -138,9 +142,14 @@ class ChunkAssembler:
         self._drop(key)
         return self.whole(header, [chunks[i] for i in range(header.num_chunks)])
 
-    def whole(self, header: FragmentHeader, parts: list[bytes]) -> bytes:
+    def whole(self, header: FragmentHeader, parts: list[bytes]) -> bytes | memoryview:
         """The payload of a message whose chunks are all in, its SHA-256 checked (a subclass may hash as they come)."""
-        return _checked(header, b"".join(parts))
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(part)
+        if digest.hexdigest() != header.sha256:
+            raise FragmentError("corrupt_chunk", "the reassembled payload fails its SHA-256 checksum")
+        return join(header, parts)
 
     def sender_bytes(self, learner: str) -> int:
         return sum(len(c) for h, chunks in self.pending.values() if h.learner == learner for c in chunks.values())
@@ -177,6 +186,14 @@ class ChunkAssembler:
         if sha256(chunk) != h.chunk_sha256:
             raise FragmentError("corrupt_chunk", f"chunk {h.chunk} fails its SHA-256 checksum")
         return total
+
+
+def join(header: FragmentHeader, parts: list[bytes]) -> bytes | memoryview:
+    """The checked parts of a whole message, joined: a push into a buffer of PUSH_PAYLOADS (a read-only memoryview that
+    holds it until dropped), anything else (an init, a broadcast a learner takes in: once per run or per version)
+    into fresh bytes. Called only once every chunk passed its size and hash checks and the whole its SHA-256, so a
+    refused message never writes into a pooled buffer."""
+    return joined(parts, PUSH_PAYLOADS) if header.kind == "push" else b"".join(parts)
 
 
 def _checked(header: FragmentHeader, payload: bytes) -> bytes:

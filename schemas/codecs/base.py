@@ -98,12 +98,13 @@ def decode_whole(codec: Codec, payload: Payload, numel: int, out: np.ndarray | N
     return out
 
 
-def encode_delta(codec: Codec, theta: np.ndarray, shadow: np.ndarray) -> bytes:
+def encode_delta(codec: Codec, theta: np.ndarray, shadow: np.ndarray) -> Payload:
     """The payload of `theta - shadow`, with `shadow += decode(payload)` done in place: a broadcast's step. A codec
-    with its own `encode_delta` (q4: one fused pass) gives the same bytes and bits as this."""
+    with its own `encode_delta` (q4: one fused pass into a reused buffer, a read-only memoryview) gives the same bytes
+    and bits as this."""
     one_pass = getattr(codec, "encode_delta", None) if fused() else None
     if one_pass is not None:
-        return bytes(one_pass(theta, shadow))
+        return one_pass(theta, shadow)  # type: ignore[no-any-return]
     payload = codec.encode(theta - shadow)
     shadow += codec.decode(payload, shadow.size)
     return payload

@@ -20,6 +20,7 @@ from typing import Any
 import numba
 import numpy as np
 
+from yeto.schemas.buffers import BufferPool
 from yeto.schemas.codecs.base import OnChunk, Payload, check_size, compiled, dot64, pool, threads
 
 BLOCK = 256
@@ -32,6 +33,9 @@ _GROUP_BLOCKS = 64                 # per task of the broadcast's fused pass: 64 
 # values per parallel call of a pass over several rows: one call over a whole 16M-value row ran 6x slower than the same
 # pieces in calls of 256K-4M values (2026-12-05, one thread; not understood, measured)
 _FOLD_BAND = 1 << 20
+DELTA_PAYLOADS = BufferPool()
+"""Where the broadcast's deltas are encoded, one pool per process (schemas/buffers.py): a delta is dropped once its
+chunks are out, so every version reuses one buffer instead of a fresh one whose pages fault in."""
 
 
 class Q4Codec:
@@ -75,24 +79,25 @@ class Q4Codec:
             codes[start:stop] = q[:, 0::2] | (q[:, 1::2] << 4)
         return scales.tobytes() + codes.tobytes()
 
-    def encode_delta(self, theta: np.ndarray, shadow: np.ndarray) -> bytes:
+    def encode_delta(self, theta: np.ndarray, shadow: np.ndarray) -> Payload:
         """`encode(theta - shadow)`, and `shadow += decode(payload)` in place: the broadcast's step (base.py
-        `encode_delta`). Compiled, one pass over both rows with no whole-row temporary; the same bytes and bits."""
+        `encode_delta`). Compiled, one pass over both rows with no whole-row temporary; the same bytes and bits, in a
+        buffer of DELTA_PAYLOADS (a read-only memoryview that holds it until dropped: no copy into fresh bytes)."""
         if not compiled():
             payload = self.encode(theta - shadow)
             shadow += self.decode(payload, shadow.size)
             return payload
-        out, scales, scale_bits, codes = self._payload(shadow.size)
+        out, scales, scale_bits, codes = self._payload(shadow.size, DELTA_PAYLOADS.take(self.encoded_size(shadow.size)))
         theta = np.ascontiguousarray(theta, dtype=np.float32).reshape(-1)
         for lo in range(0, shadow.size, _FOLD_BAND):           # bands: see _FOLD_BAND
             hi, b0, b1 = min(lo + _FOLD_BAND, shadow.size), lo // BLOCK, -(-min(lo + _FOLD_BAND, shadow.size) // BLOCK)
             with pool():
                 _encode_delta_groups(theta[lo:hi], shadow[lo:hi], scales[b0:b1], scale_bits[b0:b1], codes[b0:b1])
-        return out.tobytes()
+        return out.data.toreadonly()
 
-    def _payload(self, numel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """A payload buffer and its views: scales as f32 and as bits, codes by block."""
-        out = np.empty(self.encoded_size(numel), dtype=np.uint8)
+    def _payload(self, numel: int, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A payload buffer (`out`, else a fresh one) and its views: scales as f32 and as bits, codes by block."""
+        out = np.empty(self.encoded_size(numel), dtype=np.uint8) if out is None else out
         head = out[:4 * -(-numel // BLOCK)]
         return out, head.view(np.float32), head.view(np.uint32), out[head.size:].reshape(-1, BLOCK // 2)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from yeto.schemas import codecs
 from yeto.schemas.codecs.base import fused
-from yeto.schemas.fragments import DEFAULT_MAX_BYTES, ChunkAssembler, FragmentError, FragmentHeader
+from yeto.schemas.fragments import DEFAULT_MAX_BYTES, ChunkAssembler, FragmentError, FragmentHeader, join
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.syncer import admission
 from yeto.services.syncer.admission import Rejection
@@ -23,7 +23,7 @@ class Taken:
     """What one chunk came to: the whole payload once its message is complete, refusals (of it, or of partial
     messages evicted to make room: one event per message), and why it was refused (None: it was kept)."""
 
-    payload: bytes | None = None
+    payload: bytes | memoryview | None = None
     rejections: list[tuple[FragmentHeader, Rejection]] = field(default_factory=list)
     refused: str | None = None
 
@@ -40,7 +40,7 @@ class HashingAssembler(ChunkAssembler):
         self._running: dict[tuple[object, ...], tuple[int, Any, Future[None] | None]] = {}
         self._dropped: tuple[tuple[object, ...], tuple[int, Any, Future[None] | None]] | None = None
 
-    def add(self, header: FragmentHeader, chunk: bytes) -> bytes | None:
+    def add(self, header: FragmentHeader, chunk: bytes) -> bytes | memoryview | None:
         payload = super().add(header, chunk)
         key = header.message_key
         entry = self.pending.get(key)
@@ -52,7 +52,7 @@ class HashingAssembler(ChunkAssembler):
                 self._running[key] = (-1, hasher, last)
         return payload
 
-    def whole(self, header: FragmentHeader, parts: list[bytes]) -> bytes:
+    def whole(self, header: FragmentHeader, parts: list[bytes]) -> bytes | memoryview:
         dropped, self._dropped = self._dropped, None           # the base class drops a message just before this
         following, hasher, last = dropped[1] if dropped is not None and dropped[0] == header.message_key else (-1, None, None)
         if following != len(parts) - 1 or hasher is None:
@@ -62,7 +62,7 @@ class HashingAssembler(ChunkAssembler):
         hasher.update(parts[-1])
         if hasher.hexdigest() != header.sha256:
             raise FragmentError("corrupt_chunk", "the reassembled payload fails its SHA-256 checksum")
-        return b"".join(parts)
+        return join(header, parts)                             # a push: into a pooled buffer (fragments.py)
 
     def _drop(self, key: tuple[object, ...]) -> None:
         """A message completed or evicted: its running hash leaves the table (kept one call for `whole`)."""

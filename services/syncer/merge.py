@@ -186,7 +186,8 @@ def _entries(frag: FragmentRows, num: int) -> tuple[object, ...]:
     typed lists by slot (an empty pair for a dense slot; no copy of the entries) and starts[m, p], where slot m's
     entries of piece p begin (services/syncer/sparse.py)."""
     dense = np.array([m not in frag.sparse for m in range(num)], dtype=np.bool_)
-    starts = np.zeros((num, -(-frag.numel // STEP_PIECE) + 1), dtype=np.int64)
+    pieces = -(-frag.numel // STEP_PIECE) + 1 if frag.sparse else 1     # read only for a sparse slot
+    starts = np.zeros((num, pieces), dtype=np.int64)
     idx, vals = numba.typed.List.empty_list(numba.int64[::1]), numba.typed.List.empty_list(numba.float32[::1])
     for m in range(num):
         push = frag.sparse.get(m)
@@ -222,12 +223,23 @@ def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts)
             lo = p * STEP_PIECE
             hi = min(lo + STEP_PIECE, n)
             t, u = theta[:hi - lo], b[:hi - lo]
-            _two_rows(rows[0, lo:hi], rows[1, lo:hi], t, u, c[0, 0], c[0, 1], c[1, 0], c[1, 1])
-            for m in range(2, c.shape[1]):
+            m = 2
+            if c.shape[1] > 3 and dense[0] and dense[1]:              # theta, b and two pushes in one pass
+                _four_rows(rows[0, lo:hi], rows[1, lo:hi], rows[2, lo:hi], rows[3, lo:hi], t, u, c[0, 0], c[0, 1],
+                           c[1, 0], c[1, 1], c[0, 2], c[1, 2], c[0, 3], c[1, 3])
+                m = 4
+            else:
+                _two_rows(rows[0, lo:hi], rows[1, lo:hi], t, u, c[0, 0], c[0, 1], c[1, 0], c[1, 1])
+            while m < c.shape[1]:
+                if m + 1 < c.shape[1] and dense[m - 2] and dense[m - 1]:     # two rows in one pass over the scratch
+                    _add_two_rows(rows[m, lo:hi], rows[m + 1, lo:hi], t, u, c[0, m], c[1, m], c[0, m + 1], c[1, m + 1])
+                    m += 2
+                    continue
                 if dense[m - 2]:
                     _add_row(rows[m, lo:hi], t, u, c[0, m], c[1, m])
                 else:
                     _add_entries(idx[m - 2], vals[m - 2], starts[m - 2, p], starts[m - 2, p + 1], lo, t, u, c[0, m], c[1, m])
+                m += 1
             finite[p] = _num_non_finite(t, u) == 0
             if commit:
                 _store(t, rows[0, lo:hi])
@@ -248,6 +260,25 @@ def _add_row(x, theta, b, c0, c1):  # pragma: no cover - compiled
         d = np.float64(x[i])
         theta[i] += c0 * d
         b[i] += c1 * d
+
+
+@numba.njit(nogil=True, cache=True, inline="never")
+def _four_rows(x0, x1, x, y, theta, b, c00, c01, c10, c11, c0, c1, d0, d1):  # pragma: no cover - compiled
+    """`_two_rows`, then `_add_row` of x and of y, in one pass: the same additions in the same order (the same bits)."""
+    for i in range(theta.size):
+        a, f, d, e = np.float64(x0[i]), np.float64(x1[i]), np.float64(x[i]), np.float64(y[i])
+        theta[i] = ((c00 * a + c01 * f) + c0 * d) + d0 * e
+        b[i] = ((c10 * a + c11 * f) + c1 * d) + d1 * e
+
+
+@numba.njit(nogil=True, cache=True, inline="never")
+def _add_two_rows(x, y, theta, b, c0, c1, d0, d1):  # pragma: no cover - compiled
+    """`_add_row` of x, then of y, in one pass over the scratch rows: the same additions in the same order (the same
+    bits), half the scratch's loads and stores."""
+    for i in range(theta.size):
+        d, e = np.float64(x[i]), np.float64(y[i])
+        theta[i] = (theta[i] + c0 * d) + d0 * e
+        b[i] = (b[i] + c1 * d) + d1 * e
 
 
 @numba.njit(nogil=True, cache=True, inline="never")
