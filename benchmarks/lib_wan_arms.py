@@ -23,14 +23,14 @@ from lib_wan_proc import LEARNER, Proc
 HERE = Path(__file__).resolve().parent
 
 
-def build_launch(run_id: str, model: Path, data: Path, *, steps: int, learners: int, extra: list[str]):
-    """The LaunchRun `yeto launch` would publish for `learners` local CPU islands."""
+def build_launch(run_id: str, model: Path, data: Path, *, steps: int, learners: int, extra: list[str], lr: float = 3e-3):
+    """The LaunchRun `yeto launch` would publish for `learners` local CPU islands, at peak inner lr `lr`."""
     from yeto.cli.launch import checks
     from yeto.cli.launch import command as cli_launch
     from yeto.cli.main import build_parser
     args = build_parser().parse_args(
         ["launch", "--gpu", ",".join(["local:1xcpu"] * learners), "--model", str(model), "--data", str(data),
-         "--tuning", "full", "--lr", "3e-3", "--max-steps", str(steps), "--seq-len", "128", "--micro-batch", "4",
+         "--tuning", "full", "--lr", repr(lr), "--max-steps", str(steps), "--seq-len", "128", "--micro-batch", "4",
          "--run-id", run_id, *extra])
     islands = checks.parse_fleet(args.gpu)
     return args, cli_launch.build_launch(args, run_id, checks.fleet_entries(islands, spot=False, prices=[0.0] * learners))

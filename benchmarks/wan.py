@@ -2,7 +2,8 @@
 
 Two learners, each in its own network namespace joined to the hub (root namespace: nats-server, the
 services, torchft's lighthouse) by a veth pair shaped with tbf to --rate on both ends (see lib_wan_net).
-Same tiny Llama, same order-1 Markov chat data, same recipe, equal tokens (2 x --steps x 4 x 128).
+Same tiny Llama, same order-1 Markov chat data, same recipe, equal tokens (2 x --steps x 4 x 128); the peak
+inner lr is each arm's own with --lr (3e-3 for every arm by default), recorded in --json.
 Arms (--arms; the torchft ones need torchft-nightly and --torchft or --arms). torchft-nightly declares
 `torch>=2.7`, which would let pip replace the pinned CPU torch, so install it without its dependencies and
 add the two it imports:  .venv/bin/pip install --no-deps torchft-nightly && .venv/bin/pip install
@@ -31,7 +32,7 @@ then the fault arms' readings per island count (artifact against the same seed's
 one, next global).
 
     .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--latency-ms 0] [--seed 0] [--torchft]
-                                       [--arms ddp,yeto,...] [--net N] [--json PATH] [--dry-run]
+                                       [--arms ddp,yeto,...] [--lr 3e-3[,ARM=LR...]] [--net N] [--json PATH] [--dry-run]
     .venv/bin/python benchmarks/wan.py --report benchmarks/results/wan/seeds
 """
 from __future__ import annotations
@@ -66,6 +67,29 @@ def ramp_arg(text: str) -> tuple[int, int]:
     return int(h0), int(ramp)
 
 
+def lr_arg(text: str) -> dict[str, float]:
+    """`3e-3` (every arm) or `3e-3,yeto=6e-3,ddp=1e-2`: an arm named has its own inner lr, the others the bare one
+    (3e-3 when none is bare); {"": default, arm: lr, ...}."""
+    lrs: dict[str, float] = {"": 3e-3}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        arm, sep, value = part.rpartition("=")
+        if sep and arm not in YETO_ARMS + TORCHFT_ARMS:
+            raise argparse.ArgumentTypeError(f"--lr {text!r}: unknown arm {arm!r}; known: {', '.join(YETO_ARMS + TORCHFT_ARMS)}")
+        try:
+            lr = float(value)
+        except ValueError:
+            lr = float("nan")
+        if not 0 < lr < 1:
+            raise argparse.ArgumentTypeError(f"--lr {text!r}: {value!r} is not a learning rate in (0, 1)")
+        lrs[arm] = lr
+    return lrs
+
+
+def lr_of(name: str, args) -> float:
+    """The inner lr of arm `name` (--lr): its own, else the bare one."""
+    return args.lr.get(name, args.lr[""])
+
+
 def arms_of(args) -> list[str]:
     if args.arms:
         arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -97,7 +121,8 @@ def plan(args) -> list[str]:
             "torchft-fault": "torchft-fault (torchft, replica 1 killed)"}
     lines = [f"link: {args.learners} learner namespaces, {link}",
              f"task: tiny Llama (4x64, seed {args.seed}) on Markov chat, "
-             f"{args.steps} steps x micro-batch 4 x seq 128 per learner, lr 3e-3",
+             f"{args.steps} steps x micro-batch 4 x seq 128 per learner, inner lr "
+             + ", ".join(f"{a} {lr_of(a, args):g}" for a in arms),
              "arms: " + ", ".join(what[a] for a in arms),
              f"target: DDP held-out loss at step {int(args.target_frac * args.steps)}; eval every {args.eval_every} steps"]
     faults = [a for a in arms if a.endswith("-fault") or a == "yeto-replace"]
@@ -122,7 +147,7 @@ def run_yeto_arm(name: str, hub, model: Path, data: Path, work: Path, args) -> d
     from lib_wan_net import since
     from lib_wan_proc import wait_all
     learners = args.learners - 1 if name == "yeto-survivors" else args.learners
-    _, launch = build_launch(f"wan-{name}", model, data, steps=args.steps, learners=learners,
+    _, launch = build_launch(f"wan-{name}", model, data, steps=args.steps, learners=learners, lr=lr_of(name, args),
                              extra=[f"--seed={args.seed}", *args.yeto_flags, *arm_flags(name, args)])
     before, app = hub.wan.bytes(), hub.app_bytes()
     if name in FAULT_ARMS:
@@ -148,6 +173,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--latency-ms", type=float, default=0.0,
                     help="one-way delay of every link (user-space emulator on TUN devices; RTT between learners is 4x)")
     ap.add_argument("--seed", type=int, default=0, help="model initialisation and the recipe's seed (data order), every arm")
+    ap.add_argument("--lr", type=lr_arg, default={"": 3e-3}, metavar="LR[,ARM=LR...]",
+                    help="peak inner lr of every arm, and an arm's own, e.g. 3e-3,yeto=6e-3,ddp=1e-2 (default 3e-3)")
     ap.add_argument("--eval-every", type=int, default=20)
     ap.add_argument("--target-frac", type=float, default=0.6)
     ap.add_argument("--kill-frac", type=float, default=0.4)
@@ -196,9 +223,9 @@ def run_arms(wan, arms: list[str], args, model: Path, data: Path, work: Path) ->
     from lib_wan_arms import YetoHub, build_launch, run_ddp
     hub, results = None, {}
     try:
-        _, clean = build_launch("wan-recipe", model, data, steps=args.steps, learners=args.learners,
+        _, clean = build_launch("wan-recipe", model, data, steps=args.steps, learners=args.learners, lr=lr_of("ddp", args),
                                 extra=[f"--seed={args.seed}", *args.yeto_flags])
-        recipe = clean.recipe["train"]              # every non-Yeto arm trains this recipe
+        recipe = clean.recipe["train"]              # every non-Yeto arm trains this recipe, at its own lr
         if "ddp" in arms:
             procs, nbytes = run_ddp(wan, recipe, work, eval_every=args.eval_every, timeout=args.timeout_s)
             results["ddp"] = report.arm(procs[:1], nbytes)
@@ -212,11 +239,12 @@ def run_arms(wan, arms: list[str], args, model: Path, data: Path, work: Path) ->
             hub = None
         for name in (a for a in arms if a.startswith("torchft")):
             from lib_wan_torchft import run_torchft
+            own = {**recipe, "lr": lr_of(name, args)}
             if name == "torchft-fault":
-                results[name] = {"stall": run_torchft(wan, recipe, work, args, name="torchft",
+                results[name] = {"stall": run_torchft(wan, own, work, args, name="torchft",
                                                       kill_step=int(args.kill_frac * args.steps))}
             else:
-                results[name] = run_torchft(wan, recipe, work, args, name=name)
+                results[name] = run_torchft(wan, own, work, args, name=name)
             print(f"{name}: {results[name]}", flush=True)
     finally:
         if hub is not None:
@@ -260,6 +288,7 @@ def main(argv=None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"argv": sys.argv[1:] if argv is None else argv, "arms": arms,
+                                         "lr": {a: lr_of(a, args) for a in arms},
                                          "results": results, "table": lines, "provenance": provenance()},
                                         indent=1, default=str) + "\n")
     return 0

@@ -358,3 +358,19 @@ def test_wan_plans_the_freeze_and_survivors_arms_and_refuses_them_on_one_island(
     alone = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--learners", "1", "--arms", "yeto,yeto-freeze"],
                            capture_output=True, text=True, timeout=60)
     assert alone.returncode != 0 and "need --learners >= 2, not 1" in alone.stderr
+
+
+def test_wan_lr_is_each_arms_own_and_refuses_a_bad_one(tmp_path):
+    out = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--arms", "ddp,yeto,torchft-best",
+                          "--lr", "6e-3,yeto=1.2e-2"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "inner lr ddp 0.006, yeto 0.012, torchft-best 0.006" in out.stdout
+    for bad, why in (("nope=1e-3", "unknown arm 'nope'"), ("yeto=2", "not a learning rate"), ("x", "not a learning rate")):
+        got = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--lr", bad], capture_output=True, text=True,
+                             timeout=60)
+        assert got.returncode == 2 and why in got.stderr, (bad, got.stderr)
+    import lib_task
+    from lib_wan_arms import build_launch
+    model, data = lib_task.write_tiny_model(tmp_path / "model", seed=0), lib_task.write_markov_chat(tmp_path / "chat.jsonl")
+    _, launch = build_launch("wan-lr", model, data, steps=24, learners=2, extra=[], lr=1.2e-2)
+    assert launch.recipe["train"]["lr"] == 1.2e-2        # the Yeto arms' recipe carries the arm's lr
