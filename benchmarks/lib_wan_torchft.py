@@ -184,7 +184,7 @@ def run_torchft(wan, recipe: dict, work: Path, args, *, name: str = "torchft", k
     yeto_fragments = int((recipe.get("sync") or {}).get("num_fragments") or 8)
     setting = {**SETTINGS[name], **({"fragments": yeto_fragments} if SETTINGS[name]["fragments"] > 1 else {})}
     settings = [x for k, v in setting.items() for x in (f"--{k.replace('_', '-')}", str(v))]
-    port = 29640
+    port = 29640 + args.net           # the lighthouse binds on the hub: two runs at once (different --net) never share it
     lh = subprocess.Popen([str(Path(sys.executable).parent / "torchft_lighthouse"), "--bind", f"0.0.0.0:{port}",
                            "--min_replicas", "1", "--join_timeout_ms", "2000"],
                           stdout=open(work / f"lighthouse-{name}.log", "w"), stderr=subprocess.STDOUT)
