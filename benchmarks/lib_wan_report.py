@@ -276,3 +276,28 @@ def faults_table(runs: list[tuple[dict, object]]) -> list[str]:
                      f"| {fmt_ci(vals('rounds'), '.1f')} | {fmt_ci(vals('rejoin'), '.1f')} "
                      f"| {fmt_ci(vals('good_tokens'), '.3f')} | {fmt_ci(vals('good_time'), '.3f')} |")
     return lines
+
+
+def tune_table(runs: list[tuple[dict, object]]) -> list[str]:
+    """Several runs' --json at different --lr (issue 39: tune every arm on tuning seeds): per arm, the final held-out CE
+    (the artifact for Yeto arms, else the learners' mean) at each inner lr, mean over the seeds run at it, and the best
+    lr, marked `edge` when it is the smallest or largest tried (widen the grid). Empty when no arm saw two lrs."""
+    per: dict[str, dict[float, list[float]]] = {}
+    for run, args in runs:
+        for name, r in run["results"].items():
+            ce = r.get("artifact", r.get("final")) if isinstance(r, dict) else None
+            if ce is not None and math.isfinite(ce):
+                per.setdefault(name, {}).setdefault(args.lr.get(name, args.lr[""]), []).append(ce)
+    per = {name: got for name, got in per.items() if len(got) > 1}
+    if not per:
+        return []
+    lrs = sorted({lr for got in per.values() for lr in got})
+    lines = ["inner lr grid: final held-out CE (artifact for Yeto arms), mean over the seeds at each lr (n)",
+             "| arm | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | best |", "|---|" + "---|" * (len(lrs) + 1)]
+    for name, got in per.items():
+        means = {lr: statistics.fmean(v) for lr, v in got.items()}
+        best = min(means, key=means.__getitem__)
+        edge = " (edge)" if best in (min(got), max(got)) else ""
+        lines.append(f"| {name} | " + " | ".join(f"{means[lr]:.4f} ({len(got[lr])})" if lr in got else "-" for lr in lrs)
+                     + f" | {best:g}{edge} |")
+    return lines

@@ -28,8 +28,8 @@ Per arm: wall time from process start to the target held-out loss (DDP's held-ou
 its steps), final held-out loss, bytes on the learner links. --json writes every number. Needs root
 (namespaces). Last line: yeto_time_to_target_over_ddp=<value>. `--report DIR` reads every run's --json in DIR
 (several seeds) and prints each arm's means with 95% t intervals and the per-seed ratios against torchft-best,
-then the fault arms' readings per island count (artifact against the same seed's fault-free one and its survivors-only
-one, next global).
+then the fault arms' readings per island count (artifact against the same seed's fault-free one and its
+survivors-only one, next global), then (runs at several --lr) each arm's final CE per inner lr and its best lr.
 
     .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--latency-ms 0] [--seed 0] [--torchft]
                                        [--arms ddp,yeto,...] [--lr 3e-3[,ARM=LR...]] [--net N] [--json PATH] [--dry-run]
@@ -212,7 +212,8 @@ def report_only(folder: Path) -> int:
     import lib_wan_report as report
     runs = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     parsed = [(r, parser().parse_args(r["argv"])) for r in runs]
-    for line in report.seeds_table(parsed) + [""] + report.faults_table(parsed):
+    tune = report.tune_table(parsed)
+    for line in report.seeds_table(parsed) + [""] + report.faults_table(parsed) + ([""] + tune if tune else []):
         print(line)
     return 0
 

@@ -374,3 +374,21 @@ def test_wan_lr_is_each_arms_own_and_refuses_a_bad_one(tmp_path):
     model, data = lib_task.write_tiny_model(tmp_path / "model", seed=0), lib_task.write_markov_chat(tmp_path / "chat.jsonl")
     _, launch = build_launch("wan-lr", model, data, steps=24, learners=2, extra=[], lr=1.2e-2)
     assert launch.recipe["train"]["lr"] == 1.2e-2        # the Yeto arms' recipe carries the arm's lr
+
+
+def test_wan_tune_report_gives_each_arm_its_best_lr_and_flags_an_edge():
+    import lib_wan_report as report
+    import wan
+
+    def run(seed, lr, ddp_ce, yeto_ce):
+        res = {"ddp": _arm([(1.0, 10, 4.5)], ddp_ce, 1), "yeto": _arm([(1.0, 10, 4.5)], 9.0, 1, artifact=yeto_ce)}
+        argv = ["--seed", str(seed), "--lr", lr]
+        return {"argv": argv, "results": res}, wan.parser().parse_args(argv)
+
+    # ddp is best inside the grid (3e-3); yeto is best at its largest lr (an edge); yeto's score is its artifact
+    lines = report.tune_table([run(10, "1e-3", 4.0, 4.2), run(10, "3e-3", 3.8, 4.1), run(11, "3e-3", 3.6, 4.3),
+                               run(10, "1e-2", 3.9, 4.0)])
+    assert lines[1] == "| arm | lr 0.001 | lr 0.003 | lr 0.01 | best |"
+    assert lines[3] == "| ddp | 4.0000 (1) | 3.7000 (2) | 3.9000 (1) | 0.003 |"
+    assert lines[4] == "| yeto | 4.2000 (1) | 4.2000 (2) | 4.0000 (1) | 0.01 (edge) |"
+    assert report.tune_table([run(10, "3e-3", 3.8, 4.1)]) == []        # one lr per arm: no grid, no table
