@@ -6,7 +6,11 @@ one per live learner, since a round merges at once when every live learner has p
 (broadcast.py, n f32). On top, the largest one-fragment step (the data plane is sequential): a publish keeps the
 snapshot's copies of Θ, momentum and shadow (3n f32; snapshot.py streams them to disk, never a serialised copy),
 an f32 keyframe and its chunks (2n f32) and the delta's; a row array's growth keeps the old array while the new one
-fills; a message taken in is joined from its chunks, then decoded. The wire: every message's chunks stay in memory
+fills; a message taken in is joined from its chunks, then decoded. Since 3595ca4 a push's join and the broadcast's
+q4 delta reuse buffers of one pool each per process (schemas/buffers.py), kept between rounds: at most two of each,
+the largest fragment's, which is what the transient counts for them (2 pushes, 2 deltas), so the peak is unchanged
+(`benchmarks/memory.py --sizes 8 --learners 3`: 475 MiB at f4f4797, 479 MiB at 3595ca4, the model 417 MiB).
+The wire: every message's chunks stay in memory
 until its fragment's round merges (held.py; the fetched batch's chunks are those), so in the first round the f32
 init (island 0 sends it; the others adopt version 0) is held with the pushes; then copies of partial messages under
 the assembler's cap (intake.py; SyncConfig.max_pending_bytes). The peak is the larger of the first round and steady
