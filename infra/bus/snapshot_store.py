@@ -84,14 +84,19 @@ class SnapshotStore:
                     await asyncio.gather(*pending)
                     pending = []
         await asyncio.gather(*pending)
-        if self.fence is not None:
-            await self.fence()          # a syncer that lost its lease names no snapshot (services/syncer/lease.py)
         manifest = dict(slot=slot, chunks=index, size=size, sha256=digest.hexdigest(), version=version, put=put)
-        await self._publish(head_subject(run_id, fragment), json.dumps(manifest, sort_keys=True).encode(), None)
+        await self._publish(head_subject(run_id, fragment), json.dumps(manifest, sort_keys=True).encode(), None,
+                            fenced=True)
         return manifest
 
-    async def _publish(self, subject: str, data: bytes, headers: dict | None) -> None:
-        await retrying(lambda: self.js.publish(subject, data, stream=STREAM, headers=headers))
+    async def _publish(self, subject: str, data: bytes, headers: dict | None, fenced: bool = False) -> None:
+        """`fenced`: each try waits for the fence first (a syncer that lost its lease names no snapshot,
+        services/syncer/lease.py), a retry through an election too."""
+        async def once():
+            if fenced and self.fence is not None:
+                await self.fence()
+            return await self.js.publish(subject, data, stream=STREAM, headers=headers)
+        await retrying(once)
 
     async def fragments(self, run_id: str) -> list[int]:
         """The fragments of `run_id` with a snapshot here."""
@@ -156,6 +161,10 @@ async def ensure_stream(js, name: str, subjects: str, replicas: int, max_msg_siz
 
 
 async def replicas_of(bus) -> int:
-    """Copies of the event stream on `bus`: more than one on a head over several VMs (0 on a bus without JetStream)."""
+    """Copies of the event stream on `bus`: more than one on a head over several VMs (0 on a bus without JetStream).
+    A bus that knows them (a leased syncer's: its lease asked once) is not asked again: the event stream may be electing
+    a leader then (its node just lost), and a takeover would wait for that."""
+    if isinstance(known := getattr(bus, "replicas", None), int):
+        return known
     js = getattr(bus, "js", None)
     return 0 if js is None else (await retrying(lambda: js.stream_info(EVT_STREAM))).config.num_replicas or 1

@@ -88,7 +88,7 @@ def _commands(rec: dict, paths: StackPaths, url: str) -> dict[str, list[str]]:
                 "--run-id", rec["run_id"]]
     cmds["tape-1"] = [*cmds["tape"], "--consumer", "tape-1"]     # a second tape, its own consumer, on another VM's disk
     for name in [n for n in cmds if n == "syncer" or n.startswith("syncer-")]:     # each shard leased, a standby beside
-        cmds[name] = [*cmds[name], "--lease"]                                        # (services/syncer/lease.py)
+        cmds[name] = [*cmds[name], "--lease", "--lease-node", f"yeto-{rec['node']}"]  # (services/syncer/lease.py)
         cmds[f"{name}-standby"] = [*cmds[name], "--instance", f"{name}-standby"]
     return placed(cmds, rec["node"], len(rec["peers"])) | {"credentials": follower}
 

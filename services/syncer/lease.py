@@ -9,21 +9,35 @@ another write came between (`WRONG_LAST_SEQUENCE`).
 - The holder renews every RENEW_S (its own last sequence expected). A renewal refused means another syncer took
   it: LeaseLost, and the service ends (a background task's error ends it).
 - A syncer without it (the standby, or any syncer starting) watches the subject and takes the lease when the
-  subject's sequence stayed the same for LEASE_S of its own clock, or when there is none (the sequence it saw
-  expected: of two standbys one wins).
+  subject's sequence stayed the same for LEASE_S of its own clock, counted from the last read the stream answered
+  within RENEW_S (a read held up by an election restarts it: the holder could not renew meanwhile either), or when
+  there is none (the sequence it saw expected: of two standbys one wins).
 - The fence: the holder publishes (a broadcast chunk, an event, a replicated snapshot's head) only within FRESH_S of
-  sending a renewal the stream accepted; past that it renews first, and a refusal is LeaseLost. A standby takes over no
-  sooner than LEASE_S after it saw that renewal stored, so an old holder paused past FRESH_S (SIGSTOP, a frozen VM, a
-  cut link) renews before its next publish and finds the lease gone. Left open: a pause of more than
-  LEASE_S - FRESH_S between the fence's check and the publish landing (3 s at the defaults).
+  sending a renewal the stream accepted, each try of a publish retried through an election fenced again; past that
+  it renews first, and a refusal is LeaseLost.
 - On taking over, the new holder deletes the shard's durable fragment consumer before it opens it again: the pushes the
   old holder had fetched and not acknowledged are delivered to it at once (not after ACK_WAIT_S), and the old holder's
   fetches and acknowledgements go nowhere.
 
-LEASE_S is 6 s: the issue's target is a merged global within 10 s of a VM's loss, and a takeover costs the lapse plus
-a restore (the replicated snapshots, infra/bus/snapshot_store.py) and a round. It is longer than a stream leader's
-election (1.3-5.6 s after a node's loss in the rehearsals), during which the holder cannot renew: an election a little
-longer than that hands the lease over needlessly, never to two at once.
+Why two holders never publish for the same shard. Let the old holder send its last accepted renewal at r (its clock),
+stored at s >= r and read by the standby at o >= s. The standby writes no sooner than o + LEASE_S (its clock; an
+election only postpones it), and that write makes any later renewal of the old holder's fail (compare-and-set: the
+subject's last sequence moved). The old holder's fence passes only before r + FRESH_S <= o + FRESH_S, so every try it
+sends leaves at least LEASE_S - FRESH_S before the taker's first publish:
+
+    takeover - last fenced send >= (o + LEASE_S) - (r + FRESH_S) >= LEASE_S - FRESH_S = 2 s
+
+A try is stored when it reaches a stream leader (a stream electing one drops it; it is not queued), so the old holder's
+publishes land before the new holder's unless one spends more than LEASE_S - FRESH_S between its fence and a leader
+(SIGSTOP, a frozen VM or a stalled link at that instant): left open. The two clocks only measure durations
+(monotonic); their rates differ by far less than the margin over LEASE_S.
+
+LEASE_S is 4 s (6 s at f4f4797): the issue's target is a merged global within 10 s of a VM's loss, and a takeover costs
+the lapse (LEASE_S less up to RENEW_S since the last renewal), handing the consumer over and the next round. The holder
+keeps the Raft leaders it merges through off its own VM (leaders.py), so the lease's stream elects no leader when
+the holder's VM is lost; when another VM that led it is lost, neither the holder's renewals nor the standby's reads
+are answered during the election (4 to 9 s, nats-server's timers), and the standby's lapse starts again once they
+are: an election hands the lease over only if the holder stays silent LEASE_S after it, never to two at once.
 """
 from __future__ import annotations
 
@@ -33,13 +47,15 @@ import logging
 import time
 
 from yeto.infra.bus.snapshot_store import ensure_stream, replicas_of, retrying
+from yeto.infra.bus.types import subject_of
+from yeto.schemas.base import to_bytes
 from yeto.schemas.subjects import FRAG_STREAM, SNAP_PREFIX
 
 log = logging.getLogger(__name__)
 
 STREAM = "YETO_LEASE"
 PREFIX = f"{SNAP_PREFIX}.lease"
-LEASE_S = 6.0
+LEASE_S = 4.0
 RENEW_S = LEASE_S / 4
 FRESH_S = LEASE_S / 2
 WATCH_S = 0.25              # how often a standby reads the lease
@@ -95,19 +111,25 @@ class Lease:
         self.seq, self.renewed_at = ack.seq, sent
         return True
 
-    async def acquire(self) -> bool:
-        """Wait until the lease is free or lapsed (its sequence unchanged for LEASE_S), then take it; whether another
-        holder had it."""
+    async def acquire(self, on_watch=None) -> bool:
+        """Wait until the lease is free or lapsed (its sequence unchanged for LEASE_S of reads the stream answered),
+        then take it; whether another holder had it. `on_watch()` is called at every read (the standby's warm-up)."""
         seen, since = -1, time.monotonic()
         while True:
+            if on_watch is not None:
+                on_watch()
+            asked = time.monotonic()
             seq = await self.last_seq()
+            if time.monotonic() - asked >= RENEW_S:     # the stream did not answer (an election): nor could the
+                since = time.monotonic()                # holder renew, so its lapse counts from the answer
             if seq != seen:
                 seen, since = seq, time.monotonic()
             if seq == 0 or time.monotonic() - since >= LEASE_S:
                 async with self.lock:
                     if await self._try(self._write(seq)):
                         self.held.set()
-                        log.info("syncer %s holds the lease %s (sequence %d)", self.holder, self.subject, self.seq)
+                        log.info("syncer %s holds the lease %s (sequence %d, unchanged %.1fs before)", self.holder,
+                                 self.subject, self.seq, time.monotonic() - since)
                         return seq > 0
             await asyncio.sleep(WATCH_S)        # a poll of the lease subject: the lapse is a time, not an event
 
@@ -172,17 +194,31 @@ class FencedBus:
 
     def __init__(self, bus, lease: Lease):
         self._bus, self.lease = bus, lease
+        self.replicas = lease.replicas      # the copies of every stream (infra/bus/snapshot_store.py replicas_of)
 
     async def fence(self) -> None:
         await self.lease.fence()
 
-    async def publish(self, *args, **kwargs):
-        await self.lease.fence()
-        return await self._bus.publish(*args, **kwargs)
+    async def publish(self, msg, *, retry_for: float = 60.0) -> int:
+        return await self.publish_raw(subject_of(msg), to_bytes(msg), msg_id=msg.id, retry_for=retry_for)
 
-    async def publish_raw(self, *args, **kwargs):
-        await self.lease.fence()
-        return await self._bus.publish_raw(*args, **kwargs)
+    async def publish_raw(self, subject: str, payload: bytes, *, retry_for: float = 60.0, **kwargs) -> int:
+        """Each try fenced: a publish retried through an election is sent again only while the lease is fresh."""
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + retry_for, 0.05
+        while True:
+            await self.lease.fence()
+            try:
+                return await self._bus.publish_raw(subject, payload, retry_for=0.0, **kwargs)
+            except ConnectionError:         # the bus's word for a try that timed out or found no stream leader
+                if loop.time() > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def last(self, subject: str):
+        """The subject's last message, asked again while its stream elects a leader (a node just lost)."""
+        return await retrying(lambda: self._bus.last(subject))
 
     def __getattr__(self, name: str):
         return getattr(self._bus, name)

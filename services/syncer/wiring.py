@@ -9,11 +9,11 @@ from yeto.infra.bus.snapshot_store import retrying
 from yeto.infra.runner import Context, ServiceSpec, StateCodec
 from yeto.schemas.fleet import ISLAND_ENDS
 from yeto.schemas.subjects import event_subject
-from yeto.services.syncer import backend, runs, snapshot
+from yeto.services.syncer import backend, leaders, runs
 from yeto.services.syncer.dataplane import DataPlane
-from yeto.services.syncer.durable import fetch_replicated
 from yeto.services.syncer.final_cut import final_cut
 from yeto.services.syncer.lease import FencedBus, Lease
+from yeto.services.syncer.takeover import FirstPushes
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,9 @@ def parse_shard(text: str) -> tuple[int, int]:
     return k, n
 
 
-def spec(plane: DataPlane, leased: bool = False) -> ServiceSpec:
-    """`leased`: merge only while holding the shard's lease (lease.py), a standby until then, every publish fenced."""
+def spec(plane: DataPlane, leased: bool = False, node: str = "") -> ServiceSpec:
+    """`leased`: merge only while holding the shard's lease (lease.py), a standby until then, every publish fenced;
+    `node`: this VM's nats-server, which the holder keeps from leading what it merges through (leaders.py)."""
     fenced: list = []                  # the fenced bus, once the lease is held
     holding = asyncio.Event()
 
@@ -47,23 +48,27 @@ def spec(plane: DataPlane, leased: bool = False) -> ServiceSpec:
         if lease is None:
             raise ValueError("--lease: the bus keeps one copy of its streams (a single-VM head): there is no other "
                              "syncer to hand the shard to; run without --lease")
-        if await lease.acquire():           # taken from another holder: its fetched pushes come here at once
-            await asyncio.gather(lease.take_over_consumer(plane.durable()), fetch_live(ctx.bus, ctx.state.runs))
-            log.info("syncer %s: took the shard over (consumer handed over, snapshots fetched)", plane.instance)
         fenced.append(FencedBus(ctx.bus, lease))
+        # a standby makes the runs' kernels while it waits, not after it took over (warmup.py)
+        if await lease.acquire(on_watch=lambda: plane.warm(ctx.state.runs)):    # taken from another holder
+            await asyncio.gather(lease.take_over_consumer(plane.durable()), restore_live(fenced[0], ctx.state.runs))
+            log.info("syncer %s: took the shard over (consumer handed over, snapshots restored)", plane.instance)
         await retrying(lambda: plane.open(fenced[0]))       # the cluster may still be electing (a node just lost)
+        plane.consumer = FirstPushes(plane.consumer, plane.instance)
         log.info("syncer %s: merging", plane.instance)
         holding.set()
         async with asyncio.TaskGroup() as group:          # a lost lease ends the service (LeaseLost)
             group.create_task(lease.keep(ctx.stop))
             group.create_task(plane.consume(fenced[0], lambda: ctx.state.runs, ctx.stop))
+            if node:
+                group.create_task(leaders.keep_off(ctx.bus, node, plane.durable(), ctx.stop))
 
-    async def fetch_live(bus, known: dict[str, runs.RunInfo]) -> None:
-        """The replicated snapshots of each run not cut, fetched while the consumer is handed over (not when the
-        run's first push comes)."""
+    async def restore_live(bus, known: dict[str, runs.RunInfo]) -> None:
+        """Each run not cut restored from the replicated snapshots while the consumer is handed over (not when the
+        run's first push comes): the fetch, the restore and the versions last published (dataplane.py `core`)."""
         for run_id, info in known.items():
-            if info.cut_requested is None and not snapshot.read_all(plane.run_dir(run_id)):
-                await fetch_replicated(bus, run_id, plane.run_dir(run_id), plane.owned())
+            if info.cut_requested is None:
+                await plane.core(bus, run_id, info.sync)
 
     # Every shard folds the runs alike, so they share one snapshot; each loads it as its own shard.
     codec = StateCodec(version=runs.CODEC_VERSION, dump=runs.dump, load=lambda data: runs.load(data, plane.shard))
@@ -80,6 +85,9 @@ def flags(parser) -> None:
     parser.add_argument("--lease", action="store_true",
                         help="a head over several VMs: merge the shard only while holding its lease on the bus; "
                              "until then stand by, and take it over when its holder's lapses (services/syncer/lease.py)")
+    parser.add_argument("--lease-node", default="",
+                        help="with --lease: the name of the nats-server on this syncer's VM (yeto-K); the lease's "
+                             "holder keeps the leaders of the streams it merges through off it (services/syncer/leaders.py)")
     parser.add_argument("--threads", type=int, default=0,
                         help="threads of the compiled decode, merge and encode kernels (default 0: the head's cores "
                              "over the N of --shard, as the N syncers share the head)")
@@ -92,8 +100,10 @@ def default_threads(shard: tuple[int, int], cores: int | None) -> int:
 
 def build(args) -> ServiceSpec:
     shard = parse_shard(args.shard)
+    if args.lease_node and not args.lease:
+        raise ValueError("--lease-node names the node a lease's holder keeps leaders off: it needs --lease")
     if args.threads < 0:
         raise ValueError(f"--threads {args.threads}: at least 1, or 0 for the head's cores")
     backend.set_threads(args.threads or default_threads(shard, os.cpu_count()))
     return spec(DataPlane(state_dir=args.settings.state_dir, shard=shard,
-                          instance=args.instance or "syncer"), leased=args.lease)
+                          instance=args.instance or "syncer"), leased=args.lease, node=args.lease_node)

@@ -11,7 +11,6 @@ and nothing is lost: the tape's rows are exactly the replicated stream's message
 Printed: the time without a merged global around the kill (target <= 10 s) and the events the stream held."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -25,8 +24,9 @@ import pytest
 import rehearsal_jobs
 import rehearsal_net
 import rehearsal_world
+import takeover_phases
 from test_cloud_rehearsal import Laptop
-from waiting import wait_for
+from waiting import until_answered, wait_for
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "learner"))
 import learner_tiny
@@ -48,20 +48,29 @@ async def evt_leader(bus) -> str:
     return (await bus.js.stream_info("YETO_EVT")).cluster.leader
 
 
+async def elected(bus) -> str | None:
+    """The event stream's leader; None while it has none (the info request fails until one is elected)."""
+    try:
+        return await evt_leader(bus)
+    except Exception:  # noqa: BLE001 - no leader yet: the request times out or is answered with no leader
+        return None
+
+
 async def lead_from(bus, server: str, tries: int = 20) -> str:
     """Step the event stream's leader down until `server` leads it (each election picks among the others at random)."""
     for _ in range(tries):
         if (leader := await evt_leader(bus)) == server:
             return leader
         await bus.nc.request("$JS.API.STREAM.LEADER.STEPDOWN.YETO_EVT", b"", timeout=5)
-        for _ in range(100):       # the new leader is elected within a few heartbeats: ask until one answers
-            try:
-                if await evt_leader(bus):
-                    break
-            except Exception:  # noqa: BLE001 - no leader yet: the stream info request fails until one is elected
-                pass
-            await asyncio.sleep(0.1)
+        await until_answered(lambda: elected(bus), 10, "a new leader of YETO_EVT after its step-down")
     return await evt_leader(bus)
+
+
+async def leaders(bus) -> list[tuple[str, str]]:
+    """The leader of each stream a syncer merges through, and of its shard's consumer."""
+    streams = ("YETO_EVT", "YETO_FRAG", "YETO_GKEY", "YETO_GDELTA", "YETO_LEASE", "YETO_FSNAP")
+    found = [(s, (await bus.js.stream_info(s)).cluster.leader) for s in streams]
+    return found + [("YETO_FRAG > syncer", (await bus.js.consumer_info("YETO_FRAG", "syncer")).cluster.leader)]
 
 
 async def stream_ids(bus) -> list[tuple[str, str]]:
@@ -73,6 +82,23 @@ async def stream_ids(bus) -> list[tuple[str, str]]:
         if found is not None:
             got.append((str(seq), found[0].get("Nats-Msg-Id", "")))
     return got
+
+
+def tape_phases(laptop: Laptop, killed_at: float, seen_at: float) -> list[tuple[float, str]]:
+    """The first merged round after the kill (its quorum, grace and merge), its global's publication, and when the
+    test saw it on the tape (within its poll)."""
+    merged = sql(laptop, "select epoch_ms(ts), payload->>'$.fragment', payload->>'$.quorum_ms', "
+                         "payload->>'$.grace_ms', payload->>'$.merge_ms' from events where type = 'RoundMerged' "
+                         f"and epoch(ts) > {killed_at} order by ts limit 1")
+    published = sql(laptop, "select epoch_ms(ts) from events where type = 'GlobalVersionPublished' "
+                            f"and epoch(ts) > {killed_at} order by ts limit 1")
+    found = [(seen_at - killed_at, "the first merged global seen on the tape (the test's query)")]
+    for ms, fragment, quorum_ms, grace_ms, merge_ms in merged:
+        found.append((int(ms) / 1000 - killed_at, f"fragment {fragment} merged (RoundMerged: quorum reached "
+                      f"{float(quorum_ms) / 1000:.1f}s after its first push, grace {float(grace_ms) / 1000:.1f}s, "
+                      f"merge {float(merge_ms) / 1000:.2f}s)"))
+    found += [(int(ms) / 1000 - killed_at, "its global published (GlobalVersionPublished)") for ms, in published]
+    return found
 
 
 def kill_node(world: Path, cluster: str, k: int) -> dict:
@@ -140,6 +166,7 @@ def rehearse(laptop: Laptop, killed: int | None, ns_prefix: str) -> None:
     leader = rehearsal_world.as_operator(head, lambda bus: lead_from(bus, f"yeto-{killed}"))
     assert leader == f"yeto-{killed}", leader       # the killed node leads the event stream: its loss moves the leader
     before = rehearsal_world.as_operator(head, lambda bus: bus.js.stream_info("YETO_EVT")).state.last_seq
+    print("leaders at the kill: " + ", ".join(f"{s} {lead}" for s, lead in rehearsal_world.as_operator(head, leaders)))
     dead = kill_node(laptop.world, head["cluster"], killed)
     killed_at = time.time()
     print(f"killed node {killed} ({dead['ip']}, leader of YETO_EVT) with the stream at seq {before}")
@@ -150,12 +177,15 @@ def rehearse(laptop: Laptop, killed: int | None, ns_prefix: str) -> None:
         return [int(r[0]) / 1000 for r in rows or []]
     after = wait_for(lambda: merges_after() or None, 120, "a merged global after the node's loss", interval=0.5,
                      detail=laptop.story)
+    seen_at = time.time()
     before_kill = sorted(int(r[0]) / 1000 for r in sql(
         laptop, f"select epoch_ms(ts) from events where type = 'RoundMerged' and epoch(ts) <= {killed_at}"))
     gaps = sorted(b - a for a, b in zip(before_kill, before_kill[1:]))
     print(f"first merged global {after[0] - killed_at:.1f}s after the kill; no merged global for "
           f"{after[0] - before_kill[-1]:.1f}s around it (the last one {killed_at - before_kill[-1]:.1f}s before the kill; "
           f"before it, {gaps[len(gaps) // 2]:.1f}s between merged globals at the median, {gaps[-1]:.1f}s at most)")
+    survivors = [Path(n["dir"]) for k, n in enumerate(cluster["nodes"]) if k != killed]
+    print(takeover_phases.report(survivors, killed_at, tape_phases(laptop, killed_at, seen_at)))
     new_leader = rehearsal_world.as_operator(head, evt_leader)
     assert new_leader and new_leader != f"yeto-{killed}", new_leader
     firsts = ("select learner, min(ms) from (select unnest(json_extract_string(payload, '$.responders[*]')) as learner, "

@@ -29,7 +29,7 @@ from yeto.schemas.subjects import (
 )
 from yeto.services.syncer import snapshot
 from yeto.services.syncer.dataplane import DataPlane
-from yeto.services.syncer.lease import LEASE_S, FencedBus, Lease, LeaseLost
+from yeto.services.syncer.lease import LEASE_S, RENEW_S, FencedBus, Lease, LeaseLost
 from yeto.services.syncer.runs import RunInfo
 
 RUN, N, FP = "r-repl", 3000, "e" * 64
@@ -179,7 +179,7 @@ async def test_a_standby_takes_the_lease_only_once_its_holder_stops_renewing_and
                 stop.set()                  # the holder stops renewing (paused, or its VM gone)
         active.renew = counted
         taking = asyncio.create_task(standby.acquire())
-        await active.keep(stop)             # ten renewals, 15 s: more than twice the lease
+        await active.keep(stop)             # ten renewals, 10 RENEW_S: more than twice the lease
         assert not taking.done(), "the standby took a lease its holder was renewing"
         assert await asyncio.wait_for(taking, 4 * LEASE_S) is True      # taken from a holder
         assert standby.held.is_set() and standby.seq > renewals[-1]
@@ -223,7 +223,10 @@ def test_a_head_over_three_vms_runs_each_syncer_shard_leased_with_a_standby_on_t
         for shard in shards:
             assert syncer_nodes[f"{shard}-standby"] == (syncer_nodes[shard] + 1) % 3     # another VM
             active, standby = nodes[syncer_nodes[shard]][shard], nodes[syncer_nodes[f"{shard}-standby"]][f"{shard}-standby"]
-            assert "--lease" in active and standby[-3:] == ["--lease", "--instance", f"{shard}-standby"]
+            # each names its own VM's server, which the lease's holder keeps leaders off (services/syncer/leaders.py)
+            assert active[-3:] == ["--lease", "--lease-node", f"yeto-{syncer_nodes[shard]}"]
+            assert standby[-5:] == ["--lease", "--lease-node", f"yeto-{syncer_nodes[f'{shard}-standby']}",
+                                    "--instance", f"{shard}-standby"]
     single = _commands({"syncers": 1}, paths, "nats://127.0.0.1:4222")      # one VM: unchanged
     assert "--lease" not in single["syncer"] and not [n for n in single if n.endswith("-standby")]
 
@@ -236,3 +239,66 @@ async def test_lease_on_a_single_server_is_refused_with_a_sentence(tmp_path, bus
     service = spec(DataPlane(state_dir=tmp_path), leased=True)
     with pytest.raises(ValueError, match="--lease: the bus keeps one copy"):
         await service.background[0](SimpleNamespace(bus=bus, state=None, stop=asyncio.Event()))
+
+
+async def test_a_lease_holder_moves_every_leader_it_merges_through_off_its_own_node(cluster):
+    from yeto.services.syncer import leaders
+
+    _, url = cluster
+    bus = await NatsBus.connect(url, name="test-leaders")
+    stop = asyncio.Event()
+    try:
+        await Lease.of(bus, "syncer", "syncer")                 # the lease's stream
+        await (await SnapshotStore.of(bus))._ensure()           # the replicated snapshots' stream
+        await bus.consumer([fragment_subject(RUN, 0, "*")], durable="syncer")
+        node = (await bus.js.stream_info(FRAG_STREAM)).cluster.leader      # it leads one group at least
+        assert f"$JS.API.STREAM.LEADER.STEPDOWN.{FRAG_STREAM}" in await leaders.led_by(bus.js, node, "syncer")
+        keeping = asyncio.create_task(leaders.keep_off(bus, node, "syncer", stop))
+
+        async def others_lead() -> list[str] | None:
+            try:
+                leads = [(await bus.js.stream_info(s)).cluster.leader for s in leaders.STREAMS]
+                leads.append((await bus.js.consumer_info(FRAG_STREAM, "syncer")).cluster.leader)
+            except NatsTimeout:         # a group electing its new leader
+                return None
+            return leads if all(leads) and node not in leads else None
+        await until_answered(others_lead, 60, f"every group of the syncer's led by another node than {node}")
+        assert not await leaders.led_by(bus.js, node, "syncer")
+        stop.set()
+        await keeping
+    finally:
+        stop.set()
+        await bus.close()
+
+
+async def test_an_election_of_the_lease_stream_hands_nothing_over_while_its_holder_lives(cluster):
+    servers, url = cluster
+    bus = await NatsBus.connect(url, name="test-lease-election")
+    stop = asyncio.Event()
+    try:
+        active, standby = (await Lease.of(bus, "syncer", "syncer"), await Lease.of(bus, "syncer", "syncer-standby"))
+        assert await active.acquire() is False
+        keeping = asyncio.create_task(active.keep(stop))
+        taking = asyncio.create_task(standby.acquire())
+        leader = (await bus.js.stream_info("YETO_LEASE")).cluster.leader
+        next(s for k, s in enumerate(servers.values()) if f"yeto-{k}" == leader).kill()     # an election: 4 to 9 s
+        elected = await until_answered(lambda: lease_leader(bus), 60, "a new leader of YETO_LEASE after the kill")
+        assert elected != leader
+        renewed = active.seq                # the holder renews again: LEASE_S of accepted renewals after the election
+        await until_answered(lambda: asyncio.sleep(0, active.seq >= renewed + LEASE_S / RENEW_S + 1), 60,
+                             "the holder's renewals accepted again")
+        assert not taking.done(), "the standby took the lease of a holder that only waited out an election"
+        assert not keeping.done() and active.held.is_set()
+        stop.set()
+        await keeping
+        taking.cancel()
+    finally:
+        stop.set()
+        await bus.close()
+
+
+async def lease_leader(bus) -> str | None:
+    try:
+        return (await bus.js.stream_info("YETO_LEASE")).cluster.leader
+    except NatsTimeout:
+        return None

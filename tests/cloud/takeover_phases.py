@@ -1,0 +1,67 @@
+"""The phases after a head node's loss, read from the surviving nodes' logs: each Raft group's new leader (the
+nats-servers' own lines) and the syncers' steps (the lease seen lapsed and taken, the shard's consumer handed over
+and reopened, kernels ready, each learner's first push received, the fragments restored). The rehearsals print them
+beside the tape's first merged global, so every run measures where the time after the kill goes (docs/CLUSTER.md)."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+NATS_LINE = re.compile(r"^\[\d+\] (\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) \[INF\] JetStream cluster new "
+                       r"(stream|consumer) leader for '\$G > ([^']+)'")
+SERVICE_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \S+ INFO (.*)$")
+LAPSE = re.compile(r"holds the lease .*unchanged ([\d.]+)s before")
+SYNCER_STEPS = (re.compile(r"holds the lease"), re.compile(r"took the shard over"),
+                re.compile(r"syncer \S+: merging$"), re.compile(r"kernels for codecs .* ready"),
+                re.compile(r"first push of \S+ received"), re.compile(r"resumed \d+ fragments"),
+                re.compile(r"fetched fragments"))
+# the groups on a syncer's path; the others (the commands' stream, the islands' watches) are left out
+GROUPS = ("YETO_EVT", "YETO_FRAG", "YETO_GKEY", "YETO_GDELTA", "YETO_LEASE", "YETO_FSNAP", "YETO_FRAG > syncer",
+          "YETO_EVT > tape", "YETO_EVT > tape-1")
+
+
+def _local(text: str, fmt: str) -> float:
+    return time.mktime(time.strptime(text, fmt))
+
+
+def node_phases(logs: Path, killed_at: float) -> list[tuple[float, str]]:
+    """(seconds after the kill, what) from one node's log folder: each group's first new leader after the kill and
+    each syncer step."""
+    found: list[tuple[float, str]] = []
+    for path in sorted(logs.glob("*.log")):
+        lines = path.read_text(errors="replace").splitlines()
+        if path.name.startswith("nats-server"):
+            for line in lines:
+                if (m := NATS_LINE.match(line)) and m[3] in GROUPS:
+                    stamp, frac = m[1].split(".")
+                    at = _local(stamp, "%Y/%m/%d %H:%M:%S") + float(f"0.{frac}") - killed_at
+                    if at > 0:
+                        found.append((at, f"{m[3]}: new {m[2]} leader ({path.stem})"))
+        elif path.name.startswith("syncer"):
+            for line in lines:
+                if (m := SERVICE_LINE.match(line)) and any(step.search(m[3]) for step in SYNCER_STEPS):
+                    at = _local(m[1], "%Y-%m-%d %H:%M:%S") + int(m[2]) / 1000 - killed_at
+                    if at > 0:
+                        found.append((at, f"{path.stem}: {m[3][:110]}"))
+                        if lapse := LAPSE.search(m[3]):
+                            found.append((at - float(lapse[1]), f"{path.stem}: the lease's last renewal it saw"))
+    return found
+
+
+def phases(node_dirs: list[Path], killed_at: float) -> list[tuple[float, str]]:
+    """Every surviving node's phases, in time order; a stream's leader counted once (the first node to say it; a
+    consumer's may change again: the takeover deletes and makes the shard's)."""
+    seen, out = set(), []
+    for at, what in sorted(p for d in node_dirs for p in node_phases(d / "home/.yeto/head/logs", killed_at)):
+        key = what.split(" (")[0] if "stream leader" in what else (at, what)
+        if key not in seen:
+            seen.add(key)
+            out.append((at, what))
+    return out
+
+
+def report(node_dirs: list[Path], killed_at: float, tape: list[tuple[float, str]]) -> str:
+    """The phases and the tape's (seconds after the kill, what) as one block, one line each."""
+    rows = sorted(phases(node_dirs, killed_at) + tape)
+    return "phases after the kill:\n" + "\n".join(f"  {at:+6.1f}s  {what}" for at, what in rows)
