@@ -5,6 +5,9 @@ ddp:  `python -m yeto.learners.torch --no-sync` as a 2-rank island whose ranks s
 yeto: the real stack (nats-server, tape, syncer, finalizer, planner) on the hub; the run is published as
       `yeto launch` builds it (LaunchRun -> the launcher's RunLaunched), but the launcher process is stopped
       first so that the two learners are started here, one per namespace, reaching nats through the links.
+      What the launcher serves the learners, the hub serves in its place: their watch consumers, made when a
+      learner asks (infra/bus/nats_watch_maker.py; a learner's credential may make none, so without it no learner
+      ever adopts a global model).
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -68,6 +72,7 @@ class YetoHub:
                                        *(f"{link.hub_ip}:{self.port}" for link in wan.links)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert self.proxy.stdout.readline().strip() == b"listening", "the forwarder did not start"
+        self._watches = WatchMaker(self.rec["url"])
 
     def app_bytes(self) -> tuple[int, int]:
         """NATS bytes the forwarder carried so far (learners -> server, server -> learners)."""
@@ -174,10 +179,46 @@ class YetoHub:
 
     def close(self) -> None:
         from yeto.infra import stack
+        self._watches.close()
         if self.proxy.poll() is None:
             self.proxy.kill()
             self.proxy.wait()
         stack.down(self.home)
+
+
+class WatchMaker:
+    """The stopped launcher's watch maker (infra/bus/nats_watch_maker.serve) on its own thread and event loop."""
+
+    def __init__(self, url: str) -> None:
+        self._ready, self._error = threading.Event(), None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(url),), name="wan-watches", daemon=True)
+        self._thread.start()
+        self._ready.wait(60)
+        if self._error is not None or not self._ready.is_set():
+            raise RuntimeError(f"the hub's watch maker did not start: {self._error!r}")
+
+    async def _serve(self, url: str) -> None:
+        from yeto.infra.bus import connect, nats_watch_maker
+        try:
+            bus = await connect(url, name="wan-watches")
+        except Exception as e:  # noqa: BLE001 - said by __init__
+            self._error = e
+            self._ready.set()
+            return
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        serving = asyncio.create_task(nats_watch_maker.serve(bus, self._stop))
+        await asyncio.sleep(0)          # serve subscribes; the flush's PONG comes after the server has the SUB
+        await bus.nc.flush()
+        self._ready.set()
+        try:
+            await serving
+        finally:
+            await bus.close()
+
+    def close(self) -> None:
+        if self._error is None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(30)
 
 
 def start_yeto(hub: YetoHub, launch, work: Path, *, eval_every: int) -> list[Proc]:
