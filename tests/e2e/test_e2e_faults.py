@@ -5,6 +5,7 @@ whose sequence numbers have no hole and whose versions never go back. The tests 
 run (a run is ~10 s of process start-up, so four separate runs would quadruple the cost)."""
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime
 
@@ -30,6 +31,22 @@ def started_seq(s: Stack, pid: int, timeout: float = 60) -> int:
     rows = s.until(RUN, f"a ServiceStarted from pid {pid}", lambda: s.sql(
         f"select seq from events where type = 'ServiceStarted' and (payload->>'pid')::int = {pid}"), timeout=timeout)
     return rows[0]["seq"]
+
+
+def version_story(s: Stack, p: int, first: int = 60) -> list[tuple]:
+    """The first rows of what the tape says about fragment p's versions, and every row it could not parse: what a
+    failed version check needs to tell a lost publish, a restore's leap and a rejected payload apart."""
+    rows = s.sql("select seq, type, source, payload from events where type = 'unparsable' or (type in "
+                 "('RoundMerged', 'RoundAborted', 'GlobalVersionPublished', 'FragmentRestored', 'SnapshotWritten', "
+                 f"'ServiceStarted') and payload like '%syncer%') order by seq limit {4 * first}")
+    story = []
+    for r in rows:
+        e = json.loads(r["payload"]) if r["type"] != "unparsable" else {"raw": r["payload"][:200]}
+        if e.get("fragment", p) != p or (r["type"] == "SnapshotWritten" and str(p) not in e.get("versions", {})):
+            continue
+        keep = ("global_version", "snapshot_version", "published_version", "versions", "pid", "raw")
+        story.append((r["seq"], r["type"], r["source"], {k: e[k] for k in keep if k in e}))
+    return story[:first]
 
 
 def seconds(a: str, b: str) -> float:
@@ -167,7 +184,8 @@ def test_nats_server_killed_and_restarted_loses_nothing_and_yeto_down_still_fina
     merged = run.events(RUN, "RoundMerged")
     for p, vs in round_versions(merged).items():
         assert vs == list(range(1, len(vs) + 1)), (f"fragment {p}: versions on the tape {vs}; "
-                                                  f"on the event stream before `stack down` {on_stream.get(p)}")
+                                                  f"on the event stream before `stack down` {on_stream.get(p)}; "
+                                                  f"its story on the tape: {version_story(run, p)}")
     assert round_versions(merged) == on_stream, "the tape and the event stream disagree on the rounds merged"
     for p, vs in round_versions(run.events(RUN, "GlobalVersionPublished")).items():
         assert vs == list(range(len(vs))), f"fragment {p}: published versions {vs}"
