@@ -22,6 +22,7 @@ from yeto.infra.nats import cluster as natscluster
 from yeto.infra.nats.cluster import node_names
 from yeto.infra.nats.server import ensure_streams
 from yeto.infra.run_paths import run_path
+from yeto.infra.stack import zygote as stack_zygote
 from yeto.infra.stack.components import alive_in as _alive
 from yeto.infra.stack.components import component_commands, placed, spawn
 from yeto.infra.stack.servers import head_nodes, head_server, local_url, restart_nodes, servers_for
@@ -144,6 +145,8 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
         for name, cmd in _commands(rec, paths, rec["url"]).items():  # restart any component that died
             if not _alive(rec, name):
                 rec["pids"][name], rec.setdefault("started_at", {})[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
+        if stack_zygote.NAME in rec["pids"] and (z := stack_zygote.start(paths.root)):    # a zygote that died, again
+            rec["pids"][stack_zygote.NAME], rec["started_at"][stack_zygote.NAME] = z["pid"], z["started_at"]
         _write_record(paths, rec)
         os.environ.update(operator_env(paths.root, rec))
         return rec
@@ -151,6 +154,7 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     os.chmod(paths.root, 0o700)     # logs, tape and credentials: this user's alone
     prev_port = rec["port"] if rec else 0
     paths.logs.mkdir(parents=True, exist_ok=True)
+    early = None if head_run else stack_zygote.start(paths.root)     # first: its imports overlap all that follows
     if peers:       # this machine keeps one node's store: nothing to compare with the others' here
         size = len(peers)
         servers = head_nodes(paths, node, peers, port=port or prev_port, hosts=hosts)
@@ -173,7 +177,8 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     # Only nats-server died (killed, crashed): the components still run and reconnect to the same URL, so
     # keep them. Starting them again would put two tape writers on one DuckDB file and two syncers on one run.
     prev = rec or {}
-    survivors = {n: p for n, p in prev.get("pids", {}).items() if n not in node_names(prev) and _alive(prev, n)}
+    survivors = {n: p for n, p in prev.get("pids", {}).items()
+                 if n not in (*node_names(prev), stack_zygote.NAME) and _alive(prev, n)}     # the zygote: `early`
     if rec and rec["url"] != url:
         for n, pid in survivors.items():      # connected to an address that is gone: replace them
             procs.signal_if_ours(pid, rec.get("started_at", {}).get(n))
@@ -189,6 +194,8 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
             pids[name], started[name] = survivors[name], prev["started_at"][name]
         else:
             pids[name], started[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
+    if early:
+        pids[stack_zygote.NAME], started[stack_zygote.NAME] = early["pid"], early["started_at"]
     _write_record(paths, new)
     return new
 

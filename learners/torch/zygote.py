@@ -19,7 +19,14 @@ present right after numpy's import, and the launcher sends it CPU islands only. 
 imports fix and a child must not share is reset in the child: the thread count (OMP_NUM_THREADS, read by OpenMP
 when torch loaded, is applied with torch.set_num_threads) and numpy's global generator (reseeded; `random` is
 reseeded by CPython at fork). Every other variable the imports could have read must equal the zygote's own: the
-launcher checks that before asking (services/launcher/backends/zygote.py), else it spawns the rank as before.
+launcher checks that before asking (services/launcher/backends/zygote.py), and the zygote checks it again against the
+environment it started with (a request whose environment differs is answered with an error: the rank is spawned).
+
+`--socket-fd N`: the stack's zygote (infra/stack/zygote.py), started before nats-server and the services (and by
+`yeto launch` before its checks) so that its imports overlap theirs. It accepts on the listening Unix socket N that
+the stack bound before starting it: a launcher connects at once, and its first request waits in the socket until the
+zygote is ready. Each connection is one launcher's, answered one line a request as above; the zygote ends when the
+stack stops it (a signal), not when a launcher goes. The socket is the file's owner's alone (its folder is 0700).
 """
 from __future__ import annotations
 
@@ -29,12 +36,27 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import traceback
 from typing import NoReturn
 
 import numpy as np
+
+BOOT_ENV = dict(os.environ)     # before any import could read or change it: what every rank's must equal
+PER_RANK = frozenset({"YETO_NATS_CREDS", "OMP_NUM_THREADS"})     # read after the imports (the launcher's own list)
+
+
+def listening(argv: list[str]) -> socket.socket | None:
+    """`--socket-fd N`: the listening Unix socket the stack made and handed over (infra/stack/zygote.py), bound and
+    listening before this process started: a launcher can connect at once."""
+    if "--socket-fd" not in argv:
+        return None
+    return socket.socket(fileno=int(argv[argv.index("--socket-fd") + 1]))
+
+
+LISTEN = listening(sys.argv)
 
 
 def num_threads() -> int:
@@ -80,9 +102,11 @@ def exit_code(err: SystemExit) -> int:
     return err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
 
 
-def child(request: dict) -> NoReturn:
+def child(request: dict, sockets: tuple[socket.socket, ...] = ()) -> NoReturn:
     """The forked rank: its group, its output, its environment, then the learner; its status to the exit file."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for s in sockets:       # the zygote's listening socket and its launcher's connection stay the zygote's
+        os.close(s.detach())     # the descriptor itself (a makefile's reference would keep a close() from it)
     os.setpgid(0, request["pgid"])
     out = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -114,14 +138,21 @@ def child(request: dict) -> NoReturn:
     os._exit(code)
 
 
-def fork(request: dict) -> dict:
+def env_differs(env: dict) -> set[str]:
+    """The variables (names only) other than PER_RANK in which a request's environment differs from this zygote's."""
+    return {k for k in env.keys() | BOOT_ENV.keys() if env.get(k) != BOOT_ENV.get(k)} - PER_RANK
+
+
+def fork(request: dict, sockets: tuple[socket.socket, ...] = ()) -> dict:
     if (n := num_threads()) > BLAS_THREADS:     # fewer after a first fork: OpenBLAS restarts its pool lazily
         return {"error": f"the zygote runs {n} threads, more than {BLAS_THREADS}: a fork could copy a lock held"}
+    if differ := env_differs(request["env"]):
+        return {"error": f"the rank's environment differs from the zygote's in {', '.join(sorted(differ)[:5])}"}
     sys.stdout.flush()
     pid = os.fork()
     if pid == 0:
         try:
-            child(request)
+            child(request, sockets)
         except BaseException:  # noqa: BLE001 - failed before its learner ran (its group gone, its log unwritable)
             traceback.print_exc()
             with contextlib.suppress(OSError), open(request["exit_file"], "w") as f:
@@ -142,17 +173,39 @@ def warmed() -> None:
         print(f"codec kernel warm-up exited {code}", file=sys.stderr, flush=True)
 
 
+def answer(line: str, sockets: tuple[socket.socket, ...] = ()) -> str:
+    try:
+        out = fork(json.loads(line), sockets)
+    except (ValueError, KeyError, OSError) as err:
+        out = {"error": f"{type(err).__name__}: {err}"}
+    if "error" in out:
+        print(f"not forked: {out['error']}", file=sys.stderr, flush=True)
+    return json.dumps(out) + "\n"
+
+
+def serve(server: socket.socket) -> None:
+    """The stack's zygote: one launcher's connection at a time, until a signal ends the zygote."""
+    while True:
+        conn, _ = server.accept()
+        with conn, conn.makefile("r") as lines:
+            try:
+                for line in lines:
+                    conn.sendall(answer(line, (server, conn)).encode())
+            except OSError as err:      # the launcher went mid-request: the next one connects again
+                print(f"launcher connection lost: {err}", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     warmed()
     signal.signal(signal.SIGCHLD, reap)
-    print(json.dumps({"ready": os.getpid()}), flush=True)
+    if LISTEN is None:
+        print(json.dumps({"ready": os.getpid()}), flush=True)
     print(f"ready: pid {os.getpid()}, imports done", file=sys.stderr, flush=True)   # its log (benchmarks/startup.py)
+    if LISTEN is not None:
+        serve(LISTEN)
     for line in sys.stdin:
-        try:
-            answer = fork(json.loads(line))
-        except (ValueError, KeyError, OSError) as err:
-            answer = {"error": f"{type(err).__name__}: {err}"}
-        print(json.dumps(answer), flush=True)
+        sys.stdout.write(answer(line))
+        sys.stdout.flush()
     return 0
 
 

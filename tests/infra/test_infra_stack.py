@@ -30,7 +30,7 @@ def test_stack_up_is_idempotent_and_down_stops_what_it_started(tmp_path, capsys)
     again = stack.read_record(stack.StackPaths(tmp_path / "home"))
     assert first["pids"] == again["pids"] and first["url"] == again["url"]
     try:
-        assert set(first["pids"]) == {"nats-server", "tape", "planner", "launcher", "syncer", "finalizer"}
+        assert set(first["pids"]) == {"nats-server", "tape", "planner", "launcher", "syncer", "finalizer", "learner-zygote"}
         assert all(stack.alive(p) for p in first["pids"].values())
         assert asyncio.run(_services_started(first["url"])) == {"planner", "launcher", "syncer", "finalizer"}
     finally:

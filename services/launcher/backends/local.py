@@ -27,6 +27,7 @@ from yeto.infra.bus import auth as bus_auth
 from yeto.infra.run_paths import run_path
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus, learner_args
+from yeto.services.launcher.backends.stack_zygote import StackZygote
 from yeto.services.launcher.backends.zygote import Zygote
 
 # `sh -c WRAP exitfile cmd...` runs cmd, then records its status: the one thing a non-parent can read later.
@@ -78,7 +79,8 @@ class LocalBackend:
         """`zygote`: start a pre-imported torch learner now (backends/zygote.py) and fork CPU islands' ranks from it;
         the launcher service's backend does, a backend made to read or signal islands does not."""
         self.state_dir, self.rank_argv, self.env = Path(state_dir), rank_argv, env or {}
-        self.zygote = Zygote(self.base_env(), self.state_dir / "logs" / "learner-zygote.log") if zygote else None
+        self.zygote = (StackZygote.attach(self.state_dir) or      # the stack's, started before this launcher
+                       Zygote(self.base_env(), self.state_dir / "logs" / "learner-zygote.log")) if zygote else None
 
     def base_env(self) -> dict[str, str]:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}

@@ -172,9 +172,20 @@ async def _run_exists(url: str, run_id: str) -> bool:
 
 
 def cmd_launch(args) -> int:
-    from yeto.cli.launch.plan import fleet_from_planner, local_stack_url, refuse_syncers_elsewhere
+    from yeto.cli.launch.plan import drop_early_zygote, zygote_early
 
     recipe_flags.apply_config(args, echo=True)
+    early = zygote_early(args)      # the learners' imports begin now, beside the checks and the stack's start
+    try:
+        return launch_run(args)
+    finally:
+        if early:
+            drop_early_zygote(args)
+
+
+def launch_run(args) -> int:
+    from yeto.cli.launch.plan import fleet_from_planner, local_stack_url, refuse_syncers_elsewhere
+
     run_id = args.run_id or new_run_id()
     launch = None
     limits.check_numbers(args)

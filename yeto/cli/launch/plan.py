@@ -23,6 +23,33 @@ def local_stack_url(args) -> str:
     return rec["url"]
 
 
+def zygote_early(args) -> bool:
+    """Local CPU islands on a stack this launch will start: start the stack's pre-imported learner now
+    (infra/stack/zygote.py), so that its imports overlap the checks below and the stack's start; `stack.up` adopts
+    it. True when started here (`drop_early_zygote` stops it if the launch ends before a stack adopted it)."""
+    from yeto.cli.common import conf
+    from yeto.cli.launch.checks import parse_fleet
+    from yeto.infra.stack import zygote
+
+    if args.dry_run or not args.gpu or conf(args).nats_url or getattr(args, "base_quantization", None) == "nf4":
+        return False
+    try:
+        islands = parse_fleet(args.gpu)
+    except ValueError:
+        return False        # the checks below say why
+    if not all(i.cloud == "local" and i.gpu == "cpu" for i in islands) or stack.stack_url(state_dir(args)):
+        return False
+    return zygote.start(state_dir(args)) is not None
+
+
+def drop_early_zygote(args) -> None:
+    """The launch ended without a stack (refused by a check, not confirmed): the zygote it started goes too."""
+    from yeto.infra.stack import zygote
+
+    if not stack.stack_url(state_dir(args)):
+        zygote.stop(state_dir(args))
+
+
 def refuse_syncers_elsewhere(args, named: str | None) -> None:
     """--syncers starts processes; a stack someone else runs (--nats-url) is not this command's to change."""
     if named and getattr(args, "syncers", None):
