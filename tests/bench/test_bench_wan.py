@@ -164,6 +164,8 @@ def test_wan_tiny_real_run_reports_every_arm_over_shaped_links(tiny_run):
         assert any(line.startswith(arm + " ") for line in lines), f"no table row for {arm}"
     if "torchft-best" in results:
         assert results["torchft-best"]["tokens"] == results["ddp"]["tokens"]     # equal tokens
+    # the learners took global models (their watches made by the hub in the stopped launcher's place; e5d099b)
+    assert results["yeto-replace"]["keyframes"]["adopted"] > 0
     assert "yeto-wan-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
