@@ -94,7 +94,12 @@ def fold_island(isl: Island, e: IslandEvent, *, billing: bool) -> Island:
     """The island after one of its events; `billing` False once the run has ended (its meters are closed)."""
     new = _phase(isl, e)
     if billing:
-        new = replace(new, meter=isl.meter.apply(e.type, e.ts, e.price_per_hour, e.generation))
+        meter = isl.meter.apply(e.type, e.ts, e.price_per_hour, e.generation)
+        if isinstance(e, IslandRequested) and meter.up_since is None and new.generation == e.generation:
+            # the price its new generation is billed at once up: another offer's after a move (MoveIsland), shown
+            # from the request on, not the refused offer's until the island is up; nothing is billed meanwhile
+            meter = replace(meter, price_per_hour=e.price_per_hour)
+        new = replace(new, meter=meter)
     return new
 
 

@@ -16,7 +16,7 @@ from yeto.infra.stack import StackPaths
 from yeto.infra.tape.store import TapeStore
 from yeto.schemas.base import to_bytes
 from yeto.schemas.final import RunFinalized
-from yeto.schemas.fleet import IslandPreempted, IslandUp, RunLaunched
+from yeto.schemas.fleet import IslandPreempted, IslandRequested, IslandUp, RunLaunched
 from yeto.schemas.run_view import evolve, head_usd, spend_usd
 from yeto.services.finalizer.budget import cut_reason
 
@@ -92,3 +92,26 @@ def test_the_budget_cutoff_counts_the_head_as_status_shows_it():
     assert spend_usd(live, at(60)) - head_usd(live, at(60)) < TOTAL - 1   # the islands alone never reach it
     over = reduce(evolve, events(max_spend=TOTAL + 0.01)[:-1], {})[RUN]
     assert cut_reason(over, now=at(60), period_s=0) is None
+
+
+def test_an_island_moved_to_another_offer_shows_that_offers_price_before_it_is_up(capsys, tmp_path):
+    """A refused island's next generation asked on another offer (the planner's move): status's $/hour is the new
+    offer's from the request on, and nothing is billed until it is up."""
+    moved = {**SPEC, "region": "us-west-2", "price_per_hour": 5.0}
+    def requested(generation: int, spec: dict, price: float, t: float):
+        return IslandRequested(id=f"req-{generation}", run_id=RUN, island=0, generation=generation, spec=spec,
+                               price_per_hour=price, ts=at(t))
+    evs = [RunLaunched(id="launched", run_id=RUN, fleet=[{**SPEC, "price_per_hour": 3.0}], ts=at(0),
+                       recipe={"head_price_per_hour": HEAD}),
+           requested(0, {**SPEC, "price_per_hour": 3.0}, 3.0, 0.1), requested(1, moved, 5.0, 1)]
+    view = reduce(evolve, evs, {})[RUN]
+    (island,) = view.islands
+    assert (island.generation, island.phase, island.price_per_hour) == (1, "replacing", 5.0)
+    assert island.meter.usd_at(at(30)) == 0.0
+    write_tape(StackPaths(tmp_path).db, evs)
+    rows = [ln.split() for ln in yeto(capsys, tmp_path, "status", RUN).splitlines()]
+    header = next(i for i, r in enumerate(rows) if r[:2] == ["island", "phase"])
+    assert rows[header + 2][:4] == ["0", "replacing", "1", "5"], rows     # under the rule line
+    up = IslandUp(id="up-1", run_id=RUN, island=0, generation=1, spec=moved, price_per_hour=5.0, ts=at(2))
+    billed = reduce(evolve, [*evs, up], {})[RUN].islands[0]
+    assert billed.meter.usd_at(at(62)) == pytest.approx(5.0)
