@@ -28,6 +28,8 @@ CHUNK = 4 * 1024 * 1024          # under the server's 8 MiB max_payload, with ro
 WINDOW = 16                      # chunks in flight at once (each waits for its ack)
 PUT_HEADER = "Yeto-Put"
 RETRY_S = 30.0                   # a put waits this long for a stream leader (an election after a node's loss)
+# The shards' leases (services/syncer/lease.py), beside: a head node's supervisor reads them (infra/stack/standby.py)
+LEASE_STREAM, LEASE_PREFIX = "YETO_LEASE", f"{SNAP_PREFIX}.lease"
 
 
 def head_subject(run_id: str, fragment: int) -> str:

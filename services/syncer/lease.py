@@ -15,6 +15,9 @@ another write came between (`WRONG_LAST_SEQUENCE`).
 - The fence: the holder publishes (a broadcast chunk, an event, a replicated snapshot's head) only within FRESH_S of
   sending a renewal the stream accepted, each try of a publish retried through an election fenced again; past that
   it renews first, and a refusal is LeaseLost.
+- Each write says who holds it: the instance, its node (`--lease-node`) and whether it took the lease from a holder on
+  another node; then the shard has no standby left, and the head node that runs none of its syncers starts one
+  (infra/stack/standby.py, from that node's supervisor).
 - On taking over, the new holder deletes the shard's durable fragment consumer before it opens it again: the pushes the
   old holder had fetched and not acknowledged are delivered to it at once (not after ACK_WAIT_S), and the old holder's
   fetches and acknowledgements go nowhere.
@@ -46,19 +49,17 @@ import json
 import logging
 import time
 
-from yeto.infra.bus.snapshot_store import ensure_stream, replicas_of, retrying
-from yeto.infra.bus.types import subject_of
-from yeto.schemas.base import to_bytes
-from yeto.schemas.subjects import FRAG_STREAM, SNAP_PREFIX
+from yeto.infra.bus.snapshot_store import LEASE_PREFIX, LEASE_STREAM, ensure_stream, replicas_of, retrying
+from yeto.schemas.subjects import FRAG_STREAM
 
 log = logging.getLogger(__name__)
 
-STREAM = "YETO_LEASE"
-PREFIX = f"{SNAP_PREFIX}.lease"
+STREAM, PREFIX = LEASE_STREAM, LEASE_PREFIX
 LEASE_S = 4.0
 RENEW_S = LEASE_S / 4
 FRESH_S = LEASE_S / 2
 WATCH_S = 0.25              # how often a standby reads the lease
+ASK_S = 1.0                 # a takeover's request waits this long for an answer before it is sent again (not 5 s)
 WRONG_LAST_SEQUENCE = 10071
 
 
@@ -67,10 +68,13 @@ class LeaseLost(RuntimeError):
 
 
 class Lease:
-    """The lease of the shard whose durable fragment consumer is `name`, sought by syncer instance `holder`."""
+    """The lease of the shard whose durable fragment consumer is `name`, sought by syncer instance `holder` on the
+    head node `node` (its nats-server's name; "" where not known)."""
 
-    def __init__(self, js, replicas: int, name: str, holder: str):
-        self.js, self.replicas, self.name, self.holder = js, replicas, name, holder
+    def __init__(self, nc, replicas: int, name: str, holder: str, node: str = ""):
+        self.nc, self.replicas, self.name, self.holder, self.node = nc, replicas, name, holder, node
+        self.js = nc.jetstream(timeout=5.0)
+        self.took_over = False              # taken from a holder on another node: the shard has no standby left
         self.subject = f"{PREFIX}.{name}"
         self.seq = 0                        # the sequence of this holder's last accepted write
         self.renewed_at = float("-inf")     # when that write was sent (monotonic)
@@ -79,28 +83,30 @@ class Lease:
         self.lock = asyncio.Lock()
 
     @classmethod
-    async def of(cls, bus, name: str, holder: str) -> Lease | None:
+    async def of(cls, bus, name: str, holder: str, node: str = "") -> Lease | None:
         """The lease on `bus` where its event stream has more than one copy (a head over several VMs), else None."""
         replicas = await replicas_of(bus)
         if replicas <= 1:
             return None
         await ensure_stream(bus.js, STREAM, f"{PREFIX}.>", replicas, 64 * 1024)
-        return cls(bus.js, replicas, name, holder)
+        return cls(bus.nc, replicas, name, holder, node)
 
-    async def last_seq(self) -> int:
+    async def last(self) -> tuple[int, dict]:
+        """The lease's last sequence (0: never written) and what its writer wrote."""
         from nats.js.errors import NotFoundError
 
         try:
-            return (await retrying(lambda: self.js.get_last_msg(STREAM, self.subject))).seq or 0
+            msg = await retrying(lambda: self.js.get_last_msg(STREAM, self.subject))
         except NotFoundError:
-            return 0
+            return 0, {}
+        return msg.seq or 0, json.loads(msg.data)
 
     async def _write(self, expected: int) -> bool:
         """Compare-and-set the lease to this holder; False when another write came after `expected`."""
         from nats.js.errors import APIError
 
         sent = time.monotonic()
-        body = json.dumps({"holder": self.holder}).encode()
+        body = json.dumps({"holder": self.holder, "node": self.node, "took_over": self.took_over}).encode()
         try:
             ack = await self.js.publish(self.subject, body, stream=STREAM, timeout=FRESH_S / 2,
                                         headers={"Nats-Expected-Last-Subject-Sequence": str(expected)})
@@ -119,13 +125,14 @@ class Lease:
             if on_watch is not None:
                 on_watch()
             asked = time.monotonic()
-            seq = await self.last_seq()
+            seq, body = await self.last()
             if time.monotonic() - asked >= RENEW_S:     # the stream did not answer (an election): nor could the
                 since = time.monotonic()                # holder renew, so its lapse counts from the answer
             if seq != seen:
                 seen, since = seq, time.monotonic()
             if seq == 0 or time.monotonic() - since >= LEASE_S:
                 async with self.lock:
+                    self.took_over = seq > 0 and body.get("node") != self.node
                     if await self._try(self._write(seq)):
                         self.held.set()
                         log.info("syncer %s holds the lease %s (sequence %d, unchanged %.1fs before)", self.holder,
@@ -183,42 +190,8 @@ class Lease:
         once, to the consumer this holder opens next)."""
         from nats.js.errors import NotFoundError
 
-        try:
-            await retrying(lambda: self.js.delete_consumer(FRAG_STREAM, durable))
+        quick = self.nc.jetstream(timeout=ASK_S)       # JetStream's meta leader answers it: asked again each
+        try:                                            # ASK_S while it is elected (its node may be the one lost)
+            await retrying(lambda: quick.delete_consumer(FRAG_STREAM, durable))
         except NotFoundError:
-            pass
-
-
-class FencedBus:
-    """A bus whose publishes wait for the lease's fence: what a leased syncer publishes through."""
-
-    def __init__(self, bus, lease: Lease):
-        self._bus, self.lease = bus, lease
-        self.replicas = lease.replicas      # the copies of every stream (infra/bus/snapshot_store.py replicas_of)
-
-    async def fence(self) -> None:
-        await self.lease.fence()
-
-    async def publish(self, msg, *, retry_for: float = 60.0) -> int:
-        return await self.publish_raw(subject_of(msg), to_bytes(msg), msg_id=msg.id, retry_for=retry_for)
-
-    async def publish_raw(self, subject: str, payload: bytes, *, retry_for: float = 60.0, **kwargs) -> int:
-        """Each try fenced: a publish retried through an election is sent again only while the lease is fresh."""
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + retry_for, 0.05
-        while True:
-            await self.lease.fence()
-            try:
-                return await self._bus.publish_raw(subject, payload, retry_for=0.0, **kwargs)
-            except ConnectionError:         # the bus's word for a try that timed out or found no stream leader
-                if loop.time() > deadline:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-    async def last(self, subject: str):
-        """The subject's last message, asked again while its stream elects a leader (a node just lost)."""
-        return await retrying(lambda: self._bus.last(subject))
-
-    def __getattr__(self, name: str):
-        return getattr(self._bus, name)
+            pass                                        # gone already (a try that timed out was applied)

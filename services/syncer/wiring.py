@@ -11,8 +11,9 @@ from yeto.schemas.fleet import ISLAND_ENDS
 from yeto.schemas.subjects import event_subject
 from yeto.services.syncer import backend, leaders, runs
 from yeto.services.syncer.dataplane import DataPlane
+from yeto.services.syncer.fenced import FencedBus
 from yeto.services.syncer.final_cut import final_cut
-from yeto.services.syncer.lease import FencedBus, Lease
+from yeto.services.syncer.lease import Lease
 from yeto.services.syncer.takeover import FirstPushes
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ def spec(plane: DataPlane, leased: bool = False, node: str = "") -> ServiceSpec:
     async def data_plane(ctx: Context) -> None:
         if not leased:
             return await plane.consume(ctx.bus, lambda: ctx.state.runs, ctx.stop)
-        lease = await Lease.of(ctx.bus, plane.durable(), plane.instance)
+        lease = await Lease.of(ctx.bus, plane.durable(), plane.instance, node)
         if lease is None:
             raise ValueError("--lease: the bus keeps one copy of its streams (a single-VM head): there is no other "
                              "syncer to hand the shard to; run without --lease")

@@ -157,6 +157,7 @@ def rehearse(laptop: Laptop, killed: int | None, ns_prefix: str) -> None:
     wait_for(lambda: merged() >= 4, 400, "four merged rounds on the head's cluster", interval=1, detail=laptop.story)
     replicas = rehearsal_world.as_operator(head, lambda bus: bus.js.stream_info("YETO_EVT"))
     assert replicas.config.num_replicas == 3 and len(replicas.cluster.replicas) == 2, replicas
+    takeover = killed is None
     if killed is None:              # whichever of the syncer (node 1) and its standby (node 2) took the lease first
         holder = rehearsal_world.as_operator(head, lambda bus: bus.js.get_last_msg("YETO_LEASE", "yeto.snap.lease.syncer"))
         killed = {"syncer": 1, "syncer-standby": 2}[json.loads(holder.data)["holder"]]
@@ -195,6 +196,10 @@ def rehearse(laptop: Laptop, killed: int | None, ns_prefix: str) -> None:
     both = wait_for(lambda: len(c := contributors()) == 2 and c, 300, "both islands merged after the node's loss",
                     interval=1, detail=laptop.story)
     print("merged again after the kill: " + ", ".join(f"{who} {int(ms) / 1000 - killed_at:.1f}s" for who, ms in both))
+    if takeover:                    # the shard's new standby, on node 0, which ran none of its syncers
+        wait_for(lambda: "syncer-standby-yeto-0" in json.loads(records[0].read_text())["pids"], 60,
+                 "a new standby of the shard on node 0 (infra/stack/standby.py)", interval=0.5, detail=laptop.story)
+        print("a new standby of the shard on node 0: syncer-standby-yeto-0")
     stopped = laptop.yeto("down", RUN)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     finalized = lambda: (sql(laptop, "select count(*) from events where type = 'RunFinalized'", True) or [[0]])[0][0] == "1"  # noqa: E731

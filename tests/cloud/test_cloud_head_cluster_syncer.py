@@ -5,8 +5,10 @@ second tape, planner-1, launcher-0) or node 2 (nats-server-2, `syncer-standby`, 
 took the lease first; its folder of snapshots goes with the VM's disk. The other syncer takes the lease over once it
 lapses (services/syncer/lease.py), restores the newest snapshot from the replicated store
 (infra/bus/snapshot_store.py) and merges on; both islands merge after the kill, the run finalizes, the tape left is the
-replicated stream.
-Printed: the time to the first merged global after the kill (target <= 10 s) and the events the stream held."""
+replicated stream; node 0, which ran neither syncer, starts a new standby for the shard (infra/stack/standby.py).
+Printed: the time to the first merged global after the kill (target <= 10 s), the phases after the kill (each Raft
+group's new leader, the lease seen lapsed and taken, the consumer handed over, the first pushes, the round:
+takeover_phases.py) and the events the stream held."""
 from __future__ import annotations
 
 import pytest

@@ -3,7 +3,9 @@ writes is also put into the replicated store (infra/bus/snapshot_store.py) befor
 syncer on another VM (an empty state folder) restores from it, with a node of the cluster killed in between; a put
 cut short leaves the previous snapshot whole; a single server (one copy) keeps nothing there. The lease
 (services/syncer/lease.py): a standby takes it only once its holder stops renewing, the old holder's publishes are
-fenced after that, and the shard's pushes the old holder fetched come back to the new one at once."""
+fenced after that, and the shard's pushes the old holder fetched come back to the new one at once; the holder moves
+the leaders it merges through off its node (services/syncer/leaders.py); after a takeover from another node a new
+standby starts on the node with none (infra/stack/standby.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -29,7 +31,8 @@ from yeto.schemas.subjects import (
 )
 from yeto.services.syncer import snapshot
 from yeto.services.syncer.dataplane import DataPlane
-from yeto.services.syncer.lease import LEASE_S, RENEW_S, FencedBus, Lease, LeaseLost
+from yeto.services.syncer.fenced import FencedBus
+from yeto.services.syncer.lease import LEASE_S, RENEW_S, Lease, LeaseLost
 from yeto.services.syncer.runs import RunInfo
 
 RUN, N, FP = "r-repl", 3000, "e" * 64
@@ -302,3 +305,66 @@ async def lease_leader(bus) -> str | None:
         return (await bus.js.stream_info("YETO_LEASE")).cluster.leader
     except NatsTimeout:
         return None
+
+
+def test_after_a_takeover_from_another_node_only_the_node_with_no_syncer_of_the_shard_wants_a_standby():
+    from yeto.infra.stack.standby import wanted
+
+    took = {"holder": "syncer-standby", "node": "yeto-2", "took_over": True}
+    assert wanted(took, "yeto-0", {"tape", "planner-0"}) == "syncer-standby-yeto-0"
+    assert wanted(took, "yeto-2", {"syncer-standby"}) is None                  # the holder's own node
+    assert wanted({**took, "took_over": False}, "yeto-0", set()) is None       # its standby still stands by
+    assert wanted(took, "yeto-0", {"syncer-standby-yeto-0"}) is None           # started already
+    sharded = {"holder": "syncer-1-standby", "node": "yeto-0", "took_over": True}
+    assert wanted(sharded, "yeto-1", {"syncer-0"}) == "syncer-1-standby-yeto-1"   # another shard's syncer stands by for none
+
+
+async def test_a_takeover_from_another_node_starts_a_new_standby_that_takes_the_shard_over_in_turn(tmp_path, cluster):
+    import os
+    import signal
+
+    from waiting import until
+    from yeto.infra.bus import auth as bus_auth
+    from yeto.infra.stack import StackPaths, _write_record, read_record
+    from yeto.infra.stack.standby import keep_standbys
+
+    _, url = cluster
+    paths = StackPaths(tmp_path / "node-0")                 # node 0's stack: no syncer of the shard runs there
+    paths.root.mkdir()
+    bus_auth.prepare(paths.root)                             # the service's identity its components connect with
+    _write_record(paths, {"url": url, "node": 0, "peers": ["10.9.0.2", "10.9.0.3", "10.9.0.4"], "syncers": 1,
+                          "cluster": 3, "run_id": RUN, "pids": {}, "started_at": {}})
+    bus = await NatsBus.connect(url, name="test-standby")
+    stop, name, pid = asyncio.Event(), "syncer-standby-yeto-0", None
+    try:
+        first = await Lease.of(bus, "syncer", "syncer", "yeto-1")
+        assert await first.acquire() is False and not first.took_over
+        keeping = asyncio.create_task(keep_standbys(bus, paths.root, stop))
+        second = await Lease.of(bus, "syncer", "syncer-standby", "yeto-2")
+        assert await second.acquire() is True and second.took_over      # node 1's holder renewed no more: its VM lost
+        rec = await until(lambda: (r := read_record(paths)) and name in r["pids"] and r, 30, f"{name} started on node 0")
+        pid = rec["pids"][name]
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        assert argv[-6:-1] == [b"--lease", b"--lease-node", b"yeto-0", b"--instance", name.encode()]
+        # a standby indeed: node 2's holder renews no more either, and the new one takes the shard over
+        holder = await until_answered(lambda: lease_holder(bus), 90, f"{name} holding the lease")
+        assert holder == {"holder": name, "node": "yeto-0", "took_over": True}
+        assert list(read_record(paths)["pids"]) == [name]             # started once
+        stop.set()
+        await keeping
+    finally:
+        stop.set()
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)          # the process this test's supervisor started, by its pid
+        await bus.close()
+
+
+async def lease_holder(bus) -> dict | None:
+    import json
+
+    try:
+        msg = await bus.js.get_last_msg("YETO_LEASE", "yeto.snap.lease.syncer")
+    except NatsTimeout:
+        return None
+    body = json.loads(msg.data)
+    return body if body["holder"].endswith("yeto-0") else None

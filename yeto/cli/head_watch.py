@@ -14,6 +14,7 @@ from pathlib import Path
 from yeto.infra import stack
 from yeto.infra.bus import Delivery, connect
 from yeto.infra.head import artifact_files, mirror, rendezvous
+from yeto.infra.stack import standby
 from yeto.schemas import parse
 from yeto.schemas.final import ENDING_EVENTS, end_of_run
 from yeto.schemas.launch_recipe import LaunchRecipe
@@ -50,6 +51,8 @@ async def supervise(state_dir: Path, url: str, run_id: str, linger_s: float, sto
     news = asyncio.Event()
 
     mirroring: list[asyncio.Task] = []
+    if not mirror_mode:             # a node of a head over several VMs: a new standby syncer after a takeover
+        mirroring.append(asyncio.create_task(standby.keep_standbys(bus, state_dir, stop)))
     snapshot_written = asyncio.Event()
 
     async def on_snapshot(_: Delivery) -> None:
