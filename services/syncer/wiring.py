@@ -17,6 +17,7 @@ from yeto.services.syncer.lease import Lease
 from yeto.services.syncer.takeover import FirstPushes
 
 log = logging.getLogger(__name__)
+OPEN_S = 2.0        # a try at opening the shard's consumer (JetStream's meta leader answers it, maybe just elected)
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -54,7 +55,8 @@ def spec(plane: DataPlane, leased: bool = False, node: str = "") -> ServiceSpec:
         if await lease.acquire(on_watch=lambda: plane.warm(ctx.state.runs)):    # taken from another holder
             await asyncio.gather(lease.take_over_consumer(plane.durable()), restore_live(fenced[0], ctx.state.runs))
             log.info("syncer %s: took the shard over (consumer handed over, snapshots restored)", plane.instance)
-        await retrying(lambda: plane.open(fenced[0]))       # the cluster may still be electing (a node just lost)
+        # the cluster may still be electing (a node just lost): each try bounded, not a 5 s request timeout
+        await retrying(lambda: asyncio.wait_for(plane.open(fenced[0]), OPEN_S))
         plane.consumer = FirstPushes(plane.consumer, plane.instance)
         log.info("syncer %s: merging", plane.instance)
         holding.set()
