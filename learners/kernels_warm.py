@@ -29,7 +29,6 @@ log = logging.getLogger("yeto.learner")
 NUMEL = 3 * 65536 + 1000      # several of the kernels' pieces and a ragged tail, as the syncer's warm-up
 _LOCK = threading.Lock()
 _STATE: dict[str, threading.Thread | None] = {"thread": None}
-_AFTER_FIRST_STEP = threading.Event()    # set by `defer`: the learner starts the warm-up after its first step
 
 
 def warm() -> float:
@@ -41,17 +40,6 @@ def warm() -> float:
         payload = codecs.ErrorFeedback(codec).encode(0, x)       # a push: encode, and decode into the residual
         codec.decode(bytes(payload), NUMEL)                      # a global applied: its payload as the bus hands it
     return time.monotonic() - started
-
-
-def defer() -> None:
-    """The kernels are in numba's cache already (a rank the zygote forked after its warm-up child filled it): load
-    them after the first optimizer step, not beside the model and data loads, where the thread's share of the GIL
-    delayed the first step (benchmarks/results/startup/README.md). The first push comes after the first step."""
-    _AFTER_FIRST_STEP.set()
-
-
-def deferred() -> bool:
-    return _AFTER_FIRST_STEP.is_set()
 
 
 def start() -> threading.Thread:

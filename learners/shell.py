@@ -201,8 +201,8 @@ def run(backend: Backend, args: LearnerArgs) -> float:
         from yeto.learners.transport.logs_setup import install  # before the model is built: set-up errors too
         install(args.nats_url, run_id=args.run_id, learner=args.learner, generation=args.generation,
                 head_rendezvous=args.head_rendezvous)
-    if not args.no_sync and not kernels_warm.deferred():     # the codec kernels compile (or load) while the model
-        kernels_warm.start()                                 # loads, or after the first step: kernels_warm.py
+    if not args.no_sync:        # the codec kernels compile (or load) while the model loads: kernels_warm.py
+        kernels_warm.start()
     started = time.monotonic()
     built = backend.build(recipe, args)
     try:
@@ -221,8 +221,6 @@ def run(backend: Backend, args: LearnerArgs) -> float:
         eval_every = args.eval_every or recipe.eval_every
 
         def on_step(result: StepResult) -> None:
-            if not args.no_sync:
-                kernels_warm.start()     # once; a deferred warm-up begins after the first step
             due = bool(eval_every and result.step % eval_every == 0 and heldout)
             held = backend.evaluate(built, heldout) if due else None
             if rank != 0:

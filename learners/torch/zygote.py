@@ -18,11 +18,9 @@ after (its pthread_atfork handler). The zygote refuses to fork while /proc/self/
 present right after numpy's import, and the launcher sends it CPU islands only. State that
 imports fix and a child must not share is reset in the child: the thread count (OMP_NUM_THREADS, read by OpenMP
 when torch loaded, is applied with torch.set_num_threads) and numpy's global generator (reseeded; `random` is
-reseeded by CPython at fork), and the codec kernels' warm-up is deferred to after the rank's first step (its
-kernels are in numba's cache: learners/kernels_warm.py `defer`). Every other variable the imports could have read
-must equal the zygote's own: the launcher checks that before asking (services/launcher/backends/zygote.py), and the
-zygote checks it again against the environment it started with (a request whose environment differs is answered with
-an error: the rank is spawned).
+reseeded by CPython at fork). Every other variable the imports could have read must equal the zygote's own: the
+launcher checks that before asking (services/launcher/backends/zygote.py), and the zygote checks it again against the
+environment it started with (a request whose environment differs is answered with an error: the rank is spawned).
 
 `--socket-fd N`: the stack's zygote (infra/stack/zygote.py), started before nats-server and the services (and by
 `yeto launch` before its checks) so that its imports overlap theirs. It accepts on the listening Unix socket N that
@@ -84,7 +82,7 @@ import peft  # noqa: E402,F401
 import transformers.models.llama.modeling_llama  # noqa: E402,F401
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402,F401
 
-from yeto.learners import bus_client, kernels_warm  # noqa: E402,F401
+from yeto.learners import bus_client  # noqa: E402,F401
 from yeto.learners.torch import __main__ as entry  # noqa: E402
 from yeto.learners.transport import logs_setup  # noqa: E402,F401
 
@@ -122,7 +120,6 @@ def child(request: dict, sockets: tuple[socket.socket, ...] = ()) -> NoReturn:
     if threads := os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(threads))
     np.random.seed()
-    kernels_warm.defer()     # its kernels are in numba's cache (WARM filled it): loaded after the first step
     sys.argv = [entry.__file__, *request["argv"]]
     code = 1
     try:
