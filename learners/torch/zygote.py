@@ -138,9 +138,17 @@ def child(request: dict, sockets: tuple[socket.socket, ...] = ()) -> NoReturn:
     os._exit(code)
 
 
+COERCED = frozenset({"C.UTF-8", "C.utf8", "UTF-8"})
+"""LC_CTYPE values CPython sets in its own environment under the C locale (PEP 538): a spawned rank without the
+variable would set the same one itself."""
+
+
 def env_differs(env: dict) -> set[str]:
     """The variables (names only) other than PER_RANK in which a request's environment differs from this zygote's."""
-    return {k for k in env.keys() | BOOT_ENV.keys() if env.get(k) != BOOT_ENV.get(k)} - PER_RANK
+    differ = {k for k in env.keys() | BOOT_ENV.keys() if env.get(k) != BOOT_ENV.get(k)} - PER_RANK
+    if "LC_CTYPE" not in env and BOOT_ENV.get("LC_CTYPE") in COERCED:
+        differ.discard("LC_CTYPE")
+    return differ
 
 
 def fork(request: dict, sockets: tuple[socket.socket, ...] = ()) -> dict:
