@@ -192,7 +192,8 @@ def answer(line: str, sockets: tuple[socket.socket, ...] = ()) -> str:
 
 
 def serve(server: socket.socket) -> None:
-    """The stack's zygote: one launcher's connection at a time, until a signal ends the zygote."""
+    """The stack's zygote: one connection at a time, until a signal ends the zygote (a launcher connects once per
+    request, services/launcher/backends/stack_zygote.py: a connection kept open would hold every other launcher's)."""
     while True:
         conn, _ = server.accept()
         with conn, conn.makefile("r") as lines:

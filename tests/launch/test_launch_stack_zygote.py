@@ -93,3 +93,22 @@ def test_a_launch_refused_by_its_checks_stops_the_zygote_it_started(tmp_path, mo
     rec = json.loads((state / "zygote.json").read_text())                    # it was started before the checks
     wait_for(lambda: not procs.alive(rec["pid"], rec["started_at"]) or None, 30, "the early zygote to be stopped")
     assert not (state / "stack.json").exists()
+
+
+@pytest.mark.slow
+def test_two_launchers_fork_through_one_stack_zygote_without_waiting_on_each_other(stack_zygote_at, tmp_path):
+    """A clustered stack runs two launcher instances on one zygote, which serves one connection at a time: each asks on
+    a connection of its own request, so the second's fork does not wait for the first launcher to go (in the full run
+    at 5e0324f the second's island started minutes late, and a redelivered start ran an island twice)."""
+    root = stack_zygote_at
+    recipe = {"model": str(write_model_dir(tmp_path / "model")), "data": str(write_chat_jsonl(tmp_path / "chat.jsonl")),
+              "seq_len": 32, "micro_batch": 2, "max_steps": 2, "tuning": "full"}
+    rec = stack_zygote.start(root)
+    one, two = (LocalBackend(root, rank_argv=learner(json.dumps(recipe)), zygote=True, env={"OMP_NUM_THREADS": "1"})
+                for _ in range(2))
+    assert isinstance(one.zygote, StackZygote) and isinstance(two.zygote, StackZygote)
+    first = one.start(launch())                        # `one` stays alive: a launcher instance that keeps running
+    second = two.start(launch(generation=1))           # before the fix: blocked until `one` closed its connection
+    assert parent(int(first)) == parent(int(second)) == rec["pid"], (root / "logs" / "learner-zygote.log").read_text()[-3000:]
+    for generation, handle in ((0, first), (1, second)):
+        assert ended(one, generation, handle).exit_code == 0

@@ -2,8 +2,8 @@
 JSON line each way, through `<state>/zygote.sock` instead of a child's pipes. The stack started it before this
 launcher, so its imports may be done already; a first request sent while it still imports waits in the socket. The
 zygote checks each rank's environment against its own (it answers an error, and the rank is spawned, where they
-differ in anything but the per-rank credential and thread count). Closing here closes the connection only: the stack
-owns the zygote and `yeto stack down` stops it.
+differ in anything but the per-rank credential and thread count). Each request has its own connection; the stack owns
+the zygote and `yeto stack down` stops it.
 """
 from __future__ import annotations
 
@@ -17,10 +17,13 @@ from yeto.services.launcher.backends.zygote import MODULE
 
 
 class StackZygote:
+    """One connection per request: the zygote serves one connection at a time (learners/torch/zygote.py `serve`), so a
+    launcher instance that kept its connection open held every other instance's forks until it went. Two launchers of
+    a clustered stack: the second's island started minutes late, and a redelivered StartIsland started one twice (the
+    full run at 5e0324f)."""
+
     def __init__(self, rec: dict) -> None:
         self.pid, self.path, self.lock = rec["pid"], rec["socket"], threading.Lock()
-        self.conn: socket.socket | None = None
-        self.lines = None
 
     @classmethod
     def attach(cls, state_dir: Path) -> StackZygote | None:
@@ -40,23 +43,14 @@ class StackZygote:
             try:
                 return self._ask(line).get("pid")
             except (OSError, ValueError):
-                self._drop()        # the next request connects again (a zygote the stack restarted)
-                return None
+                return None         # the zygote gone (the stack restarts it): this rank is spawned
 
     def _ask(self, line: str) -> dict:
-        if self.conn is None:
-            self.conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.conn.connect(self.path)
-            self.lines = self.conn.makefile("r")
-        self.conn.sendall((line + "\n").encode())
-        return json.loads(self.lines.readline() or "{}")
-
-    def _drop(self) -> None:
-        for f in (self.lines, self.conn):
-            if f is not None:
-                f.close()
-        self.conn = self.lines = None
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(self.path)
+            conn.sendall((line + "\n").encode())
+            with conn.makefile("r") as lines:
+                return json.loads(lines.readline() or "{}")
 
     def close(self) -> None:
-        with self.lock:
-            self._drop()
+        """Nothing to close: each request had its own connection."""
