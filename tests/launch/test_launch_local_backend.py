@@ -6,6 +6,7 @@ real learner runs in the end-to-end test.
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 
@@ -102,3 +103,43 @@ def test_a_second_rank_joins_the_group_of_a_first_that_already_ended(tmp_path):
     handle = be.start(launch(count=2))
     st = ended(be, handle)
     assert st.exit_code == 0 and st.detail == "every rank finished"
+
+
+def test_two_launcher_instances_given_one_start_at_once_start_one_group(tmp_path, monkeypatch):
+    """A StartIsland redelivered to a second launcher instance while the first still starts it (its ranks' forks waiting
+    on a zygote that still imports, in the full run at 5e0324f) starts nothing more: exactly one instance claims the
+    generation, the other returns the claimant's group once recorded."""
+    from yeto.services.launcher.backends import local
+
+    claims, second_in = [], threading.Event()
+    real_claim = local.claim
+
+    def spy(path):
+        claims.append(path)
+        if len(claims) == 2:
+            second_in.set()
+        return real_claim(path)
+    monkeypatch.setattr(local, "claim", spy)
+
+    def slow_first(launch_, recipe_path, rank, port):
+        second_in.wait(20)           # the first start is held here until the second has asked (or ended)
+        return stand_in(RUNS_ON)(launch_, recipe_path, rank, port)
+    first, second = LocalBackend(tmp_path, rank_argv=slow_first), LocalBackend(tmp_path, rank_argv=stand_in(RUNS_ON))
+    handles: dict[str, str] = {}
+
+    def start_second():
+        handles["second"] = second.start(launch(count=1))
+        second_in.set()
+    t = threading.Thread(target=start_second)
+    try:
+        handles_first = threading.Thread(target=lambda: handles.__setitem__("first", first.start(launch(count=1))))
+        handles_first.start()
+        wait_for(lambda: claims, 10, "the first start's claim")
+        t.start()
+        handles_first.join(30)
+        t.join(30)
+        assert handles["first"] == handles["second"], handles
+        assert first.log_path("r1", 0).read_text().count("=== island 0 generation 0 ===") == 1
+    finally:
+        for h in set(handles.values()):
+            first.stop("r1", 0, 0, h)

@@ -4,6 +4,7 @@ Layout under `<state>/runs/<run>/` (found again by a restarted launcher and by `
     recipe.json                           the learners' TrainRecipe
     logs/island-<i>.log                   every generation's output, appended (what `yeto logs` tails)
     islands/<i>/g<gen>/group.json         the process group id, the ranks' pids and start times ("ended" once over)
+    islands/<i>/g<gen>/start.claim        made (O_EXCL) by the one launcher instance that starts the generation
     islands/<i>/g<gen>/rank-<r>.exit      the rank's exit status, written on exit by its shell wrapper (a spawned
                                           rank) or by the rank itself (one forked from the zygote, backends/zygote.py)
 A group whose ranks are gone without exit files was killed (SIGKILL leaves no status behind).
@@ -19,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,6 +73,32 @@ def last_error(log: Path, generation: int) -> str:
     return errors[-1].removeprefix("error: ")[:1000] if errors else ""
 
 
+CLAIMED_WAIT_S = 120.0     # a start another instance claimed: its ranks' forks may wait on a zygote still importing
+
+
+def claim(path: Path) -> bool:
+    """Whether this call made `path` (O_EXCL: of two launcher instances given one StartIsland, a redelivery while the
+    first still starts it, exactly one makes it). The claim stays: a generation is started at most once."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return True
+    except FileExistsError:
+        return False
+
+
+def wait_for_group(gdir: Path, timeout_s: float) -> Path:
+    """The group.json of a start another instance claimed, once written; an error after `timeout_s` (the command is
+    retried: a claimant that died between its claim and its record leaves the generation to the launcher's
+    recover timeout, which starts the next one, never this one twice)."""
+    group, deadline = gdir / "group.json", time.monotonic() + timeout_s
+    while not group.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{gdir.name} of this island was claimed by another launcher instance, which recorded no "
+                               f"process group within {timeout_s:.0f}s")
+        time.sleep(0.2)
+    return group
+
+
 class LocalBackend:
     name = "local"
 
@@ -101,6 +129,8 @@ class LocalBackend:
         if (gdir / "group.json").exists():     # started before (a redelivered StartIsland): never twice
             return str(json.loads((gdir / "group.json").read_text())["pgid"])
         gdir.mkdir(parents=True, exist_ok=True)
+        if not claim(gdir / "start.claim"):    # another launcher instance is starting it now: never twice
+            return str(json.loads(wait_for_group(gdir, CLAIMED_WAIT_S).read_text())["pgid"])
         recipe_path = self.run_dir(launch.run_id) / "recipe.json"
         train = LaunchRecipe.upcast(launch.recipe).learner_recipe()
         recipe_path.write_text(json.dumps(train, indent=2, sort_keys=True))
@@ -134,7 +164,9 @@ class LocalBackend:
                 pgid = pgid or pid
                 pids.append(pid)
         started = {str(p): procs.started_at(p) for p in pids}
-        (gdir / "group.json").write_text(json.dumps({"pgid": pgid, "pids": pids, "started_at": started}))
+        record = gdir / "group.json.tmp"       # whole or absent: another instance may be waiting to read it
+        record.write_text(json.dumps({"pgid": pgid, "pids": pids, "started_at": started}))
+        os.replace(record, gdir / "group.json")
         return str(pgid)
 
     def status(self, run_id: str, island: int, generation: int, handle: str) -> IslandStatus:
