@@ -12,6 +12,7 @@ from e2e_stack import Stack
 from waiting import wait_for
 from yeto.infra import stack
 from yeto.infra.bus import connect
+from yeto.infra.stack import zygote as stack_zygote
 from yeto.schemas.subjects import EVERY_EVENT, EVT_STREAM
 
 SCALED = ("planner", "launcher", "finalizer")
@@ -72,7 +73,7 @@ class ClusterRun(Stack):
         return self.sql("select max(seq) m from events")[0]["m"]
 
     def start_and_kill_faults(self, run: str) -> None:
-        assert set(self.rec["pids"]) == {f"nats-server-{k}" for k in range(3)} | {"tape", "syncer"} | {
+        assert set(self.rec["pids"]) == {f"nats-server-{k}" for k in range(3)} | {"tape", "syncer", stack_zygote.NAME} | {
             f"{s}-{k}" for s in SCALED for k in range(2)}
         self.launch(run, "--max-steps", "100000")            # it ends when the test says `yeto down`
         self.wait_for(run, "two rounds merged from both learners", lambda evs: len(with_both(evs)) >= 2,
