@@ -5,6 +5,9 @@ real learner runs in the end-to-end test.
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import threading
 
@@ -143,3 +146,16 @@ def test_two_launcher_instances_given_one_start_at_once_start_one_group(tmp_path
     finally:
         for h in set(handles.values()):
             first.stop("r1", 0, 0, h)
+
+
+def test_a_claim_whose_launcher_died_mid_start_is_taken_over(tmp_path):
+    """A launcher killed between its claim and its group's record leaves the claim behind: the redelivered start, on
+    another instance or the restarted one, takes it over and starts the generation (never waits on a dead claimant)."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    be = LocalBackend(tmp_path, rank_argv=stand_in("pass"))
+    gdir = be.gen_dir("r1", 0, 0)
+    gdir.mkdir(parents=True)
+    (gdir / "start.claim").write_text(json.dumps({"pid": int(dead.stdout), "started_at": 1.0}))
+    handle = be.start(launch(count=1))
+    assert ended(be, handle).exit_code == 0
+    assert json.loads((gdir / "start.claim").read_text())["pid"] == os.getpid()

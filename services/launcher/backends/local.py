@@ -77,21 +77,39 @@ CLAIMED_WAIT_S = 120.0     # a start another instance claimed: its ranks' forks 
 
 
 def claim(path: Path) -> bool:
-    """Whether this call made `path` (O_EXCL: of two launcher instances given one StartIsland, a redelivery while the
-    first still starts it, exactly one makes it). The claim stays: a generation is started at most once."""
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    """Whether this process now holds the claim `path` (O_EXCL: of two launcher instances given one StartIsland, a
+    redelivery while the first still starts it, one makes it). A claim whose claimant died before the generation's
+    group was recorded (kill -9 mid-start) is taken over; a live claimant's never."""
+    me = json.dumps({"pid": os.getpid(), "started_at": procs.started_at(os.getpid())})
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            if claimant_alive(path):
+                return False
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(me)
         return True
-    except FileExistsError:
-        return False
+    return False
 
 
-def wait_for_group(gdir: Path, timeout_s: float) -> Path:
-    """The group.json of a start another instance claimed, once written; an error after `timeout_s` (the command is
-    retried: a claimant that died between its claim and its record leaves the generation to the launcher's
-    recover timeout, which starts the next one, never this one twice)."""
+def claimant_alive(path: Path) -> bool:
+    try:
+        who = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return True             # being written (or gone at this instant): its claimant is alive
+    return procs.alive(int(who["pid"]), who.get("started_at"))
+
+
+def wait_for_group(gdir: Path, timeout_s: float) -> Path | None:
+    """The group.json of a start another instance claimed, once written; None once its claimant died without one (the
+    caller claims it again); an error after `timeout_s` (the command is retried)."""
     group, deadline = gdir / "group.json", time.monotonic() + timeout_s
     while not group.exists():
+        if not claimant_alive(gdir / "start.claim"):
+            return None
         if time.monotonic() > deadline:
             raise RuntimeError(f"{gdir.name} of this island was claimed by another launcher instance, which recorded no "
                                f"process group within {timeout_s:.0f}s")
@@ -129,8 +147,9 @@ class LocalBackend:
         if (gdir / "group.json").exists():     # started before (a redelivered StartIsland): never twice
             return str(json.loads((gdir / "group.json").read_text())["pgid"])
         gdir.mkdir(parents=True, exist_ok=True)
-        if not claim(gdir / "start.claim"):    # another launcher instance is starting it now: never twice
-            return str(json.loads(wait_for_group(gdir, CLAIMED_WAIT_S).read_text())["pgid"])
+        while not claim(gdir / "start.claim"):     # another launcher instance is starting it now: never twice
+            if (group := wait_for_group(gdir, CLAIMED_WAIT_S)) is not None:
+                return str(json.loads(group.read_text())["pgid"])
         recipe_path = self.run_dir(launch.run_id) / "recipe.json"
         train = LaunchRecipe.upcast(launch.recipe).learner_recipe()
         recipe_path.write_text(json.dumps(train, indent=2, sort_keys=True))
