@@ -152,7 +152,11 @@ class LocalBackend:
                 return str(json.loads(group.read_text())["pgid"])
         recipe_path = self.run_dir(launch.run_id) / "recipe.json"
         train = LaunchRecipe.upcast(launch.recipe).learner_recipe()
-        recipe_path.write_text(json.dumps(train, indent=2, sort_keys=True))
+        # whole or absent: every island's start rewrites it, and a rank forked from the zygote reads it at once (a
+        # truncated read failed island 0's first generation in tests/e2e/test_e2e_faults.py at 0a0c824)
+        tmp = recipe_path.with_name(f"recipe.json.{os.getpid()}.{launch.island}.tmp")
+        tmp.write_text(json.dumps(train, indent=2, sort_keys=True))
+        os.replace(tmp, recipe_path)
         log = self.log_path(launch.run_id, launch.island)
         log.parent.mkdir(parents=True, exist_ok=True)
         port, pgid, pids = free_port(), 0, []
