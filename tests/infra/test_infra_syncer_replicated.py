@@ -15,7 +15,7 @@ import pytest
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import ServiceUnavailableError
 
-from waiting import until_answered
+from waiting import until, until_answered
 from yeto.infra.bus.nats_bus import NatsBus
 from yeto.infra.bus.snapshot_store import PUT_HEADER, STREAM, SnapshotStore, chunk_subject
 from yeto.infra.nats import cluster as natscluster
@@ -289,8 +289,7 @@ async def test_an_election_of_the_lease_stream_hands_nothing_over_while_its_hold
         elected = await until_answered(lambda: lease_leader(bus), 60, "a new leader of YETO_LEASE after the kill")
         assert elected != leader
         renewed = active.seq                # the holder renews again: LEASE_S of accepted renewals after the election
-        await until_answered(lambda: asyncio.sleep(0, active.seq >= renewed + LEASE_S / RENEW_S + 1), 60,
-                             "the holder's renewals accepted again")
+        await until(lambda: active.seq >= renewed + LEASE_S / RENEW_S + 1, 60, "the holder's renewals accepted again")
         assert not taking.done(), "the standby took the lease of a holder that only waited out an election"
         assert not keeping.done() and active.held.is_set()
         stop.set()

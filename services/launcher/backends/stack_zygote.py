@@ -23,7 +23,7 @@ class StackZygote:
     full run at 5e0324f)."""
 
     def __init__(self, rec: dict) -> None:
-        self.pid, self.path, self.lock = rec["pid"], rec["socket"], threading.Lock()
+        self.path, self.lock = rec["socket"], threading.Lock()
 
     @classmethod
     def attach(cls, state_dir: Path) -> StackZygote | None:
