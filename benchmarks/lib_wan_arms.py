@@ -27,8 +27,10 @@ from lib_wan_proc import LEARNER, Proc
 HERE = Path(__file__).resolve().parent
 
 
-def build_launch(run_id: str, model: Path, data: Path, *, steps: int, learners: int, extra: list[str], lr: float = 3e-3):
-    """The LaunchRun `yeto launch` would publish for `learners` local CPU islands, at peak inner lr `lr`."""
+def build_launch(run_id: str, model: Path, data: Path, *, steps: int, learners: int, extra: list[str], lr: float = 3e-3,
+                 sync_set: dict | None = None):
+    """The LaunchRun `yeto launch` would publish for `learners` local CPU islands, at peak inner lr `lr`; `sync_set`
+    overrides fields of its sync recipe that `yeto launch` has no flag for (wan.py --sync-set, e.g. grace_max_s)."""
     from yeto.cli.launch import checks
     from yeto.cli.launch import command as cli_launch
     from yeto.cli.main import build_parser
@@ -37,7 +39,12 @@ def build_launch(run_id: str, model: Path, data: Path, *, steps: int, learners: 
          "--tuning", "full", "--lr", repr(lr), "--max-steps", str(steps), "--seq-len", "128", "--micro-batch", "4",
          "--run-id", run_id, *extra])
     islands = checks.parse_fleet(args.gpu)
-    return args, cli_launch.build_launch(args, run_id, checks.fleet_entries(islands, spot=False, prices=[0.0] * learners))
+    launch = cli_launch.build_launch(args, run_id, checks.fleet_entries(islands, spot=False, prices=[0.0] * learners))
+    if sync_set:
+        from yeto.schemas.recipe import SyncConfig
+        train = launch.recipe["train"]
+        train["sync"] = SyncConfig(**{**SyncConfig.from_dict(train["sync"]).to_dict(), **sync_set}).to_dict()
+    return args, launch
 
 
 def learner_flags(eval_every: int) -> list[str]:

@@ -122,6 +122,10 @@ def global_model(hub, run_id: str, procs: list[Proc], *, kill: dict | None = Non
     if kill:                  # learner 1 was paid until its kill (a frozen one until it was killed at the end)
         ends[1] = kill.get("end_at", kill["kill_at"])
     out = goodput_time(procs, metrics(env, run_id)["tokens_merged"], ends=ends)
+    try:                      # readings beside the result: a query that fails costs the run nothing else
+        out["rounds"] = round_stats(env, run_id)
+    except Exception as e:  # noqa: BLE001 - any failure of this reading is recorded, never the run's
+        out["rounds"] = {"error": str(e)[-500:]}
     if kill:
         out["kill"] = after_kill(env, run_id, kill["kill_wall"], 1)
         if kill.get("mode") == "freeze":
@@ -129,6 +133,23 @@ def global_model(hub, run_id: str, procs: list[Proc], *, kill: dict | None = Non
         else:
             out["kill"]["launcher_exited_after_kill_s"] = kill["exited_wall"] - kill["kill_wall"]
     return out
+
+
+def round_stats(env: dict, run_id: str) -> dict:
+    """What the syncer's rounds were (its RoundMerged events): how many, how stale the pushes they merged (current
+    version - base version, per push), the grace window granted and the time to quorum, the momentum restarts."""
+    from chaos import sql
+    stale = "cast(payload->'staleness' as int[])"
+    row = sql(env, f"""select count(*), avg(list_avg({stale})), max(list_max({stale})),
+        avg(case when list_max({stale}) > 0 then 1.0 else 0.0 end), avg(len({stale})),
+        avg(cast(payload->>'grace_ms' as double)), max(cast(payload->>'grace_ms' as double)),
+        avg(cast(payload->>'quorum_ms' as double)),
+        count(*) filter (where payload->>'momentum_restarted' = 'true'),
+        avg(try_cast(payload->>'momentum_cos' as double))
+        from events where run_id = '{run_id}' and type = 'RoundMerged'""")[0]
+    names = ("merged", "staleness_mean", "staleness_max", "stale_round_share", "pushes_per_round", "grace_ms_mean",
+             "grace_ms_max", "quorum_ms_mean", "momentum_restarts", "momentum_cos_mean")
+    return dict(zip(names, row))
 
 
 def after_freeze(frozen: Proc, sync: dict) -> dict:

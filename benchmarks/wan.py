@@ -85,6 +85,22 @@ def lr_arg(text: str) -> dict[str, float]:
     return lrs
 
 
+def sync_set_arg(text: str) -> tuple[str, float]:
+    """`grace_max_s=5` -> ("grace_max_s", 5.0): a numeric field of the sync recipe (schemas/recipe.py SyncConfig)."""
+    from dataclasses import fields
+
+    from yeto.schemas.recipe import SyncConfig
+    key, sep, value = text.partition("=")
+    numeric = {f.name: f.type for f in fields(SyncConfig) if str(f.type) in ("int", "float")}
+    if not sep or key not in numeric:
+        raise argparse.ArgumentTypeError(f"--sync-set {text!r}: write FIELD=VALUE, FIELD one of {', '.join(numeric)}")
+    try:
+        number = int(value) if str(numeric[key]) == "int" else float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sync-set {text!r}: {value!r} is not a {numeric[key]}") from None
+    return key, number
+
+
 def lr_of(name: str, args) -> float:
     """The inner lr of arm `name` (--lr): its own, else the bare one."""
     return args.lr.get(name, args.lr[""])
@@ -106,7 +122,7 @@ def plan(args) -> list[str]:
     link = (f"TUN pairs to the hub, rate {args.rate} and {args.latency_ms:g} ms one-way delay each direction (lib_wan_tun)"
             if args.latency_ms > 0 else f"veth pairs to the hub, tbf rate {args.rate} both ends")
     arms = arms_of(args)
-    extra = " ".join(args.yeto_flags)
+    extra = " ".join([*args.yeto_flags, *(f"sync.{k}={v:g}" for k, v in args.sync_set)])
     what = {"ddp": "ddp (gloo all-reduce every step)",
             "yeto": f"yeto (default recipe{' ' + extra if extra else ''})",
             "yeto-a0": f"yeto-a0 ({' '.join([*args.yeto_flags, *ARM_FLAGS['yeto-a0']])})",
@@ -148,7 +164,8 @@ def run_yeto_arm(name: str, hub, model: Path, data: Path, work: Path, args) -> d
     from lib_wan_proc import wait_all
     learners = args.learners - 1 if name == "yeto-survivors" else args.learners
     _, launch = build_launch(f"wan-{name}", model, data, steps=args.steps, learners=learners, lr=lr_of(name, args),
-                             extra=[f"--seed={args.seed}", *args.yeto_flags, *arm_flags(name, args)])
+                             extra=[f"--seed={args.seed}", *args.yeto_flags, *arm_flags(name, args)],
+                             sync_set=dict(args.sync_set))
     before, app = hub.wan.bytes(), hub.app_bytes()
     if name in FAULT_ARMS:
         procs, kill = run_fault(hub, launch, work, args, mode=FAULT_ARMS[name])
@@ -184,6 +201,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ft-sync-every", type=int, default=24, help="torchft DiLoCo's H (every fragment's)")
     ap.add_argument("--yeto-flag", dest="yeto_flags", action="append", default=[],
                     help="extra `yeto launch` flag for every Yeto arm, e.g. --yeto-flag=--sync-every=24")
+    ap.add_argument("--sync-set", type=sync_set_arg, action="append", default=[], metavar="FIELD=VALUE",
+                    help="set a numeric field of every Yeto arm's sync recipe that `yeto launch` has no flag for, "
+                         "e.g. --sync-set grace_max_s=5 --sync-set staleness_discount=0.5 (schemas/recipe.py SyncConfig)")
     ap.add_argument("--ramp", type=ramp_arg, default=(6, 120), metavar="H0:STEPS",
                     help="yeto-ramp's interval ramp: push every H0 steps at first, growing to H over STEPS (default 6:120)")
     ap.add_argument("--net", type=int, default=231, choices=range(1, 255), metavar="N",
