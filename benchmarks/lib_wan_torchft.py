@@ -12,6 +12,9 @@ Nesterov). It prints the learner's JSON progress lines, so it is timed like the 
                 needs Triton on a CUDA device (torchft/quantization.py; on the CPU manager.allreduce silently
                 sends fp32), and DiLoCo has no dtype option (a pseudo-gradient has its parameter's dtype), so bf16
                 is a thin shim here (`bf16_payloads`): cast to bf16, all-reduce (gloo supports it), cast back.
+  torchft-q     torchft-best with torchft's own quantized payloads (`should_quantize`: fp8 values, Triton kernels)
+                on CUDA: the replicas train on the GPU (both on one GPU when only one is there) and gloo carries the
+                fp8 all-to-all and all-gather. Refused where torch sees no CUDA device (scripts/gpu_check.sh runs it).
 """
 from __future__ import annotations
 
@@ -31,8 +34,21 @@ def parse_worker(argv: list[str]):
     ap.add_argument("--fragments", type=int, default=1, help="Yeto's --fragments: 1 = the whole model one fragment")
     ap.add_argument("--sync-delay", type=int, default=0)
     ap.add_argument("--alpha", type=float, default=0.0)
-    ap.add_argument("--payload", choices=("fp32", "bf16"), default="fp32")
+    ap.add_argument("--payload", choices=("fp32", "bf16", "fp8"), default="fp32",
+                    help="fp8: torchft's own quantized all-reduce (should_quantize), CUDA only")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     return ap.parse_args(argv)
+
+
+def needs_cuda(device: str, payload: str) -> str | None:
+    """Why this replica cannot run here: torchft's quantized payloads and a CUDA replica need a CUDA device."""
+    import torch
+    if (device == "cuda" or payload == "fp8") and not torch.cuda.is_available():
+        what = ("torchft's fp8 payloads (should_quantize: Triton kernels on CUDA tensors) need" if payload == "fp8"
+                else "a CUDA replica needs")
+        return (f"{what} a CUDA device, and torch {torch.__version__} sees none here: run it where one is "
+                "(scripts/gpu_check.sh, step torchft_quantized)")
+    return None
 
 
 def make_manager(a, model):
@@ -53,15 +69,19 @@ def make_manager(a, model):
     return manager
 
 
-def inner_steps(model, params, inner, batches, heldout, recipe, eval_every: int) -> int:
-    """The learners' inner loop (schedule, masked CE, clip), one JSON line per step; returns the tokens trained."""
+def inner_steps(model, params, inner, batches, heldout, recipe, eval_every: int, accel=None) -> int:
+    """The learners' inner loop (schedule, masked CE, clip), one JSON line per step; returns the tokens trained.
+    `accel`: the device the model is on (learners/accel.py; None: the CPU)."""
     import torch
 
     from yeto.learners.torch.api import evaluate, loss_sum, lr_at, set_lr
+    from yeto.learners.torch.evaluate import to_device
     tokens = 0
     model.train()
     for step in range(recipe.max_steps):
         batch, t_step = next(batches), time.perf_counter()
+        if accel is not None:
+            batch = to_device(batch, accel.device)
         set_lr(inner, lr_at(step, recipe))
         total, n = loss_sum(model, batch)
         (total / max(1, int(n))).backward()
@@ -70,7 +90,7 @@ def inner_steps(model, params, inner, batches, heldout, recipe, eval_every: int)
         inner.zero_grad(set_to_none=True)
         tokens += int(n)
         seconds = time.perf_counter() - t_step
-        held = evaluate(model, heldout) if (step + 1) % eval_every == 0 else None
+        held = evaluate(model, heldout, accel=accel) if (step + 1) % eval_every == 0 else None
         model.train()
         print(json.dumps({"event": "step", "step": step + 1, "loss": float(total.detach()) / max(1, int(n)),
                           "tokens": int(n), "seconds": seconds, "heldout": held}), flush=True)
@@ -84,6 +104,10 @@ def worker(argv: list[str]) -> None:
     # namespace the machine's name does not resolve to this replica: pin it to the replica's address.
     host = argv[argv.index("--host") + 1]
     socket.gethostname = lambda: host
+    a = parse_worker(argv)
+    why = needs_cuda(a.device, a.payload)
+    if why:                 # before torchft is imported: on the CPU the refusal, not an import error, is the answer
+        raise SystemExit(f"lib_wan_torchft.py worker: {why}")
 
     import torch
     from torchft.local_sgd import DiLoCo
@@ -100,12 +124,16 @@ def worker(argv: list[str]) -> None:
         train_batches,
         trainable_parameters,
     )
-    a = parse_worker(argv)
     torch.set_num_threads(1)
     recipe = TrainRecipe.from_json(Path(a.recipe).read_text())
     tok = load_tokenizer(resolve(recipe.model))
     torch.manual_seed(recipe.seed)
     model = apply_tuning(load_model(resolve(recipe.model)), recipe)
+    accel = None
+    if a.device == "cuda":
+        from yeto.learners import accel as accel_policy
+        accel = accel_policy.detect(prefer="cuda")
+        model = model.to(accel.device)
     params = trainable_parameters(model)
     inner = build_optimizer(params, recipe)
     fragments = fragment_modules(params, a.fragments) if a.fragments > 1 else [model]
@@ -114,10 +142,12 @@ def worker(argv: list[str]) -> None:
     heldout = heldout_batches(recipe, tok)
     batches = train_batches(recipe, tok, shard=a.replica, num_shards=a.replicas)
     started = time.monotonic()
+    quantize = {"should_quantize": True} if a.payload == "fp8" else {}       # torchft's own: fp8 over the wire
     with DiLoCo(manager, fragments, inner, outer, sync_every=a.sync_every, pin_memory=False,
-                fragment_sync_delay=a.sync_delay, fragment_update_alpha=a.alpha):
-        tokens = inner_steps(model, params, inner, batches, heldout, recipe, a.eval_every)
-    print(json.dumps({"event": "done", "steps": recipe.max_steps, "tokens": tokens, "heldout": evaluate(model, heldout),
+                fragment_sync_delay=a.sync_delay, fragment_update_alpha=a.alpha, **quantize):
+        tokens = inner_steps(model, params, inner, batches, heldout, recipe, a.eval_every, accel)
+    print(json.dumps({"event": "done", "steps": recipe.max_steps, "tokens": tokens,
+                      "heldout": evaluate(model, heldout, accel=accel),
                       "seconds": time.monotonic() - started}), flush=True)
     manager.shutdown()
 
@@ -167,8 +197,9 @@ def bf16_payloads(manager) -> None:
 
 
 SETTINGS = {"torchft": {"fragments": 1, "sync_delay": 0, "alpha": 0.0, "payload": "fp32"},
-            "torchft-best": {"fragments": 8, "sync_delay": 1, "alpha": 0.5, "payload": "bf16"}}
-"""The two torchft arms (see the module's docstring); torchft-best's fragment count is the Yeto recipe's."""
+            "torchft-best": {"fragments": 8, "sync_delay": 1, "alpha": 0.5, "payload": "bf16"},
+            "torchft-q": {"fragments": 8, "sync_delay": 1, "alpha": 0.5, "payload": "fp8", "device": "cuda"}}
+"""The torchft arms (see the module's docstring); the fragment count of the streaming ones is the Yeto recipe's."""
 
 
 def run_torchft(wan, recipe: dict, work: Path, args, *, name: str = "torchft", kill_step: int | None = None) -> dict:

@@ -23,6 +23,8 @@ add the two it imports:  .venv/bin/pip install --no-deps torchft-nightly && .ven
                  tokens never trained); every fault row's artifact is scored against it and against yeto's
   torchft        torchft DiLoCo, its defaults (one fragment, no delay, alpha 0, fp32)
   torchft-best   torchft Streaming DiLoCo: Yeto's fragments, fragment_sync_delay 1, alpha 0.5, bf16 payloads
+  torchft-q      torchft-best with torchft's own fp8 payloads (should_quantize) on CUDA: refused without a CUDA
+                 device (scripts/gpu_check.sh runs it where one is lent)
   torchft-fault  torchft (defaults) with replica 1 SIGKILLed: the survivor's stall
 Per arm: wall time from process start to the target held-out loss (DDP's held-out loss at --target-frac of
 its steps), final held-out loss, bytes on the learner links. --json writes every number. Needs root
@@ -46,7 +48,7 @@ from pathlib import Path
 
 YETO_ARMS = ("ddp", "yeto", "yeto-a0", "yeto-ramp", "yeto-survivors", "yeto-fault", "yeto-replace", "yeto-freeze")
 FAULT_ARMS = {"yeto-fault": "kill", "yeto-replace": "replace", "yeto-freeze": "freeze"}
-TORCHFT_ARMS = ("torchft", "torchft-best", "torchft-fault")
+TORCHFT_ARMS = ("torchft", "torchft-best", "torchft-q", "torchft-fault")
 ARM_FLAGS = {"yeto": [], "yeto-a0": ["--merge-alpha=0"], "yeto-ramp": [], "yeto-survivors": [], "yeto-fault": [],
              "yeto-replace": [], "yeto-freeze": []}
 """`yeto launch` flags of each Yeto arm, after --yeto-flag's (yeto-ramp: `arm_flags`, from --ramp)."""
@@ -115,7 +117,7 @@ def arms_of(args) -> list[str]:
         if args.learners < 2 and any(a in FAULT_ARMS or a == "yeto-survivors" for a in arms):
             raise SystemExit(f"the fault arms and yeto-survivors lose island 1: they need --learners >= 2, not {args.learners}")
         return [a for a in YETO_ARMS + TORCHFT_ARMS if a in arms]
-    return [*YETO_ARMS, *(TORCHFT_ARMS if args.torchft else ())]
+    return [*YETO_ARMS, *((a for a in TORCHFT_ARMS if a != "torchft-q") if args.torchft else ())]    # torchft-q: CUDA
 
 
 def plan(args) -> list[str]:
@@ -134,6 +136,7 @@ def plan(args) -> list[str]:
             "torchft": f"torchft (DiLoCo defaults: 1 fragment, H {args.ft_sync_every}, delay 0, alpha 0, fp32)",
             "torchft-best": f"torchft-best (Streaming DiLoCo: Yeto's fragments, H {args.ft_sync_every}, delay 1, "
                             "alpha 0.5, bf16)",
+            "torchft-q": f"torchft-q (torchft-best's settings, H {args.ft_sync_every}, torchft's fp8 payloads on CUDA)",
             "torchft-fault": "torchft-fault (torchft, replica 1 killed)"}
     lines = [f"link: {args.learners} learner namespaces, {link}",
              f"task: tiny Llama (4x64, seed {args.seed}) on Markov chat, "
@@ -196,7 +199,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--target-frac", type=float, default=0.6)
     ap.add_argument("--kill-frac", type=float, default=0.4)
     ap.add_argument("--arms", help=f"comma-separated, of {', '.join(YETO_ARMS + TORCHFT_ARMS)} "
-                                   f"(default: {', '.join(YETO_ARMS)}, and the torchft ones with --torchft)")
+                                   f"(default: {', '.join(YETO_ARMS)}, and the torchft ones but torchft-q with --torchft)")
     ap.add_argument("--torchft", action="store_true", help="add the torchft arms (needs torchft-nightly)")
     ap.add_argument("--ft-sync-every", type=int, default=24, help="torchft DiLoCo's H (every fragment's)")
     ap.add_argument("--yeto-flag", dest="yeto_flags", action="append", default=[],
@@ -219,6 +222,11 @@ def torchft_missing(arms: list[str]) -> str | None:
     """Why the torchft arms cannot run here (checked before any arm starts, not after the Yeto ones)."""
     if not any(a.startswith("torchft") for a in arms):
         return None
+    if "torchft-q" in arms:
+        from lib_wan_torchft import needs_cuda
+        why = needs_cuda("cuda", "fp8")
+        if why:
+            return f"cannot run the arm torchft-q: {why}"
     try:
         import torchft  # noqa: F401
     except ImportError as e:
@@ -285,7 +293,7 @@ def main(argv=None) -> int:
         return 0
     import lib_task
     from lib_wan_net import Wan, available
-    why = available() or torchft_missing(arms)
+    why = torchft_missing(arms) or available()
     if why:
         raise SystemExit(f"benchmarks/wan.py {why}")
     import lib_wan_report as report

