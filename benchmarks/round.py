@@ -22,8 +22,12 @@ kernels one pass each, as on 2026-12-04; reference: the NumPy code they replaced
 rows in one run, so `<a>_over_<b>_critical_path_*` (kernels a's critical path over the next one's, at the most
 threads) and `threads_speedup_*` (1 thread over the most) are ratios of one run. The memcpy is one thread throughout.
 
+`--gram incremental,at-merge` runs each configuration with a dense push's Gram row folded as it is decoded (k + 2 rows
+read for push k, as before 2026-12-05) and with the merge's one pass over the rows (services/syncer/gram.py, the
+default), the same bits; `incremental_over_at-merge_critical_path_*` is their ratio in the run.
+
     .venv/bin/python benchmarks/round.py [--values 1M,4M,16M] [--learners 4] [--reps 3] [--threads 1,2]
-        [--kernels reference,separate,compiled]
+        [--kernels reference,separate,compiled] [--gram incremental,at-merge]
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
 from yeto.schemas.training import RoundMerged
+from yeto.services.syncer import gram
 from yeto.services.syncer.api import SyncerCore, backend, perform, write_snapshot
 
 FP = "f" * 64
@@ -183,7 +188,7 @@ def row(n: int, kernels: str, threads: int, memcpy: float, b: dict[str, float]) 
                   snapshot=b["snapshot"], chunking=b["perform"])
     critical = b["ingest"] + b["perform"]              # intake to the last chunk out; the write runs beside it
     cells = " ".join(f"{stages[s] * 1e3:8.1f} ({stages[s] / memcpy:5.2f}x)" for s in STAGES)
-    print(f"{n:>10} {4 * n / 2**20:>6.0f} {kernels:>9} {threads:>7} {memcpy * 1e3:>10.1f} {cells} {critical * 1e3:>11.1f} "
+    print(f"{n:>10} {4 * n / 2**20:>6.0f} {kernels:>18} {threads:>7} {memcpy * 1e3:>10.1f} {cells} {critical * 1e3:>11.1f} "
           f"{critical / memcpy:>15.2f} {b['in_path'] / memcpy:>14.2f}", flush=True)
     return critical
 
@@ -194,28 +199,31 @@ def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, flo
     core = new_core(n, m, rng)
     deltas = [codecs.Q4.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(m)]
     sink, critical, found = Sink(directory), {}, {}
-    configs = [(kernels, threads) for kernels in args.kernels.split(",") for threads in args.thread_counts]
+    names = [k if len(args.grams) == 1 else f"{k}/{g}" for k in args.kernels.split(",") for g in args.grams]
+    configs = [(name, threads) for name in names for threads in args.thread_counts]
     bests: dict[tuple[str, int], dict[str, float]] = {}
     memcpy = float("inf")
     for _ in range(args.reps):             # interleaved: a load that changes during the run weighs on every config
         memcpy = min(memcpy, memcpy_seconds(n, m + 4, 1))
-        for kernels, threads in configs:
+        for name, threads in configs:
+            kernels, _, mode = name.partition("/")
             backend.use_kernels(kernels)
             backend.set_threads(threads)
+            gram.gram_at_merge((mode or args.grams[0]) == "at-merge")
             b = run_config(core, deltas, 1, sink)
-            bests[kernels, threads] = {k: min(v, bests.get((kernels, threads), b)[k]) for k, v in b.items()}
+            bests[name, threads] = {k: min(v, bests.get((name, threads), b)[k]) for k, v in b.items()}
     for (kernels, threads), b in bests.items():
         critical[kernels, threads] = row(n, kernels, threads, memcpy, b)
         found.update(merge_logical_bytes_per_s_over_memcpy=(m + 4) * 4 * n / b["merge"] / (2 * (m + 4) * 4 * n / memcpy),
                      round_with_snapshot_in_path_wall_over_memcpy_wall=b["in_path"] / memcpy,
                      round_critical_path_wall_over_memcpy_wall=critical[kernels, threads] / memcpy)
     label = f"{n >> 20}M" if n >= 1 << 20 else str(n)
-    most, last = max(args.thread_counts), args.kernels.split(",")[-1]
+    most, last = max(args.thread_counts), names[-1]
     if len(args.thread_counts) > 1:
         found[f"threads_speedup_{label}_1_to_{most}"] = critical[last, min(args.thread_counts)] / critical[last, most]
-    kernels = args.kernels.split(",")
-    for first, then in itertools.pairwise(kernels):       # e.g. separate over compiled: what the fused passes gave
-        found[f"{first}_over_{then}_critical_path_{label}_{most}_threads"] = critical[first, most] / critical[then, most]
+    for first, then in itertools.pairwise(names):       # e.g. separate over compiled: what the fused passes gave
+        found[f"{first}_over_{then}_critical_path_{label}_{most}_threads".replace("/", "_")] = \
+            critical[first, most] / critical[then, most]
     found[f"round_critical_path_wall_over_memcpy_wall_{label}"] = critical[last, most] / memcpy
     return found
 
@@ -228,13 +236,17 @@ def main() -> None:
     ap.add_argument("--threads", default=str(backend.threads()), help="kernel threads, comma-separated (default: every core)")
     ap.add_argument("--kernels", default="compiled",
                     help="comma-separated: reference (NumPy), separate (numba, one pass each), compiled (numba, fused)")
+    ap.add_argument("--gram", default="at-merge",
+                    help="comma-separated: incremental (each push's Gram row folded as it is decoded), at-merge (one pass "
+                         "over the rows at the merge, the default; the compiled kernels only)")
     args = ap.parse_args()
+    args.grams = args.gram.split(",")
     args.thread_counts = [int(t) for t in args.threads.split(",")]
     print(f"backend={backend.NAME}")
     print(f"one round of one fragment, {args.learners} learners, q4 up and down, snapshot fsynced by a thread after the "
           f"broadcast; best of {args.reps}")
     columns = " ".join(f"{s:>17}" for s in STAGES)
-    print(f"{'values':>10} {'MiB':>6} {'kernels':>9} {'threads':>7} {'memcpy ms':>10} {columns} {'critical ms':>11} "
+    print(f"{'values':>10} {'MiB':>6} {'kernels':>18} {'threads':>7} {'memcpy ms':>10} {columns} {'critical ms':>11} "
           f"{'critical/memcpy':>15} {'in-path/memcpy':>14}")
     found: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="yeto-round-") as tmp:

@@ -9,6 +9,7 @@ add up to the round's critical path (intake of the first chunk to the last chunk
 that sum; the memcpy of the round's (M + 4) rows is timed in the same run, as round.py does.
 
     .venv/bin/python benchmarks/round_profile.py [--values 16M] [--learners 4] [--reps 3] [--threads 1]
+        [--gram at-merge|incremental]
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import numpy as np
 import round as rnd
 
 from yeto.schemas import codecs
+from yeto.services.syncer import gram
 from yeto.services.syncer.api import backend, perform, profiling
 
 
@@ -57,7 +59,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="kernel threads")
     ap.add_argument("--kernels", default="compiled", choices=("reference", "separate", "compiled"))
+    ap.add_argument("--gram", default="at-merge", choices=("at-merge", "incremental"),
+                    help="a push's Gram row: in the merge's one pass over the rows, or folded as it is decoded")
     args = ap.parse_args()
+    gram.gram_at_merge(args.gram == "at-merge")
     n, m = rnd.parse_sizes(args.values)[0], args.learners
     backend.set_threads(args.threads)
     backend.use_kernels(args.kernels)

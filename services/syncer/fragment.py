@@ -65,7 +65,10 @@ class FragmentState:
         """Decode push `h` into a free row and return its products with the rows in: first with the momentum b,
         then its row of G (float64 sums of f32 products; the last entry is its squared norm, not finite if the
         push is not). On the CPU they are taken as each stretch is decoded, while it is in cache (no second read).
-        A sparse codec's push on the CPU is kept as (indices, values) instead, its row never written (sparse.py)."""
+        A sparse codec's push on the CPU is kept as (indices, values) instead, its row never written (sparse.py).
+        On the CPU with the fused kernels (gram.at_merge) a dense push, unless sparse pushes are in, is decoded with its
+        squared norm alone, the one entry returned: its products with b and the other pushes are taken at the merge,
+        in one pass over the rows (the same bits)."""
         k = len(self.round.pending)
         codec = codecs.codec(h.codec)
         if sparse_merge(codec):                 # (indices, values): no dense row (services/syncer/sparse.py)
@@ -75,9 +78,11 @@ class FragmentState:
             products = sparse.products(push, dense, [None] + earlier)
             self.rows.keep_sparse(k, push)
             return products
-        self.rows.densify()                     # a dense push's Gram row reads the rows in
         self.rows.keep_sparse(k, None)
         row = self.rows.push(k)                 # a free row: a superseded push stays intact until this one is added
+        if gram.at_merge() and not self.rows.sparse:   # its other products: the merge's one pass over the rows (gram.py)
+            return np.array([gram.decode_with_norm(codec, payload, h.numel, row)])
+        self.rows.densify()                     # a dense push's Gram row reads the rows in
         acc = gram.RowProducts(self.rows.rows[1:2 + k + 1], row)     # b, the round's pushes, this one
         if backend.GPU:                         # decoded on the device: only the encoded bytes cross over
             backend.decode_into(codec, payload, h.numel, row)
@@ -92,7 +97,11 @@ class FragmentState:
         old = self.round.pending.get(h.learner)
         if old is not None:
             self.rows.move(k, old.slot)
-        self.gram.admit(self.round.add(h, now).slot, products[1:], momentum_product=float(products[0]))
+        slot = self.round.add(h, now).slot
+        if products.size == 1:                  # its squared norm alone (take_in): the rest at the merge
+            self.gram.admit_later(slot, float(products[0]))
+        else:
+            self.gram.admit(slot, products[1:], momentum_product=float(products[0]))
 
     def merge(self, headers: list[FragmentHeader], config: SyncConfig,
               clock: Callable[[], float]) -> tuple[merge.Combination | None, np.ndarray, list[int], float]:
@@ -105,7 +114,9 @@ class FragmentState:
             weights = np.ones(len(headers))
         mode = "avg" if self.shadow.role == "embed" else config.merge
         started = clock()
-        g, bd = self.gram.take(len(headers))   # every push of the round came through take_in and add
+        if self.gram.later and self.rows.sparse:    # a sparse push beside one whose products are left to here
+            self.rows.densify()
+        g, bd = self.gram.take(len(headers), self.rows.rows)   # every push of the round came through take_in and add
         fraction = merge.interval_fraction([h.c_steps for h in headers], weights, config.inner_steps)
         combo = merge.merge_round(self.rows, len(headers), weights, merge=mode, lr=config.outer_lr, momentum=config.momentum,
                                   g=g, bd=bd, fraction=fraction, restart=config.momentum_restart,

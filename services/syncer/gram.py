@@ -64,31 +64,101 @@ class RowProducts:
             self.products += part.get() if GPU else part
 
 
+_MODE = {"at_merge": True}
+
+
+def gram_at_merge(on: bool) -> None:
+    """Whether a dense push's products with b and the round's other pushes wait for the merge's one pass over all the
+    rows (the default; `at_merge()`), or are folded as it is decoded, reading every earlier row again (k + 2 rows for
+    push k, as before 2026-12-05). The two give the same bits (benchmarks/round.py --gram compares them in one run)."""
+    _MODE["at_merge"] = bool(on)
+
+
+def at_merge() -> bool:
+    """Whether dense pushes' cross products are left to the merge: on the CPU, with the fused kernels, unless switched
+    off (`gram_at_merge`). On the GPU a push's row is folded as it arrives (its pass is one gemv on the device)."""
+    return _MODE["at_merge"] and not GPU and fused()
+
+
+def decode_with_norm(codec: Codec, payload: Payload, numel: int, row) -> float:
+    """Decode `payload` into `row` and return its squared norm, float64 from the f32 products of 16K-value pieces
+    added in order: the bits of the last entry of its Gram row (`RowProducts`), with none of the other rows read."""
+    acc = RowProducts(row.reshape(1, -1), row)
+    acc.decode(codec, payload, numel)
+    return float(acc.products[0])
+
+
 class RoundGram:
     """G of one round's pushes, by slot, grown one row per admitted push (a superseding push replaces its slot's),
-    and each push's product with the momentum b, <d_m, b> (b does not change while a round is open)."""
+    and each push's product with the momentum b, <d_m, b> (b does not change while a round is open). A push admitted
+    with its squared norm alone (`admit_later`) has its products with b and the others taken in the merge's one
+    pass over the rows (`take`), which reads each row once where folding push k as it came read k + 2 rows."""
 
     def __init__(self) -> None:
         self.g, self.bd = np.zeros((0, 0)), np.zeros(0)
+        self.later: set[int] = set()           # slots whose products with b and the other slots are not taken yet
 
     def admit(self, slot: int, products: np.ndarray, momentum_product: float = 0.0) -> None:
         """`products` = gram_row over rows 0..k of the push buffer for a push decoded into row k; it lands in `slot`."""
         k = products.size - 1
+        self._grow(slot)
+        others = [j for j in range(k) if j != slot]
+        self.g[slot, others] = self.g[others, slot] = products[others]
+        self.g[slot, slot] = products[k]
+        self.bd[slot] = momentum_product
+        self.later.discard(slot)
+
+    def admit_later(self, slot: int, sq_norm: float) -> None:
+        """A push in `slot` whose squared norm alone is known: its other products come from `take`'s pass."""
+        self._grow(slot)
+        self.g[slot, slot] = sq_norm
+        self.later.add(slot)
+
+    def take(self, num: int, rows=None) -> tuple[np.ndarray, np.ndarray]:
+        """The matrix of slots 0..num-1 and their products with b, for the merge; the round's Gram starts over.
+        `rows`: the fragment's rows (Θ, b, the pushes by slot, dense), read once when a slot was admitted later."""
+        g, bd = self.g[:num, :num].copy(), self.bd[:num].copy()
+        later = sorted(s for s in self.later if s < num)
+        if later:
+            need = np.zeros((num + 1, num + 1), dtype=np.bool_)   # pairs (i > j) of [b, d_0, ...] to take
+            for s in later:
+                need[1 + s, :1 + s] = True
+                need[2 + s:, 1 + s] = True
+            full = gram_pass(rows[1:2 + num], need)
+            for s in later:
+                bd[s] = full[1 + s, 0]
+                others = [j for j in range(num) if j != s]
+                g[s, others] = g[others, s] = full[1 + s, 1:][others]
+        self.g, self.bd, self.later = np.zeros((0, 0)), np.zeros(0), set()
+        return g, bd
+
+    def _grow(self, slot: int) -> None:
         size = max(slot + 1, self.g.shape[0])
         if size > self.g.shape[0]:
             grown = np.zeros((size, size))
             grown[:self.g.shape[0], :self.g.shape[0]] = self.g
             self.g, self.bd = grown, np.concatenate([self.bd, np.zeros(size - self.bd.size)])
-        others = [j for j in range(k) if j != slot]
-        self.g[slot, others] = self.g[others, slot] = products[others]
-        self.g[slot, slot] = products[k]
-        self.bd[slot] = momentum_product
 
-    def take(self, num: int) -> tuple[np.ndarray, np.ndarray]:
-        """The matrix of slots 0..num-1 and their products with b, for the merge; the round's Gram starts over."""
-        g, bd = self.g[:num, :num], self.bd[:num]
-        self.g, self.bd = np.zeros((0, 0)), np.zeros(0)
-        return g, bd
+
+def gram_pass(rows, need: np.ndarray) -> np.ndarray:
+    """out[i, j] = out[j, i] = <rows[i], rows[j]> for each i > j with need[i, j] (0 elsewhere), in one pass: each 16K-value piece
+    of every row read once from memory and multiplied with the others while in cache, pieces in parallel, in bands
+    like `fold_row`. Each product is the bits `fold_row` gives for the same two rows (the same pieces, the same dot64,
+    the pieces' sums added in order)."""
+    num, n = rows.shape
+    out = np.zeros((num, num))
+    pairs = np.array([(i, j) for i in range(num) for j in range(i) if need[i, j]], dtype=np.int64).reshape(-1, 2)
+    if not pairs.size:
+        return out
+    sums = np.zeros(len(pairs))
+    for lo in range(0, n, BAND):
+        hi = min(lo + BAND, n)
+        partials = np.empty((-(-(hi - lo) // PIECE), len(pairs)))
+        with pool():
+            _piece_pairs(rows, rows, pairs[:, ::-1].copy(), lo, hi, partials)   # (earlier, later), as a fold has them
+        _add_in_order(partials, sums)
+    out[pairs[:, 0], pairs[:, 1]] = out[pairs[:, 1], pairs[:, 0]] = sums
+    return out
 
 
 def gram_block(block) -> np.ndarray:
@@ -113,17 +183,26 @@ def fold_row(rows, row, start: int, stop: int, products: np.ndarray) -> None:
         hi = min(lo + BAND, stop)
         partials = np.empty((-(-(hi - lo) // PIECE), rows.shape[0]))
         with pool():
-            _piece_products(rows, row, lo, hi, partials)
+            _piece_pairs(rows, row.reshape(1, -1), _against_one(rows.shape[0]), lo, hi, partials)
         _add_in_order(partials, products)
 
 
+def _against_one(num: int) -> np.ndarray:
+    """The pairs (r, 0) for r < num: every row of one array against the one row of another."""
+    pairs = np.zeros((num, 2), dtype=np.int64)
+    pairs[:, 0] = np.arange(num)
+    return pairs
+
+
 @numba.njit(nogil=True, cache=True, parallel=True)
-def _piece_products(rows, row, start, stop, partials):  # pragma: no cover - compiled
+def _piece_pairs(a, b, pairs, start, stop, partials):  # pragma: no cover - compiled
+    """partials[p, q] = <a[pairs[q, 0]], b[pairs[q, 1]]> over piece p of start..stop-1, pieces in parallel: each piece
+    of a row is read from memory once and multiplied with the others while in cache."""
     for p in numba.prange(partials.shape[0]):
         lo = start + p * PIECE
         hi = min(lo + PIECE, stop)
-        for r in range(rows.shape[0]):
-            partials[p, r] = dot64(rows[r, lo:hi], row[lo:hi])
+        for q in range(pairs.shape[0]):
+            partials[p, q] = dot64(a[pairs[q, 0], lo:hi], b[pairs[q, 1], lo:hi])
 
 
 @numba.njit(nogil=True, cache=True)

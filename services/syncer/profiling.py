@@ -72,6 +72,7 @@ def instrument() -> None:
         if hasattr(codec, "encode_delta"):
             _patch(codec, "encode_delta", f"{codec.__name__}.encode_delta")
     _patch(gram.RowProducts, "__call__", "gram_row")
+    _patch(gram, "gram_pass")
     _patch(fragment.FragmentState, "merge")
     _patch(merge, "outer_step")
     _patch(fragment.FragmentState, "publish")

@@ -11,7 +11,7 @@ from yeto.schemas import codecs
 from yeto.schemas.codecs.sparse import SparseCodec
 from yeto.schemas.fragments import FragmentHeader, sha256
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer import merge, sparse
+from yeto.services.syncer import gram, merge, sparse
 from yeto.services.syncer.fragment import FragmentState
 from yeto.services.syncer.rows import FragmentRows
 
@@ -37,8 +37,11 @@ def pushes(codec, n: int, seed: int) -> list[tuple[str, bytes, int]]:
 
 
 def one_round(theta: np.ndarray, momentum: np.ndarray, sent: list[tuple[str, bytes, int]], codec_of, *, on: bool):
-    """A fragment at `theta`, `momentum` takes in `sent` and merges: (theta', b', every push's products)."""
+    """A fragment at `theta`, `momentum` takes in `sent` and merges: (theta', b', every push's products). Dense pushes
+    fold their Gram rows as they are decoded, so each push's products are there to compare (the merge's one pass gives
+    the same bits: test_syncer_gram_at_merge.py)."""
     sparse.use_sparse_merge(on)
+    gram.gram_at_merge(False)
     try:
         n = theta.size
         frag = FragmentState.adopt(header("a", "init", "f32", theta.tobytes(), n), theta, "t", CONFIG)
@@ -58,6 +61,7 @@ def one_round(theta: np.ndarray, momentum: np.ndarray, sent: list[tuple[str, byt
         return frag.theta.copy(), frag.rows.momentum.copy(), products
     finally:
         sparse.use_sparse_merge(True)
+        gram.gram_at_merge(True)
 
 
 @pytest.mark.parametrize("codec", SPARSE, ids=lambda c: c.name)
