@@ -123,9 +123,9 @@ class DataPlane:
         k, n = self.shard
         return "syncer" if n == 1 else f"syncer-{k}of{n}"
 
-    async def open(self, bus: Bus) -> None:
+    async def open(self, bus: Bus, ack_wait_s: float = ACK_WAIT_S) -> None:
         self.consumer = await bus.consumer(fragment_filters(self.owned()), durable=self.durable(),
-                                           ack_wait_s=ACK_WAIT_S, max_deliver=MAX_DELIVER, max_ack_pending=100_000)
+                                           ack_wait_s=ack_wait_s, max_deliver=MAX_DELIVER, max_ack_pending=100_000)
 
     async def take_in(self, bus: Bus, runs: Callable[[], dict[str, RunInfo]], timeout_s: float) -> int:
         """Fetch one batch of chunks and take each in, its effects done; how many came."""

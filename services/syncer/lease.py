@@ -18,9 +18,8 @@ another write came between (`WRONG_LAST_SEQUENCE`).
 - Each write says who holds it: the instance, its node (`--lease-node`) and whether it took the lease from a holder on
   another node; then the shard has no standby left, and the head node that runs none of its syncers starts one
   (infra/stack/standby.py, from that node's supervisor).
-- On taking over, the new holder deletes the shard's durable fragment consumer before it opens it again: the pushes the
-  old holder had fetched and not acknowledged are delivered to it at once (not after ACK_WAIT_S), and the old holder's
-  fetches and acknowledgements go nowhere.
+- On taking over, the new holder keeps the shard's durable fragment consumer (takeover.py): the pushes the old holder
+  fetched and never acknowledged come back after its ack wait (4 s), with no request to JetStream's meta leader.
 
 Why two holders never publish for the same shard. Let the old holder send its last accepted renewal at r (its clock),
 stored at s >= r and read by the standby at o >= s. The standby writes no sooner than o + LEASE_S (its clock; an
@@ -36,7 +35,7 @@ publishes land before the new holder's unless one spends more than LEASE_S - FRE
 (monotonic); their rates differ by far less than the margin over LEASE_S.
 
 LEASE_S is 4 s (6 s at f4f4797): the issue's target is a merged global within 10 s of a VM's loss, and a takeover costs
-the lapse (LEASE_S less up to RENEW_S since the last renewal), handing the consumer over and the next round. The holder
+the lapse (LEASE_S less up to RENEW_S since the last renewal), the old holder's pushes back and the next round. The holder
 keeps the Raft leaders it merges through off its own VM (leaders.py), so the lease's stream elects no leader when
 the holder's VM is lost; when another VM that led it is lost, neither the holder's renewals nor the standby's reads
 are answered during the election (1.9 to 7.0 s after a kill in the rehearsals), and the standby's lapse starts
@@ -51,7 +50,6 @@ import logging
 import time
 
 from yeto.infra.bus.snapshot_store import LEASE_PREFIX, LEASE_STREAM, ensure_stream, replicas_of, retrying
-from yeto.schemas.subjects import FRAG_STREAM
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +58,6 @@ LEASE_S = 4.0
 RENEW_S = LEASE_S / 4
 FRESH_S = LEASE_S / 2
 WATCH_S = 0.25              # how often a standby reads the lease
-ASK_S = 1.0                 # a takeover's request waits this long for an answer before it is sent again (not 5 s)
 WRONG_LAST_SEQUENCE = 10071
 
 
@@ -179,20 +176,13 @@ class Lease:
             except asyncio.TimeoutError:
                 await self.renew()
 
+    def fresh(self) -> bool:
+        """Whether a renewal accepted less than FRESH_S ago stands (what the fence waits for)."""
+        return not self.lost and time.monotonic() - self.renewed_at < FRESH_S
+
     async def fence(self) -> None:
         """Return once a renewal accepted less than FRESH_S ago stands; LeaseLost when the lease was taken."""
-        while self.lost or time.monotonic() - self.renewed_at >= FRESH_S:
+        while not self.fresh():
             await self.renew()
-            if time.monotonic() - self.renewed_at >= FRESH_S:
+            if not self.fresh():
                 await asyncio.sleep(0.2)        # the stream did not answer (an election): ask again
-
-    async def take_over_consumer(self, durable: str) -> None:
-        """Delete the shard's durable fragment consumer (the old holder's fetched, unacknowledged pushes come back at
-        once, to the consumer this holder opens next)."""
-        from nats.js.errors import NotFoundError
-
-        quick = self.nc.jetstream(timeout=ASK_S)       # JetStream's meta leader answers it: asked again each
-        try:                                            # ASK_S while it is elected (its node may be the one lost)
-            await retrying(lambda: quick.delete_consumer(FRAG_STREAM, durable))
-        except NotFoundError:
-            pass                                        # gone already (a try that timed out was applied)

@@ -9,15 +9,14 @@ from yeto.infra.bus.snapshot_store import retrying
 from yeto.infra.runner import Context, ServiceSpec, StateCodec
 from yeto.schemas.fleet import ISLAND_ENDS
 from yeto.schemas.subjects import event_subject
-from yeto.services.syncer import backend, leaders, runs
+from yeto.services.syncer import backend, leaders, runs, takeover
 from yeto.services.syncer.dataplane import DataPlane
 from yeto.services.syncer.fenced import FencedBus
 from yeto.services.syncer.final_cut import final_cut
 from yeto.services.syncer.lease import Lease
-from yeto.services.syncer.takeover import FirstPushes
 
 log = logging.getLogger(__name__)
-OPEN_S = 2.0        # a try at opening the shard's consumer (JetStream's meta leader answers it, maybe just elected)
+OPEN_S = 2.0        # a try at opening the shard's consumer (its group's leader answers, maybe just elected)
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -53,15 +52,18 @@ def spec(plane: DataPlane, leased: bool = False, node: str = "") -> ServiceSpec:
         fenced.append(FencedBus(ctx.bus, lease))
         # a standby makes the runs' kernels while it waits, not after it took over (warmup.py)
         if await lease.acquire(on_watch=lambda: plane.warm(ctx.state.runs)):    # taken from another holder
-            await asyncio.gather(lease.take_over_consumer(plane.durable()), restore_live(fenced[0], ctx.state.runs))
-            log.info("syncer %s: took the shard over (consumer handed over, snapshots restored)", plane.instance)
-        # the cluster may still be electing (a node just lost): each try bounded, not a 5 s request timeout
-        await retrying(lambda: asyncio.wait_for(plane.open(fenced[0]), OPEN_S))
-        plane.consumer = FirstPushes(plane.consumer, plane.instance)
+            await restore_live(fenced[0], ctx.state.runs)
+            log.info("syncer %s: took the shard over (snapshots restored, the consumer kept)", plane.instance)
+        # the consumer kept (takeover.py); the cluster may still be electing (a node just lost): each try bounded
+        await retrying(lambda: asyncio.wait_for(plane.open(fenced[0], ack_wait_s=takeover.ACK_WAIT_S), OPEN_S))
+        plane.held.fresh = lease.fresh              # a holder that may not publish lets its pushes go
+        plane.consumer = takeover.FirstPushes(plane.consumer, plane.instance, plane.held)
         log.info("syncer %s: merging", plane.instance)
         holding.set()
         async with asyncio.TaskGroup() as group:          # a lost lease ends the service (LeaseLost)
             group.create_task(lease.keep(ctx.stop))
+            group.create_task(plane.held.keep(takeover.KEEP_S, ctx.stop))
+            group.create_task(takeover.keep_ack_wait(ctx.bus.js, plane.durable(), ctx.stop))
             group.create_task(plane.consume(fenced[0], lambda: ctx.state.runs, ctx.stop))
             if node:
                 group.create_task(leaders.keep_off(ctx.bus, node, plane.durable(), ctx.stop))

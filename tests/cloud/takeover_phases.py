@@ -1,6 +1,7 @@
-"""The phases after a head node's loss, read from the surviving nodes' logs: each Raft group's new leader (the
-nats-servers' own lines) and the syncers' steps (the lease seen lapsed and taken, the shard's consumer handed over
-and reopened, kernels ready, each learner's first push received, the fragments restored). The rehearsals print them
+"""The phases after a head node's loss, read from the surviving nodes' logs: each Raft group's new leader and
+JetStream's meta leader (the nats-servers' own lines, and which node led the meta group at the kill) and the syncers'
+steps (the lease seen lapsed and taken, the shard's consumer kept and opened, kernels ready, each learner's first push
+received, the fragments restored, pushes delivered again while held, keep-alives held up). The rehearsals print them
 beside the tape's first merged global, so every run measures where the time after the kill goes (docs/CLUSTER.md)."""
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from pathlib import Path
 
 NATS_LINE = re.compile(r"^\[\d+\] (\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) \[INF\] JetStream cluster new "
                        r"(stream|consumer) leader for '\$G > ([^']+)'")
+META_LINE = re.compile(r"^\[\d+\] (\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) \[INF\] (?:JetStream cluster new metadata "
+                       r"leader: ([^/\s]+)/|(Self) is new JetStream cluster metadata leader)")
 SERVICE_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \S+ INFO (.*)$")
 LAPSE = re.compile(r"holds the lease .*unchanged ([\d.]+)s before")
 SYNCER_STEPS = (re.compile(r"holds the lease"), re.compile(r"took the shard over"),
                 re.compile(r"syncer \S+: merging$"), re.compile(r"kernels for codecs .* ready"),
                 re.compile(r"first push of \S+ received"), re.compile(r"resumed \d+ fragments"),
-                re.compile(r"fetched fragments"))
+                re.compile(r"fetched fragments"), re.compile(r"delivered again while held"),
+                re.compile(r"kept alive [\d.]+s after"), re.compile(r"consumer \S+: ack wait"))
 # the groups on a syncer's path; the others (the commands' stream, the islands' watches) are left out
 GROUPS = ("YETO_EVT", "YETO_FRAG", "YETO_GKEY", "YETO_GDELTA", "YETO_LEASE", "YETO_FSNAP", "YETO_FRAG > syncer",
           "YETO_EVT > tape", "YETO_EVT > tape-1")
@@ -32,6 +36,9 @@ def node_phases(logs: Path, killed_at: float) -> list[tuple[float, str]]:
     for path in sorted(logs.glob("*.log")):
         lines = path.read_text(errors="replace").splitlines()
         if path.name.startswith("nats-server"):
+            for at, leader in meta_leaders(path, killed_at):
+                if at > 0:
+                    found.append((at, f"JetStream's meta group: new leader {leader} ({path.stem})"))
             for line in lines:
                 if (m := NATS_LINE.match(line)) and m[3] in GROUPS:
                     stamp, frac = m[1].split(".")
@@ -49,12 +56,29 @@ def node_phases(logs: Path, killed_at: float) -> list[tuple[float, str]]:
     return found
 
 
+def meta_leaders(path: Path, killed_at: float) -> list[tuple[float, str]]:
+    """(seconds after the kill, the node) of each meta leader one nats-server's log names."""
+    found = []
+    for m in filter(None, map(META_LINE.match, path.read_text(errors="replace").splitlines())):
+        stamp, frac = m[1].split(".")
+        at = _local(stamp, "%Y/%m/%d %H:%M:%S") + float(f"0.{frac}") - killed_at
+        found.append((at, m[2] or f"yeto-{path.stem.rsplit('-', 1)[1]}"))
+    return found
+
+
+def meta_at_kill(node_dirs: list[Path], killed_at: float) -> str:
+    """The node that led JetStream's meta group at the kill, by the surviving nats-servers' last word before it."""
+    said = [f for d in node_dirs for p in (d / "home/.yeto/head/logs").glob("nats-server*.log")
+            for f in meta_leaders(p, killed_at) if f[0] <= 0]
+    return max(said)[1] if said else "not known"
+
+
 def phases(node_dirs: list[Path], killed_at: float) -> list[tuple[float, str]]:
-    """Every surviving node's phases, in time order; a stream's leader counted once (the first node to say it; a
-    consumer's may change again: the takeover deletes and makes the shard's)."""
+    """Every surviving node's phases, in time order; a stream's leader and the meta group's counted once (the first
+    node to say it; a consumer's may change again)."""
     seen, out = set(), []
     for at, what in sorted(p for d in node_dirs for p in node_phases(d / "home/.yeto/head/logs", killed_at)):
-        key = what.split(" (")[0] if "stream leader" in what else (at, what)
+        key = what.split(" (")[0] if "stream leader" in what or "meta group" in what else (at, what)
         if key not in seen:
             seen.add(key)
             out.append((at, what))
@@ -64,4 +88,5 @@ def phases(node_dirs: list[Path], killed_at: float) -> list[tuple[float, str]]:
 def report(node_dirs: list[Path], killed_at: float, tape: list[tuple[float, str]]) -> str:
     """The phases and the tape's (seconds after the kill, what) as one block, one line each."""
     rows = sorted(phases(node_dirs, killed_at) + tape)
-    return "phases after the kill:\n" + "\n".join(f"  {at:+6.1f}s  {what}" for at, what in rows)
+    return (f"JetStream's meta leader at the kill: {meta_at_kill(node_dirs, killed_at)}\nphases after the kill:\n"
+            + "\n".join(f"  {at:+6.1f}s  {what}" for at, what in rows))

@@ -3,7 +3,8 @@ writes is also put into the replicated store (infra/bus/snapshot_store.py) befor
 syncer on another VM (an empty state folder) restores from it, with a node of the cluster killed in between; a put
 cut short leaves the previous snapshot whole; a single server (one copy) keeps nothing there. The lease
 (services/syncer/lease.py): a standby takes it only once its holder stops renewing, the old holder's publishes are
-fenced after that, and the shard's pushes the old holder fetched come back to the new one at once; the holder moves
+fenced after that, and the shard's pushes the old holder fetched come back to the new one, on the consumer it kept,
+after its short ack wait while JetStream's meta leader is still elected (services/syncer/takeover.py); the holder moves
 the leaders it merges through off its node (services/syncer/leaders.py); after a takeover from another node a new
 standby starts on the node with none (infra/stack/standby.py)."""
 from __future__ import annotations
@@ -17,7 +18,7 @@ from nats.js.errors import ServiceUnavailableError
 
 from waiting import until, until_answered
 from yeto.infra.bus.nats_bus import NatsBus
-from yeto.infra.bus.snapshot_store import PUT_HEADER, STREAM, SnapshotStore, chunk_subject
+from yeto.infra.bus.snapshot_store import PUT_HEADER, STREAM, SnapshotStore, chunk_subject, retrying
 from yeto.infra.nats import cluster as natscluster
 from yeto.schemas import codecs, parse
 from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
@@ -196,22 +197,74 @@ async def test_a_standby_takes_the_lease_only_once_its_holder_stops_renewing_and
         await bus.close()
 
 
-async def test_taking_over_hands_the_old_holders_unacknowledged_pushes_to_the_new_one_at_once(cluster):
-    _, url = cluster
+async def test_a_new_holder_keeps_the_consumer_and_gets_the_old_holders_pushes_while_the_meta_leader_is_elected(
+        tmp_path, cluster):
+    import time
+
+    from yeto.services.syncer import takeover
+
+    servers, url = cluster
     bus = await NatsBus.connect(url, name="test-takeover")
+    stop = asyncio.Event()
     try:
-        lease = await Lease.of(bus, "syncer-lease-test", "syncer")
-        filters = [fragment_subject(RUN, 0, "*")]
-        old = await bus.consumer(filters, durable="syncer-lease-test", ack_wait_s=60)
+        filters, durable = [fragment_subject(RUN, 0, "*")], "syncer-lease-test"
+        old = await bus.consumer(filters, durable=durable, ack_wait_s=30)       # made before the short ack wait
+        await takeover.keep_ack_wait(bus.js, durable, stop)                     # updated in place (the meta leader)
+        made = await bus.js.consumer_info(FRAG_STREAM, durable)
+        assert made.config.ack_wait == takeover.ACK_WAIT_S
+        meta = (await until(lambda: meta_leader(tmp_path / "logs"), 30, "JetStream's meta leader in the logs"))[0]
+        await until_answered(lambda: led_off(bus, meta, durable), 60, f"the pushes' groups led off {meta}")
         await bus.publish_raw(fragment_subject(RUN, 0, "l0"), b"a push")
-        assert [d.data for d in await old.fetch(1, timeout_s=5)] == [b"a push"]          # fetched, never acked
-        await lease.take_over_consumer("syncer-lease-test")
-        new = await bus.consumer(filters, durable="syncer-lease-test", ack_wait_s=60)
-        got = await new.fetch(1, timeout_s=10)          # not after the 60 s ack wait: now
+        assert [d.data for d in await old.fetch(1, timeout_s=5)] == [b"a push"]    # fetched, never acknowledged
+        next(s for k, s in enumerate(servers.values()) if f"yeto-{k}" == meta).kill()     # the old holder's VM
+        killed = time.time()
+        new = await retrying(lambda: bus.consumer(filters, durable=durable, ack_wait_s=takeover.ACK_WAIT_S))  # binds
+        got = await until_answered(lambda: new.fetch(1, timeout_s=1.0), 60, "the old holder's push delivered again")
+        came = time.time() - killed
         assert [d.data for d in got] == [b"a push"]
         await got[0].ack()
+        kept = await retrying(lambda: bus.js.consumer_info(FRAG_STREAM, durable))
+        assert kept.created == made.created, "the consumer was made again"
+        elected = await until(lambda: meta_leader(tmp_path / "logs", after=killed), 60, "a new meta leader")
+        print(f"the push came back {came:.1f}s after the meta leader's node was killed; a new meta leader "
+              f"{elected[1] - killed:.1f}s after it")       # measured, not asserted: both are elections and ack waits
     finally:
+        stop.set()
         await bus.close()
+
+
+def meta_leader(logs, after: float = 0.0) -> tuple[str, float] | None:
+    """The newest JetStream meta leader the nodes' logs name after `after` (epoch seconds), with when."""
+    import re
+    import time
+
+    found = []
+    for path in logs.glob("nats-server-*.log"):
+        for line in path.read_text(errors="replace").splitlines():
+            m = re.match(r"^\[\d+\] (\S+ \S+) \[INF\] (?:JetStream cluster new metadata leader: (\S+)/|Self is new JetStream "
+                         r"cluster metadata leader)", line)
+            if m:
+                stamp, frac = m[1].split(".")
+                at = time.mktime(time.strptime(stamp, "%Y/%m/%d %H:%M:%S")) + float(f"0.{frac}")
+                found.append((at, m[2] or f"yeto-{path.stem.rsplit('-', 1)[1]}"))
+    newest = max((f for f in found if f[0] > after), default=None)
+    return None if newest is None else (newest[1], newest[0])
+
+
+async def led_off(bus, node: str, durable: str) -> bool:
+    """Whether the fragment stream and the consumer `durable` are led by another node than `node`; each asked to step
+    down while it is not."""
+    try:
+        for group, subject in ((await bus.js.stream_info(FRAG_STREAM), f"$JS.API.STREAM.LEADER.STEPDOWN.{FRAG_STREAM}"),
+                               (await bus.js.consumer_info(FRAG_STREAM, durable),
+                                f"$JS.API.CONSUMER.LEADER.STEPDOWN.{FRAG_STREAM}.{durable}")):
+            if group.cluster.leader in (None, node):
+                if group.cluster.leader == node:
+                    await bus.nc.request(subject, b"", timeout=2.0)
+                return False
+    except (NatsTimeout, ServiceUnavailableError):       # electing
+        return False
+    return True
 
 
 def test_a_head_over_three_vms_runs_each_syncer_shard_leased_with_a_standby_on_the_next_node(tmp_path):
