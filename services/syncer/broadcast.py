@@ -10,8 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from yeto.schemas import codecs
-from yeto.schemas.codecs.base import encode_delta
+from yeto.schemas.buffers import BufferPool
+from yeto.schemas.codecs.base import Payload, encode_delta
 from yeto.schemas.fragments import FragmentHeader, sha256
+
+KEYFRAME_PAYLOADS = BufferPool()
+"""Where f32 keyframes are written, one pool per process (schemas/buffers.py): every `keyframe_every` versions a keyframe
+as large as Θ went into fresh bytes whose pages fault in; it is dropped once its chunks are out, so one buffer serves."""
 
 
 class Shadow:
@@ -24,7 +29,7 @@ class Shadow:
         self.version = 0
         self.keyframed: int | None = None             # the version of the newest keyframe sent
 
-    def publish(self, version: int, theta: np.ndarray) -> list[tuple[FragmentHeader, bytes]]:
+    def publish(self, version: int, theta: np.ndarray) -> list[tuple[FragmentHeader, Payload]]:
         """Messages announcing `version` of the fragment whose f32 values are `theta` (host array)."""
         out = []
         if self.values is None:
@@ -38,9 +43,12 @@ class Shadow:
             out.append(self.keyframe())
         return out
 
-    def keyframe(self) -> tuple[FragmentHeader, bytes]:
-        """An f32 keyframe of the current shadow: a joining learner ends up bit-identical to the others."""
-        payload = codecs.F32.encode(self.values)
+    def keyframe(self) -> tuple[FragmentHeader, Payload]:
+        """An f32 keyframe of the current shadow: a joining learner ends up bit-identical to the others. The bytes of
+        `codecs.F32.encode`, in a buffer of KEYFRAME_PAYLOADS (a read-only memoryview that holds it until dropped)."""
+        out = KEYFRAME_PAYLOADS.take(codecs.F32.encoded_size(self.values.size))
+        np.copyto(out.view("<f4"), self.values)
+        payload = out.data.toreadonly()
         self.keyframed = self.version
         return self._header(self.version, "keyframe", codecs.F32.name, payload), payload
 
@@ -48,7 +56,7 @@ class Shadow:
         """Hold `values` as `version` (a restored snapshot, or Θ itself for the final cut's exact keyframes)."""
         self.values, self.version = np.array(values, dtype=np.float32, copy=True), version
 
-    def _header(self, version: int, kind: str, codec: str, payload: bytes) -> FragmentHeader:
+    def _header(self, version: int, kind: str, codec: str, payload: Payload) -> FragmentHeader:
         return FragmentHeader(run_id=self.run_id, fragment=self.fragment, kind=kind, role=self.role, version=version,
                               base_version=max(version - 1, 0), fingerprint=self.fingerprint, codec=codec,
                               numel=self.values.size, sha256=sha256(payload))

@@ -14,7 +14,7 @@ from yeto.schemas.buffers import BufferPool
 from yeto.schemas.codecs import q4
 from yeto.schemas.codecs.base import encode_delta, use_kernels
 from yeto.schemas.fragments import ChunkAssembler, FragmentError, FragmentHeader, sha256, split_chunks
-from yeto.services.syncer import merge
+from yeto.services.syncer import broadcast, merge
 from yeto.services.syncer.intake import HashingAssembler
 from yeto.services.syncer.rows import FragmentRows
 
@@ -149,6 +149,26 @@ def test_the_broadcast_delta_is_encoded_into_a_reused_buffer_and_a_held_one_keep
     gc.collect()
     third = encode_delta(codecs.Q4, theta, shadow)
     assert _address(third) == where and len(fresh.buffers) == 2
+
+
+def test_a_keyframe_is_written_into_a_reused_buffer_and_a_held_one_keeps_its_bytes(monkeypatch):
+    fresh = BufferPool()
+    monkeypatch.setattr(broadcast, "KEYFRAME_PAYLOADS", fresh)
+    shadow = broadcast.Shadow(run_id="r", fragment=0, fingerprint="f" * 64, role="layers", keyframe_every=1, codec_down="q4")
+    values = np.random.default_rng(1).standard_normal(N, dtype=np.float32)
+    shadow.reset(3, values)
+    header, first = shadow.keyframe()
+    assert isinstance(first, memoryview) and first.readonly and first == codecs.F32.encode(values)
+    assert header.sha256 == sha256(codecs.F32.encode(values)) and header.kind == "keyframe" and header.codec == "f32"
+    shadow.reset(4, values + 1)
+    _, second = shadow.keyframe()                            # the first is held (its chunks not out yet)
+    assert first == codecs.F32.encode(values) and second == codecs.F32.encode(values + 1)
+    assert _address(second) != _address(first)
+    where = _address(first)
+    del first
+    gc.collect()
+    _, third = shadow.keyframe()
+    assert _address(third) == where and len(fresh.buffers) == 2 and third == codecs.F32.encode(values + 1)
 
 
 @pytest.mark.parametrize("num", [1, 2, 3, 4, 5, 7])
