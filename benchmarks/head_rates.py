@@ -1,8 +1,10 @@
 """The syncer head's per-core rates, measured: what schemas/head_throughput.py's model is made of.
 
 One thread, the compiled kernels (fused passes). For each codec a learner can push: its payload's intake (SHA-256 of
-every chunk, then of the whole: two passes over the encoded bytes) and its decode with the Gram row (a push k of the
-round folds k + 2 rows: the momentum, the k pushes before it and itself), fitted as seconds per value a + b (k + 2).
+every chunk, then of the whole: two passes over the encoded bytes) and its decode with the Gram row (folding k + 2 rows:
+the momentum, k pushes and itself), fitted as seconds per value a + b (k + 2); since 2026-12-05 a dense push folds its
+own row alone (k + 2 = 1) and the merge's one pass over b and the pushes takes the rest, timed as seconds per value and
+pair of rows (g, over 4 pushes: 10 pairs).
 For each broadcast codec: the fused encode of theta - shadow that advances the shadow. Then the outer step over M
 pushes (seconds per value c0 + c1 (M + 2)), and the snapshot's copies of three rows. Each time is the best of `--reps`;
 the memcpy of one row is timed beside them so a loaded box shows. It prints the constants as head_throughput.py holds them
@@ -28,6 +30,7 @@ from yeto.schemas.codecs.base import encode_delta
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.syncer_memory import syncer_memory
 from yeto.services.syncer.api import FragmentRows, RowProducts, backend, merge_round, throughput
+from yeto.services.syncer.gram import gram_pass
 
 
 def best(fn, reps: int) -> float:
@@ -81,6 +84,8 @@ def other_rates(n: int, reps: int, rng: np.random.Generator) -> dict[str, float]
         found[f"broadcast_{name}_s_per_value"] = best(lambda c=codec, s=shadow: encode_delta(c, theta, s), reps) / n
     snap = np.empty_like(theta)
     found["copy_s_per_value_row"] = best(lambda: np.copyto(snap, theta), reps) / n
+    need = np.tril(np.ones((5, 5), dtype=np.bool_), -1)          # b and 4 pushes: 10 pairs
+    found["gram_pass_s_per_value_pair"] = best(lambda: gram_pass(rows.rows[1:6], need), reps) / n / 10
     return found
 
 
@@ -156,17 +161,19 @@ def main() -> None:
           f"{'broadcast Gv/s':>15}")
     for name, (a, b) in ingest.items():
         per_value = codecs.codec(name).encoded_size(1 << 20) / (1 << 20)
-        four = 4 * a + b * (2 + 3 + 4 + 5) + 2 * 4 * per_value * other["sha256_s_per_byte"]
+        folded = 2 + 3 + 4 + 5 if hasattr(codecs.codec(name), "decode_entries") else 4     # dense: each its own square
+        four = 4 * a + b * folded + 2 * 4 * per_value * other["sha256_s_per_byte"]
         print(f"{name:>6} {per_value:>11.4f} {a * 1e9:>12.3f} {b * 1e9:>16.3f} {4 / four / 1e9:>19.3f} "
               f"{1 / other[f'broadcast_{name}_s_per_value'] / 1e9:>15.3f}")
     rates = throughput.Rates(ingest=ingest, sha256_per_byte=other["sha256_s_per_byte"],
                              step_per_value=other["step_s_per_value"], step_per_value_row=other["step_s_per_value_row"],
                              broadcast={k: other[f"broadcast_{k}_s_per_value"] for k in ingest},
-                             copy_per_value_row=other["copy_s_per_value_row"])
+                             copy_per_value_row=other["copy_s_per_value_row"],
+                             gram_pass_per_value_pair=other["gram_pass_s_per_value_pair"])
     print("rates in ns, as throughput.Rates holds them:")
     print(f"    ingest={ {k: (round(a * 1e9, 3), round(b * 1e9, 3)) for k, (a, b) in rates.ingest.items()} }")
     print(f"    broadcast={ {k: round(v * 1e9, 3) for k, v in rates.broadcast.items()} }")
-    for key in ("sha256_per_byte", "step_per_value", "step_per_value_row", "copy_per_value_row"):
+    for key in ("sha256_per_byte", "step_per_value", "step_per_value_row", "copy_per_value_row", "gram_pass_per_value_pair"):
         print(f"    {key}={getattr(rates, key) * 1e9:.4f}")
     print(f"memcpy_s_per_value={memcpy / n * 1e9:.4f} ns")
     if args.check:

@@ -2,8 +2,11 @@
 
 A round of one fragment of n values with M pushes costs, on one core (services/syncer/core.py's path):
     intake    every push's encoded bytes hashed twice (each chunk, then the whole), 2 M B_up sha
-    take_in   push k decoded with its Gram row, which folds k + 2 rows: n (a_up + b_up (k + 2)), k = 0..M-1
-    merge     the outer step over M pushes: n (c0 + c1 (M + 2))
+    take_in   each push decoded with its squared norm (one row folded): n (a_up + b_up) per push
+    merge     the Gram pass over b and the M pushes, each row read once: n g M (M + 1) / 2 (g per value and pair of
+              rows; b_up while not measured), then the outer step over M pushes: n (c0 + c1 (M + 2))
+              (a sparse codec's push keeps its products from take_in, which folds k + 2 rows for push k:
+              n (a_up + b_up (k + 2)), and has no pass; services/syncer/sparse.py)
     broadcast the fused encode of theta - shadow that advances the shadow, n e_down, and its bytes hashed twice
     snapshot  three rows copied for the background write: 3 n copy
 and on `cores` kernel threads that total divided by 1 + (min(cores, MAX_USEFUL_CORES) - 1) EFFICIENCY. The rates
@@ -49,6 +52,7 @@ class Rates:
     broadcast: dict[str, float] = field(default_factory=lambda: {k: v * 1e-9 for k, v in {
         "q4": 4.316, "topk2": 8.092, "topk4": 9.079, "topk8": 15.267, "bf16": 12.527, "f32": 2.058}.items()})   # per value
     copy_per_value_row: float = 0.1875e-9
+    gram_pass_per_value_pair: float | None = None            # g; None: the push codec's b (a fold's rate per row)
 
 
 def speedup(cores: int) -> float:
@@ -62,10 +66,13 @@ def round_seconds(values: int, *, learners: int, codec_up: str, codec_down: str,
     r = rates or Rates()
     n, m = float(values), learners
     a, b = r.ingest[codecs.codec(codec_up).name]
-    folded = m * (m + 3) / 2                                  # sum of k + 2 over k = 0..m-1
+    sparse = hasattr(codecs.codec(codec_up), "decode_entries")   # products taken as each push comes, no pass
+    folded = m * (m + 3) / 2 if sparse else m                  # sum of k + 2 over k = 0..m-1, or each push's own square
+    pairs = 0 if sparse else m * (m + 1) / 2                   # b with each push, the pushes with each other
     intake = 2 * m * codecs.codec(codec_up).encoded_size(values) * r.sha256_per_byte
     take_in = n * (m * a + folded * b)
-    merge = n * (r.step_per_value + r.step_per_value_row * (m + 2))
+    gram = n * pairs * (b if r.gram_pass_per_value_pair is None else r.gram_pass_per_value_pair)
+    merge = gram + n * (r.step_per_value + r.step_per_value_row * (m + 2))
     down = codecs.codec(codec_down)
     broadcast = n * r.broadcast[down.name] + 2 * down.encoded_size(values) * r.sha256_per_byte
     snapshot = 3 * n * r.copy_per_value_row

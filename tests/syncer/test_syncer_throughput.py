@@ -25,6 +25,16 @@ def test_a_round_grows_with_values_and_learners_and_shrinks_with_cores_up_to_the
     assert _round(1 << 20, codec_up="topk2") != _round(1 << 20)               # each codec its own measured rate
 
 
+def test_the_merges_gram_pass_pays_its_pairs_at_its_own_rate_and_a_sparse_push_folds_as_it_comes():
+    none = dict(sha256_per_byte=0.0, step_per_value=0.0, step_per_value_row=0.0, copy_per_value_row=0.0)
+    pass_only = throughput.Rates(ingest={"q4": (0.0, 0.0)}, broadcast={"q4": 0.0}, gram_pass_per_value_pair=1e-9, **none)
+    for m in (1, 4, 8):                                       # b with each push and the pushes with each other
+        assert _round(1 << 20, learners=m, rates=pass_only) == pytest.approx((1 << 20) * 1e-9 * m * (m + 1) / 2)
+    fold_only = throughput.Rates(ingest={"topk4": (0.0, 1e-9)}, broadcast={"q4": 0.0}, gram_pass_per_value_pair=5e-9,
+                                 **none)
+    assert _round(1 << 20, codec_up="topk4", rates=fold_only) == pytest.approx((1 << 20) * 1e-9 * 14)   # k + 2, no pass
+
+
 def test_the_head_is_the_fewest_cores_whose_rounds_fit_the_interval():
     one = _round(1 << 24, cores=1)
     size = throughput.size_head(8 << 24, fragments=8, learners=4, codec_up="q4", codec_down="q4", interval_s=100 * one)
