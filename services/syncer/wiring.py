@@ -9,7 +9,7 @@ from yeto.infra.bus.snapshot_store import retrying
 from yeto.infra.runner import Context, ServiceSpec, StateCodec
 from yeto.schemas.fleet import ISLAND_ENDS
 from yeto.schemas.subjects import event_subject
-from yeto.services.syncer import backend, leaders, runs, takeover
+from yeto.services.syncer import backend, leaders, presence, runs, takeover
 from yeto.services.syncer.dataplane import DataPlane
 from yeto.services.syncer.fenced import FencedBus
 from yeto.services.syncer.final_cut import final_cut
@@ -50,8 +50,13 @@ def spec(plane: DataPlane, leased: bool = False, node: str = "") -> ServiceSpec:
             raise ValueError("--lease: the bus keeps one copy of its streams (a single-VM head): there is no other "
                              "syncer to hand the shard to; run without --lease")
         fenced.append(FencedBus(ctx.bus, lease))
-        # a standby makes the runs' kernels while it waits, not after it took over (warmup.py)
-        if await lease.acquire(on_watch=lambda: plane.warm(ctx.state.runs)):    # taken from another holder
+        # a standby makes the runs' kernels while it waits, not after it took over (warmup.py), and says it stands by
+        standing_by = asyncio.create_task(presence.present(lease))
+        try:
+            took = await lease.acquire(on_watch=lambda: plane.warm(ctx.state.runs))
+        finally:
+            standing_by.cancel()
+        if took:                                                # taken from another holder
             await restore_live(fenced[0], ctx.state.runs)
             log.info("syncer %s: took the shard over (snapshots restored, the consumer kept)", plane.instance)
         # the consumer kept (takeover.py); the cluster may still be electing (a node just lost): each try bounded

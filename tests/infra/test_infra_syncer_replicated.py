@@ -14,7 +14,7 @@ import asyncio
 import numpy as np
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.errors import ServiceUnavailableError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 
 from waiting import until, until_answered
 from yeto.infra.bus.nats_bus import NatsBus
@@ -372,21 +372,30 @@ def test_after_a_takeover_from_another_node_only_the_node_with_no_syncer_of_the_
     assert wanted(sharded, "yeto-1", {"syncer-0"}) == "syncer-1-standby-yeto-1"   # another shard's syncer stands by for none
 
 
+def test_once_a_standbys_presence_lapses_the_node_with_no_syncer_of_the_shard_wants_a_standby():
+    from yeto.infra.stack.standby import LAPSE_S, Presences, wanted
+
+    lease = {"holder": "syncer", "node": "yeto-1", "took_over": False}      # its standby was node 2's
+    assert wanted(lease, "yeto-0", {"tape"}, lapsed=True) == "syncer-standby-yeto-0"
+    assert wanted(lease, "yeto-1", {"syncer"}, lapsed=True) is None          # the holder's own node
+    assert wanted(lease, "yeto-0", {"syncer-standby-yeto-0"}, lapsed=True) is None
+    seen = Presences()
+    assert not seen.lapsed(lease, 7, 100.0) and not seen.lapsed(lease, 8, 100.0 + LAPSE_S)      # written on
+    assert not seen.lapsed(lease, 8, 99.9 + 2 * LAPSE_S) and seen.lapsed(lease, 8, 100.0 + 2 * LAPSE_S)
+    seen.unanswered(200.0)                              # an election: the standby could not write either
+    assert not seen.lapsed(lease, 8, 200.0 + LAPSE_S / 2) and seen.lapsed(lease, 8, 200.0 + LAPSE_S)
+    assert not Presences().lapsed(lease, 0, 0.0) and not seen.lapsed(lease, 0, 1e6)   # no standby ever: none wanted
+
+
 async def test_a_takeover_from_another_node_starts_a_new_standby_that_takes_the_shard_over_in_turn(tmp_path, cluster):
     import os
     import signal
 
-    from waiting import until
-    from yeto.infra.bus import auth as bus_auth
-    from yeto.infra.stack import StackPaths, _write_record, read_record
+    from yeto.infra.stack import read_record
     from yeto.infra.stack.standby import keep_standbys
 
     _, url = cluster
-    paths = StackPaths(tmp_path / "node-0")                 # node 0's stack: no syncer of the shard runs there
-    paths.root.mkdir()
-    bus_auth.prepare(paths.root)                             # the service's identity its components connect with
-    _write_record(paths, {"url": url, "node": 0, "peers": ["10.9.0.2", "10.9.0.3", "10.9.0.4"], "syncers": 1,
-                          "cluster": 3, "run_id": RUN, "pids": {}, "started_at": {}})
+    paths = node_zero(tmp_path, url)                        # node 0's stack: no syncer of the shard runs there
     bus = await NatsBus.connect(url, name="test-standby")
     stop, name, pid = asyncio.Event(), "syncer-standby-yeto-0", None
     try:
@@ -410,6 +419,73 @@ async def test_a_takeover_from_another_node_starts_a_new_standby_that_takes_the_
         if pid is not None:
             os.kill(pid, signal.SIGTERM)          # the process this test's supervisor started, by its pid
         await bus.close()
+
+
+async def test_a_standby_lost_with_its_vm_is_replaced_on_the_node_with_no_syncer_of_the_shard(tmp_path, cluster):
+    import json
+    import os
+    import signal
+
+    from yeto.infra.stack import read_record
+    from yeto.infra.stack.standby import LAPSE_S, keep_standbys
+    from yeto.services.syncer import presence
+
+    _, url = cluster
+    paths = node_zero(tmp_path, url)
+    bus = await NatsBus.connect(url, name="test-standby-lost")
+    stop, name, pid = asyncio.Event(), "syncer-standby-yeto-0", None
+    try:
+        holder = await Lease.of(bus, "syncer", "syncer", "yeto-1")
+        assert await holder.acquire() is False
+        renewing = asyncio.create_task(holder.keep(stop))             # the holder lives throughout
+        standby = await Lease.of(bus, "syncer", "syncer-standby", "yeto-2")
+        standing = [asyncio.create_task(presence.present(standby)), asyncio.create_task(standby.acquire())]
+        keeping = asyncio.create_task(keep_standbys(bus, paths.root, stop))
+        first = await until_answered(lambda: presence_of(bus), 30, "the standby's presence")
+        writes = int(2 * LAPSE_S / presence.PRESENT_S)                # two lapses of its own writes
+        await until_answered(lambda: presence_of(bus, after=first[0] + writes), 60, f"{writes} presence writes")
+        assert name not in read_record(paths)["pids"], "a standby started while the shard's stood by"
+        for task in standing:                                         # node 2 lost: its standby with it
+            task.cancel()
+        rec = await until(lambda: (r := read_record(paths)) and name in r["pids"] and r, 60, f"{name} started on node 0")
+        pid = rec["pids"][name]
+        # a standby indeed: it writes its presence from node 0, and the holder keeps the lease
+        seq, body = await until_answered(lambda: presence_of(bus, node="yeto-0"), 90, f"{name}'s presence")
+        assert body == {"standby": name, "node": "yeto-0"} and holder.held.is_set() and not renewing.done()
+        last = await bus.js.get_last_msg("YETO_LEASE", "yeto.snap.lease.syncer")
+        assert json.loads(last.data)["holder"] == "syncer"
+        stop.set()
+        await asyncio.gather(renewing, keeping)
+    finally:
+        stop.set()
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)          # the process this test's supervisor started, by its pid
+        await bus.close()
+
+
+def node_zero(tmp_path, url):
+    """Node 0's stack record (no syncer of the shard runs there) in `tmp_path`, its paths."""
+    from yeto.infra.bus import auth as bus_auth
+    from yeto.infra.stack import StackPaths, _write_record
+
+    paths = StackPaths(tmp_path / "node-0")
+    paths.root.mkdir()
+    bus_auth.prepare(paths.root)                             # the service's identity its components connect with
+    _write_record(paths, {"url": url, "node": 0, "peers": ["10.9.0.2", "10.9.0.3", "10.9.0.4"], "syncers": 1,
+                          "cluster": 3, "run_id": RUN, "pids": {}, "started_at": {}})
+    return paths
+
+
+async def presence_of(bus, after: int = 0, node: str | None = None) -> tuple[int, dict] | None:
+    """The shard's standby presence (sequence, body) once written after sequence `after` (from `node`, if given)."""
+    import json
+
+    try:
+        msg = await bus.js.get_last_msg("YETO_LEASE", "yeto.snap.lease.syncer.standby")
+    except (NatsTimeout, NotFoundError):
+        return None
+    body = json.loads(msg.data)
+    return (msg.seq, body) if msg.seq > after and node in (None, body["node"]) else None
 
 
 async def lease_holder(bus) -> dict | None:
