@@ -42,6 +42,17 @@ def warm() -> float:
     return time.monotonic() - started
 
 
+def prepare() -> None:
+    """numba's CPU target made ready without compiling or loading a kernel (what its dispatchers do first: the typing
+    and lowering registries imported and installed, LLVM's code generator made; 0.1-0.4 s at load 1-9), so that a
+    process forked after it does not do it again (learners/torch/zygote.py). Starts no thread."""
+    from numba.core.registry import cpu_target
+
+    from yeto.schemas import codecs  # noqa: F401 - numba's configuration as the codecs set it (cache, threading layer)
+    cpu_target.typing_context.refresh()
+    cpu_target.target_context.refresh()
+
+
 def start() -> threading.Thread:
     """`warm` on a daemon thread, once per process (a forked rank starts its own: threads do not cross a fork)."""
     with _LOCK:

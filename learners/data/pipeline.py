@@ -14,6 +14,7 @@ from yeto.learners.data.spec import DataSpec
 from yeto.learners.data.tokenize import ChatEncoder, Encoded
 
 BATCH = 2048  # rows tokenized together: big enough for Rust batch encoding to pay off
+FIRST = 64    # the first pass's rows, doubling up to BATCH: the first step needs a few blocks, not 2048 rows' worth
 
 
 class BadRowError(ValueError):
@@ -39,8 +40,9 @@ def iter_blocks(spec: DataSpec, tokenizer, *, shard: int, num_shards: int, epoch
 
 def _blocks(source: Source, spec, encoder, packer, shard, num_shards, epoch, split) -> Iterator[Block]:
     order = shard_rows(len(source), shard=shard, num_shards=num_shards, seed=spec.seed, epoch=epoch)
-    for lo in range(0, len(order), BATCH):
-        ids = [int(i) for i in order[lo:lo + BATCH]]
+    first = FIRST if getattr(encoder.backend, "padding", None) is None else BATCH   # padded: to each pass's longest
+    for lo, hi in passes(len(order), first):
+        ids = [int(i) for i in order[lo:hi]]
         rows = _get_rows(source, ids)
         examples, kept = [], []
         for gid, row in zip(ids, rows):
@@ -58,6 +60,16 @@ def _blocks(source: Source, spec, encoder, packer, shard, num_shards, epoch, spl
             else:
                 _bad(spec, row, str(enc))
     yield from packer.finish()
+
+
+def passes(n: int, first: int = FIRST) -> Iterator[tuple[int, int]]:
+    """[lo, hi) of the rows read and tokenized together: `first`, then twice as many each pass up to BATCH. The blocks
+    are the same whatever the passes (rows are packed in order, each encoded alone: a tokenizer that pads keeps
+    BATCH-row passes); a small first pass gives the first step its blocks without reading and tokenizing 2048 rows."""
+    lo, size = 0, min(first, BATCH)
+    while lo < n:
+        yield lo, min(n, lo + size)
+        lo, size = lo + size, min(BATCH, 2 * size)
 
 
 def _bad(spec: DataSpec, row: Row, reason: str) -> None:
