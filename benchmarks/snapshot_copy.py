@@ -7,7 +7,14 @@ fragment an empty buffer pool before each snapshot, so the copy lands in newly a
 faults every page in); the reused arm keeps the pool, and the previous snapshot is dropped first (as once the writer
 has written it). A plain NumPy copy of the same three rows into touched memory is printed beside them.
 
+Since 2026-12-05 the copy runs on the copier thread (services/syncer/snapshot.py copy_later) and the fragment waits for
+it before it next writes Θ, b or the shadow; each arm here waits for it too, so the copy itself is timed. `--beside`
+times instead what it takes off the round's path: the three copies then the broadcast's chunks (a q4 delta of the same
+fragment, hashed on `--threads` threads) on the main thread, against the copies on the copier thread beside the chunks,
+interleaved, with how long the copier took to finish.
+
     python benchmarks/snapshot_copy.py [--values 64M] [--reps 5] [--json PATH]
+    python benchmarks/snapshot_copy.py --beside [--values 16M] [--reps 7] [--threads 1]
 """
 from __future__ import annotations
 
@@ -19,9 +26,14 @@ import time
 
 import numpy as np
 
-from yeto.schemas.fragments import FragmentHeader
+from yeto.schemas import codecs
+from yeto.schemas.codecs.base import set_threads
+from yeto.schemas.fragments import FragmentHeader, sha256
 from yeto.schemas.recipe import SyncConfig
+from yeto.schemas.subjects import CHUNK_BYTES
 from yeto.services.syncer.api import FragmentState
+from yeto.services.syncer.outputs import broadcast_chunks
+from yeto.services.syncer.snapshot import copy_later
 
 SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -45,9 +57,40 @@ def timed_snapshot(frag: FragmentState, fresh: bool) -> float:
     gc.collect()
     start = time.perf_counter()
     snap = frag.snapshot({})
+    frag.settle()                               # the copy done (on the copier thread)
     took = time.perf_counter() - start
     del snap
     return took
+
+
+def beside(n: int, reps: int, threads: int) -> None:
+    """The three copies on the main thread then the chunks, against the copies on the copier thread beside them."""
+    set_threads(threads)
+    rng = np.random.default_rng(0)
+    src = [rng.standard_normal(n, dtype=np.float32) for _ in range(3)]
+    dst = [np.empty(n, dtype=np.float32) for _ in range(3)]
+    for d, s in zip(dst, src, strict=True):
+        np.copyto(d, s)
+    payload = codecs.Q4.encode(src[0])
+    h = FragmentHeader(run_id="bench", fragment=0, kind="delta", fingerprint="f" * 64, codec="q4", numel=n,
+                       sha256=sha256(payload))
+    main_s, beside_s, done_s = [], [], []
+    for _ in range(reps):
+        start = time.perf_counter()
+        for d, s in zip(dst, src, strict=True):
+            np.copyto(d, s)
+        broadcast_chunks(h, payload, CHUNK_BYTES)
+        main_s.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        job = copy_later(list(zip(src, dst, strict=True)))
+        broadcast_chunks(h, payload, CHUNK_BYTES)
+        beside_s.append(time.perf_counter() - start)
+        job.wait()
+        done_s.append(time.perf_counter() - start)
+    print(f"threads={threads}, {n} values: 3 row copies and a q4 delta's chunks, best of {reps} interleaved: copies on the "
+          f"main thread {min(main_s) * 1e3:.1f} ms, on the copier thread beside {min(beside_s) * 1e3:.1f} ms "
+          f"(the copier done after {min(done_s) * 1e3:.1f} ms)")
+    print(f"snapshot_copy_main_over_beside={min(main_s) / min(beside_s):.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -55,8 +98,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--values", default="64M", help="values in the fragment (K, M and G suffixes)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", help="write every rep's seconds here")
+    parser.add_argument("--beside", action="store_true", help="the copy on the main thread against beside the chunks")
+    parser.add_argument("--threads", type=int, default=1, help="with --beside: kernel and hashing threads")
     args = parser.parse_args(argv)
     n = count(args.values)
+    if args.beside:
+        beside(n, args.reps, args.threads)
+        return
     frag = fragment(n)
     timed_snapshot(frag, fresh=False)          # the pool's set made once, as after a run's first snapshot
     times: dict[str, list[float]] = {"fresh": [], "reused": [], "memcpy": []}

@@ -17,7 +17,7 @@ from yeto.services.syncer import backend, gram, merge, sparse
 from yeto.services.syncer.broadcast import Shadow
 from yeto.services.syncer.rounds import Round
 from yeto.services.syncer.rows import FragmentRows
-from yeto.services.syncer.snapshot import FragmentSnapshot, SnapshotBuffers
+from yeto.services.syncer.snapshot import CopiedSnapshot, Copy, FragmentSnapshot, SnapshotBuffers, copy_later
 from yeto.services.syncer.sparse import SparsePush, sparse_merge
 
 SNAPSHOT_BUFFERS = SnapshotBuffers(backend.host_buffer)
@@ -33,6 +33,7 @@ class FragmentState:
         self.gram = gram.RoundGram()
         self.since_snapshot = 0                 # versions published since the last snapshot
         self.snapshot_buffers = SNAPSHOT_BUFFERS
+        self.copying: Copy | None = None        # the last snapshot's copy, on the copier thread (snapshot.py)
 
     @classmethod
     def adopt(cls, h: FragmentHeader, values: np.ndarray, run_id: str, config: SyncConfig) -> FragmentState:
@@ -113,6 +114,7 @@ class FragmentState:
         if not weights.sum() > 0:               # no token counts at all: equal weights
             weights = np.ones(len(headers))
         mode = "avg" if self.shadow.role == "embed" else config.merge
+        self.settle()                           # Θ and b are written below: the last snapshot's copy is done first
         started = clock()
         if self.gram.later and self.rows.sparse:    # a sparse push beside one whose products are left to here
             self.rows.densify()
@@ -129,6 +131,7 @@ class FragmentState:
 
     def publish(self, snapshot_every: int) -> tuple[list[tuple[FragmentHeader, bytes]], bool]:
         """The current version's broadcast messages, and whether a snapshot must be written before them."""
+        self.settle()                           # the shadow advances below
         messages = self.shadow.publish(self.version, backend.to_host(self.theta))
         self.since_snapshot += 1
         due = self.version == 0 or self.since_snapshot >= snapshot_every
@@ -147,15 +150,30 @@ class FragmentState:
 
     # -- snapshots and the final cut -------------------------------------------------------------------
     def snapshot(self, ledger: dict[str, dict]) -> FragmentSnapshot:
-        """The fragment as of now: Θ, momentum, the broadcast shadow, version, and the learners' `ledger` of it."""
+        """The fragment as of now: Θ, momentum, the broadcast shadow, version, and the learners' `ledger` of it. On the
+        host the three rows are copied by the copier thread (snapshot.py `copy_later`), beside the broadcast's chunks:
+        the snapshot's readers wait for the copy, and so does this fragment's next write of Θ, b or the shadow
+        (`settle`), so the snapshot holds this version's values."""
+        self.settle()
         theta, momentum, shadow = self.snapshot_buffers.take(self.numel)     # reused once no snapshot holds them
-        return FragmentSnapshot(fragment=self.fragment, version=self.version, fingerprint=self.shadow.fingerprint,
-                                theta=backend.copy_to_host(self.theta, theta),
-                                momentum=backend.copy_to_host(self.rows.momentum, momentum),
-                                shadow=backend.copy_to_host(self.shadow.values, shadow), role=self.shadow.role, ledger=ledger)
+        fields = dict(fragment=self.fragment, version=self.version, fingerprint=self.shadow.fingerprint,
+                      role=self.shadow.role, ledger=ledger)
+        if backend.GPU:                         # from the device: here, into pinned buffers
+            return FragmentSnapshot(theta=backend.copy_to_host(self.theta, theta),
+                                    momentum=backend.copy_to_host(self.rows.momentum, momentum),
+                                    shadow=backend.copy_to_host(self.shadow.values, shadow), **fields)
+        self.copying = copy_later([(self.theta, theta), (self.rows.momentum, momentum), (self.shadow.values, shadow)])
+        return CopiedSnapshot(self.copying, theta=theta, momentum=momentum, shadow=shadow, **fields)
+
+    def settle(self) -> None:
+        """Wait for the last snapshot's copy (before Θ, b or the shadow is written in place)."""
+        if self.copying is not None:
+            self.copying.wait()
+            self.copying = None
 
     def exact_keyframe(self) -> tuple[FragmentHeader, bytes]:
         """An f32 keyframe of Θ itself (not the q4-tracked shadow): the authoritative final values."""
+        self.settle()
         self.shadow.reset(self.version, backend.to_host(self.theta))
         return self.shadow.keyframe()
 

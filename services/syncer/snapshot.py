@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import struct
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +68,76 @@ class SnapshotBuffers:
         bufs = [self.alloc(size) for _ in NAMES]
         self.sets = [b for b in self.sets if b[0].size == size][-(self.KEEP - 1):] + [bufs]   # smaller sets go
         return tuple(b[:n] for b in bufs)
+
+
+class Copy:
+    """Arrays copied into a snapshot's on the copier thread, off the round's critical path (`copy_later`). Whoever reads
+    the snapshot's arrays waits for it (`CopiedSnapshot`); whoever writes the sources waits first (`wait`: the fragment
+    does before its next outer step and broadcast), so the snapshot holds the values of its own version."""
+
+    def __init__(self, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.pairs: list[tuple[np.ndarray, np.ndarray]] | None = pairs
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for source, target in self.pairs or []:
+                np.copyto(target, source)             # NumPy releases the GIL for the copy
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits
+            self.error = e
+        finally:
+            self.pairs = None                          # no reference to a pooled array left here once done
+            self.done.set()
+
+    def wait(self) -> None:
+        self.done.wait()
+        if self.error is not None:
+            raise RuntimeError(f"a snapshot's copy failed: {self.error!r}") from self.error
+
+
+_copies: queue.SimpleQueue[Copy] = queue.SimpleQueue()
+_copier: list[threading.Thread] = []
+_copier_lock = threading.Lock()
+
+
+def copy_later(pairs: list[tuple[np.ndarray, np.ndarray]]) -> Copy:
+    """Copy each (source, target) on the process's copier thread (made on first use), in the order asked."""
+    job = Copy(pairs)
+    with _copier_lock:
+        if not _copier:
+            _copier.append(threading.Thread(target=_copy_forever, name="yeto-snapshot-copy", daemon=True))
+            _copier[0].start()
+    _copies.put(job)
+    return job
+
+
+def _copy_forever() -> None:
+    while True:
+        job = _copies.get()
+        job.run()
+        del job                                        # its arrays' holders are the snapshot's and the pool's alone
+
+
+class CopiedSnapshot(FragmentSnapshot):
+    """A FragmentSnapshot whose arrays are being filled by a `Copy`: reading one waits until the copy is done."""
+
+    copy: Copy
+
+    def __init__(self, copy: Copy, **fields: object) -> None:
+        self.copy = copy
+        super().__init__(**fields)  # type: ignore[arg-type]
+
+    def _array(self, name: str) -> np.ndarray:
+        self.copy.wait()
+        return self.__dict__["_" + name]  # type: ignore[no-any-return]
+
+    def _keep(self, name: str, value: np.ndarray) -> None:
+        self.__dict__["_" + name] = value
+
+    theta = property(lambda self: self._array("theta"), lambda self, v: self._keep("theta", v))  # type: ignore[assignment]
+    momentum = property(lambda self: self._array("momentum"), lambda self, v: self._keep("momentum", v))  # type: ignore[assignment]
+    shadow = property(lambda self: self._array("shadow"), lambda self, v: self._keep("shadow", v))  # type: ignore[assignment]
 
 
 def _only_here(bufs: list[np.ndarray], i: int) -> bool:

@@ -7,8 +7,10 @@ import gc
 
 import numpy as np
 
-from yeto.schemas.fragments import FragmentHeader
+from yeto.schemas import codecs
+from yeto.schemas.fragments import FragmentHeader, sha256
 from yeto.schemas.recipe import SyncConfig
+from yeto.services.syncer import fragment, snapshot
 from yeto.services.syncer.fragment import FragmentState
 from yeto.services.syncer.snapshot import SnapshotBuffers
 
@@ -24,7 +26,9 @@ def _fragment() -> FragmentState:
 
 
 def _move(frag: FragmentState, value: float) -> None:
-    """A merged version: new values of theta and the momentum (what an outer step writes)."""
+    """A merged version: new values of theta and the momentum (what an outer step writes, once the last snapshot's copy
+    is done: FragmentState.merge settles first)."""
+    frag.settle()
     frag.rows.theta[:] = value
     frag.rows.momentum[:] = -value
     frag.round.version += 1
@@ -88,3 +92,32 @@ def test_every_fragment_shares_one_pool_sized_to_the_largest():
         assert a.theta.size == N and b.theta.size == 3 * N and (a.theta == 1.0).all() and (b.theta == 2.0).all()
         del a, b
     assert len(pool.sets) <= 2 and all(s[0].size >= 3 * N for s in pool.sets)   # earlier tests' larger sets may serve
+
+
+class _CopiedWhenWaitedFor(snapshot.Copy):
+    """A snapshot's copy that runs only when someone first waits for it: as if the copier thread had not reached it."""
+
+    def wait(self) -> None:
+        if not self.done.is_set():
+            self.run()
+        super().wait()
+
+
+def test_the_next_outer_step_and_broadcast_wait_for_the_snapshots_copy(monkeypatch):
+    """The copy runs beside the broadcast's chunks (snapshot.py copy_later); the fragment's next outer step and
+    broadcast write Θ, b and the shadow in place, so they wait for it: the snapshot keeps its own version's values."""
+    monkeypatch.setattr(fragment, "copy_later", _CopiedWhenWaitedFor)
+    frag = _fragment()
+    _move(frag, 1.0)
+    frag.publish(snapshot_every=1)
+    want = [frag.theta.copy(), frag.rows.momentum.copy(), frag.shadow.values.copy()]
+    snap = frag.snapshot({})
+    assert not snap.copy.done.is_set()                  # not copied yet
+    payload = codecs.Q4.encode(np.random.default_rng(0).standard_normal(N).astype(np.float32))
+    h = FragmentHeader(run_id="r", learner="l0", fragment=0, kind="push", fingerprint="f" * 64, codec="q4", numel=N,
+                       c_tokens=10, c_steps=1, local_step=1, base_version=frag.version, sha256=sha256(payload))
+    frag.add(h, 0.0, frag.take_in(h, payload))
+    combo, *_ = frag.merge([h], SyncConfig(num_fragments=1, momentum=0.9), lambda: 0.0)
+    frag.publish(snapshot_every=1)
+    assert combo is not None and not np.array_equal(frag.theta, want[0]) and not np.array_equal(frag.shadow.values, want[2])
+    assert all(np.array_equal(got, kept) for got, kept in zip((snap.theta, snap.momentum, snap.shadow), want, strict=True))
