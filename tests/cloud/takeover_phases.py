@@ -90,3 +90,20 @@ def report(node_dirs: list[Path], killed_at: float, tape: list[tuple[float, str]
     rows = sorted(phases(node_dirs, killed_at) + tape)
     return (f"JetStream's meta leader at the kill: {meta_at_kill(node_dirs, killed_at)}\nphases after the kill:\n"
             + "\n".join(f"  {at:+6.1f}s  {what}" for at, what in rows))
+
+
+HELD_AGAIN = re.compile(r"(\d+) messages delivered again while held")
+KEPT_LATE = re.compile(r"held messages kept alive ([\d.]+)s after the last time")
+
+
+def held_report(node_dirs: list[Path]) -> str:
+    """Over every surviving syncer's whole log: the messages delivered again while their holder held them (each counts
+    towards the consumer's max_deliver) and the longest gap between two keep-alives (held.py logs each new longest
+    over 2 s)."""
+    again, late, logs = 0, [], sorted(p for d in node_dirs for p in (d / "home/.yeto/head/logs").glob("syncer*.log"))
+    for path in logs:
+        text = path.read_text(errors="replace")
+        again += sum(int(n) for n in HELD_AGAIN.findall(text))
+        late += [float(x) for x in KEPT_LATE.findall(text)]
+    return (f"held pushes in {len(logs)} surviving syncers' logs, the whole run: {again} delivered again while held; "
+            + (f"the longest gap between two keep-alives {max(late):.1f}s" if late else "no gap between keep-alives over 2 s"))

@@ -8,13 +8,19 @@ lapses (services/syncer/lease.py), restores the newest snapshot from the replica
 replicated stream; node 0, which ran neither syncer, starts a new standby for the shard (infra/stack/standby.py).
 Printed: the time to the first merged global after the kill (target <= 10 s), the phases after the kill (each Raft
 group's new leader, the lease seen lapsed and taken, the consumer handed over, the first pushes, the round:
-takeover_phases.py) and the events the stream held."""
+takeover_phases.py), the events the stream held, and over the run, the pushes delivered again while their holder held
+them and its keep-alives held up (the risks of the kept consumer's short ack wait: services/syncer/takeover.py)."""
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
 import rehearsal_net
-from test_cloud_head_cluster import laptop_in, rehearse
+import rehearsal_world
+import takeover_phases
+from test_cloud_head_cluster import RUN, laptop_in, rehearse
 from test_cloud_rehearsal import Laptop
 
 pytestmark = pytest.mark.slow
@@ -31,6 +37,9 @@ def laptop(syncer_vm_rehearsal_dir, tmp_path) -> Laptop:
 @pytest.mark.timeout(1500)
 def test_a_head_over_three_vms_loses_the_syncers_vm_and_its_standby_merges_on_and_the_run_finalizes(laptop: Laptop):
     rehearse(laptop, None, NAMES["ns"])
+    head = json.loads((laptop.home / "heads" / RUN / "head.json").read_text())
+    cluster = rehearsal_world.record(laptop.world)["clusters"][head["cluster"]]
+    print(takeover_phases.held_report([d for n in cluster["nodes"] if (d := Path(n["dir"])).exists()]))
 
 
 def test_names_are_this_rehearsals_own():
