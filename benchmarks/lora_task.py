@@ -18,8 +18,9 @@ syncer and finalizer), the same model, data, LoRA, inner recipe, seed and tokens
 Each run's finalized artifact (the LoRA adapter the finalizer exported from the syncer's state) is loaded on the
 base model and scored by one function for every arm: held-out masked CE (nats per labelled token,
 learners/torch/evaluate.py) over the first blocks of `--eval-data` (rows never trained on). Also from the tape:
-labelled tokens trained, wall time (launch to finalized), rounds merged, the bytes each learner pushed and
-fetched (its closing `sync` log line), and the broadcast deltas the syncer published (its GlobalVersionPublished
+labelled tokens trained, wall time (launch to finalized), rounds merged, the bytes the learners pushed (every
+generation's: the initial values and each merged push at its codec's size, `push_bytes`), the keyframe bytes they
+fetched (each island's closing `sync` log line), and the broadcast deltas the syncer published (its GlobalVersionPublished
 events: `broadcast_bytes`, what every learner receives, beside what q4 would have sent for the same versions).
 One JSON per run under `--out-dir` (with `provenance`: commit, command, machine); a table; the last line is
 `default_delta_pct=<mean over seeds of (default - sync) / sync, %>`.
@@ -233,13 +234,47 @@ SYNC_LINE = re.compile(r"bytes_sent[=\":\s]+(\d+).*?bytes_fetched[=\":\s]+(\d+)"
 
 
 def wire_bytes(env, run: str) -> dict:
-    """Bytes the learners pushed (up) and fetched as keyframes (down: the broadcast deltas they receive by subscription
-    are not counted), from each learner's closing `sync` log line (None where the logs lack it)."""
+    """Bytes the learners fetched as keyframes (down: the broadcast deltas they receive by subscription are not
+    counted), and what they say they pushed (`bytes_up_logs`), from each island's closing `sync` log line (None where
+    the logs lack it). `yeto logs` shows an island's newest generation only, so a replaced learner hides its
+    predecessor's bytes there: `bytes_up` is the tape's (push_bytes)."""
     text = yeto(env, "logs", run, check=False, timeout=120)
     found = [tuple(map(int, m.groups())) for m in SYNC_LINE.finditer(text)]
     if not found:
-        return {"bytes_up": None, "bytes_down": None}
-    return {"bytes_up": sum(u for u, _ in found), "bytes_down": sum(d for _, d in found), "bytes_learners": len(found)}
+        return {"bytes_up_logs": None, "bytes_down": None}
+    return {"bytes_up_logs": sum(u for u, _ in found), "bytes_down": sum(d for _, d in found), "bytes_learners": len(found)}
+
+
+def push_bytes(query, run: str) -> dict:
+    """The bytes the learners pushed, every generation of every island, from the tape: each fragment's size from
+    its version 0 (an f32 keyframe alone: 4 bytes a value, the initial values one learner offered as its `init`
+    push), each merged push's from its round's RoundMerged (one per responder, at the run's codec_up size of the
+    fragment: a push's payload is exactly that, chunked or not). Pushes the syncer refused (LearnerRejected) or
+    never merged are not counted: the tape has no size for them. That is at most a learner's last push of each
+    fragment, when it reaches the syncer after the run's final cut: `push_set_bytes` (one push of every fragment)
+    per learner (the tiny end-to-end run of tests/bench/test_bench_lora_task.py: one such set of 198,656 bytes the
+    logs counted). `query(sql)` returns rows (lora_task's `sql`)."""
+    from yeto.schemas import codecs
+    q = f"run_id = '{run}'"
+    sizes = query("select cast(payload->>'fragment' as int), cast(payload->>'num_bytes' as bigint) from events "
+                  f"where {q} and type = 'GlobalVersionPublished' and cast(payload->>'global_version' as int) = 0")
+    launched = query(f"select payload->>'$.recipe.train.sync.codec_up' from events where {q} and type = 'RunLaunched' "
+                     "limit 1")
+    numel = {int(p): int(n) // 4 for p, n in sizes}
+    if not numel or not launched:
+        return {"bytes_up": None, "bytes_up_init": None, "bytes_up_by_learner": None}
+    up = codecs.codec(launched[0][0] or codecs.Q4.name)
+    rows = query("select cast(payload->>'fragment' as int), r.learner, count(*) from events, "
+                 "unnest(cast(payload->'responders' as varchar[])) as r(learner) "
+                 f"where {q} and type = 'RoundMerged' group by all")
+    by_learner: dict[str, int] = {}
+    for p, learner, n in rows:
+        if int(p) in numel:
+            by_learner[learner] = by_learner.get(learner, 0) + int(n) * up.encoded_size(numel[int(p)])
+    init = 4 * sum(numel.values())
+    return {"bytes_up": init + sum(by_learner.values()), "bytes_up_init": init,
+            "bytes_up_by_learner": dict(sorted(by_learner.items())), "codec_up": up.name,
+            "push_set_bytes": sum(up.encoded_size(n) for n in numel.values())}
 
 
 def broadcast_bytes(env, run: str) -> dict:
@@ -305,6 +340,7 @@ def run_one(args, env, arm: str, seed: int, tag: str, lr: float | None = None) -
     except RuntimeError as e:
         tape = {"outcome": None, "tape_error": str(e)[-1000:]}
     try:            # bytes only: a query that fails here does not cost the run its score
+        tape.update(push_bytes(lambda q: sql(env, q), run))
         tape.update(broadcast_bytes(env, run))
     except (RuntimeError, ValueError, KeyError, TypeError) as e:
         tape["broadcast_error"] = str(e)[-1000:]

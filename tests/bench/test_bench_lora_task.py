@@ -61,6 +61,10 @@ def test_end_to_end_on_the_tiny_model(tmp_path):
         assert r["outcome"] == "RunFinalized" and r["exit_code"] == 0 and r["max_step"] == 4
         assert 0 < r["heldout_ce"] < 10 and r["rounds_merged"] > 0 and r["bytes_up"] > 0
         assert 0 <= r["single_rounds"] <= r["rounds_merged"]
+        # no island replaced: the tape's count of the pushes (every generation's) is what the learners said they sent,
+        # less at most each learner's last push of every fragment (one that came after the final cut never merged)
+        low = r["bytes_up_logs"] - r["learners"] * r["push_set_bytes"]
+        assert low <= r["bytes_up"] <= r["bytes_up_logs"], (r["bytes_up"], r["bytes_up_logs"], r["bytes_up_by_learner"])
     # equal tokens: one island of two DDP ranks trains what two one-rank islands train
     assert runs["sync"]["labelled_tokens"] == runs["default"]["labelled_tokens"] > 0
     assert runs["sync"]["learners"] == 1 and runs["default"]["learners"] == 2
