@@ -1,10 +1,10 @@
 """The syncer head's per-core rates, measured: what schemas/head_throughput.py's model is made of.
 
 One thread, the compiled kernels (fused passes). For each codec a learner can push: its payload's intake (SHA-256 of
-every chunk, then of the whole: two passes over the encoded bytes) and its decode with the Gram row (folding k + 2 rows:
-the momentum, k pushes and itself), fitted as seconds per value a + b (k + 2); since 2026-12-05 a dense push folds its
-own row alone (k + 2 = 1) and the merge's one pass over b and the pushes takes the rest, timed as seconds per value and
-pair of rows (g, over 4 pushes: 10 pairs).
+every chunk: one pass over the encoded bytes, the whole payload's digest made from theirs since 2026-12-05) and its
+decode with the Gram row (folding k + 2 rows: the momentum, k pushes and itself), fitted as seconds per value
+a + b (k + 2); since 2026-12-05 a dense push folds its own row alone (k + 2 = 1) and the merge's one pass over b and
+the pushes takes the rest, timed as seconds per value and pair of rows (g, over 4 pushes: 10 pairs).
 For each broadcast codec: the fused encode of theta - shadow that advances the shadow. Then the outer step over M
 pushes (seconds per value c0 + c1 (M + 2)), and the snapshot's copies of three rows. Each time is the best of `--reps`;
 the memcpy of one row is timed beside them so a loaded box shows. It prints the constants as head_throughput.py holds them
@@ -162,7 +162,7 @@ def main() -> None:
     for name, (a, b) in ingest.items():
         per_value = codecs.codec(name).encoded_size(1 << 20) / (1 << 20)
         folded = 2 + 3 + 4 + 5 if hasattr(codecs.codec(name), "decode_entries") else 4     # dense: each its own square
-        four = 4 * a + b * folded + 2 * 4 * per_value * other["sha256_s_per_byte"]
+        four = 4 * a + b * folded + 4 * per_value * other["sha256_s_per_byte"]
         print(f"{name:>6} {per_value:>11.4f} {a * 1e9:>12.3f} {b * 1e9:>16.3f} {4 / four / 1e9:>19.3f} "
               f"{1 / other[f'broadcast_{name}_s_per_value'] / 1e9:>15.3f}")
     rates = throughput.Rates(ingest=ingest, sha256_per_byte=other["sha256_s_per_byte"],

@@ -6,6 +6,13 @@ The assembler validates sizes and checksums before it keeps anything, and holds 
 FragmentError with a reason code the syncer records in a LearnerRejected event.
 
     FragmentError(ValueError)   reason: bad_header | too_large | corrupt_chunk
+
+A header's `sha256` names the whole payload in one of two ways, said by its `digest` (docs/PROTOCOL.md): "payload", the
+SHA-256 of the payload's bytes, or "chunks" (since 2026-12-05, pushes and deltas), the SHA-256 of the chunks' 32-byte
+SHA-256 digests in order followed by the payload's length as 8 little-endian bytes: derived from the chunk hashes every
+receiver checks anyway, so a payload is hashed once on each side instead of twice, and as binding (two payloads with one
+such digest need a SHA-256 collision). Inits and keyframes keep "payload": a learner compares a version-0 keyframe's
+hash with that of its own initial values, and a later init is refused by its hash.
 """
 from __future__ import annotations
 
@@ -21,6 +28,9 @@ from yeto.schemas.buffers import BufferPool, joined
 
 NATS_HEADER = "Yeto-Fragment"
 FragmentKind = Literal["init", "push", "keyframe", "delta"]
+PayloadDigest = Literal["payload", "chunks"]
+CHUNK_DIGESTED: frozenset[str] = frozenset({"push", "delta"})
+"""The kinds `split_chunks` names by their chunks' digests; inits and keyframes keep the payload's own hash."""
 FragmentRole = Literal["layers", "embed", "misc"]
 DEFAULT_MAX_BYTES = 1 << 34        # 16 GiB: no fragment payload is larger; the syncer passes a tighter cap
 PUSH_PAYLOADS = BufferPool()
@@ -58,7 +68,8 @@ class FragmentHeader(BaseModel):
     fingerprint: str = ""
     codec: codecs.CodecName = codecs.Q4.name
     numel: int = Field(ge=0)
-    sha256: str = ""               # of the whole encoded payload
+    sha256: str = ""               # of the whole encoded payload, as `digest` says (the module's docstring)
+    digest: PayloadDigest = "payload"      # "chunks": sha256 is that of the chunks' digests and the length
     chunk: int = Field(0, ge=0)
     num_chunks: int = Field(1, ge=1)
     chunk_bytes: int = Field(subjects.CHUNK_BYTES, ge=1)
@@ -88,19 +99,36 @@ def sha256(data: bytes | bytearray | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def split_chunks(header: FragmentHeader, payload: bytes,
-                 chunk_bytes: int = subjects.CHUNK_BYTES) -> list[tuple[FragmentHeader, bytes]]:
-    """Split one encoded payload into checksummed chunks, each with its own header."""
+def chunks_digest(chunk_digests: list[str], total: int) -> str:
+    """The "chunks" digest of a payload of `total` bytes whose chunks' SHA-256 hex digests are `chunk_digests`, in order."""
+    digest = hashlib.sha256()
+    for chunk_digest in chunk_digests:
+        digest.update(bytes.fromhex(chunk_digest))
+    digest.update(total.to_bytes(8, "little"))
+    return digest.hexdigest()
+
+
+def split_chunks(header: FragmentHeader, payload: bytes | memoryview, chunk_bytes: int = subjects.CHUNK_BYTES,
+                 digest: PayloadDigest | None = None) -> list[tuple[FragmentHeader, bytes]]:
+    """Split one encoded payload into checksummed chunks, each with its own header. `digest`: how the header names the
+    payload (default: "chunks" for the kinds in CHUNK_DIGESTED, "payload" for the others)."""
     assert len(payload) == codecs.codec(header.codec).encoded_size(header.numel), "payload does not match codec and numel"
-    whole = sha256(payload)
+    digest = digest or ("chunks" if header.kind in CHUNK_DIGESTED else "payload")
     num_chunks = max(1, -(-len(payload) // chunk_bytes))
     view = memoryview(payload)
-    out = []
-    for i in range(num_chunks):
-        piece = bytes(view[i * chunk_bytes:(i + 1) * chunk_bytes])
-        out.append((header.model_copy(update=dict(sha256=whole, chunk=i, num_chunks=num_chunks, chunk_bytes=chunk_bytes,
-                                                  chunk_sha256=sha256(piece))), piece))
-    return out
+    pieces = [bytes(view[i * chunk_bytes:(i + 1) * chunk_bytes]) for i in range(num_chunks)]
+    return chunked(header, pieces, [sha256(piece) for piece in pieces], chunk_bytes, digest,
+                   None if digest == "chunks" else sha256(payload))
+
+
+def chunked(header: FragmentHeader, pieces: list[bytes], digests: list[str], chunk_bytes: int, digest: PayloadDigest,
+            whole: str | None) -> list[tuple[FragmentHeader, bytes]]:
+    """The chunks' headers, from their digests: `whole` is the payload's SHA-256 for digest "payload" (unused for
+    "chunks": derived from `digests`)."""
+    named = chunks_digest(digests, sum(len(p) for p in pieces)) if digest == "chunks" else whole
+    return [(header.model_copy(update=dict(sha256=named, digest=digest, chunk=i, num_chunks=len(pieces),
+                                           chunk_bytes=chunk_bytes, chunk_sha256=chunk_digest)), piece)
+            for i, (piece, chunk_digest) in enumerate(zip(pieces, digests, strict=True))]
 
 
 class ChunkAssembler:
@@ -113,6 +141,7 @@ class ChunkAssembler:
         self.max_bytes, self.max_chunk_bytes, self.max_pending = max_bytes, max_chunk_bytes, max_pending
         self.max_pending_bytes, self.max_sender_bytes = max_pending_bytes, max_sender_bytes or max_pending_bytes
         self.pending: OrderedDict[tuple[object, ...], tuple[FragmentHeader, dict[int, bytes]]] = OrderedDict()
+        self.digests: dict[tuple[object, ...], dict[int, str]] = {}     # each kept chunk's checked SHA-256
         self.pending_bytes = 0
         self.evicted: deque[FragmentHeader] = deque(maxlen=1024)   # first headers of evicted partials; the caller drains it
 
@@ -120,11 +149,11 @@ class ChunkAssembler:
         """Add one chunk; return the whole payload once every chunk is in, else None. Raises FragmentError."""
         total = self._validate(header, chunk)
         if header.num_chunks == 1:
-            return _checked(header, bytes(chunk))
+            return _checked(header, bytes(chunk), total)
         key = header.message_key
         entry = self.pending.get(key)
-        if entry is not None and ((entry[0].numel, entry[0].codec, entry[0].num_chunks, entry[0].chunk_bytes)
-                                  != (header.numel, header.codec, header.num_chunks, header.chunk_bytes)):
+        if entry is not None and ((entry[0].numel, entry[0].codec, entry[0].num_chunks, entry[0].chunk_bytes, entry[0].digest)
+                                  != (header.numel, header.codec, header.num_chunks, header.chunk_bytes, header.digest)):
             raise FragmentError("corrupt_chunk", f"chunk {header.chunk} disagrees with chunk sizes announced by its message")
         if entry is not None and header.chunk in entry[1]:
             return None                                 # a redelivered chunk is idempotent
@@ -136,11 +165,18 @@ class ChunkAssembler:
             self.pending[key] = (header, {})
         _, chunks = self.pending[key]
         chunks[header.chunk] = bytes(chunk)
+        digests = self.digests.setdefault(key, {})
+        digests[header.chunk] = header.chunk_sha256          # checked against the chunk's bytes by _validate
         self.pending_bytes += len(chunk)
         if len(chunks) < header.num_chunks:
             return None
         self._drop(key)
-        return self.whole(header, [chunks[i] for i in range(header.num_chunks)])
+        parts = [chunks[i] for i in range(header.num_chunks)]
+        if header.digest == "chunks":                     # derived from the chunks' checked digests: no second hash
+            if chunks_digest([digests[i] for i in range(header.num_chunks)], total) != header.sha256:
+                raise FragmentError("corrupt_chunk", "the chunks' digests do not give the message's digest")
+            return join(header, parts)
+        return self.whole(header, parts)
 
     def whole(self, header: FragmentHeader, parts: list[bytes]) -> bytes | memoryview:
         """The payload of a message whose chunks are all in, its SHA-256 checked (a subclass may hash as they come)."""
@@ -168,6 +204,7 @@ class ChunkAssembler:
 
     def _drop(self, key: tuple[object, ...]) -> None:
         _, chunks = self.pending.pop(key)
+        self.digests.pop(key, None)
         self.pending_bytes -= sum(len(c) for c in chunks.values())
 
     def _validate(self, h: FragmentHeader, chunk: bytes) -> int:
@@ -196,8 +233,10 @@ def join(header: FragmentHeader, parts: list[bytes]) -> bytes | memoryview:
     return joined(parts, PUSH_PAYLOADS) if header.kind == "push" else b"".join(parts)
 
 
-def _checked(header: FragmentHeader, payload: bytes) -> bytes:
-    if sha256(payload) != header.sha256:
+def _checked(header: FragmentHeader, payload: bytes, total: int) -> bytes:
+    """A one-chunk message's payload, its chunk already checked: by its named digest."""
+    named = chunks_digest([header.chunk_sha256], total) if header.digest == "chunks" else sha256(payload)
+    if named != header.sha256:
         raise FragmentError("corrupt_chunk", "the reassembled payload fails its SHA-256 checksum")
     return payload
 

@@ -1,13 +1,14 @@
 """The head's throughput model: a syncer round's time from measured per-core rates, and the head a fleet needs.
 
 A round of one fragment of n values with M pushes costs, on one core (services/syncer/core.py's path):
-    intake    every push's encoded bytes hashed twice (each chunk, then the whole), 2 M B_up sha
+    intake    every push's encoded bytes hashed once (each chunk; the whole payload's digest is made from the chunks'
+              since 2026-12-05, schemas/fragments.py digest "chunks"), M B_up sha
     take_in   each push decoded with its squared norm (one row folded): n (a_up + b_up) per push
     merge     the Gram pass over b and the M pushes, each row read once: n g M (M + 1) / 2 (g per value and pair of
               rows; b_up while not measured), then the outer step over M pushes: n (c0 + c1 (M + 2))
               (a sparse codec's push keeps its products from take_in, which folds k + 2 rows for push k:
               n (a_up + b_up (k + 2)), and has no pass; services/syncer/sparse.py)
-    broadcast the fused encode of theta - shadow that advances the shadow, n e_down, and its bytes hashed twice
+    broadcast the fused encode of theta - shadow that advances the shadow, n e_down, and its bytes hashed once
     snapshot  three rows copied for the background write: 3 n copy
 and on `cores` kernel threads that total divided by 1 + (min(cores, MAX_USEFUL_CORES) - 1) EFFICIENCY. The rates
 are measured by benchmarks/head_rates.py (docs/HEAD.md has the command, the numbers and the model's error against
@@ -69,12 +70,12 @@ def round_seconds(values: int, *, learners: int, codec_up: str, codec_down: str,
     sparse = hasattr(codecs.codec(codec_up), "decode_entries")   # products taken as each push comes, no pass
     folded = m * (m + 3) / 2 if sparse else m                  # sum of k + 2 over k = 0..m-1, or each push's own square
     pairs = 0 if sparse else m * (m + 1) / 2                   # b with each push, the pushes with each other
-    intake = 2 * m * codecs.codec(codec_up).encoded_size(values) * r.sha256_per_byte
+    intake = m * codecs.codec(codec_up).encoded_size(values) * r.sha256_per_byte        # its chunks' checks
     take_in = n * (m * a + folded * b)
     gram = n * pairs * (b if r.gram_pass_per_value_pair is None else r.gram_pass_per_value_pair)
     merge = gram + n * (r.step_per_value + r.step_per_value_row * (m + 2))
     down = codecs.codec(codec_down)
-    broadcast = n * r.broadcast[down.name] + 2 * down.encoded_size(values) * r.sha256_per_byte
+    broadcast = n * r.broadcast[down.name] + down.encoded_size(values) * r.sha256_per_byte
     snapshot = 3 * n * r.copy_per_value_row
     return (intake + take_in + merge + broadcast + snapshot) / speedup(cores)
 

@@ -12,7 +12,7 @@ import numpy as np
 from yeto.schemas import codecs
 from yeto.schemas.buffers import BufferPool
 from yeto.schemas.codecs.base import Payload, encode_delta
-from yeto.schemas.fragments import FragmentHeader, sha256
+from yeto.schemas.fragments import CHUNK_DIGESTED, FragmentHeader, sha256
 
 KEYFRAME_PAYLOADS = BufferPool()
 """Where f32 keyframes are written, one pool per process (schemas/buffers.py): every `keyframe_every` versions a keyframe
@@ -57,9 +57,11 @@ class Shadow:
         self.values, self.version = np.array(values, dtype=np.float32, copy=True), version
 
     def _header(self, version: int, kind: str, codec: str, payload: Payload) -> FragmentHeader:
+        """A keyframe's header names its payload by its SHA-256; a delta's digest is made from its chunks' when they
+        are (schemas/fragments.py CHUNK_DIGESTED: services/syncer/outputs.py broadcast_chunks), so it is not hashed here."""
         return FragmentHeader(run_id=self.run_id, fragment=self.fragment, kind=kind, role=self.role, version=version,
                               base_version=max(version - 1, 0), fingerprint=self.fingerprint, codec=codec,
-                              numel=self.values.size, sha256=sha256(payload))
+                              numel=self.values.size, sha256="" if kind in CHUNK_DIGESTED else sha256(payload))
 
 
 class BroadcastShadow:

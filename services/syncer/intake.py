@@ -33,7 +33,8 @@ class HashingAssembler(ChunkAssembler):
     its message's running SHA-256 by a worker thread (hashlib releases the GIL) while the next chunk is checked, so
     the whole-payload check at the end waits for at most one chunk's hash instead of hashing the payload again.
     Chunks that arrive out of order (or kernels other than "compiled", for the benchmarks' side-by-side runs) fall
-    back to the ChunkAssembler's one hash of the joined payload; the result and every refusal are the same."""
+    back to the ChunkAssembler's one hash of the joined payload; the result and every refusal are the same. A message
+    named by its chunks' digests (`digest` "chunks": pushes since 2026-12-05) is not hashed whole at all."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -44,7 +45,7 @@ class HashingAssembler(ChunkAssembler):
         payload = super().add(header, chunk)
         key = header.message_key
         entry = self.pending.get(key)
-        if payload is None and entry is not None and fused():
+        if payload is None and entry is not None and fused() and header.digest == "payload":   # "chunks": nothing to hash
             following, hasher, last = self._running.get(key, (0, hashlib.sha256(), None))
             if header.chunk == following:                       # in order: hashed beside what comes next
                 self._running[key] = (following + 1, hasher, _worker().submit(hasher.update, entry[1][header.chunk]))

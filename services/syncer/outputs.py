@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from yeto.schemas.base import Event
 from yeto.schemas.codecs.base import fused, threads
-from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
+from yeto.schemas.fragments import CHUNK_DIGESTED, FragmentHeader, PayloadDigest, chunked, sha256, split_chunks
 from yeto.services.syncer.rounds import WakeAt
 from yeto.services.syncer.snapshot import FragmentSnapshot
 
@@ -71,16 +71,17 @@ def calls(outputs: Iterable[Output], sink: Sink) -> Iterator[Any]:
 
 
 def broadcast_chunks(header: FragmentHeader, payload: bytes, chunk_bytes: int) -> list[tuple[FragmentHeader, bytes]]:
-    """`split_chunks` of a broadcast: the same headers and chunks, but the payload's SHA-256 is the one its header
-    already carries (broadcast.py hashed it when it was made, here) and the chunks are hashed on threads at once
-    (hashlib releases the GIL). Kernels "separate" and "reference" hash as split_chunks does, for comparison."""
+    """`split_chunks` of a broadcast: the same headers and chunks, but the chunks are hashed on threads at once (hashlib
+    releases the GIL), a delta's digest is derived from theirs (digest "chunks": its payload is hashed once) and a
+    keyframe's SHA-256 is the one its header already carries (broadcast.py hashed it when it was made). Kernels
+    "separate" and "reference" hash as split_chunks does, for comparison."""
     num_chunks = max(1, -(-len(payload) // chunk_bytes))
     if num_chunks == 1 or not fused():
         return split_chunks(header, payload, chunk_bytes)
     pieces = [bytes(memoryview(payload)[i * chunk_bytes:(i + 1) * chunk_bytes]) for i in range(num_chunks)]
     digests = list(_hashers().map(sha256, pieces))
-    return [(header.model_copy(update=dict(chunk=i, num_chunks=num_chunks, chunk_bytes=chunk_bytes, chunk_sha256=digest)),
-             piece) for i, (piece, digest) in enumerate(zip(pieces, digests, strict=True))]
+    digest: PayloadDigest = "chunks" if header.kind in CHUNK_DIGESTED else "payload"
+    return chunked(header, pieces, digests, chunk_bytes, digest, header.sha256 or sha256(payload))
 
 
 _pool: list[ThreadPoolExecutor] = []
