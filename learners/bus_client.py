@@ -99,6 +99,13 @@ class NatsTransport:
     def ack_final(self, versions: dict[int, int]) -> None:
         self._publish(self.reports.final_ack(versions))
 
+    def end_training(self) -> None:
+        self.inbox.stop()
+        self._publish(self.reports.unreported(time.monotonic()))
+
+    def beat(self, step: int, done: int, total: int, *, final: bool) -> None:
+        self._publish(self.reports.beat(step, done, total, final=final, now=time.monotonic()))
+
     def close(self, flush_s: float = 30.0) -> None:
         """Report the last step (the rate limit may have held it back), publish what is queued (bounded wait),
         then disconnect."""

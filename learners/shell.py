@@ -6,12 +6,14 @@
     -> backend.build -> a `start` line saying how the island runs -> the sync hook (rank 0), LearnerStarted
     -> train batches from the data position -> held-out set
     -> backend.train, each step: evaluate when due, its metrics to the tape (batched), a line to stdout
-    -> final pushes -> final evaluation -> `done` and `sync` lines -> backend.close
+    -> final pushes -> final evaluation -> the transport closed -> `done` and `sync` lines -> backend.close
 
 The final pushes go out before the final evaluation: an evaluation of many seconds sends no chunk, and a learner
 silent that long stops counting as live (services/syncer/liveness.py), so its peers' last pushes would merge
-without its own. A user error (a bad recipe, a base other than the pinned one) is a ValueError: one `error: ...`
-line on stderr and the bus, exit status 2.
+without its own. Every evaluation beats (LearnerBeat, rate-limited) as its batches advance, so one of minutes is not
+taken for a frozen island by the launcher (services/launcher/liveness.py); a hung one stays silent. A user error (a
+bad recipe, a base other than the pinned one) is a ValueError: one `error: ...` line on stderr and the bus, exit
+status 2.
 """
 from __future__ import annotations
 
@@ -186,6 +188,22 @@ class FirstItemClock(Iterator[T]):
             self.first_s = time.monotonic() - started
 
 
+class Beating(list[Any]):
+    """The held-out batches, saying through the hook (rank 0's; None elsewhere) how far an evaluation is as a backend
+    iterates them: a beat after each batch is evaluated (when the backend asks for the next)."""
+
+    def __init__(self, batches: list[Any], sync: DilocoHook | None, step: int, *, final: bool) -> None:
+        super().__init__(batches)
+        self.sync, self.step, self.final = sync, step, final
+
+    def __iter__(self) -> Iterator[Any]:
+        total = len(self)
+        for done, batch in enumerate(super().__iter__(), 1):
+            yield batch
+            if self.sync is not None:
+                self.sync.beat(self.step, done, total, final=self.final)
+
+
 def run(backend: Backend, args: LearnerArgs) -> float:
     """Train this rank to the recipe's end; return the final held-out loss (NaN where this rank evaluates nothing).
     Start-up costs are measured for benchmarks/startup.py: `import_s` and `build_s` on the `start` line, `connect_s`,
@@ -222,7 +240,7 @@ def run(backend: Backend, args: LearnerArgs) -> float:
 
         def on_step(result: StepResult) -> None:
             due = bool(eval_every and result.step % eval_every == 0 and heldout)
-            held = backend.evaluate(built, heldout) if due else None
+            held = backend.evaluate(built, Beating(heldout, sync, result.step, final=False)) if due else None
             if rank != 0:
                 return
             if sync is not None:     # an evaluated step is reported at once, its eval loss on the tape
@@ -233,8 +251,11 @@ def run(backend: Backend, args: LearnerArgs) -> float:
         results = backend.train(built, batches, recipe, sync=sync, on_step=on_step, start_step=start_step)
         elapsed = time.monotonic() - started
         if not args.no_sync:     # the last pushes, before the final evaluation (the module docstring says why)
+            backend.on_rank0(built, sync.end_training if sync is not None else None)
+        last_step = results[-1].step if results else start_step
+        held = backend.evaluate(built, Beating(heldout, sync, last_step, final=True)) if heldout else math.nan
+        if not args.no_sync:     # the beats sent, the transport flushes what is queued and closes
             backend.on_rank0(built, sync.close if sync is not None else None)
-        held = backend.evaluate(built, heldout) if heldout else math.nan
         if rank == 0:
             join_s = getattr(sync, "join_s", None)      # DilocoHook's; a hook that never joined has none
             joined = {"join_s": round(join_s, 3), "first_batch_s": round(batches.first_s or 0.0, 3)} \

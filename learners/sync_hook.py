@@ -25,6 +25,7 @@ class DilocoHook:
         self.clock, self.sleep = clock, sleep
         self._last_step_at: float | None = None
         self.join_s: float | None = None     # how long join() took (the `done` line's, for benchmarks/startup.py)
+        self._ended = False                  # end_training ran: the final pushes are sent
 
     def join(self) -> bool:
         """Join the run: the learner that `sends_init` (island 0 of a fresh run) offers its initial values at
@@ -72,9 +73,21 @@ class DilocoHook:
                     dropped_chunks=self.sync.num_dropped, bytes_sent=self.transport.bytes_sent,
                     bytes_fetched=self.transport.bytes_fetched)
 
+    def end_training(self) -> None:
+        """Push the last partial interval of every fragment. The transport still sends events (the final evaluation's
+        beats) until `close`; it takes no more globals."""
+        if not self._ended:
+            send(self.transport, self.sync.final_pushes())
+            self.transport.end_training()
+            self._ended = True
+
+    def beat(self, step: int, done: int, total: int, *, final: bool) -> None:
+        """A held-out evaluation after `step` advanced to `done` of `total` batches (the transport rate-limits)."""
+        self.transport.beat(step, done, total, final=final)
+
     def close(self) -> None:
-        """Push the last partial interval of every fragment, then let the transport flush (bounded) and close."""
-        send(self.transport, self.sync.final_pushes())
+        """End training (if not yet ended), then let the transport flush (bounded) and close."""
+        self.end_training()
         self.transport.close()
 
 

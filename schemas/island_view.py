@@ -20,6 +20,7 @@ from yeto.schemas.fleet import (
     IslandStopped,
     IslandUp,
 )
+from yeto.schemas.progress import LearnerBeat
 from yeto.schemas.spend import Meter
 from yeto.schemas.training import LearnerProgress
 
@@ -37,9 +38,10 @@ class Island:
     """When the current phase began (event time)."""
     handle: str = ""
     last_beat: datetime | None = None
-    """Last LearnerProgress of the current generation."""
+    """Last LearnerProgress or LearnerBeat (an evaluation advancing) of the current generation."""
     beat_gap_s: float = 0.0
-    """The longest interval between two LearnerProgress of the current generation: its pace (launcher/liveness.py)."""
+    """The longest interval between two LearnerProgress of the current generation: its pace (launcher/liveness.py). A
+    LearnerBeat ends a silence too, so an evaluation's beats split what would be one long interval."""
     evaluated: bool = False
     """A LearnerProgress of the current generation carried a held-out loss: its pace includes an evaluation."""
     crashes: int = 0
@@ -103,10 +105,13 @@ def fold_island(isl: Island, e: IslandEvent, *, billing: bool) -> Island:
     return new
 
 
-def beat(isl: Island, e: LearnerProgress) -> Island:
-    """A heartbeat of the island's learner: counts only for the current generation."""
+def beat(isl: Island, e: LearnerProgress | LearnerBeat) -> Island:
+    """A heartbeat of the island's learner (its progress, or its evaluation advancing): counts only for the current
+    generation. A LearnerBeat says the process works; only progress says how far it trained or that it evaluated."""
     if e.generation != isl.generation:
         return isl
     gap = (e.ts - isl.last_beat).total_seconds() if isl.last_beat is not None else 0.0
-    return replace(isl, last_beat=e.ts, crashes=0, last_step=max(isl.last_step, e.step), beat_gap_s=max(isl.beat_gap_s, gap),
-                   evaluated=isl.evaluated or e.eval_loss is not None)
+    isl = replace(isl, last_beat=e.ts, crashes=0, beat_gap_s=max(isl.beat_gap_s, gap))
+    if isinstance(e, LearnerBeat):
+        return isl
+    return replace(isl, last_step=max(isl.last_step, e.step), evaluated=isl.evaluated or e.eval_loss is not None)

@@ -1,5 +1,6 @@
 """What a learner says about its own training: every optimizer step's metrics (StepPoint, batched into
-LearnerProgress) and, once per generation, how it runs (LearnerStarted)."""
+LearnerProgress), once per generation how it runs (LearnerStarted), and while a held-out evaluation runs, that it
+advances (LearnerBeat)."""
 from __future__ import annotations
 
 from typing import Literal
@@ -46,8 +47,28 @@ class LearnerStarted(Event):
     parameters: int                 # all parameters
 
 
+@registry.register
+class LearnerBeat(Event):
+    """A learner's held-out evaluation advanced: sent after an evaluated batch, at most once per report interval.
+
+    An evaluation reports no step, so one of minutes (the final one after max_steps above all) was silence the
+    launcher took for a frozen island (services/launcher/liveness.py). A batch, not a timer, sends it, so a hung
+    evaluation stays silent and is still preempted."""
+
+    type: Literal["LearnerBeat"] = "LearnerBeat"
+    version: Literal[1] = 1
+    learner: str
+    generation: int = 0
+    step: int                       # the last optimizer step trained (the evaluation is of the model after it)
+    batches_done: int               # held-out batches evaluated so far in this evaluation
+    batches: int                    # held-out batches this evaluation has in all
+    final: bool                     # the evaluation after training ended (max_steps reached, the final pushes sent)
+
+
 EXAMPLES = [
     LearnerStarted(id="ex-learner-started", run_id="r-demo", source="l0", learner="l0", backend="torch", ranks=2,
                    shard="FSDP2", tuning="lora", dtype="bfloat16", quantization="none", device="cuda",
                    trainable=1_081_344, parameters=135_596_352),
+    LearnerBeat(id="ex-learner-beat", run_id="r-demo", source="l0", learner="l0", step=1200, batches_done=5, batches=16,
+                final=True),
 ]

@@ -18,6 +18,7 @@ from yeto.schemas.fleet import IslandEvent, RunLaunched
 from yeto.schemas.island_view import Island, beat, fold_island, island_index
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.offers import OfferRefused, ReplanFailed
+from yeto.schemas.progress import LearnerBeat
 from yeto.schemas.refusal_view import Refusal, fold_refusal
 from yeto.schemas.run_phase import LAUNCHING, next_phase
 from yeto.schemas.spend import hours_between
@@ -115,6 +116,8 @@ def _evolve(v: RunView, e: Event) -> RunView:
         v = replace(v, refusals=fold_refusal(v.refusals, e))
     elif isinstance(e, LearnerProgress):
         v = _progress(v, e)
+    elif isinstance(e, LearnerBeat) and (i := island_index(e.learner)) is not None and i < len(v.islands):
+        v = _set_island(v, beat(v.islands[i], e))
     elif isinstance(e, RoundMerged):
         v = replace(v, rounds_merged=v.rounds_merged + 1, versions={**v.versions, e.fragment: e.global_version})
     elif isinstance(e, FinalCutRequested) and not v.ended:

@@ -54,7 +54,7 @@ def event_subject(run_id: str, type_: str) -> str:
     return f"{EVT_PREFIX}.{run_id}.{type_}"
 
 
-LEARNER_EVENTS = ("LearnerProgress", "LayoutDeclared", "LearnerFinalAck", "LearnerStarted")
+LEARNER_EVENTS = ("LearnerProgress", "LayoutDeclared", "LearnerFinalAck", "LearnerStarted", "LearnerBeat")
 
 
 def learner_event_subject(run_id: str, type_: str, learner: str = "*") -> str:

@@ -18,6 +18,7 @@ class Inbox:
         self._items: list[tuple[FragmentHeader, bytes | None]] = []
         self._arrived = threading.Condition()
         self.bytes_fetched = 0
+        self._stopped = False     # training ended: what arrives now is dropped (nothing would take it)
 
     def add(self, headers: dict[str, str], data: bytes) -> FragmentHeader | None:
         """Queue one delivered chunk; returns its header if it is a keyframe announcement (headers only)."""
@@ -37,6 +38,8 @@ class Inbox:
 
     def _put(self, header: FragmentHeader, data: bytes | None) -> None:
         with self._arrived:
+            if self._stopped:
+                return
             self._items.append((header, data))
             self._arrived.notify_all()
 
@@ -44,6 +47,12 @@ class Inbox:
         with self._arrived:
             out, self._items = self._items, []
         return out
+
+    def stop(self) -> None:
+        """Drop what is queued and whatever arrives later: a final evaluation of minutes must not pile up globals
+        (a whole model's delta each) that no step boundary will take."""
+        with self._arrived:
+            self._stopped, self._items = True, []
 
     def wait(self, timeout_s: float) -> bool:
         """Block until something is queued or `timeout_s` passed; True if something is. The training loop

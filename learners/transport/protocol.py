@@ -57,6 +57,14 @@ class Transport(Protocol):
     def ack_final(self, versions: dict[int, int]) -> None:
         """Tell the finalizer this learner holds `versions` (the finalizer then stops waiting for it)."""
 
+    def end_training(self) -> None:
+        """Training is over and the final pushes are queued: report the steps the rate limit still holds, and take no
+        more globals (the learner will apply none); events still go out until `close`."""
+
+    def beat(self, step: int, done: int, total: int, *, final: bool) -> None:
+        """A held-out evaluation after `step` advanced to `done` of `total` batches (a transport may send fewer beats,
+        at most one per report interval): the learner sends nothing else while it evaluates."""
+
     def close(self) -> None:
         """Send what is queued (bounded wait) and disconnect."""
 
@@ -84,6 +92,12 @@ class LocalTransport(Transport):
         return None
 
     def ack_final(self, versions: dict[int, int]) -> None:
+        return None
+
+    def end_training(self) -> None:
+        return None
+
+    def beat(self, step: int, done: int, total: int, *, final: bool) -> None:
         return None
 
     def close(self) -> None:

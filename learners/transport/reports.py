@@ -1,10 +1,10 @@
 """The events a learner publishes about itself: LearnerStarted, LayoutDeclared, LearnerProgress (rate-limited, every
-step batched into it), LearnerFinalAck.
+step batched into it), LearnerBeat (rate-limited, while a held-out evaluation advances), LearnerFinalAck.
 
 Each goes on its learner's own subject (`yeto.evt.<run>.<Type>.<learner>`, infra/bus_types.subject_of), the only
 one the learner's credential may publish it on; services reject a payload whose learner is not that token.
-Pure: the clock is passed in. Ids derive from (run, learner, generation[, step]), so a republished
-event is dropped by the stream's de-duplication.
+Pure: the clock is passed in. Ids derive from (run, learner, generation[, step]) (a beat's from its count), so a
+republished event is dropped by the stream's de-duplication.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from yeto.learners.transport.protocol import StepReport
 from yeto.schemas.base import Event, derive_id
 from yeto.schemas.final import LearnerFinalAck
 from yeto.schemas.layout import LayoutDeclared, TensorEntry
-from yeto.schemas.progress import MAX_STEPS_PER_REPORT, LearnerStarted, StepPoint
+from yeto.schemas.progress import MAX_STEPS_PER_REPORT, LearnerBeat, LearnerStarted, StepPoint
 from yeto.schemas.training import LearnerProgress
 
 
@@ -36,6 +36,7 @@ class Reports:
         self.tokens, self.last_at = 0, float("-inf")
         self.last: StepReport | None = None          # the newest step seen
         self.held: list[StepPoint] = []              # the steps since the last report
+        self.beats = 0                               # LearnerBeat events made (each one's id)
 
     def _fields(self, type_: str, *key: object) -> dict[str, Any]:
         return dict(id=derive_id(self.run_id, type_, self.learner, self.generation, *key), run_id=self.run_id,
@@ -71,6 +72,14 @@ class Reports:
         if self.last is None or not self.held:
             return None
         return self._report(self.last, now)
+
+    def beat(self, step: int, done: int, total: int, *, final: bool, now: float) -> Event | None:
+        """A LearnerBeat if `progress_every_s` passed since the last report or beat."""
+        if now - self.last_at < self.progress_every_s:
+            return None
+        self.last_at, self.beats = now, self.beats + 1
+        return LearnerBeat(**self._fields("LearnerBeat", "beat", self.beats), step=step, batches_done=done,
+                           batches=total, final=final)
 
     def _report(self, result: StepReport, now: float) -> Event:
         self.last_at, steps, self.held = now, self.held, []

@@ -3,13 +3,16 @@
 A frozen island (its process alive, no progress: SIGSTOP, a hung collective, a dead link that keeps TCP up) shows
 only as silence. Once the island has shown its pace, the bound is GAPS times that pace, at least FLOOR_S; the
 recipe's `heartbeat_timeout_s` stays the cap, and governs alone where the pace does not yet say how long the next
-silence may be: before the generation reported an evaluated step (an evaluation sends nothing while it runs), and
-once it trained to max_steps (its final pushes and evaluation come next, then its exit). Before the first progress
-`startup_timeout_s` governs (logic.py): a big model's load and first step can take many minutes.
+silence may be: before the generation reported an evaluated step (an evaluation beats only after each held-out batch,
+and one batch of a big model may be long), and once it trained to max_steps (its final pushes and evaluation come next,
+then its exit; the final evaluation beats after each batch too, so the cap bounds one batch, not the whole evaluation).
+Before the first progress `startup_timeout_s` governs (logic.py): a big model's load and first step can take many
+minutes.
 
-The pace is the longest interval between two of the generation's LearnerProgress (their own times: an island's
-clock offset cancels out), and at least REPORT_EVERY_S plus its last step time: a learner reports at most every
-REPORT_EVERY_S, or after MAX_STEPS_PER_REPORT steps, or at once after an evaluated step (learners/transport/reports.py).
+The pace is the longest interval between two of the generation's signs of life, LearnerProgress or LearnerBeat (their
+own times: an island's clock offset cancels out), and at least REPORT_EVERY_S plus its last step time: a learner
+reports at most every REPORT_EVERY_S, or after MAX_STEPS_PER_REPORT steps, or at once after an evaluated step, and
+beats at most every REPORT_EVERY_S while an evaluation advances (learners/transport/reports.py).
 The constants' evidence is in docs/LAUNCH.md ("Island health").
 """
 from __future__ import annotations
@@ -36,7 +39,7 @@ def heartbeat_bound(recipe: LaunchRecipe, isl: Island, step_time_s: float | None
     """The silence bound of an island whose current generation reported progress; `step_time_s`: its last step's."""
     cap = recipe.timeouts.heartbeat_timeout_s
     if isl.last_step >= recipe.train.max_steps:
-        return Bound(cap, "heartbeat_timeout_s: trained to max_steps, its final pushes and evaluation run")
+        return Bound(cap, "heartbeat_timeout_s: trained to max_steps, its final pushes and evaluation run (beating per batch)")
     if recipe.train.eval_every and not isl.evaluated:
         return Bound(cap, "heartbeat_timeout_s: no evaluated step reported yet")
     pace = max(isl.beat_gap_s, REPORT_EVERY_S + (step_time_s or 0.0))

@@ -221,6 +221,19 @@ def test_plain_lines_without_a_terminal_keep_their_format():
     assert lines[-1] == "run finalized (max_steps): the artifact is in /out, spend $4.5000."
 
 
+def test_a_final_evaluation_shows_as_lines_of_its_batches_an_evaluation_while_training_does_not():
+    from yeto.schemas.progress import LearnerBeat
+
+    def beat(done: int, final: bool) -> LearnerBeat:
+        return LearnerBeat(id=f"b{done}{final}", run_id=RUN, source="island-0", learner="island-0", generation=1,
+                           step=400, batches_done=done, batches=16, final=final)
+
+    plain, slow = Progress(every_s=0.0), Progress(every_s=3600.0)
+    assert plain.line(beat(5, True)) == "  island-0 g1: final evaluation, 5/16 held-out batches"
+    assert plain.line(beat(5, False)) is None
+    assert slow.line(beat(5, True)) is not None and slow.line(beat(10, True)) is None     # at most once per every_s
+
+
 def test_the_closing_line_is_a_sentence_naming_who_received_the_final_weights():
     from yeto.schemas.final import RunFinalized
 

@@ -1,6 +1,7 @@
 """The launcher's silence rule (services/launcher/liveness.py), pure: an island that showed its pace is preempted a few
 paces into a silence, never before the floor, never after heartbeat_timeout_s; before its first progress, or while
-its next silence may be an evaluation or its final evaluation, the fixed timeouts govern."""
+its next silence may be an evaluation or its final evaluation, the fixed timeouts govern. An evaluation's beats
+(LearnerBeat) end a silence without saying the island trained."""
 from __future__ import annotations
 
 import inspect
@@ -13,6 +14,7 @@ from yeto.infra.runner import Publish
 from yeto.learners.bus_client import NatsTransport
 from yeto.schemas.capacity import Capacity
 from yeto.schemas.fleet import IslandPreempted, IslandRequested, IslandUp, RunLaunched, StopIsland
+from yeto.schemas.progress import LearnerBeat
 from yeto.schemas.training import LearnerProgress
 from yeto.services.launcher import wiring
 from yeto.services.launcher.effects import Effects
@@ -32,6 +34,11 @@ def at(s: float) -> datetime:
 def progress(step: int, t: float, *, step_time_s: float = 0.05, generation: int = 0, eval_loss: float | None = None):
     return LearnerProgress(run_id="r1", learner="island-0", generation=generation, step=step, loss=1.0, tokens=step * 8,
                            tokens_per_s=1.0, step_time_s=step_time_s, lr=1e-3, eval_loss=eval_loss, ts=at(t))
+
+
+def eval_beat(step: int, t: float, done: int, *, total: int = 16, final: bool = True, generation: int = 0):
+    return LearnerBeat(run_id="r1", learner="island-0", generation=generation, step=step, batches_done=done,
+                       batches=total, final=final, ts=at(t))
 
 
 def run_with(*beats, **train) -> dict:
@@ -104,6 +111,35 @@ def test_an_island_that_trained_to_max_steps_is_given_heartbeat_timeout_s_for_it
     state = run_with(*fast(), progress(1000, 30))
     assert preempted_at(state, 30 + 299) is None
     assert "trained to max_steps" in preempted_at(state, 30 + 301)
+
+
+def test_a_final_evaluation_longer_than_heartbeat_timeout_s_is_not_preempted_while_its_batches_advance():
+    """16 held-out batches of 40 s each after max_steps: 640 s of evaluation, more than twice the cap, every beat
+    within it; once the beats stop (a hung batch), the cap counts from the last one."""
+    beats = [eval_beat(1000, 30 + 40.0 * k, k) for k in range(1, 17)]
+    state, last = run_with(*fast(), progress(1000, 30), *beats), 30 + 40.0 * 16
+    for t in (30 + 40.0 * k + 39 for k in range(16)):
+        assert preempted_at(reduce(evolve, [b for b in beats if b.ts <= at(t)], run_with(*fast(), progress(1000, 30))),
+                            t) is None
+    isl = state["r1"].islands[0]
+    assert (isl.last_beat, isl.last_step, isl.beat_gap_s) == (at(last), 1000, 40.0)
+    assert preempted_at(state, last + 299) is None
+    assert "trained to max_steps" in preempted_at(state, last + 301)
+
+
+def test_without_beats_the_same_evaluation_is_preempted_at_the_cap():
+    state = run_with(*fast(), progress(1000, 30))
+    assert "trained to max_steps" in preempted_at(state, 30 + 301)
+
+
+def test_a_beat_says_nothing_of_steps_or_evaluated_and_an_old_generations_is_ignored():
+    state = run_with(*fast(), train={"eval_every": 100})
+    state = reduce(evolve, [eval_beat(100, 29, 3, final=False)], state)
+    isl = state["r1"].islands[0]
+    assert (isl.last_beat, isl.last_step, isl.evaluated) == (at(29), 100, False)
+    old = reduce(evolve, [IslandRequested(run_id="r1", island=0, generation=1, spec=SPEC, ts=at(40)),
+                          eval_beat(100, 45, 4, final=False, generation=0)], state)
+    assert old["r1"].islands[0].last_beat is None
 
 
 def test_a_replacement_starts_without_its_predecessors_pace():

@@ -152,6 +152,8 @@ class Recording(shell.OneRank):
 
     def evaluate(self, built, heldout):
         self.calls.append("evaluate")
+        for _ in heldout:       # as every backend does: the shell's list beats per batch
+            pass
         return 1.5
 
     def close(self, built):
@@ -165,22 +167,30 @@ class RecordingHook:
     def progress(self, result) -> None:
         self.calls.append(f"progress {result.step} eval {result.eval_loss}")
 
-    def close(self) -> None:
+    def end_training(self) -> None:
         self.calls.append("final pushes")
+
+    def beat(self, step: int, done: int, total: int, *, final: bool) -> None:
+        self.calls.append(f"beat {step} {done}/{total}{' final' if final else ''}")
+
+    def close(self) -> None:
+        self.calls.append("transport closed")
 
     def stats(self) -> dict[str, int]:
         return {"bytes_sent": 1}
 
 
 def test_every_backend_pushes_its_last_deltas_before_the_final_evaluation(monkeypatch, capsys):
-    """The lifecycle is written once: the drift where MLX and diffusion evaluated before their final pushes is gone."""
+    """The lifecycle is written once: the drift where MLX and diffusion evaluated before their final pushes is gone.
+    Every evaluation beats per held-out batch, the final one before the transport closes."""
     backend = Recording()
     monkeypatch.setattr(shell, "connect", lambda b, built, recipe, args, how: RecordingHook(b.calls))
     args = LearnerArgs(run_id="r", learner="l0", recipe=json.dumps({"model": "m", "data": "d", "max_steps": 1}),
                        nats_url="nats://127.0.0.1:1", eval_every=1, log_format="json")
     assert shell.run(backend, args) == 1.5
-    assert backend.calls == ["build", "on_rank0", "train_batches", "train", "evaluate", "progress 1 eval 1.5",
-                             "on_rank0", "final pushes", "evaluate", "close"]
+    assert backend.calls == ["build", "on_rank0", "train_batches", "train", "evaluate", "beat 1 1/1",
+                             "progress 1 eval 1.5", "on_rank0", "final pushes", "evaluate", "beat 1 1/1 final",
+                             "on_rank0", "transport closed", "close"]
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["event"] for line in lines] == ["start", "step", "done", "sync"]
     assert lines[0] == {"event": "start", "backend": "torch", "tuning": "lora", "import_s": lines[0]["import_s"],

@@ -16,7 +16,8 @@ TERMINAL = {"RunFinalized": 0, "RunFailed": 1, "RunStopped": 1}
 
 
 class Progress:
-    """Renders events as lines; LearnerProgress at most once per `every_s` per learner."""
+    """Renders events as lines; LearnerProgress, and a final evaluation's LearnerBeat, at most once per `every_s` per
+    learner."""
 
     def __init__(self, every_s: float = 5.0):
         self.every_s, self.rounds = every_s, 0
@@ -31,6 +32,12 @@ class Progress:
             self.last[e.learner] = now
             return (f"  {e.learner} g{e.generation}: step {e.step} loss {e.loss:.4f} ({e.tokens_per_s:.0f} tok/s), "
                     f"rounds merged {self.rounds}")
+        if t == "LearnerBeat" and e.final:     # minutes of it after the last step would show as nothing
+            now, key = time.monotonic(), (e.learner, t)
+            if now - self.last.get(key, -1e9) < self.every_s:
+                return None
+            self.last[key] = now
+            return f"  {e.learner} g{e.generation}: final evaluation, {e.batches_done}/{e.batches} held-out batches"
         if t == "RoundMerged":
             self.rounds += 1
             return None
