@@ -8,10 +8,11 @@ once on a throwaway array, either
 
 - on a background thread of the learner itself, started before its model loads (`start`), the first push or apply
   waiting for it only if it is not done (`wait`, in DilocoSync), or
-- in a child process the zygote starts beside its own imports (`python -m yeto.learners.kernels_warm`), which fills
-  numba's on-disk cache; the forked ranks then load the kernels from it on their own thread. The zygote cannot hold
-  them compiled itself: compiling, or loading from the cache, a `parallel=True` kernel starts numba's thread pool,
-  and the zygote must run no thread when it forks.
+- in a child the zygote forks beside its own imports (`main`, once `prepare` made numba's CPU target in the zygote),
+  which fills numba's on-disk cache; the forked ranks then load the kernels from it on their own thread. The zygote
+  cannot hold them compiled itself: compiling, or loading from the cache, a `parallel=True` kernel starts numba's
+  thread pool, and the zygote must run no thread when it forks. `python -m yeto.learners.kernels_warm` runs `main`
+  alone.
 
 Every codec, not only the run's: the learner does not know its run's codecs until it connects, after the model
 loads, and all of them cost about what q4 alone does once the cache holds them (README's measurement).
