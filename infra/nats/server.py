@@ -179,19 +179,40 @@ def stream_config(spec: StreamSpec, replicas: int = 1):
                         discard={"new": DiscardPolicy.NEW, "old": DiscardPolicy.OLD}[spec.discard], num_replicas=replicas)
 
 
-async def ensure_streams(bus, specs: tuple[StreamSpec, ...] = STREAMS, replicas: int | None = None) -> None:
+ENSURE_RETRY_S = 60.0
+"""How long ensure_streams asks again through a JetStream that does not answer now (a timeout, a 503): a cluster
+electing a leader after a node's loss (4-10 s measured in docs/CLUSTER.md's rehearsals) or without a quorum yet."""
+
+
+async def ensure_streams(bus, specs: tuple[StreamSpec, ...] = STREAMS, replicas: int | None = None, *,
+                         retry_for_s: float = ENSURE_RETRY_S) -> None:
     """Create every stream, or update it in place when it exists (idempotent). `bus`: a NATS bus from
     `yeto.infra.bus.connect` (or its JetStream context); stream administration is not part of the protocol.
     `replicas`: copies of each stream in a cluster; None keeps an existing stream's (every service calls this at
-    start and must not shrink a cluster's R3 streams to one copy) and creates a missing one with one."""
-    from nats.js.errors import NotFoundError
+    start and must not shrink a cluster's R3 streams to one copy) and creates a missing one with one.
+    Every service calls this at its start, so an election under way must not end the service: a request that times
+    out or is answered 503 is asked again (backing off to 2 s) for up to `retry_for_s`, then raised."""
+    import asyncio
+
+    from nats.errors import TimeoutError as NatsTimeout
+    from nats.js.errors import NotFoundError, ServiceUnavailableError
 
     js = getattr(bus, "js", bus)
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + retry_for_s, 0.1
 
     for spec in specs:
-        try:
-            info = await js.stream_info(spec.name)
-        except NotFoundError:
-            await js.add_stream(stream_config(spec, replicas or 1))
-        else:
-            await js.update_stream(stream_config(spec, replicas or info.config.num_replicas or 1))
+        while True:
+            try:
+                try:
+                    info = await js.stream_info(spec.name)
+                except NotFoundError:
+                    await js.add_stream(stream_config(spec, replicas or 1))
+                else:
+                    await js.update_stream(stream_config(spec, replicas or info.config.num_replicas or 1))
+                break
+            except (NatsTimeout, ServiceUnavailableError):
+                if loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)      # a backoff between tries of a request, not a wait on an event
+                delay = min(2 * delay, 2.0)

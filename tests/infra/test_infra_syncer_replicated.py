@@ -497,3 +497,28 @@ async def lease_holder(bus) -> dict | None:
         return None
     body = json.loads(msg.data)
     return body if body["holder"].endswith("yeto-0") else None
+
+
+@pytest.mark.timeout(240)
+async def test_ensure_streams_asks_again_through_a_cluster_without_a_quorum_and_succeeds_once_it_has_one(cluster):
+    """Every service calls ensure_streams at its start: one started while the cluster elects (a node just lost) must
+    not die of the first timeout or 503, as a finalizer did in a syncer-VM rehearsal of 2026-12-05 (docs/CLUSTER.md)."""
+    from yeto.infra.nats.server import ensure_streams
+
+    servers, _ = cluster
+    survivor, *lost = servers.values()
+    for s in lost:          # two of three: no quorum, no meta leader, until they are back
+        s.kill()
+    bus = await NatsBus.connect(survivor.url, name="ensure-streams")
+    try:
+        with pytest.raises((NatsTimeout, ServiceUnavailableError)):
+            await ensure_streams(bus, retry_for_s=0)        # one try, as every service made before: it would have died
+        asking = asyncio.create_task(ensure_streams(bus, retry_for_s=200))
+        for s in lost:
+            await asyncio.to_thread(s.start)
+        await asking        # raises if the quorum's return did not let it through within its bound
+        streams = {name: (await bus.js.stream_info(name)).config.num_replicas
+                   for name in (EVT_STREAM, FRAG_STREAM, GKEY_STREAM, GDELTA_STREAM)}
+        assert streams == dict.fromkeys(streams, 3), streams    # updated in place, never shrunk to one copy
+    finally:
+        await bus.close()
