@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
-STEPS = ("cuda_bf16_lora", "nf4_qlora", "fsdp2", "merge_vs_memcpy", "megatron_ep", "two_islands_acceptance")
+STEPS = ("cuda_bf16_lora", "nf4_qlora", "fsdp2", "merge_vs_memcpy", "megatron_ep", "two_islands_acceptance",
+         "torchft_quantized")
 
 
 def dry(*steps: str, timeout: int) -> subprocess.CompletedProcess:
