@@ -29,8 +29,7 @@ from yeto.schemas import codecs
 from yeto.schemas.codecs.base import encode_delta
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.syncer_memory import syncer_memory
-from yeto.services.syncer.api import FragmentRows, RowProducts, backend, merge_round, throughput
-from yeto.services.syncer.gram import gram_pass
+from yeto.services.syncer.api import FragmentRows, RowProducts, backend, gram_pass, merge_round, throughput
 
 
 def best(fn, reps: int) -> float:

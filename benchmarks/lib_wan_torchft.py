@@ -74,8 +74,7 @@ def inner_steps(model, params, inner, batches, heldout, recipe, eval_every: int,
     `accel`: the device the model is on (learners/accel.py; None: the CPU)."""
     import torch
 
-    from yeto.learners.torch.api import evaluate, loss_sum, lr_at, set_lr
-    from yeto.learners.torch.evaluate import to_device
+    from yeto.learners.torch.api import evaluate, loss_sum, lr_at, set_lr, to_device
     tokens = 0
     model.train()
     for step in range(recipe.max_steps):
@@ -131,7 +130,7 @@ def worker(argv: list[str]) -> None:
     model = apply_tuning(load_model(resolve(recipe.model)), recipe)
     accel = None
     if a.device == "cuda":
-        from yeto.learners import accel as accel_policy
+        from yeto.learners.api import accel as accel_policy
         accel = accel_policy.detect(prefer="cuda")
         model = model.to(accel.device)
     params = trainable_parameters(model)

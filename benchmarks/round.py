@@ -49,8 +49,7 @@ from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
 from yeto.schemas.training import RoundMerged
-from yeto.services.syncer import gram
-from yeto.services.syncer.api import SyncerCore, backend, perform, write_snapshot
+from yeto.services.syncer.api import SyncerCore, backend, gram_at_merge, perform, write_snapshot
 
 FP = "f" * 64
 STAGES = ("ingest", "merge", "broadcast_encode", "chunking", "snapshot")
@@ -209,7 +208,7 @@ def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, flo
             kernels, _, mode = name.partition("/")
             backend.use_kernels(kernels)
             backend.set_threads(threads)
-            gram.gram_at_merge((mode or args.grams[0]) == "at-merge")
+            gram_at_merge((mode or args.grams[0]) == "at-merge")
             b = run_config(core, deltas, 1, sink)
             bests[name, threads] = {k: min(v, bests.get((name, threads), b)[k]) for k, v in b.items()}
     for (kernels, threads), b in bests.items():

@@ -15,14 +15,13 @@ import numpy as np
 import round as rnd
 
 from yeto.schemas import codecs
-from yeto.services.syncer import gram
-from yeto.services.syncer.api import FragmentRows, backend
+from yeto.services.syncer.api import FragmentRows, RowProducts, backend, decode_with_norm, gram_pass
 
 
 def incremental(rows: FragmentRows, payloads: list[bytes], n: int) -> np.ndarray:
     g = np.zeros((len(payloads) + 1, len(payloads) + 1))
     for k, payload in enumerate(payloads):
-        acc = gram.RowProducts(rows.rows[1:2 + k + 1], rows.push(k))
+        acc = RowProducts(rows.rows[1:2 + k + 1], rows.push(k))
         acc.decode(codecs.Q4, payload, n)
         g[1 + k, :k + 2] = g[:k + 2, 1 + k] = acc.products
     return g
@@ -30,8 +29,8 @@ def incremental(rows: FragmentRows, payloads: list[bytes], n: int) -> np.ndarray
 
 def at_merge(rows: FragmentRows, payloads: list[bytes], n: int) -> np.ndarray:
     m = len(payloads)
-    norms = [gram.decode_with_norm(codecs.Q4, payload, n, rows.push(k)) for k, payload in enumerate(payloads)]
-    g = gram.gram_pass(rows.rows[1:2 + m], np.tril(np.ones((m + 1, m + 1), dtype=np.bool_), -1))
+    norms = [decode_with_norm(codecs.Q4, payload, n, rows.push(k)) for k, payload in enumerate(payloads)]
+    g = gram_pass(rows.rows[1:2 + m], np.tril(np.ones((m + 1, m + 1), dtype=np.bool_), -1))
     g[np.arange(1, m + 1), np.arange(1, m + 1)] = norms
     return g
 

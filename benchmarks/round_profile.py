@@ -25,8 +25,7 @@ import numpy as np
 import round as rnd
 
 from yeto.schemas import codecs
-from yeto.services.syncer import gram
-from yeto.services.syncer.api import backend, perform, profiling
+from yeto.services.syncer.api import backend, gram_at_merge, perform, profiling
 
 
 def one_round(core, deltas: list[bytes], sink: rnd.Sink) -> dict[str, float]:
@@ -63,7 +62,7 @@ def main() -> None:
     ap.add_argument("--gram", default="at-merge", choices=("at-merge", "incremental"),
                     help="a push's Gram row: in the merge's one pass over the rows, or folded as it is decoded")
     args = ap.parse_args()
-    gram.gram_at_merge(args.gram == "at-merge")
+    gram_at_merge(args.gram == "at-merge")
     n, m = rnd.parse_sizes(args.values)[0], args.learners
     backend.set_threads(args.threads)
     backend.use_kernels(args.kernels)

@@ -31,9 +31,7 @@ from yeto.schemas.codecs.base import set_threads
 from yeto.schemas.fragments import FragmentHeader, sha256
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
-from yeto.services.syncer.api import FragmentState
-from yeto.services.syncer.outputs import broadcast_chunks
-from yeto.services.syncer.snapshot import copy_later
+from yeto.services.syncer.api import FragmentState, broadcast_chunks, copy_later
 
 SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

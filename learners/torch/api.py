@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from yeto.learners.torch.adapter import TorchArrays  # a module's trainable tensors as the sync reads and writes them
     from yeto.learners.torch.batches import heldout_batches, train_batches  # a recipe's data as packed token batches
     from yeto.learners.torch.build import build, resolve_accel  # the model a recipe asks for, on the device it picks
-    from yeto.learners.torch.evaluate import evaluate, loss_sum  # held-out loss (mean, and summed over tokens)
+    from yeto.learners.torch.evaluate import evaluate, loss_sum, to_device  # held-out loss; a batch onto the device
     from yeto.learners.torch.hook import make_hook  # DilocoHook over a module's trainable parameters
     from yeto.learners.torch.loop import train  # the inner loop: steps, with the sync hook at each step boundary
     from yeto.learners.torch.optim import build_optimizer, lr_at, set_lr  # AdamW and the learning-rate schedule
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TorchArrays", "TrainRecipe", "apply_tuning", "build", "build_optimizer", "dist", "evaluate", "heldout_batches",
            "load_model", "load_tokenizer", "loss_sum", "lr_at", "make_hook", "quieted", "resolve", "resolve_accel",
-           "set_lr", "tiny", "train", "train_batches", "trainable_parameters"]
+           "set_lr", "tiny", "to_device", "train", "train_batches", "trainable_parameters"]
 
 __getattr__ = lazy_names(__name__, {
     "dist": "yeto.learners.torch.dist", "tiny": "yeto.learners.torch.tiny",
@@ -34,6 +34,7 @@ __getattr__ = lazy_names(__name__, {
     "train_batches": "yeto.learners.torch.batches:train_batches",
     "build": "yeto.learners.torch.build:build", "resolve_accel": "yeto.learners.torch.build:resolve_accel",
     "evaluate": "yeto.learners.torch.evaluate:evaluate", "loss_sum": "yeto.learners.torch.evaluate:loss_sum",
+    "to_device": "yeto.learners.torch.evaluate:to_device",
     "make_hook": "yeto.learners.torch.hook:make_hook", "train": "yeto.learners.torch.loop:train",
     "build_optimizer": "yeto.learners.torch.optim:build_optimizer", "lr_at": "yeto.learners.torch.optim:lr_at",
     "set_lr": "yeto.learners.torch.optim:set_lr",

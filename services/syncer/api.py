@@ -14,13 +14,21 @@ from yeto.services.syncer import (
 )
 from yeto.services.syncer.core import SyncerCore  # the pure round logic: pushes in, outputs out
 from yeto.services.syncer.fragment import FragmentState  # one fragment's state: take_in, add, merge, publish
-from yeto.services.syncer.gram import RowProducts, gram, gram_row  # the Gram matrix whole, one row, fused with a decode
+from yeto.services.syncer.gram import (  # the Gram matrix whole, one row, fused with a decode, or one pass at the merge
+    RowProducts,
+    decode_with_norm,
+    gram,
+    gram_at_merge,
+    gram_pass,
+    gram_row,
+)
 from yeto.services.syncer.liveness import silence_s  # how long a learner may be silent before rounds go on without it
 from yeto.services.syncer.merge import merge_round  # one fragment's merge plus outer step, in place
-from yeto.services.syncer.outputs import Broadcast, SaveSnapshot, perform  # what a round asks for, and doing it
+from yeto.services.syncer.outputs import Broadcast, SaveSnapshot, broadcast_chunks, perform  # a round's asks, done
 from yeto.services.syncer.rows import FragmentRows  # one fragment's theta, momentum and push rows in one block
+from yeto.services.syncer.snapshot import copy_later  # a snapshot's row copies on the copier thread
 from yeto.services.syncer.snapshot import write as write_snapshot  # a fragment's snapshot to disk, as the service does
 
-__all__ = ["Broadcast", "FragmentRows", "FragmentState", "RowProducts", "SaveSnapshot", "SyncerCore", "backend", "gram",
-           "gram_row", "merge_round", "perform", "profiling", "silence_s", "sparse", "throughput",
-           "warmup", "write_snapshot"]
+__all__ = ["Broadcast", "FragmentRows", "FragmentState", "RowProducts", "SaveSnapshot", "SyncerCore", "backend",
+           "broadcast_chunks", "copy_later", "decode_with_norm", "gram", "gram_at_merge", "gram_pass", "gram_row",
+           "merge_round", "perform", "profiling", "silence_s", "sparse", "throughput", "warmup", "write_snapshot"]
