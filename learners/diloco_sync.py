@@ -223,12 +223,13 @@ class DilocoSync:
 
     def _message(self, p: int, kind: str, codec: codecs.Codec, payload: bytes, since: tuple[int, int] = (0, 0)) -> Push:
         """A message of fragment p; a push counts the tokens and steps trained after `since` (the counts an
-        unanswered earlier push carried)."""
+        unanswered earlier push carried). The header names no digest: the payload is named as it is split into chunks
+        (schemas/fragments.py split_chunks, on every transport's way out), so it is not hashed here as well."""
         header = FragmentHeader(run_id=self.run_id, learner=self.learner, generation=self.generation, fragment=p, kind=kind,
                                 role=self.layout.roles[p], base_version=self.versions[p] or 0, local_step=self.step,
                                 c_steps=self.c_steps[p] - since[1], c_tokens=self.c_tokens[p] - since[0],
                                 tokens_to=self.total_tokens, step_time_s=self.step_time_s, fingerprint=self.fingerprint,
-                                codec=codec.name, numel=self.layout.numel(p), sha256=sha256(payload))
+                                codec=codec.name, numel=self.layout.numel(p))
         return Push(header, payload)
 
     def _apply(self, p: int, *, landed: bool = False) -> bool:
