@@ -1,7 +1,14 @@
-"""The launcher's side of a learner's watches (infra/bus/nats_watches.py): on a learner's request, its pull consumers,
-made afresh with its run's filters: the run's keyframes headers only, last per subject (a joining learner sees the whole
-model's announcements at once), all its deltas, all its CheckpointMarkedFinal. Durable, acked (a delivery lost to a
-reconnection comes again), and dropped by the server after INACTIVE_S without a pull."""
+"""The launcher's side of a learner's watches (infra/bus/nats_watches.py): on a learner's request, its pull consumers with
+its run's filters: the run's keyframes headers only, last per subject (a joining learner sees the whole model's
+announcements at once), all its deltas, all its CheckpointMarkedFinal. Durable, acked (a delivery lost to a reconnection
+comes again), and dropped by the server after INACTIVE_S without a pull.
+
+A learner process's first request asks for them afresh (a new process must see everything again, not what its
+predecessor acked); a later one (a pull that found no consumer) only for those that are missing. Remaking live ones on
+every such request livelocked a learner on a cluster that had just lost a node: a consumer whose leader was being
+elected answered 503, the learner asked again, the remake deleted all three (their new groups elected again, past the
+API's timeout) and the next pull found none again, for minutes. API calls wait API_TIMEOUT_S (an R3 group's election
+with one peer lost takes seconds)."""
 from __future__ import annotations
 
 import asyncio
@@ -20,7 +27,7 @@ from yeto.schemas.subjects import EVT_STREAM, GDELTA_STREAM, GKEY_STREAM, event_
 
 log = logging.getLogger(__name__)
 BATCH = 64                                           # messages per pull (the learner's)
-ACK_WAIT_S, INACTIVE_S, REMAKE_S = 30.0, 3600.0, 1.0
+ACK_WAIT_S, INACTIVE_S, REMAKE_S, API_TIMEOUT_S = 30.0, 3600.0, 1.0, 30.0
 LEARNER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 
 
@@ -36,14 +43,25 @@ def watch_configs(run_id: str, learner: str) -> dict[str, tuple[str, ConsumerCon
                                                  deliver_policy=DeliverPolicy.ALL, **common))}
 
 
-async def make_watches(js, run_id: str, learner: str) -> None:
-    """(Re)make the learner's watches from a fresh start (what they delivered before is delivered again)."""
-    for stream, config in watch_configs(run_id, learner).values():
-        try:
-            await js.delete_consumer(stream, config.durable_name)
-        except NotFoundError:
-            pass
-        await js.add_consumer(stream, config)
+async def make_watches(js, run_id: str, learner: str, *, fresh: bool = True) -> list[str]:
+    """Make the learner's watches; returns the kinds made. `fresh`: all of them from a fresh start (what they delivered
+    before is delivered again); otherwise only those that do not exist (a live one keeps its place in its stream)."""
+    made = []
+    for kind, (stream, config) in watch_configs(run_id, learner).items():
+        if not fresh:
+            try:
+                await js.consumer_info(stream, config.durable_name, timeout=API_TIMEOUT_S)
+                continue
+            except NotFoundError:
+                pass
+        else:
+            try:
+                await js.delete_consumer(stream, config.durable_name)
+            except NotFoundError:
+                pass
+        await js.add_consumer(stream, config, timeout=API_TIMEOUT_S)
+        made.append(kind)
+    return made
 
 
 async def drop_watches(bus, run_id: str, learners: list[str]) -> None:
@@ -57,9 +75,18 @@ async def drop_watches(bus, run_id: str, learners: list[str]) -> None:
                 pass
 
 
+def _fresh(data: bytes) -> bool:
+    """The request's body: {"fresh": false} asks only for missing watches; anything else (an empty body, an older
+    learner's) for all of them afresh. The subject is the learner's identity: a body can only touch its own watches."""
+    try:
+        return json.loads(data or b"{}").get("fresh", True) is not False
+    except (ValueError, AttributeError):
+        return True
+
+
 async def serve(bus, stop: asyncio.Event) -> None:
     """The launcher's side, until `stop`: make a learner's watches when it asks (one instance of a queue group answers;
-    the same learner's watches at most once per REMAKE_S). A bus without NATS (pure tests) serves nothing."""
+    the same learner's watches afresh at most once per REMAKE_S). A bus without NATS (pure tests) serves nothing."""
     made: dict[tuple[str, str], float] = {}
 
     async def on_request(msg) -> None:
@@ -68,10 +95,14 @@ async def serve(bus, stop: asyncio.Event) -> None:
             check_run_id(run_id)
             if not LEARNER.fullmatch(learner):
                 raise ValueError(f"{learner!r} is no learner name")
-            if time.monotonic() - made.get((run_id, learner), -REMAKE_S) >= REMAKE_S:
-                await make_watches(bus.js, run_id, learner)
+            fresh = _fresh(msg.data)
+            if not fresh:
+                answer = {"ok": True, "made": await make_watches(bus.js, run_id, learner, fresh=False)}
+            elif time.monotonic() - made.get((run_id, learner), -REMAKE_S) >= REMAKE_S:
+                answer = {"ok": True, "made": await make_watches(bus.js, run_id, learner)}
                 made[(run_id, learner)] = time.monotonic()
-            answer = {"ok": True}
+            else:
+                answer = {"ok": True, "made": []}
         except Exception as e:  # noqa: BLE001 - said to the asker; the launcher goes on
             log.warning("watches of %s of run %s not made: %s", learner, run_id, e)
             answer = {"error": str(e)[:200]}

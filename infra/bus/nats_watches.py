@@ -4,7 +4,8 @@ of its choosing (bus/perms.py says why subject permissions cannot tell a push co
 
 A learner process asks for its watches on `yeto.watches.<run>.<learner>` when it starts (the subject is its identity,
 which the server checked); the launcher makes them afresh and answers. A stack with no launcher to ask (tests and tools
-on a server without authentication) lets the learner make them itself; a watch whose consumer is gone asks again.
+on a server without authentication) lets the learner make them itself. A watch whose consumer is gone (or answers 503
+while its leader is elected) asks again, for the missing ones only: the others keep their place.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from yeto.infra.bus.types import Delivery
 log = logging.getLogger(__name__)
 Callback = Callable[[Delivery], Awaitable[None]]
 EXPIRES_S, PULL_BYTES = 5.0, 64 * 2**20      # per pull: seconds open, bytes in flight
+ASK_TIMEOUT_S = 120.0                        # six API calls of the launcher's, each up to API_TIMEOUT_S
 
 
 class LearnerWatches:
@@ -44,17 +46,20 @@ class LearnerWatches:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def ask(self, seen: int) -> None:
-        """Have the watches made afresh, unless they were since `seen` (the number made when the caller looked)."""
+        """Have the watches made (afresh until this process had them once; later only the missing ones), unless they
+        were since `seen` (the number made when the caller looked)."""
         async with self._asking:
             if self.num_made != seen:
                 return
             try:
-                reply = await self.bus.nc.request(f"{WATCHES}.{self.run_id}.{self.learner}", b"", timeout=30)
+                fresh = self.num_made == 0          # until this process had them made once: all of them, afresh
+                reply = await self.bus.nc.request(f"{WATCHES}.{self.run_id}.{self.learner}",
+                                                  json.dumps({"fresh": fresh}).encode(), timeout=ASK_TIMEOUT_S)
                 if "error" in (answer := json.loads(reply.data)):
                     raise ValueError(answer["error"])
             except NoRespondersError:      # no launcher: a stack without one (tests, tools) lets the learner make them
                 try:
-                    await make_watches(self.bus.js, self.run_id, self.learner)
+                    await make_watches(self.bus.js, self.run_id, self.learner, fresh=fresh)
                 except Exception as e:  # noqa: BLE001 - a learner credential may not; the pulls ask again
                     log.warning("nobody makes this learner's watches, and it may not make them itself: %r", e)
                     return

@@ -155,3 +155,31 @@ def test_a_watch_whose_consumer_is_gone_asks_the_launcher_again_and_goes_on(serv
 
     first, later, num_made = asyncio.run(lose_and_recover())
     assert later > first and num_made == 2, "made again once, on the learner's request"
+
+
+@pytest.mark.timeout(60)
+def test_asking_again_remakes_only_a_missing_watch_and_a_live_one_keeps_its_place(server, monkeypatch):
+    """A pull that finds no consumer asks again; the launcher then makes only the missing watches. Remaking live ones on
+    every request livelocked a learner on a cluster that had just lost a node (tests/infra/test_infra_cluster.py): a
+    consumer being elected answered 503, the remake deleted all three, and their new groups were elected again."""
+    monkeypatch.setattr(nats_watch_maker, "REMAKE_S", 0.0)     # the fresh request below comes within a second
+
+    async def ask_again() -> tuple[list, list, list, list]:
+        async with watching(*server, "keyframes", "deltas", "final") as (operator, watches, seen):
+            await asyncio.wait_for(seen.get(), 10)
+            name = watch_consumer(RUN, "island-0")
+            streams = ("YETO_GKEY", "YETO_GDELTA", "YETO_EVT")
+            before = [await operator.js.consumer_info(s, name) for s in streams]
+            await operator.js.delete_consumer("YETO_GDELTA", name)
+            await watches.ask(watches.num_made)            # what a pull that found no consumer does
+            after = [await operator.js.consumer_info(s, name) for s in streams]
+            fresh = json.loads((await operator.nc.request(f"yeto.watches.{RUN}.island-0", b"", timeout=30)).data)
+            again = [await operator.js.consumer_info(s, name) for s in streams]
+            return before, after, fresh["made"], again
+
+    before, after, fresh, again = asyncio.run(ask_again())
+    assert [i.created for i in after] == [before[0].created, after[1].created, before[2].created]
+    assert after[1].created > before[1].created, "the missing one was made"
+    assert after[0].delivered.stream_seq == before[0].delivered.stream_seq >= 1, "the live one kept its place"
+    assert fresh == ["keyframes", "deltas", "final"], "an empty body (a starting or an older learner) remakes all"
+    assert all(a.created > b.created for a, b in zip(again, after)), "afresh: each one new"
