@@ -576,7 +576,8 @@ def down_bytes(run: dict, partner: dict) -> tuple[float | None, bool]:
 def versus(results: list[dict], arm: str, ref: str, sync_lr: float | None) -> str:
     """`<arm>_vs_<ref>_ce_delta_pct=<mean> ci95=[lo,hi] n=<seeds> steps=<a>/<b> up_MB=.. down_MB=.. total=x<ratio>`,
     paired by seed: held-out CE, the inner steps the runs reached, the bytes the learners pushed (measured) and the
-    broadcast deltas they received (from the tape; `*`: the reference's is q4's size of the arm's versions)."""
+    broadcast deltas they received (from the tape; `*`: the reference's is q4's size of the arm's versions), over
+    `bytes_seeds` where not every seed counted its bytes."""
     mine = own_runs(results, arm)
     theirs = own_runs(results, ref, reference_lr(results, sync_lr) if ref == "sync" else None)
     seeds = sorted(set(mine) & set(theirs))
@@ -584,13 +585,19 @@ def versus(results: list[dict], arm: str, ref: str, sync_lr: float | None) -> st
         return ""
     head = headline(f"{arm}_vs_{ref}_ce", [mine[s]["heldout_ce"] for s in seeds], [theirs[s]["heldout_ce"] for s in seeds])
     steps = "/".join(f"{statistics.fmean(r[s].get('max_step') or 0 for s in seeds):.0f}" for r in (mine, theirs))
-    up = [sum(r[s].get("bytes_up") or 0 for s in seeds) for r in (mine, theirs)]
-    down = [down_bytes(mine[s], theirs[s]) for s in seeds], [down_bytes(theirs[s], mine[s]) for s in seeds]
-    parts = [head, f"steps={steps}", _ratio("up_MB", *up, len(seeds))]
+    # Bytes only over the seeds where both runs counted theirs: a run whose count is missing or 0 (a JSON from before
+    # the tape was read, whose islands' last log lines were a replacement's) would pull the mean down as if measured.
+    counted = [s for s in seeds if mine[s].get("bytes_up") and theirs[s].get("bytes_up")]
+    parts = [head, f"steps={steps}"] + ([f"bytes_seeds={','.join(map(str, counted))}"] if counted != seeds else [])
+    if not counted:
+        return " ".join(parts)
+    up = [sum(r[s]["bytes_up"] for s in counted) for r in (mine, theirs)]
+    down = [down_bytes(mine[s], theirs[s]) for s in counted], [down_bytes(theirs[s], mine[s]) for s in counted]
+    parts.append(_ratio("up_MB", *up, len(counted)))
     if all(d is not None for d, _ in down[0] + down[1]):
         dn = [sum(d for d, _ in side) for side in down]
         star = "*" if any(stand_in for _, stand_in in down[1]) else ""
-        parts += [_ratio("down_MB", dn[0], dn[1], len(seeds)) + star, f"total=x{(up[0] + dn[0]) / (up[1] + dn[1]):.3f}"]
+        parts += [_ratio("down_MB", dn[0], dn[1], len(counted)) + star, f"total=x{(up[0] + dn[0]) / (up[1] + dn[1]):.3f}"]
     return " ".join(parts)
 
 

@@ -42,6 +42,17 @@ def test_ddp_against_sync_uses_measured_broadcasts_where_both_have_them():
     assert "down_MB=3.00/3.00(x1.000) " in line and line.endswith("total=x1.000")
 
 
+def test_bytes_count_only_the_seeds_where_both_runs_counted_theirs():
+    """A JSON whose bytes read 0 (docqa's sparse seed 3: its islands' last log lines were a replacement's) is no
+    measurement: its CE pairs, its bytes do not, and the line names the seeds the bytes are over."""
+    runs = [fake("sync", s, 2.0, up=1e6, learners=1) for s in (0, 1, 2)]
+    runs += [fake("default", s, 2.0, up=8e6, broadcast=3e6, broadcast_q4=3e6) for s in (0, 1, 2)]
+    runs += [fake("sparse", s, 2.0, up=0 if s == 1 else 2e6, broadcast=1e6, broadcast_q4=3e6) for s in (0, 1, 2)]
+    line = next(x for x in lora_task.report(runs, []) if x.startswith("sparse_vs_default_ce_delta_pct="))
+    assert " n=3 " in line and " bytes_seeds=0,2 " in line
+    assert "up_MB=2.00/8.00(x0.250)" in line and "down_MB=2.00/6.00(x0.333) " in line and line.endswith("total=x0.286")
+
+
 def test_no_line_without_both_arms():
     runs = [fake("sync", 0, 2.0, up=1e6, learners=1), fake("sparse", 0, 2.1, up=1e6, broadcast=1e6, broadcast_q4=3e6)]
     assert not [x for x in lora_task.report(runs, []) if "_vs_" in x]
