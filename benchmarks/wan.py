@@ -87,20 +87,20 @@ def lr_arg(text: str) -> dict[str, float]:
     return lrs
 
 
-def sync_set_arg(text: str) -> tuple[str, float]:
-    """`grace_max_s=5` -> ("grace_max_s", 5.0): a numeric field of the sync recipe (schemas/recipe.py SyncConfig)."""
+def sync_set_arg(text: str) -> tuple[str, float | str]:
+    """`grace_max_s=5` -> ("grace_max_s", 5.0), `push_schedule=global` -> ("push_schedule", "global"): a numeric or
+    string field of the sync recipe (schemas/recipe.py SyncConfig; SyncConfig checks a string's value)."""
     from dataclasses import fields
 
     from yeto.schemas.recipe import SyncConfig
     key, sep, value = text.partition("=")
-    numeric = {f.name: f.type for f in fields(SyncConfig) if str(f.type) in ("int", "float")}
-    if not sep or key not in numeric:
-        raise argparse.ArgumentTypeError(f"--sync-set {text!r}: write FIELD=VALUE, FIELD one of {', '.join(numeric)}")
+    settable = {f.name: str(f.type) for f in fields(SyncConfig) if str(f.type) in ("int", "float", "str")}
+    if not sep or key not in settable:
+        raise argparse.ArgumentTypeError(f"--sync-set {text!r}: write FIELD=VALUE, FIELD one of {', '.join(settable)}")
     try:
-        number = int(value) if str(numeric[key]) == "int" else float(value)
+        return key, {"int": int, "float": float, "str": str}[settable[key]](value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--sync-set {text!r}: {value!r} is not a {numeric[key]}") from None
-    return key, number
+        raise argparse.ArgumentTypeError(f"--sync-set {text!r}: {value!r} is not a {settable[key]}") from None
 
 
 def lr_of(name: str, args) -> float:
@@ -124,7 +124,8 @@ def plan(args) -> list[str]:
     link = (f"TUN pairs to the hub, rate {args.rate} and {args.latency_ms:g} ms one-way delay each direction (lib_wan_tun)"
             if args.latency_ms > 0 else f"veth pairs to the hub, tbf rate {args.rate} both ends")
     arms = arms_of(args)
-    extra = " ".join([*args.yeto_flags, *(f"sync.{k}={v:g}" for k, v in args.sync_set)])
+    sets = (f"sync.{k}={v}" if isinstance(v, str) else f"sync.{k}={v:g}" for k, v in args.sync_set)
+    extra = " ".join([*args.yeto_flags, *sets])
     what = {"ddp": "ddp (gloo all-reduce every step)",
             "yeto": f"yeto (default recipe{' ' + extra if extra else ''})",
             "yeto-a0": f"yeto-a0 ({' '.join([*args.yeto_flags, *ARM_FLAGS['yeto-a0']])})",
@@ -205,8 +206,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--yeto-flag", dest="yeto_flags", action="append", default=[],
                     help="extra `yeto launch` flag for every Yeto arm, e.g. --yeto-flag=--sync-every=24")
     ap.add_argument("--sync-set", type=sync_set_arg, action="append", default=[], metavar="FIELD=VALUE",
-                    help="set a numeric field of every Yeto arm's sync recipe that `yeto launch` has no flag for, "
-                         "e.g. --sync-set grace_max_s=5 --sync-set staleness_discount=0.5 (schemas/recipe.py SyncConfig)")
+                    help="set a numeric or string field of every Yeto arm's sync recipe that `yeto launch` has no flag for, "
+                         "e.g. --sync-set grace_max_s=5 --sync-set push_schedule=global (schemas/recipe.py SyncConfig)")
     ap.add_argument("--ramp", type=ramp_arg, default=(6, 120), metavar="H0:STEPS",
                     help="yeto-ramp's interval ramp: push every H0 steps at first, growing to H over STEPS (default 6:120)")
     ap.add_argument("--net", type=int, default=231, choices=range(1, 255), metavar="N",

@@ -61,7 +61,11 @@ def push_steps(fragment: int, config: SyncConfig) -> Iterator[int]:
     one included, pushes a fragment at the same steps): from offset p*H0/P (H0 if that is 0), then each
     interval later; without a ramp every H steps at offset p*H/P (streaming: about one fragment in flight)."""
     h0 = config.inner_steps_start or config.inner_steps
-    step = fragment * h0 // config.num_fragments or h0
+    return steps_from(fragment * h0 // config.num_fragments or h0, config)
+
+
+def steps_from(step: int, config: SyncConfig) -> Iterator[int]:
+    """`step`, then each interval later."""
     while True:
         yield step
         step += interval(step, config)
@@ -91,6 +95,7 @@ class DilocoSync:
         self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried
         self.at_push: dict[int, np.ndarray] = {}       # fragment -> its values at that push (global_apply = rebase)
         self.unanswered: dict[int, np.ndarray] = {}    # fragment -> its values at a push no applied global answers yet
+        self.pushed_at: dict[int, int] = {}            # fragment -> the inner step of its last push
         self._schedule = {p: push_steps(p, config) for p in self.active}
         self._next_push = {p: next(s) for p, s in self._schedule.items()}
         self.keyframes = KeyframeDemand(patience_s=keyframe_patience_s)
@@ -213,6 +218,7 @@ class DilocoSync:
         would take it twice (three times, ... up to max_base_lag), which diverged runs whose syncer started late."""
         earlier_tokens, earlier_steps = self.pushed.get(p, (0, 0)) if p in self.unanswered else (0, 0)
         self.pushed[p] = (self.c_tokens[p], self.c_steps[p])
+        self.pushed_at[p] = self.step
         values = self._flat(p)
         if self.config.global_apply == "rebase":
             self.at_push[p] = values
@@ -258,8 +264,21 @@ class DilocoSync:
         # towards its starting point. (Version 0 adopted by checksum equals them: the blend keeps any
         # steps trained before it arrived.)
         base = start is None and not landed
+        if self.config.push_schedule == "global" and p in self.unanswered and not landed:
+            self._realign(p)
         self._after_apply(p, alpha=0.0 if base else None, reference=None if base else self.at_push.get(p, before))
         return True
+
+    def _realign(self, p: int) -> None:
+        """push_schedule = global: a global answered our push of p and landed now, at about the moment it lands on
+        every learner; push p next H - min(lag, cap) steps from here. A learner that waited `lag` <= cap steps for
+        the answer keeps its H; one that ran ahead of the others (its push waited in the syncer for theirs) moves
+        its next push back by the difference, so the fragment's next pushes leave together."""
+        lag = self.step - self.pushed_at.get(p, self.step)
+        h = interval(self.step, self.config)
+        nxt = self.step + max(1, h - min(lag, max(1, h // 12)))
+        self._schedule[p] = steps_from(nxt, self.config)
+        self._next_push[p] = next(self._schedule[p])
 
     def _after_apply(self, p: int, *, alpha: float | None = None, reference: np.ndarray | None = None) -> None:
         """A newer global version of fragment p landed: blend it in (or rebase onto it, from `reference`) and keep

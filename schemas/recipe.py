@@ -10,6 +10,7 @@ from yeto.schemas import codecs
 MERGES = ("rda", "avg")
 RESTARTS = ("off", "opposed", "damped")
 GLOBAL_APPLIES = ("blend", "rebase")
+PUSH_SCHEDULES = ("steps", "global")
 WEIGHTINGS = ("tokens", "tokens_sq_per_step")
 MAX_FRAGMENTS = 4096
 
@@ -66,6 +67,11 @@ class SyncConfig:
     push is blended away with the rest), or rebase, theta <- theta + (1-alpha)*(global - r), r = its values at
     its push (the anchor when no push is pending): the steps trained while the push was in flight are kept, as
     their token counts already are (learners/diloco_sync.py)."""
+    push_schedule: str = "steps"
+    """steps (default): fragment p is pushed at fixed local steps (offset p*H/P, then every H), whatever the others do;
+    global: after a global answers a push of p, p is pushed next H - min(lag, max(1, H // 12)) steps after that global
+    landed (lag: steps from the push to the landing), so learners that run out of phase push each fragment close together in
+    time again: the global lands on every learner at about the same moment (docs/SYNC_MATH.md, push schedule)."""
     max_base_lag: int = 4
     """A push whose base version is more than this many versions old is rejected as stale."""
     staleness_discount: float = 1.0
@@ -114,6 +120,7 @@ class SyncConfig:
             (-1 <= self.momentum_restart_cos <= 0, "momentum_restart_cos must be in [-1, 0] (a cosine at or below 0)"),
             (self.momentum_restart == "opposed" or self.momentum_restart_cos == 0,
              "momentum_restart_cos applies only with momentum_restart opposed (it would be ignored with off or damped)"),
+            (self.push_schedule in PUSH_SCHEDULES, f"push_schedule must be one of {', '.join(PUSH_SCHEDULES)}"),
             (self.global_apply in GLOBAL_APPLIES, f"global_apply must be one of {', '.join(GLOBAL_APPLIES)}"),
             (self.merge in MERGES, f"merge must be one of {', '.join(MERGES)}"),
             (self.weighting in WEIGHTINGS, f"weighting must be one of {', '.join(WEIGHTINGS)}"),
