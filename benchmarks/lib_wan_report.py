@@ -209,7 +209,7 @@ def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
                      f"| {fmt_ci(vals('artifact'), '+.2f')} "
                      f"| {fmt_ci(vals('mb'), '.2f')} |")
     best = per.get("torchft-best")
-    for name in (n for n in ("yeto", "yeto-ramp") if n in per and best):
+    for name in (n for n in ("yeto", "yeto-sparse", "yeto-ramp") if n in per and best):
         mine = per[name]
         both = sorted(s for s in mine["time"] if s in best["time"])
         t = [mine["time"][s] / best["time"][s] for s in both if mine["time"][s] is not None and best["time"][s]]

@@ -11,6 +11,8 @@ add the two it imports:  .venv/bin/pip install --no-deps torchft-nightly && .ven
   ddp            gloo all-reduce of the gradients every step (lib_wan_arms)
   yeto           the real stack, default recipe, finalized and its artifact scored
   yeto-a0        the same with --merge-alpha 0 (learners adopt the global model as is)
+  yeto-sparse    yeto with claim 12's sparse recipe (SPARSE_FLAGS: topk4 pushes, topk8 broadcast deltas, error
+                 feedback decay 0.8, outer lr 1, no outer momentum, merge alpha 0)
   yeto-ramp      yeto with the sync interval ramp (--ramp H0:R: --sync-every-start H0 --sync-ramp-steps R)
   yeto-fault     yeto with learner 1 SIGKILLed at --kill-frac of the steps, measured on the global model
                  (lib_wan_fault: next merged version after the kill, rounds merged without the island, the
@@ -46,10 +48,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-YETO_ARMS = ("ddp", "yeto", "yeto-a0", "yeto-ramp", "yeto-survivors", "yeto-fault", "yeto-replace", "yeto-freeze")
+YETO_ARMS = ("ddp", "yeto", "yeto-sparse", "yeto-a0", "yeto-ramp", "yeto-survivors", "yeto-fault", "yeto-replace", "yeto-freeze")
 FAULT_ARMS = {"yeto-fault": "kill", "yeto-replace": "replace", "yeto-freeze": "freeze"}
 TORCHFT_ARMS = ("torchft", "torchft-best", "torchft-q", "torchft-fault")
-ARM_FLAGS = {"yeto": [], "yeto-a0": ["--merge-alpha=0"], "yeto-ramp": [], "yeto-survivors": [], "yeto-fault": [],
+SPARSE_FLAGS = ["--codec-up=topk4", "--codec-down=topk8", "--feedback-decay=0.8", "--outer-lr=1.0",
+                "--outer-momentum=0.0", "--merge-alpha=0.0"]
+ARM_FLAGS = {"yeto": [], "yeto-sparse": SPARSE_FLAGS, "yeto-a0": ["--merge-alpha=0"], "yeto-ramp": [], "yeto-survivors": [],
+             "yeto-fault": [],
              "yeto-replace": [], "yeto-freeze": []}
 """`yeto launch` flags of each Yeto arm, after --yeto-flag's (yeto-ramp: `arm_flags`, from --ramp)."""
 
@@ -128,6 +133,7 @@ def plan(args) -> list[str]:
     extra = " ".join([*args.yeto_flags, *sets])
     what = {"ddp": "ddp (gloo all-reduce every step)",
             "yeto": f"yeto (default recipe{' ' + extra if extra else ''})",
+            "yeto-sparse": f"yeto-sparse ({' '.join([*args.yeto_flags, *SPARSE_FLAGS])})",
             "yeto-a0": f"yeto-a0 ({' '.join([*args.yeto_flags, *ARM_FLAGS['yeto-a0']])})",
             "yeto-ramp": f"yeto-ramp ({' '.join([*args.yeto_flags, *arm_flags('yeto-ramp', args)])})",
             "yeto-fault": "yeto-fault (yeto, learner 1 killed)",

@@ -249,10 +249,12 @@ def test_tun_link_emulator_adds_the_delay_both_ways_and_counts_bytes():
 
 
 def test_wan_plans_the_ramp_arm_and_refuses_a_bad_ramp():
-    out = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--arms", "ddp,yeto,yeto-ramp", "--ramp", "4:60"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--arms", "ddp,yeto,yeto-ramp,yeto-sparse", "--ramp",
+                          "4:60"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "yeto-ramp (--sync-every-start=4 --sync-ramp-steps=60)" in out.stdout
+    assert ("yeto-sparse (--codec-up=topk4 --codec-down=topk8 --feedback-decay=0.8 --outer-lr=1.0 --outer-momentum=0.0 "
+            "--merge-alpha=0.0)") in out.stdout, "claim 12's sparse recipe"
     bad = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--ramp", "6"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "write H0:STEPS" in bad.stderr
