@@ -149,7 +149,15 @@ def round_stats(env: dict, run_id: str) -> dict:
         from events where run_id = '{run_id}' and type = 'RoundMerged'""")[0]
     names = ("merged", "staleness_mean", "staleness_max", "stale_round_share", "pushes_per_round", "grace_ms_mean",
              "grace_ms_max", "quorum_ms_mean", "momentum_restarts", "momentum_cos_mean")
-    return dict(zip(names, row))
+    # the time from a round's first push to its last, round by round (fragment, global version, ms): a fragment's first
+    # rounds carry the learners' start-up gap, the later ones how far apart their push schedules run
+    per_round = sql(env, f"""select cast(payload->>'fragment' as int), cast(payload->>'global_version' as int),
+        cast(payload->>'quorum_ms' as double) from events where run_id = '{run_id}' and type = 'RoundMerged'
+        order by 2, 1""")
+    steady = sorted(ms for _, v, ms in per_round if v >= 3)
+    return dict(zip(names, row)) | {
+        "quorum_ms_rounds": [[f, v, round(ms, 1)] for f, v, ms in per_round],
+        "quorum_ms_steady_median": steady[len(steady) // 2] if steady else None}
 
 
 def after_freeze(frozen: Proc, sync: dict) -> dict:
