@@ -9,7 +9,9 @@ once on a throwaway array, either
 - on a background thread of the learner itself, started before its model loads (`start`), the first push or apply
   waiting for it only if it is not done (`wait`, in DilocoSync), or
 - in a child the zygote forks beside its own imports (`main`, once `prepare` made numba's CPU target in the zygote),
-  which fills numba's on-disk cache; the forked ranks then load the kernels from it on their own thread. The zygote
+  which fills numba's on-disk cache; the forked ranks then load the kernels from it on their own thread, which first
+  waits for that child's end (`after`: the zygote answers `ready` without waiting for it, so on an empty cache a rank
+  builds its model and reads its data while the child compiles, instead of after; no rank compiles beside it). The zygote
   cannot hold them compiled itself: compiling, or loading from the cache, a `parallel=True` kernel starts numba's
   thread pool, and the zygote must run no thread when it forks. `python -m yeto.learners.kernels_warm` runs `main`
   alone.
@@ -20,6 +22,8 @@ loads, and all of them cost about what q4 alone does once the cache holds them (
 from __future__ import annotations
 
 import logging
+import os
+import select
 import threading
 import time
 
@@ -29,7 +33,8 @@ log = logging.getLogger("yeto.learner")
 
 NUMEL = 3 * 65536 + 1000      # several of the kernels' pieces and a ragged tail, as the syncer's warm-up
 _LOCK = threading.Lock()
-_STATE: dict[str, threading.Thread | None] = {"thread": None}
+AFTER_LIMIT_S = 600.0     # a sibling's compile that never ends: this process compiles what it lacks itself
+_STATE: dict = {"thread": None, "after": None}
 
 
 def warm() -> float:
@@ -54,6 +59,17 @@ def prepare() -> None:
     cpu_target.target_context.refresh()
 
 
+def after(fd: int) -> None:
+    """A process forked from here on waits, before its warm-up, for the end of the one process holding the write end of
+    this pipe (the zygote's warm-up child, filling numba's cache: its kernels then load, none compile twice)."""
+    _STATE["after"] = fd
+
+
+def _wait_for_sibling() -> None:
+    if (fd := _STATE["after"]) is not None and select.select([fd], [], [], AFTER_LIMIT_S)[0]:
+        os.read(fd, 1)          # EOF: the child ended (it writes nothing)
+
+
 def start() -> threading.Thread:
     """`warm` on a daemon thread, once per process (a forked rank starts its own: threads do not cross a fork)."""
     with _LOCK:
@@ -66,6 +82,7 @@ def start() -> threading.Thread:
 
 def _run() -> None:
     try:
+        _wait_for_sibling()
         log.info("codec kernels ready in %.1fs", warm())
     except Exception:       # a warm-up that fails leaves the first push to compile, as before
         log.exception("codec kernel warm-up failed")

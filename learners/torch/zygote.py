@@ -2,7 +2,8 @@
 
 `python -m yeto.learners.torch.zygote` imports what every learner imports (torch, transformers, numba, the
 learner shell), meanwhile fills numba's on-disk cache with the codec kernels in a child process
-(learners/kernels_warm.py; waited for before `ready`), then reads requests from stdin, one JSON object a line:
+(learners/kernels_warm.py; not waited for: a rank's own warm-up waits for its end), then reads requests from stdin, one
+JSON object a line:
 
     {"argv": [learner arguments], "env": {...}, "log": path, "exit_file": path, "pgid": 0 or the island's group}
 
@@ -85,13 +86,20 @@ kernels_warm.prepare()       # numba imported and its CPU target ready: no threa
 
 def warm_child() -> int:
     """The codec kernels, compiled into numba's on-disk cache (or loaded from it) by a forked child while the imports
-    below run (not in this process: a parallel kernel compiled or loaded starts numba's threads). Waited for before
-    `ready`; its pid."""
+    below run (not in this process: a parallel kernel compiled or loaded starts numba's threads); its pid. `ready` does
+    not wait for it: on an empty cache (a fresh install) the compile took longer than the imports and held every rank
+    back until it ended (benchmarks/results/startup/README.md). A rank forked before it ends builds its model and reads
+    its data meanwhile; its warm-up thread waits for the child's end on a pipe only the child writes to
+    (kernels_warm.after), then loads the kernels from the cache, so no rank compiles them beside the child."""
     sys.stdout.flush()
     sys.stderr.flush()
+    done, held = os.pipe()       # EOF on `done` once the child ended: it alone holds `held`
     pid = os.fork()
     if pid:
+        os.close(held)
+        kernels_warm.after(done)
         return pid
+    os.close(done)
     code = 1
     try:
         os.dup2(2, 1)            # its line to the log: stdout is the launcher's answers
@@ -141,14 +149,17 @@ from yeto.learners.transport import logs_setup  # noqa: E402,F401
 
 
 def reap(*_: object) -> None:
-    """SIGCHLD: collect every ended child (a zombie would read as dead to the launcher anyway: infra/procs.py)."""
+    """SIGCHLD: collect every ended child (a zombie would read as dead to the launcher anyway: infra/procs.py); the
+    warm-up child's failure is logged, not fatal: the ranks' own warm-up threads compile what it could not."""
     while True:
         try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        if pid == WARM and (code := os.waitstatus_to_exitcode(status)):     # its output and traceback: this log
+            print(f"codec kernel warm-up exited {code}", file=sys.stderr, flush=True)
 
 
 def exit_code(err: SystemExit) -> int:
@@ -229,13 +240,6 @@ def fork(request: dict, sockets: tuple[socket.socket, ...] = ()) -> dict:
     return {"pid": pid}
 
 
-def warmed() -> None:
-    """Wait for the kernels' child (before the SIGCHLD handler, which would reap it); a failure is logged, not fatal:
-    the ranks' own warm-up thread compiles what it could not."""
-    if code := os.waitstatus_to_exitcode(os.waitpid(WARM, 0)[1]):     # its output and traceback: this log
-        print(f"codec kernel warm-up exited {code}", file=sys.stderr, flush=True)
-
-
 def answer(line: str, sockets: tuple[socket.socket, ...] = ()) -> str:
     try:
         out = fork(json.loads(line), sockets)
@@ -260,8 +264,8 @@ def serve(server: socket.socket) -> None:
 
 
 def main() -> int:
-    warmed()
     signal.signal(signal.SIGCHLD, reap)
+    reap()          # the warm-up child, if it ended during the imports
     if LISTEN is None:
         print(json.dumps({"ready": os.getpid()}), flush=True)
     print(f"ready: pid {os.getpid()}, imports done", file=sys.stderr, flush=True)   # its log (benchmarks/startup.py)

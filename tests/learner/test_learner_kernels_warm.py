@@ -1,8 +1,9 @@
 """kernels_warm.py makes every codec kernel a learner's first push and first applied global run: in a fresh process
 with an empty numba cache, after the warm-up thread, a real DilocoSync pushes (q4, topk4: each with its error
 feedback) and applies the syncer's real keyframe and q4 delta without a single codec kernel gaining a compiled
-signature. Without the warm-up the same steps compile kernels (the check can fail). And the zygote fills numba's
-on-disk cache before `ready`, so a rank it forks loads every codec kernel from it and compiles none."""
+signature. Without the warm-up the same steps compile kernels (the check can fail). And the zygote's warm-up child
+fills numba's on-disk cache beside `ready`: a rank forked from it waits for that child's end and loads every codec
+kernel from the cache, compiling none."""
 from __future__ import annotations
 
 import json
@@ -106,7 +107,7 @@ print(json.dumps({name: [int(d.stats.cache_hits.total()), int(d.stats.cache_miss
 
 
 @pytest.mark.slow
-def test_the_zygote_fills_numbas_cache_before_ready_and_forks_with_no_thread(tmp_path):
+def test_the_zygote_fills_numbas_cache_in_its_warm_up_child_and_forks_with_no_thread(tmp_path):
     cache = tmp_path / "numba"
     env = {"NUMBA_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
@@ -116,17 +117,48 @@ def test_the_zygote_fills_numbas_cache_before_ready_and_forks_with_no_thread(tmp
                                 stdout=subprocess.PIPE, stderr=err, env=env, text=True)
     try:
         assert "ready" in json.loads(proc.stdout.readline() or "{}"), log.read_text()[-3000:]
-        # ready came after its warm-up child ended: the cache holds the kernels; the zygote runs no numba thread
-        assert list(cache.rglob("q4._encode_blocks-*.nbi")) and list(cache.rglob("q4._decode_blocks-*.nbi"))
-        (tmp_path / "ok").write_text("")
         proc.stdin.write(json.dumps({"argv": ["--help"], "env": env, "log": str(tmp_path / "rank.log"),
                                      "exit_file": str(tmp_path / "exit"), "pgid": 0}) + "\n")
         proc.stdin.flush()
         assert "pid" in json.loads(proc.stdout.readline()), log.read_text()[-3000:]     # forked: no thread beyond BLAS's
         wait_for(lambda: (tmp_path / "exit").exists() or None, 120, "the forked rank's exit file")
+        # `ready` does not wait for the warm-up child; its line says it filled the cache
+        wait_for(lambda: "codec kernels ready in" in log.read_text() or None, 240, "the zygote's warm-up child")
+        assert list(cache.rglob("q4._encode_blocks-*.nbi")) and list(cache.rglob("q4._decode_blocks-*.nbi"))
     finally:
         proc.stdin.close()
         proc.wait(timeout=60)
+    assert "warm-up exited" not in log.read_text()
     stats = run_script(LOADED, cache=cache)              # a rank's warm-up with that cache: every kernel loaded
     compiled = {name: hm for name, hm in stats.items() if hm[1]}
     assert not compiled and sum(h for h, _ in stats.values()) >= 2, stats    # q4 encode and decode at least
+
+
+AFTER_SIBLING = KERNELS + r"""
+import json, os
+from yeto.learners import kernels_warm
+go, go_w = os.pipe()
+done, held = os.pipe()
+if os.fork() == 0:              # the zygote's warm-up child: fills the empty cache once this process's warm-up started
+    os.close(done)
+    os.close(go_w)
+    os.read(go, 1)
+    kernels_warm.warm()
+    os._exit(0)
+os.close(held)
+kernels_warm.after(done)         # as the zygote does before it forks a rank
+kernels_warm.start()             # the rank's warm-up thread: started while the cache is still empty
+os.write(go_w, b"x")
+kernels_warm.wait()
+print(json.dumps({name: [int(d.stats.cache_hits.total()), int(d.stats.cache_misses.total())]
+                  for name, d in dispatchers()}))
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_forked_before_the_warm_up_child_ends_waits_for_it_and_compiles_nothing(tmp_path):
+    """On an empty cache the zygote answers `ready` while its child compiles: a rank's warm-up, started before the
+    child even began, loads every kernel from the cache the child filled instead of compiling them beside it."""
+    stats = run_script(AFTER_SIBLING, cache=tmp_path / "numba")
+    compiled = {name: hm for name, hm in stats.items() if hm[1]}
+    assert not compiled and sum(h for h, _ in stats.values()) >= 2, stats

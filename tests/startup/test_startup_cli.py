@@ -2,10 +2,13 @@
 CLI's start-up seconds, benchmarks/startup.py)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from yeto.learners.torch.tiny import write_chat_jsonl, write_model_dir
 
@@ -23,3 +26,57 @@ def test_a_local_launch_checks_its_data_without_torch_or_transformers(tmp_path):
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "yeto.learners.data.tokenizer_files" in imported and "tokenizers" in imported     # the check ran
     assert not imported & {"torch", "transformers"}
+
+
+FIRST = r"""
+import json, sys
+from yeto.infra.stack import zygote
+calls = []
+zygote.start = lambda root: calls.append("yeto.cli.launch.command" in sys.modules) or None    # starts nothing here
+from yeto.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "command_imported_at_each_start": calls}))
+"""
+
+
+def test_a_launch_on_a_stack_it_will_start_starts_the_zygote_before_its_own_imports(tmp_path):
+    """cli/launch/early.py: the stack's zygote is started before `yeto.cli.launch.command` is imported (then once more,
+    idempotently, by the launch's own check once its flags are parsed)."""
+    model, home = write_model_dir(tmp_path / "model"), tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "YETO_NATS_URL"} | {"YETO_HOME": str(home)}
+    argv = [sys.executable, "-c", FIRST, "launch", "--gpu", "local:1xcpu,local:1xcpu", "--model", str(model),
+            "--data", str(tmp_path / "missing.jsonl"), "--max-steps", "2"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["code"] == 2, done.stderr[-2000:]           # the data check refuses: no stack
+    assert seen["command_imported_at_each_start"][0] is False, seen
+
+
+@pytest.mark.parametrize("argv, env, starts", [
+    (["launch", "--gpu", "local:1xcpu,local:2xcpu", "--model", "m"], {}, True),
+    (["--state-dir", "{home}", "launch", "--gpu=local:1xCPU"], {}, True),
+    (["launch", "--gpu", "local:1xcpu", "--dry-run"], {}, False),
+    (["launch", "--gpu", "local:1xcuda"], {}, False),
+    (["launch", "--gpu", "local:1xcpu,aws:1xa100"], {}, False),
+    (["launch", "--model", "m"], {}, False),
+    (["launch", "--gpu", "local:1xcpu", "--config", "run.yaml"], {}, False),
+    (["launch", "--gpu", "local:1xcpu", "--nats-url", "nats://127.0.0.1:4222"], {}, False),
+    (["launch", "--gpu", "local:1xcpu"], {"YETO_NATS_URL": "nats://127.0.0.1:4222"}, False),
+    (["launch", "--gpu", "local:1xcpu", "--base-quantization", "nf4"], {}, False),
+    (["launch", "--gpu", "local:1xcpu", "--help"], {}, False),
+])
+def test_the_early_start_reads_only_what_it_is_sure_of(argv, env, starts, tmp_path, monkeypatch):
+    """Anything it does not read as a local CPU launch on a stack to start is left to the launch's own check."""
+    from yeto.cli.launch import early
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("YETO_HOME", str(home))
+    monkeypatch.delenv("YETO_NATS_URL", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    argv = [w.replace("{home}", str(home)) for w in argv]
+    assert (early.eligible(argv) == home.resolve()) is starts
+    if starts:                          # a stack's record under the state directory: its own zygote, not this one's
+        home.mkdir()
+        (home / "stack.json").write_text("{}")
+        assert early.eligible(argv) is None

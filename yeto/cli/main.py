@@ -116,6 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     completing = "_ARGCOMPLETE" in os.environ       # a shell asks for completions (argcomplete; docs/CLI.md)
     argv = os.environ.get("COMP_LINE", "").split()[1:] if completing else sys.argv[1:] if argv is None else argv
     command = COMMANDS.get(command_of(argv) or "")
+    if command and command[0] == "launch.command" and not completing:
+        from yeto.cli.launch.early import zygote_first
+        with zygote_first(argv):        # the learners' imports begin before this command's own (launch/early.py)
+            return run_command(argv, command, completing)
+    return run_command(argv, command, completing)
+
+
+def run_command(argv: list[str], command: tuple[str, str] | None, completing: bool) -> int:
     parser = build_parser({command[0]} if command else set())
     if completing:
         try:
