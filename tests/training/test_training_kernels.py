@@ -41,6 +41,32 @@ def test_compiled_q4_gives_the_reference_bytes_and_floats_nan_and_infinite_block
 
 
 @pytest.mark.timeout(120)
+def test_compiled_q4_decode_of_any_bytes_is_the_reference_decode_every_code_and_scale():
+    """Bytes no encoder writes (an island's are hostile): every code byte, code 8 (a signed zero), scales negative,
+    subnormal, zero, infinite and NaN, a row at an odd f32 offset. The compiled decode (a byte's two values from one
+    64-bit table word, then scaled) and the decode fused with its squared norm give the reference's bits."""
+    rng = np.random.default_rng(7)
+    for n in (256, 257, 2048 + 77, 3 * gram.PIECE + 5):
+        blocks = -(-n // q4.BLOCK)
+        scales = rng.standard_normal(blocks, dtype=np.float32)
+        special = np.array([0, -0.0, 1e-42, np.inf, -np.inf, np.nan, -3e38], dtype=np.float32)
+        at = np.arange(0, blocks, 2)[:special.size]
+        scales[at] = special[:at.size]
+        codes = rng.integers(0, 256, (blocks, q4.BLOCK // 2), dtype=np.uint8)
+        codes[0] = np.arange(128, dtype=np.uint8)
+        codes[-1] = np.arange(128, 256, dtype=np.uint8)
+        payload = scales.tobytes() + codes.tobytes()
+        want = _with("reference", 1, lambda payload=payload, n=n: codecs.Q4.decode(payload, n))
+        for threads in (1, 2):
+            rows = np.zeros((3, n), dtype=np.float32)          # row 1 starts at an odd f32 offset when n is odd
+            got = _with("compiled", threads, lambda p=payload, n=n, out=rows[1]: codecs.Q4.decode(p, n, out=out))
+            assert got.tobytes() == want.tobytes(), (n, threads)
+            rows[1] = 0
+            _with("compiled", threads, lambda p=payload, n=n, row=rows[1]: gram.decode_with_norm(codecs.Q4, p, n, row))
+            assert rows[1].tobytes() == want.tobytes(), (n, threads)
+
+
+@pytest.mark.timeout(120)
 def test_compiled_gram_row_and_outer_step_match_the_reference_and_not_the_thread_count():
     rng = np.random.default_rng(2)
     n = (1 << 19) + 77
