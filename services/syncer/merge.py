@@ -223,15 +223,24 @@ def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts)
             lo = p * STEP_PIECE
             hi = min(lo + STEP_PIECE, n)
             t, u = theta[:hi - lo], b[:hi - lo]
-            m = 2
-            if c.shape[1] > 3 and dense[0] and dense[1]:              # theta, b and two pushes in one pass
+            m, last = 2, c.shape[1]
+            if last == 6 and dense[0] and dense[1] and dense[2] and dense[3]:    # four pushes: one pass, no scratch
+                finite[p] = _six_rows_out(rows[0, lo:hi], rows[1, lo:hi], rows[2, lo:hi], rows[3, lo:hi], rows[4, lo:hi],
+                                          rows[5, lo:hi], c[0, 0], c[0, 1], c[0, 2], c[0, 3], c[0, 4], c[0, 5], c[1, 0],
+                                          c[1, 1], c[1, 2], c[1, 3], c[1, 4], c[1, 5], commit) == 0
+                continue
+            if last > 3 and dense[0] and dense[1]:              # theta, b and two pushes in one pass
                 _four_rows(rows[0, lo:hi], rows[1, lo:hi], rows[2, lo:hi], rows[3, lo:hi], t, u, c[0, 0], c[0, 1],
                            c[1, 0], c[1, 1], c[0, 2], c[1, 2], c[0, 3], c[1, 3])
                 m = 4
             else:
                 _two_rows(rows[0, lo:hi], rows[1, lo:hi], t, u, c[0, 0], c[0, 1], c[1, 0], c[1, 1])
-            while m < c.shape[1]:
-                if m + 1 < c.shape[1] and dense[m - 2] and dense[m - 1]:     # two rows in one pass over the scratch
+            while m < last:
+                if m + 2 == last and dense[m - 2] and dense[m - 1]:     # the last two rows: added, rounded and stored
+                    finite[p] = _add_two_rows_out(rows[m, lo:hi], rows[m + 1, lo:hi], t, u, c[0, m], c[1, m], c[0, m + 1],
+                                                  c[1, m + 1], rows[0, lo:hi], rows[1, lo:hi], commit) == 0
+                    break
+                if m + 1 < last and dense[m - 2] and dense[m - 1]:     # two rows in one pass over the scratch
                     _add_two_rows(rows[m, lo:hi], rows[m + 1, lo:hi], t, u, c[0, m], c[1, m], c[0, m + 1], c[1, m + 1])
                     m += 2
                     continue
@@ -240,10 +249,11 @@ def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts)
                 else:
                     _add_entries(idx[m - 2], vals[m - 2], starts[m - 2, p], starts[m - 2, p + 1], lo, t, u, c[0, m], c[1, m])
                 m += 1
-            finite[p] = _num_non_finite(t, u) == 0
-            if commit:
-                _store(t, rows[0, lo:hi])
-                _store(u, rows[1, lo:hi])
+            else:
+                finite[p] = _num_non_finite(t, u) == 0
+                if commit:
+                    _store(t, rows[0, lo:hi])
+                    _store(u, rows[1, lo:hi])
 
 
 @numba.njit(nogil=True, cache=True, inline="never")
@@ -279,6 +289,37 @@ def _add_two_rows(x, y, theta, b, c0, c1, d0, d1):  # pragma: no cover - compile
         d, e = np.float64(x[i]), np.float64(y[i])
         theta[i] = (theta[i] + c0 * d) + d0 * e
         b[i] = (b[i] + c1 * d) + d1 * e
+
+
+@numba.njit(nogil=True, cache=True, inline="never")
+def _add_two_rows_out(x, y, theta, b, c0, c1, d0, d1, out_theta, out_b, commit):  # pragma: no cover - compiled
+    """`_add_two_rows`, then `_num_non_finite` and (when `commit`) `_store` of both, in one pass: the same additions
+    and roundings (the same bits); returns how many values are not finite."""
+    bad = 0
+    for i in range(theta.size):
+        d, e = np.float64(x[i]), np.float64(y[i])
+        t, u = np.float32((theta[i] + c0 * d) + d0 * e), np.float32((b[i] + c1 * d) + d1 * e)
+        bad += np.int64(not (t - t == 0)) + np.int64(not (u - u == 0))
+        if commit:
+            out_theta[i], out_b[i] = t, u
+    return bad
+
+
+@numba.njit(nogil=True, cache=True, inline="never")
+def _six_rows_out(theta, b, x, y, z, w, k0, k1, k2, k3, k4, k5, j0, j1, j2, j3, j4, j5, commit):  # pragma: no cover
+    """Four dense pushes: `_four_rows`, `_add_two_rows` and `_add_two_rows_out` in one pass with no scratch, theta and b
+    rewritten in place when `commit` (each value read before it is written): the same additions in the same order
+    (the same bits); returns how many values are not finite."""
+    bad = 0
+    for i in range(theta.size):
+        a, f, d, e = np.float64(theta[i]), np.float64(b[i]), np.float64(x[i]), np.float64(y[i])
+        g, h = np.float64(z[i]), np.float64(w[i])
+        t = np.float32(((((k0 * a + k1 * f) + k2 * d) + k3 * e) + k4 * g) + k5 * h)
+        u = np.float32(((((j0 * a + j1 * f) + j2 * d) + j3 * e) + j4 * g) + j5 * h)
+        bad += np.int64(not (t - t == 0)) + np.int64(not (u - u == 0))
+        if commit:
+            theta[i], b[i] = t, u
+    return bad
 
 
 @numba.njit(nogil=True, cache=True, inline="never")
