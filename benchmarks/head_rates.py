@@ -13,6 +13,17 @@ modelled).
 
     .venv/bin/python benchmarks/head_rates.py [--values 4M] [--reps 5] [--check]
     .venv/bin/python benchmarks/head_rates.py --project [--interval 60]   # docs/HEAD.md's table, from the model alone
+    .venv/bin/python benchmarks/head_rates.py --ingest --values 16M [--reps 7]   # one q4 push's intake, stage by stage
+
+`--ingest` times one q4 push's way in on one thread, stage by stage: its chunks' SHA-256 (what the intake checks of each
+chunk), the assembler (those checks, the "chunks" digest, the join into a pooled buffer), the decode with its squared
+norm into a push row, and the whole: SyncerCore.receive of every chunk of a round's first push (admission included),
+the round then completed untimed. Each stage's best of `--reps`, against the memcpy of one row beside it. With
+`--against DIR` (a frozen copy of another commit, scripts/frozen.sh), the kernels of DIR's schemas/codecs/q4.py and
+services/syncer/merge.py are loaded beside this tree's and timed interleaved in this one process: a q4 push's decode
+with its squared norm and the outer step over 4 pushes, their bits compared.
+
+    .venv/bin/python benchmarks/head_rates.py --ingest --values 16M --reps 7 --against /tmp/frozen-before
 """
 from __future__ import annotations
 
@@ -27,9 +38,19 @@ import numpy as np
 
 from yeto.schemas import codecs
 from yeto.schemas.codecs.base import encode_delta
+from yeto.schemas.fragments import split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.syncer_memory import syncer_memory
-from yeto.services.syncer.api import FragmentRows, RowProducts, backend, gram_pass, merge_round, throughput
+from yeto.services.syncer.api import (
+    FragmentRows,
+    RowProducts,
+    backend,
+    decode_with_norm,
+    gram_pass,
+    merge_round,
+    perform,
+    throughput,
+)
 
 
 def best(fn, reps: int) -> float:
@@ -41,6 +62,18 @@ def best(fn, reps: int) -> float:
         fn()
         top = min(top, time.perf_counter() - start)
     return top
+
+
+def best_both(fn, reps: int) -> tuple[float, float]:
+    """`best`, and the best CPU seconds of the process (all its threads) over the same calls: on a box shared with
+    other work the CPU time leaves out the waits for a core that the wall time counts."""
+    fn()
+    wall = cpu = float("inf")
+    for _ in range(reps):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        fn()
+        wall, cpu = min(wall, time.perf_counter() - start), min(cpu, time.process_time() - start_cpu)
+    return wall, cpu
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -106,6 +139,110 @@ def check(n: int, reps: int, rates: throughput.Rates) -> None:
     print(f"model_error={measured / modelled:.3f}")
 
 
+def ingest_stages(n: int, reps: int) -> None:
+    """One q4 push's intake at n values, stage by stage (the module's docstring, `--ingest`)."""
+    import tempfile
+    from pathlib import Path
+
+    import round as rnd
+    rng = np.random.default_rng(0)
+    core = rnd.new_core(n, 4, rng)
+    deltas = [codecs.Q4.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(4)]
+    first = split_chunks(rnd.header("l0", "push", "q4", n, deltas[0], step=1, base=0), deltas[0])
+    row = np.zeros(n, dtype=np.float32)
+    src, dst = rng.standard_normal(n, dtype=np.float32), np.empty(n, dtype=np.float32)
+
+    def assemble() -> None:
+        assembler = type(core.assembler)()
+        for h, c in first:
+            payload = assembler.add(h, c)
+        assert payload is not None
+
+    stages = {"memcpy of one f32 row": best_both(lambda: np.copyto(dst, src), reps),
+              "chunks' SHA-256": best_both(lambda: [hashlib.sha256(c).digest() for _, c in first], reps),
+              "assembler (checks, digest, join)": best_both(assemble, reps),
+              "decode with its squared norm": best_both(lambda: decode_with_norm(codecs.Q4, deltas[0], n, row), reps)}
+    took = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sink = rnd.Sink(Path(tmp))
+        for _ in range(reps + 1):                      # the first round compiles and faults pages in
+            version = core.fragments[0].version
+            pushes = [split_chunks(rnd.header(f"l{m}", "push", "q4", n, d, step=version + 1, base=version), d)
+                      for m, d in enumerate(deltas)]
+            start, start_cpu = time.perf_counter(), time.process_time()
+            for h, c in pushes[0]:
+                core.receive(h, c, next(rnd.CLOCK))
+            took.append((time.perf_counter() - start, time.process_time() - start_cpu))
+            assert core.refused is None and core.fragments[0].round.pending, "the push was not taken in"
+            outputs = [o for chunks in pushes[1:] for h, c in chunks for o in core.receive(h, c, next(rnd.CLOCK))]
+            perform(outputs, sink)
+            if sink.writer is not None:
+                sink.writer.join()
+                sink.writer = None
+    whole = stages["receive: the whole intake of one push"] = (min(t[0] for t in took[1:]), min(t[1] for t in took[1:]))
+    print(f"one q4 push of {n} values ({len(deltas[0])} bytes, {len(first)} chunks), one thread, best of {reps}; "
+          f"load {open('/proc/loadavg').read().split()[0]}")
+    print(f"  {'stage':<40} {'wall ms':>8} {'CPU ms':>8} {'CPU ns/value':>12} {'G values/s (CPU)':>17}")
+    for stage, (wall, cpu) in stages.items():
+        print(f"  {stage:<40} {wall * 1e3:8.2f} {cpu * 1e3:8.2f} {cpu / n * 1e9:12.3f} {n / cpu / 1e9:17.3f}")
+    print(f"ingest_g_values_per_s={n / whole[0] / 1e9:.3f} (wall), {n / whole[1] / 1e9:.3f} (CPU)")
+
+
+def side_by_side(n: int, reps: int, against: str) -> None:
+    """This tree's q4 decode-with-norm and M = 4 outer step against those of the tree at `against`, interleaved."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from yeto.schemas.codecs import q4
+    from yeto.services.syncer import gram, merge
+
+    def load(name: str, path: str):
+        spec = importlib.util.spec_from_file_location(name, Path(against) / path)
+        module = sys.modules[name] = importlib.util.module_from_spec(spec)     # dataclasses look their module up
+        spec.loader.exec_module(module)
+        return module
+
+    other_q4, other_merge = load("q4_against", "schemas/codecs/q4.py"), load("merge_against", "services/syncer/merge.py")
+    rng = np.random.default_rng(0)
+    payload = codecs.Q4.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3)
+    row, src, dst = np.zeros(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32), np.empty(n, dtype=np.float32)
+    rows = FragmentRows(rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32))
+    for k in range(4):
+        rows.push(k)[:] = rng.standard_normal(n, dtype=np.float32) * 1e-3
+    start_rows = rows.rows[:2].copy()
+
+    def decode(codec) -> tuple[bytes, bytes]:
+        products = np.zeros(1)
+        gram._add_in_order(codec.decode_fold(payload, n, row, row.reshape(1, -1), gram.PIECE), products)
+        return row.tobytes(), products.tobytes()
+
+    def step(module) -> bytes:
+        rows.rows[:2] = start_rows
+        rows.theta_bound = rows.momentum_bound = float("inf")     # the dry pass too, as after a loose bound
+        assert module.merge_round(rows, 4, np.arange(1.0, 5.0), merge="rda", lr=0.7, momentum=0.9) is not None
+        return rows.rows[:2].tobytes()
+
+    ways = {"decode with its squared norm": (lambda: decode(q4.Q4Codec()), lambda: decode(other_q4.Q4Codec())),
+            "outer step, 4 pushes": (lambda: step(merge), lambda: step(other_merge))}
+    for name, (here, there) in ways.items():
+        assert here() == there(), f"{name}: other bits than {against}"
+    best_of = {name: [float("inf")] * 6 for name in ways}    # wall of memcpy, A, B; then their CPU
+    for _ in range(reps):
+        for name, (here, there) in ways.items():
+            for i, fn in enumerate((lambda: np.copyto(dst, src), there, here)):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                fn()
+                best_of[name][i] = min(best_of[name][i], time.perf_counter() - start)
+                best_of[name][3 + i] = min(best_of[name][3 + i], time.process_time() - start_cpu)
+    print(f"side by side, {n} values, one thread, best of {reps} interleaved, the same bits; load "
+          f"{open('/proc/loadavg').read().split()[0]}; A = {against}, B = this tree")
+    for name, (memcpy, there, here, memcpy_cpu, there_cpu, here_cpu) in best_of.items():
+        print(f"  {name:<30} wall A {there * 1e3:8.2f} ms  B {here * 1e3:8.2f} ms  A/B {there / here:6.3f};  CPU A "
+              f"{there_cpu * 1e3:8.2f} ms  B {here_cpu * 1e3:8.2f} ms  A/B {there_cpu / here_cpu:6.3f}  (memcpy of one row "
+              f"beside it: wall {memcpy * 1e3:.2f} ms, CPU {memcpy_cpu * 1e3:.2f} ms)")
+
+
 # trainable values: LoRA r16 on every linear of Llama 3.1 8B (32 layers, 4096 wide, KV 1024, MLP 14336) and 70B (80,
 # 8192, 1024, 28672): r (in + out) per matrix; full tuning of Llama 3.2 1B and 3.1 8B: their parameter counts
 WORKLOADS = {"LoRA r16, 8B": 41_943_040, "LoRA r16, 70B": 207_093_760, "full, 1B": 1_235_814_400,
@@ -139,6 +276,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--check", action="store_true", help="also time a whole round and print model_error")
     ap.add_argument("--project", action="store_true", help="print the model's head for LoRA and full tuning, measure nothing")
+    ap.add_argument("--ingest", action="store_true", help="time one q4 push's intake stage by stage, nothing else")
+    ap.add_argument("--against", help="with --ingest: a frozen copy of another commit, whose kernels are timed beside these")
     ap.add_argument("--interval", type=float, default=60.0, help="with --project: the fleet's seconds per H inner steps")
     ap.add_argument("--learners", type=int, default=4, help="with --project: pushes per round")
     args = ap.parse_args()
@@ -149,6 +288,11 @@ def main() -> None:
     n = int(float(args.values[:-1]) * scale[args.values[-1]]) if args.values[-1] in scale else int(args.values)
     backend.set_threads(1)
     backend.use_kernels("compiled")
+    if args.ingest:
+        ingest_stages(n, args.reps)
+        if args.against:
+            side_by_side(n, args.reps, args.against)
+        return
     rng = np.random.default_rng(0)
     src = rng.standard_normal(n, dtype=np.float32)
     dst = np.empty_like(src)
