@@ -90,7 +90,10 @@ def warm_child() -> int:
     not wait for it: on an empty cache (a fresh install) the compile took longer than the imports and held every rank
     back until it ended (benchmarks/results/startup/README.md). A rank forked before it ends builds its model and reads
     its data meanwhile; its warm-up thread waits for the child's end on a pipe only the child writes to
-    (kernels_warm.after), then loads the kernels from the cache, so no rank compiles them beside the child."""
+    (kernels_warm.after), then loads the kernels from the cache, so no rank compiles them beside the child.
+    The child leads a session of its own, as every process of the stack does (components.spawn): with the kernel's
+    autogroup scheduling (Linux's default on desktops and this box: /proc/sys/kernel/sched_autogroup_enabled), CPU is
+    shared session by session, and a compile in the zygote's session took its share from the zygote's imports."""
     sys.stdout.flush()
     sys.stderr.flush()
     done, held = os.pipe()       # EOF on `done` once the child ended: it alone holds `held`
@@ -102,6 +105,7 @@ def warm_child() -> int:
     os.close(done)
     code = 1
     try:
+        os.setsid()              # an autogroup of its own (the docstring)
         os.dup2(2, 1)            # its line to the log: stdout is the launcher's answers
         if LISTEN is not None:
             os.close(LISTEN.detach())     # the socket stays the zygote's
