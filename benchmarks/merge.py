@@ -132,15 +132,19 @@ class Round:
         return out
 
 
-def best_seconds(timed: dict, reps: int) -> dict[str, float]:
-    """Each variant's best time over `reps` rounds, the variants interleaved within a round."""
+def best_seconds(timed: dict, reps: int, cpu: dict[str, float] | None = None) -> dict[str, float]:
+    """Each variant's best time over `reps` rounds, the variants interleaved within a round; `cpu`, when given, gets
+    each variant's best process CPU time (all threads) of the same calls: on a box shared with other work it leaves
+    out the waits for a core that the wall time counts (the host's memory is shared all the same)."""
     best = dict.fromkeys(timed, float("inf"))
     for _ in range(reps):
         for name, fn in timed.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             backend.synchronize()
             best[name] = min(best[name], time.perf_counter() - start)
+            if cpu is not None:
+                cpu[name] = min(cpu.get(name, float("inf")), time.process_time() - start_cpu)
     return best
 
 
@@ -170,7 +174,8 @@ def report_ingest(best: dict[str, float], *, m: int, total: int, memcpy_bps: flo
 def main() -> None:
     args = parse()
     m, n = args.learners, (args.mib << 20) // 4 // args.fragments
-    best = best_seconds(Round(args.fragments, m, n).timed(), args.reps)
+    cpu: dict[str, float] = {}
+    best = best_seconds(Round(args.fragments, m, n).timed(), args.reps, cpu)
     total = 4 * n * args.fragments
     memcpy_bps = 2 * total / best["memcpy"]
     print(f"backend={backend.NAME} fragments={args.fragments}x{n * 4 >> 20} MiB learners={m} reps={args.reps}")
@@ -181,6 +186,8 @@ def main() -> None:
         print("CuPy backend active: the numbers above are device memory throughput")
     else:
         print("no CUDA device (or no cupy): the CuPy variant is skipped")
+    print(f"merge_vs_memcpy_cpu={4 * (m + 4) / 8 * cpu['memcpy'] / cpu['yeto_rda']:.3f}  (the same ratio from process CPU "
+          f"times: memcpy {cpu['memcpy'] * 1e3:.1f} ms, yeto_rda {cpu['yeto_rda'] * 1e3:.1f} ms)")
     print(f"merge_vs_memcpy={(m + 4) * total / best['yeto_rda'] / memcpy_bps:.3f}")
 
 
