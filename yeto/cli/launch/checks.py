@@ -115,6 +115,8 @@ def sync_settings(args) -> dict[str, Any]:
         except ValueError as e:
             raise ValueError(f"--codec: {e}") from None
         given = {"codec_up": args.codec, "codec_down": args.codec, **given}
+    if getattr(args, "tuning", None) == "full" and not given.keys() & {"momentum_restart", "momentum_restart_cos"}:
+        given["momentum_restart"] = "off"   # the restart pays on LoRA; from scratch it costs steps (docs/SYNC_MATH.md)
     try:
         SyncConfig(**given)
     except ValueError as e:   # names the recipe's field; say which flag sets it

@@ -67,9 +67,9 @@ def register(sub) -> None:
               "docs/BENCHMARK_RESULTS.md)")
             continue
         if flag == "momentum_restart":
-            a("--momentum-restart", choices=RESTARTS, help="opposed (default): drop the outer momentum before a round "
-              "whose merged delta points against it (adaptive restart; docs/SYNC_MATH.md); damped: scale it by "
-              "1 + cos(delta, momentum) instead; off: plain Nesterov")
+            a("--momentum-restart", choices=RESTARTS, help="opposed (default with --tuning lora): drop the outer momentum "
+              "before a round whose merged delta points against it (adaptive restart; docs/SYNC_MATH.md); damped: scale "
+              "it by 1 + cos(delta, momentum) instead; off: plain Nesterov (default with --tuning full)")
             continue
         if flag == "momentum_restart_cos":
             a("--momentum-restart-cos", type=float, help="with --momentum-restart opposed, restart only rounds whose "
