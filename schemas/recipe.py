@@ -47,11 +47,11 @@ class SyncConfig:
     momentum_restart: str = "opposed"
     """opposed (default; `yeto launch --tuning full` sets off unless told): a round whose merged pseudo-gradient points
     against the momentum (<delta, b> < 0) drops b first (adaptive restart, O'Donoghue & Candes 2015): the outer step's
-    look-ahead stops carrying a direction the learners just walked back from; off: plain Nesterov. Measured (docs/BENCHMARK_RESULTS.md): LoRA on a pretrained
-    model at a tuned lr, -31.9% held-out CE against off on the demo (recall) task and -0.43% on docstring Q&A (5 seeds
-    each); from scratch, +0.44% (tuned lr) to ~+2% (lr below the tuned one), and on wan.py 20 steps to the target (+0.68%
-    and +1.01% over two tuning seeds, 2026-12-05). damped: such a round scales b by
-    1 + cos(delta, b) instead of dropping it."""
+    look-ahead stops carrying a direction the learners just walked back from; off: plain Nesterov. Measured
+    (docs/BENCHMARK_RESULTS.md): LoRA on a pretrained model at a tuned lr, -31.9% held-out CE against off on the demo
+    (recall) task and -0.43% on docstring Q&A (5 seeds each); from scratch, +0.44% (tuned lr) to ~+2% (lr below the
+    tuned one), and on wan.py 20 steps to the target (+0.68% and +1.01% over two tuning seeds, 2026-12-05). damped:
+    such a round scales b by 1 + cos(delta, b) instead of dropping it."""
     momentum_restart_cos: float = 0.0
     """With momentum_restart = opposed, the restart drops b only for a round with cos(delta, b) below this, in [-1, 0]
     (0: every opposed round). With merge_alpha > 0 most rounds point back against b by construction (a learner
