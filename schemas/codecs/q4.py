@@ -108,6 +108,11 @@ class Q4Codec:
                on_chunk: OnChunk | None = None) -> np.ndarray:
         check_size(self, payload, numel)
         out = np.empty(numel, dtype=np.float32) if out is None else out
+        if compiled() and not _flat_f32(out):        # the kernels write a byte's two values as one word: decoded apart
+            out[...] = self.decode(payload, numel)
+            if on_chunk is not None:
+                on_chunk(0, numel)
+            return out
         num_blocks = -(-numel // BLOCK)
         scales = np.frombuffer(payload, dtype="<f4", count=num_blocks)
         codes = np.frombuffer(payload, dtype=np.uint8, offset=4 * num_blocks).reshape(num_blocks, BLOCK // 2)
@@ -140,8 +145,11 @@ class Q4Codec:
     def decode_fold(self, payload: Payload, numel: int, out: np.ndarray, rows: np.ndarray, piece: int) -> np.ndarray:
         """Compiled decode into `out` fused with its products: partials[p, r] = <rows[r], out> over piece p of `piece`
         values (a multiple of BLOCK), each piece decoded and multiplied while in cache, pieces in parallel. `rows`
-        may hold `out` itself (its squared norm). The Gram row (services/syncer/gram.py) adds the partials in order."""
+        may hold `out` itself (its squared norm). The Gram row (services/syncer/gram.py) adds the partials in order.
+        ValueError unless `out` is a contiguous f32 row."""
         check_size(self, payload, numel)
+        if not _flat_f32(out):
+            raise ValueError(f"decode_fold writes a contiguous f32 row, got {out.dtype} with strides {out.strides}")
         num_blocks = -(-numel // BLOCK)
         scales = np.frombuffer(payload, dtype="<f4", count=num_blocks)
         codes = np.frombuffer(payload, dtype=np.uint8, offset=4 * num_blocks).reshape(num_blocks, BLOCK // 2)
@@ -170,6 +178,12 @@ class Q4Codec:
         rows *= scales[:, None]
         if full < blocks:
             out[:] = rows.reshape(-1)[:numel]
+
+
+def _flat_f32(out: np.ndarray) -> bool:
+    """Whether the compiled decode may write `out` directly: f32, C-contiguous (a view of it as 64-bit words holds
+    each byte's two values)."""
+    return out.dtype == np.float32 and out.flags.c_contiguous
 
 
 # exact IEEE f32 arithmetic in every kernel: no fastmath

@@ -44,7 +44,8 @@ def test_compiled_q4_gives_the_reference_bytes_and_floats_nan_and_infinite_block
 def test_compiled_q4_decode_of_any_bytes_is_the_reference_decode_every_code_and_scale():
     """Bytes no encoder writes (an island's are hostile): every code byte, code 8 (a signed zero), scales negative,
     subnormal, zero, infinite and NaN, a row at an odd f32 offset. The compiled decode (a byte's two values from one
-    64-bit table word, then scaled) and the decode fused with its squared norm give the reference's bits."""
+    64-bit table word, then scaled) and the decode fused with its squared norm give the reference's bits; into a
+    strided or float64 array, the same values and nothing written beside them."""
     rng = np.random.default_rng(7)
     for n in (256, 257, 2048 + 77, 3 * gram.PIECE + 5):
         blocks = -(-n // q4.BLOCK)
@@ -64,6 +65,11 @@ def test_compiled_q4_decode_of_any_bytes_is_the_reference_decode_every_code_and_
             rows[1] = 0
             _with("compiled", threads, lambda p=payload, n=n, row=rows[1]: gram.decode_with_norm(codecs.Q4, p, n, row))
             assert rows[1].tobytes() == want.tobytes(), (n, threads)
+            strided = np.zeros(2 * n, dtype=np.float32)[::2]       # no 64-bit words over these: decoded apart, copied
+            got = _with("compiled", threads, lambda p=payload, n=n, out=strided: codecs.Q4.decode(p, n, out=out))
+            assert got is strided and got.tobytes() == want.tobytes() and not strided.base[1::2].any(), (n, threads)
+            wide = _with("compiled", threads, lambda p=payload, n=n: codecs.Q4.decode(p, n, out=np.zeros(n)))
+            np.testing.assert_array_equal(wide, want.astype(np.float64))
 
 
 @pytest.mark.timeout(120)
