@@ -192,10 +192,10 @@ def side_by_side(n: int, reps: int, against: str) -> None:
     """This tree's q4 decode-with-norm and M = 4 outer step against those of the tree at `against`, interleaved."""
     import importlib.util
     import sys
+    import types
     from pathlib import Path
 
     from yeto.schemas.codecs import q4
-    from yeto.services.syncer import gram, merge
 
     def load(name: str, path: str):
         spec = importlib.util.spec_from_file_location(name, Path(against) / path)
@@ -203,6 +203,7 @@ def side_by_side(n: int, reps: int, against: str) -> None:
         spec.loader.exec_module(module)
         return module
 
+    this_merge = types.SimpleNamespace(merge_round=merge_round)
     other_q4, other_merge = load("q4_against", "schemas/codecs/q4.py"), load("merge_against", "services/syncer/merge.py")
     rng = np.random.default_rng(0)
     payload = codecs.Q4.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3)
@@ -214,9 +215,8 @@ def side_by_side(n: int, reps: int, against: str) -> None:
 
     products = np.zeros(1)
 
-    def decode(codec) -> None:
-        products[:] = 0
-        gram._add_in_order(codec.decode_fold(payload, n, row, row.reshape(1, -1), gram.PIECE), products)
+    def decode(codec) -> None:               # the face's decode with its squared norm, with either tree's codec
+        products[0] = decode_with_norm(codec, payload, n, row)
 
     def step(module) -> None:
         rows.rows[:2] = start_rows
@@ -224,7 +224,7 @@ def side_by_side(n: int, reps: int, against: str) -> None:
         assert module.merge_round(rows, 4, np.arange(1.0, 5.0), merge="rda", lr=0.7, momentum=0.9) is not None
 
     ways = {"decode with its squared norm": (lambda: decode(q4.Q4Codec()), lambda: decode(other_q4.Q4Codec())),
-            "outer step, 4 pushes": (lambda: step(merge), lambda: step(other_merge))}
+            "outer step, 4 pushes": (lambda: step(this_merge), lambda: step(other_merge))}
     for name, (here, there) in ways.items():          # the bits first, outside the timings (a copy out is not cheap)
         there()
         bits = row.tobytes() + products.tobytes() + rows.rows[:2].tobytes()
