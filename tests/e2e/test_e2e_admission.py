@@ -10,6 +10,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from dict_arrays import Arrays
 from e2e_stack import Stack
 from yeto.infra import stack
 from yeto.infra.bus import Bus, connect
@@ -24,16 +25,6 @@ pytestmark = [pytest.mark.slow]
 RUN = "admission"
 SYNC = {"num_fragments": 2, "inner_steps": 4}
 SPEC = {"cloud": "local", "gpu": "cpu", "count": 1, "nodes": 1, "region": "", "spot": False}
-
-
-class Arrays(dict):
-    """diloco_sync's array adapter over a dict of NumPy arrays."""
-
-    def names(self): return sorted(self)
-    def shape(self, name): return self[name].shape
-    def dtype(self, name): return "float32"
-    def read(self, name): return self[name]
-    def write(self, name, value): self[name] = np.asarray(value, dtype=np.float32)
 
 
 def learner(name: str, shapes: dict[str, tuple], num_fragments: int = 2) -> DilocoSync:

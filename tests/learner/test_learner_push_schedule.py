@@ -4,19 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dict_arrays import Arrays
 from yeto.learners.diloco_sync import DilocoSync
 from yeto.schemas import codecs
 from yeto.schemas.fragments import split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.syncer.broadcast import BroadcastShadow
-
-
-class Arrays(dict):
-    names = lambda self: sorted(self)          # noqa: E731
-    shape = lambda self, n: self[n].shape      # noqa: E731
-    dtype = lambda self, n: "float32"          # noqa: E731
-    read = dict.__getitem__
-    write = dict.__setitem__
 
 
 def run_two(schedule: str, ahead: int, ticks: int = 200) -> dict[str, dict[int, list[int]]]:

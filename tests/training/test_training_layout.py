@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from dict_arrays import Arrays
 from yeto.learners.diloco_sync import DilocoSync, push_steps
 from yeto.learners.layout import TensorSpec, plan_layout
 from yeto.schemas.fragments import split_chunks
@@ -94,14 +95,6 @@ def test_a_learner_pushes_on_the_schedule_and_a_resumed_one_keeps_its_phase():
 def test_a_ramp_that_cannot_be_honoured_is_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         SyncConfig(inner_steps=24, **bad)
-
-
-class Arrays(dict):
-    names = lambda self: sorted(self)          # noqa: E731
-    shape = lambda self, n: self[n].shape      # noqa: E731
-    dtype = lambda self, n: "float32"          # noqa: E731
-    read = dict.__getitem__
-    write = dict.__setitem__
 
 
 def test_globals_apply_in_order_wait_on_a_gap_and_a_keyframe_repairs_it():
