@@ -54,8 +54,7 @@ TORCHFT_ARMS = ("torchft", "torchft-best", "torchft-q", "torchft-fault")
 SPARSE_FLAGS = ["--codec-up=topk4", "--codec-down=topk8", "--feedback-decay=0.8", "--outer-lr=1.0",
                 "--outer-momentum=0.0", "--merge-alpha=0.0"]
 ARM_FLAGS = {"yeto": [], "yeto-sparse": SPARSE_FLAGS, "yeto-a0": ["--merge-alpha=0"], "yeto-ramp": [], "yeto-survivors": [],
-             "yeto-fault": [],
-             "yeto-replace": [], "yeto-freeze": []}
+             "yeto-fault": [], "yeto-replace": [], "yeto-freeze": []}
 """`yeto launch` flags of each Yeto arm, after --yeto-flag's (yeto-ramp: `arm_flags`, from --ramp)."""
 
 

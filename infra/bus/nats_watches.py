@@ -25,7 +25,7 @@ from yeto.infra.bus.types import Delivery
 log = logging.getLogger(__name__)
 Callback = Callable[[Delivery], Awaitable[None]]
 EXPIRES_S, PULL_BYTES = 5.0, 64 * 2**20      # per pull: seconds open, bytes in flight
-ASK_TIMEOUT_S = 120.0                        # six API calls of the launcher's, each up to API_TIMEOUT_S
+ASK_TIMEOUT_S = 120.0    # the launcher's API calls wait up to API_TIMEOUT_S each; a later answer is lost: the pulls ask again
 
 
 class LearnerWatches:

@@ -249,7 +249,7 @@ def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts)
                 else:
                     _add_entries(idx[m - 2], vals[m - 2], starts[m - 2, p], starts[m - 2, p + 1], lo, t, u, c[0, m], c[1, m])
                 m += 1
-            else:
+            else:                                   # no break: the last rows went through the scratch, not stored yet
                 finite[p] = _num_non_finite(t, u) == 0
                 if commit:
                     _store(t, rows[0, lo:hi])
