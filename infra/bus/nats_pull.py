@@ -17,6 +17,8 @@ from yeto.infra.bus.nats_bus import NatsBus
 
 log = logging.getLogger(__name__)
 
+UNANSWERED_PAUSE_S = 0.25   # after a pull no leader answered: the pause before asking whether the consumer is still there
+
 
 def stream_seq(reply: str) -> int:
     """The stream sequence from a JetStream ack subject ($JS.ACK.<stream>.<consumer>.<n>.<sseq>... v1 or v2 form)."""
@@ -43,6 +45,7 @@ class RawPull:
         self.arrived = asyncio.Event()       # a message (or a pull's end) came in
         self.pull_done = asyncio.Event()
         self.recreate = asyncio.Event()      # the consumer is lost (or its reader saw a hole): start it again
+        self.unanswered = False              # the last pull found no leader for the consumer: check before the next
         self.in_request = self.requested = 0
         self.sub = None
 
@@ -77,6 +80,11 @@ class RawPull:
             status, desc = msg.headers.get("Status"), msg.headers.get("Description", "")
             if "Exceeds MaxBytes" in desc:     # the pull's byte cap reached; with nothing delivered, one message is
                 self.one_big = self.in_request == self.requested      # over it alone: the next pull takes it alone
+            elif status == "503" or "Leadership Change" in desc:
+                # No server answers for the consumer (its leader lost, a cluster electing) or its leader moved: the
+                # consumer is still there. Recreating it here made a new R3 group that was itself electing when
+                # the next pull came, so it was recreated again, and the tape stood still for minutes.
+                self.unanswered = True
             elif status not in ("404", "408") and "MaxAckPending" not in desc and "Batch Completed" not in desc:
                 log.warning("pull ended with %s %s; recreating the consumer", status, desc)
                 self.recreate.set()
@@ -91,6 +99,8 @@ class RawPull:
     async def pull(self, *, no_wait: bool = False) -> None:
         """One request for up to `batch` messages; returns when it is over (served, expired or lost). With
         `no_wait` the server answers at once with what the consumer has pending (a drain)."""
+        if self.unanswered and not await self._still_there():
+            return
         self.pull_done.clear()
         batch, self.one_big = (1, False) if self.one_big else (self.batch, False)
         self.in_request = self.requested = batch
@@ -105,6 +115,23 @@ class RawPull:
         except Exception as e:  # noqa: BLE001 - disconnected: nats-py reconnects; keep asking
             log.warning("pull failed: %r", e)
             await asyncio.sleep(0.2)
+
+    async def _still_there(self) -> bool:
+        """After a pull no leader answered: False once the consumer is known to be gone (then `recreate` is set)
+        or no one answers yet (the caller pulls again); True when its leader answers again."""
+        await asyncio.sleep(UNANSWERED_PAUSE_S)
+        try:
+            await self.bus.js.consumer_info(self.stream, self.durable, timeout=UNANSWERED_PAUSE_S * 4)
+        except NotFoundError:
+            log.warning("consumer %s is gone; recreating it", self.durable)
+            self.unanswered = False
+            self.recreate.set()
+            return False
+        except Exception as e:  # noqa: BLE001 - still electing (a timeout, no responders): ask again later
+            log.info("consumer %s has no leader yet (%r)", self.durable, e)
+            return False
+        self.unanswered = False
+        return True
 
     async def ack(self, msg) -> None:
         """Acknowledge `msg` and everything delivered before it."""

@@ -48,6 +48,8 @@ async def copy_tape(bus: NatsBus, run_id: str, db: Path) -> Copied:
             if msgs and in_order == len(msgs):
                 await pull.ack(msgs[-1])
                 continue
+            if pull.unanswered and not msgs:             # no leader answered: the next pull asks whether it is there
+                continue
             hole = in_order < len(msgs) or pull.recreate.is_set()
             info = None if hole else await bus.js.consumer_info(EVT_STREAM, pull.durable)
             if info is not None and info.num_pending == 0 and info.num_ack_pending == 0:

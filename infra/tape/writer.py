@@ -123,7 +123,7 @@ class TapeWriter:
                 before = store.last_seq
                 await asyncio.wait_for(pull.pull(no_wait=True), max(deadline - loop.time(), 0.01))
                 await self._flush()
-                if store.last_seq == before and not pull.recreate.is_set():
+                if store.last_seq == before and not pull.recreate.is_set() and not pull.unanswered:
                     break                # nothing more for this consumer (the stream's tail is not events)
         except Exception as e:  # noqa: BLE001 - a drain is best effort: the next start resumes from the tape
             log.warning("drain on stop ended early at seq %d: %r", store.last_seq, e)

@@ -1,0 +1,82 @@
+"""The tape writer on a three-node NATS cluster whose node leading the tape's consumer is killed: the consumer's
+new leader serves the same consumer (it is not recreated) and the tape lands every event, once, in order."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from test_tape_writer import count_when, start_writer, tick
+from yeto.infra.bus import auth as bus_auth
+from yeto.infra.bus.nats_bus import NatsBus
+from yeto.infra.nats import cluster as natscluster
+from yeto.infra.tape.sql import ask
+from yeto.schemas.subjects import EVT_STREAM, event_subject
+
+
+async def consumer_state(bus: NatsBus) -> tuple[str, str] | None:
+    """(created, leader) of the tape's consumer; None while it has no leader to answer."""
+    try:
+        info = await bus.js.consumer_info(EVT_STREAM, "tape", timeout=2)
+    except Exception:  # noqa: BLE001 - being elected: not yet
+        return None
+    return (str(info.created), info.cluster.leader) if info.cluster and info.cluster.leader else None
+
+
+async def publish(bus: NatsBus, ids: range) -> None:
+    await asyncio.gather(*(bus.publish_raw(event_subject("r-fail", "Tick"), tick(i), msg_id=f"f{i}", retry_for=30)
+                           for i in ids))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_tape_consumer_survives_its_leaders_node_and_the_tape_lands_every_event_once(tmp_path, monkeypatch):
+    (tmp_path / "logs").mkdir()
+    users = bus_auth.prepare(tmp_path)
+    monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(tmp_path)))   # this process and the writer's
+    servers = natscluster.cluster_servers(tmp_path / "nats", 3, users_file=users, logs=tmp_path / "logs")
+    url = natscluster.cluster_url(servers)
+    log_path = tmp_path / "tape.log"
+    writer = None
+
+    async def scenario() -> None:
+        nonlocal writer
+        await natscluster.ready(url, 3)
+        writer = start_writer(url, tmp_path / "tape.duckdb", open(log_path, "ab"))
+        bus = await NatsBus.connect(url, name="test-failover")
+        try:
+            await publish(bus, range(200))
+            await count_when(bus, lambda n: n >= 200)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while not (before := await consumer_state(bus)):
+                assert loop.time() < deadline, "the tape's consumer never had a leader"
+                await asyncio.sleep(0.1)
+            servers[f"nats-server-{before[1].rsplit('-', 1)[1]}"].kill()     # the node named yeto-K
+            await publish(bus, range(200, 400))                   # through the survivors, while they elect
+            await count_when(bus, lambda n: n >= 400, timeout=120)
+            deadline = loop.time() + 30
+            while not (after := await consumer_state(bus)):
+                assert loop.time() < deadline, "the tape's consumer has no leader 30 s after the kill"
+                await asyncio.sleep(0.1)
+            assert after[1] != before[1], (before, after)
+            # Not recreated: the new leader serves the consumer that was there (a recreated one is a new R3 group,
+            # electing again when the next pull comes, which recreated it again).
+            assert after[0] == before[0], f"the consumer was recreated: {before} -> {after}"
+            (row,) = (await ask(bus, "SELECT count(*), count(DISTINCT payload->>'id'), min(seq), max(seq) FROM events"))["rows"]
+            assert row == [400, 400, 1, 400], row
+        finally:
+            await bus.close()
+
+    try:
+        for server in servers.values():
+            server.start()
+        asyncio.run(scenario())
+        assert "recreating" not in log_path.read_text(), log_path.read_text()[-3000:]
+    finally:
+        if writer is not None:
+            writer.terminate()
+            writer.wait(30)
+        for server in servers.values():
+            server.stop()
+
