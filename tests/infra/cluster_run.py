@@ -117,10 +117,20 @@ class ClusterRun(Stack):
         rows = self.sql(f"select seq, payload->>'id' id from events where seq <= {stream[-1][0]} order by seq")
         assert [(r["seq"], r["id"]) for r in rows] == stream, "the tape and the replicated stream differ"
         assert [s for s, _ in stream] == list(range(1, len(stream) + 1)), "the stream has a hole"
+        # Every version merged and published once, in order, but a leap: a syncer killed after a round's broadcast
+        # and before its snapshot was durable resumes from the older snapshot under a version past the one that
+        # went out (FragmentRestored's global_version > published_version), sent as a keyframe, not merged.
+        leaps: dict[int, set[int]] = {}
+        for e in self.events(run, "FragmentRestored"):
+            if e["global_version"] > e["published_version"]:
+                leaps.setdefault(e["fragment"], set()).add(e["global_version"])
         for p, vs in round_versions(self.events(run, "RoundMerged")).items():
-            assert vs == list(range(1, len(vs) + 1)), f"fragment {p}: merged versions {vs}"
+            assert vs == [v for v in range(1, vs[-1] + 1) if v not in leaps.get(p, ())], \
+                f"fragment {p}: merged versions {vs}, leaps {leaps}"
         for p, vs in round_versions(self.events(run, "GlobalVersionPublished")).items():
-            assert vs == list(range(len(vs))), f"fragment {p}: published versions {vs}"
+            assert vs == [v for v in range(vs[-1] + 1) if v not in leaps.get(p, ())], \
+                f"fragment {p}: published versions {vs}, leaps {leaps}"
+        print(f"leaps: {leaps}")
         steps: dict[tuple[str, int], list[tuple[int, int]]] = {}
         for e in self.events(run, "LearnerProgress"):
             steps.setdefault((e["learner"], e["generation"]), []).append((e["seq"], e["step"]))
