@@ -25,7 +25,8 @@ log = logging.getLogger("yeto.syncer")
 NUMEL = 3 * 65536 + 1000     # several of the kernels' pieces and a ragged tail
 ROLES = ("layers", "embed")
 _LOCK = threading.Lock()
-_DONE: set[tuple[str, str]] = set()
+_DONE: set[tuple[str, str]] = set()          # pairs of codecs whose warm-up started in this process
+_READY: set[tuple[str, str]] = set()         # ... and ended (made, or failed: then the first round compiles)
 
 
 def warm(sync: dict) -> float:
@@ -59,9 +60,21 @@ def send(core: SyncerCore, h: FragmentHeader, payload: bytes) -> None:
         core.receive(chunk_header, chunk, time.monotonic())
 
 
+def _key(sync: dict) -> tuple[str, str]:
+    return str(sync.get("codec_up", SyncConfig.codec_up)), str(sync.get("codec_down", SyncConfig.codec_down))
+
+
+def ready(sync: dict) -> bool:
+    """False while a warm-up for `sync`'s codecs runs in this process (its compiles hold the GIL: the syncer's
+    loop crawls meanwhile); True once it ended, or where none was started."""
+    key = _key(sync)
+    with _LOCK:
+        return key in _READY or key not in _DONE
+
+
 def start(sync: dict) -> threading.Thread | None:
     """Warm the kernels for `sync`'s codecs on a daemon thread, once per pair of codecs in this process."""
-    key = (str(sync.get("codec_up", SyncConfig.codec_up)), str(sync.get("codec_down", SyncConfig.codec_down)))
+    key = _key(sync)
     with _LOCK:
         if key in _DONE:
             return None
@@ -72,6 +85,9 @@ def start(sync: dict) -> threading.Thread | None:
             log.info("kernels for codecs %s/%s ready in %.1fs", *key, warm(sync))
         except Exception:       # a warm-up that fails leaves the first round to compile, as before
             log.exception("kernel warm-up for codecs %s/%s failed", *key)
+        finally:
+            with _LOCK:
+                _READY.add(key)
     thread = threading.Thread(target=run, name="syncer-warm-up", daemon=True)
     thread.start()
     return thread
