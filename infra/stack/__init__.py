@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from yeto.infra.nats import cluster as natscluster
 from yeto.infra.nats.cluster import node_names
 from yeto.infra.nats.server import ensure_streams
 from yeto.infra.run_paths import run_path
+from yeto.infra.stack import forkserver
 from yeto.infra.stack import zygote as stack_zygote
 from yeto.infra.stack.components import alive_in as _alive
 from yeto.infra.stack.components import component_commands, placed, spawn
@@ -152,9 +154,22 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
         return rec
     paths.root.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(paths.root, 0o700)     # logs, tape and credentials: this user's alone
-    prev_port = rec["port"] if rec else 0
     paths.logs.mkdir(parents=True, exist_ok=True)
     early = None if head_run else stack_zygote.start(paths.root)     # first: its imports overlap all that follows
+    forker = forkserver.start(paths.logs / "forkserver.log")    # the services' imports, once, beside nats-server's start
+    try:
+        return _fresh(paths, rec, forker, early, port=port, head_run=head_run, hosts=hosts, syncers=syncers,
+                      cluster=cluster, node=node, peers=peers, before_components=before_components)
+    finally:
+        forkserver.stop(forker)      # it answered and ended, or the start failed before the components
+
+
+def _fresh(paths: StackPaths, rec: dict | None, forker: subprocess.Popen | None, early: dict | None, *, port: int,
+           head_run: str | None, hosts: list[str] | None, syncers: int | None, cluster: int | None, node: int | None,
+           peers: list[str] | None, before_components: Callable[[str], None] | None) -> dict:
+    """`up`'s start of a stack that does not run: nats-server, the streams, then every component not still running
+    (forked by `forker`, infra/stack/forkserver.py, where it can)."""
+    prev_port = rec["port"] if rec else 0
     if peers:       # this machine keeps one node's store: nothing to compare with the others' here
         size = len(peers)
         servers = head_nodes(paths, node, peers, port=port or prev_port, hosts=hosts)
@@ -188,12 +203,12 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
             "cluster": size, "nodes": natscluster.node_ports(servers)}
     if peers:
         new |= {"node": node, "peers": peers, "run_id": head_run}
-    env = component_env(paths.root, new)
-    for name, cmd in _commands(new, paths, url).items():
-        if name in survivors:
-            pids[name], started[name] = survivors[name], prev["started_at"][name]
-        else:
-            pids[name], started[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
+    cmds = _commands(new, paths, url)
+    for name in survivors.keys() & cmds.keys():
+        pids[name], started[name] = survivors[name], prev["started_at"][name]
+    fresh = {name: cmd for name, cmd in cmds.items() if name not in survivors}
+    for name, (pid, at) in forkserver.fork_all(forker, fresh, paths.logs, component_env(paths.root, new)).items():
+        pids[name], started[name] = pid, at
     if early:
         pids[stack_zygote.NAME], started[stack_zygote.NAME] = early["pid"], early["started_at"]
     _write_record(paths, new)

@@ -92,3 +92,36 @@ def test_stack_down_also_stops_the_local_islands_it_launched(tmp_path):
     stopped = stack.down(tmp_path / "s")
     assert island.wait(5) is not None and "r1/island-0" in stopped and "nats-server" in stopped
     assert not any(stack.alive(p) for p in rec["pids"].values())
+
+
+def test_components_forked_from_one_process_each_run_as_their_own_and_a_killed_one_alone_restarts(tmp_path):
+    """The tape writer and the services are forked by one pre-imported process (infra/stack/forkserver.py): each its
+    own pid, session and log, each serving; kill -9 of one and `stack up` starts that one again, no other."""
+    import os
+    import signal
+
+    from tests.waiting import wait_for
+
+    state = tmp_path / "s"
+    rec = stack.up(state)
+    try:
+        forked = ("tape", "launcher", "syncer", "finalizer", "planner")
+        pids = {n: rec["pids"][n] for n in forked}
+        assert len(set(pids.values())) == len(forked)
+        assert {n: os.getsid(p) for n, p in pids.items()} == pids                # a session of its own each
+        assert {n: open(f"/proc/{p}/comm").read().strip() for n, p in pids.items()} == {
+            n: f"yeto-{n}"[:15] for n in forked}                                  # forked, not spawned
+        assert asyncio.run(_services_started(rec["url"])) == {"planner", "launcher", "syncer", "finalizer"}
+        wait_for(lambda: (state / "tape.duckdb").exists(), 60, "the forked tape writer to open the tape")
+        assert all((state / "logs" / f"{n}.log").exists() for n in forked)
+        assert (state / "logs" / "forkserver.log").read_text() == ""              # no warning, no refusal
+
+        os.kill(pids["syncer"], signal.SIGKILL)
+        wait_for(lambda: not stack.alive(pids["syncer"]), 30, "the killed syncer gone")
+        assert stack.status(state) == {**{n: True for n in rec["pids"]}, "syncer": False}
+        again = stack.up(state)
+        assert {n: again["pids"][n] for n in forked if n != "syncer"} == {n: p for n, p in pids.items() if n != "syncer"}
+        assert again["pids"]["syncer"] != pids["syncer"] and stack.alive(again["pids"]["syncer"])
+    finally:
+        stack.down(state)
+    assert not any(stack.alive(p) for p in rec["pids"].values())
