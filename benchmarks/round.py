@@ -22,12 +22,13 @@ kernels one pass each, as on 2026-12-04; reference: the NumPy code they replaced
 rows in one run, so `<a>_over_<b>_critical_path_*` (kernels a's critical path over the next one's, at the most
 threads) and `threads_speedup_*` (1 thread over the most) are ratios of one run. The memcpy is one thread throughout.
 
-`--gram incremental,at-merge` runs each configuration with a dense push's Gram row folded as it is decoded (k + 2 rows
-read for push k, as before 2026-12-05) and with the merge's one pass over the rows (services/syncer/gram.py, the
-default), the same bits; `incremental_over_at-merge_critical_path_*` is their ratio in the run.
+`--gram incremental,at-merge,kept` runs each configuration with a dense push's Gram row folded as it is decoded (k + 2
+rows read for push k, as before 2026-12-05), with the merge's one pass over the f32 rows (services/syncer/gram.py), and
+with a q4 push's bytes kept and decoded inside the merge's passes (no f32 row written; the default since 2026-12-06),
+the same bits; `<a>_over_<b>_critical_path_*` is the ratio of two neighbours in the run.
 
     .venv/bin/python benchmarks/round.py [--values 1M,4M,16M] [--learners 4] [--reps 3] [--threads 1,2]
-        [--kernels reference,separate,compiled] [--gram incremental,at-merge]
+        [--kernels reference,separate,compiled] [--gram incremental,at-merge,kept]
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
 from yeto.schemas.training import RoundMerged
-from yeto.services.syncer.api import SyncerCore, backend, gram_at_merge, perform, write_snapshot
+from yeto.services.syncer.api import SyncerCore, backend, gram_at_merge, keep_encoded, perform, write_snapshot
 
 FP = "f" * 64
 STAGES = ("ingest", "merge", "broadcast_encode", "chunking", "snapshot")
@@ -208,7 +209,8 @@ def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, flo
             kernels, _, mode = name.partition("/")
             backend.use_kernels(kernels)
             backend.set_threads(threads)
-            gram_at_merge((mode or args.grams[0]) == "at-merge")
+            gram_at_merge((mode or args.grams[0]) in ("at-merge", "kept"))
+            keep_encoded((mode or args.grams[0]) == "kept")
             b = run_config(core, deltas, 1, sink)
             bests[name, threads] = {k: min(v, bests.get((name, threads), b)[k]) for k, v in b.items()}
     for (kernels, threads), b in bests.items():
@@ -235,9 +237,10 @@ def main() -> None:
     ap.add_argument("--threads", default=str(backend.threads()), help="kernel threads, comma-separated (default: every core)")
     ap.add_argument("--kernels", default="compiled",
                     help="comma-separated: reference (NumPy), separate (numba, one pass each), compiled (numba, fused)")
-    ap.add_argument("--gram", default="at-merge",
+    ap.add_argument("--gram", default="kept",
                     help="comma-separated: incremental (each push's Gram row folded as it is decoded), at-merge (one pass "
-                         "over the rows at the merge, the default; the compiled kernels only)")
+                         "over the f32 rows at the merge), kept (a q4 push's bytes kept, decoded inside the merge's Gram "
+                         "pass and outer step: no f32 row written; the default); the last two with the compiled kernels only")
     args = ap.parse_args()
     args.grams = args.gram.split(",")
     args.thread_counts = [int(t) for t in args.threads.split(",")]

@@ -10,7 +10,7 @@ that sum; the memcpy of the round's (M + 4) rows is timed in the same run, besid
 round.py does.
 
     .venv/bin/python benchmarks/round_profile.py [--values 16M] [--learners 4] [--reps 3] [--threads 1]
-        [--gram at-merge|incremental]
+        [--gram kept|at-merge|incremental]
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import numpy as np
 import round as rnd
 
 from yeto.schemas import codecs
-from yeto.services.syncer.api import backend, gram_at_merge, perform, profiling
+from yeto.services.syncer.api import backend, gram_at_merge, keep_encoded, perform, profiling
 
 
 def one_round(core, deltas: list[bytes], sink: rnd.Sink) -> dict[str, float]:
@@ -59,10 +59,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="kernel threads")
     ap.add_argument("--kernels", default="compiled", choices=("reference", "separate", "compiled"))
-    ap.add_argument("--gram", default="at-merge", choices=("at-merge", "incremental"),
-                    help="a push's Gram row: in the merge's one pass over the rows, or folded as it is decoded")
+    ap.add_argument("--gram", default="kept", choices=("kept", "at-merge", "incremental"),
+                    help="a push's Gram row: its q4 bytes kept and decoded in the merge's passes, in the merge's one pass "
+                         "over the f32 rows, or folded as it is decoded")
     args = ap.parse_args()
-    gram_at_merge(args.gram == "at-merge")
+    gram_at_merge(args.gram in ("kept", "at-merge"))
+    keep_encoded(args.gram == "kept")
     n, m = rnd.parse_sizes(args.values)[0], args.learners
     backend.set_threads(args.threads)
     backend.use_kernels(args.kernels)

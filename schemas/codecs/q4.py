@@ -163,6 +163,26 @@ class Q4Codec:
                 _decode_fold(scales, codes, out, rows, piece, partials, first, min(first + band, partials.shape[0]))
         return partials
 
+    def keep(self, payload: Payload, numel: int, out: np.ndarray) -> None:
+        """The payload's bytes into `out` (a uint8 row of `encoded_size(numel)`), to be decoded later piece by piece
+        (`decode_piece`: the syncer's merge reads 0.5 B a value instead of a 4 B f32 row). ValueError as `decode`."""
+        check_size(self, payload, numel)
+        out[...] = np.frombuffer(payload, dtype=np.uint8)
+
+    def kept_norm_pieces(self, kept: np.ndarray, numel: int, piece: int) -> np.ndarray:
+        """partials[p, 0] = the squared norm of piece p (`piece` values, a multiple of BLOCK) of the decode of `kept`
+        (`keep`), each piece decoded into a scratch row in cache and none of it written out: the bits `decode_fold`
+        gives with `rows` its own output."""
+        partials = np.empty((-(-numel // piece), 1))
+        if threads() == 1:
+            _kept_norms(kept, numel, piece, partials, 0, partials.shape[0])
+            return partials
+        band = max(1, _FOLD_BAND // piece)
+        for first in range(0, partials.shape[0], band):
+            with pool():
+                _kept_norms_parallel(kept, numel, piece, partials, first, min(first + band, partials.shape[0]))
+        return partials
+
     def decode_on(self, xp: ModuleType, raw: Any, numel: int, out: Any) -> None:
         check_size(self, raw, numel)
         blocks = -(-numel // BLOCK)
@@ -322,6 +342,47 @@ def _fold_piece(scales: Any, codes: Any, out: Any, rows: Any, piece: int, partia
         _decode_block(scales, codes, out, full // BLOCK)
     for r in range(rows.shape[0]):
         partials[p, r] = dot64(rows[r, lo:hi], out[lo:hi])
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def decode_piece(kept: Any, numel: int, lo: int, hi: int, dst: Any) -> None:  # pragma: no cover - compiled
+    """dst[:hi - lo] = values lo..hi-1 of the decode of `kept` (a payload's bytes, `Q4Codec.keep`), `lo` a multiple of
+    BLOCK and `hi` one too unless it is `numel`: the bits `_decode_blocks` and `_fold_piece` write there (a byte's two
+    values from PAIR_BITS, then times the block's scale)."""
+    num_blocks = -(-numel // BLOCK)
+    scales = kept[:4 * num_blocks].view(np.float32)
+    codes = kept[4 * num_blocks:]
+    full = lo + (hi - lo) // BLOCK * BLOCK
+    if full > lo:
+        _pairs(codes[lo // 2:full // 2], dst[:full - lo].view(np.uint64))
+        _scale_blocks(scales[lo // BLOCK:full // BLOCK], dst[:full - lo])
+    if full < hi:                                  # the row's last, partial block
+        scale = scales[full // BLOCK]
+        for i in range(full, hi):
+            c = np.int64(codes[i // 2])
+            dst[i - lo] = LUT[(c >> (4 * ((i - full) & 1))) & 15] * scale
+
+
+KEPT_GROUP = 8                    # pieces per task of a pass over kept payloads: one scratch row allocated per task
+
+
+@numba.njit(nogil=True, cache=True)
+def _kept_norms(kept: Any, numel: int, piece: int, partials: Any, first: int, stop: int) -> None:  # pragma: no cover
+    """partials[p, 0] for pieces first..stop-1 on the calling thread: each piece decoded into one scratch row."""
+    dst = np.empty(piece, dtype=np.float32)
+    for p in range(first, stop):
+        lo = p * piece
+        hi = min(lo + piece, numel)
+        decode_piece(kept, numel, lo, hi, dst)
+        partials[p, 0] = dot64(dst[:hi - lo], dst[:hi - lo])
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _kept_norms_parallel(kept: Any, numel: int, piece: int, partials: Any, first: int,
+                         stop: int) -> None:  # pragma: no cover - compiled
+    """`_kept_norms` in groups of KEPT_GROUP pieces in parallel."""
+    for g in numba.prange(-(-(stop - first) // KEPT_GROUP)):
+        _kept_norms(kept, numel, piece, partials, first + g * KEPT_GROUP, min(first + (g + 1) * KEPT_GROUP, stop))
 
 
 @numba.njit(nogil=True, cache=True, inline="always")

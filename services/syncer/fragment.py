@@ -69,17 +69,23 @@ class FragmentState:
         A sparse codec's push on the CPU is kept as (indices, values) instead, its row never written (sparse.py).
         On the CPU with the fused kernels (gram.at_merge) a dense push, unless sparse pushes are in, is decoded with its
         squared norm alone, the one entry returned: its products with b and the other pushes are taken at the merge,
-        in one pass over the rows (the same bits)."""
+        in one pass over the rows (the same bits). A q4 push there is not decoded at all (gram.kept): its bytes are kept
+        and its squared norm taken from pieces decoded in cache; the merge's passes decode it again (the same bits)."""
         k = len(self.round.pending)
         codec = codecs.codec(h.codec)
         if sparse_merge(codec):                 # (indices, values): no dense row (services/syncer/sparse.py)
             push = SparsePush(*codec.decode_entries(payload, h.numel))
+            if self.rows.kept:                  # a sparse push's products read the dense pushes' rows
+                self.rows.densify()
             earlier = [self.rows.sparse.get(i) for i in range(k)]            # the round's pushes in, by buffer slot
             dense = [self.rows.momentum] + [self.rows.push(i) if p is None else None for i, p in enumerate(earlier)]
             products = sparse.products(push, dense, [None] + earlier)
             self.rows.keep_sparse(k, push)
             return products
         self.rows.keep_sparse(k, None)
+        self.rows.kept.discard(k)
+        if gram.kept(codec) and not self.rows.sparse:   # kept encoded: the merge's passes decode it (gram.py)
+            return np.array([gram.kept_norm(codec, self.rows.keep_encoded(k, codec, payload, h.numel), h.numel)])
         row = self.rows.push(k)                 # a free row: a superseded push stays intact until this one is added
         if gram.at_merge() and not self.rows.sparse:   # its other products: the merge's one pass over the rows (gram.py)
             return np.array([gram.decode_with_norm(codec, payload, h.numel, row)])
@@ -118,14 +124,15 @@ class FragmentState:
         started = clock()
         if self.gram.later and self.rows.sparse:    # a sparse push beside one whose products are left to here
             self.rows.densify()
-        g, bd = self.gram.take(len(headers), self.rows.rows)   # every push of the round came through take_in and add
+        g, bd = self.gram.take(len(headers), self.rows.rows,   # every push of the round came through take_in and add
+                               self.rows.kept_of(len(headers)))
         fraction = merge.interval_fraction([h.c_steps for h in headers], weights, config.inner_steps)
         combo = merge.merge_round(self.rows, len(headers), weights, merge=mode, lr=config.outer_lr, momentum=config.momentum,
                                   g=g, bd=bd, fraction=fraction, restart=config.momentum_restart,
                                   restart_cos=config.momentum_restart_cos)
         backend.synchronize()
         elapsed = clock() - started
-        self.rows.sparse.clear()
+        self.rows.clear_round()
         self.round.close(merged=combo is not None, sync_s=elapsed)
         return combo, weights / weights.sum(), lags, elapsed
 

@@ -13,6 +13,7 @@ import numba
 import numpy as np
 
 from yeto.schemas.codecs.base import Codec, Payload, compiled, dot64, fused, pool
+from yeto.schemas.codecs.q4 import KEPT_GROUP, decode_piece
 from yeto.services.syncer.backend import GPU
 
 GRAM_CHUNK = 1 << 24 if GPU else 1 << 18  # gemv rows reuse the chunk from L2/L3
@@ -64,7 +65,7 @@ class RowProducts:
             self.products += part.get() if GPU else part
 
 
-_MODE = {"at_merge": True}
+_MODE = {"at_merge": True, "kept": True}
 
 
 def gram_at_merge(on: bool) -> None:
@@ -78,6 +79,27 @@ def at_merge() -> bool:
     """Whether dense pushes' cross products are left to the merge: on the CPU, with the fused kernels, unless switched
     off (`gram_at_merge`). On the GPU a push's row is folded as it arrives (its pass is one gemv on the device)."""
     return _MODE["at_merge"] and not GPU and fused()
+
+
+def keep_encoded(on: bool) -> None:
+    """Whether a dense push whose codec can (q4: `keep`, `decode_piece`) keeps its encoded bytes when its products wait
+    for the merge (`at_merge()`): its squared norm taken from the bytes with no f32 row written, its pieces decoded
+    inside the merge's Gram pass and outer step (0.5 B a value read per push instead of 4). The same bits either way
+    (benchmarks/round.py --gram at-merge,kept compares them in one run)."""
+    _MODE["kept"] = bool(on)
+
+
+def kept(codec: Codec) -> bool:
+    """Whether a dense push of `codec` is kept encoded until the merge (`keep_encoded`, `at_merge()`)."""
+    return _MODE["kept"] and at_merge() and getattr(codec, "kept_norm_pieces", None) is not None
+
+
+def kept_norm(codec: Codec, kept_bytes: np.ndarray, numel: int) -> float:
+    """The squared norm of the decode of `kept_bytes` (`codec.keep`): the bits `decode_with_norm` gives (the same
+    pieces, dot64 and order of sums), with no row written."""
+    products = np.zeros(1)
+    _add_in_order(codec.kept_norm_pieces(kept_bytes, numel, PIECE), products)   # type: ignore[attr-defined]
+    return float(products[0])
 
 
 def decode_with_norm(codec: Codec, payload: Payload, numel: int, row) -> float:
@@ -114,9 +136,10 @@ class RoundGram:
         self.g[slot, slot] = sq_norm
         self.later.add(slot)
 
-    def take(self, num: int, rows=None) -> tuple[np.ndarray, np.ndarray]:
+    def take(self, num: int, rows=None, kept: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The matrix of slots 0..num-1 and their products with b, for the merge; the round's Gram starts over.
-        `rows`: the fragment's rows (Θ, b, the pushes by slot, dense), read once when a slot was admitted later."""
+        `rows`: the fragment's rows (Θ, b, the pushes by slot, dense), read once when a slot was admitted later;
+        `kept`: (slot_of, bytes) for pushes kept encoded (rows.py `FragmentRows.kept_of`), decoded in the pass."""
         g, bd = self.g[:num, :num].copy(), self.bd[:num].copy()
         later = sorted(s for s in self.later if s < num)
         if later:
@@ -124,7 +147,7 @@ class RoundGram:
             for s in later:
                 need[1 + s, :1 + s] = True
                 need[2 + s:, 1 + s] = True
-            full = gram_pass(rows[1:2 + num], need)
+            full = gram_pass(rows[1:2 + num], need, kept)
             for s in later:
                 bd[s] = full[1 + s, 0]
                 others = [j for j in range(num) if j != s]
@@ -140,11 +163,12 @@ class RoundGram:
             self.g, self.bd = grown, np.concatenate([self.bd, np.zeros(size - self.bd.size)])
 
 
-def gram_pass(rows, need: np.ndarray) -> np.ndarray:
+def gram_pass(rows, need: np.ndarray, kept: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """out[i, j] = out[j, i] = <rows[i], rows[j]> for each i > j with need[i, j] (0 elsewhere), in one pass: each 16K-value piece
     of every row read once from memory and multiplied with the others while in cache, pieces in parallel, in bands
     like `fold_row`. Each product is the bits `fold_row` gives for the same two rows (the same pieces, the same dot64,
-    the pieces' sums added in order)."""
+    the pieces' sums added in order). `kept` = (slot_of, bytes): row i with slot_of[i] >= 0 is not read but decoded
+    piece by piece from bytes[slot_of[i]] (q4's `keep`: the same values, so the same bits)."""
     num, n = rows.shape
     out = np.zeros((num, num))
     pairs = np.array([(i, j) for i in range(num) for j in range(i) if need[i, j]], dtype=np.int64).reshape(-1, 2)
@@ -155,7 +179,10 @@ def gram_pass(rows, need: np.ndarray) -> np.ndarray:
         hi = min(lo + BAND, n)
         partials = np.empty((-(-(hi - lo) // PIECE), len(pairs)))
         with pool():
-            _piece_pairs(rows, rows, pairs[:, ::-1].copy(), lo, hi, partials)   # (earlier, later), as a fold has them
+            if kept is None:
+                _piece_pairs(rows, rows, pairs[:, ::-1].copy(), lo, hi, partials)   # (earlier, later), as a fold has them
+            else:
+                _kept_piece_pairs(rows, kept[0], kept[1], n, pairs[:, ::-1].copy(), lo, hi, partials)
         _add_in_order(partials, sums)
     out[pairs[:, 0], pairs[:, 1]] = out[pairs[:, 1], pairs[:, 0]] = sums
     return out
@@ -203,6 +230,31 @@ def _piece_pairs(a, b, pairs, start, stop, partials):  # pragma: no cover - comp
         hi = min(lo + PIECE, stop)
         for q in range(pairs.shape[0]):
             partials[p, q] = dot64(a[pairs[q, 0], lo:hi], b[pairs[q, 1], lo:hi])
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _kept_piece_pairs(rows, slot_of, kept, numel, pairs, start, stop, partials):  # pragma: no cover - compiled
+    """`_piece_pairs(rows, rows, ...)` where a row i with slot_of[i] >= 0 is decoded from kept[slot_of[i]] piece by
+    piece into a scratch row in cache instead of read (q4 `decode_piece`), groups of pieces in parallel."""
+    for g in numba.prange(-(-partials.shape[0] // KEPT_GROUP)):
+        scratch = np.empty((rows.shape[0], PIECE), dtype=np.float32)
+        for p in range(g * KEPT_GROUP, min((g + 1) * KEPT_GROUP, partials.shape[0])):
+            lo = start + p * PIECE
+            hi = min(lo + PIECE, stop)
+            for r in range(rows.shape[0]):
+                if slot_of[r] >= 0:
+                    decode_piece(kept[slot_of[r]], numel, lo, hi, scratch[r])
+            for q in range(pairs.shape[0]):
+                partials[p, q] = dot64(_source(rows, scratch, slot_of, pairs[q, 0], lo, hi),
+                                       _source(rows, scratch, slot_of, pairs[q, 1], lo, hi))
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _source(rows, scratch, slot_of, r, lo, hi):  # pragma: no cover - compiled
+    """Values lo..hi-1 of row r: its scratch row when it is kept encoded (decoded there for this piece), else itself."""
+    if slot_of[r] >= 0:
+        return scratch[r, :hi - lo]
+    return rows[r, lo:hi]
 
 
 @numba.njit(nogil=True, cache=True)

@@ -36,6 +36,7 @@ import numba
 import numpy as np
 
 from yeto.schemas.codecs.base import compiled, pool
+from yeto.schemas.codecs.q4 import decode_piece
 from yeto.services.syncer import sparse
 from yeto.services.syncer.backend import GPU, xp
 from yeto.services.syncer.gram import gram
@@ -184,8 +185,11 @@ def _apply(frag: FragmentRows, c: np.ndarray, chunk: int, *, commit: bool) -> bo
 def _entries(frag: FragmentRows, num: int) -> tuple[object, ...]:
     """The sparse pushes among slots 0..num-1 for the step kernel: dense[m] (row 2+m is read), their (idx, vals) as
     typed lists by slot (an empty pair for a dense slot; no copy of the entries) and starts[m, p], where slot m's
-    entries of piece p begin (services/syncer/sparse.py)."""
+    entries of piece p begin (services/syncer/sparse.py); then slot_of[m], the row of `encoded` that holds a dense
+    push kept encoded (decoded piece by piece in the step; -1: row 2+m is read), and `encoded`."""
     dense = np.array([m not in frag.sparse for m in range(num)], dtype=np.bool_)
+    kept = frag.kept_of(num)                                            # read where a push is kept encoded (rows.py)
+    slot_of, encoded = (kept[0][1:], kept[1]) if kept is not None else (np.full(num, -1, dtype=np.int64), _NO_BYTES)
     pieces = -(-frag.numel // STEP_PIECE) + 1 if frag.sparse else 1     # read only for a sparse slot
     starts = np.zeros((num, pieces), dtype=np.int64)
     idx, vals = numba.typed.List.empty_list(numba.int64[::1]), numba.typed.List.empty_list(numba.float32[::1])
@@ -195,10 +199,11 @@ def _entries(frag: FragmentRows, num: int) -> tuple[object, ...]:
             starts[m] = push.starts(frag.numel)
         idx.append(push.idx if push is not None else _NO_IDX)
         vals.append(push.vals if push is not None else _NO_VALS)
-    return dense, idx, vals, starts
+    return dense, idx, vals, starts, slot_of, encoded
 
 
 _NO_IDX, _NO_VALS = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+_NO_BYTES = np.zeros((0, 0), dtype=np.uint8)
 
 
 STEP_PIECE = 1 << 9               # values per piece of the step: its two float64 sums stay in L1 (4K measured slower)
@@ -210,42 +215,53 @@ STEP_BAND = 1 << 20               # values per parallel call
 # Each inner loop is its own function on 1-D contiguous slices: that is what lets LLVM vectorize it (inlined into the
 # piece loop, the slices' possible overlap kept it scalar, 5x slower).
 @numba.njit(nogil=True, cache=True, parallel=True)
-def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts):  # pragma: no cover - compiled
+def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts, slot_of, encoded):  # pragma: no cover
     """[theta'; b'] = c @ rows[:c.shape[1]] over pieces first..stop-1, written to rows 0 and 1 when `commit`, else
     only checked: finite[p] is False when piece p's result is not finite in f32. A slot m with dense[m] False is
     a sparse push: its entries starts[m, p]..starts[m, p+1]-1 of (idx[m], vals[m]) are added instead of row 2+m.
+    A dense slot m with slot_of[m] >= 0 is kept encoded: each piece of it is decoded from encoded[slot_of[m]] into a
+    scratch row in cache (q4 `decode_piece`: the same values) and read there instead of row 2+m.
     Groups of STEP_GROUP pieces run in parallel, each reusing one pair of float64 scratch rows (one allocation per
     piece cost ~15% of the step)."""
     n = rows.shape[1]
+    num = c.shape[1] - 2
     for g in numba.prange(-(-(stop - first) // STEP_GROUP)):
         theta, b = np.empty(STEP_PIECE), np.empty(STEP_PIECE)
+        decoded = np.empty((num, STEP_PIECE), dtype=np.float32)
         for p in range(first + g * STEP_GROUP, min(first + g * STEP_GROUP + STEP_GROUP, stop)):
             lo = p * STEP_PIECE
             hi = min(lo + STEP_PIECE, n)
             t, u = theta[:hi - lo], b[:hi - lo]
+            for k in range(num):
+                if slot_of[k] >= 0:
+                    decode_piece(encoded[slot_of[k]], n, lo, hi, decoded[k])
             m, last = 2, c.shape[1]
             if last == 6 and dense[0] and dense[1] and dense[2] and dense[3]:    # four pushes: one pass, no scratch
-                finite[p] = _six_rows_out(rows[0, lo:hi], rows[1, lo:hi], rows[2, lo:hi], rows[3, lo:hi], rows[4, lo:hi],
-                                          rows[5, lo:hi], c[0, 0], c[0, 1], c[0, 2], c[0, 3], c[0, 4], c[0, 5], c[1, 0],
-                                          c[1, 1], c[1, 2], c[1, 3], c[1, 4], c[1, 5], commit) == 0
+                finite[p] = _six_rows_out(rows[0, lo:hi], rows[1, lo:hi], _row(rows, decoded, slot_of, 0, lo, hi),
+                                          _row(rows, decoded, slot_of, 1, lo, hi), _row(rows, decoded, slot_of, 2, lo, hi),
+                                          _row(rows, decoded, slot_of, 3, lo, hi), c[0, 0], c[0, 1], c[0, 2], c[0, 3],
+                                          c[0, 4], c[0, 5], c[1, 0], c[1, 1], c[1, 2], c[1, 3], c[1, 4], c[1, 5], commit) == 0
                 continue
             if last > 3 and dense[0] and dense[1]:              # theta, b and two pushes in one pass
-                _four_rows(rows[0, lo:hi], rows[1, lo:hi], rows[2, lo:hi], rows[3, lo:hi], t, u, c[0, 0], c[0, 1],
+                _four_rows(rows[0, lo:hi], rows[1, lo:hi], _row(rows, decoded, slot_of, 0, lo, hi),
+                           _row(rows, decoded, slot_of, 1, lo, hi), t, u, c[0, 0], c[0, 1],
                            c[1, 0], c[1, 1], c[0, 2], c[1, 2], c[0, 3], c[1, 3])
                 m = 4
             else:
                 _two_rows(rows[0, lo:hi], rows[1, lo:hi], t, u, c[0, 0], c[0, 1], c[1, 0], c[1, 1])
             while m < last:
                 if m + 2 == last and dense[m - 2] and dense[m - 1]:     # the last two rows: added, rounded and stored
-                    finite[p] = _add_two_rows_out(rows[m, lo:hi], rows[m + 1, lo:hi], t, u, c[0, m], c[1, m], c[0, m + 1],
-                                                  c[1, m + 1], rows[0, lo:hi], rows[1, lo:hi], commit) == 0
+                    finite[p] = _add_two_rows_out(_row(rows, decoded, slot_of, m - 2, lo, hi),
+                                                  _row(rows, decoded, slot_of, m - 1, lo, hi), t, u, c[0, m], c[1, m],
+                                                  c[0, m + 1], c[1, m + 1], rows[0, lo:hi], rows[1, lo:hi], commit) == 0
                     break
                 if m + 1 < last and dense[m - 2] and dense[m - 1]:     # two rows in one pass over the scratch
-                    _add_two_rows(rows[m, lo:hi], rows[m + 1, lo:hi], t, u, c[0, m], c[1, m], c[0, m + 1], c[1, m + 1])
+                    _add_two_rows(_row(rows, decoded, slot_of, m - 2, lo, hi), _row(rows, decoded, slot_of, m - 1, lo, hi),
+                                  t, u, c[0, m], c[1, m], c[0, m + 1], c[1, m + 1])
                     m += 2
                     continue
                 if dense[m - 2]:
-                    _add_row(rows[m, lo:hi], t, u, c[0, m], c[1, m])
+                    _add_row(_row(rows, decoded, slot_of, m - 2, lo, hi), t, u, c[0, m], c[1, m])
                 else:
                     _add_entries(idx[m - 2], vals[m - 2], starts[m - 2, p], starts[m - 2, p + 1], lo, t, u, c[0, m], c[1, m])
                 m += 1
@@ -254,6 +270,14 @@ def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts)
                 if commit:
                     _store(t, rows[0, lo:hi])
                     _store(u, rows[1, lo:hi])
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _row(rows, decoded, slot_of, k, lo, hi):  # pragma: no cover - compiled
+    """Values lo..hi-1 of push k: its decoded piece when it is kept encoded, else its row 2+k."""
+    if slot_of[k] >= 0:
+        return decoded[k, :hi - lo]
+    return rows[2 + k, lo:hi]
 
 
 @numba.njit(nogil=True, cache=True, inline="never")

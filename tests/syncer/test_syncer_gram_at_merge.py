@@ -1,7 +1,8 @@
 """A round's Gram matrix taken in one pass over the rows at the merge (services/syncer/gram.py `gram_pass`, the default
 on the CPU) gives the bits of folding each push's Gram row as it is decoded (k + 2 rows read for push k): the same
 coefficients, norms, cos(delta, b) and merged Θ and b, with a newer push replacing a learner's, a push refused after its
-decode, codecs mixed, sparse pushes beside dense ones, fragments ending inside a piece, and any thread count."""
+decode, codecs mixed, sparse pushes beside dense ones, fragments ending inside a piece, and any thread count; and so do
+q4 pushes kept encoded and decoded inside the merge's passes (gram.keep_encoded, the default)."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,9 +33,12 @@ def sent(n: int, seed: int, names: list[str]) -> list[tuple[str, str, bytes, int
              500 + 100 * i) for i, (learner, name) in enumerate(zip(learners, names, strict=True))]
 
 
-def one_round(n: int, pushes: list[tuple[str, str, bytes, int]], *, at_merge: bool, refused: int | None = None):
-    """A fragment takes in `pushes` (push `refused` decoded, then dropped as admission's `decoded` would) and merges."""
+def one_round(n: int, pushes: list[tuple[str, str, bytes, int]], *, at_merge: bool, refused: int | None = None,
+              kept: bool = False):
+    """A fragment takes in `pushes` (push `refused` decoded, then dropped as admission's `decoded` would) and merges;
+    `kept`: q4 pushes kept encoded and decoded inside the merge's passes (gram.keep_encoded)."""
     gram.gram_at_merge(at_merge)
+    gram.keep_encoded(kept)
     try:
         rng = np.random.default_rng(1)
         theta, momentum = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32) * 0.1
@@ -52,26 +56,65 @@ def one_round(n: int, pushes: list[tuple[str, str, bytes, int]], *, at_merge: bo
         return frag.rows.rows[:2].copy(), combo, norms
     finally:
         gram.gram_at_merge(True)
+        gram.keep_encoded(True)
 
 
 @pytest.mark.parametrize("n", [1, 1000, gram.PIECE, 3 * gram.PIECE + 5])
 @pytest.mark.parametrize("names", [["q4"] * 4, ["q4", "f32", "q4", "bf16", "q4"], ["topk4", "q4", "topk4", "q4"],
                                    ["q4", "topk4", "q4", "topk4"]], ids="-".join)
-def test_the_gram_pass_at_the_merge_gives_the_bits_of_folding_each_push_as_it_came(n, names):
+@pytest.mark.parametrize("kept", [False, True], ids=["f32-rows", "q4-kept"])
+@pytest.mark.parametrize("count", [1, 2])
+def test_the_gram_pass_at_the_merge_gives_the_bits_of_folding_each_push_as_it_came(n, names, kept, count):
     pushes = sent(n, n + len(names), names)
-    (rows, combo, norms), (want_rows, want, want_norms) = (one_round(n, pushes, at_merge=on) for on in (True, False))
+    before = threads()
+    try:
+        set_threads(count)
+        got = one_round(n, pushes, at_merge=True, kept=kept)
+    finally:
+        set_threads(before)
+    (rows, combo, norms), (want_rows, want, want_norms) = got, one_round(n, pushes, at_merge=False)
     assert rows.tobytes() == want_rows.tobytes()
     assert combo.coeffs.tobytes() == want.coeffs.tobytes() and combo.norms.tobytes() == want.norms.tobytes()
     assert combo.momentum_cos == want.momentum_cos and combo.merge == want.merge
     assert norms == want_norms                  # what admission's norm bound reads, push by push
 
 
-def test_a_push_refused_after_its_decode_leaves_no_trace_in_the_pass():
+@pytest.mark.parametrize("kept", [False, True], ids=["f32-rows", "q4-kept"])
+def test_a_push_refused_after_its_decode_leaves_no_trace_in_the_pass(kept):
     pushes = sent(5000, 2, ["q4"] * 5)
-    with_refused = one_round(5000, pushes, at_merge=True, refused=2)
+    with_refused = one_round(5000, pushes, at_merge=True, refused=2, kept=kept)
     without = one_round(5000, pushes[:2] + pushes[3:], at_merge=False)
     assert with_refused[0].tobytes() == without[0].tobytes()
     assert with_refused[1].coeffs.tobytes() == without[1].coeffs.tobytes()
+
+
+def test_a_kept_push_of_the_wrong_size_is_refused_as_its_decode_is():
+    n = 3 * gram.PIECE + 5
+    payload = codecs.Q4.encode(np.ones(n, dtype=np.float32))
+    rows = FragmentRows(np.zeros(n, dtype=np.float32))
+    for bad in (payload[:-1], payload + b"\0"):
+        with pytest.raises(ValueError, match="must be"):
+            codecs.Q4.decode(bad, n)
+        with pytest.raises(ValueError, match="must be"):
+            rows.keep_encoded(0, codecs.Q4, bad, n)
+
+
+@pytest.mark.parametrize("scale", [np.nan, np.inf, -1.0, 1e-45, 3e38])
+def test_a_kept_push_norm_is_the_decode_norm_for_hostile_scales(scale):
+    """Every code byte, and scales NaN, infinite, negative, subnormal and huge: the kept bytes' squared norm is the
+    bits of the decode's (admission refuses a non-finite one alike)."""
+    n = 2 * gram.PIECE + 3 * 256 + 17
+    blocks = -(-n // 256)
+    rng = np.random.default_rng(5)
+    scales = rng.uniform(0.1, 2.0, blocks).astype("<f4")
+    scales[::7] = scale
+    codes = (np.arange(blocks * 128) % 256).astype(np.uint8)
+    payload = scales.tobytes() + codes.tobytes()
+    row = np.empty(n, dtype=np.float32)
+    want = gram.decode_with_norm(codecs.Q4, payload, n, row)
+    kept = FragmentRows(np.zeros(n, dtype=np.float32)).keep_encoded(0, codecs.Q4, payload, n)
+    got = gram.kept_norm(codecs.Q4, kept, n)
+    assert np.float64(got).tobytes() == np.float64(want).tobytes()
 
 
 def test_the_pass_gives_the_same_bits_on_any_thread_count():
