@@ -106,6 +106,7 @@ def header(learner: str, kind: str, codec: str, n: int, payload: bytes, *, step:
 def one_round(core: SyncerCore, pushes: list[list[tuple]], sink: Sink) -> dict[str, float]:
     """Take in every push's chunks (the last chunk closes the round), perform the outputs; seconds per stage."""
     ingest, outputs = 0.0, []
+    cpu = time.process_time()
     for chunks in pushes:
         for h, c in chunks:
             start = time.perf_counter()
@@ -122,9 +123,10 @@ def one_round(core: SyncerCore, pushes: list[list[tuple]], sink: Sink) -> dict[s
     assert sink.writer is not None, "the round wrote no snapshot"
     sink.writer.join()                  # done before the next round, so each round's write is timed alone
     sink.writer = None
+    cpu = time.process_time() - cpu     # every thread's CPU over the round, the write's included (the same bytes each way)
     # The last receive did the merge and the broadcast encode after its chunk's ingest: split it by the event's
     # merge_ms and the encode timed on its own below (run_size), so `ingest` is the chunks' intake alone.
-    return dict(ingest=ingest, merge=merge_s, perform=perform_s, **sink.seconds)
+    return dict(ingest=ingest, merge=merge_s, perform=perform_s, cpu=cpu, **sink.seconds)
 
 
 def new_core(n: int, learners: int, rng: np.random.Generator) -> SyncerCore:
@@ -156,7 +158,8 @@ def memcpy_seconds(n: int, rows: int, reps: int) -> float:
 def run_config(core: SyncerCore, deltas: list[bytes], reps: int, sink: Sink) -> dict[str, float]:
     """Best seconds per stage of `reps` rounds with the write beside, and of `reps` with it in the path."""
     n = core.fragments[0].numel
-    best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "in_path"), float("inf"))
+    best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "in_path", "cpu"),
+                         float("inf"))
     theta = core.fragments[0].theta
     for rep in range(2 * reps):                                    # even: the write beside; odd: in the path
         version = core.fragments[0].version
@@ -189,7 +192,7 @@ def row(n: int, kernels: str, threads: int, memcpy: float, b: dict[str, float]) 
     critical = b["ingest"] + b["perform"]              # intake to the last chunk out; the write runs beside it
     cells = " ".join(f"{stages[s] * 1e3:8.1f} ({stages[s] / memcpy:5.2f}x)" for s in STAGES)
     print(f"{n:>10} {4 * n / 2**20:>6.0f} {kernels:>18} {threads:>7} {memcpy * 1e3:>10.1f} {cells} {critical * 1e3:>11.1f} "
-          f"{critical / memcpy:>15.2f} {b['in_path'] / memcpy:>14.2f}", flush=True)
+          f"{critical / memcpy:>15.2f} {b['in_path'] / memcpy:>14.2f} {b['cpu'] * 1e3:>9.1f}", flush=True)
     return critical
 
 
@@ -223,8 +226,11 @@ def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, flo
     if len(args.thread_counts) > 1:
         found[f"threads_speedup_{label}_1_to_{most}"] = critical[last, min(args.thread_counts)] / critical[last, most]
     for first, then in itertools.pairwise(names):       # e.g. separate over compiled: what the fused passes gave
-        found[f"{first}_over_{then}_critical_path_{label}_{most}_threads".replace("/", "_")] = \
-            critical[first, most] / critical[then, most]
+        for threads in sorted(set(args.thread_counts)):
+            found[f"{first}_over_{then}_critical_path_{label}_{threads}_threads".replace("/", "_")] = \
+                critical[first, threads] / critical[then, threads]
+            found[f"{first}_over_{then}_cpu_{label}_{threads}_threads".replace("/", "_")] = \
+                bests[first, threads]["cpu"] / bests[then, threads]["cpu"]
     found[f"round_critical_path_wall_over_memcpy_wall_{label}"] = critical[last, most] / memcpy
     return found
 
@@ -249,13 +255,14 @@ def main() -> None:
           f"broadcast; best of {args.reps}")
     columns = " ".join(f"{s:>17}" for s in STAGES)
     print(f"{'values':>10} {'MiB':>6} {'kernels':>18} {'threads':>7} {'memcpy ms':>10} {columns} {'critical ms':>11} "
-          f"{'critical/memcpy':>15} {'in-path/memcpy':>14}")
+          f"{'critical/memcpy':>15} {'in-path/memcpy':>14} {'cpu ms':>9}")
     found: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="yeto-round-") as tmp:
         for n in parse_sizes(args.values):
             found.update(run_size(n, args, Path(tmp)))
     print("(each stage: ms, and in brackets its wall time over one memcpy of the round's (M + 4) rows, one thread; the "
-          "snapshot column is the background write, off the critical path)")
+          "snapshot column is the background write, off the critical path; cpu ms: the process's CPU time over the "
+          "round, every thread's and the snapshot write's included, best of the rounds with the write beside)")
     last = found.pop("round_critical_path_wall_over_memcpy_wall")      # the last size's, last kernels, most threads
     for name, value in found.items():
         print(f"{name}={value:.3f}")
