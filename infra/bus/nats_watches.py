@@ -53,8 +53,7 @@ class LearnerWatches:
                 return
             try:
                 fresh = self.num_made == 0          # until this process had them made once: all of them, afresh
-                reply = await self.bus.nc.request(f"{WATCHES}.{self.run_id}.{self.learner}",
-                                                  json.dumps({"fresh": fresh}).encode(), timeout=ASK_TIMEOUT_S)
+                reply = await self._request(f"{WATCHES}.{self.run_id}.{self.learner}", json.dumps({"fresh": fresh}).encode())
                 if "error" in (answer := json.loads(reply.data)):
                     raise ValueError(answer["error"])
             except NoRespondersError:      # no launcher: a stack without one (tests, tools) lets the learner make them
@@ -67,6 +66,29 @@ class LearnerWatches:
                 log.warning("watches not made: %r", e)
                 return
             self.num_made += 1
+
+    async def _request(self, subject: str, body: bytes):
+        """The launcher's answer, or PermissionError as soon as the server refuses the request's publish (a credential
+        not this learner's: no answer ever comes, and each ask refused counts toward the learner's verdict,
+        learners/transport/denials.py; it used to wait out ASK_TIMEOUT_S first)."""
+        refused = asyncio.Event()
+
+        def on_denied(denied: str) -> None:
+            if denied.lower() == subject.lower():
+                refused.set()
+        listeners = getattr(self.bus, "on_denied", [])
+        listeners.append(on_denied)
+        asked, told = asyncio.ensure_future(self.bus.nc.request(subject, body, timeout=ASK_TIMEOUT_S)), \
+            asyncio.ensure_future(refused.wait())
+        try:
+            await asyncio.wait({asked, told}, return_when=asyncio.FIRST_COMPLETED)
+            if not asked.done():
+                raise PermissionError(f"the bus refused the request on {subject}")
+            return asked.result()
+        finally:
+            for task in (asked, told):
+                task.cancel()
+            listeners.remove(on_denied)
 
     async def _follow(self, kind: str, callback: Callback) -> None:
         nc, (stream, config) = self.bus.nc, self.configs[kind]
