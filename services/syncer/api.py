@@ -22,6 +22,7 @@ from yeto.services.syncer.gram import (  # the Gram matrix whole, one row, fused
     gram_pass,
     gram_row,
     keep_encoded,
+    kept_norm,
 )
 from yeto.services.syncer.liveness import silence_s  # how long a learner may be silent before rounds go on without it
 from yeto.services.syncer.merge import merge_round  # one fragment's merge plus outer step, in place
@@ -32,4 +33,5 @@ from yeto.services.syncer.snapshot import write as write_snapshot  # a fragment'
 
 __all__ = ["Broadcast", "FragmentRows", "FragmentState", "RowProducts", "SaveSnapshot", "SyncerCore", "backend",
            "broadcast_chunks", "copy_later", "decode_with_norm", "gram", "gram_at_merge", "gram_pass", "gram_row",
-           "keep_encoded", "merge_round", "perform", "profiling", "silence_s", "sparse", "throughput", "warmup", "write_snapshot"]
+           "keep_encoded", "kept_norm", "merge_round", "perform", "profiling", "silence_s", "sparse", "throughput", "warmup",
+           "write_snapshot"]
