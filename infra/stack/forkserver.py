@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 # Not `-m` this module: its package imports it first (runpy warns of a module run twice); the collector off first.
 ENTRY = "import gc; gc.disable(); import sys; from yeto.infra.stack.forkserver import serve; sys.exit(serve())"
@@ -103,41 +104,29 @@ def threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def child(request: dict) -> None:
-    """The forked component: its session, its output, its environment, then its module as `__main__`; never returns."""
+def child(request: dict) -> NoReturn:
+    """The forked component: its session, its output, its environment, then its module as `__main__`. It never
+    returns into the server's loop: its end (a return, sys.exit, an uncaught error) unwinds to the interpreter's own
+    exit, as a spawned component's does (its status, the traceback, atexit handlers, non-daemon threads joined)."""
     import runpy
-    import traceback
 
-    code = 1
-    try:
-        gc.enable()
-        os.setsid()                 # a session of its own, as components.spawn's start_new_session
-        null, out = os.open(os.devnull, os.O_RDONLY), os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        for fd, target in ((null, 0), (out, 1), (out, 2)):   # over the server's request and answer pipes
-            os.dup2(fd, target)
-        os.close(null)
-        os.close(out)
-        os.environ.clear()
-        os.environ.update(request["env"])
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
-        cmd = request["cmd"]
-        with contextlib.suppress(OSError):      # `ps -o comm`, top: its name, not the server's `python`
-            Path("/proc/self/comm").write_text(f"yeto-{request['name']}"[:15])
-        sys.argv = [cmd[0], *cmd[3:]]
-        runpy.run_module(cmd[2], run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as err:
-        code = err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
-    except BaseException:  # noqa: BLE001 - what an uncaught error does to a spawned component: a traceback, status 1
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+    gc.enable()
+    os.setsid()                     # a session of its own, as components.spawn's start_new_session
+    null, out = os.open(os.devnull, os.O_RDONLY), os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for fd, target in ((null, 0), (out, 1), (out, 2)):   # over the server's request and answer pipes
+        os.dup2(fd, target)
+    os.close(null)
+    os.close(out)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    cmd = request["cmd"]
+    with contextlib.suppress(OSError):          # `ps -o comm`, top: its name, not the server's `python`
+        Path("/proc/self/comm").write_text(f"yeto-{request['name']}"[:15])
+    sys.argv = [cmd[0], *cmd[3:]]
+    runpy.run_module(cmd[2], run_name="__main__", alter_sys=True)
+    raise SystemExit(0)
 
 
 def serve() -> int:
@@ -145,6 +134,8 @@ def serve() -> int:
     import importlib
 
     gc.disable()                    # during the imports and the forks (the module docstring); ENTRY did already
+    if sys.path and sys.path[0] == "":
+        sys.path[0] = os.getcwd()   # as `python -m` puts it (ENTRY is `-c`)
     import numpy  # noqa: F401
     allowed = threads()
     for name in PRELOAD:
