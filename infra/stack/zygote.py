@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 from yeto.infra import procs
-from yeto.infra.bus import auth as bus_auth
 
 NAME = "learner-zygote"
+# infra/bus/auth.py's CREDS_ENV, named here: `yeto launch` loads this module before the bus package, whose import (the
+# schemas with numba, nats) would hold the zygote's start back ~0.5 CPU s (yeto/cli/launch/early.py)
+CREDS_ENV = "YETO_NATS_CREDS"
 MODULE = "yeto.learners.torch.zygote"
 MAX_SOCKET_PATH = 100      # sun_path holds 108 bytes: a longer state directory keeps the launcher's own zygote
 
@@ -43,7 +45,7 @@ def env() -> dict[str, str]:
     """What the launcher's ranks get (services/launcher/backends/local.py base_env), less their per-rank credential:
     the zygote refuses a rank whose environment differs in anything its imports could have read."""
     out = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    out.pop(bus_auth.CREDS_ENV, None)
+    out.pop(CREDS_ENV, None)
     return out
 
 

@@ -52,6 +52,40 @@ def test_a_launch_on_a_stack_it_will_start_starts_the_zygote_before_its_own_impo
     assert seen["command_imported_at_each_start"][0] is False, seen
 
 
+BEFORE_BUS = r"""
+import json, subprocess, sys
+REAL, seen = subprocess.Popen, []
+class Seen(REAL):           # records what was imported when the zygote starts; runs `python -c pass` in its place
+    def __init__(self, args, *a, **k):
+        if "yeto.learners.torch.zygote" in args:
+            seen.append(sorted(m for m in ("yeto.infra.stack", "yeto.infra.bus", "yeto.schemas", "numba") if m in sys.modules))
+            args = [sys.executable, "-c", "pass"]
+        super().__init__(args, *a, **k)
+subprocess.Popen = Seen
+from yeto.cli.main import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "imported_at_each_start": seen}))
+"""
+
+
+def test_the_early_zygote_starts_before_the_stack_package_imports_the_bus(tmp_path):
+    """early.stack_zygote loads infra/stack/zygote.py without its package's __init__ (the bus, the schemas, numba,
+    nats: ~0.5 CPU s that came before the zygote's start); the package adopts that module later."""
+    from yeto.infra.bus import auth as bus_auth
+    from yeto.infra.stack import zygote as stack_zygote
+
+    assert stack_zygote.CREDS_ENV == bus_auth.CREDS_ENV
+    model, home = write_model_dir(tmp_path / "model"), tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "YETO_NATS_URL"} | {"YETO_HOME": str(home)}
+    argv = [sys.executable, "-c", BEFORE_BUS, "launch", "--gpu", "local:1xcpu", "--model", str(model),
+            "--data", str(tmp_path / "missing.jsonl"), "--max-steps", "2"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["code"] == 2, done.stderr[-2000:]           # the data check refuses: no stack
+    assert seen["imported_at_each_start"][0] == [], seen     # the early start: none of them yet
+    assert "yeto.infra.stack" in seen["imported_at_each_start"][-1]    # the launch's own check: the package, adopting it
+
+
 @pytest.mark.parametrize("argv, env, starts", [
     (["launch", "--gpu", "local:1xcpu,local:2xcpu", "--model", "m"], {}, True),
     (["--state-dir", "{home}", "launch", "--gpu=local:1xCPU"], {}, True),

@@ -4,7 +4,8 @@ started before the CLI's own imports, not after them.
 The zygote's imports (torch, transformers, numba: ~3.3 CPU s) are the longest part of a first launch on a CPU; started
 after `yeto.cli.launch.command`'s imports (the bus, the schemas, numba, nats: 0.7-0.9 s into a launch at load 1-3,
 2.5 s at load 6) they finished that much later. `main` calls `zygote_first` before it builds the parser: the flags it
-needs are read from argv as words (`--gpu X`, `--gpu=X`, ...), with no import beyond the stack's zygote module. It
+needs are read from argv as words (`--gpu X`, `--gpu=X`, ...), with no import beyond the stack's zygote module
+(loaded without its package's __init__ since 2026-12-06: `stack_zygote`). It
 starts a zygote only where `plan.zygote_early` would, read more narrowly (no --config file, every --gpu entry
 `local:<n>xcpu`, no --dry-run, --nats-url or $YETO_NATS_URL, no NF4 base, no stack record under the state
 directory); anything else is left to `zygote_early` after the checks, as before. Either reading wrong costs CPU only:
@@ -15,10 +16,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 VALUED = ("--gpu", "--config", "--nats-url", "--state-dir", "--base-quantization")
 SWITCHES = ("--dry-run", "-h", "--help")
@@ -54,15 +58,34 @@ def eligible(argv: list[str]) -> Path | None:
     return None if (root / "stack.json").exists() else root      # a stack's record: its own zygote, or `yeto stack up`'s
 
 
+def stack_zygote() -> ModuleType:
+    """infra/stack/zygote.py, loaded without running its package's __init__ first: that imports the bus, the schemas
+    (numba) and nats, ~0.5 CPU s that held the zygote's start back. Loaded under its own name, so the package adopts
+    this module when the launch imports it (`from yeto.infra.stack import zygote` finds it in sys.modules)."""
+    name = "yeto.infra.stack.zygote"
+    if name in sys.modules:
+        return sys.modules[name]
+    import yeto.infra
+
+    spec = importlib.util.spec_from_file_location(name, Path(yeto.infra.__path__[0]) / "stack" / "zygote.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
 @contextlib.contextmanager
 def zygote_first(argv: list[str]) -> Iterator[None]:
     """Start the stack's zygote now where this launch will start a stack; when the command ends, stop it unless a stack
     adopted it."""
     root = eligible(argv)
-    if root is not None:
-        from yeto.infra.stack import zygote
-        if zygote.start(root) is None:
-            root = None
+    if root is not None and stack_zygote().start(root) is None:
+        root = None
     try:
         yield
     finally:
