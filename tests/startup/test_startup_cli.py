@@ -42,14 +42,21 @@ print(json.dumps({"code": code, "command_imported_at_each_start": calls}))
 def test_a_launch_on_a_stack_it_will_start_starts_the_zygote_before_its_own_imports(tmp_path):
     """cli/launch/early.py: the stack's zygote is started before `yeto.cli.launch.command` is imported (then once more,
     idempotently, by the launch's own check once its flags are parsed)."""
+    seen = refused_launch(FIRST, tmp_path)
+    assert seen["command_imported_at_each_start"][0] is False, seen
+
+
+def refused_launch(script: str, tmp_path: Path) -> dict:
+    """`yeto launch` on two local CPU islands through `script` (main with something recorded), refused by its data
+    check (no stack is started); the JSON line `script` prints last."""
     model, home = write_model_dir(tmp_path / "model"), tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k != "YETO_NATS_URL"} | {"YETO_HOME": str(home)}
-    argv = [sys.executable, "-c", FIRST, "launch", "--gpu", "local:1xcpu,local:1xcpu", "--model", str(model),
+    argv = [sys.executable, "-c", script, "launch", "--gpu", "local:1xcpu,local:1xcpu", "--model", str(model),
             "--data", str(tmp_path / "missing.jsonl"), "--max-steps", "2"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["code"] == 2, done.stderr[-2000:]           # the data check refuses: no stack
-    assert seen["command_imported_at_each_start"][0] is False, seen
+    return seen
 
 
 BEFORE_BUS = r"""
@@ -75,13 +82,7 @@ def test_the_early_zygote_starts_before_the_stack_package_imports_the_bus(tmp_pa
     from yeto.infra.stack import zygote as stack_zygote
 
     assert stack_zygote.CREDS_ENV == bus_auth.CREDS_ENV
-    model, home = write_model_dir(tmp_path / "model"), tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if k != "YETO_NATS_URL"} | {"YETO_HOME": str(home)}
-    argv = [sys.executable, "-c", BEFORE_BUS, "launch", "--gpu", "local:1xcpu", "--model", str(model),
-            "--data", str(tmp_path / "missing.jsonl"), "--max-steps", "2"]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["code"] == 2, done.stderr[-2000:]           # the data check refuses: no stack
+    seen = refused_launch(BEFORE_BUS, tmp_path)
     assert seen["imported_at_each_start"][0] == [], seen     # the early start: none of them yet
     assert "yeto.infra.stack" in seen["imported_at_each_start"][-1]    # the launch's own check: the package, adopting it
 
