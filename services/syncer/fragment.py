@@ -75,8 +75,7 @@ class FragmentState:
         codec = codecs.codec(h.codec)
         if sparse_merge(codec):                 # (indices, values): no dense row (services/syncer/sparse.py)
             push = SparsePush(*codec.decode_entries(payload, h.numel))
-            if self.rows.kept:                  # a sparse push's products read the dense pushes' rows
-                self.rows.densify()
+            self.rows.unkeep()                  # a sparse push's products read the dense pushes' rows
             earlier = [self.rows.sparse.get(i) for i in range(k)]            # the round's pushes in, by buffer slot
             dense = [self.rows.momentum] + [self.rows.push(i) if p is None else None for i, p in enumerate(earlier)]
             products = sparse.products(push, dense, [None] + earlier)

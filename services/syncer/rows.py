@@ -100,6 +100,10 @@ class FragmentRows:
         for slot, push in sorted(self.sparse.items()):
             push.scatter(self.push(slot))
         self.sparse.clear()
+        self.unkeep()
+
+    def unkeep(self) -> None:
+        """Every push kept encoded decoded into its dense row (a sparse push's products read the dense rows)."""
         for slot in sorted(self.kept):
             assert self.kept_codec is not None
             self.kept_codec.decode(self.encoded[slot], self.numel, out=self.push(slot))
