@@ -18,6 +18,7 @@ from yeto.infra.bus.nats_bus import NatsBus
 log = logging.getLogger(__name__)
 
 UNANSWERED_PAUSE_S = 0.25   # after a pull no leader answered: the pause before asking whether the consumer is still there
+UNANSWERED_RECREATE_S = 30.0   # ... and how long with no leader before it is recreated anyway (a group that cannot elect)
 
 
 def stream_seq(reply: str) -> int:
@@ -46,6 +47,7 @@ class RawPull:
         self.pull_done = asyncio.Event()
         self.recreate = asyncio.Event()      # the consumer is lost (or its reader saw a hole): start it again
         self.unanswered = False              # the last pull found no leader for the consumer: check before the next
+        self.unanswered_since = 0.0
         self.in_request = self.requested = 0
         self.sub = None
 
@@ -74,6 +76,7 @@ class RawPull:
         self.inbox = nc.new_inbox()
         self.sub = await nc.subscribe(self.inbox, cb=self._on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1)
         self.recreate.clear()
+        self.unanswered = False
 
     async def _on_msg(self, msg) -> None:
         if not msg.data and msg.headers and "Status" in msg.headers:  # 408 expired, 404 none, 409 ...: the pull is over
@@ -84,7 +87,8 @@ class RawPull:
                 # No server answers for the consumer (its leader lost, a cluster electing) or its leader moved: the
                 # consumer is still there. Recreating it here made a new R3 group that was itself electing when
                 # the next pull came, so it was recreated again, and the tape stood still for minutes.
-                self.unanswered = True
+                if not self.unanswered:
+                    self.unanswered, self.unanswered_since = True, asyncio.get_running_loop().time()
             elif status not in ("404", "408") and "MaxAckPending" not in desc and "Batch Completed" not in desc:
                 log.warning("pull ended with %s %s; recreating the consumer", status, desc)
                 self.recreate.set()
@@ -128,7 +132,13 @@ class RawPull:
             self.recreate.set()
             return False
         except Exception as e:  # noqa: BLE001 - still electing (a timeout, no responders): ask again later
-            log.info("consumer %s has no leader yet (%r)", self.durable, e)
+            waited = asyncio.get_running_loop().time() - self.unanswered_since
+            if waited < UNANSWERED_RECREATE_S:
+                log.info("consumer %s has no leader yet (%r)", self.durable, e)
+                return False
+            log.warning("consumer %s has had no leader for %.0fs (%r); recreating it", self.durable, waited, e)
+            self.unanswered = False
+            self.recreate.set()
             return False
         self.unanswered = False
         return True
