@@ -20,7 +20,8 @@ only imports, starts no thread (it checks /proc/self/task against the count righ
 OpenBLAS pool stops itself around a fork, and refuses to fork otherwise) and opens no connection. The collector is
 off during the imports and every object frozen before the forks (gc.freeze's recipe for a process that forks without
 exec); each child turns it on again and reseeds numpy's global generator (`random` is reseeded by CPython at fork).
-Anything the server cannot start (a refusal, an error, no answer within `ANSWER_S`) is spawned as before.
+The server answers each child's pid as it forks it; a component it gave no pid for (a refusal, an error, no answer
+within `ANSWER_S`: it is killed then, and the children it answered for are kept) is spawned as before.
 """
 from __future__ import annotations
 
@@ -67,22 +68,37 @@ def fork_all(server: subprocess.Popen | None, cmds: dict[str, list[str]], logs: 
 
     started: dict[str, tuple[int, float | None]] = {}
     if server is not None:
-        full = {**os.environ, **env}
-        request = [{"name": n, "cmd": c, "log": str(logs / f"{n}.log"), "env": full}
-                   for n, c in cmds.items() if forkable(c)]
+        request = {"env": {**os.environ, **env}, "components": [
+            {"name": n, "cmd": c, "log": str(logs / f"{n}.log")} for n, c in cmds.items() if forkable(c)]}
         logs.mkdir(parents=True, exist_ok=True)
         try:
             out, _ = server.communicate(json.dumps(request).encode() + b"\n", timeout=ANSWER_S)
-            pids = json.loads(out.decode().strip().splitlines()[-1]) if out.strip() else {}
-        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-            pids = {}
+        except subprocess.TimeoutExpired:
+            server.kill()               # what it forked so far has its line; the rest is spawned below
+            out, _ = server.communicate()
+        except OSError:
+            out = b""
         finally:
             stop(server)
-        started = {n: (pid, procs.started_at(pid)) for n, pid in pids.items() if isinstance(pid, int) and n in cmds}
+        for pid, name in forked(out):
+            if name in cmds:
+                started[name] = (pid, procs.started_at(pid))
     for name, cmd in cmds.items():
         if name not in started:
             started[name] = spawn(cmd, logs / f"{name}.log", env=env)
     return {name: started[name] for name in cmds}
+
+
+def forked(out: bytes) -> list[tuple[int, str]]:
+    """The server's answer: a line `{"name": ..., "pid": N}` written as each child was forked (a line is written whole:
+    a pipe takes a write under PIPE_BUF at once)."""
+    found = []
+    for line in out.decode(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            one = json.loads(line)
+            if isinstance(one, dict) and isinstance(one.get("pid"), int) and isinstance(one.get("name"), str):
+                found.append((one["pid"], one["name"]))
+    return found
 
 
 def stop(server: subprocess.Popen | None) -> None:
@@ -117,8 +133,6 @@ def child(request: dict) -> NoReturn:
         os.dup2(fd, target)
     os.close(null)
     os.close(out)
-    os.environ.clear()
-    os.environ.update(request["env"])
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     cmd = request["cmd"]
@@ -130,7 +144,7 @@ def child(request: dict) -> NoReturn:
 
 
 def serve() -> int:
-    """Import PRELOAD, read the one request, fork each component, answer {name: pid} on stdout, exit."""
+    """Import PRELOAD, read the one request, fork each component and answer its pid on stdout as it is forked, exit."""
     import importlib
 
     gc.disable()                    # during the imports and the forks (the module docstring); ENTRY did already
@@ -144,20 +158,18 @@ def serve() -> int:
     if not line.strip():
         return 0                    # the start failed before asking: nothing to fork
     request = json.loads(line)
-    pids: dict[str, int] = {}
     if threads() > allowed:
         print(f"forkserver: {threads()} threads after the imports (allowed {allowed}): not forking", file=sys.stderr)
-    else:
-        gc.freeze()
+        return 0
+    os.environ.clear()
+    os.environ.update(request["env"])   # before the forks: each child's, as components.spawn gives it
+    gc.freeze()
+    sys.stderr.flush()
+    for req in request["components"]:
         sys.stdout.flush()
-        sys.stderr.flush()
-        for req in request:
-            pid = os.fork()
-            if pid == 0:
-                child(req)
-            pids[req["name"]] = pid
-    sys.stdout.write(json.dumps(pids) + "\n")
-    sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            child(req)
+        sys.stdout.write(json.dumps({"name": req["name"], "pid": pid}) + "\n")   # at once: see fork_all's timeout
+        sys.stdout.flush()
     return 0
-
-

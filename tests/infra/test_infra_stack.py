@@ -125,3 +125,21 @@ def test_components_forked_from_one_process_each_run_as_their_own_and_a_killed_o
     finally:
         stack.down(state)
     assert not any(stack.alive(p) for p in rec["pids"].values())
+
+
+def test_a_fork_server_that_does_not_answer_in_time_is_killed_and_every_component_is_spawned(tmp_path, monkeypatch):
+    """No pid from the fork server within ANSWER_S (here: none while it still imports): it is killed and each
+    component is spawned as a fresh interpreter instead, serving as a forked one would."""
+    from yeto.infra.stack import forkserver
+
+    monkeypatch.setattr(forkserver, "ANSWER_S", 0.01)
+    state = tmp_path / "s"
+    rec = stack.up(state)
+    try:
+        names = ("tape", "launcher", "syncer", "finalizer", "planner")
+        assert not [n for n in names if open(f"/proc/{rec['pids'][n]}/comm").read().startswith("yeto-")]   # spawned
+        assert asyncio.run(_services_started(rec["url"])) == {"planner", "launcher", "syncer", "finalizer"}
+        assert stack.status(state) == {n: True for n in rec["pids"]}
+    finally:
+        stack.down(state)
+    assert not any(stack.alive(p) for p in rec["pids"].values())
