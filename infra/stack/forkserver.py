@@ -43,7 +43,9 @@ ANSWER_S = 120.0     # the imports take ~1 CPU s; under a load of 20 on 2 cores,
 
 def start(log: Path) -> subprocess.Popen | None:
     """The fork server, importing: stdin takes the one request, stdout gives the answer; its own output to `log`.
-    None where it cannot start (then every component is spawned)."""
+    None where it cannot start or cannot count its threads (no /proc: macOS), and then every component is spawned."""
+    if not Path("/proc/self/task").is_dir():
+        return None
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(log, "ab") as out:
