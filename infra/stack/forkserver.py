@@ -22,6 +22,11 @@ off during the imports and every object frozen before the forks (gc.freeze's rec
 exec); each child turns it on again and reseeds numpy's global generator (`random` is reseeded by CPython at fork).
 The server answers each child's pid as it forks it; a component it gave no pid for (a refusal, an error, no answer
 within `ANSWER_S`: it is killed then, and the children it answered for are kept) is spawned as before.
+
+Off unless `$YETO_FORK_SERVICES` is 1 (`ENABLE_ENV`): with the services forked, the cloud rehearsal of a head over
+three VMs that loses the syncer's VM (tests/cloud/test_cloud_head_cluster_syncer.py) had island-0's pushes never
+reach the syncer that took over, in CI and in a run here, where the same test with every component spawned passed
+(2026-12-06, 5797c09 and later). Not understood yet; until it is, every component is spawned by default.
 """
 from __future__ import annotations
 
@@ -38,13 +43,15 @@ from typing import NoReturn
 ENTRY = "import gc; gc.disable(); import sys; from yeto.infra.stack.forkserver import serve; sys.exit(serve())"
 PRELOAD = ("yeto.infra.runner.main", "yeto.services.launcher.wiring", "yeto.services.syncer.wiring",
            "yeto.services.finalizer.wiring", "yeto.infra.tape.writer")
+ENABLE_ENV = "YETO_FORK_SERVICES"
 ANSWER_S = 120.0     # the imports take ~1 CPU s; under a load of 20 on 2 cores, much longer
 
 
 def start(log: Path) -> subprocess.Popen | None:
     """The fork server, importing: stdin takes the one request, stdout gives the answer; its own output to `log`.
-    None where it cannot start or cannot count its threads (no /proc: macOS), and then every component is spawned."""
-    if not Path("/proc/self/task").is_dir():
+    None where it is not asked for ($YETO_FORK_SERVICES not 1), cannot start or cannot count its threads (no /proc:
+    macOS), and then every component is spawned."""
+    if os.environ.get(ENABLE_ENV) != "1" or not Path("/proc/self/task").is_dir():
         return None
     log.parent.mkdir(parents=True, exist_ok=True)
     try:

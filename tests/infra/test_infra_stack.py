@@ -94,13 +94,17 @@ def test_stack_down_also_stops_the_local_islands_it_launched(tmp_path):
     assert not any(stack.alive(p) for p in rec["pids"].values())
 
 
-def test_components_forked_from_one_process_each_run_as_their_own_and_a_killed_one_alone_restarts(tmp_path):
-    """The tape writer and the services are forked by one pre-imported process (infra/stack/forkserver.py): each its
-    own pid, session and log, each serving; kill -9 of one and `stack up` starts that one again, no other."""
+def test_components_forked_from_one_process_each_run_as_their_own_and_a_killed_one_alone_restarts(tmp_path, monkeypatch):
+    """The tape writer and the services are forked by one pre-imported process (infra/stack/forkserver.py, asked for
+    with $YETO_FORK_SERVICES=1): each its own pid, session and log, each serving; kill -9 of one and `stack up` starts
+    that one again, no other."""
     import os
     import signal
 
     from tests.waiting import wait_for
+    from yeto.infra.stack import forkserver
+
+    monkeypatch.setenv(forkserver.ENABLE_ENV, "1")
 
     state = tmp_path / "s"
     rec = stack.up(state)
@@ -132,6 +136,7 @@ def test_a_fork_server_that_does_not_answer_in_time_is_killed_and_every_componen
     component is spawned as a fresh interpreter instead, serving as a forked one would."""
     from yeto.infra.stack import forkserver
 
+    monkeypatch.setenv(forkserver.ENABLE_ENV, "1")
     monkeypatch.setattr(forkserver, "ANSWER_S", 0.01)
     state = tmp_path / "s"
     rec = stack.up(state)
