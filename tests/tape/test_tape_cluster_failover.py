@@ -23,6 +23,17 @@ async def consumer_state(bus: NatsBus) -> tuple[str, str] | None:
     return (str(info.created), info.cluster.leader) if info.cluster and info.cluster.leader else None
 
 
+async def led(bus: NatsBus, what: str) -> tuple[str, str]:
+    """consumer_state once the consumer has a leader to answer, asked until it does for 30 s (there is no event for
+    an election's end: the pause only paces the questions, as count_when's does)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while not (state := await consumer_state(bus)):
+        assert loop.time() < deadline, what
+        await asyncio.sleep(0.1)
+    return state
+
+
 async def publish(bus: NatsBus, ids: range) -> None:
     await asyncio.gather(*(bus.publish_raw(event_subject("r-fail", "Tick"), tick(i), msg_id=f"f{i}", retry_for=30)
                            for i in ids))
@@ -47,18 +58,11 @@ def test_the_tape_consumer_survives_its_leaders_node_and_the_tape_lands_every_ev
         try:
             await publish(bus, range(200))
             await count_when(bus, lambda n: n >= 200)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            while not (before := await consumer_state(bus)):
-                assert loop.time() < deadline, "the tape's consumer never had a leader"
-                await asyncio.sleep(0.1)
+            before = await led(bus, "the tape's consumer never had a leader")
             servers[f"nats-server-{before[1].rsplit('-', 1)[1]}"].kill()     # the node named yeto-K
             await publish(bus, range(200, 400))                   # through the survivors, while they elect
             await count_when(bus, lambda n: n >= 400, timeout=120)
-            deadline = loop.time() + 30
-            while not (after := await consumer_state(bus)):
-                assert loop.time() < deadline, "the tape's consumer has no leader 30 s after the kill"
-                await asyncio.sleep(0.1)
+            after = await led(bus, "the tape's consumer has no leader 30 s after the kill")
             assert after[1] != before[1], (before, after)
             # Not recreated: the new leader serves the consumer that was there (a recreated one is a new R3 group,
             # electing again when the next pull comes, which recreated it again).
