@@ -23,7 +23,7 @@ async def drain(plane: DataPlane, run_id: str, sync: dict, timeout_s: float = 15
     messages left in the stream: those a killed predecessor had taken stay there until the consumer's
     ack_wait, and each cut after a syncer crash waited out the whole timeout.
     The bound counts only time in which pushes could have been taken in: not while a batch is in hand, while the
-    run's kernels still compile (warmup.py), nor beyond one poll for a loop held up (a compile on it). On an empty
+    run's kernels still compile (warmup.py), nor more than two polls for a loop held up (a compile on it). On an empty
     kernel cache under load the first rounds' compiles took longer than the bound, and a 4-step run's cut came
     with three of its four pushes unread (tests/bench/test_bench_lora_task.py failed so in CI at 4cedf54)."""
     loop = asyncio.get_running_loop()
