@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,38 @@ def pytest_collection_modifyitems(config, items) -> None:
     long files start early and the many short ones even out the end, instead of a long file starting last."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)
+
+
+# Where the run's time went, per xdist worker (`make test` prints it after the durations): on the controller, each
+# report's arrival time by worker and file. A worker's files are its spans, first report to last; its end, against the
+# last worker's end, is its idle time at the end of the run (what --dist loadfile's order of files leaves).
+_T0 = time.monotonic()
+_SPANS: dict[str, dict[str, list[float]]] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    node = getattr(report, "node", None)             # the WorkerController on xdist's controller; absent elsewhere
+    if node is None or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    now = time.monotonic() - _T0
+    span = _SPANS.setdefault(node.gateway.id, {}).setdefault(report.nodeid.split("::", 1)[0], [now - report.duration, now])
+    span[1] = now
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _SPANS:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("workers' time (tests/conftest.py)")
+    ends = {w: max(s[1] for s in files.values()) for w, files in _SPANS.items()}
+    last = max(ends.values())
+    for w in sorted(_SPANS):
+        files = sorted(_SPANS[w].items(), key=lambda kv: kv[1][1])
+        busy = sum(b - a for a, b in (s for _, s in files))
+        write(f"{w}: {len(files)} files, busy {busy:.0f} s, ended at {ends[w]:.0f} s, idle {last - ends[w]:.0f} s at the "
+              f"end; its last files: " + ", ".join(f"{f} ({b - a:.0f} s, to {b:.0f} s)" for f, (a, b) in files[-3:]))
+    spans = sorted(((b - a, f) for files in _SPANS.values() for f, (a, b) in files.items()), reverse=True)
+    write("files by time on their worker: " + ", ".join(f"{f} {t:.0f} s" for t, f in spans[:25]))
 
 
 def _started(store: Path) -> NatsServer:
