@@ -207,6 +207,10 @@ def _fresh(paths: StackPaths, rec: dict | None, forker: subprocess.Popen | None,
     for name in survivors.keys() & cmds.keys():
         pids[name], started[name] = survivors[name], prev["started_at"][name]
     fresh = {name: cmd for name, cmd in cmds.items() if name not in survivors}
+    # Recorded before any component starts: a component acts as soon as it is up (a forked one at once, a head's run
+    # may be waiting on the bus already) and reads the record for the certificate its islands pin and the servers it
+    # reloads after issuing a credential (`_write_record`'s docstring).
+    _write_record(paths, new)
     for name, (pid, at) in forkserver.fork_all(forker, fresh, paths.logs, component_env(paths.root, new)).items():
         pids[name], started[name] = pid, at
     if early:
@@ -216,7 +220,14 @@ def _fresh(paths: StackPaths, rec: dict | None, forker: subprocess.Popen | None,
 
 
 def _write_record(paths: StackPaths, rec: dict) -> None:
-    bus_auth.write_secret(paths.record, json.dumps(rec, indent=2))   # no secret inside; private all the same
+    """The record, replaced whole (a file of its own renamed over it): components read it while they run, the
+    launcher for the certificate islands pin (`ca_file`) and, through bus_auth.reload_server, the nats-server pids to
+    reload once it has issued a credential. A fresh stack records its servers before its components start and again
+    with their pids; written in place, a reader between the truncation and the write found no record (2026-12-06: with
+    the services forked, islands shipped without the CA and credentials the server never loaded)."""
+    tmp = paths.record.with_name(f".{paths.record.name}.{os.getpid()}")
+    bus_auth.write_secret(tmp, json.dumps(rec, indent=2))   # no secret inside; private all the same
+    os.replace(tmp, paths.record)
 
 
 def status(state_dir: Path) -> dict[str, bool] | None:

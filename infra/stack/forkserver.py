@@ -26,7 +26,11 @@ within `ANSWER_S`: it is killed then, and the children it answered for are kept)
 Off unless `$YETO_FORK_SERVICES` is 1 (`ENABLE_ENV`): with the services forked, the cloud rehearsal of a head over
 three VMs that loses the syncer's VM (tests/cloud/test_cloud_head_cluster_syncer.py) had island-0's pushes never
 reach the syncer that took over, in CI and in a run here, where the same test with every component spawned passed
-(2026-12-06, 5797c09 and later). Not understood yet; until it is, every component is spawned by default.
+(2026-12-06, 5797c09 and later). The cause: a forked component serves at once, and `stack.up` wrote stack.json only
+after this server's answer; a head's forked launcher took the run's first StartIsland before that (the laptop hands
+the run over as soon as nats-server answers), read no `ca_file` (the island shipped without the head's certificate:
+CERTIFICATE_VERIFY_FAILED) and found no nats-server to reload with the island's new credential (refused). The record
+is now written before any component starts (tests/infra/test_infra_fork_tls.py).
 """
 from __future__ import annotations
 
