@@ -83,10 +83,11 @@ class RawPull:
             status, desc = msg.headers.get("Status"), msg.headers.get("Description", "")
             if "Exceeds MaxBytes" in desc:     # the pull's byte cap reached; with nothing delivered, one message is
                 self.one_big = self.in_request == self.requested      # over it alone: the next pull takes it alone
-            elif status == "503" or "Leadership Change" in desc:
-                # No server answers for the consumer (its leader lost, a cluster electing) or its leader moved: the
-                # consumer is still there. Recreating it here made a new R3 group that was itself electing when
-                # the next pull came, so it was recreated again, and the tape stood still for minutes.
+            elif status == "503" or "Leadership Change" in desc or "Server Shutdown" in desc:
+                # No server answers for the consumer (its leader lost, a cluster electing), its leader moved, or the
+                # node holding the pull stops (SIGTERM, `stack down` of one node): the consumer is still there.
+                # Recreating it here made a new R3 group that was itself electing when the next pull came, so it
+                # was recreated again, and the tape stood still for minutes.
                 if not self.unanswered:
                     self.unanswered, self.unanswered_since = True, asyncio.get_running_loop().time()
             elif status not in ("404", "408") and "MaxAckPending" not in desc and "Batch Completed" not in desc:

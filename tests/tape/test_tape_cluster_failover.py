@@ -1,9 +1,12 @@
-"""The tape writer on a three-node NATS cluster whose node leading the tape's consumer is killed: the consumer's
-new leader serves the same consumer (it is not recreated) and the tape lands every event, once, in order."""
+"""The tape writer on a three-node NATS cluster that loses a node mid-stream: the node leading the tape's consumer
+killed or shut down (a shut-down leader ends the pulls it holds with "409 Server Shutdown"), or the node the writer is
+connected to shut down. Each time the same consumer serves on (it is not recreated) and the tape lands every event,
+once, in order."""
 from __future__ import annotations
 
 import asyncio
 
+import psutil
 import pytest
 
 from test_tape_writer import count_when, start_writer, tick
@@ -39,9 +42,18 @@ async def publish(bus: NatsBus, ids: range) -> None:
                            for i in ids))
 
 
+def writers_node(writer, servers) -> str:
+    """The name of the node the writer's bus connection is on (its TCP peer's port)."""
+    ports = {s.port: name for name, s in servers.items()}
+    peers = {c.raddr.port for c in psutil.Process(writer.pid).net_connections("tcp") if c.raddr}
+    (name,) = [ports[p] for p in peers if p in ports]
+    return name
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_the_tape_consumer_survives_its_leaders_node_and_the_tape_lands_every_event_once(tmp_path, monkeypatch):
+@pytest.mark.parametrize("loss", ["leader killed", "leader shut down", "writer's node shut down"])
+def test_the_tape_consumer_survives_a_lost_node_and_the_tape_lands_every_event_once(tmp_path, monkeypatch, loss):
     (tmp_path / "logs").mkdir()
     users = bus_auth.prepare(tmp_path)
     monkeypatch.setenv(bus_auth.CREDS_ENV, str(bus_auth.operator_file(tmp_path)))   # this process and the writer's
@@ -59,11 +71,18 @@ def test_the_tape_consumer_survives_its_leaders_node_and_the_tape_lands_every_ev
             await publish(bus, range(200))
             await count_when(bus, lambda n: n >= 200)
             before = await led(bus, "the tape's consumer never had a leader")
-            servers[f"nats-server-{before[1].rsplit('-', 1)[1]}"].kill()     # the node named yeto-K
+            # a node named yeto-K is nats-server-K; a graceful stop (SIGTERM) ends the pulls it holds with a
+            # "409 Server Shutdown", which is no sign that the consumer is gone
+            lost = writers_node(writer, servers) if loss == "writer's node shut down" else \
+                f"nats-server-{before[1].rsplit('-', 1)[1]}"
+            if loss == "leader killed":
+                servers[lost].kill()
+            else:
+                servers[lost].stop()
             await publish(bus, range(200, 400))                   # through the survivors, while they elect
             await count_when(bus, lambda n: n >= 400, timeout=120)
-            after = await led(bus, "the tape's consumer has no leader 30 s after the kill")
-            assert after[1] != before[1], (before, after)
+            after = await led(bus, "the tape's consumer has no leader 30 s after the node's loss")
+            assert after[1] != f"yeto-{lost.rsplit('-', 1)[1]}", (lost, before, after)
             # Not recreated: the new leader serves the consumer that was there (a recreated one is a new R3 group,
             # electing again when the next pull comes, which recreated it again).
             assert after[0] == before[0], f"the consumer was recreated: {before} -> {after}"
