@@ -7,11 +7,15 @@ the adapters start at the base, train alike on both, and the adapter saved as th
 peft onto the base checkpoint."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +23,7 @@ import pytest
 from yeto.learners.megatron import tiny
 
 pytest.importorskip("megatron.core")
-WORKER = Path(__file__).parent / "megatron_worker.py"
+ZYGOTE = Path(__file__).parent / "worker_zygote.py"       # forks the ranks of megatron_worker.py
 
 
 def _free_port() -> int:
@@ -28,28 +32,69 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_island(world_size: int, model_dir: Path, out: Path, tp: int = 1, tuning: str = "full") -> dict:
-    port, procs = _free_port(), []
-    for rank in range(world_size):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen(
-            [sys.executable, str(WORKER), str(out), str(model_dir), str(out.with_suffix(".artifact")), str(tp), tuning],
-            env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    for proc in procs:
-        output, _ = proc.communicate(timeout=240)
-        assert proc.returncode == 0, output[-3000:]
+class Zygote:
+    """worker_zygote.py: the ranks forked from one pre-imported parent instead of each importing torch, transformers
+    and Megatron-Core again (~5.5 CPU s a rank); what each rank runs is the worker's main, as before."""
+
+    def __init__(self, log: Path):
+        self.proc = subprocess.Popen([sys.executable, str(ZYGOTE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=open(log, "w"), bufsize=0, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        self.log, self.pending = log, b""
+
+    def answer(self, timeout: float) -> dict:
+        """The zygote's next line; fails with its log past `timeout` s or when it is gone."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, left))
+            if not ready:
+                raise AssertionError(f"the megatron zygote did not answer within {timeout:.0f}s:\n{self.log.read_text()[-3000:]}")
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            assert chunk, f"the megatron zygote is gone (exit {self.proc.wait()}):\n{self.log.read_text()[-3000:]}"
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(60)
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    z = Zygote(tmp_path_factory.mktemp("megatron-zygote") / "zygote.log")
+    yield z
+    z.close()
+
+
+def _run_island(zygote: Zygote, world_size: int, model_dir: Path, out: Path, tp: int = 1, tuning: str = "full") -> dict:
+    port = _free_port()
+    ranks = [{"env": {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+                      "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"},
+              "log": str(out.with_suffix(f".rank{rank}.log"))} for rank in range(world_size)]
+    zygote.proc.stdin.write((json.dumps({"argv": [str(out), str(model_dir), str(out.with_suffix(".artifact")), str(tp),
+                                                   tuning], "ranks": ranks}) + "\n").encode())
+    pids = zygote.answer(60)["pids"]
+    try:
+        codes = zygote.answer(240 * world_size)["codes"]       # as long as waiting on each spawned rank in turn took
+    except AssertionError:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise
+    for r, code in zip(ranks, codes):
+        assert code == 0, Path(r["log"]).read_text()[-3000:]
     return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
-def islands(tmp_path_factory) -> tuple[dict, ...]:
+def islands(tmp_path_factory, zygote) -> tuple[dict, ...]:
     """One rank, EP 2, TP 2 (EP 1), EP 2 x TP 2: the same model, the same global batches."""
     root = tmp_path_factory.mktemp("megatron")
     model_dir = tiny.write_model_dir(root / "model")
-    return (_run_island(1, model_dir, root / "one.json"), _run_island(2, model_dir, root / "two.json"),
-            _run_island(2, model_dir, root / "tp2.json", tp=2), _run_island(4, model_dir, root / "ep2tp2.json", tp=2))
+    return (_run_island(zygote, 1, model_dir, root / "one.json"), _run_island(zygote, 2, model_dir, root / "two.json"),
+            _run_island(zygote, 2, model_dir, root / "tp2.json", tp=2),
+            _run_island(zygote, 4, model_dir, root / "ep2tp2.json", tp=2))
 
 
 @pytest.mark.slow
@@ -83,12 +128,12 @@ def test_rank0_reads_and_writes_the_other_ranks_experts_and_the_artifact_loads(i
 
 
 @pytest.fixture(scope="module")
-def lora_islands(tmp_path_factory) -> tuple[dict, dict]:
+def lora_islands(tmp_path_factory, zygote) -> tuple[dict, dict]:
     """LoRA (r 4, q/k/v/o) on one rank and on EP 2: the same model, the same global batches."""
     root = tmp_path_factory.mktemp("megatron-lora")
     model_dir = tiny.write_model_dir(root / "model")
-    return (_run_island(1, model_dir, root / "one.json", tuning="lora"),
-            _run_island(2, model_dir, root / "two.json", tuning="lora"))
+    return (_run_island(zygote, 1, model_dir, root / "one.json", tuning="lora"),
+            _run_island(zygote, 2, model_dir, root / "two.json", tuning="lora"))
 
 
 @pytest.mark.slow
