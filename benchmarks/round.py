@@ -27,8 +27,14 @@ rows read for push k, as before 2026-12-05), with the merge's one pass over the 
 with a q4 push's bytes kept and decoded inside the merge's passes (no f32 row written; the default since 2026-12-06),
 the same bits; `<a>_over_<b>_critical_path_*` is the ratio of two neighbours in the run.
 
+`--spread off,on` runs each configuration with the steps that ran on one thread whatever `--threads` (the broadcast's
+chunks copied and hashed, a kept push's bytes copied, Θ's norm for admission) on the calling thread and on the kernel
+threads (schemas/codecs/base.py `spread`; on since 2026-12-06). `--copy beside,after` begins the snapshot's copy of Θ, b
+and the shadow as the snapshot is made, beside the broadcast's chunks (as from a01c8f7), or once the chunks are out
+(services/syncer/snapshot.py `copy_after_chunks`; the default since 2026-12-06).
+
     .venv/bin/python benchmarks/round.py [--values 1M,4M,16M] [--learners 4] [--reps 3] [--threads 1,2]
-        [--kernels reference,separate,compiled] [--gram incremental,at-merge,kept]
+        [--kernels reference,separate,compiled] [--gram incremental,at-merge,kept] [--spread off,on] [--copy beside,after]
 """
 from __future__ import annotations
 
@@ -45,12 +51,20 @@ from pathlib import Path
 import numpy as np
 
 from yeto.schemas import codecs
-from yeto.schemas.codecs.base import encode_delta
+from yeto.schemas.codecs.base import encode_delta, spread_on
 from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
 from yeto.schemas.training import RoundMerged
-from yeto.services.syncer.api import SyncerCore, backend, gram_at_merge, keep_encoded, perform, write_snapshot
+from yeto.services.syncer.api import (
+    SyncerCore,
+    backend,
+    copy_after_chunks,
+    gram_at_merge,
+    keep_encoded,
+    perform,
+    write_snapshot,
+)
 
 FP = "f" * 64
 STAGES = ("ingest", "merge", "broadcast_encode", "chunking", "snapshot")
@@ -191,7 +205,7 @@ def row(n: int, kernels: str, threads: int, memcpy: float, b: dict[str, float]) 
                   snapshot=b["snapshot"], chunking=b["perform"])
     critical = b["ingest"] + b["perform"]              # intake to the last chunk out; the write runs beside it
     cells = " ".join(f"{stages[s] * 1e3:8.1f} ({stages[s] / memcpy:5.2f}x)" for s in STAGES)
-    print(f"{n:>10} {4 * n / 2**20:>6.0f} {kernels:>18} {threads:>7} {memcpy * 1e3:>10.1f} {cells} {critical * 1e3:>11.1f} "
+    print(f"{n:>10} {4 * n / 2**20:>6.0f} {kernels:>36} {threads:>7} {memcpy * 1e3:>10.1f} {cells} {critical * 1e3:>11.1f} "
           f"{critical / memcpy:>15.2f} {b['in_path'] / memcpy:>14.2f} {b['cpu'] * 1e3:>9.1f}", flush=True)
     return critical
 
@@ -202,18 +216,25 @@ def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, flo
     core = new_core(n, m, rng)
     deltas = [codecs.Q4.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(m)]
     sink, critical, found = Sink(directory), {}, {}
-    names = [k if len(args.grams) == 1 else f"{k}/{g}" for k in args.kernels.split(",") for g in args.grams]
+    names = ["/".join([k] + ([g] if len(args.grams) > 1 else []) + ([f"spread-{p}"] if len(args.spreads) > 1 else [])
+                      + ([f"copy-{c}"] if len(args.copies) > 1 else []))
+             for k in args.kernels.split(",") for g in args.grams for p in args.spreads for c in args.copies]
     configs = [(name, threads) for name in names for threads in args.thread_counts]
     bests: dict[tuple[str, int], dict[str, float]] = {}
     memcpy = float("inf")
     for _ in range(args.reps):             # interleaved: a load that changes during the run weighs on every config
         memcpy = min(memcpy, memcpy_seconds(n, m + 4, 1))
         for name, threads in configs:
-            kernels, _, mode = name.partition("/")
+            kernels, *rest = name.split("/")
+            mode = next((r for r in rest if not r.startswith(("spread-", "copy-"))), args.grams[0])
+            spreading = next((r[len("spread-"):] for r in rest if r.startswith("spread-")), args.spreads[0])
+            copying = next((r[len("copy-"):] for r in rest if r.startswith("copy-")), args.copies[0])
             backend.use_kernels(kernels)
             backend.set_threads(threads)
-            gram_at_merge((mode or args.grams[0]) in ("at-merge", "kept"))
-            keep_encoded((mode or args.grams[0]) == "kept")
+            gram_at_merge(mode in ("at-merge", "kept"))
+            keep_encoded(mode == "kept")
+            spread_on(spreading == "on")
+            copy_after_chunks(copying == "after")
             b = run_config(core, deltas, 1, sink)
             bests[name, threads] = {k: min(v, bests.get((name, threads), b)[k]) for k, v in b.items()}
     for (kernels, threads), b in bests.items():
@@ -247,14 +268,22 @@ def main() -> None:
                     help="comma-separated: incremental (each push's Gram row folded as it is decoded), at-merge (one pass "
                          "over the f32 rows at the merge), kept (a q4 push's bytes kept, decoded inside the merge's Gram "
                          "pass and outer step: no f32 row written; the default); the last two with the compiled kernels only")
+    ap.add_argument("--spread", default="on",
+                    help="comma-separated: off (the broadcast's chunks, a kept push's copy and Θ's norm on the calling "
+                         "thread, as before 2026-12-06), on (on the kernel threads: the default)")
+    ap.add_argument("--copy", default="after",
+                    help="comma-separated: beside (the snapshot's copy begun beside the broadcast's chunks, as before "
+                         "2026-12-06), after (begun once they are out: the default)")
     args = ap.parse_args()
     args.grams = args.gram.split(",")
+    args.spreads = args.spread.split(",")
+    args.copies = args.copy.split(",")
     args.thread_counts = [int(t) for t in args.threads.split(",")]
     print(f"backend={backend.NAME}")
     print(f"one round of one fragment, {args.learners} learners, q4 up and down, snapshot fsynced by a thread after the "
           f"broadcast; best of {args.reps}")
     columns = " ".join(f"{s:>17}" for s in STAGES)
-    print(f"{'values':>10} {'MiB':>6} {'kernels':>18} {'threads':>7} {'memcpy ms':>10} {columns} {'critical ms':>11} "
+    print(f"{'values':>10} {'MiB':>6} {'kernels':>36} {'threads':>7} {'memcpy ms':>10} {columns} {'critical ms':>11} "
           f"{'critical/memcpy':>15} {'in-path/memcpy':>14} {'cpu ms':>9}")
     found: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="yeto-round-") as tmp:

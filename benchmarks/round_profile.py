@@ -7,9 +7,11 @@ decode and add), the snapshot's copies and the broadcast's chunking. Each timer 
 inside it, under the path of the timers around it (`receive/take/reassembly/sha256`: hashing at intake), so the rows
 add up to the round's critical path (intake of the first chunk to the last chunk out). Best of `--reps` rounds by
 that sum; the memcpy of the round's (M + 4) rows is timed in the same run, beside every round (since 2026-12-05), as
-round.py does.
+round.py does. Several `--threads` counts (e.g. 1,2) are profiled on the same rows in one process, their rounds
+alternating, and a last table puts each step's time side by side with its ratio (the first count over the last):
+which steps scale with the kernel threads and which do not.
 
-    .venv/bin/python benchmarks/round_profile.py [--values 16M] [--learners 4] [--reps 3] [--threads 1]
+    .venv/bin/python benchmarks/round_profile.py [--values 16M] [--learners 4] [--reps 3] [--threads 1[,2]]
         [--gram kept|at-merge|incremental]
 """
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 import round as rnd
 
 from yeto.schemas import codecs
+from yeto.schemas.codecs.base import spread_on
 from yeto.services.syncer.api import backend, gram_at_merge, keep_encoded, perform, profiling
 
 
@@ -52,21 +55,42 @@ def report(totals: dict[str, float], memcpy: float, n: int, m: int, threads: int
     print(f"round_profile_sum_over_memcpy={total / memcpy:.3f}")
 
 
+def side_by_side(bests: dict[int, dict[str, float]]) -> None:
+    """Each step's ms per thread count, and the first count's over the last's (how far it scaled)."""
+    counts = list(bests)
+    first, last = counts[0], counts[-1]
+    paths = sorted({p for b in bests.values() for p in b}, key=lambda p: -bests[first].get(p, 0.0))
+    print("ms per step by kernel threads; scaled: " + f"{first} thread(s) over {last}")
+    print(" ".join(f"{t:>9}" for t in counts) + f" {'scaled':>7}  path")
+    for path in paths:
+        ms = [bests[t].get(path, 0.0) * 1e3 for t in counts]
+        if max(ms) < 0.5:
+            continue
+        ratio = ms[0] / ms[-1] if ms[-1] > 0 else float("inf")
+        print(" ".join(f"{v:9.1f}" for v in ms) + f" {ratio:7.2f}  {path}")
+    totals = [sum(bests[t].values()) * 1e3 for t in counts]
+    print(" ".join(f"{v:9.1f}" for v in totals) + f" {totals[0] / totals[-1]:7.2f}  (sum)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--values", default="16M", help="values per fragment (K, M and G suffixes)")
     ap.add_argument("--learners", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1, help="kernel threads")
+    ap.add_argument("--threads", default="1", help="kernel threads, comma-separated (profiled alternately in one run)")
     ap.add_argument("--kernels", default="compiled", choices=("reference", "separate", "compiled"))
     ap.add_argument("--gram", default="kept", choices=("kept", "at-merge", "incremental"),
                     help="a push's Gram row: its q4 bytes kept and decoded in the merge's passes, in the merge's one pass "
                          "over the f32 rows, or folded as it is decoded")
+    ap.add_argument("--spread", default="on", choices=("on", "off"),
+                    help="the broadcast's chunks, a kept push's copy and Θ's norm on the kernel threads, or on one")
     args = ap.parse_args()
+    spread_on(args.spread == "on")
     gram_at_merge(args.gram in ("kept", "at-merge"))
     keep_encoded(args.gram == "kept")
     n, m = rnd.parse_sizes(args.values)[0], args.learners
-    backend.set_threads(args.threads)
+    counts = [int(t) for t in args.threads.split(",")]
+    backend.set_threads(max(counts))
     backend.use_kernels(args.kernels)
     rng = np.random.default_rng(0)
     core = rnd.new_core(n, m, rng)
@@ -75,13 +99,18 @@ def main() -> None:
     profiling.instrument()
     with tempfile.TemporaryDirectory(prefix="yeto-round-profile-") as tmp:
         sink = rnd.Sink(Path(tmp))
-        one_round(core, deltas, sink)                     # warm: pages faulted in, kernels loaded
-        rounds = []
+        one_round(core, deltas, sink)                     # warm: pages faulted in, kernels loaded, pools made at most
+        rounds: dict[int, list[dict[str, float]]] = {t: [] for t in counts}
         for _ in range(args.reps):                        # a memcpy beside each round: a load that moves weighs on both
             memcpy = min(memcpy, rnd.memcpy_seconds(n, m + 4, 1))
-            rounds.append(one_round(core, deltas, sink))
-        best = min(rounds, key=lambda t: sum(t.values()))
-    report(best, memcpy, n, m, args.threads)
+            for t in counts:                              # thread counts alternating, round by round
+                backend.set_threads(t)
+                rounds[t].append(one_round(core, deltas, sink))
+        bests = {t: min(r, key=lambda totals: sum(totals.values())) for t, r in rounds.items()}
+    for t in counts:
+        report(bests[t], memcpy, n, m, t)
+    if len(counts) > 1:
+        side_by_side(bests)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -55,11 +57,22 @@ class BufferPool:
         return sum(b.size for b in self.buffers)
 
 
-def joined(parts: list[bytes], pool: BufferPool) -> memoryview:
-    """The parts one after another in a buffer of `pool`, as a read-only memoryview of exactly their length."""
+def joined(parts: list[bytes], pool: BufferPool,
+           each: Callable[[Callable[[int], None], Sequence[int]], Any] | None = None) -> memoryview:
+    """The parts one after another in a buffer of `pool`, as a read-only memoryview of exactly their length. `each(fn,
+    indices)` calls fn for every part's index (default: in order here; schemas/fragments.py passes the kernel threads'
+    `spread`: NumPy's copies release the GIL)."""
     out = pool.take(sum(len(p) for p in parts))
-    at = 0
+    starts = [0]
     for part in parts:
-        out[at:at + len(part)] = np.frombuffer(part, dtype=np.uint8)
-        at += len(part)
+        starts.append(starts[-1] + len(part))
+
+    def put(i: int) -> None:
+        out[starts[i]:starts[i + 1]] = np.frombuffer(parts[i], dtype=np.uint8)
+
+    if each is None:
+        for i in range(len(parts)):
+            put(i)
+    else:
+        each(put, range(len(parts)))
     return out.data.toreadonly()

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from yeto.schemas import codecs, subjects
 from yeto.schemas.buffers import BufferPool, joined
+from yeto.schemas.codecs.base import spread
 
 NATS_HEADER = "Yeto-Fragment"
 FragmentKind = Literal["init", "push", "keyframe", "delta"]
@@ -228,9 +229,10 @@ class ChunkAssembler:
 def join(header: FragmentHeader, parts: list[bytes]) -> bytes | memoryview:
     """The checked parts of a whole message, joined: a push into a buffer of PUSH_PAYLOADS (a read-only memoryview that
     holds it until dropped), anything else (an init, a broadcast a learner takes in: once per run or per version)
-    into fresh bytes. Called only once every chunk passed its size and hash checks and the whole its SHA-256, so a
-    refused message never writes into a pooled buffer."""
-    return joined(parts, PUSH_PAYLOADS) if header.kind == "push" else b"".join(parts)
+    into fresh bytes; a push's parts copied on the kernel threads (codecs/base.py `spread`). Called only once every
+    chunk passed its size and hash checks and the whole its SHA-256, so a refused message never writes into a pooled
+    buffer."""
+    return joined(parts, PUSH_PAYLOADS, spread) if header.kind == "push" else b"".join(parts)
 
 
 def _checked(header: FragmentHeader, payload: bytes, total: int) -> bytes:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numba
 import numpy as np
@@ -164,3 +165,58 @@ def pool() -> Iterator[None]:
     with _lock:
         numba.set_num_threads(min(threads(), int(_config.NUMBA_NUM_THREADS)))
         yield
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+_spreaders: list[ThreadPoolExecutor] = []
+_spread_lock = threading.Lock()
+_spreading = {"on": True}
+
+
+def spread_on(on: bool) -> None:
+    """Whether `spread` uses the kernel threads (the default) or calls everything on the calling thread, as the round's
+    steps that use it (the broadcast's chunks, a kept push's copy, Θ's norm for admission) did before 2026-12-06:
+    benchmarks/round.py --spread on,off compares the two in one run."""
+    _spreading["on"] = bool(on)
+
+
+def spreading() -> bool:
+    return _spreading["on"]
+
+
+def spread(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """[fn(x) for x in items] on `threads()` threads, the calling thread one of them: the items in as many runs of
+    neighbours, each run's calls in order on one thread, the results in the items' order. For calls that release the
+    GIL (hashlib over more than 2 KiB, NumPy's copies between byte arrays); with one thread (or one item) it is that
+    loop on the calling thread. An exception is raised here once every run is done."""
+    count = min(threads(), len(items)) if _spreading["on"] else 1
+    if count <= 1:
+        return [fn(x) for x in items]
+    bounds = [len(items) * i // count for i in range(count + 1)]
+
+    def run(i: int) -> list[R]:
+        return [fn(x) for x in items[bounds[i]:bounds[i + 1]]]
+
+    workers = _spreader(count - 1)
+    others = [workers.submit(run, i) for i in range(1, count)]
+    try:
+        out = run(0)
+    finally:
+        done = [f.exception() for f in others]          # every run finished before anything is raised or returned
+    for f, error in zip(others, done, strict=True):
+        if error is not None:
+            raise error
+        out += f.result()
+    return out
+
+
+def _spreader(workers: int) -> ThreadPoolExecutor:
+    """The process's pool for `spread`, at least `workers` threads (made again, larger, when more are asked for)."""
+    with _spread_lock:
+        if not _spreaders or _spreaders[0]._max_workers < workers:
+            old = _spreaders[:1]
+            _spreaders[:] = [ThreadPoolExecutor(max_workers=workers, thread_name_prefix="yeto-spread")]
+            for pool_ in old:
+                pool_.shutdown(wait=False)
+        return _spreaders[0]

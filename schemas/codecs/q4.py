@@ -21,7 +21,7 @@ import numba
 import numpy as np
 
 from yeto.schemas.buffers import BufferPool
-from yeto.schemas.codecs.base import OnChunk, Payload, check_size, compiled, dot64, pool, threads
+from yeto.schemas.codecs.base import OnChunk, Payload, check_size, compiled, dot64, pool, spread, threads
 
 BLOCK = 256
 LEVELS = 7                         # magnitudes 0..7 on the uniform grid
@@ -36,6 +36,7 @@ _GROUP_BLOCKS = 64                 # per task of the broadcast's fused pass: 64 
 # values per parallel call of a pass over several rows: one call over a whole 16M-value row ran 6x slower than the same
 # pieces in calls of 256K-4M values (2026-12-05, one thread; not understood, measured)
 _FOLD_BAND = 1 << 20
+_KEEP_PIECE = 1 << 22              # bytes per piece of a kept push's copy (`keep`), the pieces spread over the threads
 DELTA_PAYLOADS = BufferPool()
 """Where the broadcast's deltas are encoded, one pool per process (schemas/buffers.py): a delta is dropped once its
 chunks are out, so every version reuses one buffer instead of a fresh one whose pages fault in."""
@@ -165,9 +166,15 @@ class Q4Codec:
 
     def keep(self, payload: Payload, numel: int, out: np.ndarray) -> None:
         """The payload's bytes into `out` (a uint8 row of `encoded_size(numel)`), to be decoded later piece by piece
-        (`decode_piece`: the syncer's merge reads 0.5 B a value instead of a 4 B f32 row). ValueError as `decode`."""
+        (`decode_piece`: the syncer's merge reads 0.5 B a value instead of a 4 B f32 row). ValueError as `decode`. The
+        copy in pieces of _KEEP_PIECE bytes on the kernel threads (base.py `spread`: NumPy copies without the GIL)."""
         check_size(self, payload, numel)
-        out[...] = np.frombuffer(payload, dtype=np.uint8)
+        source = np.frombuffer(payload, dtype=np.uint8)
+
+        def piece(lo: int) -> None:
+            out[lo:lo + _KEEP_PIECE] = source[lo:lo + _KEEP_PIECE]
+
+        spread(piece, range(0, source.size, _KEEP_PIECE))
 
     def kept_norm_pieces(self, kept: np.ndarray, numel: int, piece: int) -> np.ndarray:
         """partials[p, 0] = the squared norm of piece p (`piece` values, a multiple of BLOCK) of the decode of `kept`

@@ -22,16 +22,17 @@ from yeto.services.syncer.gram import (  # the Gram matrix whole, one row, fused
     gram_pass,
     gram_row,
     keep_encoded,
+    kept,
     kept_norm,
 )
 from yeto.services.syncer.liveness import silence_s  # how long a learner may be silent before rounds go on without it
 from yeto.services.syncer.merge import merge_round  # one fragment's merge plus outer step, in place
 from yeto.services.syncer.outputs import Broadcast, SaveSnapshot, broadcast_chunks, perform  # a round's asks, done
 from yeto.services.syncer.rows import FragmentRows  # one fragment's theta, momentum and push rows in one block
-from yeto.services.syncer.snapshot import copy_later  # a snapshot's row copies on the copier thread
+from yeto.services.syncer.snapshot import copy_after_chunks, copy_later  # a snapshot's row copies on the copier thread
 from yeto.services.syncer.snapshot import write as write_snapshot  # a fragment's snapshot to disk, as the service does
 
 __all__ = ["Broadcast", "FragmentRows", "FragmentState", "RowProducts", "SaveSnapshot", "SyncerCore", "backend",
-           "broadcast_chunks", "copy_later", "decode_with_norm", "gram", "gram_at_merge", "gram_pass", "gram_row",
-           "keep_encoded", "kept_norm", "merge_round", "perform", "profiling", "silence_s", "sparse", "throughput", "warmup",
-           "write_snapshot"]
+           "broadcast_chunks", "copy_after_chunks", "copy_later", "decode_with_norm", "gram", "gram_at_merge",
+           "gram_pass", "gram_row", "keep_encoded", "kept", "kept_norm", "merge_round", "perform", "profiling",
+           "silence_s", "sparse", "throughput", "warmup", "write_snapshot"]

@@ -35,9 +35,10 @@ import time
 from collections.abc import Callable, Iterable
 
 from yeto.schemas import codecs
+from yeto.schemas.codecs.base import compiled, spreading
 from yeto.schemas.fragments import ChunkAssembler, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer import admission, backend, liveness, reports
+from yeto.services.syncer import admission, backend, gram, liveness, reports
 from yeto.services.syncer.fragment import FragmentState
 from yeto.services.syncer.intake import Intake
 from yeto.services.syncer.ledger import Ledger
@@ -129,8 +130,9 @@ class SyncerCore:
 
     def _theta_norm(self, frag: FragmentState) -> float:
         version, value = self._norms.get(frag.fragment, (-1, 0.0))
-        if version != frag.version:
-            value = float(backend.xp.linalg.norm(frag.theta))
+        if version != frag.version:             # on the host: on the kernel threads, float64 sums (gram.sq_norm)
+            on_host = not backend.GPU and compiled() and spreading()
+            value = math.sqrt(gram.sq_norm(frag.theta)) if on_host else float(backend.xp.linalg.norm(frag.theta))
             self._norms[frag.fragment] = (frag.version, value)
         return value
 

@@ -157,9 +157,10 @@ class FragmentState:
     # -- snapshots and the final cut -------------------------------------------------------------------
     def snapshot(self, ledger: dict[str, dict]) -> FragmentSnapshot:
         """The fragment as of now: Θ, momentum, the broadcast shadow, version, and the learners' `ledger` of it. On the
-        host the three rows are copied by the copier thread (snapshot.py `copy_later`), beside the broadcast's chunks:
-        the snapshot's readers wait for the copy, and so does this fragment's next write of Θ, b or the shadow
-        (`settle`), so the snapshot holds this version's values."""
+        host the three rows are copied by the copier thread (snapshot.py `copy_later`), begun when the snapshot's
+        SaveSnapshot is performed, after the broadcast's chunks (outputs.py; beside them until 2026-12-06): the
+        snapshot's readers wait for the copy (and begin it if nothing did), and so does this fragment's next write of
+        Θ, b or the shadow (`settle`), so the snapshot holds this version's values."""
         self.settle()
         theta, momentum, shadow = self.snapshot_buffers.take(self.numel)     # reused once no snapshot holds them
         fields = dict(fragment=self.fragment, version=self.version, fingerprint=self.shadow.fingerprint,
@@ -168,7 +169,8 @@ class FragmentState:
             return FragmentSnapshot(theta=backend.copy_to_host(self.theta, theta),
                                     momentum=backend.copy_to_host(self.rows.momentum, momentum),
                                     shadow=backend.copy_to_host(self.shadow.values, shadow), **fields)
-        self.copying = copy_later([(self.theta, theta), (self.rows.momentum, momentum), (self.shadow.values, shadow)])
+        self.copying = copy_later([(self.theta, theta), (self.rows.momentum, momentum), (self.shadow.values, shadow)],
+                                  deferred=True)         # begun when performed: after the broadcast's chunks (outputs.py)
         return CopiedSnapshot(self.copying, theta=theta, momentum=momentum, shadow=shadow, **fields)
 
     def settle(self) -> None:

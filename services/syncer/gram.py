@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from yeto.schemas.codecs.base import Codec, Payload, compiled, dot64, fused, pool
+from yeto.schemas.codecs.base import Codec, Payload, compiled, dot64, fused, pool, spread
 from yeto.schemas.codecs.q4 import KEPT_GROUP, decode_piece
 from yeto.services.syncer.backend import GPU
 
@@ -100,6 +100,17 @@ def kept_norm(codec: Codec, kept_bytes: np.ndarray, numel: int) -> float:
     products = np.zeros(1)
     _add_in_order(codec.kept_norm_pieces(kept_bytes, numel, PIECE), products)   # type: ignore[attr-defined]
     return float(products[0])
+
+
+NORM_PIECE = 1 << 22              # values per piece of `sq_norm`: a piece's f32 dot product, the pieces' sums in order
+
+
+def sq_norm(row) -> float:
+    """<row, row>: NumPy's f32 dot product (BLAS, the GIL released) of each NORM_PIECE values, on the kernel threads
+    (codecs/base.py `spread`), the pieces' sums added in order in float64: the same value whatever the thread count.
+    Θ's norm for admission's bound (core.py) on the host, where NumPy's norm of the whole row ran on one thread."""
+    pieces = spread(lambda lo: float(np.dot(row[lo:lo + NORM_PIECE], row[lo:lo + NORM_PIECE])), range(0, row.size, NORM_PIECE))
+    return sum(pieces, 0.0)                  # in order: float64 adds of the pieces' sums
 
 
 def decode_with_norm(codec: Codec, payload: Payload, numel: int, row) -> float:

@@ -14,15 +14,14 @@ their broadcast (`snapshot`): without them a successor would have nothing to lea
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from yeto.schemas.base import Event
-from yeto.schemas.codecs.base import fused, threads
+from yeto.schemas.codecs.base import fused, spread
 from yeto.schemas.fragments import CHUNK_DIGESTED, FragmentHeader, PayloadDigest, chunked, sha256, split_chunks
 from yeto.services.syncer.rounds import WakeAt
-from yeto.services.syncer.snapshot import FragmentSnapshot
+from yeto.services.syncer.snapshot import CopiedSnapshot, FragmentSnapshot
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,8 @@ def calls(outputs: Iterable[Output], sink: Sink) -> Iterator[Any]:
     """Each output as the sink's calls, made one at a time as the iterator advances."""
     for out in outputs:
         if isinstance(out, SaveSnapshot):
+            if isinstance(out.snapshot, CopiedSnapshot):    # its copy begins now: after the broadcast's chunks
+                out.snapshot.copy.start()
             yield (sink.snapshot_later if out.background else sink.snapshot)(out.snapshot)
         elif isinstance(out, Broadcast):
             for header, chunk in broadcast_chunks(out.header, out.payload, sink.chunk_bytes):
@@ -71,27 +72,24 @@ def calls(outputs: Iterable[Output], sink: Sink) -> Iterator[Any]:
 
 
 def broadcast_chunks(header: FragmentHeader, payload: bytes, chunk_bytes: int) -> list[tuple[FragmentHeader, bytes]]:
-    """`split_chunks` of a broadcast: the same headers and chunks, but the chunks are hashed on threads at once (hashlib
-    releases the GIL), a delta's digest is derived from theirs (digest "chunks": its payload is hashed once) and a
-    keyframe's SHA-256 is the one its header already carries (broadcast.py hashed it when it was made). Kernels
-    "separate" and "reference" hash as split_chunks does, for comparison."""
+    """`split_chunks` of a broadcast: the same headers and chunks, but the chunks are copied out and hashed on the
+    kernels' threads (base.py `spread`: hashlib releases the GIL; the threads counted when called, where a pool sized
+    once by the first call's count hashed on one thread after a change from 1 to 2, as benchmarks/round.py makes), a
+    delta's digest is derived from theirs (digest "chunks": its payload is hashed once) and a keyframe's SHA-256 is the
+    one its header already carries (broadcast.py hashed it when it was made). Kernels "separate" and "reference" hash
+    as split_chunks does, for comparison."""
     num_chunks = max(1, -(-len(payload) // chunk_bytes))
     if num_chunks == 1 or not fused():
         return split_chunks(header, payload, chunk_bytes)
-    pieces = [bytes(memoryview(payload)[i * chunk_bytes:(i + 1) * chunk_bytes]) for i in range(num_chunks)]
-    digests = list(_hashers().map(sha256, pieces))
+    view = memoryview(payload)
+
+    def piece(i: int) -> tuple[bytes, str]:
+        copied = bytes(view[i * chunk_bytes:(i + 1) * chunk_bytes])
+        return copied, sha256(copied)
+
+    pieces, digests = zip(*spread(piece, range(num_chunks)), strict=True)
     digest: PayloadDigest = "chunks" if header.kind in CHUNK_DIGESTED else "payload"
-    return chunked(header, pieces, digests, chunk_bytes, digest, header.sha256 or sha256(payload))
-
-
-_pool: list[ThreadPoolExecutor] = []
-
-
-def _hashers() -> ThreadPoolExecutor:
-    """One process-wide pool for hashing, as many threads as the kernels used when it was made (at most 8)."""
-    if not _pool:
-        _pool.append(ThreadPoolExecutor(max_workers=min(threads(), 8), thread_name_prefix="yeto-sha256"))
-    return _pool[0]
+    return chunked(header, list(pieces), list(digests), chunk_bytes, digest, header.sha256 or sha256(payload))
 
 
 def perform(outputs: Iterable[Output], sink: Sink) -> None:

@@ -79,6 +79,20 @@ class Copy:
         self.pairs: list[tuple[np.ndarray, np.ndarray]] | None = pairs
         self.done = threading.Event()
         self.error: BaseException | None = None
+        self._started = False
+        self._start_lock = threading.Lock()
+
+    def start(self) -> None:
+        """Hand the copy to the copier thread, once (`wait` does, if nobody did before)."""
+        with self._start_lock:
+            if self._started:
+                return
+            self._started = True
+        with _copier_lock:
+            if not _copier:
+                _copier.append(threading.Thread(target=_copy_forever, name="yeto-snapshot-copy", daemon=True))
+                _copier[0].start()
+        _copies.put(self)
 
     def run(self) -> None:
         try:
@@ -91,6 +105,8 @@ class Copy:
             self.done.set()
 
     def wait(self) -> None:
+        if not self.done.is_set():
+            self.start()
         self.done.wait()
         if self.error is not None:
             raise RuntimeError(f"a snapshot's copy failed: {self.error!r}") from self.error
@@ -101,14 +117,24 @@ _copier: list[threading.Thread] = []
 _copier_lock = threading.Lock()
 
 
-def copy_later(pairs: list[tuple[np.ndarray, np.ndarray]]) -> Copy:
-    """Copy each (source, target) on the process's copier thread (made on first use), in the order asked."""
+_AFTER = {"chunks": True}
+
+
+def copy_after_chunks(on: bool) -> None:
+    """Whether a round's snapshot copy starts when its SaveSnapshot is performed, after the broadcast's chunks (the
+    default since 2026-12-06: outputs.py `calls`), or as the snapshot is made, beside the chunks (a01c8f7 to then: on a
+    head with few cores the copier took a core and memory bandwidth from the chunks' hashing, which is on the path).
+    benchmarks/round.py --copy beside,after compares the two in one run."""
+    _AFTER["chunks"] = bool(on)
+
+
+def copy_later(pairs: list[tuple[np.ndarray, np.ndarray]], *, deferred: bool = False) -> Copy:
+    """Copy each (source, target) on the process's copier thread (made on first use), in the order asked. `deferred`
+    (and `copy_after_chunks`): not begun until its `start`, or its `wait` (whoever reads the copy, or writes a source,
+    waits for it: so it holds the values of when it was made as long as nothing writes them before either)."""
     job = Copy(pairs)
-    with _copier_lock:
-        if not _copier:
-            _copier.append(threading.Thread(target=_copy_forever, name="yeto-snapshot-copy", daemon=True))
-            _copier[0].start()
-    _copies.put(job)
+    if not (deferred and _AFTER["chunks"]):
+        job.start()
     return job
 
 
@@ -120,7 +146,8 @@ def _copy_forever() -> None:
 
 
 class CopiedSnapshot(FragmentSnapshot):
-    """A FragmentSnapshot whose arrays are being filled by a `Copy`: reading one waits until the copy is done."""
+    """A FragmentSnapshot whose arrays are being filled by a `Copy`: reading one waits until the copy is done (and starts
+    it, if it was deferred and nothing started it yet)."""
 
     copy: Copy
 

@@ -104,9 +104,9 @@ class _CopiedWhenWaitedFor(snapshot.Copy):
 
 
 def test_the_next_outer_step_and_broadcast_wait_for_the_snapshots_copy(monkeypatch):
-    """The copy runs beside the broadcast's chunks (snapshot.py copy_later); the fragment's next outer step and
+    """The copy runs after the broadcast's chunks (snapshot.py copy_later); the fragment's next outer step and
     broadcast write Θ, b and the shadow in place, so they wait for it: the snapshot keeps its own version's values."""
-    monkeypatch.setattr(fragment, "copy_later", _CopiedWhenWaitedFor)
+    monkeypatch.setattr(fragment, "copy_later", lambda pairs, **_: _CopiedWhenWaitedFor(pairs))
     frag = _fragment()
     _move(frag, 1.0)
     frag.publish(snapshot_every=1)
@@ -121,3 +121,65 @@ def test_the_next_outer_step_and_broadcast_wait_for_the_snapshots_copy(monkeypat
     frag.publish(snapshot_every=1)
     assert combo is not None and not np.array_equal(frag.theta, want[0]) and not np.array_equal(frag.shadow.values, want[2])
     assert all(np.array_equal(got, kept) for got, kept in zip((snap.theta, snap.momentum, snap.shadow), want, strict=True))
+
+
+class _Sink:
+    """Where a round's outputs go, recording whether the snapshot's copy had begun when each chunk went out."""
+
+    chunk_bytes = 512
+
+    def __init__(self) -> None:
+        self.begun_at_chunks: list[bool] = []
+        self.snaps: list = []
+        self.copy = None
+
+    def chunk(self, header, chunk) -> None:
+        self.begun_at_chunks.append(self.copy is not None and self.copy._started)
+
+    def event(self, event) -> None:
+        pass
+
+    def snapshot(self, snap) -> None:
+        self.snaps.append(snap)
+
+    def snapshot_later(self, snap) -> None:
+        self.snaps.append(snap)
+
+    def wake(self, at) -> None:
+        pass
+
+
+def test_a_rounds_snapshot_copy_begins_after_the_broadcasts_chunks_and_holds_its_version():
+    """Since 2026-12-06 the copy is begun when its SaveSnapshot is performed, after the broadcast's chunks (outputs.py),
+    not beside them; with `copy_after_chunks(False)` as the snapshot is made. Either way it holds its version's values."""
+    from yeto.services.syncer.outputs import Broadcast, SaveSnapshot, perform
+
+    for after in (True, False):
+        snapshot.copy_after_chunks(after)
+        try:
+            frag = _fragment()
+            _move(frag, 1.0)
+            messages, due = frag.publish(snapshot_every=1)
+            want = [frag.theta.copy(), frag.rows.momentum.copy(), frag.shadow.values.copy()]
+            snap = frag.snapshot({})
+            sink = _Sink()
+            sink.copy = snap.copy
+            assert snap.copy._started is not after
+            perform([Broadcast(*m) for m in messages] + [SaveSnapshot(snap, background=True)], sink)
+            assert due and len(sink.begun_at_chunks) > 1 and set(sink.begun_at_chunks) == {not after}
+            assert snap.copy._started and sink.snaps == [snap]
+            _move(frag, 2.0)                                  # the next write waits for the copy (settle)
+            assert all(np.array_equal(got, w) for got, w in zip((snap.theta, snap.momentum, snap.shadow), want, strict=True))
+        finally:
+            snapshot.copy_after_chunks(True)
+
+
+def test_a_deferred_copy_nobody_performed_is_made_before_the_next_write():
+    """A snapshot whose SaveSnapshot was never performed: the fragment's next write of Θ, b or the shadow begins the copy
+    and waits for it, so the snapshot still holds its own version."""
+    frag = _fragment()
+    _move(frag, 1.0)
+    snap = frag.snapshot({})
+    assert not snap.copy._started
+    _move(frag, 7.0)
+    assert snap.copy.done.is_set() and (snap.theta == 1.0).all() and (snap.momentum == -1.0).all()
