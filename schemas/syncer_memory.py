@@ -14,7 +14,11 @@ The wire: every message's chunks stay in memory
 until its fragment's round merges (held.py; the fetched batch's chunks are those), so in the first round the f32
 init (island 0 sends it; the others adopt version 0) is held with the pushes; then copies of partial messages under
 the assembler's cap (intake.py; SyncConfig.max_pending_bytes). The peak is the larger of the first round and steady
-state. Pure: sizes in, bytes out. `--syncers N` splits the fragments over N processes (p % N == k): each holds its
+state. A push whose codec can be kept encoded until the merge (q4 `keep`: the default codec on a CPU head since
+d7084cb, services/syncer/gram.py `kept`) is never decoded into its f32 row: its bytes sit in the fragment's
+`FragmentRows.encoded` (0.5 B a value, not 4), the rows array's push rows stay unwritten (zeroed, so not resident),
+and `encoded` grows one row per push past the fourth, keeping the old array while the new one fills. Pure: sizes in,
+bytes out. `--syncers N` splits the fragments over N processes (p % N == k): each holds its
 share, its own transient and baseline, so the head's total grows a little with N while each process's share shrinks.
 Checked against a real syncer process's peak RSS by benchmarks/memory.py (docs/BENCHMARK_RESULTS.md).
 """
@@ -28,6 +32,13 @@ from yeto.schemas.recipe import SyncConfig
 INITIAL_PUSH_ROWS = 4                  # FragmentRows(slots=4)
 PROCESS_BASELINE = 200 * 2**20         # Python, NumPy, numba (LLVM) and the syncer, its kernels loaded: 196 MiB measured
 F32 = 4
+
+
+def kept_encoded(codec_up: str) -> bool:
+    """Whether the syncer keeps a push of `codec_up` encoded until the merge instead of decoding it into an f32 row
+    (a codec with `keep` and `kept_norm_pieces`: q4; services/syncer/gram.py `kept`, on a CPU head)."""
+    codec = codecs.codec(codec_up)
+    return hasattr(codec, "keep") and hasattr(codec, "kept_norm_pieces")
 
 
 def allocated_rows(num_slots: int) -> int:
@@ -73,15 +84,20 @@ def syncer_memory(trainable: int, *, num_learners: int, config: SyncConfig, num_
     numel = -(-trainable // config.num_fragments)             # the learners' layout balances fragments by size
     owned, f32 = numel * num_owned, F32 * numel
     push, down = codecs.codec(config.codec_up).encoded_size(numel), codecs.codec(config.codec_down).encoded_size(numel)
+    kept = kept_encoded(config.codec_up)
+    row = push if kept else F32 * numel                       # what one push holds until the merge, per fragment
     # (resident arrays, held messages) in steady state and in the first round, when the momentum row is not yet
     # written but the f32 init (island 0's: learners/sync_hook.py) is held with the round's pushes
-    steady = ((3 + num_learners) * F32 * owned, push * num_learners * num_owned)
-    first_round = ((2 + num_learners) * F32 * owned, (f32 + push * num_learners) * num_owned)
+    steady = (3 * F32 * owned + row * num_learners * num_owned, push * num_learners * num_owned)
+    first_round = (2 * F32 * owned + row * num_learners * num_owned, (f32 + push * num_learners) * num_owned)
     arrays, held = max(steady, first_round, key=sum)
-    grown = allocated_rows(num_learners)
-    rows_before = grown // 2 if grown > 2 + INITIAL_PUSH_ROWS else 0
+    if kept:                                                  # `encoded` grown a row at a time past the fourth push
+        growth = (num_learners - 1) * push if num_learners > INITIAL_PUSH_ROWS else 0
+    else:
+        grown = allocated_rows(num_learners)
+        growth = (grown // 2 if grown > 2 + INITIAL_PUSH_ROWS else 0) * f32
     publish = 5 * f32 + 2 * down                              # snapshot copies, keyframe and its chunks, the delta
-    transient = max(publish, rows_before * f32, 3 * f32) + 2 * push   # or a growth, or an init taken in; a join
+    transient = max(publish, growth, 3 * f32) + 2 * push      # or a growth, or an init taken in; a join
     cap = config.max_pending_bytes or 2 * f32 * max(2, num_learners)
     return SyncerMemory(state=arrays, transient=transient, wire=held + min(cap, push * num_learners),
                         baseline=PROCESS_BASELINE, num_syncers=num_syncers)
