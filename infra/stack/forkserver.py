@@ -23,14 +23,15 @@ exec); each child turns it on again and reseeds numpy's global generator (`rando
 The server answers each child's pid as it forks it; a component it gave no pid for (a refusal, an error, no answer
 within `ANSWER_S`: it is killed then, and the children it answered for are kept) is spawned as before.
 
-Off unless `$YETO_FORK_SERVICES` is 1 (`ENABLE_ENV`): with the services forked, the cloud rehearsal of a head over
-three VMs that loses the syncer's VM (tests/cloud/test_cloud_head_cluster_syncer.py) had island-0's pushes never
-reach the syncer that took over, in CI and in a run here, where the same test with every component spawned passed
-(2026-12-06, 5797c09 and later). The cause: a forked component serves at once, and `stack.up` wrote stack.json only
-after this server's answer; a head's forked launcher took the run's first StartIsland before that (the laptop hands
-the run over as soon as nats-server answers), read no `ca_file` (the island shipped without the head's certificate:
-CERTIFICATE_VERIFY_FAILED) and found no nats-server to reload with the island's new credential (refused). The record
-is now written before any component starts (tests/infra/test_infra_fork_tls.py).
+Off unless `$YETO_FORK_SERVICES` is 1 (`ENABLE_ENV`). With it on, the TLS heads' cloud rehearsals failed (CI at
+1c48aef, 2026-12-06): a forked component serves at once, and `stack.up` wrote stack.json only after this server's
+answer; a head's forked launcher took the run's first StartIsland before that (the laptop hands a head its run as soon
+as nats-server answers), read no `ca_file` (that island shipped without the head's certificate: its learner's
+CERTIFICATE_VERIFY_FAILED, its pushes never arrived) and found no nats-server to reload with the island's new
+credential. Since 19bd60e the record is written before any component starts (tests/infra/test_infra_fork_tls.py), and
+with the fork server on the cloud rehearsals that failed pass. It stays off while tests/infra/test_infra_head_cluster.py
+counts on no service being up yet: it publishes `{}` as events and expects contiguous stream sequences, and services
+that are up reject each one, storing a MessageRejected between them (spawned, they are still importing then).
 """
 from __future__ import annotations
 
