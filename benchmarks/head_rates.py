@@ -6,7 +6,12 @@ decode with the Gram row (folding k + 2 rows: the momentum, k pushes and itself)
 a + b (k + 2); since 2026-12-05 a dense push folds its own row alone (k + 2 = 1) and the merge's one pass over b and
 the pushes takes the rest, timed as seconds per value and pair of rows (g, over 4 pushes: 10 pairs).
 For each broadcast codec: the fused encode of theta - shadow that advances the shadow. Then the outer step over M
-pushes (seconds per value c0 + c1 (M + 2)), and the snapshot's copies of three rows. Each time is the best of `--reps`;
+pushes (seconds per value c0 + c1 (M + 2)), and the snapshot's copies of three rows.
+Since 2026-12-06 a q4 push is timed as the syncer takes it on a CPU head (services/syncer/gram.py `kept`, the default
+since d7084cb): its bytes copied into the fragment's row of `encoded` and its squared norm taken from pieces decoded in
+cache (seconds per value a, b = 0: no row is folded), and the Gram pass and the outer step read the 4 pushes kept
+encoded, each piece decoded inside them (g and c0, c1 are the kept path's; a dense codec's f32 rows are read, not
+decoded, so its pass and step are somewhat cheaper than these). Each time is the best of `--reps`;
 the memcpy of one row is timed beside them so a loaded box shows. It prints the constants as head_throughput.py holds them
 and, with `--check`, the model's round time against a round.py-style round measured here (model_error: measured over
 modelled).
@@ -47,6 +52,7 @@ from yeto.services.syncer.api import (
     backend,
     decode_with_norm,
     gram_pass,
+    kept,
     kept_norm,
     merge_round,
     perform,
@@ -92,6 +98,10 @@ def ingest_rates(n: int, reps: int, rng: np.random.Generator) -> dict[str, tuple
     for name in ("q4", "topk2", "topk4", "topk8", "bf16", "f32"):
         codec = codecs.codec(name)
         payload = codec.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3)
+        if kept(codec):                                          # its bytes kept, its norm from them: no row folded
+            kept_rows = FragmentRows(np.zeros(1, dtype=np.float32))
+            out[name] = (best(lambda c=codec, p=payload, r=kept_rows: keep_with_norm(c, n, p, r), reps) / n, 0.0)
+            continue
         xs, ys = [], []
         for k in range(4):
             def take(k: int = k, codec: codecs.Codec = codec, payload: bytes = payload) -> None:
@@ -106,9 +116,10 @@ def other_rates(n: int, reps: int, rng: np.random.Generator) -> dict[str, float]
     chunk = rng.integers(0, 256, 4 << 20, dtype=np.uint8).tobytes()
     found = dict(sha256_s_per_byte=best(lambda: hashlib.sha256(chunk).digest(), reps) / len(chunk))
     rows = FragmentRows(rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32))
-    for k in range(4):
-        rows.push(k)[:] = rng.standard_normal(n, dtype=np.float32) * 1e-3
-    steps = {m: best(lambda m=m: merge_round(rows, m, np.ones(m), merge="rda", lr=0.7, momentum=0.9), reps) / n
+    for k in range(4):                                           # q4 pushes kept encoded, as the syncer holds them
+        rows.keep_encoded(k, codecs.Q4, codecs.Q4.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3), n)
+    steps = {m: best(lambda m=m: merge_round(rows, m, np.ones(m), merge="rda", lr=0.7, momentum=0.9,
+                                             g=np.eye(m) * 1e-6 * n, bd=np.zeros(m)), reps) / n
              for m in (1, 2, 4)}
     found["step_s_per_value"], found["step_s_per_value_row"] = fit([m + 2 for m in steps], list(steps.values()))
     theta = rng.standard_normal(n, dtype=np.float32)
@@ -118,7 +129,7 @@ def other_rates(n: int, reps: int, rng: np.random.Generator) -> dict[str, float]
     snap = np.empty_like(theta)
     found["copy_s_per_value_row"] = best(lambda: np.copyto(snap, theta), reps) / n
     need = np.tril(np.ones((5, 5), dtype=np.bool_), -1)          # b and 4 pushes: 10 pairs
-    found["gram_pass_s_per_value_pair"] = best(lambda: gram_pass(rows.rows[1:6], need), reps) / n / 10
+    found["gram_pass_s_per_value_pair"] = best(lambda: gram_pass(rows.rows[1:6], need, rows.kept_of(4)), reps) / n / 10
     return found
 
 

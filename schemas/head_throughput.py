@@ -3,7 +3,9 @@
 A round of one fragment of n values with M pushes costs, on one core (services/syncer/core.py's path):
     intake    every push's encoded bytes hashed once (each chunk; the whole payload's digest is made from the chunks'
               since 2026-12-05, schemas/fragments.py digest "chunks"), M B_up sha
-    take_in   each push decoded with its squared norm (one row folded): n (a_up + b_up) per push
+    take_in   each push decoded with its squared norm (one row folded): n (a_up + b_up) per push; a q4 push on a CPU
+              head is kept encoded (its bytes copied, its norm from pieces decoded in cache: b_up = 0) and decoded
+              again inside the Gram pass and the outer step (their rates are that path's since 2026-12-06)
     merge     the Gram pass over b and the M pushes, each row read once: n g M (M + 1) / 2 (g per value and pair of
               rows; b_up while not measured), then the outer step over M pushes: n (c0 + c1 (M + 2))
               (a sparse codec's push keeps its products from take_in, which folds k + 2 rows for push k:
@@ -31,7 +33,8 @@ from dataclasses import dataclass, field
 from yeto.schemas import codecs
 
 MAX_USEFUL_CORES = 8        # beyond this one instance's memory bandwidth, not its cores, bounds a round (not measured here)
-EFFICIENCY = 0.9            # each core past the first adds this much of one: 1 -> 2 threads gave 1.96x (round.py, 16M, quiet)
+EFFICIENCY = 0.27           # each core past the first adds this much of one: 1 -> 2 threads gave 1.27x at 64M on a quiet
+                            # box (round.py at 044cb01, 2026-12-06 03:13-03:20; 1.39x at 16M); 1.96x at 16M on 2026-12-05
 
 
 def _ns(table: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
@@ -40,20 +43,26 @@ def _ns(table: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]
 
 @dataclass(frozen=True)
 class Rates:
-    """Seconds per unit on one core. The defaults are `benchmarks/head_rates.py --values 4M --reps 7 --check` of
-    2026-12-05 at commit 39d5a3f (2 cores of an AMD EPYC znver4 at load 9-11 from other work; model_error=0.948):
-    benchmarks/results/round/fused-2026-12-05/head_rates.txt."""
+    """Seconds per unit on one core. q4's take-in (a, b = 0: kept encoded), the Gram pass g, the outer step c0, c1 and q4's
+    broadcast are the kept path's, derived from one quiet round (2026-12-06 03:13-03:20 UTC, load 0.8-1.1, 044cb01,
+    `round.py --values 64M --threads 1`, the lead's run: ingest 265.1 ms, merge 384.6, broadcast encode 246.6; the merge
+    split between the pass and the step by their CPU times alone, 188.9 and 176.7 ms, benchmarks/results/round/
+    threads-2026-12-06/micro_64M.txt; c0 : c1 kept as measured on 2026-12-05); the model gives 953 ms for that round,
+    966.1 measured (fitted to it: not an independent check). The other codecs' take-in and broadcast, SHA-256 and the
+    copy are `benchmarks/head_rates.py --values 4M --reps 7 --check` of 2026-12-05 at commit 39d5a3f (2 cores of an AMD
+    EPYC znver4 at load 9-11; model_error=0.948): benchmarks/results/round/fused-2026-12-05/head_rates.txt. A head_rates.py
+    run of the kept path at load 10-14 (threads-2026-12-06/head_rates_4M.txt) came out 2-3x slower throughout."""
 
     ingest: dict[str, tuple[float, float]] = field(default_factory=lambda: _ns({
-        "q4": (0.205, 0.261), "topk2": (0.555, 0.292), "topk4": (0.0, 0.721), "topk8": (1.008, 0.36),
+        "q4": (0.7055, 0.0), "topk2": (0.555, 0.292), "topk4": (0.0, 0.721), "topk8": (1.008, 0.36),
         "bf16": (0.468, 0.258), "f32": (0.019, 0.303)}))     # push codec: (a, b) of a + b (rows folded), per value
     sha256_per_byte: float = 0.547e-9
-    step_per_value: float = 0.8011e-9                        # c0
-    step_per_value_row: float = 0.5991e-9                    # c1
+    step_per_value: float = 0.5036e-9                        # c0
+    step_per_value_row: float = 0.3777e-9                    # c1
     broadcast: dict[str, float] = field(default_factory=lambda: {k: v * 1e-9 for k, v in {
-        "q4": 4.316, "topk2": 8.092, "topk4": 9.079, "topk8": 15.267, "bf16": 12.527, "f32": 2.058}.items()})   # per value
+        "q4": 3.675, "topk2": 8.092, "topk4": 9.079, "topk8": 15.267, "bf16": 12.527, "f32": 2.058}.items()})   # per value
     copy_per_value_row: float = 0.1875e-9
-    gram_pass_per_value_pair: float | None = None            # g; None: the push codec's b (a fold's rate per row)
+    gram_pass_per_value_pair: float | None = 0.2961e-9       # g; None: the push codec's b (a fold's rate per row)
 
 
 def speedup(cores: int) -> float:

@@ -15,7 +15,8 @@ def _round(values: int, **kw) -> float:
 def test_a_round_grows_with_values_and_learners_and_shrinks_with_cores_up_to_the_memory_bound():
     assert _round(2 << 20) == pytest.approx(2 * _round(1 << 20), rel=1e-3)
     fold_only = throughput.Rates(ingest={"q4": (0.0, 1e-9)}, sha256_per_byte=0.0, step_per_value=0.0,
-                                 step_per_value_row=0.0, broadcast={"q4": 0.0}, copy_per_value_row=0.0)
+                                 step_per_value_row=0.0, broadcast={"q4": 0.0}, copy_per_value_row=0.0,
+                                 gram_pass_per_value_pair=None)       # the pass at the fold's rate
     eight, four = (_round(1 << 20, learners=m, rates=fold_only) for m in (8, 4))
     assert eight / four == pytest.approx(44 / 14)                 # the Gram rows folded grow as M (M + 3) / 2
     assert _round(1 << 20, learners=8) > _round(1 << 20, learners=4)
