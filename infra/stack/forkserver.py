@@ -23,15 +23,16 @@ exec); each child turns it on again and reseeds numpy's global generator (`rando
 The server answers each child's pid as it forks it; a component it gave no pid for (a refusal, an error, no answer
 within `ANSWER_S`: it is killed then, and the children it answered for are kept) is spawned as before.
 
-Off unless `$YETO_FORK_SERVICES` is 1 (`ENABLE_ENV`). With it on, the TLS heads' cloud rehearsals failed (CI at
-1c48aef, 2026-12-06): a forked component serves at once, and `stack.up` wrote stack.json only after this server's
-answer; a head's forked launcher took the run's first StartIsland before that (the laptop hands a head its run as soon
-as nats-server answers), read no `ca_file` (that island shipped without the head's certificate: its learner's
-CERTIFICATE_VERIFY_FAILED, its pushes never arrived) and found no nats-server to reload with the island's new
-credential. Since 19bd60e the record is written before any component starts (tests/infra/test_infra_fork_tls.py), and
-with the fork server on the cloud rehearsals that failed pass. It stays off while tests/infra/test_infra_head_cluster.py
-counts on no service being up yet: it publishes `{}` as events and expects contiguous stream sequences, and services
-that are up reject each one, storing a MessageRejected between them (spawned, they are still importing then).
+On unless `$YETO_FORK_SERVICES` is 0 (`ENABLE_ENV`). It was off from c09a62f to this commit: the TLS heads' cloud
+rehearsals failed with it on (CI at 1c48aef, 2026-12-06): a forked component serves at once, and `stack.up` wrote
+stack.json only after this server's answer; a head's forked launcher took the run's first StartIsland before that (the
+laptop hands a head its run as soon as nats-server answers), read no `ca_file` (that island shipped without the head's
+certificate: its learner's CERTIFICATE_VERIFY_FAILED, its pushes never arrived) and found no nats-server to reload
+with the island's new credential. Since 19bd60e the record is written before any component starts
+(tests/infra/test_infra_fork_tls.py), and with the fork server on the cloud rehearsals that failed pass.
+tests/infra/test_infra_head_cluster.py had counted on no service being up yet (services that are up store a
+MessageRejected for each of its `{}` probes, between the sequences it wanted contiguous); it now checks that every
+sequence holds a probe or such an event.
 """
 from __future__ import annotations
 
@@ -54,9 +55,9 @@ ANSWER_S = 120.0     # the imports take ~1 CPU s; under a load of 20 on 2 cores,
 
 def start(log: Path) -> subprocess.Popen | None:
     """The fork server, importing: stdin takes the one request, stdout gives the answer; its own output to `log`.
-    None where it is not asked for ($YETO_FORK_SERVICES not 1), cannot start or cannot count its threads (no /proc:
+    None where it is turned off ($YETO_FORK_SERVICES=0), cannot start or cannot count its threads (no /proc:
     macOS), and then every component is spawned."""
-    if os.environ.get(ENABLE_ENV) != "1" or not Path("/proc/self/task").is_dir():
+    if os.environ.get(ENABLE_ENV) == "0" or not Path("/proc/self/task").is_dir():
         return None
     log.parent.mkdir(parents=True, exist_ok=True)
     try:

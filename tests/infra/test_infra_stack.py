@@ -148,3 +148,20 @@ def test_a_fork_server_that_does_not_answer_in_time_is_killed_and_every_componen
     finally:
         stack.down(state)
     assert not any(stack.alive(p) for p in rec["pids"].values())
+
+
+def test_the_fork_server_is_the_default_and_yeto_fork_services_0_turns_it_off(tmp_path, monkeypatch):
+    """Unset, a fresh stack's fork server starts (the default since its TLS-head fault was fixed, 19bd60e); with
+    $YETO_FORK_SERVICES=0 none starts and every component is spawned."""
+    from yeto.infra.stack import forkserver
+
+    monkeypatch.delenv(forkserver.ENABLE_ENV, raising=False)
+    server = forkserver.start(tmp_path / "forkserver.log")
+    assert server is not None
+    try:
+        assert server.poll() is None
+    finally:
+        server.kill()
+        server.wait(30)
+    monkeypatch.setenv(forkserver.ENABLE_ENV, "0")
+    assert forkserver.start(tmp_path / "off.log") is None
