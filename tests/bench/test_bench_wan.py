@@ -236,10 +236,12 @@ def test_tun_link_emulator_adds_the_delay_both_ways_and_counts_bytes():
             conn, _ = server.accept()
             while data := conn.recv(1):
                 conn.sendall(data)
-        threading.Thread(target=echo, daemon=True).start()
+        echoing = threading.Thread(target=echo, daemon=True)
+        echoing.start()
         before = wan.bytes()
         out = subprocess.run([*link.prefix(), sys.executable, "-c", ECHO, link.hub_ip, str(port)],
                              capture_output=True, text=True, timeout=60)
+        echoing.join(30)      # the client's close ends it: left blocked in recv, the link's removal raised in a later test
         assert out.returncode == 0, out.stderr
         rtt = float(out.stdout)
         assert 0.120 <= rtt < 1.0, f"round trip {rtt:.3f} s over a link with 60 ms each way"
