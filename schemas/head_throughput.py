@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from yeto.schemas import codecs
 
 MAX_USEFUL_CORES = 8        # beyond this one instance's memory bandwidth, not its cores, bounds a round (not measured here)
-EFFICIENCY = 0.27           # each core past the first adds this much of one: 1 -> 2 threads gave 1.27x at 64M on a quiet
-                            # box (round.py at 044cb01, 2026-12-06 03:13-03:20; 1.39x at 16M); 1.96x at 16M on 2026-12-05
+EFFICIENCY = 0.51           # each core past the first adds this much of one: 1 -> 2 threads gave 1.51x at 64M on a quiet
+                            # box (round.py at 6558786, 2026-12-06 04:23-04:27; 1.58x at 256M); 1.27x at 044cb01, before the
+                            # serial steps went on the threads (44372a6); 1.96x at 16M on 2026-12-05
 
 
 def _ns(table: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
