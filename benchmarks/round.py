@@ -52,7 +52,7 @@ import numpy as np
 
 from yeto.schemas import codecs
 from yeto.schemas.codecs.base import encode_delta, spread_on
-from yeto.schemas.fragments import FragmentHeader, sha256, split_chunks
+from yeto.schemas.fragments import FragmentHeader, prehashed, sha256, split_chunks
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import CHUNK_BYTES
 from yeto.schemas.training import RoundMerged
@@ -121,12 +121,12 @@ def one_round(core: SyncerCore, pushes: list[list[tuple]], sink: Sink) -> dict[s
     """Take in every push's chunks (the last chunk closes the round), perform the outputs; seconds per stage."""
     ingest, outputs = 0.0, []
     cpu = time.process_time()
-    for chunks in pushes:
-        for h, c in chunks:
-            start = time.perf_counter()
-            out = core.receive(h, c, next(CLOCK))
-            ingest += time.perf_counter() - start
-            outputs += out
+    for chunks in pushes:      # one push's chunks as one fetched batch: hashed at once, as the data plane does
+        start = time.perf_counter()
+        with prehashed([c for _, c in chunks]):
+            for h, c in chunks:
+                outputs += core.receive(h, c, next(CLOCK))
+        ingest += time.perf_counter() - start
     merged = [o for o in outputs if isinstance(o, RoundMerged)]
     assert len(merged) == 1, f"the round did not merge: {[type(o).__name__ for o in outputs]}"
     merge_s = merged[0].merge_ms / 1e3

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from yeto.infra.bus import Bus, Consumer, Delivery
 from yeto.infra.run_paths import run_path
-from yeto.schemas.fragments import FragmentError, FragmentHeader
+from yeto.schemas.fragments import FragmentError, FragmentHeader, prehashed
 from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.subjects import delta_subject, fragment_filters, keyframe_subject, learner_of_fragment, run_of_fragment
 from yeto.services.syncer import seed, snapshot, warmup
@@ -133,8 +133,9 @@ class DataPlane:
         batch = await self.consumer.fetch(256, timeout_s=timeout_s)
         self.busy = True
         try:
-            for msg in batch:
-                await self.receive(bus, msg, runs())
+            with prehashed([msg.data for msg in batch]):      # the chunks' SHA-256 on the kernel threads, at once
+                for msg in batch:
+                    await self.receive(bus, msg, runs())
         finally:
             self.busy = False
         return len(batch)

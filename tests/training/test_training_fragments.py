@@ -48,3 +48,37 @@ def test_whole_payload_checksum_and_bad_headers_are_rejected():
         with pytest.raises(FragmentError) as err:
             FragmentHeader.from_nats(headers)
         assert err.value.reason == "bad_header"
+
+
+def test_chunks_hashed_ahead_in_a_batch_are_checked_alike_and_the_memo_empties(monkeypatch):
+    """`prehashed` (the data plane's fetched batch, hashed on the kernel threads at once): an intact message assembles
+    without hashing a chunk again, a flipped byte is still refused as corrupt, a mutable chunk is hashed where it is
+    checked, and nothing is left memoized after the batch, an exception included."""
+    from yeto.schemas import fragments
+    from yeto.schemas.codecs.base import set_threads, threads
+
+    header, payload = message(numel=40_000)
+    chunks = split_chunks(header, payload, chunk_bytes=4096)
+    corrupt_h, corrupt_c = chunks[1][0], bytes([chunks[1][1][0] ^ 1]) + chunks[1][1][1:]
+    before = threads()
+    set_threads(2)
+    try:
+        calls = []
+        real = fragments.sha256
+        monkeypatch.setattr(fragments, "sha256", lambda data: calls.append(len(data)) or real(data))
+        asm = ChunkAssembler()
+        with fragments.prehashed([c for _, c in chunks] + [corrupt_c]):
+            hashed_ahead = len(calls)
+            out = [asm.add(h, c) for h, c in chunks]
+            assert len(calls) == hashed_ahead == len(chunks) + 1     # every digest from the batch's hashing
+            with pytest.raises(FragmentError) as e:
+                ChunkAssembler().add(corrupt_h, corrupt_c)
+            assert e.value.reason == "corrupt_chunk"
+            with pytest.raises(FragmentError):                       # a bytearray: hashed here, not memoized
+                ChunkAssembler().add(corrupt_h, bytearray(corrupt_c))
+        assert out[-1] == payload and not fragments._PREHASHED
+        with pytest.raises(RuntimeError), fragments.prehashed([c for _, c in chunks]):
+            raise RuntimeError("a batch that fails midway")
+        assert not fragments._PREHASHED
+    finally:
+        set_threads(before)
