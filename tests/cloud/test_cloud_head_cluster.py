@@ -149,12 +149,16 @@ def rehearse(laptop: Laptop, killed: int | None, ns_prefix: str) -> None:
     assert len(set(ips)) == 3 and len({n["ns"] for n in cluster["nodes"]}) == 3
     assert head["url"] == ",".join(f"tls://{ip}:4222" for ip in ips)
     assert all(n["ns"].startswith(ns_prefix) for n in cluster["nodes"])
-    records = [Path(n["dir"]) / "home/.yeto/head/stack.json" for n in cluster["nodes"]]   # written once all started
-    wait_for(lambda: all(r.exists() for r in records), 120, "every node's stack record", interval=0.5, detail=laptop.story)
-    assert [sorted(json.loads(r.read_text())["pids"]) for r in records] == [
+    # Each node's record is written with its nats-server before its components start and again, whole, once they have
+    # (19bd60e): its components are there once the second write is.
+    records = [Path(n["dir"]) / "home/.yeto/head/stack.json" for n in cluster["nodes"]]
+    recorded = lambda: [sorted(json.loads(r.read_text())["pids"]) if r.exists() else None for r in records]  # noqa: E731
+    wait_for(lambda: recorded() == [
         ["credentials", "finalizer-1", "nats-server-0", "planner-0", "tape"],
         ["credentials", "launcher-0", "nats-server-1", "planner-1", "syncer", "tape-1"],
-        ["credentials", "finalizer-0", "launcher-1", "nats-server-2", "syncer-standby"]]
+        ["credentials", "finalizer-0", "launcher-1", "nats-server-2", "syncer-standby"]],
+        120, "every node's stack record with its components", interval=0.5,
+        detail=lambda: f"{recorded()}\n{laptop.story()}")
 
     merged = lambda: int((sql(laptop, "select count(*) from events where type = 'RoundMerged'", True) or [[0]])[0][0])  # noqa: E731
     wait_for(lambda: merged() >= 4, 400, "four merged rounds on the head's cluster", interval=1, detail=laptop.story)
