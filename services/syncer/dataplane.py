@@ -144,6 +144,7 @@ class DataPlane:
         return 1.0 if self.wake_at is None else min(1.0, max(0.005, self.wake_at - time.monotonic()))
 
     async def receive(self, bus: Bus, msg: Delivery, runs: dict[str, RunInfo]) -> None:
+        self.refusals.redelivered(msg.seq)
         run_id = run_of_fragment(msg.subject)
         info = runs.get(run_id)
         if info is None:                    # the RunLaunched event has not reached us yet, or never will

@@ -3,11 +3,12 @@ they wait for may lag (RunLaunched, IslandUp), terminated with a LearnerRejected
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 
 from yeto.infra.bus import Bus, Delivery
 from yeto.schemas.base import derive_id
-from yeto.schemas.subjects import learner_of_fragment
+from yeto.schemas.subjects import learner_of_fragment, run_of_fragment
 from yeto.schemas.training import LearnerRejected
 
 log = logging.getLogger(__name__)
@@ -19,6 +20,9 @@ class Refusals:
     def __init__(self, instance: str) -> None:
         self.instance = instance
         self.naks: OrderedDict[int, int] = OrderedDict()    # stream seq -> naks so far
+        # stream seq -> (run id, when) of a message nak'ed for a retry whose redelivery has not come: JetStream counts
+        # it neither as pending nor as delivered-and-taken, so the final cut's drain asks here (`awaited`)
+        self.waiting: dict[int, tuple[str, float]] = {}
 
     async def retry(self, msg: Delivery) -> bool:
         """Nak a message that waits for an event, UNKNOWN_RUN_NAKS times at most; False once it has waited enough."""
@@ -29,7 +33,26 @@ class Refusals:
         while len(self.naks) > MAX_TRACKED:
             self.naks.popitem(last=False)
         await msg.nak(delay_s=UNKNOWN_RUN_DELAY_S)
+        if naks == 1:
+            log.info("fragment message %d on %r waits for the event it needs (nak'ed, again in %gs)", msg.seq,
+                     msg.subject[:200], UNKNOWN_RUN_DELAY_S)
+        self.waiting[msg.seq] = (run_of_fragment(msg.subject), time.monotonic())
+        while len(self.waiting) > MAX_TRACKED:
+            del self.waiting[next(iter(self.waiting))]
         return True
+
+    def redelivered(self, seq: int) -> None:
+        """A message came (again): no longer awaited."""
+        self.waiting.pop(seq, None)
+
+    def awaited(self, run_id: str) -> bool:
+        """Whether a message of `run_id` nak'ed for a retry is still to come back (one not back within three delays
+        went to another instance or was dropped by the server: not waited for)."""
+        horizon = time.monotonic() - 3 * UNKNOWN_RUN_DELAY_S
+        for seq, (_, at) in list(self.waiting.items()):
+            if at < horizon:
+                del self.waiting[seq]
+        return any(run == run_id for run, _ in self.waiting.values())
 
     async def refuse(self, bus: Bus, msg: Delivery, run_id: str, reason: str, detail: str) -> None:
         """Terminate a message that no syncer will take, with a LearnerRejected saying why."""
