@@ -23,7 +23,7 @@ exec); each child turns it on again and reseeds numpy's global generator (`rando
 The server answers each child's pid as it forks it; a component it gave no pid for (a refusal, an error, no answer
 within `ANSWER_S`: it is killed then, and the children it answered for are kept) is spawned as before.
 
-On unless `$YETO_FORK_SERVICES` is 0 (`ENABLE_ENV`). It was off from c09a62f to this commit: the TLS heads' cloud
+On unless `$YETO_FORK_SERVICES` is 0 (`ENABLE_ENV`). It was off from c09a62f until e96f6a4: the TLS heads' cloud
 rehearsals failed with it on (CI at 1c48aef, 2026-12-06): a forked component serves at once, and `stack.up` wrote
 stack.json only after this server's answer; a head's forked launcher took the run's first StartIsland before that (the
 laptop hands a head its run as soon as nats-server answers), read no `ca_file` (that island shipped without the head's
