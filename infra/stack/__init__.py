@@ -8,12 +8,14 @@ components get the service credential and this process the operator's, through $
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +32,7 @@ from yeto.infra.stack.components import component_commands, placed, spawn
 from yeto.infra.stack.servers import head_nodes, head_server, local_url, restart_nodes, servers_for
 from yeto.infra.stack.stop import stop_components, stop_islands
 
-__all__ = ["StackPaths", "alive", "down", "head_server", "local_url", "read_record", "stack_url", "status", "up"]
+__all__ = ["StackPaths", "alive", "down", "head_server", "local_url", "locked", "read_record", "stack_url", "status", "up"]
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,27 @@ class StackPaths:
     def logs(self) -> Path: return self.root / "logs"
     @property
     def record(self) -> Path: return self.root / "stack.json"
+    @property
+    def lock(self) -> Path: return self.root / "stack.lock"
 
     def run_dir(self, run_id: str) -> Path:
         return run_path(self.root, run_id)   # ValueError unless a run id whose folder stays under runs/
 
 
 alive = procs.alive
+
+
+@contextlib.contextmanager
+def locked(paths: StackPaths) -> Iterator[None]:
+    """The record's one writer at a time (an exclusive flock on <state>/stack.lock, released when its holder ends,
+    however it ends): `up` holds it from its first look at the record to its last write, `down` and a standby's
+    start (infra/stack/standby.py) for their read and write. A fresh stack's record lists its components only from
+    its second write; a `down` between the two stopped nats-server and left the components running, and two
+    `yeto launch` at once each started a stack in one state directory (one of them without the tape: DuckDB's lock)."""
+    paths.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(paths.lock, "a") as f:          # not inherited: every child the holder starts runs without it
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 def read_record(paths: StackPaths) -> dict | None:
@@ -136,11 +153,20 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     if cluster is not None:
         natscluster.check_size(cluster)
     paths = StackPaths(Path(state_dir))
+    with locked(paths):
+        return _up(paths, port=port, head_run=head_run, hosts=hosts, syncers=syncers, cluster=cluster, node=node,
+                   peers=peers, before_components=before_components)
+
+
+def _up(paths: StackPaths, *, port: int, head_run: str | None, hosts: list[str] | None, syncers: int | None,
+        cluster: int | None, node: int | None, peers: list[str] | None,
+        before_components: Callable[[str], None] | None) -> dict:
+    """`up` with the record's lock held."""
     rec = read_record(paths)
     if rec and _serving(rec):
         for flag, key, want in (("--syncers", "syncers", syncers), ("--cluster", "cluster", cluster)):
             if want is not None and want != rec.get(key, 1):
-                raise ValueError(f"the stack under {state_dir} runs with {flag} {rec.get(key, 1)}; "
+                raise ValueError(f"the stack under {paths.root} runs with {flag} {rec.get(key, 1)}; "
                                  f"`yeto stack down` first to change {flag}")
         restart_nodes(paths, rec)
         env = component_env(paths.root, rec)
@@ -239,11 +265,14 @@ def down(state_dir: Path, timeout: float = 15.0) -> list[str]:
     """Stop what `up` started (services first, nats-server last) and the local islands; keeps the data.
     Only processes that are still the ones recorded are signalled (infra/stack/stop.py). Returns what was stopped."""
     paths = StackPaths(Path(state_dir))
-    rec = read_record(paths)
-    if not rec:
+    if not paths.root.is_dir():
         return []
-    stopped = stop_components(rec, timeout) + stop_local_islands(paths, timeout)
-    paths.record.unlink(missing_ok=True)
+    with locked(paths):      # a stack starting now: its whole record, once its start has written it
+        rec = read_record(paths)
+        if not rec:
+            return []
+        stopped = stop_components(rec, timeout) + stop_local_islands(paths, timeout)
+        paths.record.unlink(missing_ok=True)
     return stopped
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from yeto.infra.bus.snapshot_store import LEASE_PREFIX, LEASE_STREAM
-from yeto.infra.stack import StackPaths, _write_record, component_env, read_record
+from yeto.infra.stack import StackPaths, _write_record, component_env, locked, read_record
 from yeto.infra.stack.components import alive_in, component_commands, spawn
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,11 @@ class Presences:
 def start_wanted(paths: StackPaths, found: list[tuple[dict, int]], presences: Presences | None = None) -> list[str]:
     """Start every standby this node's record wants after `found` leases (with their standbys' presence); their names
     (recorded with their pids)."""
+    with locked(paths):             # the record read and written whole, by one writer at a time
+        return _start_wanted(paths, found, presences)
+
+
+def _start_wanted(paths: StackPaths, found: list[tuple[dict, int]], presences: Presences | None) -> list[str]:
     rec = read_record(paths)
     if not rec or not rec.get("peers"):
         return []

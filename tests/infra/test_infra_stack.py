@@ -165,3 +165,92 @@ def test_the_fork_server_is_the_default_and_yeto_fork_services_0_turns_it_off(tm
         server.wait(30)
     monkeypatch.setenv(forkserver.ENABLE_ENV, "0")
     assert forkserver.start(tmp_path / "off.log") is None
+
+
+def _waiting_on(lock) -> bool:
+    """Some process or thread waits for the flock on `lock` (/proc/locks lists a blocked request with '->')."""
+    import os
+
+    ino = os.stat(lock).st_ino
+    with open("/proc/locks") as f:
+        return any(line.split()[1] == "->" and line.split()[6].endswith(f":{ino}") for line in f)
+
+
+def test_a_down_during_a_start_waits_for_its_whole_record_and_stops_every_component_it_started(tmp_path):
+    """A fresh stack's record lists its components only from its second write (the first: nats-server alone, for the
+    components that read it at once). `down` between the two stopped nats-server and left the components running;
+    it now waits for the start's lock and stops what the whole record names."""
+    import subprocess
+    import threading
+    import time
+
+    paths = stack.StackPaths(tmp_path / "s")
+    server, syncer = (subprocess.Popen(["sleep", "300"], start_new_session=True) for _ in range(2))
+    at = {p.pid: stack.procs.started_at(p.pid) for p in (server, syncer)}
+    rec = {"url": "nats://127.0.0.1:1", "pids": {"nats-server": server.pid}, "started_at": {"nats-server": at[server.pid]}}
+    stopped: list[list[str]] = []
+    try:
+        with stack.locked(paths):                        # as `up` holds it from its first look to its last write
+            stack._write_record(paths, rec)              # the start's first write
+            down = threading.Thread(target=lambda: stopped.append(stack.down(paths.root, timeout=5)))
+            down.start()
+            deadline = time.monotonic() + 30
+            while not _waiting_on(paths.lock):           # down is blocked on the lock, not done
+                assert down.is_alive(), f"down did not wait for the start: it stopped {stopped}"
+                assert time.monotonic() < deadline, "down never asked for the lock"
+                threading.Event().wait(0.01)
+            rec["pids"]["syncer"], rec["started_at"]["syncer"] = syncer.pid, at[syncer.pid]
+            stack._write_record(paths, rec)              # the second: with the components
+        down.join(30)
+        assert stopped and sorted(stopped[0]) == ["nats-server", "syncer"]
+        assert server.wait(5) is not None and syncer.wait(5) is not None
+        assert not paths.record.exists()
+    finally:
+        for p in (server, syncer):
+            p.kill()
+            p.wait()
+
+
+def test_two_starts_at_once_in_one_state_directory_make_one_stack(tmp_path):
+    """Two `yeto stack up` (or two `yeto launch` that each start the stack) at once: the second waits for the first
+    and finds its stack serving; one nats-server, one tape writer, the same URL for both."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    state = tmp_path / "home"
+    cmd = [str(Path(sys.executable).parent / "yeto"), "--state-dir", str(state), "stack", "up"]
+    ups = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    try:
+        outs = [u.communicate(timeout=120)[0] for u in ups]
+        assert [u.returncode for u in ups] == [0, 0], outs
+        urls = [re.search(r"stack up at (\S+)", o).group(1) for o in outs]
+        assert urls[0] == urls[1], outs
+        servers = [pid for pid, line in _running_under(state).items() if line.split()[0].endswith("/nats-server")]
+        rec = stack.read_record(stack.StackPaths(state))
+        assert servers == [rec["pids"]["nats-server"]], (servers, rec["pids"])
+    finally:
+        for u in ups:
+            if u.poll() is None:
+                u.kill()
+        stack.down(state)
+        for pid in _running_under(state):       # a second stack's processes, where the starts were not one at a time
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running_under(state) -> dict[int, str]:
+    """The processes whose command line names a path under `state` (this test's own folder): pid -> command line."""
+    from pathlib import Path
+
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(state) in line:
+            found[int(proc.name)] = line
+    return found
