@@ -1,7 +1,8 @@
 """How long an island that has reported progress may go silent before the launcher preempts it (pure).
 
 A frozen island (its process alive, no progress: SIGSTOP, a hung collective, a dead link that keeps TCP up) shows
-only as silence. Once the island has shown its pace, the bound is GAPS times that pace, at least FLOOR_S; the
+only as silence. Once the island has shown its pace, the bound is GAPS times that pace, at least the floor (FLOOR_S,
+or the head's $YETO_SILENCE_FLOOR_S, read by wiring.py: docs/CONFIG.md); the
 recipe's `heartbeat_timeout_s` stays the cap, and governs alone where the pace does not yet say how long the next
 silence may be: before the generation reported an evaluated step (an evaluation beats only after each held-out batch,
 and one batch of a big model may be long), and once it trained to max_steps (its final pushes and evaluation come next,
@@ -35,13 +36,14 @@ class Bound:
     why: str
 
 
-def heartbeat_bound(recipe: LaunchRecipe, isl: Island, step_time_s: float | None) -> Bound:
-    """The silence bound of an island whose current generation reported progress; `step_time_s`: its last step's."""
+def heartbeat_bound(recipe: LaunchRecipe, isl: Island, step_time_s: float | None, floor_s: float = FLOOR_S) -> Bound:
+    """The silence bound of an island whose current generation reported progress; `step_time_s`: its last step's;
+    `floor_s`: the least bound of the pace rule."""
     cap = recipe.timeouts.heartbeat_timeout_s
     if isl.last_step >= recipe.train.max_steps:
         return Bound(cap, "heartbeat_timeout_s: trained to max_steps, its final pushes and evaluation run (beating per batch)")
     if recipe.train.eval_every and not isl.evaluated:
         return Bound(cap, "heartbeat_timeout_s: no evaluated step reported yet")
     pace = max(isl.beat_gap_s, REPORT_EVERY_S + (step_time_s or 0.0))
-    return Bound(min(cap, max(FLOOR_S, GAPS * pace)),
-                 f"{GAPS:g} x its pace {pace:.1f}s, at least {FLOOR_S:g}s, at most heartbeat_timeout_s {cap:g}s")
+    return Bound(min(cap, max(floor_s, GAPS * pace)),
+                 f"{GAPS:g} x its pace {pace:.1f}s, at least {floor_s:g}s, at most heartbeat_timeout_s {cap:g}s")

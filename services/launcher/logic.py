@@ -19,7 +19,7 @@ from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.offers import MoveIsland
 from yeto.schemas.run_view import RunView
 from yeto.services.launcher import external
-from yeto.services.launcher.liveness import Bound, heartbeat_bound
+from yeto.services.launcher.liveness import FLOOR_S, Bound, heartbeat_bound
 from yeto.services.launcher.reach import unreachable
 from yeto.services.launcher.state import State, backend_of, recorded_handle
 
@@ -91,13 +91,14 @@ def _event(cls: type[Event], run_id: str, isl: Island, **fields) -> Publish:
                        **_island_fields(run_id, isl, isl.generation), **fields))
 
 
-def silent_after(run: RunView, isl: Island) -> Bound:
-    """How long the island, once it reported progress, may be silent (liveness.py: its pace, heartbeat_timeout_s the cap)."""
+def silent_after(run: RunView, isl: Island, floor_s: float = FLOOR_S) -> Bound:
+    """How long the island, once it reported progress, may be silent (liveness.py: its pace, at least `floor_s`,
+    heartbeat_timeout_s the cap)."""
     learner = run.learners.get(f"island-{isl.index}")
-    return heartbeat_bound(LaunchRecipe.upcast(run.recipe), isl, learner.step_time_s if learner else None)
+    return heartbeat_bound(LaunchRecipe.upcast(run.recipe), isl, learner.step_time_s if learner else None, floor_s)
 
 
-def _needs(run: RunView, isl: Island, now: datetime, heard_since: datetime | None) -> list[Publish]:
+def _needs(run: RunView, isl: Island, now: datetime, heard_since: datetime | None, floor_s: float) -> list[Publish]:
     """What one island of a running run needs now (nothing new once a final cut is under way, but drops).
     Silence counts from `heard_since` at the earliest: what the launcher could not hear (it was not running: a head
     restarted after an outage) is not the island's."""
@@ -110,7 +111,7 @@ def _needs(run: RunView, isl: Island, now: datetime, heard_since: datetime | Non
     if isl.phase == "up" and not cutting:
         beat = (now - isl.last_beat).total_seconds() if isl.last_beat else None
         heard = beat if beat is None or heard_since is None else min(beat, (now - heard_since).total_seconds())
-        if heard is not None and heard > (bound := silent_after(run, isl)).seconds:
+        if heard is not None and heard > (bound := silent_after(run, isl, floor_s)).seconds:
             return [_event(IslandPreempted, rid, isl, reason=f"no progress for {beat:.0f}s (bound {bound.seconds:.0f}s: "
                                                              f"{bound.why})"), stop(rid, isl, "silent")]
         if beat is None and age > setting(r, "startup_timeout_s"):
@@ -126,12 +127,13 @@ def _needs(run: RunView, isl: Island, now: datetime, heard_since: datetime | Non
     return []
 
 
-def reconcile(run: RunView, now: datetime, heard_since: datetime | None = None) -> list[Publish]:
+def reconcile(run: RunView, now: datetime, heard_since: datetime | None = None, floor_s: float = FLOOR_S) -> list[Publish]:
     """What the run needs now: replacements, drops, and teardown once it has ended."""
     if run.ended:   # a cloud island's job may outlive its exit (SkyPilot recovering it): cancelled as well
         return [stop(run.run_id, isl, f"run ended ({run.ended})") for isl in run.islands
                 if isl.phase in ("up", "replacing") or (isl.phase == "exited" and backend_of(isl.spec) != "local")]
-    return [p for isl in run.islands for p in _needs(run, isl, now, heard_since) + external.needs(run, isl, source=SOURCE)]
+    return [p for isl in run.islands
+            for p in _needs(run, isl, now, heard_since, floor_s) + external.needs(run, isl, source=SOURCE)]
 
 
 def move(state: State, cmd: MoveIsland) -> list[Publish]:
@@ -149,9 +151,10 @@ def move(state: State, cmd: MoveIsland) -> list[Publish]:
 
 
 def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity | None = None,
-           fit: Fit | None = None, heard_since: datetime | None = None) -> list:
+           fit: Fit | None = None, heard_since: datetime | None = None, floor_s: float = FLOOR_S) -> list:
     """`capacity`: what this launcher may start; `fit`: why a LaunchRun's recipe cannot fit its islands' memory;
-    `heard_since`: when this launcher started (all bound in by wiring.py; None = no check, for pure tests)."""
+    `heard_since`: when this launcher started; `floor_s`: the silence bound's floor (liveness.py) (all bound in by
+    wiring.py; None = no check, for pure tests)."""
     if isinstance(msg, LaunchRun):
         return launch(msg, capacity, fit)
     if isinstance(msg, MoveIsland):
@@ -165,4 +168,4 @@ def decide(state: State, msg: Message | None, now: datetime, capacity: Capacity 
     if isinstance(msg, StopIsland):
         return [Kill(msg, recorded_handle(state, msg.run_id, msg.island, msg.generation))]
     runs = [state[msg.run_id]] if msg is not None and msg.run_id in state else list(state.values()) if msg is None else []
-    return [p for run in runs for p in reconcile(run, now, heard_since)]
+    return [p for run in runs for p in reconcile(run, now, heard_since, floor_s)]

@@ -21,6 +21,7 @@ from yeto.services.launcher.backends.local import LocalBackend
 from yeto.services.launcher.backends.skypilot import SkyPilotBackend
 from yeto.services.launcher.cuda_memory import cuda_free_gb
 from yeto.services.launcher.effects import Effects
+from yeto.services.launcher.liveness import FLOOR_S
 from yeto.services.launcher.logic import decide
 from yeto.services.launcher.memory_fit import over_memory
 
@@ -37,6 +38,20 @@ def host_capacity() -> Capacity:
         log.warning("YETO_MAX_ISLANDS=%r is not a number; using %d", os.environ["YETO_MAX_ISLANDS"], MAX_ISLANDS)
         max_islands = MAX_ISLANDS
     return Capacity(cpus=os.cpu_count() or 1, gpus=gpus, max_islands=max_islands, npus=npu_devices())
+
+
+def silence_floor_s() -> float:
+    """The least silence bound of an island that showed its pace ($YETO_SILENCE_FLOOR_S, default liveness.FLOOR_S 60 s):
+    a head whose islands are near and quiet may replace a frozen one sooner (docs/CONFIG.md)."""
+    raw = os.environ.get("YETO_SILENCE_FLOOR_S")
+    try:
+        floor = FLOOR_S if raw is None else float(raw)
+    except ValueError:
+        floor = -1.0
+    if not floor > 0:                     # nan too
+        log.warning("YETO_SILENCE_FLOOR_S=%r is not a positive number of seconds; using %g", raw, FLOOR_S)
+        return FLOOR_S
+    return floor
 
 
 def host_fit(cmd: LaunchRun) -> str | None:
@@ -69,7 +84,7 @@ def cuda_devices() -> int:
 
 def spec(effects: Effects, *, tick_s: float = 2.0, capacity: Capacity | None = None) -> ServiceSpec:
     """`capacity` None: this machine's (host_capacity())."""
-    bound = functools.partial(decide, capacity=capacity or host_capacity(), fit=host_fit,
+    bound = functools.partial(decide, capacity=capacity or host_capacity(), fit=host_fit, floor_s=silence_floor_s(),
                               heard_since=datetime.now(timezone.utc))   # silence before this start is not counted
     return ServiceSpec(name="launcher", initial=dict, evolve=state.evolve, decide=bound, act=effects.act,
                        tick_s=tick_s, background=(effects.watcher(), serve_watches), codec=CODEC)

@@ -1,5 +1,7 @@
 """A frozen learner on a real local stack with the default recipe: the launcher preempts its island a few paces into
 its silence (services/launcher/liveness.py), long before heartbeat_timeout_s, replaces it, and the run finalizes.
+The stack's launcher runs with a silence floor of FLOOR_S (its $YETO_SILENCE_FLOOR_S, docs/CONFIG.md) instead of the
+default 60 s: a tiny model's pace (8 x 2 s) stays under it, so the floor is the bound, and the preemption names it.
 
 Two islands train a tiny model; once both have merged rounds, island 1's learner process is SIGSTOPped (by its pid:
 alive, its TCP connection up, nothing from it arrives, as with a hung collective or a black-holed link). Everything
@@ -27,6 +29,7 @@ pytestmark = [pytest.mark.slow]
 RUN = "frozen"
 MAX_STEPS = 400
 REASON = re.compile(r"no progress for (\d+)s \(bound (\d+)s: ")
+FLOOR_S = 20
 
 
 def learner_pid(home: Path, island: int, generation: int) -> tuple[int, str]:
@@ -67,6 +70,7 @@ def end(pid: int, since: str) -> None:
 def stack(tmp_path_factory):
     material = learner_tiny.material(tmp_path_factory.mktemp("material"))
     s = Stack(tmp_path_factory.mktemp("frozen") / "home", material["model"], material["data"])
+    s.env["YETO_SILENCE_FLOOR_S"] = str(FLOOR_S)          # the launch that starts the stack gives it to the launcher
     try:
         yield s
     finally:
@@ -91,6 +95,7 @@ def test_a_frozen_learner_is_preempted_within_its_pace_bound_replaced_and_the_ru
         silent, bound = (int(x) for x in REASON.match(preempt["reason"]).groups())
         print(f"frozen island 1: {preempt['reason']}")
         assert preempt["generation"] == 0 and silent >= bound and bound < cap, preempt
+        assert f"at least {FLOOR_S}s" in preempt["reason"], f"the stack's floor, not the default 60 s: {preempt}"
         s.wait_for(RUN, "island 1's stop and its replacement", lambda evs: {
             (e["type"], e["generation"]) for e in evs if e["island"] == 1} >= {("IslandStopped", 0), ("IslandReplaced", 1)},
             "IslandStopped", "IslandReplaced", timeout=120)
