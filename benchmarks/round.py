@@ -27,6 +27,13 @@ rows read for push k, as before 2026-12-05), with the merge's one pass over the 
 with a q4 push's bytes kept and decoded inside the merge's passes (no f32 row written; the default since 2026-12-06),
 the same bits; `<a>_over_<b>_critical_path_*` is the ratio of two neighbours in the run.
 
+`--norm first-push,after-broadcast` runs each configuration with Θ's norm for admission's bound taken by a version's
+first push (as before 2026-12-06) or begun on its own thread once the version's broadcast chunks are out
+(services/syncer/fragment.py `norm_after_broadcast`, the default). Every run prints the ingest per core of a round's
+first push and of its later ones (the pushes between the first and the last: the last one's receive also merges and
+encodes), values per second of the process's CPU time (every thread's) and of wall time, best of the rounds:
+`ingest_first_push_G_values_per_cpu_s_*`, `ingest_later_push_G_values_per_cpu_s_*` (and `_per_wall_s_`).
+
 `--spread off,on` runs each configuration with the steps that ran on one thread whatever `--threads` (the broadcast's
 chunks copied and hashed, a kept push's bytes copied, Θ's norm for admission) on the calling thread and on the kernel
 threads (schemas/codecs/base.py `spread`; on since 2026-12-06). `--copy beside,after` begins the snapshot's copy of Θ, b
@@ -35,6 +42,7 @@ and the shadow as the snapshot is made, beside the broadcast's chunks (as from a
 
     .venv/bin/python benchmarks/round.py [--values 1M,4M,16M] [--learners 4] [--reps 3] [--threads 1,2]
         [--kernels reference,separate,compiled] [--gram incremental,at-merge,kept] [--spread off,on] [--copy beside,after]
+        [--norm first-push,after-broadcast]
 """
 from __future__ import annotations
 
@@ -62,6 +70,7 @@ from yeto.services.syncer.api import (
     copy_after_chunks,
     gram_at_merge,
     keep_encoded,
+    norm_after_broadcast,
     perform,
     write_snapshot,
 )
@@ -119,14 +128,18 @@ def header(learner: str, kind: str, codec: str, n: int, payload: bytes, *, step:
 
 def one_round(core: SyncerCore, pushes: list[list[tuple]], sink: Sink) -> dict[str, float]:
     """Take in every push's chunks (the last chunk closes the round), perform the outputs; seconds per stage."""
-    ingest, outputs = 0.0, []
+    ingest, outputs, per_push = 0.0, [], []
     cpu = time.process_time()
     for chunks in pushes:      # one push's chunks as one fetched batch: hashed at once, as the data plane does
-        start = time.perf_counter()
+        start, push_cpu = time.perf_counter(), time.process_time()
         with prehashed([c for _, c in chunks]):
             for h, c in chunks:
                 outputs += core.receive(h, c, next(CLOCK))
+        per_push.append((time.process_time() - push_cpu, time.perf_counter() - start))
         ingest += time.perf_counter() - start
+    later = per_push[1:-1] or [(float("nan"), float("nan"))]    # the last push's receive merges and encodes too
+    pushes_s = dict(first_cpu=per_push[0][0], first_wall=per_push[0][1],
+                    later_cpu=sum(c for c, _ in later) / len(later), later_wall=sum(w for _, w in later) / len(later))
     merged = [o for o in outputs if isinstance(o, RoundMerged)]
     assert len(merged) == 1, f"the round did not merge: {[type(o).__name__ for o in outputs]}"
     merge_s = merged[0].merge_ms / 1e3
@@ -140,7 +153,7 @@ def one_round(core: SyncerCore, pushes: list[list[tuple]], sink: Sink) -> dict[s
     cpu = time.process_time() - cpu     # every thread's CPU over the round, the write's included (the same bytes each way)
     # The last receive did the merge and the broadcast encode after its chunk's ingest: split it by the event's
     # merge_ms and the encode timed on its own below (run_size), so `ingest` is the chunks' intake alone.
-    return dict(ingest=ingest, merge=merge_s, perform=perform_s, cpu=cpu, **sink.seconds)
+    return dict(ingest=ingest, merge=merge_s, perform=perform_s, cpu=cpu, **pushes_s, **sink.seconds)
 
 
 def new_core(n: int, learners: int, rng: np.random.Generator) -> SyncerCore:
@@ -172,8 +185,8 @@ def memcpy_seconds(n: int, rows: int, reps: int) -> float:
 def run_config(core: SyncerCore, deltas: list[bytes], reps: int, sink: Sink) -> dict[str, float]:
     """Best seconds per stage of `reps` rounds with the write beside, and of `reps` with it in the path."""
     n = core.fragments[0].numel
-    best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "in_path", "cpu"),
-                         float("inf"))
+    best = dict.fromkeys(("ingest", "merge", "perform", "snapshot", "chunking", "broadcast_encode", "in_path", "cpu",
+                          "first_cpu", "first_wall", "later_cpu", "later_wall"), float("inf"))
     theta = core.fragments[0].theta
     for rep in range(2 * reps):                                    # even: the write beside; odd: in the path
         version = core.fragments[0].version
@@ -217,8 +230,9 @@ def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, flo
     deltas = [codecs.Q4.encode(rng.standard_normal(n, dtype=np.float32) * 1e-3) for _ in range(m)]
     sink, critical, found = Sink(directory), {}, {}
     names = ["/".join([k] + ([g] if len(args.grams) > 1 else []) + ([f"spread-{p}"] if len(args.spreads) > 1 else [])
-                      + ([f"copy-{c}"] if len(args.copies) > 1 else []))
-             for k in args.kernels.split(",") for g in args.grams for p in args.spreads for c in args.copies]
+                      + ([f"copy-{c}"] if len(args.copies) > 1 else []) + ([f"norm-{q}"] if len(args.norms) > 1 else []))
+             for k in args.kernels.split(",") for g in args.grams for p in args.spreads for c in args.copies
+             for q in args.norms]
     configs = [(name, threads) for name in names for threads in args.thread_counts]
     bests: dict[tuple[str, int], dict[str, float]] = {}
     memcpy = float("inf")
@@ -226,15 +240,17 @@ def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, flo
         memcpy = min(memcpy, memcpy_seconds(n, m + 4, 1))
         for name, threads in configs:
             kernels, *rest = name.split("/")
-            mode = next((r for r in rest if not r.startswith(("spread-", "copy-"))), args.grams[0])
+            mode = next((r for r in rest if not r.startswith(("spread-", "copy-", "norm-"))), args.grams[0])
             spreading = next((r[len("spread-"):] for r in rest if r.startswith("spread-")), args.spreads[0])
             copying = next((r[len("copy-"):] for r in rest if r.startswith("copy-")), args.copies[0])
+            norm = next((r[len("norm-"):] for r in rest if r.startswith("norm-")), args.norms[0])
             backend.use_kernels(kernels)
             backend.set_threads(threads)
             gram_at_merge(mode in ("at-merge", "kept"))
             keep_encoded(mode == "kept")
             spread_on(spreading == "on")
             copy_after_chunks(copying == "after")
+            norm_after_broadcast(norm == "after-broadcast")
             b = run_config(core, deltas, 1, sink)
             bests[name, threads] = {k: min(v, bests.get((name, threads), b)[k]) for k, v in b.items()}
     for (kernels, threads), b in bests.items():
@@ -243,6 +259,11 @@ def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, flo
                      round_with_snapshot_in_path_wall_over_memcpy_wall=b["in_path"] / memcpy,
                      round_critical_path_wall_over_memcpy_wall=critical[kernels, threads] / memcpy)
     label = f"{n >> 20}M" if n >= 1 << 20 else str(n)
+    for (name, threads), b in bests.items():            # a push's ingest per core: values over its CPU seconds
+        tag = f"{label}_{threads}_threads" + (f"_{name}" if len(names) > 1 else "").replace("/", "_")
+        for push in ("first", "later"):
+            found[f"ingest_{push}_push_G_values_per_cpu_s_{tag}"] = n / b[f"{push}_cpu"] / 1e9
+            found[f"ingest_{push}_push_G_values_per_wall_s_{tag}"] = n / b[f"{push}_wall"] / 1e9
     most, last = max(args.thread_counts), names[-1]
     if len(args.thread_counts) > 1:
         found[f"threads_speedup_{label}_1_to_{most}"] = critical[last, min(args.thread_counts)] / critical[last, most]
@@ -271,6 +292,10 @@ def main() -> None:
     ap.add_argument("--spread", default="on",
                     help="comma-separated: off (the broadcast's chunks, a kept push's copy and Θ's norm on the calling "
                          "thread, as before 2026-12-06), on (on the kernel threads: the default)")
+    ap.add_argument("--norm", default="after-broadcast",
+                    help="comma-separated: first-push (Θ's norm for admission taken by a version's first push, as before "
+                         "2026-12-06), after-broadcast (begun on its own thread once the broadcast's chunks are out: the "
+                         "default)")
     ap.add_argument("--copy", default="after",
                     help="comma-separated: beside (the snapshot's copy begun beside the broadcast's chunks, as before "
                          "2026-12-06), after (begun once they are out: the default)")
@@ -278,6 +303,7 @@ def main() -> None:
     args.grams = args.gram.split(",")
     args.spreads = args.spread.split(",")
     args.copies = args.copy.split(",")
+    args.norms = args.norm.split(",")
     args.thread_counts = [int(t) for t in args.threads.split(",")]
     print(f"backend={backend.NAME}")
     print(f"one round of one fragment, {args.learners} learners, q4 up and down, snapshot fsynced by a thread after the "

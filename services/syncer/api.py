@@ -13,7 +13,10 @@ from yeto.services.syncer import (
     warmup,  # a run's kernels made before its first round (benchmarks/syncer_warmup.py)
 )
 from yeto.services.syncer.core import SyncerCore  # the pure round logic: pushes in, outputs out
-from yeto.services.syncer.fragment import FragmentState  # one fragment's state: take_in, add, merge, publish
+from yeto.services.syncer.fragment import (
+    FragmentState,  # one fragment's state: take_in, add, merge, publish
+    norm_after_broadcast,  # Θ's norm begun after the broadcast, or by a push
+)
 from yeto.services.syncer.gram import (  # the Gram matrix whole, one row, fused with a decode, or one pass at the merge
     RowProducts,
     decode_with_norm,
@@ -34,5 +37,5 @@ from yeto.services.syncer.snapshot import write as write_snapshot  # a fragment'
 
 __all__ = ["Broadcast", "FragmentRows", "FragmentState", "RowProducts", "SaveSnapshot", "SyncerCore", "backend",
            "broadcast_chunks", "copy_after_chunks", "copy_later", "decode_with_norm", "gram", "gram_at_merge",
-           "gram_pass", "gram_row", "keep_encoded", "kept", "kept_norm", "merge_round", "perform", "profiling",
-           "silence_s", "sparse", "throughput", "warmup", "write_snapshot"]
+           "gram_pass", "gram_row", "keep_encoded", "kept", "kept_norm", "merge_round", "norm_after_broadcast", "perform",
+           "profiling", "silence_s", "sparse", "throughput", "warmup", "write_snapshot"]

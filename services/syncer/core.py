@@ -35,10 +35,9 @@ import time
 from collections.abc import Callable, Iterable
 
 from yeto.schemas import codecs
-from yeto.schemas.codecs.base import compiled, spreading
 from yeto.schemas.fragments import ChunkAssembler, FragmentHeader
 from yeto.schemas.recipe import SyncConfig
-from yeto.services.syncer import admission, backend, gram, liveness, reports
+from yeto.services.syncer import admission, liveness, reports
 from yeto.services.syncer.fragment import FragmentState
 from yeto.services.syncer.intake import Intake
 from yeto.services.syncer.ledger import Ledger
@@ -61,7 +60,6 @@ class SyncerCore:
         self.fragments: dict[int, FragmentState] = {}
         self.report = reports.Reports(run_id, source)
         self.refused: str | None = None  # why the last chunk received was refused (None: taken; the data plane terms it)
-        self._norms: dict[int, tuple[int, float]] = {}
         self._live: set[str] = set()     # who counted as live when last looked at
         self._started: float | None = None   # when the run's first chunk was taken here: learners join until a while after
         self._num_owned = sum(1 for p in range(config.num_fragments) if self.owned is None or p in self.owned)
@@ -117,7 +115,7 @@ class SyncerCore:
             return self._refuse(h, rejection) + [Broadcast(*m) for m in repair]
         h = admission.bounded(h, version=frag.version, roster=self.roster, config=self.config)   # its weight and credit
         products = frag.take_in(h, payload)
-        rejection = admission.decoded(h, sq_norm=float(products[-1]), theta_norm=self._theta_norm(frag), config=self.config)
+        rejection = admission.decoded(h, sq_norm=float(products[-1]), theta_norm=frag.theta_norm().value(), config=self.config)
         if rejection is not None:
             return self._refuse(h, rejection)
         out = [self.report.joined(h)] if self.learners.note(h, now, admitted=True) else []
@@ -127,14 +125,6 @@ class SyncerCore:
     def _refuse(self, h: FragmentHeader, rejection: admission.Rejection) -> list:
         self.refused = rejection.reason
         return [self.report.rejected(h, rejection)]
-
-    def _theta_norm(self, frag: FragmentState) -> float:
-        version, value = self._norms.get(frag.fragment, (-1, 0.0))
-        if version != frag.version:             # on the host: on the kernel threads, float64 sums (gram.sq_norm)
-            on_host = not backend.GPU and compiled() and spreading()
-            value = math.sqrt(gram.sq_norm(frag.theta)) if on_host else float(backend.xp.linalg.norm(frag.theta))
-            self._norms[frag.fragment] = (frag.version, value)
-        return value
 
     def _decide(self, frag: FragmentState, now: float) -> list:
         live = self.live(now)
@@ -159,6 +149,8 @@ class SyncerCore:
         """The version's broadcast, then its events (what the tape says went out did), then its snapshot."""
         messages, snapshot_due = frag.publish(self.config.snapshot_every)
         out = [Broadcast(h, payload) for h, payload in messages]
+        if out:                            # Θ's norm for the next round's pushes, begun once the chunks are out
+            out[-1] = Broadcast(out[-1].header, out[-1].payload, then=frag.norm_later())
         out += [*events, self.report.published(frag.fragment, frag.version, messages)]
         if not snapshot_due:
             return out

@@ -6,11 +6,14 @@ services/syncer/rounds.py decides, `merge` (weights, avg/RDA from G, the fused o
 """
 from __future__ import annotations
 
+import math
+import threading
 from collections.abc import Callable
 
 import numpy as np
 
 from yeto.schemas import codecs
+from yeto.schemas.codecs.base import compiled, spreading
 from yeto.schemas.fragments import FragmentHeader
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.syncer import backend, gram, merge, sparse
@@ -34,6 +37,7 @@ class FragmentState:
         self.since_snapshot = 0                 # versions published since the last snapshot
         self.snapshot_buffers = SNAPSHOT_BUFFERS
         self.copying: Copy | None = None        # the last snapshot's copy, on the copier thread (snapshot.py)
+        self.norm: ThetaNorm | None = None      # Θ's norm of a version, for admission's bound (`theta_norm`)
 
     @classmethod
     def adopt(cls, h: FragmentHeader, values: np.ndarray, run_id: str, config: SyncConfig) -> FragmentState:
@@ -174,10 +178,32 @@ class FragmentState:
         return CopiedSnapshot(self.copying, theta=theta, momentum=momentum, shadow=shadow, **fields)
 
     def settle(self) -> None:
-        """Wait for the last snapshot's copy (before Θ, b or the shadow is written in place)."""
+        """Wait for the last snapshot's copy and for Θ's norm where it is being taken (before Θ, b or the shadow is
+        written in place)."""
         if self.copying is not None:
             self.copying.wait()
             self.copying = None
+        if self.norm is not None:
+            self.norm.settle()
+
+    # -- Θ's norm, for admission's bound -------------------------------------------------------------------
+    def theta_norm(self) -> ThetaNorm:
+        """This version's ||Θ|| (made on first ask; admission's bound reads `value()`): on the host with the kernels on
+        the threads, sqrt(gram.sq_norm(Θ)) (pieces' f32 dots added in order: the same bits on any thread count), else
+        the backend's own norm (on the GPU, on the device)."""
+        if self.norm is None or self.norm.version != self.version:
+            on_host = not backend.GPU and compiled() and spreading()
+            theta = self.theta
+            self.norm = ThetaNorm(self.version, (lambda: math.sqrt(gram.sq_norm(theta))) if on_host
+                                  else (lambda: float(backend.xp.linalg.norm(theta))), background=on_host)
+        return self.norm
+
+    def norm_later(self) -> Callable[[], None] | None:
+        """What begins this version's Θ norm on a thread of its own (core.py hands it to the version's last Broadcast,
+        so it begins once the broadcast's chunks are out: outputs.py), where the host takes it; None on the GPU and
+        with the kernels off the threads, where the first push of the version takes it."""
+        norm = self.theta_norm()
+        return norm.start if norm.background and _NORM["after_broadcast"] else None
 
     def exact_keyframe(self) -> tuple[FragmentHeader, bytes]:
         """An f32 keyframe of Θ itself (not the q4-tracked shadow): the authoritative final values."""
@@ -189,3 +215,61 @@ class FragmentState:
 def _shadow(run_id: str, fragment: int, fingerprint: str, role: str, config: SyncConfig) -> Shadow:
     return Shadow(run_id=run_id, fragment=fragment, fingerprint=fingerprint, role=role,
                   keyframe_every=config.keyframe_every, codec_down=config.codec_down)
+
+
+_NORM = {"after_broadcast": True}
+
+
+def norm_after_broadcast(on: bool) -> None:
+    """Whether a version's Θ norm begins on its own thread once its broadcast's chunks are out (the default since
+    2026-12-06) or is taken by the version's first push that needs it (as before): benchmarks/round.py --norm
+    first-push,after-broadcast compares the two in one run. The same value either way."""
+    _NORM["after_broadcast"] = bool(on)
+
+
+class ThetaNorm:
+    """||Θ|| of one version, taken once: on a thread of its own when `start`ed (after the version's broadcast, off the
+    next round's first push: until 2026-12-06 that push took it, 0.85 against 1.165 G values/s of CPU for a later one),
+    or by the first `value()` on the caller's thread when nobody started it. Θ is not written while it is being read
+    (FragmentState.settle waits); a push is checked against its own version's norm (`version`)."""
+
+    def __init__(self, version: int, compute: Callable[[], float], *, background: bool) -> None:
+        self.version, self.background, self._compute = version, background, compute
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._started = False
+        self._value, self._error = math.nan, None
+
+    def start(self) -> None:
+        if self._claim():
+            threading.Thread(target=self._run, name="yeto-theta-norm", daemon=True).start()
+
+    def value(self) -> float:
+        """The norm, taken here if nobody began it, else waited for."""
+        if self._claim():
+            self._run()
+        self._done.wait()
+        if self._error is not None:
+            raise RuntimeError(f"Θ's norm of version {self.version} failed: {self._error!r}") from self._error
+        return self._value
+
+    def settle(self) -> None:
+        """Wait until Θ is no longer being read for it (nothing to wait for when it was never begun)."""
+        with self._lock:
+            started = self._started
+        if started:
+            self._done.wait()
+
+    def _claim(self) -> bool:
+        with self._lock:
+            started, self._started = self._started, True
+        return not started
+
+    def _run(self) -> None:
+        try:
+            self._value = self._compute()
+        except BaseException as e:  # noqa: BLE001 - raised to whoever asks for the value
+            self._error = e
+        finally:
+            self._compute = None        # type: ignore[assignment]  # Θ no longer referenced from here
+            self._done.set()

@@ -13,8 +13,8 @@ their broadcast (`snapshot`): without them a successor would have nothing to lea
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from yeto.schemas.base import Event
@@ -30,6 +30,7 @@ class Broadcast:
 
     header: FragmentHeader
     payload: bytes
+    then: Callable[[], None] | None = field(default=None, compare=False, repr=False)   # called once its chunks are out
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ def calls(outputs: Iterable[Output], sink: Sink) -> Iterator[Any]:
         elif isinstance(out, Broadcast):
             for header, chunk in broadcast_chunks(out.header, out.payload, sink.chunk_bytes):
                 yield sink.chunk(header, chunk)
+            if out.then is not None:        # Θ's norm of the version (core.py), off the path once the chunks are out
+                out.then()
         elif isinstance(out, WakeAt):
             yield sink.wake(out.at)
         else:

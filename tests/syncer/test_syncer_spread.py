@@ -13,21 +13,12 @@ import pytest
 from yeto.schemas import codecs
 from yeto.schemas.buffers import BufferPool, joined
 from yeto.schemas.codecs import q4
-from yeto.schemas.codecs.base import set_threads, spread, spread_on, threads
+from yeto.schemas.codecs.base import spread, spread_on
 from yeto.schemas.fragments import FragmentHeader, sha256
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.syncer import gram
 from yeto.services.syncer.core import SyncerCore
 from yeto.services.syncer.fragment import FragmentState
-
-
-@pytest.fixture
-def kernel_threads():
-    """Set the kernel threads inside a test; the count before is put back after it, and spread on."""
-    before = threads()
-    yield set_threads
-    set_threads(before)
-    spread_on(True)
 
 
 @pytest.mark.parametrize("count", [1, 2, 3])
@@ -105,7 +96,8 @@ def test_the_core_takes_theta_s_norm_on_the_threads_and_numpy_s_with_spread_off(
                        sha256=sha256(codecs.F32.encode(theta)))
     frag = core.fragments[0] = FragmentState.adopt(h, theta, "t", config)
     kernel_threads(2)
-    assert core._theta_norm(frag) == math.sqrt(gram.sq_norm(frag.theta))
+    assert frag.theta_norm().value() == math.sqrt(gram.sq_norm(frag.theta))
     spread_on(False)
-    core._norms.clear()
-    assert core._theta_norm(frag) == float(np.linalg.norm(frag.theta))
+    frag.norm = None                           # a version's norm is taken once: ask again as a new version would
+    assert frag.theta_norm().value() == float(np.linalg.norm(frag.theta))
+    assert frag.norm_later() is None, "off the threads the first push takes it, as before"
