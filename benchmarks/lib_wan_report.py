@@ -71,7 +71,8 @@ def table(results: dict, args) -> list[str]:
     """The arms' rows, the global model's readings of the Yeto arms, and which of issues 7 and 14's targets were met."""
     ddp = results.get("ddp")
     target = target_of(ddp, args.target_frac, args.steps) if ddp else math.nan
-    lines = [f"target held-out loss {target:.4f} (DDP at step ~{int(args.target_frac * args.steps)})" if ddp
+    lines = [f"target held-out loss {target:.4f} (DDP at step ~{int(args.target_frac * args.steps)}"
+             + (f", its curve from {ddp['from']} at {ddp['rate']})" if ddp and ddp.get("from") else ")") if ddp
              else "no ddp arm: no target, no time to target",
              f"{'arm':13} {'to target s':>12} {'step':>5} {'wall s':>8} {'final CE':>9} {'vs DDP':>8} "
              f"{'MB on links':>12} {'up/down MB':>12} {'stall s':>8} {'step s':>7}"]
@@ -81,7 +82,7 @@ def table(results: dict, args) -> list[str]:
         if "curve" not in r:                     # torchft-fault: the survivor's stall only
             lines.append(f"{name:13} {'':>12} {'':>5} {'':>8} {'':>9} {'':>8} {'':>12} {'':>12} {_f(st, '8.2f')}")
             continue
-        tt = time_to(r["curve"], target) if ddp else None
+        tt = time_to(r["curve"], target) if ddp and not r.get("from") else None     # --ddp-from: another link's time
         step = next((s for _, s, loss in r["curve"] if loss <= target), None)     # the first evaluated step there
         row[name] = tt
         lines.append(f"{name:13} {_f(tt, '12.1f')} {step if step is not None else '-':>5} {r['wall_s']:8.1f} {r['final']:9.4f} "
@@ -187,6 +188,8 @@ def seeds_table(runs: list[tuple[dict, object]]) -> list[str]:
         for name, r in res.items():
             if "curve" not in r:
                 continue
+            if r.get("from"):          # --ddp-from: its curve is the target; its time ran on another link
+                name = f"ddp (from {r['rate']})"
             got = per.setdefault(name, {k: {} for k in ("time", "train", "step", "ce", "artifact", "mb")})
             got["time"][seed] = time_to(r["curve"], target)
             got["train"][seed] = None if got["time"][seed] is None else got["time"][seed] - r["curve"][0][0]

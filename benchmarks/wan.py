@@ -124,6 +124,28 @@ def arms_of(args) -> list[str]:
     return [*YETO_ARMS, *((a for a in TORCHFT_ARMS if a != "torchft-q") if args.torchft else ())]    # torchft-q: CUDA
 
 
+def ddp_from(args, arms: list[str]) -> dict | None:
+    """The ddp arm of --ddp-from's run, marked with where it came from; refused (SystemExit, saying what differs)
+    unless that run trained the same task: seed, steps, learners, eval interval and ddp's inner lr."""
+    if args.ddp_from is None:
+        return None
+    if "ddp" in arms:
+        raise SystemExit("--ddp-from takes the ddp arm from another run: leave ddp out of --arms")
+    try:
+        earlier = json.loads(args.ddp_from.read_text())
+        theirs = parser().parse_args(earlier["argv"])
+        ddp = earlier["results"]["ddp"]
+    except (OSError, ValueError, KeyError, SystemExit) as e:
+        raise SystemExit(f"--ddp-from {args.ddp_from}: not a wan.py --json with a ddp arm ({e!r})") from None
+    differ = [f"{k} {getattr(theirs, k)} there, {getattr(args, k)} here" for k in ("seed", "steps", "learners", "eval_every")
+              if getattr(theirs, k) != getattr(args, k)]
+    if lr_of("ddp", theirs) != lr_of("ddp", args):
+        differ.append(f"ddp lr {lr_of('ddp', theirs):g} there, {lr_of('ddp', args):g} here")
+    if differ:
+        raise SystemExit(f"--ddp-from {args.ddp_from}: another task ({'; '.join(differ)}); use a run of this one")
+    return {**ddp, "from": str(args.ddp_from), "rate": theirs.rate}
+
+
 def plan(args) -> list[str]:
     link = (f"TUN pairs to the hub, rate {args.rate} and {args.latency_ms:g} ms one-way delay each direction (lib_wan_tun)"
             if args.latency_ms > 0 else f"veth pairs to the hub, tbf rate {args.rate} both ends")
@@ -149,7 +171,8 @@ def plan(args) -> list[str]:
              f"{args.steps} steps x micro-batch 4 x seq 128 per learner, inner lr "
              + ", ".join(f"{a} {lr_of(a, args):g}" for a in arms),
              "arms: " + ", ".join(what[a] for a in arms),
-             f"target: DDP held-out loss at step {int(args.target_frac * args.steps)}; eval every {args.eval_every} steps"]
+             f"target: DDP held-out loss at step {int(args.target_frac * args.steps)}; eval every {args.eval_every} steps"
+             + (f" (DDP's curve from {args.ddp_from})" if args.ddp_from else "")]
     faults = [a for a in arms if a.endswith("-fault") or a == "yeto-replace"]
     if "yeto-freeze" in arms:
         lines.append(f"freeze: SIGSTOP learner 1 at step {int(args.kill_frac * args.steps)} of learner 0 (yeto-freeze: "
@@ -217,6 +240,10 @@ def parser() -> argparse.ArgumentParser:
                     help="yeto-ramp's interval ramp: push every H0 steps at first, growing to H over STEPS (default 6:120)")
     ap.add_argument("--net", type=int, default=231, choices=range(1, 255), metavar="N",
                     help="learner i's link is 10.N.i.0/24 (default 231): two runs at once need different N")
+    ap.add_argument("--ddp-from", type=Path, metavar="JSON",
+                    help="the ddp arm's curve (the target) from an earlier run's --json of the same seed, steps, "
+                         "learners and ddp lr, at any rate: DDP's losses do not depend on the link, its time does "
+                         "(a slow link makes its all-reduce every step hours long); its time is not compared")
     ap.add_argument("--json", type=Path, help="write the arguments and every arm's numbers here")
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--dry-run", action="store_true")
@@ -292,6 +319,7 @@ def main(argv=None) -> int:
     if args.report:
         return report_only(args.report)
     arms = arms_of(args)
+    ddp = ddp_from(args, arms)
     for line in plan(args):
         print(line)
     if args.dry_run:
@@ -312,7 +340,7 @@ def main(argv=None) -> int:
     wan = Wan(args.learners, rate=args.rate, delay_ms=args.latency_ms, net=args.net)
     try:
         wan.up()
-        results = run_arms(wan, arms, args, model, data, work)
+        results = ({"ddp": ddp} if ddp else {}) | run_arms(wan, arms, args, model, data, work)
     finally:
         kill_started()
         wan.down()
