@@ -58,3 +58,26 @@ def as_operator(head: dict, ask):
             await bus.close()
     with mock.patch.dict(os.environ, {"YETO_NATS_CREDS": head["creds_file"], "YETO_NATS_CA": head["ca_file"]}):
         return asyncio.run(run())
+
+
+def tape_rows(head: dict, query: str, *, waiting: bool = False, timeout_s: float = 30.0) -> list[list[str]] | None:
+    """The rows of `query` on a head's tape as `yeto sql --run RUN --format csv` prints them (each cell its text, '' for
+    null, split on commas), asked of its tape writer from this process, as its operator (as_operator): a poll costs
+    no CLI process (2-7 s of a loaded machine's CPU each, competing with the run it waits on). `waiting`: None while
+    no node or no tape writer answers (a busy moment, or a node just lost), where `yeto sql` would fail."""
+    from yeto.cli.sql import render
+    from yeto.infra.tape.sql import NoTapeWriterError, ask
+
+    async def asked(bus):
+        return await ask(bus, query, timeout=timeout_s)
+    try:
+        result = as_operator(head, asked)
+    except (ConnectionError, NoTapeWriterError) as e:
+        if waiting:
+            return None
+        raise AssertionError(f"{query}: {e}") from e
+    except ValueError as e:
+        if waiting and "did not answer within" in str(e):
+            return None
+        raise AssertionError(f"{query}: {e}") from e
+    return [line.split(",") for line in render(result["columns"], result["rows"], "csv").strip().splitlines()[1:]]

@@ -36,9 +36,16 @@ RUN = "cloud-head-cluster"
 
 
 def sql(laptop: Laptop, query: str, waiting: bool = False) -> list[list[str]] | None:
-    """The rows of `query` on the run's tape; `waiting`: None while the tape writer does not answer (a busy moment:
-    none answers, or a request sent as the node it would reach dies goes unanswered for the CLI's whole timeout, seen
-    once in the full run at 5e0324f just after node 0's loss)."""
+    """The rows of `query` on the run's tape, asked of its tape writer from this process (rehearsal_world.tape_rows:
+    the polls cost no CLI process; `yeto sql` itself reads the tape at the end); `waiting`: None while the tape
+    writer does not answer (a busy moment: none answers, or a request sent as the node it would reach dies goes
+    unanswered for the whole timeout, seen once in the full run at 5e0324f just after node 0's loss)."""
+    head = json.loads((laptop.home / "heads" / RUN / "head.json").read_text())
+    return rehearsal_world.tape_rows(head, query, waiting=waiting)
+
+
+def cli_sql(laptop: Laptop, query: str, waiting: bool = False) -> list[list[str]] | None:
+    """`yeto sql --run RUN --format csv`'s rows, as the user asks; `waiting`: as sql()."""
     out = laptop.yeto("sql", "--run", RUN, query, "--format", "csv")
     unanswered = ("no tape writer answers" in out.stderr or "the tape writer did not answer within" in out.stderr)
     if waiting and out.returncode != 0 and unanswered:
@@ -213,7 +220,7 @@ def rehearse(laptop: Laptop, killed: int | None, ns_prefix: str) -> None:
     wait_for(finalized, 900, "the run to finalize on the two nodes left", interval=2, detail=laptop.story)
 
     stream = rehearsal_world.as_operator(head, stream_ids)
-    tape = lambda: [tuple(r) for r in sql(laptop, "select seq, payload->>'$.id' from events order by seq", True) or []]  # noqa: E731
+    tape = lambda: [tuple(r) for r in cli_sql(laptop, "select seq, payload->>'$.id' from events order by seq", True) or []]  # noqa: E731
     rows = wait_for(lambda: (t := tape()) and len(t) >= len(stream) and t, 120, "the tape to reach the stream's end",
                     interval=1, detail=laptop.story)
     assert rows[:len(stream)] == stream, "the tape's rows differ from the replicated stream's messages"
