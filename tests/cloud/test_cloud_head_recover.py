@@ -36,9 +36,18 @@ RUN = "cloud-lost-head"
 
 
 def sql(laptop: Laptop, query: str) -> list[list[str]]:
+    """`yeto sql --run RUN --format csv`'s rows: what the user asks (from the copy once the run has ended)."""
     out = laptop.yeto("sql", "--run", RUN, query, "--format", "csv")
     assert out.returncode == 0, out.stdout + out.stderr
     return [line.split(",") for line in out.stdout.strip().splitlines()[1:]]
+
+
+def polled(laptop: Laptop, query: str) -> list[list[str]]:
+    """The same rows asked of the running head's tape writer from this process, for the test's polls
+    (rehearsal_world.tape_rows: no CLI process per poll); [] while none answers (the replacement's tape writer starts
+    once the mirror is restored)."""
+    head = json.loads((laptop.home / "heads" / RUN / "head.json").read_text())
+    return rehearsal_world.tape_rows(head, query, waiting=True) or []
 
 
 def stream_last_seq(laptop: Laptop, head: dict) -> int:
@@ -79,7 +88,7 @@ def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirr
     started = laptop.launch(RUN, "--max-steps", "100000", "--output", str(output), "--yes", timeout=300)
     assert started.returncode == 0, f"{started.stdout}\n{started.stderr}\n{laptop.story()}"
     root = mirror.mirror_root(str(output), RUN)
-    merged = lambda: int(sql(laptop, "select count(*) from events where type = 'RoundMerged'")[0][0])  # noqa: E731
+    merged = lambda: int((polled(laptop, "select count(*) from events where type = 'RoundMerged'") or [[0]])[0][0])  # noqa: E731
     wait_for(lambda: merged() >= 4, 300, "four merged rounds on the first head", interval=1, detail=laptop.story)
     first = wait_for(lambda: (m := mirror.read_manifest(root)) and len(m["snapshots"]) == 2 and m, 60,
                      "a mirror holding both fragments' snapshots", interval=0.5, detail=laptop.story)
@@ -105,27 +114,21 @@ def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirr
     born = psutil.boot_time() + new["started"]      # its first process's start (seconds since boot, procs.started_at)
     assert new_start <= born + 1
 
-    def merged_after() -> list[list[str]]:
-        query = f"select epoch_ms(ts) from events where type = 'RoundMerged' and epoch(ts) > {new_start} order by seq"
-        out = laptop.yeto("sql", "--run", RUN, query, "--format", "csv")
-        if out.returncode != 0 and "no tape writer answers" in out.stderr:
-            return []       # the replacement's server answers; its tape writer starts once the mirror is restored
-        assert out.returncode == 0, out.stdout + out.stderr
-        return [line.split(",") for line in out.stdout.strip().splitlines()[1:]]
-    rounds = wait_for(lambda: len(r := merged_after()) >= 1 and r, 180, "a merged global on the replacement head",
+    query = f"select epoch_ms(ts) from events where type = 'RoundMerged' and epoch(ts) > {new_start} order by seq"
+    rounds = wait_for(lambda: len(r := polled(laptop, query)) >= 1 and r, 180, "a merged global on the replacement head",
                       interval=0.5, detail=laptop.story)
     to_first_merge = int(rounds[0][0]) / 1000 - born
     print(f"replacement head: first merged global {to_first_merge:.1f}s after its namespace started, "
           f"{int(rounds[0][0]) / 1000 - new_start:.1f}s after `yeto recover` started, "
           f"{int(rounds[0][0]) / 1000 - killed_at:.1f}s after the kill")
     assert to_first_merge <= 120, to_first_merge
-    contributors = lambda: sql(laptop, "select distinct unnest(json_extract_string(payload, '$.responders[*]')) "  # noqa: E731
+    contributors = lambda: polled(laptop, "select distinct unnest(json_extract_string(payload, '$.responders[*]')) "  # noqa: E731
                                        f"from events where type = 'RoundMerged' and epoch(ts) > {new_start}")
     wait_for(lambda: len(contributors()) == 2, 300, "both islands merged on the replacement head", interval=1,
              detail=laptop.story)
     stopped = laptop.yeto("down", RUN)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-    finalized = lambda: sql(laptop, "select count(*) from events where type = 'RunFinalized'")[0][0] == "1"  # noqa: E731
+    finalized = lambda: (polled(laptop, "select count(*) from events where type = 'RunFinalized'") or [[0]])[0][0] == "1"  # noqa: E731
     wait_for(finalized, 900, "the run to finalize on the replacement head", interval=2, detail=laptop.story)
     for island in laptop.islands(RUN):                # each followed the rendezvous to the new address
         log = (Path(island["dir"]) / "run.log").read_text(errors="replace")
