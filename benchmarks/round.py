@@ -29,7 +29,8 @@ the same bits; `<a>_over_<b>_critical_path_*` is the ratio of two neighbours in 
 
 `--norm first-push,after-broadcast` runs each configuration with Θ's norm for admission's bound taken by a version's
 first push (as before 2026-12-06) or begun on its own thread once the version's broadcast chunks are out
-(services/syncer/fragment.py `norm_after_broadcast`, the default). Every run prints the ingest per core of a round's
+(services/syncer/fragment.py `norm_after_broadcast`, the default); as the configurations alternate, each round begins
+with the version's norm as its own mode leaves it (taken already, or not). Every run prints the ingest per core of a round's
 first push and of its later ones (the pushes between the first and the last: the last one's receive also merges and
 encodes), values per second of the process's CPU time (every thread's) and of wall time, best of the rounds:
 `ingest_first_push_G_values_per_cpu_s_*`, `ingest_later_push_G_values_per_cpu_s_*` (and `_per_wall_s_`).
@@ -251,6 +252,12 @@ def run_size(n: int, args: argparse.Namespace, directory: Path) -> dict[str, flo
             spread_on(spreading == "on")
             copy_after_chunks(copying == "after")
             norm_after_broadcast(norm == "after-broadcast")
+            frag = core.fragments[0]       # Θ's norm as this mode's last broadcast would have left it: the configs alternate
+            frag.settle()
+            if norm == "after-broadcast":
+                frag.theta_norm().value()  # begun after the chunks, done while the snapshot was written
+            else:
+                frag.norm = None           # left to the round's first push
             b = run_config(core, deltas, 1, sink)
             bests[name, threads] = {k: min(v, bests.get((name, threads), b)[k]) for k, v in b.items()}
     for (kernels, threads), b in bests.items():
