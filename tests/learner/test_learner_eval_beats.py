@@ -22,7 +22,9 @@ from yeto.infra.tape.sql import query_file
 from yeto.learners.bus_client import NatsTransport
 
 pytestmark = [pytest.mark.own_nats_server, pytest.mark.slow]
-RUN, STEPS, EVAL_EVERY, DELAY_S = "r-beats", 6, 3, 0.4
+# Two evaluations, one while training (step 4) and the final one (step 6), of ~15 held-out batches (0.3 of 200 rows)
+# slowed 0.4 s each: ~6 s each, three beat intervals. (EVAL_EVERY 3 evaluated at step 6 as well, 6 s for nothing new.)
+RUN, STEPS, EVAL_EVERY, DELAY_S, HELDOUT_FRACTION = "r-beats", 6, 4, 0.4, 0.3
 EVERY_S = 2.0       # NatsTransport's progress_every_s: the beats' interval at most
 
 
@@ -39,7 +41,7 @@ def test_a_learner_beats_as_its_held_out_batches_advance_and_through_its_final_e
     state.mkdir()
     recipe = {"model": str(learner_tiny.write_model_dir(tmp_path / "model")), "seq_len": 32, "micro_batch": 2,
               "data": str(learner_tiny.write_chat_jsonl(tmp_path / "chat.jsonl", num_rows=200)), "max_steps": STEPS,
-              "eval_every": EVAL_EVERY, "heldout_fraction": 0.3, "lr": 3e-3, "tuning": "lora", "lora_r": 4}
+              "eval_every": EVAL_EVERY, "heldout_fraction": HELDOUT_FRACTION, "lr": 3e-3, "tuning": "lora", "lora_r": 4}
     (tmp_path / "recipe.json").write_text(json.dumps(recipe))
     with open(tmp_path / "tape.log", "ab") as log:
         writer = subprocess.Popen([sys.executable, "-m", "yeto.infra.tape", "--nats-url", nats_server.url, "--db",
