@@ -46,7 +46,7 @@ async def copy_back(state_dir: Path, run_id: str, url: str) -> RunCopiedBack:
                             manifest_sha256=written["manifest_sha256"] if manifest and written else "")
         await bus.publish(msg)
         try:
-            await copy_tape(bus, run_id, db)            # RunCopiedBack on the copy too: it says when it was made
+            await copy_tape(bus, run_id, db, while_answered=True)   # RunCopiedBack on the copy too: when it was made
         except Exception:  # noqa: BLE001 - the head stops its stack once RunCopiedBack is in: it may be gone already
             pass
     finally:

@@ -26,11 +26,14 @@ class Copied:
     written: dict | None            # the newest ArtifactWritten's payload
 
 
-async def copy_tape(bus: NatsBus, run_id: str, db: Path) -> Copied:
+async def copy_tape(bus: NatsBus, run_id: str, db: Path, *, while_answered: bool = False) -> Copied:
     """Append the run's events after the copy's last sequence until none is left to deliver. The tape writer's
     reader (raw batch pulls, several times faster than a protocol fetch) on a consumer of this copy's own, filtered
     to the run; a delivery sequence that skips (pulled messages lost with a dropped connection) starts it again
-    after the copy's last, as the writer does."""
+    after the copy's last, as the writer does. `while_answered`: stop at the first pull no server answers instead of
+    waiting for the consumer's leader (the copy after RunCopiedBack, while the head stops its stack: a stopping
+    server's pulls go unanswered, and waiting for a leader held `yeto status` and `launch --wait` for
+    nats_pull.UNANSWERED_RECREATE_S, 30 s, after every copy-back)."""
     store = await asyncio.to_thread(TapeStore, db)
     pull = RawPull(bus, EVT_STREAM, f"copyback-{secrets.token_hex(4)}", run_events(run_id), batch=BATCH, expires_s=0.5)
     try:
@@ -49,6 +52,8 @@ async def copy_tape(bus: NatsBus, run_id: str, db: Path) -> Copied:
                 await pull.ack(msgs[-1])
                 continue
             if pull.unanswered and not msgs:             # no leader answered: the next pull asks whether it is there
+                if while_answered:
+                    break
                 continue
             hole = in_order < len(msgs) or pull.recreate.is_set()
             info = None if hole else await bus.js.consumer_info(EVT_STREAM, pull.durable)
