@@ -143,6 +143,12 @@ def test_down_of_a_cloud_run_cancels_every_island_job_and_kills_its_processes(la
     def trained(island: int) -> bool:       # `yeto logs` reads the island's lines from the head's log stream
         lines = laptop.yeto("logs", run, "--island", str(island))
         return lines.returncode == 0 and "yeto.learner: step " in lines.stdout      # the learner's text line
+    # Both learners' progress on the tape first, asked from this process (a `yeto logs` process per poll would compete
+    # with the learners' start for the machine), then their step lines in `yeto logs`.
+    head = json.loads((laptop.home / "heads" / run / "head.json").read_text())
+    progress = "select count(distinct learner) from events where type = 'LearnerProgress'"
+    wait_for(lambda: (rehearsal_world.tape_rows(head, progress, waiting=True) or [["0"]])[0][0] == "2", 180,
+             "both islands' progress on the tape", interval=0.5, detail=laptop.story)
     wait_for(lambda: trained(0) and trained(1), 180, "both islands' step lines in `yeto logs`", interval=1, detail=laptop.story)
     stopped = laptop.yeto("down", run)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
