@@ -164,7 +164,7 @@ def _apply(frag: FragmentRows, c: np.ndarray, chunk: int, *, commit: bool) -> bo
         entries = _entries(frag, c.shape[1] - 2)
         for first in range(0, finite.size, band):       # bands: one call over a 16M-value row ran slower (gram.py)
             with pool():
-                _step_pieces(frag.rows, coeffs, commit, finite, first, min(first + band, finite.size), *entries)
+                _step_pieces(frag.rows, coeffs, commit, finite, first, min(first + band, finite.size), *entries, STEP_DECODE)
         return bool(finite.all())
     frag.densify()
     rows = frag.rows[:c.shape[1]]
@@ -209,59 +209,70 @@ _NO_BYTES = np.zeros((0, 0), dtype=np.uint8)
 STEP_PIECE = 1 << 9               # values per piece of the step: its two float64 sums stay in L1 (4K measured slower)
 assert STEP_PIECE == sparse.STEP_PIECE        # a sparse push's `starts` are by the step's pieces
 STEP_GROUP = 64                   # pieces per parallel task (32K values)
+STEP_DECODE = 8                   # pieces of the kept pushes decoded per call (4K values; 16 KiB a push, in L1/L2)
 STEP_BAND = 1 << 20               # values per parallel call
 
 
 # Each inner loop is its own function on 1-D contiguous slices: that is what lets LLVM vectorize it (inlined into the
 # piece loop, the slices' possible overlap kept it scalar, 5x slower).
 @numba.njit(nogil=True, cache=True, parallel=True)
-def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts, slot_of, encoded):  # pragma: no cover
+def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts, slot_of, encoded,
+                 decode_pieces):  # pragma: no cover - compiled
     """[theta'; b'] = c @ rows[:c.shape[1]] over pieces first..stop-1, written to rows 0 and 1 when `commit`, else
     only checked: finite[p] is False when piece p's result is not finite in f32. A slot m with dense[m] False is
     a sparse push: its entries starts[m, p]..starts[m, p+1]-1 of (idx[m], vals[m]) are added instead of row 2+m.
-    A dense slot m with slot_of[m] >= 0 is kept encoded: each piece of it is decoded from encoded[slot_of[m]] into a
-    scratch row in cache (q4 `decode_piece`: the same values) and read there instead of row 2+m.
+    A dense slot m with slot_of[m] >= 0 is kept encoded: `decode_pieces` pieces of it at a time (STEP_DECODE) are
+    decoded from encoded[slot_of[m]] into a scratch row in cache (q4 `decode_piece`: the same values) and read there
+    instead of row 2+m (one call per piece made the step 1.10x slower at 64M values on one thread: 187.1 against
+    170.1 ms of CPU, benchmarks/results/round/norm-2026-12-06/micro_merge_64M.txt).
     Groups of STEP_GROUP pieces run in parallel, each reusing one pair of float64 scratch rows (one allocation per
     piece cost ~15% of the step)."""
     n = rows.shape[1]
     num = c.shape[1] - 2
     for g in numba.prange(-(-(stop - first) // STEP_GROUP)):
         theta, b = np.empty(STEP_PIECE), np.empty(STEP_PIECE)
-        decoded = np.empty((num, STEP_PIECE), dtype=np.float32)
-        for p in range(first + g * STEP_GROUP, min(first + g * STEP_GROUP + STEP_GROUP, stop)):
+        decoded = np.empty((num, STEP_PIECE * decode_pieces), dtype=np.float32)
+        group_stop = min(first + g * STEP_GROUP + STEP_GROUP, stop)
+        at = 0                                          # the first value of what `decoded` holds
+        for p in range(first + g * STEP_GROUP, group_stop):
             lo = p * STEP_PIECE
             hi = min(lo + STEP_PIECE, n)
             t, u = theta[:hi - lo], b[:hi - lo]
-            for k in range(num):
-                if slot_of[k] >= 0:
-                    decode_piece(encoded[slot_of[k]], n, lo, hi, decoded[k])
+            if (p - first - g * STEP_GROUP) % decode_pieces == 0:     # the kept pushes' next pieces
+                at = lo
+                upto = min(lo + STEP_PIECE * decode_pieces, group_stop * STEP_PIECE, n)
+                for k in range(num):
+                    if slot_of[k] >= 0:
+                        decode_piece(encoded[slot_of[k]], n, lo, upto, decoded[k])
             m, last = 2, c.shape[1]
             if last == 6 and dense[0] and dense[1] and dense[2] and dense[3]:    # four pushes: one pass, no scratch
-                finite[p] = _six_rows_out(rows[0, lo:hi], rows[1, lo:hi], _row(rows, decoded, slot_of, 0, lo, hi),
-                                          _row(rows, decoded, slot_of, 1, lo, hi), _row(rows, decoded, slot_of, 2, lo, hi),
-                                          _row(rows, decoded, slot_of, 3, lo, hi), c[0, 0], c[0, 1], c[0, 2], c[0, 3],
+                finite[p] = _six_rows_out(rows[0, lo:hi], rows[1, lo:hi], _row(rows, decoded, slot_of, 0, lo, hi, at),
+                                          _row(rows, decoded, slot_of, 1, lo, hi, at),
+                                          _row(rows, decoded, slot_of, 2, lo, hi, at),
+                                          _row(rows, decoded, slot_of, 3, lo, hi, at), c[0, 0], c[0, 1], c[0, 2], c[0, 3],
                                           c[0, 4], c[0, 5], c[1, 0], c[1, 1], c[1, 2], c[1, 3], c[1, 4], c[1, 5], commit) == 0
                 continue
             if last > 3 and dense[0] and dense[1]:              # theta, b and two pushes in one pass
-                _four_rows(rows[0, lo:hi], rows[1, lo:hi], _row(rows, decoded, slot_of, 0, lo, hi),
-                           _row(rows, decoded, slot_of, 1, lo, hi), t, u, c[0, 0], c[0, 1],
+                _four_rows(rows[0, lo:hi], rows[1, lo:hi], _row(rows, decoded, slot_of, 0, lo, hi, at),
+                           _row(rows, decoded, slot_of, 1, lo, hi, at), t, u, c[0, 0], c[0, 1],
                            c[1, 0], c[1, 1], c[0, 2], c[1, 2], c[0, 3], c[1, 3])
                 m = 4
             else:
                 _two_rows(rows[0, lo:hi], rows[1, lo:hi], t, u, c[0, 0], c[0, 1], c[1, 0], c[1, 1])
             while m < last:
                 if m + 2 == last and dense[m - 2] and dense[m - 1]:     # the last two rows: added, rounded and stored
-                    finite[p] = _add_two_rows_out(_row(rows, decoded, slot_of, m - 2, lo, hi),
-                                                  _row(rows, decoded, slot_of, m - 1, lo, hi), t, u, c[0, m], c[1, m],
+                    finite[p] = _add_two_rows_out(_row(rows, decoded, slot_of, m - 2, lo, hi, at),
+                                                  _row(rows, decoded, slot_of, m - 1, lo, hi, at), t, u, c[0, m], c[1, m],
                                                   c[0, m + 1], c[1, m + 1], rows[0, lo:hi], rows[1, lo:hi], commit) == 0
                     break
                 if m + 1 < last and dense[m - 2] and dense[m - 1]:     # two rows in one pass over the scratch
-                    _add_two_rows(_row(rows, decoded, slot_of, m - 2, lo, hi), _row(rows, decoded, slot_of, m - 1, lo, hi),
-                                  t, u, c[0, m], c[1, m], c[0, m + 1], c[1, m + 1])
+                    _add_two_rows(_row(rows, decoded, slot_of, m - 2, lo, hi, at),
+                                  _row(rows, decoded, slot_of, m - 1, lo, hi, at), t, u, c[0, m], c[1, m],
+                                  c[0, m + 1], c[1, m + 1])
                     m += 2
                     continue
                 if dense[m - 2]:
-                    _add_row(_row(rows, decoded, slot_of, m - 2, lo, hi), t, u, c[0, m], c[1, m])
+                    _add_row(_row(rows, decoded, slot_of, m - 2, lo, hi, at), t, u, c[0, m], c[1, m])
                 else:
                     _add_entries(idx[m - 2], vals[m - 2], starts[m - 2, p], starts[m - 2, p + 1], lo, t, u, c[0, m], c[1, m])
                 m += 1
@@ -273,10 +284,11 @@ def _step_pieces(rows, c, commit, finite, first, stop, dense, idx, vals, starts,
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
-def _row(rows, decoded, slot_of, k, lo, hi):  # pragma: no cover - compiled
-    """Values lo..hi-1 of push k: its decoded piece when it is kept encoded, else its row 2+k."""
+def _row(rows, decoded, slot_of, k, lo, hi, at):  # pragma: no cover - compiled
+    """Values lo..hi-1 of push k: from its decoded pieces (which begin at value `at`) when it is kept encoded, else its
+    row 2+k."""
     if slot_of[k] >= 0:
-        return decoded[k, :hi - lo]
+        return decoded[k, lo - at:hi - at]
     return rows[2 + k, lo:hi]
 
 
