@@ -37,6 +37,7 @@ survivors-only one, next global), then (runs at several --lr) each arm's final C
 
     .venv/bin/python benchmarks/wan.py [--steps 240] [--rate 20mbit] [--latency-ms 0] [--seed 0] [--torchft]
                                        [--arms ddp,yeto,...] [--lr 3e-3[,ARM=LR...]] [--net N] [--json PATH] [--dry-run]
+                                       [--ddp-from JSON]   # a slow link: DDP's curve from a run of the same task
     .venv/bin/python benchmarks/wan.py --report benchmarks/results/wan/seeds
 """
 from __future__ import annotations
