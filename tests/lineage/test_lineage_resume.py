@@ -22,6 +22,11 @@ HALF, TOTAL = 30, 60        # the tiny model's loss is off its start and still f
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, material):
     s = Stack(tmp_path_factory.mktemp("lineage") / "home", material["model"], material["data"])
+    # One thread a learner: the resumed and the uninterrupted run train side by side, and the launcher splits the
+    # host's cores among one launch's islands only (services/launcher/backends/local.py), so each one-island run's
+    # learner took both cores: 4 OpenMP threads on 2 cores, steps of 1-4 s instead of 0.1-0.2 s (2026-12-06, 38af797:
+    # 60 steps in 41 s). The launcher keeps an OMP_NUM_THREADS its stack was started with.
+    s.env["OMP_NUM_THREADS"] = "1"
     yield s
     s.down()
 
