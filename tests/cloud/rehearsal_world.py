@@ -60,16 +60,18 @@ def as_operator(head: dict, ask):
         return asyncio.run(run())
 
 
-def tape_rows(head: dict, query: str, *, waiting: bool = False, timeout_s: float = 30.0) -> list[list[str]] | None:
+def tape_rows(head: dict, query: str, *, waiting: bool = False, timeout_s: float | None = None) -> list[list[str]] | None:
     """The rows of `query` on a head's tape as `yeto sql --run RUN --format csv` prints them (each cell its text, '' for
     null, split on commas), asked of its tape writer from this process, as its operator (as_operator): a poll costs
     no CLI process (2-7 s of a loaded machine's CPU each, competing with the run it waits on). `waiting`: None while
-    no node or no tape writer answers (a busy moment, or a node just lost), where `yeto sql` would fail."""
+    no node or no tape writer answers (a busy moment, or a node just lost), where `yeto sql` would fail; a poll's
+    request is given 10 s (a request sent as the node it would reach dies is never answered: the next poll asks again
+    sooner than the writer's 30 s query deadline), any other 30 s."""
     from yeto.cli.sql import render
     from yeto.infra.tape.sql import NoTapeWriterError, ask
 
     async def asked(bus):
-        return await ask(bus, query, timeout=timeout_s)
+        return await ask(bus, query, timeout=timeout_s or (10.0 if waiting else 30.0))
     try:
         result = as_operator(head, asked)
     except (ConnectionError, NoTapeWriterError) as e:

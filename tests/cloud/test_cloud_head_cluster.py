@@ -8,7 +8,9 @@ node 0 (the first of the two tapes, planner-0, finalizer-1), whose loss leaves n
 syncer's VM, is deleted by test_cloud_head_cluster_syncer.py (its standby on node 2 takes over).
 Rounds keep merging, both islands are merged after the kill, `yeto down` finalizes the run on the surviving nodes,
 and nothing is lost: the tape's rows are exactly the replicated stream's messages (sequence and id, no hole).
-Printed: the time without a merged global around the kill (target <= 10 s) and the events the stream held."""
+Printed: the time without a merged global around the kill (target <= 10 s), the events the stream held, and the
+finalization's steps from `yeto down` (the learners' acknowledgements, which the finalizer waits for up to
+final_ack_timeout_s, and the artifact)."""
 from __future__ import annotations
 
 import json
@@ -214,10 +216,16 @@ def rehearse(laptop: Laptop, killed: int | None, ns_prefix: str) -> None:
         wait_for(lambda: "syncer-standby-yeto-0" in json.loads(records[0].read_text())["pids"], 60,
                  "a new standby of the shard on node 0 (infra/stack/standby.py)", interval=0.5, detail=laptop.story)
         print("a new standby of the shard on node 0: syncer-standby-yeto-0")
-    stopped = laptop.yeto("down", RUN)
+    stopped_at, stopped = time.time(), laptop.yeto("down", RUN)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     finalized = lambda: (sql(laptop, "select count(*) from events where type = 'RunFinalized'", True) or [[0]])[0][0] == "1"  # noqa: E731
-    wait_for(finalized, 900, "the run to finalize on the two nodes left", interval=2, detail=laptop.story)
+    wait_for(finalized, 900, "the run to finalize on the two nodes left", interval=0.5, detail=laptop.story)
+    steps = sql(laptop, "select type || coalesce(' ' || learner, ''), epoch_ms(ts) from events where type in "
+                        "('FinalCutRequested', 'FinalCutDone', 'CheckpointMarkedFinal', 'LearnerFinalAck', "
+                        "'ArtifactWritten', 'RunFinalized') order by seq")
+    missing = sql(laptop, "select payload->>'$.missing_acks' from events where type = 'RunFinalized'")[0]
+    print("finalized: " + ", ".join(f"{step} {int(ms) / 1000 - stopped_at:+.1f}s" for step, ms in steps)
+          + f" from `yeto down`; not acknowledged: {','.join(missing)}")
 
     stream = rehearsal_world.as_operator(head, stream_ids)
     tape = lambda: [tuple(r) for r in cli_sql(laptop, "select seq, payload->>'$.id' from events order by seq", True) or []]  # noqa: E731
