@@ -48,6 +48,16 @@ def sql(laptop: Laptop, run: str, query: str) -> list[dict]:
     return json.loads(got.stdout)
 
 
+def events(laptop: Laptop, run: str, *types: str) -> dict[str, list[dict]]:
+    """The run's events of `types` on the tape brought home, payloads by type in stream order: one `yeto sql` for all."""
+    kinds = ", ".join(f"'{t}'" for t in types)
+    found: dict[str, list[dict]] = {t: [] for t in types}
+    for row in sql(laptop, run, f"select type, payload from events where run_id = '{run}' and type in ({kinds}) "
+                                "order by seq"):
+        found[row["type"]].append(json.loads(row["payload"]))
+    return found
+
+
 def laptop_in(rehearsal_dir: Path, tmp_path: Path, refuse: list[str]) -> tuple[Laptop, Path]:
     """The laptop, and the T4 catalog both it and the head's SkyPilot read; the rehearsal refuses `refuse`."""
     from yeto.services.planner.catalog import schema_version
@@ -79,19 +89,17 @@ def test_a_refused_region_is_replaced_by_the_next_best_offer_and_the_run_finaliz
     islands = sorted(j["name"] for j in laptop.islands(run))      # island 0 never ran in us-east-2
     assert islands == [f"yeto-{run}-island-0-g1", f"yeto-{run}-island-1-g0"], islands
     # the tape brought home: the refusal, the re-plan (generation 1 requested on the next-best offer), the end
-    refusals = sql(laptop, run, f"select payload from events where run_id = '{run}' and type = 'OfferRefused'")
+    tape = events(laptop, run, "OfferRefused", "IslandRequested", "RunFinalized")
+    refusals = tape["OfferRefused"]
     assert len(refusals) == 1, refusals
-    r = json.loads(refusals[0]["payload"])
+    r = refusals[0]
     assert (r["island"], r["generation"], r["cloud"], r["region"], r["gpu"], r["cause"]) == \
         (0, 0, "aws", "us-east-2", "T4", "capacity")
     assert r["price_per_hour"] == pytest.approx(0.20) and "ResourcesUnavailableError" in r["reason"]
-    moved = sql(laptop, run, f"select payload from events where run_id = '{run}' and type = 'IslandRequested' "
-                              f"and cast(payload->>'island' as int) = 0 order by seq")
-    specs = [json.loads(m["payload"])["spec"] for m in moved]
+    specs = [m["spec"] for m in tape["IslandRequested"] if int(m["island"]) == 0]
     assert [s["region"] for s in specs] == ["us-east-2", "us-west-2"], specs
     assert specs[1]["price_per_hour"] == pytest.approx(0.21) and specs[1]["gpu"] == "T4"
-    ended = sql(laptop, run, f"select type from events where run_id = '{run}' and type = 'RunFinalized'")
-    assert [e["type"] for e in ended] == ["RunFinalized"]
+    assert len(tape["RunFinalized"]) == 1, tape["RunFinalized"]
     verified = laptop.yeto("verify", str(laptop.home / "runs" / run / "artifact"))
     assert verified.returncode == 0, verified.stdout + verified.stderr
     status = laptop.yeto("status", run)
@@ -114,17 +122,14 @@ def test_an_island_no_offer_can_replace_is_cut_out_when_the_other_trained_to_max
         "--wait", timeout=540)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}\n{laptop.story()}"
     print(f"{run}: launch --wait took {time.monotonic() - started:.0f}s")
-    launched = sql(laptop, run, f"select payload from events where run_id = '{run}' and type = 'RunLaunched'")
-    prices = json.loads(launched[0]["payload"])["recipe"]["prices"]     # what the planner's bound is made of
+    tape = events(laptop, run, "RunLaunched", "ReplanFailed", "FinalCutRequested", "RunFinalized")
+    prices = tape["RunLaunched"][0]["recipe"]["prices"]     # what the planner's bound is made of
     assert (prices["budget_per_hour"], prices["price_margin"]) == (None, 0.1), prices
-    failed = sql(laptop, run, f"select payload from events where run_id = '{run}' and type = 'ReplanFailed'")
-    assert [(json.loads(f["payload"])["island"], json.loads(f["payload"])["generation"]) for f in failed] == [(0, 1)]
-    cut = sql(laptop, run, f"select payload from events where run_id = '{run}' and type = 'FinalCutRequested'")
-    assert [json.loads(c["payload"])["detail"] for c in cut] == [
+    assert [(f["island"], f["generation"]) for f in tape["ReplanFailed"]] == [(0, 1)]
+    assert [c["detail"] for c in tape["FinalCutRequested"]] == [
         f"every island trained to --max-steps (never placed: island 0, which no offer could take; see `yeto status "
         f"{run}`)"]
-    ended = sql(laptop, run, f"select type from events where run_id = '{run}' and type = 'RunFinalized'")
-    assert [e["type"] for e in ended] == ["RunFinalized"]
+    assert len(tape["RunFinalized"]) == 1, tape["RunFinalized"]
     assert [j["name"] for j in laptop.islands(run)] == [f"yeto-{run}-island-1-g0"]     # island 0 never ran
     status = laptop.yeto("status", run).stdout
     assert "island 0 gen 0: aws us-east-2 1xT4 refused (capacity)" in status, status
