@@ -108,7 +108,8 @@ NORM_PIECE = 1 << 22              # values per piece of `sq_norm`: a piece's f32
 def sq_norm(row) -> float:
     """<row, row>: NumPy's f32 dot product (BLAS, the GIL released) of each NORM_PIECE values, on the kernel threads
     (codecs/base.py `spread`), the pieces' sums added in order in float64: the same value whatever the thread count.
-    Θ's norm for admission's bound (core.py) on the host, where NumPy's norm of the whole row ran on one thread."""
+    Θ's norm for admission's bound on the host (fragment.py `ThetaNorm`: taken after the broadcast, off the next
+    round's first push), where NumPy's norm of the whole row ran on one thread."""
     pieces = spread(lambda lo: float(np.dot(row[lo:lo + NORM_PIECE], row[lo:lo + NORM_PIECE])), range(0, row.size, NORM_PIECE))
     return sum(pieces, 0.0)                  # in order: float64 adds of the pieces' sums
 
