@@ -111,10 +111,10 @@ def test_every_push_is_checked_against_its_own_version_s_norm(kernel_threads, mo
         return decoded(h, theta_norm=theta_norm, **kw)
 
     monkeypatch.setattr(admission, "decoded", looked)
-    outputs = push_round(core, sink, rng)              # version 0's norm: nobody began it, the first push took it
+    outputs = push_round(core, sink, rng)              # version 0's norm: begun after the init's keyframe went out
     perform(outputs, sink)
     perform(push_round(core, sink, rng), sink)         # version 1's: begun after version 1's chunks
-    push_round(core, sink, rng)                        # version 2's: its outputs never performed, the push takes it
+    push_round(core, sink, rng)                        # version 2's: its outputs never performed, the first push takes it
     assert [v for v, _, _ in seen] == [0, 0, 1, 1, 2, 2]
     assert all(used == now for _, used, now in seen), "each push saw the norm of the Θ it is merged into"
     assert len({used for _, used, _ in seen}) == 3, "Θ moved every round, and so did the norm"
