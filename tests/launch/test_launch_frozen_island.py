@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow]
 RUN = "frozen"
 MAX_STEPS = 400
 REASON = re.compile(r"no progress for (\d+)s \(bound (\d+)s: ")
-FLOOR_S = 20
+FLOOR_S = 30            # half the default: room for a survivor's pauses on a loaded 2-core CI machine
 
 
 def learner_pid(home: Path, island: int, generation: int) -> tuple[int, str]:
