@@ -20,6 +20,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from yeto.infra.bus import Bus, Delivery
@@ -41,11 +42,20 @@ from yeto.schemas.base import Event
 from yeto.schemas.fragments import FragmentHeader
 
 REFUSED_EXIT, DENIED_EXIT = 3, 4
+BEFORE_EXIT: list[Callable[[int], None]] = []
+"""Called with the status just before `refused` leaves the process: a rank forked by the learners' zygote writes its
+exit file there (learners/torch/zygote.py), as a spawned rank's shell wrapper does after it ends. Without it the
+launcher found no status, read the rank as killed and lost the 3 or 4 that says a retry cannot succeed."""
 
 
 def refused(message: str, code: int = REFUSED_EXIT) -> NoReturn:
     """Leave the process from the bus thread (the training thread may be anywhere: building the model, a step)."""
     print(f"learner stopped: {message}", file=sys.stderr, flush=True)
+    for hook in BEFORE_EXIT:
+        try:
+            hook(code)
+        except Exception as e:  # noqa: BLE001 - leaving all the same
+            print(f"before exit: {e!r}", file=sys.stderr, flush=True)
     os._exit(code)
 
 

@@ -132,7 +132,7 @@ import peft  # noqa: E402,F401
 import transformers.models.llama.modeling_llama  # noqa: E402,F401
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402,F401
 
-from yeto.learners import bus_client  # noqa: E402,F401
+from yeto.learners import bus_client  # noqa: E402
 from yeto.learners.data import collate, gguf_model, gguf_tokenizer, iter_blocks, spec  # noqa: E402,F401 - the data
 
 
@@ -190,6 +190,7 @@ def child(request: dict, sockets: tuple[socket.socket, ...] = ()) -> NoReturn:
         torch.set_num_threads(int(threads))
     np.random.seed()
     sys.argv = [entry.__file__, *request["argv"]]
+    bus_client.BEFORE_EXIT.append(lambda status: write_exit(request["exit_file"], status))   # refused by the bus
     code = 1
     try:
         code = entry.main(request["argv"])
@@ -200,11 +201,16 @@ def child(request: dict, sockets: tuple[socket.socket, ...] = ()) -> NoReturn:
     finally:
         atexit._run_exitfuncs()
         logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        with open(request["exit_file"], "w") as f:
-            f.write(f"{code}\n")
+        write_exit(request["exit_file"], code)
     os._exit(code)
+
+
+def write_exit(path: str, code: int) -> None:
+    """The rank's status where the launcher reads it (services/launcher/backends/local.py), its output flushed first."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(path, "w") as f:
+        f.write(f"{code}\n")
 
 
 COERCED = frozenset({"C.UTF-8", "C.utf8", "UTF-8"})
