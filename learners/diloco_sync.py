@@ -32,6 +32,10 @@ from yeto.schemas import codecs
 from yeto.schemas.fragments import ChunkAssembler, FragmentError, FragmentHeader, apply_global, sha256
 from yeto.schemas.recipe import SyncConfig
 
+FIRST_MERGE_AHEAD = 2
+"""Pushes of one fragment a learner may have out, none answered, before the run's first merged round of it: at the next
+step boundary it waits for that round (SyncConfig.first_merge_wait_s; learners/sync_hook.py)."""
+
 
 class ArrayAdapter(Protocol):
     def names(self) -> list[str]: ...
@@ -95,6 +99,7 @@ class DilocoSync:
         self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried
         self.at_push: dict[int, np.ndarray] = {}       # fragment -> its values at that push (global_apply = rebase)
         self.unanswered: dict[int, np.ndarray] = {}    # fragment -> its values at a push no applied global answers yet
+        self.in_flight: dict[int, int] = {}             # fragment -> its pushes since a global last landed
         self.pushed_at: dict[int, int] = {}            # fragment -> the inner step of its last push
         self._schedule = {p: push_steps(p, config) for p in self.active}
         self._next_push = {p: next(s) for p, s in self._schedule.items()}
@@ -110,6 +115,11 @@ class DilocoSync:
         """f32 version-0 candidates of fragments with no global yet (the syncer adopts the first)."""
         return [self._message(p, "init", codecs.F32, codecs.F32.encode(self.anchors[p]))
                 for p in self.active if self.versions[p] is None]
+
+    def ahead_of_first_merge(self) -> list[int]:
+        """Fragments pushed twice or more, none answered, whose global is still version 0: the run has merged no
+        round of them yet (a syncer still compiling its kernels on a fresh install: learners/sync_hook.py waits)."""
+        return [p for p in self.active if self.versions[p] == 0 and self.in_flight.get(p, 0) >= FIRST_MERGE_AHEAD]
 
     def missing(self) -> list[int]:
         """Fragments with no global version and no keyframe announced (what a joining learner still waits for)."""
@@ -217,6 +227,7 @@ class DilocoSync:
         backlog) must not carry the first one's progress again: it was merged once already, and the outer step
         would take it twice (three times, ... up to max_base_lag), which diverged runs whose syncer started late."""
         earlier_tokens, earlier_steps = self.pushed.get(p, (0, 0)) if p in self.unanswered else (0, 0)
+        self.in_flight[p] = self.in_flight.get(p, 0) + 1
         self.pushed[p] = (self.c_tokens[p], self.c_steps[p])
         self.pushed_at[p] = self.step
         values = self._flat(p)
@@ -287,6 +298,7 @@ class DilocoSync:
         self._blend(p, self.config.alpha if alpha is None else alpha, reference)
         self.at_push.pop(p, None)
         self.unanswered.pop(p, None)
+        self.in_flight.pop(p, None)
         # The counts a push carried are now in the global; what was trained since that push is not and
         # still belongs to the next push (zeroing here lost it from the merge weight and from goodput).
         tokens, steps = self.pushed.pop(p, (0, 0))

@@ -258,7 +258,8 @@ def run(backend: Backend, args: LearnerArgs) -> float:
             backend.on_rank0(built, sync.close if sync is not None else None)
         if rank == 0:
             join_s = getattr(sync, "join_s", None)      # DilocoHook's; a hook that never joined has none
-            joined = {"join_s": round(join_s, 3), "first_batch_s": round(batches.first_s or 0.0, 3)} \
+            joined = {"join_s": round(join_s, 3), "first_batch_s": round(batches.first_s or 0.0, 3),
+                      "first_merge_wait_s": round(getattr(sync, "first_merge_waited_s", 0.0), 3)} \
                 if join_s is not None else {}
             out.emit(event="done", steps=len(results), tokens=sum(r.tokens for r in results),
                      seconds=round(elapsed, 3), heldout=held, connect_s=round(connect_s, 3),

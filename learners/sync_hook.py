@@ -6,6 +6,7 @@ waits on the network except `join`'s bounded wait.
 """
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,8 @@ class DilocoHook:
         self._last_step_at: float | None = None
         self.join_s: float | None = None     # how long join() took (the `done` line's, for benchmarks/startup.py)
         self._ended = False                  # end_training ran: the final pushes are sent
+        self.first_merge_wait_s = sync.config.first_merge_wait_s     # spent (0) after one wait that timed out
+        self.first_merge_waited_s = 0.0      # how long this learner waited for the run's first merged rounds
 
     def join(self) -> bool:
         """Join the run: the learner that `sends_init` (island 0 of a fresh run) offers its initial values at
@@ -62,7 +65,32 @@ class DilocoHook:
         now = self.clock()
         step_time = None if self._last_step_at is None else now - self._last_step_at
         self._last_step_at = now
-        return self.sync.step_boundary(step, tokens, self.transport, step_time_s=step_time)
+        changed = self.sync.step_boundary(step, tokens, self.transport, step_time_s=step_time)
+        if self.first_merge_wait_s > 0 and self.sync.ahead_of_first_merge():
+            changed = self._wait_first_merge() or changed
+        return changed
+
+    def _wait_first_merge(self) -> bool:
+        """Two pushes of a fragment out and the run has merged no round of it (SyncConfig.first_merge_wait_s): take
+        globals until one lands, up to the bound; once the bound runs out, never again (a syncer that never merges
+        costs this learner one bound, not one per interval)."""
+        started, changed = self.clock(), False
+        deadline = started + self.first_merge_wait_s
+        while self.sync.ahead_of_first_merge():
+            if self.clock() >= deadline:
+                print(f"no round merged {self.first_merge_wait_s:g}s after two pushes of fragments "
+                      f"{self.sync.ahead_of_first_merge()}: training on without waiting again", file=sys.stderr, flush=True)
+                self.first_merge_wait_s = 0.0
+                break
+            self.sleep(0.05)
+            self.sync.receive(self.transport)
+            changed = self.sync.apply_globals() or changed
+            self.sync.request_keyframes(self.transport)
+        waited = self.clock() - started
+        self.first_merge_waited_s += waited
+        if self._last_step_at is not None:
+            self._last_step_at += waited      # the wait is not the next step's time
+        return changed
 
     def progress(self, result: StepReport) -> None:
         self.transport.progress(result)

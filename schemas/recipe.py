@@ -73,6 +73,12 @@ class SyncConfig:
     global: after a global answers a push of p, p is pushed next H - min(lag, max(1, H // 12)) steps after that global
     landed (lag: steps from the push to the landing), so learners that run out of phase push each fragment close together in
     time again: the global lands on every learner at about the same moment (docs/SYNC_MATH.md, push schedule)."""
+    first_merge_wait_s: float = 60.0
+    """A learner with two pushes of a fragment out, neither answered, while that fragment's global is still version 0
+    (no round of it merged yet: a syncer compiling its kernels on a fresh install took 22-42 s, and learners that
+    trained on alone were merged in one backlog that set the run back, benchmarks/results/wan/rebase-2026-12-06/)
+    waits at its step boundary for the first merged version, up to this many seconds, once per learner; 0: never.
+    A learner with no version 0 (no syncer heard) never waits."""
     max_base_lag: int = 4
     """A push whose base version is more than this many versions old is rejected as stale."""
     staleness_discount: float = 1.0
@@ -127,6 +133,7 @@ class SyncConfig:
             (self.weighting in WEIGHTINGS, f"weighting must be one of {', '.join(WEIGHTINGS)}"),
             (0 <= self.alpha < 1, "alpha must be in [0, 1)"),
             (self.max_base_lag >= 0, "max_base_lag must be >= 0"),
+            (self.first_merge_wait_s >= 0, "first_merge_wait_s must be >= 0 (0: never wait)"),
             (0 < self.staleness_discount <= 1, "staleness_discount must be in (0, 1]"),
             (self.keyframe_every >= 1, "keyframe_every must be >= 1"),
             (self.codec_up in codecs.CODECS and self.codec_down in codecs.CODECS,
