@@ -242,15 +242,18 @@ def test_two_starts_at_once_in_one_state_directory_make_one_stack(tmp_path):
 
 
 def _running_under(state) -> dict[int, str]:
-    """The processes whose command line names a path under `state` (this test's own folder): pid -> command line."""
+    """The processes whose command line or open files name a path under `state` (this test's own folder; a component
+    forked by the stack's fork server has the fork server's command line, and its log open): pid -> command line."""
+    import os
     from pathlib import Path
 
     found = {}
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            files = [os.readlink(fd) for fd in (proc / "fd").iterdir()] if str(state) not in line else []
         except OSError:
             continue
-        if str(state) in line:
+        if str(state) in line or any(f.startswith(str(state)) for f in files):
             found[int(proc.name)] = line
     return found
