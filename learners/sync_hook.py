@@ -40,25 +40,32 @@ class DilocoHook:
         started = self.clock()
         if self.sends_init:
             send(self.transport, self.sync.init_pushes())
-        changed = self._wait()
+        changed = self._joined()
         missing = set() if self.sends_init else set(self.sync.missing())
         if missing:
             send(self.transport, [push for push in self.sync.init_pushes() if push.header.fragment in missing])
-            changed = self._wait() or changed
+            changed = self._joined() or changed
         self._last_step_at = self.clock()
         self.join_s = self._last_step_at - started
         return changed
 
-    def _wait(self) -> bool:
-        # Polling, not an arrival signal: in-process wires deliver on other threads' calls, and a
-        # simulated clock advances only through `sleep`.
-        deadline, changed = self.clock() + self.join_wait_s, False
+    def _joined(self) -> bool:
+        """Globals taken until every fragment has a version, up to `join_wait_s`; True if parameters changed."""
+        return self._take_globals(lambda: all(v is not None for v in self.sync.versions.values()), self.join_wait_s)[0]
+
+    def _take_globals(self, until: Callable[[], bool], wait_s: float) -> tuple[bool, bool]:
+        """Take and apply the globals that arrive until `until()` holds or `wait_s` has passed; (parameters changed,
+        `until` held). Polling, not an arrival signal: in-process wires deliver on other threads' calls, and a
+        simulated clock advances only through `sleep`."""
+        deadline, changed = self.clock() + wait_s, False
         while True:
             self.sync.receive(self.transport)
             changed = self.sync.apply_globals() or changed
             self.sync.request_keyframes(self.transport)
-            if all(v is not None for v in self.sync.versions.values()) or self.clock() >= deadline:
-                return changed
+            if until():
+                return changed, True
+            if self.clock() >= deadline:
+                return changed, False
             self.sleep(0.05)
 
     def after_step(self, step: int, tokens: int) -> bool:
@@ -74,18 +81,12 @@ class DilocoHook:
         """Two pushes of a fragment out and the run has merged no round of it (SyncConfig.first_merge_wait_s): take
         globals until one lands, up to the bound; once the bound runs out, never again (a syncer that never merges
         costs this learner one bound, not one per interval)."""
-        started, changed = self.clock(), False
-        deadline = started + self.first_merge_wait_s
-        while self.sync.ahead_of_first_merge():
-            if self.clock() >= deadline:
-                print(f"no round merged {self.first_merge_wait_s:g}s after two pushes of fragments "
-                      f"{self.sync.ahead_of_first_merge()}: training on without waiting again", file=sys.stderr, flush=True)
-                self.first_merge_wait_s = 0.0
-                break
-            self.sleep(0.05)
-            self.sync.receive(self.transport)
-            changed = self.sync.apply_globals() or changed
-            self.sync.request_keyframes(self.transport)
+        started = self.clock()
+        changed, merged = self._take_globals(lambda: not self.sync.ahead_of_first_merge(), self.first_merge_wait_s)
+        if not merged:
+            print(f"no round merged {self.first_merge_wait_s:g}s after two pushes of fragments "
+                  f"{self.sync.ahead_of_first_merge()}: training on without waiting again", file=sys.stderr, flush=True)
+            self.first_merge_wait_s = 0.0
         waited = self.clock() - started
         self.first_merge_waited_s += waited
         if self._last_step_at is not None:
