@@ -43,6 +43,10 @@ PING_INTERVAL_S, MAX_PINGS_OUT = 2, 30
 # nothing but refusals the connection gives up. A users-file reload in flight refuses a new credential only a moment.
 REFUSED_S = 5.0
 SERVER_TRY_S = 2.0      # one try at one server of the URL
+# A consumer's first bind rides out a server that is away for a moment: a reload that drops connections (a run's users
+# added), a reconnection, a JetStream leader election after a head node's loss. A service that raised there died at
+# start (a finalizer on a head of three VMs did, 2026-12-06: the run then had one finalizer, lost with its node later).
+OPEN_FOR_S = 120.0
 
 
 class CredentialRefused(ConnectionError):
@@ -172,8 +176,21 @@ class NatsBus:
                        max_ack_pending: int = 1000) -> NatsConsumer:
         c = NatsConsumer(self.js, stream_for(subjects[0]).name, tuple(subjects), durable=durable, after_seq=after_seq,
                          ack=ack, ack_wait_s=ack_wait_s, max_deliver=max_deliver, max_ack_pending=max_ack_pending)
-        await c.open()
-        return c
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + OPEN_FOR_S, 0.25
+        while True:
+            try:
+                await c.open()
+                return c
+            except Exception as e:
+                if not retryable(e):
+                    raise
+                if loop.time() > deadline:
+                    raise ConnectionError(f"a consumer on {', '.join(subjects)} could not be opened for {OPEN_FOR_S:.0f}s "
+                                          f"({e!r}): is the NATS server (or a majority of the head's cluster) up?") from e
+                log.info("consumer on %s not opened yet (%r); trying again in %.2fs", list(subjects), e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def watch(self, subject: str, callback: Callable[[Delivery], Awaitable[None]], *,
                     deliver: Deliver = "all", headers_only: bool = False) -> NatsSubscription:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 
 import pytest
@@ -182,6 +183,35 @@ async def test_request_reaches_a_server_and_fails_clearly_without_one(any_bus):
     sub = await any_bus.serve(subject, upper, queue="q")
     assert await any_bus.request(subject, b"hello", timeout_s=5) == b"HELLO"
     await sub.close()
+
+
+async def test_a_consumer_asked_for_while_the_server_is_away_binds_once_it_is_back(fresh_nats, run_id):
+    """A service opening its consumers during a reload or an election (a head node lost) waits for the server
+    instead of dying at start: the open is retried, said in a line, and the consumer reads what was stored before."""
+    bus = await connect(fresh_nats.url)
+    logger, retried = logging.getLogger("yeto.infra.bus.nats_bus"), asyncio.Event()
+
+    class Retried(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "not opened yet" in record.getMessage():
+                retried.set()
+    handler, level = Retried(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        await bus.publish_raw(event_subject(run_id, "Before"), b"1")
+        await asyncio.to_thread(fresh_nats.stop)
+        opening = asyncio.create_task(bus.consumer([run_events(run_id)], ack=False))
+        await asyncio.wait_for(retried.wait(), 60)        # one try failed with the server away, and said so
+        assert not opening.done()
+        await asyncio.to_thread(fresh_nats.start)
+        consumer = await asyncio.wait_for(opening, 90)
+        assert [d.data for d in await fetch_all(consumer, 1, timeout_s=30)] == [b"1"]
+        await consumer.close()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        await bus.close()
 
 
 async def test_nats_watch_and_ephemeral_consumer_survive_a_server_restart(fresh_nats, run_id):
