@@ -8,6 +8,7 @@ import os
 import re
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import nats
 from nats.errors import AuthorizationError, ConnectionClosedError, ConnectionReconnectingError, NoRespondersError
@@ -21,6 +22,7 @@ from yeto.schemas.base import Message, to_bytes
 from yeto.schemas.subjects import stream_for
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 # No stream answering is retried too: right after a restart JetStream may not have loaded its streams yet.
 RETRYABLE = (NatsTimeout, asyncio.TimeoutError, NoRespondersError, ServiceUnavailableError, ConnectionClosedError,
              ConnectionReconnectingError, NoStreamResponseError)
@@ -43,10 +45,29 @@ PING_INTERVAL_S, MAX_PINGS_OUT = 2, 30
 # nothing but refusals the connection gives up. A users-file reload in flight refuses a new credential only a moment.
 REFUSED_S = 5.0
 SERVER_TRY_S = 2.0      # one try at one server of the URL
-# A consumer's first bind rides out a server that is away for a moment: a reload that drops connections (a run's users
-# added), a reconnection, a JetStream leader election after a head node's loss. A service that raised there died at
-# start (a finalizer on a head of three VMs did, 2026-12-06: the run then had one finalizer, lost with its node later).
+# A consumer's first bind and a read of a subject's last message (a service's snapshot at start) ride out a server
+# that is away for a moment: a reload that drops connections (a run's users added), a reconnection, a JetStream leader
+# election after a head node's loss. A service that raised there died at start (a finalizer on a head of three VMs
+# did, 2026-12-06: the run then had one finalizer, lost with its node later).
 OPEN_FOR_S = 120.0
+
+
+async def _ride_out(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """`call()`, tried again with backoff while its errors are retryable, up to OPEN_FOR_S."""
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + OPEN_FOR_S, 0.25
+    while True:
+        try:
+            return await call()
+        except Exception as e:
+            if not retryable(e):
+                raise
+            if loop.time() > deadline:
+                raise ConnectionError(f"{what}: no answer for {OPEN_FOR_S:.0f}s ({e!r}): is the NATS server (or a majority "
+                                      "of the head's cluster) up?") from e
+            log.info("%s: not opened yet (%r); trying again in %.2fs", what, e, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 class CredentialRefused(ConnectionError):
@@ -176,21 +197,8 @@ class NatsBus:
                        max_ack_pending: int = 1000) -> NatsConsumer:
         c = NatsConsumer(self.js, stream_for(subjects[0]).name, tuple(subjects), durable=durable, after_seq=after_seq,
                          ack=ack, ack_wait_s=ack_wait_s, max_deliver=max_deliver, max_ack_pending=max_ack_pending)
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + OPEN_FOR_S, 0.25
-        while True:
-            try:
-                await c.open()
-                return c
-            except Exception as e:
-                if not retryable(e):
-                    raise
-                if loop.time() > deadline:
-                    raise ConnectionError(f"a consumer on {', '.join(subjects)} could not be opened for {OPEN_FOR_S:.0f}s "
-                                          f"({e!r}): is the NATS server (or a majority of the head's cluster) up?") from e
-                log.info("consumer on %s not opened yet (%r); trying again in %.2fs", list(subjects), e, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        await _ride_out(c.open, f"a consumer on {', '.join(subjects)}")
+        return c
 
     async def watch(self, subject: str, callback: Callable[[Delivery], Awaitable[None]], *,
                     deliver: Deliver = "all", headers_only: bool = False) -> NatsSubscription:
@@ -198,7 +206,7 @@ class NatsBus:
 
     async def last(self, subject: str) -> tuple[dict[str, str], bytes] | None:
         try:
-            raw = await self.js.get_last_msg(stream_for(subject).name, subject)
+            raw = await _ride_out(lambda: self.js.get_last_msg(stream_for(subject).name, subject), f"the last {subject}")
         except NotFoundError:
             return None
         return dict(raw.headers or {}), raw.data or b""
