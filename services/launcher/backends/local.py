@@ -36,6 +36,7 @@ from yeto.services.launcher.backends.zygote import Zygote
 WRAP = '"$@"; echo $? > "$0"'
 RankArgv = Callable[[IslandLaunch, Path, int, int], list[str]]
 STOP_GRACE_S = 10.0     # SIGTERM, then SIGKILL for a group still alive this long after (a rank stuck in a C call)
+KILLED_WITHIN_S = 5.0   # how long stop() waits for SIGKILLed ranks to be gone (a kill is delivered, not done, at once)
 
 
 def torch_learner(launch: IslandLaunch, recipe_path: Path, rank: int, port: int) -> list[str]:
@@ -223,7 +224,8 @@ class LocalBackend:
     def stop(self, run_id: str, island: int, generation: int, handle: str, *, sig: int = signal.SIGTERM) -> None:
         """Signal the generation's process group. SIGTERM (the launcher's stop) ends it: SIGCONT follows, since a
         frozen (SIGSTOPped) rank keeps a pending SIGTERM until it runs again, and a group still alive STOP_GRACE_S
-        later gets SIGKILL. Any other signal is sent as it is (`yeto chaos`, tests)."""
+        later gets SIGKILL and is waited for (up to KILLED_WITHIN_S) until its processes are gone. Any other signal is
+        sent as it is (`yeto chaos`, tests)."""
         try:
             group = json.loads((self.gen_dir(run_id, island, generation) / "group.json").read_text())
             if not group_alive(group):      # still the processes recorded, never a stranger with a reused id
@@ -236,6 +238,7 @@ class LocalBackend:
             if not procs.exit_within(procs.group_members(group["pgid"]), STOP_GRACE_S) \
                     and procs.group_has_ours(group["pgid"], members):
                 os.killpg(group["pgid"], signal.SIGKILL)
+                procs.exit_within(procs.group_members(group["pgid"]), KILLED_WITHIN_S)
         except (OSError, ValueError, KeyError, ProcessLookupError):
             pass
 
