@@ -49,3 +49,8 @@ def test_recover_refuses_an_output_without_a_head_mirror_and_names_where_it_look
     (root / mirror.MANIFEST).write_text(json.dumps({"run_id": "r-other", "events_through": 0}))
     out = recover(tmp_path, "r-nomirror", "--output", str(tmp_path / "store" / "out"))
     assert out.returncode == 2 and "run r-other's" in out.stderr, out.stderr
+
+
+def test_recover_refuses_a_probe_of_no_time_before_it_reads_anything(tmp_path):
+    out = recover(tmp_path, "r-noprobe", "--probe-s", "0")
+    assert out.returncode == 2 and "--probe-s 0: give the old head a positive number of seconds" in out.stderr, out.stderr

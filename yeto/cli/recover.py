@@ -19,7 +19,7 @@ from yeto.infra.head import mirror, rendezvous
 from yeto.infra.head import records as heads
 from yeto.infra.head.restore import REQUEST
 
-PROBE_S = 20.0       # how long the lost head gets to answer before it is called lost
+PROBE_S = 20.0       # how long the lost head gets to answer before it is called lost (--probe-s)
 
 
 def register(sub) -> None:
@@ -35,6 +35,9 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace the head even though it answers (it is taken down first)")
     p.add_argument("--head-memory-gb", type=int, default=16, help="the replacement's RAM (default 16, as `launch` rents)")
     p.add_argument("--wait-s", type=float, default=900.0, help="how long the new head may take to answer (default 900)")
+    p.add_argument("--probe-s", type=float, default=PROBE_S,
+                   help=f"how long the old head gets to answer before it is called lost (default {PROBE_S:g}); a head "
+                        f"that answers within it is not replaced without --force")
     p.set_defaults(func=cmd_recover)
 
 
@@ -42,6 +45,8 @@ def cmd_recover(args) -> int:
     from yeto.services.launcher.api import launch_head, take_down
 
     state, run = state_dir(args), args.run
+    if not args.probe_s > 0:     # nan too
+        raise ValueError(f"--probe-s {args.probe_s:g}: give the old head a positive number of seconds to answer")
     rec = heads.head_record(state, run)
     if rec is None:
         raise ValueError(f"run {run} has no head record under {state}: only a cloud run launched from here has a head "
@@ -64,7 +69,7 @@ def cmd_recover(args) -> int:
     if manifest.get("run_id") != run:
         raise ValueError(f"the head mirror at {root} is run {manifest.get('run_id')}'s, not {run}'s: check --output")
     os.environ.update(heads.head_env(rec))      # this process talks to the head as its operator
-    if rec["url"] and not args.force and asyncio.run(_answers(rec["url"])):
+    if rec["url"] and not args.force and asyncio.run(_answers(rec["url"], args.probe_s)):
         raise ValueError(f"the head of run {run} answers at {rec['url']}: it is not lost. `yeto status {run}` shows "
                          f"the run; --force replaces it all the same")
     age = time.time() - manifest["mirrored_at"]
@@ -93,9 +98,9 @@ def cmd_recover(args) -> int:
     return 0
 
 
-async def _answers(url: str) -> bool:
+async def _answers(url: str, probe_s: float = PROBE_S) -> bool:
     try:
-        bus = await connect(url, name="recover-probe", connect_timeout=PROBE_S)
+        bus = await connect(url, name="recover-probe", connect_timeout=probe_s)
     except ConnectionError:
         return False
     await bus.close()
