@@ -54,8 +54,20 @@ def _write_adapter(state: dict[str, np.ndarray], train: TrainSection, base: str,
                         lora_dropout=train.lora_dropout, target_modules=target_modules(state),
                         bias="none", task_type="CAUSAL_LM", base_model_name_or_path=hub or base, revision=revision)
     config.save_pretrained(str(out))
+    _sort_sets(config, out / "adapter_config.json")
     save_file(adapter_tensors(state), str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
     return ["adapter_config.json", "adapter_model.safetensors"]
+
+
+def _sort_sets(config: Any, path: Path) -> None:
+    """peft writes a set field (target_modules) in the set's order, which string hashing randomizes per process: the
+    same run's adapter_config.json, and so its manifest, differed between two finalizer processes. Sorted here, in
+    peft's own layout (sorted keys, indent 2)."""
+    fields = json.loads(path.read_text())
+    for name, value in vars(config).items():
+        if isinstance(value, set) and isinstance(fields.get(name), list):
+            fields[name] = sorted(fields[name])
+    path.write_text(json.dumps(fields, indent=2, sort_keys=True))
 
 
 def _save_tokenizer(source: ModelSource, out: Path) -> None:

@@ -100,3 +100,35 @@ def test_output_is_copied_to_a_local_path_or_uploaded_to_a_store_and_verified(tm
     with pytest.raises(ValueError, match="unknown store scheme"):
         deliver(art, "ftpx://host/x")
     assert issubclass(UploadError, RuntimeError)
+
+
+WRITER = """
+import json, sys
+from types import SimpleNamespace
+import numpy as np
+from yeto.services.finalizer import wiring
+from yeto.services.finalizer.artifact import write_artifact
+wiring.build(SimpleNamespace(settings=SimpleNamespace(state_dir=sys.argv[1])))     # the finalizer process's start
+state = dict(np.load(sys.argv[2]))
+kind, files, sha = write_artifact(state, recipe=json.loads(sys.argv[3]), out=__import__("pathlib").Path(sys.argv[4]),
+                                  run_id="r1", versions={0: 3}, acked=["island-0"])
+print(json.dumps({"sha": sha, "bitsandbytes": sys.modules.get("bitsandbytes") is not None, "peft": "peft" in sys.modules}))
+"""
+
+
+def test_the_finalizer_process_writes_the_same_adapter_with_bitsandbytes_kept_out(model_dir, tmp_path):
+    """The finalizer's process never imports bitsandbytes (peft would, with torch's inductor: ~1 CPU s of its first
+    artifact), and writes the adapter byte for byte as another process does (peft's target_modules, a set, is
+    written sorted: in set order the config differed between two processes)."""
+    import subprocess
+
+    import numpy as np
+    _, state, recipe = trained(model_dir, "lora")
+    np.savez(tmp_path / "state.npz", **state)
+    out = subprocess.run([sys.executable, "-c", WRITER, str(tmp_path / "fin"), str(tmp_path / "state.npz"),
+                          json.dumps(recipe), str(tmp_path / "a")], capture_output=True, text=True, timeout=100)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["peft"] and not got["bitsandbytes"]
+    here = write_artifact(state, recipe=recipe, out=tmp_path / "b", run_id="r1", versions={0: 3}, acked=["island-0"])
+    assert got["sha"] == here[2]           # the manifest names every file by its sha256: the same files
