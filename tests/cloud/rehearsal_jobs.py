@@ -8,8 +8,9 @@ A task runs as SkyPilot would run it on a fresh VM: HOME is a new folder holding
 (targets must be `~/...`: an absolute one is refused, no VM of ours would have it), the workdir is at
 `~/sky_workdir` (a link) and is the working directory, the environment is the task's `envs` plus PATH (this
 venv's bin first: the venv stands for what `setup` would pip-install from the internet, so setup is only checked
-with `bash -n`), HOME, SkyPilot's own SKYPILOT_* variables, and the rehearsal's two: $YETO_SKY_API and
-$YETO_REHEARSAL_DIR (so the head's launcher starts islands through the rehearsal too).
+with `bash -n`), HOME, SkyPilot's own SKYPILOT_* variables, and the rehearsal's own: $YETO_SKY_API and
+$YETO_REHEARSAL_DIR (so the head's launcher starts islands through the rehearsal too) and the world's `env`
+(rehearsal_world.ENV: settings of the processes it runs, such as how often a head reads the job queue).
 """
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def environment(task, home: Path, world: dict, ip: str, job_id: int, rank: int =
             "SKYPILOT_NUM_NODES": str(len(node_ips)), "SKYPILOT_NODE_RANK": str(rank),
             "SKYPILOT_NODE_IPS": "\n".join(node_ips),
             "SKYPILOT_TASK_ID": f"rehearsal-{world['tag']}-{job_id}", "SKYPILOT_NUM_GPUS_PER_NODE": "0",
-            "YETO_SKY_API": SKY_API, REHEARSAL_DIR_ENV: str(rehearsal_dir())}
+            "YETO_SKY_API": SKY_API, REHEARSAL_DIR_ENV: str(rehearsal_dir()), **world.get("env", {})}
 
 
 def execute(task, folder: Path, world: dict, ns: str, ip: str, job_id: int, hide: list[str] = (), rank: int = 0,

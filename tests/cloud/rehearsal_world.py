@@ -7,11 +7,20 @@ from pathlib import Path
 
 import rehearsal_jobs as jobs
 import rehearsal_net as net
+from yeto.services.launcher.backends.skypilot import QUEUE_ENV
+
+QUEUE_S = 3.0
+# The environment every task of the world gets beside its own (rehearsal_jobs.environment). A head's launcher reads
+# SkyPilot's job queue at most every QUEUE_S instead of 15 s (services/launcher/backends/skypilot.py): each read is a
+# call through SkyPilot's API server in the cloud, a file read here, where an island's job ends the moment its process
+# does; at 15 s every run to --max-steps sat up to 15 s after its islands ended before the launcher saw it. Still
+# longer than the launcher's 1 s poll, so the rehearsal shows the reads are held to it.
+ENV = {QUEUE_ENV: f"{QUEUE_S:g}"}
 
 
 def world_up(root: Path, names: dict = net.NAMES) -> dict:
     """Make the world (bridge, handle) under `root`, the future $YETO_REHEARSAL_DIR; `names`: its name prefixes."""
-    world = {**net.world_names(secrets.token_hex(3)[:5], names), "venv_bin": jobs.venv_bin()}
+    world = {**net.world_names(secrets.token_hex(3)[:5], names), "venv_bin": jobs.venv_bin(), "env": dict(ENV)}
     with jobs.locked(root) as state:
         state.update(world=world, clusters={}, jobs={}, cancels=[], next_index=1)
     net.world_up(world)

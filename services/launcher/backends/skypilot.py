@@ -5,11 +5,14 @@ a preempted job by itself; Yeto instead sees RECOVERING as a preemption and star
 as a new job (the launcher cancels the old one), so the tape records every gap and the learner rejoins with a
 new generation, exactly as on the local backend. A job's handle is its managed job id: stopping an island
 cancels that id. The whole fleet's status comes from one `jobs_queue()` read, made at most every
-`max_age_s` (15 s) however many islands and launcher threads ask: learners' heartbeats over NATS are the fast
-signal, this one only has to be sure. The task builders live in sky_tasks.py (the head's too).
+`max_age_s` (15 s; $YETO_SKY_QUEUE_S, read when the launcher starts, docs/CONFIG.md) however many islands and launcher
+threads ask: learners' heartbeats over NATS are the fast signal, this one only has to be sure. The task builders live
+in sky_tasks.py (the head's too).
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,8 +25,11 @@ from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, Island
 from yeto.services.launcher.backends.sky_api import ManagedJob, SkyApi, sky_api
 from yeto.services.launcher.backends.sky_tasks import CREDS_MOUNT, head_task, island_task, job_name
 
-__all__ = ["CREDS_MOUNT", "QUEUE_MAX_AGE_S", "SkyPilotBackend", "head_task", "island_task", "job_name", "status_of"]
+__all__ = ["CREDS_MOUNT", "QUEUE_ENV", "QUEUE_MAX_AGE_S", "SkyPilotBackend", "head_task", "island_task", "job_name",
+           "queue_max_age_s", "status_of"]
 QUEUE_MAX_AGE_S = 15.0
+QUEUE_ENV = "YETO_SKY_QUEUE_S"
+log = logging.getLogger(__name__)
 RUNNING = ("PENDING", "SUBMITTED", "STARTING", "RUNNING")
 
 
@@ -39,13 +45,29 @@ def status_of(job_status: object) -> IslandStatus:
     return IslandStatus(False, 1, f"the managed job ended {name}")
 
 
+def queue_max_age_s() -> float:
+    """How old the queue read may get ($YETO_SKY_QUEUE_S, default QUEUE_MAX_AGE_S 15 s): each read is a call through
+    SkyPilot's API server, so a head never needs it sooner; the cloud rehearsal (tests/cloud) lowers it, its islands
+    ending on this machine the moment their process does."""
+    raw = os.environ.get(QUEUE_ENV)
+    try:
+        age = QUEUE_MAX_AGE_S if raw is None else float(raw)
+    except ValueError:
+        age = -1.0
+    if not age > 0:                       # nan too
+        log.warning("%s=%r is not a positive number of seconds; using %g", QUEUE_ENV, raw, QUEUE_MAX_AGE_S)
+        return QUEUE_MAX_AGE_S
+    return age
+
+
 class SkyPilotBackend:
     name = "skypilot"
 
     def __init__(self, state_dir: Path | None = None, *, api: SkyApi | None = None,
-                 clock: Callable[[], float] = time.monotonic, max_age_s: float = QUEUE_MAX_AGE_S):
+                 clock: Callable[[], float] = time.monotonic, max_age_s: float | None = None):
         self.state_dir = state_dir      # the stack's: islands' credentials are issued there (None: no auth)
-        self.api, self.clock, self.max_age_s = api or sky_api(), clock, max_age_s
+        self.api, self.clock = api or sky_api(), clock
+        self.max_age_s = queue_max_age_s() if max_age_s is None else max_age_s
         self._lock = threading.Lock()   # the launcher's worker threads share one queue read
         self._jobs: dict[int, ManagedJob] = {}
         self._read_at: float | None = None
