@@ -5,7 +5,8 @@ the mirror beside --output and is named in the run's rendezvous there; both isla
 address, are merged again, and, stopped by `yeto down`, the run finalizes with an artifact `yeto verify` accepts. The
 tape shows the gap.
 Printed: the time from the replacement's namespace start (and from the start of `yeto recover`, which first gives
-the old head 20 s to answer) to its first merged global, and the events the dead head acknowledged after its last
+the old head --probe-s to answer: PROBE_S here, the deleted namespace's address answers nothing whatever the time given,
+20 s by default) to its first merged global, and the events the dead head acknowledged after its last
 mirror (docs/CLOUD.md, section 10). The store is outside the laptop's folders: the islands read the rendezvous in
 it, as cloud islands read a bucket with the credentials SkyPilot copies to them."""
 from __future__ import annotations
@@ -33,6 +34,7 @@ import learner_tiny
 
 pytestmark = pytest.mark.slow
 RUN = "cloud-lost-head"
+PROBE_S = "3"       # `yeto recover --probe-s`: a head whose namespace is deleted is lost after any wait (default 20 s)
 
 
 def sql(laptop: Laptop, query: str) -> list[list[str]]:
@@ -105,7 +107,7 @@ def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirr
           f"({lost} events acknowledged after the last mirror, mirrored {killed_at - last['mirrored_at']:.1f}s before)")
 
     new_start = time.time()
-    recovered = laptop.yeto("recover", RUN, timeout=400)          # its --output from the run's head record
+    recovered = laptop.yeto("recover", RUN, "--probe-s", PROBE_S, timeout=400)   # --output: from the run's head record
     assert recovered.returncode == 0, f"{recovered.stdout}\n{recovered.stderr}\n{laptop.story()}"
     print(recovered.stdout)
     new = rehearsal_world.record(laptop.world)["clusters"][head["cluster"]]
