@@ -1,6 +1,7 @@
 """The rehearsal's SkyApi on its own, with real `sky.Task` objects: a job sees only what its task ships (HOME of
-file mounts, env, workdir, its own namespace), reaches the head's veth address, ends with the status its process
-gives, and a cancel is recorded and leaves none of its processes (even one in a session of its own)."""
+file mounts, env and the world's own, rehearsal_world.ENV; workdir, its own namespace), reaches the head's veth
+address, ends with the status its process gives, and a cancel is recorded and leaves none of its processes (even one
+in a session of its own)."""
 from __future__ import annotations
 
 import json
@@ -45,7 +46,7 @@ def test_a_job_sees_only_its_mounts_env_and_workdir_in_its_own_namespace(rehears
     shell = {"PWD", "SHLVL", "_", "OLDPWD", "LC_CTYPE"}   # what bash and python (C locale coercion) add
     assert set(seen["env"]) - shell == {"YETO_NATS_URL", "PATH", "HOME", "SKYPILOT_NUM_NODES", "SKYPILOT_NODE_RANK",
                                         "SKYPILOT_NODE_IPS", "SKYPILOT_TASK_ID", "SKYPILOT_NUM_GPUS_PER_NODE",
-                                        "YETO_SKY_API", "YETO_REHEARSAL_DIR"}
+                                        "YETO_SKY_API", "YETO_REHEARSAL_DIR", *rehearsal_world.ENV}
     assert seen["env"]["PATH"].split(":")[0] == rehearsal.jobs.venv_bin()
 
 
