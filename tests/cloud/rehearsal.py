@@ -57,7 +57,9 @@ class RehearsalSky:
             raise
 
     def _down(self, state: dict, rec: dict) -> None:
-        for node in rec.get("nodes", [rec]):
+        nodes = rec.get("nodes", [rec])
+        net.kill_all(*(node["ns"] for node in nodes))      # every node's processes at once, then the namespaces
+        for node in nodes:
             net.ns_down(state["world"], node["ns"], node["index"])
         rec["cluster_status"] = "DOWN"
 
@@ -124,10 +126,9 @@ class RehearsalSky:
     def jobs_cancel(self, job_ids: list[int]) -> None:
         with jobs.locked(self.root) as state:
             state["cancels"].append([int(i) for i in job_ids])
-            for i in job_ids:
-                rec = state["jobs"].get(str(i))
-                if rec is None or jobs.status(rec) != "RUNNING":     # ended already: nothing to cancel
-                    continue
+            running = [rec for i in job_ids if (rec := state["jobs"].get(str(i))) and jobs.status(rec) == "RUNNING"]
+            net.kill_all(*(rec["ns"] for rec in running))         # ended already: nothing to cancel; the rest at once
+            for rec in running:
                 rec["status"] = "CANCELLED"
                 net.ns_down(state["world"], rec["ns"], rec["index"])
 

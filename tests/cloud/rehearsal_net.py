@@ -101,18 +101,22 @@ def pids(ns: str) -> list[int]:
     return [int(p) for p in sh("ip", "netns", "pids", ns, check=False).split()]
 
 
-def kill_all(ns: str, grace_s: float = 5.0) -> None:
-    """SIGTERM, then after `grace_s` SIGKILL, everything in the namespace; returns once none is left."""
+def kill_all(*spaces: str, grace_s: float = 5.0) -> None:
+    """SIGTERM, then after `grace_s` SIGKILL, everything in the namespaces, all of them at once (one grace for all: a
+    learner's process may sit out the whole grace, and a world's islands and head nodes went one after the other,
+    5 s each); returns once none is left."""
+    left = [ns for ns in spaces if (NETNS_DIR / ns).exists()]
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        for pid in pids(ns):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        for ns in left:
+            for pid in pids(ns):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
         deadline = time.monotonic() + wait_s
-        while pids(ns) and time.monotonic() < deadline:
+        while (left := [ns for ns in left if pids(ns)]) and time.monotonic() < deadline:
             time.sleep(0.05)     # a process needs a moment to exit; this loop waits for its going, bounded
-        if not pids(ns):
+        if not left:
             return
 
 
@@ -125,10 +129,10 @@ def ns_down(world: dict, ns: str, index: int) -> None:
 
 def world_down(world: dict) -> None:
     """Everything of the world, found by name: its namespaces (processes first), veths, the bridge, the handle."""
-    for path in sorted(NETNS_DIR.glob(f"{_ns_prefix(world)}-*")):
-        if path.name != world["root"]:
-            kill_all(path.name)
-            sh("ip", "netns", "del", path.name, check=False)
+    spaces = [path.name for path in sorted(NETNS_DIR.glob(f"{_ns_prefix(world)}-*")) if path.name != world["root"]]
+    kill_all(*spaces)
+    for ns in spaces:
+        sh("ip", "netns", "del", ns, check=False)
     for line in sh("ip", "-o", "link", "show", check=False).splitlines():
         name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
         if name.startswith(_veth(world)) or name == world["bridge"]:
