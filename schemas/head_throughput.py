@@ -136,3 +136,14 @@ def size_head(total_values: int, *, fragments: int, learners: int, codec_up: str
     return HeadSize(False, instances, max_cores, round_s, busy, interval_s, margin,
                     reason=f"{instances} syncers of {max_cores} cores take {busy:.3g} s of rounds per interval, above "
                            f"{margin:.0%} of the fleet's {interval_s:.3g} s interval; learners would wait on the head")
+
+
+def inner_steps_to_fit(size: HeadSize, inner_steps: int) -> int:
+    """The fewest inner steps H' >= `inner_steps` (the H that gave `size`'s interval) at which the largest head's rounds
+    fit in `size.margin` of the interval: the interval grows with H, a round does not. `inner_steps` where they fit."""
+    if inner_steps < 1:
+        raise ValueError("inner_steps_to_fit needs inner_steps >= 1")
+    if size.fits:
+        return inner_steps
+    step_s = size.interval_s / inner_steps
+    return max(inner_steps, math.ceil(size.busy_s / (size.margin * step_s) - 1e-9))

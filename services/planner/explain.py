@@ -5,7 +5,10 @@ from yeto.services.planner.candidates import Candidate
 from yeto.services.planner.request import PlanRequest
 
 
-def launch_line(req: PlanRequest, gpu: str) -> str:
+def launch_line(req: PlanRequest, gpu: str, *, sync_every: int | None = None, syncers: int | None = None) -> str:
+    """The `yeto launch` line of a plan; `sync_every`: the H the planner raised so the head keeps up (else the
+    request's own --sync-every, if any); `syncers`: the syncer processes the head's rounds need (--syncers where
+    more than the request's)."""
     parts = ["yeto launch", f"--model {req.model}", f"--gpu {gpu}", f"--data {req.data or '<DATA>'}"]
     defaults = PlanRequest(model=req.model, budget=1.0)
     for flag, attr in (("--tuning", "tuning"), ("--base-quantization", "base_quantization"),
@@ -20,6 +23,10 @@ def launch_line(req: PlanRequest, gpu: str) -> str:
         parts.append("--on-demand")
     if req.head_nodes != 1:
         parts.append(f"--head-nodes {req.head_nodes}")
+    if syncers is not None and syncers > req.num_syncers or req.num_syncers != 1:
+        parts.append(f"--syncers {max(syncers or 1, req.num_syncers)}")
+    if (h := sync_every if sync_every is not None else req.inner_steps) is not None:
+        parts.append(f"--sync-every {h}")
     return " ".join(parts)
 
 

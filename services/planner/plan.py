@@ -10,7 +10,7 @@ from typing import Any
 from yeto.infra.model_source import resolve_model
 from yeto.schemas.gpuspec import IslandSpec, format_gpu
 from yeto.schemas.head_size import HeadChoice, HeadTooSmall, choose_head, head_nodes_line, trainable_of
-from yeto.schemas.head_throughput import HeadSize, size_head
+from yeto.schemas.head_throughput import HeadSize, inner_steps_to_fit, size_head
 from yeto.schemas.memory_model import Workload
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.planner.candidates import Candidate, dedupe, over_budget, screen
@@ -72,26 +72,46 @@ def island_dict(c: Candidate) -> dict[str, Any]:
 
 
 def head_dict(h: HeadChoice, rounds: HeadSize | None = None, *, num_syncers: int = 1, nodes: int = 1,
-              given: float | None = None) -> dict[str, Any]:
-    """The head planned; `nodes` VMs of it, each at h.price(`given`) (--head-price), with what they buy."""
+              given: float | None = None, inner_steps: int | None = None, lagging: HeadSize | None = None) -> dict[str, Any]:
+    """The head planned; `nodes` VMs of it, each at h.price(`given`) (--head-price), with what they buy; its rounds at
+    `inner_steps` (H), and `lagging`, the rounds at the default H that no head kept up with, where H was raised."""
     out = {"vm": h.vm.name, "memory_gb": h.vm.memory_gb, "vcpus": h.vm.vcpus, "price_per_hour": h.vm.price_per_hour,
            "need_gb": round(h.need_gb, 1), "syncer_gb": round(h.syncer.head / 1e9, 2), "describe": h.describe(),
            "nodes": nodes, "buys": head_nodes_line(nodes, h.price(h.vm.price_per_hour if given is None else given))}
     if rounds is not None:
         out["rounds"] = {"fits": rounds.fits, "syncers": rounds.instances, "threads": rounds.cores,
                          "round_s": round(rounds.round_s, 4), "busy_s": round(rounds.busy_s, 4),
-                         "interval_s": round(rounds.interval_s, 2), "describe": rounds_sentence(rounds, num_syncers)}
+                         "interval_s": round(rounds.interval_s, 2), "sync_every": inner_steps,
+                         "describe": rounds_sentence(rounds, num_syncers, inner_steps=inner_steps, lagging=lagging)}
     return out
 
 
-def rounds_sentence(r: HeadSize, num_syncers: int) -> str:
+def rounds_sentence(r: HeadSize, num_syncers: int, *, inner_steps: int | None = None,
+                    lagging: HeadSize | None = None) -> str:
     """What the head's rounds take against the fleet's interval (schemas/head_throughput.py's model), and the
-    --syncers that keeps them inside it."""
+    --syncers that keeps them inside it; where the default H was raised so that they fit, by how much and why."""
     if not r.fits:
         return f"its rounds do not keep up: {r.reason}"
+    h = f"H {inner_steps} " if inner_steps is not None else "H "
     said = (f"{r.instances} syncer{'s' if r.instances > 1 else ''} x {r.cores} thread{'s' if r.cores > 1 else ''}: "
-            f"{r.busy_s:.3g} s of rounds per {r.interval_s:.3g} s interval of the fleet (H inner steps)")
-    return said + (f"; launch with --syncers {r.instances}" if r.instances > num_syncers else "")
+            f"{r.busy_s:.3g} s of rounds per {r.interval_s:.3g} s interval of the fleet ({h}inner steps)")
+    said += f"; launch with --syncers {r.instances}" if r.instances > num_syncers else ""
+    if lagging is not None:
+        said = (f"at the default H {SyncConfig.inner_steps} no head keeps up ({lagging.reason}), so this plan syncs every "
+                f"{inner_steps} inner steps (--sync-every {inner_steps}): " + said)
+    return said
+
+
+def head_rounds_kept_up(req: PlanRequest, w: Workload, chosen: list[Candidate]) -> tuple[HeadSize, int, HeadSize | None]:
+    """The head's rounds at the request's H; where no head keeps up at the default H, at the fewest inner steps at which
+    one does, with the rounds at the default that lagged. A given H that lags comes back as it is (not `fits`), with the
+    H that would fit."""
+    inner_steps = req.inner_steps if req.inner_steps is not None else SyncConfig.inner_steps
+    rounds = head_rounds(req, w, chosen, SyncConfig(inner_steps=inner_steps))
+    needed = inner_steps_to_fit(rounds, inner_steps)
+    if rounds.fits or req.inner_steps is not None:
+        return rounds, needed, None
+    return head_rounds(req, w, chosen, SyncConfig(inner_steps=needed)), needed, rounds
 
 
 def head_rounds(req: PlanRequest, w: Workload, chosen: list[Candidate], sync: SyncConfig) -> HeadSize:
@@ -143,7 +163,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
         if sol is None or sol.status == "INFEASIBLE" or not any(sol.counts):
             return FleetPlan(feasible=False, reason=why_not(req, cheapest), cheapest=cheapest_d, **common)
         chosen = [c for c, n in zip(cands, sol.counts) for _ in range(n)]
-        rounds = head_rounds(req, w, chosen, SyncConfig())
+        rounds, inner_steps, lagging = head_rounds_kept_up(req, w, chosen)
         try:
             head = choose_head(trainable_of(w.weights_gb, req.tuning), num_learners=len(chosen),
                                num_syncers=req.num_syncers, memory_gb=req.head_memory_gb, cores=rounds.total_cores)
@@ -153,7 +173,13 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
             break
         head_price = head.price(req.head_price) * req.head_nodes    # fewer islands then: the head needed is no larger
     assert sol is not None
-    common.update(head=head_dict(head, rounds, num_syncers=req.num_syncers, nodes=req.head_nodes, given=req.head_price),
+    if not rounds.fits:         # a given --sync-every at which no head keeps up: refused before anything is rented
+        return FleetPlan(feasible=False, reason=(
+            f"--sync-every {req.inner_steps}: no head keeps up with this fleet's rounds ({rounds.reason}); sync every "
+            f"{inner_steps} inner steps or more (--sync-every {inner_steps}), or plan fewer or slower islands"),
+            cheapest=cheapest_d, **common)
+    common.update(head=head_dict(head, rounds, num_syncers=req.num_syncers, nodes=req.head_nodes, given=req.head_price,
+                                 inner_steps=inner_steps, lagging=lagging),
                   head_price_per_hour=head.price(req.head_price) * req.head_nodes)
     specs = [IslandSpec(cloud=c.offering.cloud, gpu=c.offering.gpu, count=c.offering.count, nodes=c.nodes,
                         region=c.offering.region) for c in chosen]
@@ -161,5 +187,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
     return FleetPlan(feasible=True, islands=tuple(island_dict(c) for c in chosen),
                 islands_price_per_hour=round(sum(c.price for c in chosen), 4),
                 total_tflops=round(sum(c.tflops for c in chosen), 2), binding=sol.binding, gpu=gpu,
-                launch_command=launch_line(req, gpu), status=sol.status, gap=sol.gap,
+                launch_command=launch_line(req, gpu, sync_every=inner_steps if lagging else None,
+                                           syncers=rounds.instances if rounds.fits else None),
+                status=sol.status, gap=sol.gap,
                 solve_seconds=round(sol.solve_seconds, 4), cheapest=cheapest_d, **common)

@@ -45,6 +45,9 @@ class PlanRequest:
     is priced from schemas/head_size.py's table."""
     num_syncers: int = 1
     """syncer processes on the head (--syncers): the fragments are split over them."""
+    inner_steps: int | None = None
+    """H, inner steps between two pushes of a fragment (`yeto launch --sync-every`); None: the default (SyncConfig's),
+    which the planner raises where no head keeps up with the fleet's rounds at it (a given H it refuses instead)."""
     head_memory_gb: int | None = None
     """RAM of the head VM (--head-memory-gb); None: the smallest head type that holds the syncer."""
     head_nodes: int = 1
@@ -64,6 +67,8 @@ class PlanRequest:
             raise ValueError("--budget-per-hour and --flops must be positive")
         if self.max_islands < 1 or self.max_nodes < 1 or self.price_margin < 0:
             raise ValueError("--max-islands must be at least 1 and the price margin not negative")
+        if self.inner_steps is not None and self.inner_steps < 1:
+            raise ValueError("--sync-every must be at least 1")
         if self.num_syncers < 1 or self.head_memory_gb is not None and self.head_memory_gb < 1:
             raise ValueError("--syncers and --head-memory-gb must be at least 1")
         check_head_nodes(self.head_nodes)

@@ -6,7 +6,7 @@ import pytest
 
 from yeto.cli.main import main
 from yeto.schemas.head_size import HEAD_VMS, REST_VCPUS, choose_head, trainable_of
-from yeto.schemas.head_throughput import size_head
+from yeto.schemas.head_throughput import inner_steps_to_fit, size_head
 from yeto.services.planner.api import FIXTURE_DIR
 from yeto.services.planner.catalog import Offering, load_catalog
 from yeto.services.planner.plan import plan_fleet
@@ -79,3 +79,47 @@ def test_a_head_type_is_chosen_for_cores_as_well_as_ram():
     assert choose_head(small, num_learners=4, cores=6).vm.vcpus >= 8
     assert choose_head(small, num_learners=4, cores=1000).vm == HEAD_VMS[-1]    # the most cores there are
     assert choose_head(small, num_learners=4, memory_gb=64, cores=1000).vm.memory_gb == 64
+
+
+def test_where_no_head_keeps_up_at_the_default_h_the_plan_syncs_less_often_and_a_given_h_that_lags_is_refused(capsys):
+    # Full tuning of an 8B model on fast islands: at H 24 even 8 syncers of 8 threads take more than half the interval.
+    req = dict(model="org/m", weights_gb=16.0, tuning="full", budget=40.0, seq_len=1024)
+    plan = plan_fleet(PlanRequest(**req), CATALOG, Signals())
+    rounds = plan.head["rounds"]
+    h = rounds["sync_every"]
+    assert plan.feasible and rounds["fits"] and h > 24 and rounds["busy_s"] <= 0.5 * rounds["interval_s"]
+    assert "at the default H 24 no head keeps up" in rounds["describe"] and f"(--sync-every {h})" in rounds["describe"]
+    assert plan.launch_command.endswith(f"--syncers {rounds['syncers']} --sync-every {h}")
+    # the fewest such inner steps: one fewer and the largest head lags
+    fewer = size_head(trainable_of(16.0, "full"), fragments=8, learners=len(plan.islands), codec_up="q4", codec_down="q4",
+                      interval_s=rounds["interval_s"] / h * (h - 1))
+    assert not fewer.fits and inner_steps_to_fit(fewer, h - 1) == h
+    # that H given is planned as it is; a given H that lags is refused before renting, naming the H that fits
+    given = plan_fleet(PlanRequest(**req, inner_steps=h), CATALOG, Signals())
+    assert given.feasible and given.head["rounds"]["sync_every"] == h and "default" not in given.head["rounds"]["describe"]
+    refused = plan_fleet(PlanRequest(**req, inner_steps=24), CATALOG, Signals())
+    assert not refused.feasible and "--sync-every 24: no head keeps up" in refused.reason
+    assert f"(--sync-every {h})" in refused.reason
+    assert main(["shape", "--model", "org/m", "--weights-gb", "16", "--tuning", "full", "--budget-per-hour", "40",
+                 "--seq-len", "1024", "--catalog-dir", str(FIXTURE_DIR), "--sync-every", "24"]) == 1
+    assert f"--sync-every {h}" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--sync-every must be at least 1"):
+        PlanRequest(**req, inner_steps=0)
+    # a fleet whose head keeps up at the default keeps it, and its launch line says nothing of H
+    lora = plan_fleet(PlanRequest(model="qwen35-9b", budget=40.0), CATALOG, Signals())
+    assert lora.head["rounds"]["sync_every"] == 24 and "--sync-every" not in lora.launch_command
+
+
+def test_launch_without_gpu_syncs_at_the_h_its_plan_raised_unless_one_was_given(capsys):
+    import argparse
+
+    from yeto.cli.launch.plan import fleet_from_answer
+    plan = plan_fleet(PlanRequest(model="org/m", weights_gb=16.0, tuning="full", budget=40.0, seq_len=1024), CATALOG,
+                      Signals())
+    answer, h = {"type": "FleetPlanned", "plan": plan.to_dict()}, plan.head["rounds"]["sync_every"]
+    args = argparse.Namespace(model="org/m", price_margin=0.10, sync_every=None)
+    assert len(fleet_from_answer(args, answer)) == len(plan.islands) and args.sync_every == h > 24
+    assert f"syncing every {h} inner steps (--sync-every {h})" in capsys.readouterr().out
+    given = argparse.Namespace(model="org/m", price_margin=0.10, sync_every=h + 10)
+    fleet_from_answer(given, answer)
+    assert given.sync_every == h + 10

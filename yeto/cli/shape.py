@@ -77,6 +77,9 @@ def register(sub) -> None:
                    "(quotas, placement scores, spot prices, stock: value, age, source) and each assumption made "
                    "without one (--json always carries them, as `signals`)")
     p.add_argument("--epochs", type=float, default=1.0, help="passes over --data for the estimate (default 1)")
+    p.add_argument("--sync-every", type=int, metavar="H", help="inner steps between two pushes of a fragment, as "
+                   "`yeto launch --sync-every`: a fleet whose rounds no head keeps up with at H is refused with the H "
+                   "that would; default: 24, raised in the plan (and its launch line) where no head keeps up at it")
     p.set_defaults(func=run)
 
 
@@ -92,6 +95,7 @@ def request_from_args(args) -> PlanRequest:
         clouds=_csv(args.clouds), regions=_csv(args.regions), exclude_regions=_csv(args.exclude_regions),
         max_islands=args.max_islands, spot=args.spot, price_margin=args.price_margin, head_price=args.head_price,
         num_syncers=args.syncers or 1, head_memory_gb=args.head_memory_gb, head_nodes=args.head_nodes,
+        inner_steps=getattr(args, "sync_every", None),
         data=getattr(args, "data", None), moe=expert_parallel_config(args))
 
 

@@ -104,6 +104,20 @@ def fleet_from_answer(args, answer: dict) -> list[dict] | None:
         print(render(FleetPlan.from_dict(plan), args.model, args.price_margin))
     except TypeError:
         print(f"planned fleet: {plan.get('gpu')} at ${plan.get('total_price_per_hour', 0):.2f}/hr")
+    adopt_sync_every(args, plan)
     return [{"cloud": i["cloud"], "gpu": i["gpu"], "count": i["count"], "nodes": i["nodes"], "region": i["region"],
              "spot": i["spot"], "price_per_hour": i["price_per_hour"], "instance_type": i.get("instance_type")}
             for i in plan["islands"]]
+
+
+def adopt_sync_every(args, plan: dict) -> None:
+    """Where no head keeps up with the planned fleet's rounds at the default H, the planner raised H (its head line
+    says why): the run syncs every that many inner steps unless --sync-every was given (a given one that lags is
+    refused by the planner)."""
+    from yeto.schemas.recipe import SyncConfig
+
+    planned = ((plan.get("head") or {}).get("rounds") or {}).get("sync_every")
+    if getattr(args, "sync_every", None) is None and isinstance(planned, int) and planned != SyncConfig.inner_steps:
+        args.sync_every = planned
+        print(f"yeto launch: syncing every {planned} inner steps (--sync-every {planned}), so the head keeps up with "
+              "the planned fleet's rounds")
