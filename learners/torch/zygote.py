@@ -5,11 +5,15 @@ learner shell), meanwhile fills numba's on-disk cache with the codec kernels in 
 (learners/kernels_warm.py; not waited for: a rank's own warm-up waits for its end), then reads requests from stdin, one
 JSON object a line:
 
-    {"argv": [learner arguments], "env": {...}, "log": path, "exit_file": path, "pgid": 0 or the island's group}
+    {"argv": [learner arguments], "env": {...}, "log": path, "exit_file": path, "pgid": 0 or the island's group,
+     "module": the learner's module (MODULES; yeto.learners.torch when absent)}
 
 and answers each with `{"pid": N}` (or `{"error": why}`) on stdout. The forked child joins the process group `pgid`
 (0: a group of its own), writes its output to `log`, runs the learner with `env` as its environment and writes its
 exit status to `exit_file` (as the spawned rank's shell wrapper does; a rank killed by a signal leaves none).
+The Megatron-Core and diffusion learners are forked from here too: their processes import torch, transformers and
+peft as the torch learner's do (~4.0 of a Megatron rank's ~5.7 CPU s of imports, idle box, 2026-12-06) and their own modules
+(Megatron-Core, diffusers) in the child, after the fork.
 The zygote reaps its children and ends when its stdin closes (the launcher is gone); the children run on.
 
 Why a fork is safe here: the zygote only imports. It starts no thread (no torch op has run, so neither OpenMP's
@@ -170,6 +174,20 @@ def exit_code(err: SystemExit) -> int:
     return err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
 
 
+TORCH = "yeto.learners.torch"
+MODULES = frozenset({TORCH, "yeto.learners.megatron", "yeto.learners.diffusion"})
+"""The learners a rank forked from here may run (`python -m` of each; the launcher's list: backends/zygote.py)."""
+
+
+def learner_main(module: str):
+    """The `main(argv)` of the learner `module` (one of MODULES): the torch learner's is imported already, another's
+    module is imported here, in the forked rank."""
+    if module == TORCH:
+        return entry
+    import importlib
+    return importlib.import_module(f"{module}.__main__")
+
+
 def child(request: dict, sockets: tuple[socket.socket, ...] = ()) -> NoReturn:
     """The forked rank: its group, its output, its environment, then the learner; its status to the exit file."""
     gc.enable()         # its own objects collected; the zygote's stay frozen (fork below)
@@ -189,11 +207,12 @@ def child(request: dict, sockets: tuple[socket.socket, ...] = ()) -> NoReturn:
     if threads := os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(threads))
     np.random.seed()
-    sys.argv = [entry.__file__, *request["argv"]]
     bus_client.BEFORE_EXIT.append(lambda status: write_exit(request["exit_file"], status))   # refused by the bus
     code = 1
     try:
-        code = entry.main(request["argv"])
+        learner = learner_main(request.get("module", TORCH))
+        sys.argv = [learner.__file__, *request["argv"]]
+        code = learner.main(request["argv"])
     except SystemExit as err:
         code = exit_code(err)
     except BaseException:  # noqa: BLE001 - what an uncaught error does to a spawned rank: a traceback, status 1
@@ -231,6 +250,8 @@ def fork(request: dict, sockets: tuple[socket.socket, ...] = ()) -> dict:
         return {"error": f"the zygote runs {n} threads, more than {BLAS_THREADS}: a fork could copy a lock held"}
     if differ := env_differs(request["env"]):
         return {"error": f"the rank's environment differs from the zygote's in {', '.join(sorted(differ)[:5])}"}
+    if (module := request.get("module", TORCH)) not in MODULES:
+        return {"error": f"{module} is not a learner this zygote forks ({', '.join(sorted(MODULES))})"}
     sys.stdout.flush()
     gc.freeze()         # the child's collections skip every object made before it (and leave their pages shared)
     pid = os.fork()

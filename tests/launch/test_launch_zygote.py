@@ -13,6 +13,7 @@ import pytest
 
 from waiting import wait_for
 from yeto.learners.torch.tiny import write_chat_jsonl, write_model_dir
+from yeto.schemas.learner_contract import BACKENDS
 from yeto.services.launcher.backends.base import IslandLaunch
 from yeto.services.launcher.backends.local import LocalBackend
 from yeto.services.launcher.backends.zygote import Zygote
@@ -98,7 +99,7 @@ def test_a_killed_forked_rank_reads_as_killed_and_is_reaped(backend, tiny):
     wait_for(lambda: not Path(f"/proc/{handle}").exists(), 30, "the zygote to reap its killed child")
 
 
-def test_the_zygote_serves_only_the_torch_learner_with_its_own_environment(tmp_path):
+def test_the_zygote_serves_only_the_learners_with_its_own_environment(tmp_path):
     env = {"PATH": "/bin", "HF_HUB_OFFLINE": "1"}
     z = Zygote(env, tmp_path / "zygote.log")
     try:
@@ -106,8 +107,33 @@ def test_the_zygote_serves_only_the_torch_learner_with_its_own_environment(tmp_p
         assert z.serves(torch_argv, {**env, "YETO_NATS_CREDS": "/c", "OMP_NUM_THREADS": "2"})
         assert not z.serves(torch_argv, {**env, "HF_HUB_OFFLINE": "0"})          # read by imports: spawn instead
         assert not z.serves(torch_argv, {"PATH": "/bin"})
-        assert not z.serves([sys.executable, "-m", "yeto.learners.diffusion"], env)
+        assert z.serves([sys.executable, "-m", "yeto.learners.diffusion"], env)
+        assert z.serves([sys.executable, "-m", "yeto.learners.megatron", "--run-id", "r1"], env)
+        assert not z.serves([sys.executable, "-m", "yeto.learners.mlx"], env)
+        assert not z.serves([sys.executable, "-m", "yeto.learners.torch.zygote"], env)
         assert z.fork([sys.executable, "-c", "pass"], env, log=tmp_path / "l", exit_file=tmp_path / "e", pgid=0) is None
+    finally:
+        z.close()
+
+
+@pytest.mark.parametrize("module", ["yeto.learners.megatron", "yeto.learners.diffusion"])
+def test_a_megatron_or_diffusion_rank_is_forked_and_runs_its_own_learner(tmp_path, module):
+    """The zygote runs the requested learner's own `main` in the fork (its usage names it), not the torch learner's;
+    a module outside its list is refused, and the launcher would spawn that rank."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    z = Zygote(env, tmp_path / "zygote.log")
+    try:
+        pid = z.fork([sys.executable, "-m", module, "--help"], env, log=tmp_path / "rank.log",
+                     exit_file=tmp_path / "rank.exit", pgid=0)
+        assert pid is not None and parent(pid) in (z.proc.pid, 1)     # 1: it ended and was reaped already
+        wait_for(lambda: (tmp_path / "rank.exit").exists() or None, 120, f"the forked {module} rank to exit")
+        assert (tmp_path / "rank.exit").read_text() == "0\n"
+        usage = " ".join((tmp_path / "rank.log").read_text().split())
+        assert f"usage: {module} " in usage and BACKENDS[module.rsplit(".", 1)[1]].summary in usage, usage
+        z.proc.stdin.write(json.dumps({"argv": [], "env": env, "log": str(tmp_path / "x.log"),
+                                       "exit_file": str(tmp_path / "x.exit"), "pgid": 0, "module": "os"}) + "\n")
+        z.proc.stdin.flush()
+        assert "is not a learner this zygote forks" in json.loads(z.proc.stdout.readline())["error"]
     finally:
         z.close()
 

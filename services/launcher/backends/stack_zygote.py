@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from yeto.infra.stack import zygote as stack_zygote
-from yeto.services.launcher.backends.zygote import MODULE
+from yeto.services.launcher.backends.zygote import request, served
 
 
 class StackZygote:
@@ -32,13 +32,13 @@ class StackZygote:
         return cls(rec) if rec else None
 
     def serves(self, argv: list[str], env: dict[str, str]) -> bool:
-        return argv[1:3] == ["-m", MODULE]
+        return served(argv)
 
     def fork(self, argv: list[str], env: dict[str, str], *, log: Path, exit_file: Path, pgid: int) -> int | None:
         """The forked rank's pid, None when this rank must be spawned instead (the zygote gone, or it refused)."""
         if not self.serves(argv, env):
             return None
-        line = json.dumps({"argv": argv[3:], "env": env, "log": str(log), "exit_file": str(exit_file), "pgid": pgid})
+        line = json.dumps(request(argv, env, log=log, exit_file=exit_file, pgid=pgid))
         with self.lock:
             try:
                 return self._ask(line).get("pid")
