@@ -123,3 +123,34 @@ def test_launch_without_gpu_syncs_at_the_h_its_plan_raised_unless_one_was_given(
     given = argparse.Namespace(model="org/m", price_margin=0.10, sync_every=h + 10)
     fleet_from_answer(given, answer)
     assert given.sync_every == h + 10
+
+
+def test_a_cloud_fleet_named_with_gpu_syncs_less_often_where_no_head_keeps_up_and_a_given_h_that_lags_is_refused(capsys):
+    from argparse import Namespace
+
+    from yeto.cli.launch.cloud import head_rounds, keep_up
+    from yeto.cli.launch.cloud import size_head as size_head_vm
+    from yeto.schemas.commands import LaunchRun
+    from yeto.schemas.launch_recipe import LaunchRecipe
+    fleet = [{"cloud": "aws", "gpu": "H100", "count": 8, "nodes": 1, "region": "us-east-2", "spot": True,
+              "price_per_hour": 12.0}] * 4
+
+    def launch(tuning: str = "full", **sync) -> LaunchRun:
+        recipe = LaunchRecipe.upcast({"recipe_version": 2, "train": {"model": "org/m", "data": "d", "tuning": tuning,
+                                                                     "seq_len": 1024, "micro_batch": 1, "sync": sync}})
+        return LaunchRun(run_id="r", fleet=fleet, recipe=recipe.wire(), source="test")
+    args = Namespace(model="org/m", weights_gb=16.0, tuning="full", syncers=None, head_memory_gb=None, sync_every=None)
+    lagging = head_rounds(args, launch())
+    assert lagging is not None and not lagging.fits
+    kept = keep_up(args, launch())
+    h = LaunchRecipe.upcast(kept.recipe).train.sync.inner_steps
+    assert h == inner_steps_to_fit(lagging, 24) > 24 and head_rounds(args, kept).fits
+    assert f"syncing every {h} inner steps (--sync-every {h})" in capsys.readouterr().out
+    rounds = head_rounds(args, kept)
+    assert size_head_vm(args, kept).vm.vcpus >= min(rounds.total_cores + REST_VCPUS, HEAD_VMS[-1].vcpus)
+    with pytest.raises(ValueError, match=rf"--sync-every 24: no head keeps up .*\(--sync-every {h}\)"):
+        keep_up(Namespace(**{**vars(args), "sync_every": 24}), launch())
+    with pytest.raises(ValueError, match="--sync-every 30: no head keeps up"):
+        keep_up(args, launch(inner_steps=30))           # an H a config file set is as given
+    lora_args = Namespace(**{**vars(args), "tuning": "lora"})
+    assert keep_up(lora_args, launch("lora")).recipe == launch("lora").recipe        # LoRA's rounds keep up at H 24

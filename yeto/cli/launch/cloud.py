@@ -16,7 +16,10 @@ from yeto.infra.head import records as heads
 from yeto.infra.head.data import ship_data, ship_model, ship_parent
 from yeto.schemas.head_size import HeadChoice, choose_head, head_nodes_line, trainable_of
 from yeto.schemas.head_size import check_head_nodes as check_head_nodes_size
+from yeto.schemas.head_throughput import HeadSize, inner_steps_to_fit
+from yeto.schemas.head_throughput import size_head as size_head_rounds
 from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.recipe import SyncConfig
 from yeto.services.launcher.api import launch_head, take_down
 
 
@@ -74,14 +77,53 @@ def ship(state, launch):
 
 
 def size_head(args, launch) -> HeadChoice | None:
-    """The head VM holding the run's syncer (schemas/head_size.py), None when the model's size is unknown here;
-    HeadTooSmall, saying the numbers and what to do, when no head type does."""
+    """The head VM holding the run's syncer (schemas/head_size.py) with the cores its rounds need (head_rounds), None
+    when the model's size is unknown here; HeadTooSmall, saying the numbers and what to do, when no head type does."""
     weights = args.weights_gb or checks.known_weights_gb(args.model)
     if weights is None:
         return None
     sync = LaunchRecipe.upcast(launch.recipe).train.sync.config()
+    rounds = head_rounds(args, launch)
     return choose_head(trainable_of(weights, args.tuning), num_learners=len(launch.fleet), sync=sync,
-                       num_syncers=args.syncers or 1, memory_gb=args.head_memory_gb)
+                       num_syncers=args.syncers or 1, memory_gb=args.head_memory_gb,
+                       cores=rounds.total_cores if rounds is not None else 0)
+
+
+def head_rounds(args, launch) -> HeadSize | None:
+    """The head's rounds against the fleet's interval, H inner steps of its slowest island at the planner's step time
+    (schemas/head_throughput.py, services/planner/estimate.py: the numbers `yeto shape` and the ETA use); None when
+    the model's size is unknown here or an island is not a cloud GPU the estimate knows."""
+    from yeto.services.planner.estimate import flops_per_token, island_tflops
+
+    weights = args.weights_gb or checks.known_weights_gb(args.model)
+    if weights is None or not launch.fleet or any(i.get("cloud") == "local" for i in launch.fleet):
+        return None
+    recipe = LaunchRecipe.upcast(launch.recipe)
+    sync, per_token = recipe.train.sync.config(), flops_per_token(weights, recipe.train.tuning)
+    step_s = max(recipe.train.tokens_per_step * per_token * i.get("count", 1) * i.get("nodes", 1)
+                 / (island_tflops(i) * 1e12) for i in launch.fleet)
+    return size_head_rounds(trainable_of(weights, recipe.train.tuning), fragments=sync.num_fragments,
+                            learners=len(launch.fleet), codec_up=sync.codec_up, codec_down=sync.codec_down,
+                            interval_s=sync.inner_steps * step_s)
+
+
+def keep_up(args, launch):
+    """A cloud fleet named with --gpu against the head's rounds, before anything is rented: where no head keeps up at
+    the default H, the run syncs every H' inner steps, the fewest at which the largest head does (said in one line);
+    an H given (--sync-every, or a config file) at which none does is refused with the numbers and the H that fits."""
+    rounds = head_rounds(args, launch)
+    if rounds is None or rounds.fits:
+        return launch
+    recipe = LaunchRecipe.upcast(launch.recipe)
+    h = recipe.train.sync.inner_steps
+    needed = inner_steps_to_fit(rounds, h)
+    if getattr(args, "sync_every", None) is not None or h != SyncConfig.inner_steps:
+        raise ValueError(f"--sync-every {h}: no head keeps up with this fleet's rounds ({rounds.reason}); sync every "
+                         f"{needed} inner steps or more (--sync-every {needed}), or name fewer or slower islands")
+    print(f"yeto launch: syncing every {needed} inner steps (--sync-every {needed}): at the default H {h} no head "
+          f"keeps up with this fleet's rounds ({rounds.reason})")
+    sync = {**recipe.train.sync.model_dump(), "inner_steps": needed}
+    return launch.model_copy(update={"recipe": recipe.updated(train={"sync": sync}).wire()})
 
 
 def with_head_price(args, launch, head: HeadChoice | None = None):

@@ -219,6 +219,7 @@ def launch_run(args) -> int:
     cloud = external.on_cloud(launch.fleet)
     cloud_launch.check_head_nodes(args, rented=cloud and not named)
     if cloud and not named:            # the estimate, the plan and a move's budget count every head VM at its type's price
+        launch = cloud_launch.keep_up(args, launch)      # the head's rounds: H raised, or a given H refused, before renting
         launch = cloud_launch.with_head_price(args, launch)
     if named and cloud:
         cloud_launch.refuse_loopback(named)
