@@ -1,6 +1,7 @@
 """Loading a resolved `--model` (alias, HF id, local directory, .gguf file) with transformers: tokenizer and model."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import torch
@@ -23,18 +24,19 @@ def load_tokenizer(source: ModelSource):
     the folder that read was saved to (learners/data/gguf_tokenizer.py: the same tokenizer, without the file's walk)."""
     from transformers import AutoTokenizer
 
-    from yeto.learners.data.gguf_tokenizer import cached_folder, store
-    folder = cached_folder(source) if source.gguf_file is not None else None
-    try:
-        if folder is not None:
-            tok = AutoTokenizer.from_pretrained(str(folder))
-            tok.name_or_path = source.location
-        else:
-            tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
-            if source.gguf_file is not None:
-                store(source, tok)
-    except OSError as err:
-        raise _hub_error(source, err) from err
+    from yeto.learners.data.gguf_tokenizer import CACHE, cached_folder, store
+    with CACHE.deriving(source) if source.gguf_file is not None else contextlib.nullcontext():
+        folder = cached_folder(source) if source.gguf_file is not None else None
+        try:
+            if folder is not None:
+                tok = AutoTokenizer.from_pretrained(str(folder))
+                tok.name_or_path = source.location
+            else:
+                tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
+                if source.gguf_file is not None:
+                    store(source, tok)
+        except OSError as err:
+            raise _hub_error(source, err) from err
     if tok.pad_token is None:   # packed training never pads, but collators and generate want one
         tok.pad_token = tok.eos_token
     return tok
@@ -65,6 +67,14 @@ def _read(source: ModelSource, **kwargs):
 
 
 def _from_gguf(source: ModelSource, dtype: torch.dtype):
+    """The GGUF's model from its cached folder, or dequantized and stored there: one process of the host derives it
+    while the others (an island's ranks, the islands beside it) wait and read its folder (FolderCache.deriving)."""
+    from yeto.learners.data import gguf_model
+    with gguf_model.CACHE.deriving(source):
+        return _from_gguf_once(source, dtype)
+
+
+def _from_gguf_once(source: ModelSource, dtype: torch.dtype):
     from yeto.learners.data import gguf_model
     if (folder := gguf_model.cached_folder(source)) is not None:
         model = _read(replace(source, location=str(folder), gguf_file=None, revision=None), dtype=dtype)
