@@ -116,20 +116,20 @@ def test_the_zygote_serves_only_the_learners_with_its_own_environment(tmp_path):
         z.close()
 
 
-@pytest.mark.parametrize("module", ["yeto.learners.megatron", "yeto.learners.diffusion"])
-def test_a_megatron_or_diffusion_rank_is_forked_and_runs_its_own_learner(tmp_path, module):
+def test_megatron_and_diffusion_ranks_are_forked_and_run_their_own_learner(tmp_path):
     """The zygote runs the requested learner's own `main` in the fork (its usage names it), not the torch learner's;
-    a module outside its list is refused, and the launcher would spawn that rank."""
+    a module outside its list is refused, and the launcher would spawn that rank. One zygote forks both."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     z = Zygote(env, tmp_path / "zygote.log")
     try:
-        pid = z.fork([sys.executable, "-m", module, "--help"], env, log=tmp_path / "rank.log",
-                     exit_file=tmp_path / "rank.exit", pgid=0)
-        assert pid is not None and parent(pid) in (z.proc.pid, 1)     # 1: it ended and was reaped already
-        wait_for(lambda: (tmp_path / "rank.exit").exists() or None, 120, f"the forked {module} rank to exit")
-        assert (tmp_path / "rank.exit").read_text() == "0\n"
-        usage = " ".join((tmp_path / "rank.log").read_text().split())
-        assert f"usage: {module} " in usage and BACKENDS[module.rsplit(".", 1)[1]].summary in usage, usage
+        for module in ("yeto.learners.megatron", "yeto.learners.diffusion"):
+            log, exit_file = tmp_path / f"{module}.log", tmp_path / f"{module}.exit"
+            pid = z.fork([sys.executable, "-m", module, "--help"], env, log=log, exit_file=exit_file, pgid=0)
+            assert pid is not None and parent(pid) in (z.proc.pid, 1)     # 1: it ended and was reaped already
+            wait_for(lambda f=exit_file: f.exists() or None, 120, f"the forked {module} rank to exit")
+            assert exit_file.read_text() == "0\n"
+            usage = " ".join(log.read_text().split())
+            assert f"usage: {module} " in usage and BACKENDS[module.rsplit(".", 1)[1]].summary in usage, usage
         z.proc.stdin.write(json.dumps({"argv": [], "env": env, "log": str(tmp_path / "x.log"),
                                        "exit_file": str(tmp_path / "x.exit"), "pgid": 0, "module": "os"}) + "\n")
         z.proc.stdin.flush()
