@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow]
 RUN = "liveness"
 TURN_S = 1.0         # the syncer's data plane looks at the launcher's word at least this often (DataPlane.timeout)
 CPU_SLACK_S = 2.0    # two shared cores: the syncer, the launcher, the survivor and a replacement's start-up
-FINAL_ACK_S = 30.0   # the finalizer's default final_ack_timeout_s
+FINAL_ACK_S = 15.0   # the run's --final-ack-timeout (the default 30 s would be sat through for the frozen learner)
 DRAIN_S = 15.0       # the syncer's final cut waits at most this for pushes still in the stream (final_cut.drain)
 
 
@@ -68,7 +68,7 @@ def last_seq(s: Stack) -> int:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, material):
     s = Stack(tmp_path_factory.mktemp("liveness") / "home", material["model"], material["data"])
-    s.launch(RUN, "--max-steps", "100000")              # it ends when the test says `yeto down`
+    s.launch(RUN, "--max-steps", "100000", "--final-ack-timeout", f"{FINAL_ACK_S:g}s")   # it ends at `yeto down`
     try:
         s.wait_for(RUN, "two rounds merged from both learners",
                    lambda evs: sum({"island-0", "island-1"} <= set(e["responders"]) for e in evs) >= 2, "RoundMerged")

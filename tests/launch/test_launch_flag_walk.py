@@ -98,6 +98,7 @@ WALK: dict[str, Reach] = {      # one row per option of `yeto launch` (its longe
     "--max-time": finalizer("--max-time", "30m", field="max_time_s", want=1800.0),
     "--max-spend": finalizer("--max-spend", "3", field="max_spend", want=3.0),
     "--output": finalizer("--output", "/tmp/walk-out", field="output", want="/tmp/walk-out"),
+    "--final-ack-timeout": finalizer("--final-ack-timeout", "2m", field="final_ack_timeout_s", want=120.0),
     "--budget-per-hour": planner("--budget", "25", field="budget", want=25.0),
     "--flops": planner("--flops", "900", field="flops", want=900.0),
     "--clouds": planner("--clouds", "aws,gcp", field="clouds", want=("aws", "gcp")),
@@ -199,7 +200,8 @@ def reached(reach: Reach, material, argv: tuple[str, ...]) -> Any:
                                        last_price=starts[-1].price_per_hour), reach.field)
     if reach.where == "finalizer":     # the recipe of the run's shared view, as the finalizer folds it
         recipe = fold(None, launched).recipe
-        return getattr(SimpleNamespace(**vars(Limits.from_recipe(recipe)), output=LaunchRecipe.upcast(recipe).output),
+        return getattr(SimpleNamespace(**vars(Limits.from_recipe(recipe)), output=LaunchRecipe.upcast(recipe).output,
+                                       final_ack_timeout_s=LaunchRecipe.upcast(recipe).timeouts.final_ack_timeout_s),
                        reach.field)
     started: list[list[str]] = []      # the learner's command line, captured instead of run
 

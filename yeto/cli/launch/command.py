@@ -54,6 +54,8 @@ def register(sub) -> None:
     a("--recover-timeout", default="10m", help="a lost island not back within this is dropped (default 10m)")
     a("--heartbeat-timeout", default="5m", help="the most an island that reported progress may be silent before it is "
       "replaced; sooner once its pace says so, 60s at least (default 5m; docs/LAUNCH.md, Island health)")
+    a("--final-ack-timeout", default="30s", help="how long the final cut waits for every learner to acknowledge the "
+      "final weights before the artifact is built without the missing ones, which the manifest names (default 30s)")
     a("--lr", type=float, help="peak inner learning rate")
     a("--lora-r", type=int, help="LoRA rank")
     a("--warmup-steps", type=int)

@@ -29,6 +29,7 @@ def check_numbers(args) -> None:
     duration_s(getattr(args, "max_time", None), "--max-time")
     duration_s(getattr(args, "recover_timeout", None), "--recover-timeout")
     duration_s(getattr(args, "heartbeat_timeout", None), "--heartbeat-timeout")
+    duration_s(getattr(args, "final_ack_timeout", None), "--final-ack-timeout")
     if getattr(args, "max_islands", 1) < 1:
         raise ValueError(f"--max-islands {args.max_islands}: must be at least 1")
     check_bounds({key: getattr(args, key, None) for key in CAPS})     # the recipe's caps, before anything starts

@@ -29,7 +29,8 @@ def launch_recipe(args, *, train: dict[str, Any], data_check: dict[str, Any], cl
         "recipe_version": RECIPE_VERSION, "train": train, "data_check": data_check, "output": args.output,
         "config": recipe_flags.settings(args),
         "timeouts": {"recover_timeout_s": checks.duration_s(args.recover_timeout, "--recover-timeout"),
-                     "heartbeat_timeout_s": checks.duration_s(args.heartbeat_timeout, "--heartbeat-timeout")},
+                     "heartbeat_timeout_s": checks.duration_s(args.heartbeat_timeout, "--heartbeat-timeout"),
+                     "final_ack_timeout_s": checks.duration_s(args.final_ack_timeout, "--final-ack-timeout")},
         "prices": {"head_price_per_hour": args.head_price if cloud else 0.0,   # the budget a refused island's move keeps
                    "budget_per_hour": getattr(args, "budget", None), "price_margin": getattr(args, "price_margin", 0.10)},
         "limits": {"max_steps": args.max_steps, "max_tokens": args.max_tokens,
