@@ -101,22 +101,35 @@ def pids(ns: str) -> list[int]:
     return [int(p) for p in sh("ip", "netns", "pids", ns, check=False).split()]
 
 
+def _is_server(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "nats-server"
+    except OSError:         # gone already
+        return False
+
+
 def kill_all(*spaces: str, grace_s: float = 5.0) -> None:
     """SIGTERM, then after `grace_s` SIGKILL, everything in the namespaces, all of them at once (one grace for all: a
     learner's process may sit out the whole grace, and a world's islands and head nodes went one after the other,
-    5 s each); returns once none is left."""
+    5 s each); returns once none is left. The nats-servers are asked last, once the rest is gone (or its grace is
+    out), as `yeto stack down` stops a stack: a tape writer stopped beside its server waited out its whole drain for
+    it (infra/tape/writer.py, 5 s), and the head's supervisor with it. What outlives its SIGTERM's grace is killed."""
     left = [ns for ns in spaces if (NETNS_DIR / ns).exists()]
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        for ns in left:
-            for pid in pids(ns):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
+    for sig, wait_s, which in ((signal.SIGTERM, grace_s, lambda pid: not _is_server(pid)),
+                               (signal.SIGTERM, grace_s, _is_server), (signal.SIGKILL, 10.0, lambda pid: True)):
+        asked = [(ns, pid) for ns in left for pid in pids(ns) if which(pid)]
+        for _, pid in asked:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
         deadline = time.monotonic() + wait_s
-        while (left := [ns for ns in left if pids(ns)]) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            now = {ns: set(pids(ns)) for ns in {ns for ns, _ in asked}}
+            if not (asked := [(ns, pid) for ns, pid in asked if pid in now[ns]]):
+                break
             time.sleep(0.05)     # a process needs a moment to exit; this loop waits for its going, bounded
-        if not left:
+        if not (left := [ns for ns in left if pids(ns)]):
             return
 
 
@@ -127,10 +140,16 @@ def ns_down(world: dict, ns: str, index: int) -> None:
     sh("ip", "netns", "del", ns, check=False)
 
 
+# The test is over when its world comes down: what a process does on its way out is no longer looked at (a head's
+# service that has written an artifact took 3 s to exit after SIGTERM, 2026-12-06), so its grace is short.
+TEARDOWN_GRACE_S = 1.0
+
+
 def world_down(world: dict) -> None:
-    """Everything of the world, found by name: its namespaces (processes first), veths, the bridge, the handle."""
+    """Everything of the world, found by name: its namespaces (processes first, TEARDOWN_GRACE_S after their SIGTERM),
+    veths, the bridge, the handle."""
     spaces = [path.name for path in sorted(NETNS_DIR.glob(f"{_ns_prefix(world)}-*")) if path.name != world["root"]]
-    kill_all(*spaces)
+    kill_all(*spaces, grace_s=TEARDOWN_GRACE_S)
     for ns in spaces:
         sh("ip", "netns", "del", ns, check=False)
     for line in sh("ip", "-o", "link", "show", check=False).splitlines():
