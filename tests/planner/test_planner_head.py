@@ -117,12 +117,18 @@ def test_launch_without_gpu_syncs_at_the_h_its_plan_raised_unless_one_was_given(
     plan = plan_fleet(PlanRequest(model="org/m", weights_gb=16.0, tuning="full", budget=40.0, seq_len=1024), CATALOG,
                       Signals())
     answer, h = {"type": "FleetPlanned", "plan": plan.to_dict()}, plan.head["rounds"]["sync_every"]
-    args = argparse.Namespace(model="org/m", price_margin=0.10, sync_every=None)
+    args = argparse.Namespace(model="org/m", price_margin=0.10, sync_every=None, syncers=None)
     assert len(fleet_from_answer(args, answer)) == len(plan.islands) and args.sync_every == h > 24
     assert f"syncing every {h} inner steps (--sync-every {h})" in capsys.readouterr().out
-    given = argparse.Namespace(model="org/m", price_margin=0.10, sync_every=h + 10)
-    fleet_from_answer(given, answer)
-    assert given.sync_every == h + 10
+    assert args.syncers is None, "a stack of the user's (the planner service's answer) keeps its own syncers"
+    given = argparse.Namespace(model="org/m", price_margin=0.10, sync_every=h + 10, syncers=None)
+    fleet_from_answer(given, answer, own_head=True)     # the run's own head: the syncers its rounds need
+    n = plan.head["rounds"]["syncers"]
+    assert given.sync_every == h + 10 and given.syncers == n > 1
+    assert f"the head runs {n} syncer processes (--syncers {n})" in capsys.readouterr().out
+    mine = argparse.Namespace(model="org/m", price_margin=0.10, sync_every=None, syncers=2)
+    fleet_from_answer(mine, answer, own_head=True)
+    assert mine.syncers == 2
 
 
 def test_a_cloud_fleet_named_with_gpu_syncs_less_often_where_no_head_keeps_up_and_a_given_h_that_lags_is_refused(capsys):

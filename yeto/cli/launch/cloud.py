@@ -56,13 +56,14 @@ def refuse_loopback(url: str) -> None:
 
 def plan_here(args) -> list[dict] | None:
     """Without a stack to ask, the planner runs in this process (as `yeto shape` does); the fleet, or None."""
+    from yeto.cli.common import conf
     from yeto.cli.launch.plan import fleet_from_answer
     from yeto.cli.shape import plan_from_args
 
     plan = plan_from_args(args)
     answer = {"type": "FleetPlanned", "plan": plan.to_dict()} if plan.feasible else {"type": "FleetPlanFailed",
                                                                                        "reason": plan.reason}
-    return fleet_from_answer(args, answer)
+    return fleet_from_answer(args, answer, own_head=not conf(args).nats_url)
 
 
 def ship(state, launch):

@@ -91,8 +91,9 @@ def fleet_from_planner(args, url: str, run_id: str) -> list[dict] | None:
     return fleet_from_answer(args, asyncio.run(ask_planner(url, run_id, request_from_args(args).to_dict())))
 
 
-def fleet_from_answer(args, answer: dict) -> list[dict] | None:
-    """The planner's answer shown, and its fleet (`yeto launch` shows the plan's cost and asks once), else None."""
+def fleet_from_answer(args, answer: dict, *, own_head: bool = False) -> list[dict] | None:
+    """The planner's answer shown, and its fleet (`yeto launch` shows the plan's cost and asks once), else None;
+    `own_head`: the run rents its own head, which then runs the syncers the plan's rounds need."""
     from yeto.cli.shape import render
     from yeto.services.planner.api import FleetPlan
 
@@ -104,19 +105,25 @@ def fleet_from_answer(args, answer: dict) -> list[dict] | None:
         print(render(FleetPlan.from_dict(plan), args.model, args.price_margin))
     except TypeError:
         print(f"planned fleet: {plan.get('gpu')} at ${plan.get('total_price_per_hour', 0):.2f}/hr")
-    adopt_sync_every(args, plan)
+    adopt_sync_every(args, plan, own_head=own_head)
     return [{"cloud": i["cloud"], "gpu": i["gpu"], "count": i["count"], "nodes": i["nodes"], "region": i["region"],
              "spot": i["spot"], "price_per_hour": i["price_per_hour"], "instance_type": i.get("instance_type")}
             for i in plan["islands"]]
 
 
-def adopt_sync_every(args, plan: dict) -> None:
+def adopt_sync_every(args, plan: dict, *, own_head: bool = False) -> None:
     """Where no head keeps up with the planned fleet's rounds at the default H, the planner raised H (its head line
     says why): the run syncs every that many inner steps unless --sync-every was given (a given one that lags is
-    refused by the planner)."""
+    refused by the planner). A head the run rents (`own_head`) runs the syncer processes the rounds need, unless
+    --syncers was given; a stack of the user's keeps its own."""
     from yeto.schemas.recipe import SyncConfig
 
-    planned = ((plan.get("head") or {}).get("rounds") or {}).get("sync_every")
+    rounds = (plan.get("head") or {}).get("rounds") or {}
+    syncers = rounds.get("syncers") if rounds.get("fits") else None
+    if own_head and getattr(args, "syncers", None) is None and isinstance(syncers, int) and syncers > 1:
+        args.syncers = syncers
+        print(f"yeto launch: the head runs {syncers} syncer processes (--syncers {syncers}), so its rounds keep up")
+    planned = rounds.get("sync_every")
     if getattr(args, "sync_every", None) is None and isinstance(planned, int) and planned != SyncConfig.inner_steps:
         args.sync_every = planned
         print(f"yeto launch: syncing every {planned} inner steps (--sync-every {planned}), so the head keeps up with "
