@@ -147,3 +147,11 @@ def inner_steps_to_fit(size: HeadSize, inner_steps: int) -> int:
         return inner_steps
     step_s = size.interval_s / inner_steps
     return max(inner_steps, math.ceil(size.busy_s / (size.margin * step_s) - 1e-9))
+
+
+def lag_refusal(size: HeadSize, inner_steps: int, fix: str) -> str:
+    """Why a fleet whose rounds no head keeps up with at a given H (`inner_steps`) is refused, with the H that fits;
+    `fix`: the verb for the other way out ("plan" or "name" fewer or slower islands)."""
+    needed = inner_steps_to_fit(size, inner_steps)
+    return (f"--sync-every {inner_steps}: no head keeps up with this fleet's rounds ({size.reason}); sync every {needed} "
+            f"inner steps or more (--sync-every {needed}), or {fix} fewer or slower islands")

@@ -25,6 +25,9 @@ class BackendInfo:
     """One line for --help: where it runs."""
     joinable: bool = True
     """Whether `yeto join --backend` offers it (a machine outside the fleet joining a run's external slot)."""
+    forkable: bool = True
+    """Whether the launcher's pre-imported learner (learners/torch/zygote.py) forks its CPU ranks: a learner that
+    imports torch, transformers and peft as the torch learner does, and its own modules after the fork."""
 
     @property
     def module(self) -> str:
@@ -34,12 +37,16 @@ class BackendInfo:
 # The first backend of a model_kind is the one the launcher starts for it.
 BACKENDS: dict[str, BackendInfo] = {b.name: b for b in (
     BackendInfo("torch", "lm", "PyTorch: CUDA, Ascend or CPU; several ranks as DDP replicas or FSDP2 shards"),
-    BackendInfo("mlx", "lm", "MLX: Apple silicon's GPU; MLX's CPU backend elsewhere; one rank"),
+    BackendInfo("mlx", "lm", "MLX: Apple silicon's GPU; MLX's CPU backend elsewhere; one rank", forkable=False),
     BackendInfo("diffusion", "diffusion", "Diffusers LoRA on a text-to-image denoiser (PyTorch); one rank",
                 joinable=False),
     BackendInfo("megatron", "lm", "Megatron-Core: a Mixtral-style MoE, its experts split over the island's ranks "
                 "(expert parallelism; gloo on the CPU)", joinable=False),
 )}
+
+
+FORKED = frozenset(b.module for b in BACKENDS.values() if b.forkable)
+"""The learner modules whose CPU ranks the zygote forks (learners/torch/zygote.py; the launcher's backends/zygote.py)."""
 
 
 def backend(name: str) -> BackendInfo:

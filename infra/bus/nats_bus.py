@@ -52,10 +52,12 @@ SERVER_TRY_S = 2.0      # one try at one server of the URL
 OPEN_FOR_S = 120.0
 
 
-async def _ride_out(call: Callable[[], Awaitable[T]], what: str) -> T:
-    """`call()`, tried again with backoff while its errors are retryable, up to OPEN_FOR_S."""
+async def _ride_out(call: Callable[[], Awaitable[T]], what: str, *, for_s: float = OPEN_FOR_S, delay: float = 0.25,
+                    max_delay: float = 2.0, say: bool = True) -> T:
+    """`call()`, tried again with doubling pauses (`delay` up to `max_delay`) while its errors are retryable, for up to
+    `for_s`; each retry said in a line unless `say` is False (a publish retries quietly)."""
     loop = asyncio.get_running_loop()
-    deadline, delay = loop.time() + OPEN_FOR_S, 0.25
+    deadline = loop.time() + for_s
     while True:
         try:
             return await call()
@@ -63,11 +65,12 @@ async def _ride_out(call: Callable[[], Awaitable[T]], what: str) -> T:
             if not retryable(e):
                 raise
             if loop.time() > deadline:
-                raise ConnectionError(f"{what}: no answer for {OPEN_FOR_S:.0f}s ({e!r}): is the NATS server (or a majority "
+                raise ConnectionError(f"{what}: no answer for {for_s:.0f}s ({e!r}): is the NATS server (or a majority "
                                       "of the head's cluster) up?") from e
-            log.info("%s: not opened yet (%r); trying again in %.2fs", what, e, delay)
+            if say:
+                log.info("%s: not opened yet (%r); trying again in %.2fs", what, e, delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            delay = min(delay * 2, max_delay)
 
 
 class CredentialRefused(ConnectionError):
@@ -177,20 +180,10 @@ class NatsBus:
         hdrs = dict(headers or {})
         if msg_id:
             hdrs["Nats-Msg-Id"] = msg_id
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + retry_for, 0.05
-        while True:
-            try:
-                ack = await self.js.publish(subject, payload, headers=hdrs or None)
-                self.num_acked += 1
-                return ack.seq
-            except Exception as e:
-                if not retryable(e):
-                    raise
-                if loop.time() > deadline:
-                    raise ConnectionError(f"publish to {subject} failed for {retry_for:.0f}s: {e!r}") from e
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+        ack = await _ride_out(lambda: self.js.publish(subject, payload, headers=hdrs or None), f"publish to {subject}",
+                              for_s=retry_for, delay=0.05, max_delay=1.0, say=False)
+        self.num_acked += 1
+        return ack.seq
 
     async def consumer(self, subjects: Sequence[str], *, durable: str | None = None, after_seq: int = 0,
                        ack: bool = True, ack_wait_s: float = 60.0, max_deliver: int = -1,

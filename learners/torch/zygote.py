@@ -154,6 +154,7 @@ def conversion_mappings() -> None:
 conversion_mappings()
 from yeto.learners.torch import __main__ as entry  # noqa: E402
 from yeto.learners.transport import logs_setup  # noqa: E402,F401
+from yeto.schemas.learner_contract import FORKED, backend  # noqa: E402
 
 
 def reap(*_: object) -> None:
@@ -174,9 +175,9 @@ def exit_code(err: SystemExit) -> int:
     return err.code if isinstance(err.code, int) else (0 if err.code is None else 1)
 
 
-TORCH = "yeto.learners.torch"
-MODULES = frozenset({TORCH, "yeto.learners.megatron", "yeto.learners.diffusion"})
-"""The learners a rank forked from here may run (`python -m` of each; the launcher's list: backends/zygote.py)."""
+TORCH = backend("torch").module
+MODULES = FORKED
+"""The learners a rank forked from here may run (`python -m` of each): the registry's forkable backends."""
 
 
 def learner_main(module: str):

@@ -12,6 +12,7 @@ from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus import nats_watch_maker
 from yeto.infra.model_source import resolve_model
 from yeto.infra.runner import ServiceSpec, StateCodec
+from yeto.infra.settings import seconds_from_env
 from yeto.schemas.capacity import MAX_ISLANDS, Capacity
 from yeto.schemas.commands import LaunchRun
 from yeto.schemas.launch_recipe import LaunchRecipe
@@ -43,15 +44,7 @@ def host_capacity() -> Capacity:
 def silence_floor_s() -> float:
     """The least silence bound of an island that showed its pace ($YETO_SILENCE_FLOOR_S, default liveness.FLOOR_S 60 s):
     a head whose islands are near and quiet may replace a frozen one sooner (docs/CONFIG.md)."""
-    raw = os.environ.get("YETO_SILENCE_FLOOR_S")
-    try:
-        floor = FLOOR_S if raw is None else float(raw)
-    except ValueError:
-        floor = -1.0
-    if not floor > 0:                     # nan too
-        log.warning("YETO_SILENCE_FLOOR_S=%r is not a positive number of seconds; using %g", raw, FLOOR_S)
-        return FLOOR_S
-    return floor
+    return seconds_from_env("YETO_SILENCE_FLOOR_S", FLOOR_S, log)
 
 
 def host_fit(cmd: LaunchRun) -> str | None:

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from yeto.schemas.head_size import trainable_of
+from yeto.schemas.head_throughput import HeadSize, size_head
 from yeto.schemas.launch_recipe import LaunchRecipe
+from yeto.schemas.recipe import SyncConfig
 from yeto.schemas.run_view import RunView
 from yeto.services.planner.gpus import GPUS, spot_goodput
 
@@ -66,15 +69,29 @@ def island_tflops(entry: dict[str, Any]) -> float:
     return devices * spec.peak_bf16_tflops * spec.mfu * goodput
 
 
+def step_seconds(tokens_per_step: float, per_token: float, entry: dict[str, Any]) -> float:
+    """One inner step of an island: every rank steps over `tokens_per_step`, so a step's time is its FLOPs over one
+    device's effective TFLOPs, whatever the island's size."""
+    return tokens_per_step * per_token / (island_tflops(entry) / (entry.get("count", 1) * entry.get("nodes", 1)) * 1e12)
+
+
+def fleet_rounds(weights_gb: float, tuning: str, tokens_per_step: float, fleet: list[dict[str, Any]],
+                 sync: SyncConfig) -> HeadSize:
+    """The head's rounds for a fleet (schemas/head_throughput.py): the interval is H inner steps of its slowest island
+    at this module's step time, the numbers the ETA uses. `yeto shape` (services/planner/plan.py) and `yeto launch
+    --gpu` (yeto/cli/launch/cloud.py) size the head with it."""
+    step_s = max(step_seconds(tokens_per_step, flops_per_token(weights_gb, tuning), e) for e in fleet)
+    return size_head(trainable_of(weights_gb, tuning), fragments=sync.num_fragments, learners=len(fleet),
+                     codec_up=sync.codec_up, codec_down=sync.codec_down, interval_s=sync.inner_steps * step_s)
+
+
 def plan_estimate(fleet: list[dict[str, Any]], recipe: LaunchRecipe, *, weights_gb: float | None) -> Estimate | None:
     """The run's time and cost before it starts; None when the model's size is unknown here (--weights-gb)."""
     if weights_gb is None or not fleet:
         return None
     t, limits = recipe.train, recipe.limits
     per_token = flops_per_token(weights_gb, t.tuning)
-    # every rank of an island steps over tokens_per_step, so a step's time does not depend on the island's size
-    step_s = max(t.tokens_per_step * per_token / (island_tflops(e) / (e.get("count", 1) * e.get("nodes", 1)) * 1e12)
-                 for e in fleet)
+    step_s = max(step_seconds(t.tokens_per_step, per_token, e) for e in fleet)
     start = START_S["local" if all(e.get("cloud") == "local" for e in fleet) else "cloud"]
     ends = [steps * step_s for steps in [max_steps(recipe)] if steps]
     if limits.max_tokens:

@@ -23,8 +23,8 @@ def launch_line(req: PlanRequest, gpu: str, *, sync_every: int | None = None, sy
         parts.append("--on-demand")
     if req.head_nodes != 1:
         parts.append(f"--head-nodes {req.head_nodes}")
-    if syncers is not None and syncers > req.num_syncers or req.num_syncers != 1:
-        parts.append(f"--syncers {max(syncers or 1, req.num_syncers)}")
+    if (n := max(syncers or 1, req.num_syncers)) != 1:
+        parts.append(f"--syncers {n}")
     if (h := sync_every if sync_every is not None else req.inner_steps) is not None:
         parts.append(f"--sync-every {h}")
     return " ".join(parts)

@@ -10,12 +10,12 @@ from typing import Any
 from yeto.infra.model_source import resolve_model
 from yeto.schemas.gpuspec import IslandSpec, format_gpu
 from yeto.schemas.head_size import HeadChoice, HeadTooSmall, choose_head, head_nodes_line, trainable_of
-from yeto.schemas.head_throughput import HeadSize, inner_steps_to_fit, size_head
+from yeto.schemas.head_throughput import HeadSize, inner_steps_to_fit, lag_refusal
 from yeto.schemas.memory_model import Workload
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.planner.candidates import Candidate, dedupe, over_budget, screen
 from yeto.services.planner.catalog import Offering
-from yeto.services.planner.estimate import flops_per_token, island_tflops
+from yeto.services.planner.estimate import fleet_rounds
 from yeto.services.planner.expert_memory import moe_split
 from yeto.services.planner.explain import launch_line, why_not
 from yeto.services.planner.request import PlanRequest
@@ -103,25 +103,21 @@ def rounds_sentence(r: HeadSize, num_syncers: int, *, inner_steps: int | None = 
 
 
 def head_rounds_kept_up(req: PlanRequest, w: Workload, chosen: list[Candidate]) -> tuple[HeadSize, int, HeadSize | None]:
-    """The head's rounds at the request's H; where no head keeps up at the default H, at the fewest inner steps at which
-    one does, with the rounds at the default that lagged. A given H that lags comes back as it is (not `fits`), with the
-    H that would fit."""
+    """The head's rounds and the H they are at: the request's H; where no head keeps up at the default H, the fewest
+    inner steps at which one does, with the rounds at the default that lagged. A given H that lags comes back as it is
+    (not `fits`)."""
     inner_steps = req.inner_steps if req.inner_steps is not None else SyncConfig.inner_steps
     rounds = head_rounds(req, w, chosen, SyncConfig(inner_steps=inner_steps))
-    needed = inner_steps_to_fit(rounds, inner_steps)
     if rounds.fits or req.inner_steps is not None:
-        return rounds, needed, None
+        return rounds, inner_steps, None
+    needed = inner_steps_to_fit(rounds, inner_steps)
     return head_rounds(req, w, chosen, SyncConfig(inner_steps=needed)), needed, rounds
 
 
 def head_rounds(req: PlanRequest, w: Workload, chosen: list[Candidate], sync: SyncConfig) -> HeadSize:
     """The head's compute for this fleet: the interval is H inner steps of the slowest island at the planner's
     throughput model (estimate.py, the same numbers as the ETA)."""
-    per_token = flops_per_token(w.weights_gb, req.tuning)
-    step_s = max(req.seq_len * req.micro_batch * per_token * c.offering.count * c.nodes / (island_tflops(island_dict(c)) * 1e12)
-                 for c in chosen)
-    return size_head(trainable_of(w.weights_gb, req.tuning), fragments=sync.num_fragments, learners=len(chosen),
-                     codec_up=sync.codec_up, codec_down=sync.codec_down, interval_s=sync.inner_steps * step_s)
+    return fleet_rounds(w.weights_gb, req.tuning, req.seq_len * req.micro_batch, [island_dict(c) for c in chosen], sync)
 
 
 def workload_of(req: PlanRequest) -> Workload:
@@ -174,10 +170,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
         head_price = head.price(req.head_price) * req.head_nodes    # fewer islands then: the head needed is no larger
     assert sol is not None
     if not rounds.fits:         # a given --sync-every at which no head keeps up: refused before anything is rented
-        return FleetPlan(feasible=False, reason=(
-            f"--sync-every {req.inner_steps}: no head keeps up with this fleet's rounds ({rounds.reason}); sync every "
-            f"{inner_steps} inner steps or more (--sync-every {inner_steps}), or plan fewer or slower islands"),
-            cheapest=cheapest_d, **common)
+        return FleetPlan(feasible=False, reason=lag_refusal(rounds, inner_steps, "plan"), cheapest=cheapest_d, **common)
     common.update(head=head_dict(head, rounds, num_syncers=req.num_syncers, nodes=req.head_nodes, given=req.head_price,
                                  inner_steps=inner_steps, lagging=lagging),
                   head_price_per_hour=head.price(req.head_price) * req.head_nodes)

@@ -12,7 +12,6 @@ in sky_tasks.py (the head's too).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from yeto.infra.bus import auth as bus_auth
 from yeto.infra.run_paths import run_path
+from yeto.infra.settings import seconds_from_env
 from yeto.infra.stack import StackPaths, read_record
 from yeto.services.launcher.backends.base import IslandLaunch, IslandRef, IslandStatus
 from yeto.services.launcher.backends.sky_api import ManagedJob, SkyApi, sky_api
@@ -49,15 +49,7 @@ def queue_max_age_s() -> float:
     """How old the queue read may get ($YETO_SKY_QUEUE_S, default QUEUE_MAX_AGE_S 15 s): each read is a call through
     SkyPilot's API server, so a head never needs it sooner; the cloud rehearsal (tests/cloud) lowers it, its islands
     ending on this machine the moment their process does."""
-    raw = os.environ.get(QUEUE_ENV)
-    try:
-        age = QUEUE_MAX_AGE_S if raw is None else float(raw)
-    except ValueError:
-        age = -1.0
-    if not age > 0:                       # nan too
-        log.warning("%s=%r is not a positive number of seconds; using %g", QUEUE_ENV, raw, QUEUE_MAX_AGE_S)
-        return QUEUE_MAX_AGE_S
-    return age
+    return seconds_from_env(QUEUE_ENV, QUEUE_MAX_AGE_S, log)
 
 
 class SkyPilotBackend:

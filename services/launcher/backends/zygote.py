@@ -12,8 +12,10 @@ import sys
 import threading
 from pathlib import Path
 
-MODULES = frozenset({"yeto.learners.torch", "yeto.learners.megatron", "yeto.learners.diffusion"})
-"""The learners (`python -m` modules) a rank forked from the zygote may run: learners/torch/zygote.py's MODULES."""
+from yeto.schemas.learner_contract import FORKED
+
+MODULES = FORKED
+"""The learners (`python -m` modules) a rank forked from the zygote may run: the registry's forkable backends."""
 ZYGOTE = "yeto.learners.torch.zygote"
 PER_RANK = frozenset({"YETO_NATS_CREDS", "OMP_NUM_THREADS"})
 """The variables a forked rank may have other than the zygote's (both read after the imports: the credential at

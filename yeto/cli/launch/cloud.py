@@ -16,8 +16,7 @@ from yeto.infra.head import records as heads
 from yeto.infra.head.data import ship_data, ship_model, ship_parent
 from yeto.schemas.head_size import HeadChoice, choose_head, head_nodes_line, trainable_of
 from yeto.schemas.head_size import check_head_nodes as check_head_nodes_size
-from yeto.schemas.head_throughput import HeadSize, inner_steps_to_fit
-from yeto.schemas.head_throughput import size_head as size_head_rounds
+from yeto.schemas.head_throughput import HeadSize, inner_steps_to_fit, lag_refusal
 from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.recipe import SyncConfig
 from yeto.services.launcher.api import launch_head, take_down
@@ -91,21 +90,15 @@ def size_head(args, launch) -> HeadChoice | None:
 
 
 def head_rounds(args, launch) -> HeadSize | None:
-    """The head's rounds against the fleet's interval, H inner steps of its slowest island at the planner's step time
-    (schemas/head_throughput.py, services/planner/estimate.py: the numbers `yeto shape` and the ETA use); None when
-    the model's size is unknown here or an island is not a cloud GPU the estimate knows."""
-    from yeto.services.planner.estimate import flops_per_token, island_tflops
+    """The head's rounds against the fleet's interval (services/planner/estimate.py `fleet_rounds`: the numbers `yeto
+    shape` and the ETA use); None when the model's size is unknown here or an island is local."""
+    from yeto.services.planner.estimate import fleet_rounds
 
     weights = args.weights_gb or checks.known_weights_gb(args.model)
     if weights is None or not launch.fleet or any(i.get("cloud") == "local" for i in launch.fleet):
         return None
-    recipe = LaunchRecipe.upcast(launch.recipe)
-    sync, per_token = recipe.train.sync.config(), flops_per_token(weights, recipe.train.tuning)
-    step_s = max(recipe.train.tokens_per_step * per_token * i.get("count", 1) * i.get("nodes", 1)
-                 / (island_tflops(i) * 1e12) for i in launch.fleet)
-    return size_head_rounds(trainable_of(weights, recipe.train.tuning), fragments=sync.num_fragments,
-                            learners=len(launch.fleet), codec_up=sync.codec_up, codec_down=sync.codec_down,
-                            interval_s=sync.inner_steps * step_s)
+    train = LaunchRecipe.upcast(launch.recipe).train
+    return fleet_rounds(weights, train.tuning, train.tokens_per_step, launch.fleet, train.sync.config())
 
 
 def keep_up(args, launch):
@@ -117,10 +110,9 @@ def keep_up(args, launch):
         return launch
     recipe = LaunchRecipe.upcast(launch.recipe)
     h = recipe.train.sync.inner_steps
-    needed = inner_steps_to_fit(rounds, h)
     if getattr(args, "sync_every", None) is not None or h != SyncConfig.inner_steps:
-        raise ValueError(f"--sync-every {h}: no head keeps up with this fleet's rounds ({rounds.reason}); sync every "
-                         f"{needed} inner steps or more (--sync-every {needed}), or name fewer or slower islands")
+        raise ValueError(lag_refusal(rounds, h, "name"))
+    needed = inner_steps_to_fit(rounds, h)
     print(f"yeto launch: syncing every {needed} inner steps (--sync-every {needed}): at the default H {h} no head "
           f"keeps up with this fleet's rounds ({rounds.reason})")
     sync = {**recipe.train.sync.model_dump(), "inner_steps": needed}

@@ -105,13 +105,13 @@ def fleet_from_answer(args, answer: dict, *, own_head: bool = False) -> list[dic
         print(render(FleetPlan.from_dict(plan), args.model, args.price_margin))
     except TypeError:
         print(f"planned fleet: {plan.get('gpu')} at ${plan.get('total_price_per_hour', 0):.2f}/hr")
-    adopt_sync_every(args, plan, own_head=own_head)
+    adopt_head_plan(args, plan, own_head=own_head)
     return [{"cloud": i["cloud"], "gpu": i["gpu"], "count": i["count"], "nodes": i["nodes"], "region": i["region"],
              "spot": i["spot"], "price_per_hour": i["price_per_hour"], "instance_type": i.get("instance_type")}
             for i in plan["islands"]]
 
 
-def adopt_sync_every(args, plan: dict, *, own_head: bool = False) -> None:
+def adopt_head_plan(args, plan: dict, *, own_head: bool = False) -> None:
     """Where no head keeps up with the planned fleet's rounds at the default H, the planner raised H (its head line
     says why): the run syncs every that many inner steps unless --sync-every was given (a given one that lags is
     refused by the planner). A head the run rents (`own_head`) runs the syncer processes the rounds need, unless
