@@ -146,3 +146,14 @@ def group_has_ours(pgid: int, members: dict[int, float]) -> bool:
     if alive(pgid) and not same_start(pgid, members.get(pgid)):
         return False
     return bool(group_members(pgid))
+
+
+def reap_children() -> None:
+    """Collect this process's children that exited, so none lingers as a zombie (a zombie reads as dead to `alive`)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

@@ -27,8 +27,8 @@ from yeto.infra.nats.server import ensure_streams
 from yeto.infra.run_paths import run_path
 from yeto.infra.stack import forkserver
 from yeto.infra.stack import zygote as stack_zygote
+from yeto.infra.stack.components import WATCHDOG, component_commands, placed, spawn, watchdog_by_default, watchdog_command
 from yeto.infra.stack.components import alive_in as _alive
-from yeto.infra.stack.components import component_commands, placed, spawn
 from yeto.infra.stack.servers import head_nodes, head_server, local_url, restart_nodes, servers_for
 from yeto.infra.stack.stop import stop_components, stop_islands
 
@@ -102,15 +102,16 @@ def _commands(rec: dict, paths: StackPaths, url: str) -> dict[str, list[str]]:
     is answered from (the writers serve one queue group). Each syncer shard runs with --lease and a standby on the next
     node takes its lease over when its VM is lost."""
     cmds = component_commands(url, paths.root, paths.db, rec.get("syncers", 1), 2 if rec.get("cluster", 1) > 1 else 1)
+    keeper = {WATCHDOG: watchdog_command(paths.root)} if rec.get(WATCHDOG) else {}   # one on every node
     if not rec.get("peers"):
-        return cmds
+        return cmds | keeper
     follower = [sys.executable, "-m", "yeto.infra.head.credentials", "--nats-url", url, "--state-dir", str(paths.root),
                 "--run-id", rec["run_id"]]
     cmds["tape-1"] = [*cmds["tape"], "--consumer", "tape-1"]     # a second tape, its own consumer, on another VM's disk
     for name in [n for n in cmds if n == "syncer" or n.startswith("syncer-")]:     # each shard leased, a standby beside
         cmds[name] = [*cmds[name], "--lease", "--lease-node", f"yeto-{rec['node']}"]  # (services/syncer/lease.py)
         cmds[f"{name}-standby"] = [*cmds[name], "--instance", f"{name}-standby"]
-    return placed(cmds, rec["node"], len(rec["peers"])) | {"credentials": follower}
+    return placed(cmds, rec["node"], len(rec["peers"])) | {"credentials": follower} | keeper
 
 
 def operator_env(root: Path, rec: dict) -> dict[str, str]:
@@ -132,7 +133,7 @@ async def _ensure_streams(url: str) -> None:
 
 def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: list[str] | None = None,
        syncers: int | None = None, cluster: int | None = None, node: int | None = None, peers: list[str] | None = None,
-       before_components: Callable[[str], None] | None = None) -> dict:
+       before_components: Callable[[str], None] | None = None, watch: bool | None = None) -> dict:
     """Start the stack if it is not running (idempotent); returns the record of what runs.
     `head_run` starts a head VM's stack instead: TLS and credentials for that run, on all interfaces.
     `syncers` > 1 runs the syncer as that many shards, each owning the fragments p with p % N == K; `cluster` N >= 3
@@ -141,7 +142,9 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     state_dir last ran, else 1. `before_components(url)` runs once the streams exist and before any component
     starts, on a fresh start only (a replacement head republishes its mirror there: infra/head/restore.py).
     `node` K and `peers` (every node's address, in node order): a head whose nodes run on machines of their own; this
-    machine runs node K alone, routed to the others, and its share of the components (docs/CLUSTER.md)."""
+    machine runs node K alone, routed to the others, and its share of the components (docs/CLUSTER.md).
+    `watch`: run the watchdog (infra/stack/watchdog.py), which starts again a component that dies; None: as the stack
+    under state_dir last ran, else on unless $YETO_WATCHDOG is 0."""
     if peers is not None:
         natscluster.check_size(len(peers))
         if not head_run or node is None or not 0 <= node < len(peers) or cluster not in (None, len(peers)):
@@ -155,12 +158,12 @@ def up(state_dir: Path, *, port: int = 0, head_run: str | None = None, hosts: li
     paths = StackPaths(Path(state_dir))
     with locked(paths):
         return _up(paths, port=port, head_run=head_run, hosts=hosts, syncers=syncers, cluster=cluster, node=node,
-                   peers=peers, before_components=before_components)
+                   peers=peers, before_components=before_components, watch=watch)
 
 
 def _up(paths: StackPaths, *, port: int, head_run: str | None, hosts: list[str] | None, syncers: int | None,
         cluster: int | None, node: int | None, peers: list[str] | None,
-        before_components: Callable[[str], None] | None) -> dict:
+        before_components: Callable[[str], None] | None, watch: bool | None = None) -> dict:
     """`up` with the record's lock held."""
     rec = read_record(paths)
     if rec and _serving(rec):
@@ -168,6 +171,9 @@ def _up(paths: StackPaths, *, port: int, head_run: str | None, hosts: list[str] 
             if want is not None and want != rec.get(key, 1):
                 raise ValueError(f"the stack under {paths.root} runs with {flag} {rec.get(key, 1)}; "
                                  f"`yeto stack down` first to change {flag}")
+        if watch is not None and watch != bool(rec.get(WATCHDOG)):
+            raise ValueError(f"the stack under {paths.root} runs {'with' if rec.get(WATCHDOG) else 'without'} its "
+                             f"watchdog; `yeto stack down` first to change --no-watchdog")
         restart_nodes(paths, rec)
         env = component_env(paths.root, rec)
         for name, cmd in _commands(rec, paths, rec["url"]).items():  # restart any component that died
@@ -185,14 +191,14 @@ def _up(paths: StackPaths, *, port: int, head_run: str | None, hosts: list[str] 
     forker = forkserver.start(paths.logs / "forkserver.log")    # the services' imports, once, beside nats-server's start
     try:
         return _fresh(paths, rec, forker, early, port=port, head_run=head_run, hosts=hosts, syncers=syncers,
-                      cluster=cluster, node=node, peers=peers, before_components=before_components)
+                      cluster=cluster, node=node, peers=peers, before_components=before_components, watch=watch)
     finally:
         forkserver.stop(forker)      # it answered and ended, or the start failed before the components
 
 
 def _fresh(paths: StackPaths, rec: dict | None, forker: subprocess.Popen | None, early: dict | None, *, port: int,
            head_run: str | None, hosts: list[str] | None, syncers: int | None, cluster: int | None, node: int | None,
-           peers: list[str] | None, before_components: Callable[[str], None] | None) -> dict:
+           peers: list[str] | None, before_components: Callable[[str], None] | None, watch: bool | None = None) -> dict:
     """`up`'s start of a stack that does not run: nats-server, the streams, then every component not still running
     (forked by `forker`, infra/stack/forkserver.py, where it can)."""
     prev_port = rec["port"] if rec else 0
@@ -225,22 +231,24 @@ def _fresh(paths: StackPaths, rec: dict | None, forker: subprocess.Popen | None,
             procs.signal_if_ours(pid, rec.get("started_at", {}).get(n))
         survivors = {}
     syncers = syncers or (rec or {}).get("syncers", 1)
+    if watch is None:
+        watch = bool(prev[WATCHDOG]) if WATCHDOG in prev else watchdog_by_default()
     new |= {"port": first.port, "pids": pids, "started_at": started, "started": time.time(), "syncers": syncers,
-            "cluster": size, "nodes": natscluster.node_ports(servers)}
+            "cluster": size, "nodes": natscluster.node_ports(servers), WATCHDOG: watch}
     if peers:
         new |= {"node": node, "peers": peers, "run_id": head_run}
     cmds = _commands(new, paths, url)
     for name in survivors.keys() & cmds.keys():
         pids[name], started[name] = survivors[name], prev["started_at"][name]
     fresh = {name: cmd for name, cmd in cmds.items() if name not in survivors}
+    if early:       # started first of all: recorded at once (a reader between the two writes saw no zygote)
+        pids[stack_zygote.NAME], started[stack_zygote.NAME] = early["pid"], early["started_at"]
     # Recorded before any component starts: a component acts as soon as it is up (a forked one at once, a head's run
     # may be waiting on the bus already) and reads the record for the certificate its islands pin and the servers it
     # reloads after issuing a credential (`_write_record`'s docstring).
     _write_record(paths, new)
     for name, (pid, at) in forkserver.fork_all(forker, fresh, paths.logs, component_env(paths.root, new)).items():
         pids[name], started[name] = pid, at
-    if early:
-        pids[stack_zygote.NAME], started[stack_zygote.NAME] = early["pid"], early["started_at"]
     _write_record(paths, new)
     return new
 

@@ -14,6 +14,17 @@ from yeto.schemas.subjects import SERVICES
 # instances of one shard would split its pushes between two merges (one per shard instead, `--syncers N`), nor the
 # tape writer (DuckDB has one writer).
 SCALABLE = ("planner", "launcher", "finalizer")
+WATCHDOG = "watchdog"           # the component that starts the others again (infra/stack/watchdog.py)
+WATCHDOG_ENV = "YETO_WATCHDOG"  # 0: stacks start without it (`yeto stack up --no-watchdog`)
+
+
+def watchdog_command(root: Path) -> list[str]:
+    """Not imported by the package: `python -m` runs the module as __main__ (runpy warns of one imported first)."""
+    return [sys.executable, "-m", "yeto.infra.stack.watchdog", "--state-dir", str(root)]
+
+
+def watchdog_by_default() -> bool:
+    return os.environ.get(WATCHDOG_ENV, "1") != "0"
 
 
 def component_commands(url: str, root: Path, db: Path, syncers: int = 1, instances: int = 1) -> dict[str, list[str]]:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable
 
+from yeto.infra import procs
 from yeto.infra.bus.nats_watch_maker import drop_watches
 from yeto.infra.runner import Context, Retry
 from yeto.schemas.base import Message, derive_id
@@ -122,10 +122,4 @@ class Effects:
 
 def _reap() -> None:
     """Collect exited learner children of this process so they do not linger as zombies."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    procs.reap_children()

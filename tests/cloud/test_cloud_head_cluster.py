@@ -163,9 +163,9 @@ def rehearse(laptop: Laptop, killed: int | None, ns_prefix: str) -> None:
     records = [Path(n["dir"]) / "home/.yeto/head/stack.json" for n in cluster["nodes"]]
     recorded = lambda: [sorted(json.loads(r.read_text())["pids"]) if r.exists() else None for r in records]  # noqa: E731
     wait_for(lambda: recorded() == [
-        ["credentials", "finalizer-1", "nats-server-0", "planner-0", "tape"],
-        ["credentials", "launcher-0", "nats-server-1", "planner-1", "syncer", "tape-1"],
-        ["credentials", "finalizer-0", "launcher-1", "nats-server-2", "syncer-standby"]],
+        ["credentials", "finalizer-1", "nats-server-0", "planner-0", "tape", "watchdog"],
+        ["credentials", "launcher-0", "nats-server-1", "planner-1", "syncer", "tape-1", "watchdog"],
+        ["credentials", "finalizer-0", "launcher-1", "nats-server-2", "syncer-standby", "watchdog"]],
         120, "every node's stack record with its components", interval=0.5,
         detail=lambda: f"{recorded()}\n{laptop.story()}")
 

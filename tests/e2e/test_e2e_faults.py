@@ -70,6 +70,9 @@ def seconds(a: str, b: str) -> float:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, material):
     s = Stack(tmp_path_factory.mktemp("faults") / "home", material["model"], material["data"])
+    # An operator restarts what these tests kill (`stack.up`), with no watchdog beside (its own restarts of a run's
+    # services: tests/infra/test_infra_watchdog.py)
+    s.env["YETO_WATCHDOG"] = "0"
     s.launch(RUN, "--max-steps", "100000")             # it ends when the test says `yeto down`
     try:
         s.wait_for(RUN, "two rounds merged from both learners", lambda evs: len(with_both(evs)) >= 2, "RoundMerged")

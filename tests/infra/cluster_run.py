@@ -55,7 +55,9 @@ class ClusterRun(Stack):
     def __init__(self, home: Path, material: dict):
         super().__init__(home, material["model"], material["data"])
         started = time.monotonic()
-        self.rec = stack.up(home, cluster=3)
+        # no watchdog: the run must outlive a node and an instance of each service that stay dead (and `stack.up`
+        # restarts the syncer by hand); the watchdog's restarts: tests/infra/test_infra_watchdog.py
+        self.rec = stack.up(home, cluster=3, watch=False)
         print(f"stack up --cluster 3: {time.monotonic() - started:.1f}s")
         self.url = self.rec["url"]
         self.kill_seq, self.dead = 0, list[str]()     # the tape's last seq before the kills, what was killed

@@ -129,7 +129,7 @@ def test_a_dead_node_rejoins_at_its_address_and_catches_up_and_down_then_up_brin
     from waiting import wait_for
 
     home = tmp_path / "home"
-    first = stack.up(home, cluster=3)
+    first = stack.up(home, cluster=3, watch=False)     # `stack.up` brings the node back here, not the watchdog
     try:
         # a ServiceStarted from each but the nodes, the tape and the stack's pre-imported learner (infra/stack/zygote.py)
         started = len([n for n in first["pids"] if not n.startswith("nats-server-") and n not in ("tape", stack_zygote.NAME)])

@@ -6,10 +6,12 @@ import json
 import signal
 import sys
 import threading
+import time
 
 from yeto.cli import head_restore, head_watch
 from yeto.cli.common import run_id_arg, state_dir
 from yeto.infra import stack
+from yeto.infra.stack import watchdog
 from yeto.infra.stack.health import tape_health
 
 UP_WAIT_S = 20.0      # how long `stack up` waits for its tape writer to answer before it says the writer is not up
@@ -46,9 +48,14 @@ def register(sub) -> None:
     up.add_argument("--peers", default=None, metavar="A,B,C", help="with --head and --node: every node's address, in "
                     "node order, this one's included (SkyPilot's $SKYPILOT_NODE_IPS, commas or newlines); the nodes "
                     "route to each other on port 6222 over TLS with the bundle's route credential")
+    up.add_argument("--no-watchdog", dest="watchdog", action="store_false", default=None,
+                    help="run without the watchdog that starts a component again when it dies (at most 5 times in 10 "
+                         "minutes each, each restart a ComponentRestarted event on the tape); default: with it, unless "
+                         "$YETO_WATCHDOG=0, or as the stack under the state dir last ran")
     up.set_defaults(func=cmd_up)
     st = s.add_parser("status", help="which stack processes are alive")
-    st.add_argument("--json", action="store_true", help='print {"state_dir", "url", "processes": [{name, up, pid}]}')
+    st.add_argument("--json", action="store_true", help='print {"state_dir", "url", "processes": [{name, up, pid, '
+                    'restarts}]} (restarts: by the watchdog within its 10-minute window)')
     st.set_defaults(func=cmd_status)
     s.add_parser("down", help="stop what `up` started; the data stays").set_defaults(func=cmd_down)
 
@@ -63,7 +70,7 @@ def cmd_up(args) -> int:
     rec = stack.up(state_dir(args), port=args.port, head_run=args.run_id if args.head else None,
                    hosts=["127.0.0.1", "localhost", *args.host], syncers=args.syncers,
                    cluster=args.cluster, node=args.node, peers=[p.strip() for p in peers if p.strip()] if peers else None,
-                   before_components=before)
+                   before_components=before, watch=args.watchdog)
     print(f"stack up at {rec['url']} (state {state_dir(args)})")
     for name, pid in rec["pids"].items():
         print(f"  {name:<12} pid {pid}")
@@ -105,7 +112,9 @@ def cmd_status(args) -> int:
     st = stack.status(state_dir(args))
     rec = stack.read_record(stack.StackPaths(state_dir(args))) if st is not None else None
     if getattr(args, "json", False):
-        procs = [{"name": n, "up": ok, "pid": rec["pids"][n]} for n, ok in (st or {}).items()] if rec else []
+        restarts = watchdog.read_counts(state_dir(args)) if rec and rec.get(watchdog.NAME) else {}
+        procs = [{"name": n, "up": ok, "pid": rec["pids"][n], "restarts": restarts.get(n, {}).get("restarts", 0)}
+                 for n, ok in (st or {}).items()] if rec else []
         print(json.dumps({"state_dir": str(state_dir(args)), "url": rec["url"] if rec else None, "processes": procs}))
         return 0 if st and all(st.values()) else 1
     if st is None:
@@ -113,11 +122,21 @@ def cmd_status(args) -> int:
         return 1
     assert rec is not None, "status() read it a moment ago"
     print(f"stack at {rec['url']} (state {state_dir(args)})")
+    restarts = watchdog.read_counts(state_dir(args)) if rec.get(watchdog.NAME) else {}
     for name, ok in st.items():
-        print(f"  {name:<12} {'up' if ok else 'DOWN'}  pid {rec['pids'][name]}")
+        print(f"  {name:<12} {'up' if ok else 'DOWN'}  pid {rec['pids'][name]}{_restarts(restarts.get(name))}")
     health = asyncio.run(tape_health(stack.stack_url(state_dir(args)) or rec["url"]))   # as the stack's operator
     print(f"  tape         {health.line() or f'current at seq {health.tape_seq}'}")
     return 0 if all(st.values()) and health.line() is None else 1
+
+
+def _restarts(count: dict | None) -> str:
+    """What the watchdog did to one component within its window, for `stack status`."""
+    if not count or not count.get("restarts"):
+        return ""
+    when = time.strftime("%H:%M:%S", time.localtime(count.get("last", 0)))
+    gave_up = ", not started again: its log says why; `yeto stack up` once fixed" if count.get("gave_up") else ""
+    return f"  (restarted {count['restarts']}x by the watchdog, last at {when}{gave_up})"
 
 
 def cmd_down(args) -> int:
