@@ -202,7 +202,18 @@ def yeto(env, *argv, timeout=300, check=True) -> str:
 
 
 def sql(env, query: str) -> list[list]:
-    return [list(row.values()) for row in json.loads(yeto(env, "sql", "--format", "json", query))]
+    """`yeto sql --format json QUERY`'s rows for the stack under env's YETO_HOME, asked in this process (as chaos.sql):
+    a CLI process per query cost 1-2 s of a loaded 2-core machine, 14 queries a run (the tiny end-to-end run of
+    tests/bench/test_bench_lora_task.py spent ~20 s of each arm's ~27 s on them). Any failure is the RuntimeError a
+    failed `yeto sql` gave."""
+    from yeto.cli.sql import render
+    from yeto.cli.tape_query import tape_query
+    try:
+        got = tape_query(argparse.Namespace(state_dir=env["YETO_HOME"], nats_url=env.get("YETO_NATS_URL")), query,
+                         max_rows=10_000, views=False)
+    except Exception as e:
+        raise RuntimeError(f"yeto sql failed: {e!r}") from e
+    return [list(row.values()) for row in json.loads(render(got["columns"], got["rows"], "json"))]
 
 
 def tape_metrics(env, run: str) -> dict:
