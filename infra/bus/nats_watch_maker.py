@@ -7,8 +7,13 @@ A learner process's first request asks for them afresh (a new process must see e
 predecessor acked); a later one (a pull that found no consumer) only for those that are missing. Remaking live ones on
 every such request livelocked a learner on a cluster that had just lost a node: a consumer whose leader was being
 elected answered 503, the learner asked again, the remake deleted all three (their new groups elected again, past the
-API's timeout) and the next pull found none again, for minutes. API calls wait API_TIMEOUT_S (an R3 group's election
-with one peer lost takes seconds)."""
+API's timeout) and the next pull found none again, for minutes.
+
+A JetStream API request sent as a node dies, or before the meta layer has learnt a consumer's new leader, is never
+answered (not refused): one asked with a 30 s timeout after a head node's loss answered the learner "nats: timeout" 35 s
+after the kill (a rehearsal's launcher log, 2026-12-06), while the consumers had their new leaders 4-8 s after it. Each
+call is tried with a short timeout (TRY_FIRST_S, doubled up to TRY_LAST_S), a line each miss, and all of one request's
+calls within API_TIMEOUT_S (an R3 group's election with one peer lost takes seconds)."""
 from __future__ import annotations
 
 import asyncio
@@ -16,18 +21,23 @@ import json
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from yeto.infra.bus.nats_bus import retryable
 from yeto.infra.bus.nats_consumer import NatsSubscription
 from yeto.infra.bus.perms import WATCHES, watch_consumer
 from yeto.schemas.base import check_run_id
 from yeto.schemas.subjects import EVT_STREAM, GDELTA_STREAM, GKEY_STREAM, event_subject, run_deltas, run_keyframes
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 BATCH = 64                                           # messages per pull (the learner's)
 ACK_WAIT_S, INACTIVE_S, REMAKE_S, API_TIMEOUT_S = 30.0, 3600.0, 1.0, 30.0
+TRY_FIRST_S, TRY_LAST_S = 1.0, 5.0      # one API call's first try's timeout, doubled on each miss up to this
 LEARNER = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 
 
@@ -43,23 +53,45 @@ def watch_configs(run_id: str, learner: str) -> dict[str, tuple[str, ConsumerCon
                                                  deliver_policy=DeliverPolicy.ALL, **common))}
 
 
-async def make_watches(js, run_id: str, learner: str, *, fresh: bool = True) -> list[str]:
+async def _api(call: Callable[[float], Awaitable[T]], what: str, deadline: float) -> T:
+    """`call(timeout)`, asked again with a doubled timeout while it goes unanswered or is refused as unavailable, until
+    `deadline` (the loop's clock); NotFoundError and other refusals at once. TimeoutError past the deadline."""
+    loop, try_s = asyncio.get_running_loop(), TRY_FIRST_S
+    while True:
+        wait_s = max(0.05, min(try_s, deadline - loop.time()))
+        try:
+            return await asyncio.wait_for(call(wait_s), wait_s)
+        except NotFoundError:
+            raise
+        except Exception as e:
+            if not retryable(e):
+                raise
+            if loop.time() >= deadline:
+                raise TimeoutError(f"{what}: no answer in time ({e!r})") from e
+            log.info("%s: no answer within %.1fs (%r); asking again", what, wait_s, e)
+            try_s = min(2 * try_s, TRY_LAST_S)
+
+
+async def make_watches(js, run_id: str, learner: str, *, fresh: bool = True, within_s: float = API_TIMEOUT_S) -> list[str]:
     """Make the learner's watches; returns the kinds made. `fresh`: all of them from a fresh start (what they delivered
-    before is delivered again); otherwise only those that do not exist (a live one keeps its place in its stream)."""
-    made = []
+    before is delivered again); otherwise only those that do not exist (a live one keeps its place in its stream).
+    All its API calls within `within_s`, each asked again while unanswered (_api)."""
+    made, deadline = [], asyncio.get_running_loop().time() + within_s
     for kind, (stream, config) in watch_configs(run_id, learner).items():
+        name = config.durable_name
+        where = f"{stream} > {name}"
         if not fresh:
             try:
-                await js.consumer_info(stream, config.durable_name, timeout=API_TIMEOUT_S)
+                await _api(lambda t, s=stream, n=name: js.consumer_info(s, n, timeout=t), f"info of {where}", deadline)
                 continue
             except NotFoundError:
                 pass
         else:
             try:
-                await js.delete_consumer(stream, config.durable_name)
+                await _api(lambda _t, s=stream, n=name: js.delete_consumer(s, n), f"delete of {where}", deadline)
             except NotFoundError:
                 pass
-        await js.add_consumer(stream, config, timeout=API_TIMEOUT_S)
+        await _api(lambda t, s=stream, c=config: js.add_consumer(s, c, timeout=t), f"create of {where}", deadline)
         made.append(kind)
     return made
 
