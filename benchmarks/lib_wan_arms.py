@@ -72,7 +72,7 @@ class YetoHub:
     def __init__(self, wan: Wan, home: Path) -> None:
         from yeto.infra import stack
         self.wan, self.home = wan, home
-        self.rec = stack.up(home)
+        self.rec = stack.up(home, watch=False)    # no watchdog: it would start the launcher stopped here again
         os.kill(self.rec["pids"]["launcher"], signal.SIGTERM)    # learners are started here, in namespaces
         self.port = int(self.rec["port"])
         self.proxy = subprocess.Popen([sys.executable, str(HERE / "lib_wan_proxy.py"), f"127.0.0.1:{self.port}",

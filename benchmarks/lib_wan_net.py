@@ -6,6 +6,11 @@ through the hub (ip_forward), so every byte between islands crosses the shaped l
 netem is not in this kernel: without delay, a veth pair with tbf (rate only) on both ends; with
 `delay_ms`, a pair of TUN devices joined by lib_wan_tun.py (rate and one-way delay in user space, one
 process per link). Everything is removed by name.
+No name server is reachable from a namespace (the host's resolv.conf names one the star does not route to), so a
+lookup there waited out the resolver's timeouts: c10d's reverse lookup of each peer (DDP's and torchft's rendezvous)
+took 10 s (2 x 5 s) at every start, time a real WAN's resolver answers at once. Each namespace gets its own
+resolv.conf (/etc/netns/<ns>/, which `ip netns exec` mounts over /etc/resolv.conf) naming its own loopback, where no
+server listens: a lookup fails at once, as a resolver's "no such name" would.
 """
 from __future__ import annotations
 
@@ -14,6 +19,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+NETNS_ETC = Path("/etc/netns")
+"""`ip netns exec NS` bind-mounts NETNS_ETC/NS/<file> over /etc/<file> for its command."""
 
 
 def sh(*argv: str, check: bool = True) -> str:
@@ -81,6 +89,9 @@ class Wan:
                         hub_ip=f"10.{self.net}.{i}.1", ns_ip=f"10.{self.net}.{i}.2")
             self.links.append(link)
             sh("ip", "netns", "add", link.ns)
+            resolver = NETNS_ETC / link.ns
+            resolver.mkdir(parents=True, exist_ok=True)
+            (resolver / "resolv.conf").write_text("nameserver 127.0.0.1\n")   # nothing listens: fails at once
             if self.delay_ms > 0:
                 self._emulate(link)
             else:
@@ -117,6 +128,7 @@ class Wan:
         for link in self.links:
             sh("ip", "link", "del", link.hub_if, check=False)       # removes both ends of the pair
             sh("ip", "netns", "del", link.ns, check=False)
+            shutil.rmtree(NETNS_ETC / link.ns, ignore_errors=True)
         self.links = []
         if self._forward is not None:
             Path("/proc/sys/net/ipv4/ip_forward").write_text(self._forward)
