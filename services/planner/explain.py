@@ -27,6 +27,12 @@ def launch_line(req: PlanRequest, gpu: str, *, sync_every: int | None = None, sy
         parts.append(f"--syncers {n}")
     if (h := sync_every if sync_every is not None else req.inner_steps) is not None:
         parts.append(f"--sync-every {h}")
+    if req.codec_up is not None and req.codec_up == req.codec_down:
+        parts.append(f"--codec {req.codec_up}")
+    else:
+        parts += [f"--{flag} {name}" for flag, name in (("codec-up", req.codec_up), ("codec-down", req.codec_down)) if name]
+    if req.num_fragments is not None:
+        parts.append(f"--fragments {req.num_fragments}")
     return " ".join(parts)
 
 

@@ -107,11 +107,11 @@ def head_rounds_kept_up(req: PlanRequest, w: Workload, chosen: list[Candidate]) 
     inner steps at which one does, with the rounds at the default that lagged. A given H that lags comes back as it is
     (not `fits`)."""
     inner_steps = req.inner_steps if req.inner_steps is not None else SyncConfig.inner_steps
-    rounds = head_rounds(req, w, chosen, SyncConfig(inner_steps=inner_steps))
+    rounds = head_rounds(req, w, chosen, req.sync(inner_steps))
     if rounds.fits or req.inner_steps is not None:
         return rounds, inner_steps, None
     needed = inner_steps_to_fit(rounds, inner_steps)
-    return head_rounds(req, w, chosen, SyncConfig(inner_steps=needed)), needed, rounds
+    return head_rounds(req, w, chosen, req.sync(needed)), needed, rounds
 
 
 def head_rounds(req: PlanRequest, w: Workload, chosen: list[Candidate], sync: SyncConfig) -> HeadSize:
@@ -161,7 +161,7 @@ def plan_fleet(req: PlanRequest, catalog: list[Offering], signals: Signals) -> F
         chosen = [c for c, n in zip(cands, sol.counts) for _ in range(n)]
         rounds, inner_steps, lagging = head_rounds_kept_up(req, w, chosen)
         try:
-            head = choose_head(trainable_of(w.weights_gb, req.tuning), num_learners=len(chosen),
+            head = choose_head(trainable_of(w.weights_gb, req.tuning), num_learners=len(chosen), sync=req.sync(inner_steps),
                                num_syncers=req.num_syncers, memory_gb=req.head_memory_gb, cores=rounds.total_cores)
         except HeadTooSmall as e:
             return FleetPlan(feasible=False, reason=str(e), cheapest=cheapest_d, **common)

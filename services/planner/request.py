@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from yeto.schemas.head_size import check_head_nodes
+from yeto.schemas.recipe import SyncConfig
 from yeto.services.planner.expert_memory import moe_split
 
 
@@ -48,6 +49,13 @@ class PlanRequest:
     inner_steps: int | None = None
     """H, inner steps between two pushes of a fragment (`yeto launch --sync-every`); None: the default (SyncConfig's),
     which the planner raises where no head keeps up with the fleet's rounds at it (a given H it refuses instead)."""
+    codec_up: str | None = None
+    """the learners' push codec (`--codec-up`, or `--codec`); None: the default (SyncConfig's q4). The head's rounds are
+    sized for it (schemas/head_throughput.py: each codec its own take-in and encode rates)."""
+    codec_down: str | None = None
+    """the broadcast deltas' codec (`--codec-down`, or `--codec`); None: the default."""
+    num_fragments: int | None = None
+    """fragments of the model (`--fragments`); None: the default (SyncConfig's)."""
     head_memory_gb: int | None = None
     """RAM of the head VM (--head-memory-gb); None: the smallest head type that holds the syncer."""
     head_nodes: int = 1
@@ -69,6 +77,15 @@ class PlanRequest:
             raise ValueError("--max-islands must be at least 1 and the price margin not negative")
         if self.inner_steps is not None and self.inner_steps < 1:
             raise ValueError("--sync-every must be at least 1")
+        if self.num_fragments is not None and self.num_fragments < 1:
+            raise ValueError("--fragments must be at least 1")
+        for flag, name in (("--codec-up", self.codec_up), ("--codec-down", self.codec_down)):
+            if name is not None:
+                from yeto.schemas import codecs
+                try:
+                    codecs.codec(name)
+                except ValueError as e:
+                    raise ValueError(f"{flag}: {e}") from None
         if self.num_syncers < 1 or self.head_memory_gb is not None and self.head_memory_gb < 1:
             raise ValueError("--syncers and --head-memory-gb must be at least 1")
         check_head_nodes(self.head_nodes)
@@ -77,6 +94,12 @@ class PlanRequest:
                              "--tuning full and --base-quantization none")
         if self.moe is not None:
             moe_split(self.moe)     # a config that is not a Mixtral-style MoE is refused here, naming the key
+
+    def sync(self, inner_steps: int) -> SyncConfig:
+        """The sync settings the head's rounds are sized for: the request's codecs and fragments at H `inner_steps`."""
+        given = {k: v for k, v in (("codec_up", self.codec_up), ("codec_down", self.codec_down),
+                                   ("num_fragments", self.num_fragments)) if v is not None}
+        return SyncConfig(inner_steps=inner_steps, **given)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

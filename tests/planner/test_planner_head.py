@@ -160,3 +160,29 @@ def test_a_cloud_fleet_named_with_gpu_syncs_less_often_where_no_head_keeps_up_an
         keep_up(args, launch(inner_steps=30))           # an H a config file set is as given
     lora_args = Namespace(**{**vars(args), "tuning": "lora"})
     assert keep_up(lora_args, launch("lora")).recipe == launch("lora").recipe        # LoRA's rounds keep up at H 24
+
+
+def test_the_head_is_sized_for_the_runs_codecs_and_fragments_and_the_launch_line_carries_them(capsys):
+    # Full tuning of an 8B model: f32 pushes and broadcasts (4 B a value against q4's ~0.5) need a head that holds
+    # their rows and rounds that encode them; before, every plan was sized for q4 whatever --codec the launch named.
+    req = dict(model="org/m", weights_gb=16.0, tuning="full", budget=40.0, seq_len=1024)
+    q4 = plan_fleet(PlanRequest(**req), CATALOG, Signals())
+    f32 = plan_fleet(PlanRequest(**req, codec_up="f32", codec_down="f32"), CATALOG, Signals())
+    assert q4.feasible and f32.feasible and [i["gpu"] for i in q4.islands] == [i["gpu"] for i in f32.islands]
+    assert f32.head["need_gb"] > 2 * q4.head["need_gb"], (f32.head, q4.head)
+    assert f32.head["rounds"]["sync_every"] > q4.head["rounds"]["sync_every"]
+    modelled = size_head(trainable_of(16.0, "full"), fragments=8, learners=len(f32.islands), codec_up="f32",
+                         codec_down="f32", interval_s=f32.head["rounds"]["interval_s"])
+    assert modelled.fits and f32.head["rounds"]["busy_s"] == pytest.approx(modelled.busy_s, rel=0.01)
+    assert "--codec f32" in f32.launch_command and "--codec" not in q4.launch_command
+    split = plan_fleet(PlanRequest(**req, codec_up="topk2", codec_down="q4", num_fragments=16), CATALOG, Signals())
+    assert "--codec-up topk2 --codec-down q4 --fragments 16" in split.launch_command
+    assert split.head["rounds"]["syncers"] <= 16
+    # `yeto shape` takes the launch's flags; a codec that does not exist is refused with the ones that do
+    assert main(["shape", "--model", "org/m", "--weights-gb", "16", "--tuning", "full", "--budget-per-hour", "40",
+                 "--seq-len", "1024", "--catalog-dir", str(FIXTURE_DIR), "--codec", "f32"]) == 0
+    assert "--codec f32" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--codec-up: .*q4"):
+        PlanRequest(**req, codec_up="q3")
+    with pytest.raises(ValueError, match="--fragments must be at least 1"):
+        PlanRequest(**req, num_fragments=0)

@@ -13,6 +13,7 @@ from yeto.cli.launch import island_backend
 from yeto.cli.launch.recipe import SEQ_LEN
 from yeto.cli.shape_render import render, render_signals
 from yeto.infra.model_source import resolve_model
+from yeto.schemas.codecs import CODECS
 
 if TYPE_CHECKING:   # the planner imports OR-Tools (~1 s): only a command that plans pays for it
     from yeto.services.planner.api import FleetPlan, PlanRequest
@@ -80,6 +81,13 @@ def register(sub) -> None:
     p.add_argument("--sync-every", type=int, metavar="H", help="inner steps between two pushes of a fragment, as "
                    "`yeto launch --sync-every`: a fleet whose rounds no head keeps up with at H is refused with the H "
                    "that would; default: 24, raised in the plan (and its launch line) where no head keeps up at it")
+    names = ", ".join(CODECS)
+    p.add_argument("--codec", help=f"the wire codec both ways, as `yeto launch --codec` (one of {names}; default q4): the "
+                   "head's rounds are sized for it, and the launch line carries it")
+    p.add_argument("--codec-up", help="the learners' push codec (overrides --codec)")
+    p.add_argument("--codec-down", help="the broadcast deltas' codec (overrides --codec)")
+    p.add_argument("--fragments", type=int, metavar="N", help="fragments of the model, as `yeto launch --fragments` "
+                   "(default 8): the head's rounds are sized for them")
     p.set_defaults(func=run)
 
 
@@ -96,6 +104,9 @@ def request_from_args(args) -> PlanRequest:
         max_islands=args.max_islands, spot=args.spot, price_margin=args.price_margin, head_price=args.head_price,
         num_syncers=args.syncers or 1, head_memory_gb=args.head_memory_gb, head_nodes=args.head_nodes,
         inner_steps=getattr(args, "sync_every", None),
+        codec_up=getattr(args, "codec_up", None) or getattr(args, "codec", None),
+        codec_down=getattr(args, "codec_down", None) or getattr(args, "codec", None),
+        num_fragments=getattr(args, "fragments", None),
         data=getattr(args, "data", None), moe=expert_parallel_config(args))
 
 
