@@ -62,12 +62,17 @@ def markov_rows(num_rows: int, *, seed: int = 0, task_seed: int = 1234, concentr
     limited by how many transitions it has seen and how well it optimizes."""
     import numpy as np
     table, names = _table(vocab, task_seed, concentration), words(vocab)     # the same task for every seed
+    # Each next word as `rng.choice(vocab, p=table[word])` draws it (one uniform against the row's normalized cumulative
+    # sum, searchsorted right), the cumulative sums made once: the same words from the same seed, without choice's
+    # per-call checks of p (3.5 s of 8000 rows, 0.3 s this way)
+    cdf = table.cumsum(axis=1)
+    cdf /= cdf[:, -1:]
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(num_rows):
         seq = [int(rng.integers(vocab))]
-        while len(seq) < 1 + reply_words:
-            seq.append(int(rng.choice(vocab, p=table[seq[-1]])))
+        for u in rng.random(reply_words):
+            seq.append(int(cdf[seq[-1]].searchsorted(u, side="right")))
         rows.append({"messages": [{"role": "user", "content": "count from " + names[seq[0]]},
                                   {"role": "assistant", "content": " ".join(names[i] for i in seq[1:])}]})
     return rows
