@@ -72,11 +72,11 @@ async def _api(call: Callable[[float], Awaitable[T]], what: str, deadline: float
             try_s = min(2 * try_s, TRY_LAST_S)
 
 
-async def make_watches(js, run_id: str, learner: str, *, fresh: bool = True, within_s: float = API_TIMEOUT_S) -> list[str]:
+async def make_watches(js, run_id: str, learner: str, *, fresh: bool = True) -> list[str]:
     """Make the learner's watches; returns the kinds made. `fresh`: all of them from a fresh start (what they delivered
     before is delivered again); otherwise only those that do not exist (a live one keeps its place in its stream).
-    All its API calls within `within_s`, each asked again while unanswered (_api)."""
-    made, deadline = [], asyncio.get_running_loop().time() + within_s
+    All its API calls within API_TIMEOUT_S, each asked again while unanswered (_api)."""
+    made, deadline = [], asyncio.get_running_loop().time() + API_TIMEOUT_S
     for kind, (stream, config) in watch_configs(run_id, learner).items():
         name = config.durable_name
         where = f"{stream} > {name}"

@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from nats.errors import NoRespondersError
 
@@ -30,6 +31,7 @@ from yeto.infra.bus.perms import WATCHES
 from yeto.infra.bus.types import Delivery
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 Callback = Callable[[Delivery], Awaitable[None]]
 EXPIRES_S, PULL_BYTES = 5.0, 64 * 2**20      # per pull: seconds open, bytes in flight
 HEARTBEAT_S, MISSED_BEATS = 1.0, 3           # per pull: the server's idle heartbeat; silent this many: its leader is gone
@@ -81,7 +83,9 @@ class LearnerWatches:
                     raise ValueError(answer["error"])
             except NoRespondersError:      # no launcher: a stack without one (tests, tools) lets the learner make them
                 try:
-                    await make_watches(self.bus.js, self.run_id, self.learner, fresh=fresh, within_s=ASK_FIRST_S)
+                    await self._unless_refused(make_watches(self.bus.js, self.run_id, self.learner, fresh=fresh),
+                                               lambda denied: denied.startswith("$js.api.consumer."),
+                                               "this learner's consumer requests")
                 except Exception as e:  # noqa: BLE001 - a learner credential may not; the pulls ask again
                     self.num_failed += 1
                     log.warning("nobody makes this learner's watches, and it may not make them itself (ask %d): %r",
@@ -100,19 +104,24 @@ class LearnerWatches:
         """The launcher's answer, or PermissionError as soon as the server refuses the request's publish (a credential
         not this learner's: no answer ever comes, and each ask refused counts toward the learner's verdict,
         learners/transport/denials.py; it used to wait out ASK_TIMEOUT_S first)."""
+        return await self._unless_refused(self.bus.nc.request(subject, body, timeout=wait_s),
+                                          lambda denied: denied == subject.lower(), f"the request on {subject}")
+
+    async def _unless_refused(self, work: Awaitable[T], refused_on: Callable[[str], bool], what: str) -> T:
+        """`work`'s result, or PermissionError as soon as the server refuses a publish `refused_on` matches (lower
+        case): a refused request is never answered."""
         refused = asyncio.Event()
 
         def on_denied(denied: str) -> None:
-            if denied.lower() == subject.lower():
+            if refused_on(denied.lower()):
                 refused.set()
         listeners = getattr(self.bus, "on_denied", [])
         listeners.append(on_denied)
-        asked, told = asyncio.ensure_future(self.bus.nc.request(subject, body, timeout=wait_s)), \
-            asyncio.ensure_future(refused.wait())
+        asked, told = asyncio.ensure_future(work), asyncio.ensure_future(refused.wait())
         try:
             await asyncio.wait({asked, told}, return_when=asyncio.FIRST_COMPLETED)
             if not asked.done():
-                raise PermissionError(f"the bus refused the request on {subject}")
+                raise PermissionError(f"the bus refused {what}")
             return asked.result()
         finally:
             for task in (asked, told):

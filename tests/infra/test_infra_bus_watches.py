@@ -95,6 +95,27 @@ async def test_a_watch_pulls_on_while_its_ask_goes_unanswered_and_reads_its_cons
         srv.stop()
 
 
+@pytest.mark.timeout(60)
+async def test_with_no_launcher_a_learner_that_may_not_make_its_watches_is_told_so_at_once(tmp_path, caplog):
+    """No launcher answers (none yet, or its interest not yet across a cluster's routes): the learner tries to make its
+    watches itself and its credential may not; the server's refusal ends that try at once, not the API's timeout of
+    each of its calls asked again (infra/bus/nats_watch_maker.py), and the pulls ask again."""
+    caplog.set_level(logging.WARNING, logger="yeto.infra.bus.nats_watches")
+    state = tmp_path / "state"
+    srv = NatsServer(state / "nats", users_file=bus_auth.prepare(state, ((RUN, LEARNER),))).start()
+    try:
+        async with buses(srv.url, state) as (operator, _launcher, learner):
+            await ensure_streams(operator)
+            watches = LearnerWatches(learner, RUN, LEARNER, {"final": asyncio.Queue().put})
+            await asyncio.wait_for(watches.start(), 10)
+            try:
+                assert watches.num_made == 0 and "may not make them itself (ask 1): PermissionError" in caplog.text
+            finally:
+                await watches.close()
+    finally:
+        srv.stop()
+
+
 async def consumer_leader(bus, stream: str) -> str | None:
     try:
         return (await bus.js.consumer_info(stream, NAME, timeout=2)).cluster.leader or None
