@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/gguf_tokenizer.py [--repeats 3] [--model smollm2-135m] [--data PATH] [--json PATH]
 
 Each repeat runs the same command twice under one fresh YETO_HOME: first with no cached tokenizer folder (transformers
-reads the GGUF, as every call did before learners/data/gguf_tokenizer.py, and saves the folder), then with the folder
+reads the GGUF, as every call did before infra/gguf_tokenizer.py, and saves the folder), then with the folder
 the first call left (read without transformers). The pairs alternate, so machine load hits both arms alike; both
 reports must be the same, token counts included. Also printed: the warm load alone in this process, imports
 excluded (resolve, the cache key: the sha256 of the GGUF's metadata, gguf_header.py; the folder checked and read).

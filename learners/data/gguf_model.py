@@ -15,7 +15,7 @@ import json
 from importlib.metadata import version
 from pathlib import Path
 
-from yeto.learners.data.gguf_cache import FolderCache, file_digest
+from yeto.infra.gguf_cache import FolderCache, file_digest
 
 FORMAT = 1
 

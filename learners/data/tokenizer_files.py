@@ -46,7 +46,7 @@ def read_tokenizer(source) -> FileTokenizer | None:
     where only transformers can build it exactly (the module docstring lists when). A GGUF's is read from the folder
     that transformers' read of it was saved to (gguf_tokenizer.py), None until that folder exists."""
     if source.gguf_file is not None:
-        from yeto.learners.data.gguf_tokenizer import cached_folder
+        from yeto.infra.gguf_tokenizer import cached_folder
         folder = cached_folder(source)
         found = None if folder is None else read_tokenizer(replace(source, location=str(folder), gguf_file=None))
         return None if found is None else replace(found, name_or_path=source.location)

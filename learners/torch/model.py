@@ -1,7 +1,6 @@
 """Loading a resolved `--model` (alias, HF id, local directory, .gguf file) with transformers: tokenizer and model."""
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 
 import torch
@@ -21,25 +20,12 @@ def _hub_error(source: ModelSource, err: Exception) -> ValueError:
 
 def load_tokenizer(source: ModelSource):
     """The tokenizer (with its chat template) that belongs to the model. A GGUF's is read from the file once, then from
-    the folder that read was saved to (learners/data/gguf_tokenizer.py: the same tokenizer, without the file's walk)."""
-    from transformers import AutoTokenizer
-
-    from yeto.learners.data.gguf_tokenizer import CACHE, cached_folder, store
-    with CACHE.deriving(source) if source.gguf_file is not None else contextlib.nullcontext():
-        folder = cached_folder(source) if source.gguf_file is not None else None
-        try:
-            if folder is not None:
-                tok = AutoTokenizer.from_pretrained(str(folder))
-                tok.name_or_path = source.location
-            else:
-                tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
-                if source.gguf_file is not None:
-                    store(source, tok)
-        except OSError as err:
-            raise _hub_error(source, err) from err
-    if tok.pad_token is None:   # packed training never pads, but collators and generate want one
-        tok.pad_token = tok.eos_token
-    return tok
+    the folder that read was saved to (infra/gguf_tokenizer.py: the same tokenizer, without the file's walk)."""
+    from yeto.infra import gguf_tokenizer
+    try:
+        return gguf_tokenizer.load(source)
+    except OSError as err:
+        raise _hub_error(source, err) from err
 
 
 def load_model(source: ModelSource, *, dtype: torch.dtype = torch.float32, quantization=None, device_map=None):

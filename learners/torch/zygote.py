@@ -136,8 +136,9 @@ import peft  # noqa: E402,F401
 import transformers.models.llama.modeling_llama  # noqa: E402,F401
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402,F401
 
+from yeto.infra import gguf_tokenizer  # noqa: E402,F401 - the data
 from yeto.learners import bus_client  # noqa: E402
-from yeto.learners.data import collate, gguf_model, gguf_tokenizer, iter_blocks, spec  # noqa: E402,F401 - the data
+from yeto.learners.data import collate, gguf_model, iter_blocks, spec  # noqa: E402,F401
 
 
 def conversion_mappings() -> None:

@@ -1,4 +1,4 @@
-"""The cache of a GGUF's tokenizer (learners/data/gguf_tokenizer.py, gguf_header.py): keyed by the file's metadata
+"""The cache of a GGUF's tokenizer (infra/gguf_tokenizer.py, gguf_header.py): keyed by the file's metadata
 bytes and not its weights, written whole or not at all, and a folder that differs from its manifest in any way is
 removed and never read. The bundled SmolLM2's tokenizer through it: tests/learner/test_learner_gguf_tokenizer.py."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import PLAIN_TEMPLATE, make_tokenizer
+from yeto.infra.gguf_header import metadata_digest
+from yeto.infra.gguf_tokenizer import MANIFEST, cache_root, cached_folder, store
 from yeto.infra.model_source import ModelSource
-from yeto.learners.data.gguf_header import metadata_digest
-from yeto.learners.data.gguf_tokenizer import MANIFEST, cache_root, cached_folder, store
 from yeto.learners.data.tokenizer_files import read_tokenizer
 
 

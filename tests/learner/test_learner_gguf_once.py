@@ -1,6 +1,6 @@
 """A folder derived from a GGUF (the model dequantized, the tokenizer read) is derived by one process of the host at
 a time: the islands of a first run start together, and each dequantized the same file beside the others. A load that
-finds another process deriving it waits, then reads the folder that process stored (learners/data/gguf_cache.py
+finds another process deriving it waits, then reads the folder that process stored (infra/gguf_cache.py
 `FolderCache.deriving`, used by learners/torch/model.py); a holder that keeps it past the bound is not waited for."""
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import threading
 
 import pytest
 
-from yeto.learners.data.gguf_cache import FolderCache
+from yeto.infra.gguf_cache import FolderCache
 
 pytestmark = pytest.mark.timeout(120)
 
 HOLDER = """
 import sys
 from pathlib import Path
-from yeto.learners.data.gguf_cache import FolderCache
+from yeto.infra.gguf_cache import FolderCache
 cache = FolderCache("models", lambda source: "k1", max_file_bytes=1 << 20)
 with cache.deriving("the.gguf"):
     print("held", flush=True)

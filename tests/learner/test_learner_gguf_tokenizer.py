@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from yeto.infra.gguf_header import metadata_end
+from yeto.infra.gguf_tokenizer import cached_folder
 from yeto.learners.data import normalize
-from yeto.learners.data.gguf_header import metadata_end
-from yeto.learners.data.gguf_tokenizer import cached_folder
 from yeto.learners.data.tokenize import ChatEncoder, _flatten_text_blocks
 from yeto.learners.data.tokenizer_files import read_tokenizer
 from yeto.learners.torch.model import find_smollm2_gguf, load_tokenizer, resolve
@@ -63,6 +63,15 @@ def test_the_cached_folder_gives_the_ids_and_chat_template_of_transformers_gguf_
             assert folder.apply_chat_template(messages, tokenize=False, add_generation_prompt=prompt) == want
     for train_on in ("assistant", "all"):
         assert encoded(folder, train_on) == encoded(light, train_on) == encoded(gguf, train_on)
+
+    # The finalizer writes the artifact's tokenizer from the folder too (services/finalizer/artifact.py): the files a
+    # read of the GGUF saves, byte for byte, without walking it again (the metadata-only file, which transformers cannot
+    # load, shows there was no walk; 6.9 CPU s of a finalize for this model before).
+    from yeto.services.finalizer.artifact import _save_tokenizer
+    gguf.save_pretrained(str(tmp_path / "walked"))
+    _save_tokenizer(head, tmp_path / "artifact")
+    files = lambda d: {p.name: p.read_bytes() for p in d.iterdir()}  # noqa: E731
+    assert files(tmp_path / "artifact") == files(tmp_path / "walked") and "tokenizer.json" in files(tmp_path / "walked")
 
     child = subprocess.run([sys.executable, "-c", CHILD, json.dumps(TEXTS), str(tmp_path / "head.gguf")],
                            capture_output=True, text=True, timeout=300, env={**os.environ, "YETO_HOME": str(tmp_path)})

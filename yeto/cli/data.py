@@ -35,7 +35,7 @@ def load_tokenizer(model: str):
 def local_tokenizer(source):
     """A resolved model's tokenizer, read from its files where that gives transformers' tokenizer exactly (no torch
     import: seconds off every `yeto launch`, benchmarks/startup.py), else loaded through transformers. A .gguf's is
-    read from the folder its first load saved (learners/data/gguf_tokenizer.py, benchmarks/gguf_tokenizer.py)."""
+    read from the folder its first load saved (infra/gguf_tokenizer.py, benchmarks/gguf_tokenizer.py)."""
     from yeto.learners.data import read_tokenizer
     if (found := read_tokenizer(source)) is not None:
         return found
