@@ -50,6 +50,19 @@ async def buses(url: str, state: Path) -> AsyncIterator[tuple]:
             await bus.close()
 
 
+@contextlib.asynccontextmanager
+async def one_server(tmp_path: Path) -> AsyncIterator[tuple]:
+    """A nats-server with the stack's users file and streams: the operator's, launcher's and learner's connections."""
+    state = tmp_path / "state"
+    srv = NatsServer(state / "nats", users_file=bus_auth.prepare(state, ((RUN, LEARNER),))).start()
+    try:
+        async with buses(srv.url, state) as connections:
+            await ensure_streams(connections[0])
+            yield connections
+    finally:
+        srv.stop()
+
+
 async def final_seqs(seen: asyncio.Queue, seq: int, within_s: float) -> None:
     """Wait until the final watch delivers stream sequence `seq` (earlier ones may come again: a remade consumer)."""
     async def delivered() -> None:
@@ -65,34 +78,28 @@ async def test_a_watch_pulls_on_while_its_ask_goes_unanswered_and_reads_its_cons
     on, and reads the CheckpointMarkedFinal as soon as its consumer answers again. Before, its pull loop waited on the
     ask, up to ASK_TIMEOUT_S (120 s)."""
     caplog.set_level(logging.WARNING, logger="yeto.infra.bus.nats_watches")
-    state = tmp_path / "state"
-    srv = NatsServer(state / "nats", users_file=bus_auth.prepare(state, ((RUN, LEARNER),))).start()
-    try:
-        async with buses(srv.url, state) as (operator, launcher, learner):
-            await ensure_streams(operator)
-            stop, seen, asked = asyncio.Event(), asyncio.Queue(), asyncio.Event()
-            serving = asyncio.create_task(nats_watch_maker.serve(launcher, stop))
-            watches = LearnerWatches(learner, RUN, LEARNER, {"final": seen.put})
-            await watches.start()
-            try:
-                await final_seqs(seen, await operator.publish_raw(FINAL, b"{}"), 10)
-                stop.set()
-                await serving                                  # the launcher that answered is gone; one that never does
+    async with one_server(tmp_path) as (operator, launcher, learner):
+        stop, seen, asked = asyncio.Event(), asyncio.Queue(), asyncio.Event()
+        serving = asyncio.create_task(nats_watch_maker.serve(launcher, stop))
+        watches = LearnerWatches(learner, RUN, LEARNER, {"final": seen.put})
+        await watches.start()
+        try:
+            await final_seqs(seen, await operator.publish_raw(FINAL, b"{}"), 10)
+            stop.set()
+            await serving                                  # the launcher that answered is gone; one that never does
 
-                async def taken(msg) -> None:
-                    asked.set()
-                silent = await launcher.nc.subscribe(f"{WATCHES}.*.*", queue="launcher", cb=taken)
-                await launcher.nc.flush()
-                await operator.js.delete_consumer(EVT_STREAM, NAME)    # the learner's pulls find no consumer
-                await asyncio.wait_for(asked.wait(), 10)               # it asked; no answer will come
-                assert (await nats_watch_maker.make_watches(operator.js, RUN, LEARNER, fresh=False)) == ["final"]
-                await final_seqs(seen, await operator.publish_raw(FINAL, b"{}"), 10)
-                await until(lambda: "watches not made (ask 1," in caplog.text, 30, "a line for the unanswered ask")
-                await silent.unsubscribe()
-            finally:
-                await watches.close()
-    finally:
-        srv.stop()
+            async def taken(msg) -> None:
+                asked.set()
+            silent = await launcher.nc.subscribe(f"{WATCHES}.*.*", queue="launcher", cb=taken)
+            await launcher.nc.flush()
+            await operator.js.delete_consumer(EVT_STREAM, NAME)    # the learner's pulls find no consumer
+            await asyncio.wait_for(asked.wait(), 10)               # it asked; no answer will come
+            assert (await nats_watch_maker.make_watches(operator.js, RUN, LEARNER, fresh=False)) == ["final"]
+            await final_seqs(seen, await operator.publish_raw(FINAL, b"{}"), 10)
+            await until(lambda: "watches not made (ask 1," in caplog.text, 30, "a line for the unanswered ask")
+            await silent.unsubscribe()
+        finally:
+            await watches.close()
 
 
 @pytest.mark.timeout(60)
@@ -101,19 +108,13 @@ async def test_with_no_launcher_a_learner_that_may_not_make_its_watches_is_told_
     watches itself and its credential may not; the server's refusal ends that try at once, not the API's timeout of
     each of its calls asked again (infra/bus/nats_watch_maker.py), and the pulls ask again."""
     caplog.set_level(logging.WARNING, logger="yeto.infra.bus.nats_watches")
-    state = tmp_path / "state"
-    srv = NatsServer(state / "nats", users_file=bus_auth.prepare(state, ((RUN, LEARNER),))).start()
-    try:
-        async with buses(srv.url, state) as (operator, _launcher, learner):
-            await ensure_streams(operator)
-            watches = LearnerWatches(learner, RUN, LEARNER, {"final": asyncio.Queue().put})
-            await asyncio.wait_for(watches.start(), 10)
-            try:
-                assert watches.num_made == 0 and "may not make them itself (ask 1): PermissionError" in caplog.text
-            finally:
-                await watches.close()
-    finally:
-        srv.stop()
+    async with one_server(tmp_path) as (_operator, _launcher, learner):
+        watches = LearnerWatches(learner, RUN, LEARNER, {"final": asyncio.Queue().put})
+        await asyncio.wait_for(watches.start(), 10)
+        try:
+            assert watches.num_made == 0 and "may not make them itself (ask 1): PermissionError" in caplog.text
+        finally:
+            await watches.close()
 
 
 async def consumer_leader(bus, stream: str) -> str | None:
