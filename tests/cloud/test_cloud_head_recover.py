@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -135,6 +136,8 @@ def test_a_run_whose_head_is_lost_mid_run_resumes_on_a_replacement_from_the_mirr
     for island in laptop.islands(RUN):                # each followed the rendezvous to the new address
         log = (Path(island["dir"]) / "run.log").read_text(errors="replace")
         assert f"names tls://{new['ip']}:4222: reconnecting there (was tls://{dead['ip']}:4222)" in log, log[-3000:]
+        print(f"{Path(island['dir']).name} followed it once its bus was away "     # the learners' own count
+              + ", ".join(re.findall(r"bus away (\d+s); head rendezvous \S+ names", log)))
 
     pulled = laptop.yeto("pull", RUN, timeout=300)
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
