@@ -36,14 +36,18 @@ def joined(tmp_path_factory):
         # --quorum 2: a round waits for both islands, so one that starts late (the MLX one under load) still meets the other
         s.launch(RUN, "--max-steps", str(STEPS), "--seq-len", "64", "--quorum", "2", "--external-learners", "1",
                  "--external-price", "3.6", islands="local:1xcpu")
-        # The torch island is frozen from its start until the joined MLX island reports: on two loaded cores the MLX
-        # learner started after the torch island had trained all its steps (CI, two test workers), so no round
-        # could hold both. Frozen, an island is neither heard from nor live; it trains once the other one does.
+        # The torch island is frozen once the syncer took its initial values until the joined MLX island reports: on
+        # two loaded cores the MLX learner started after the torch island had trained all its steps (CI, two test
+        # workers), so no round could hold both. Frozen, an island is neither heard from nor live; it trains once the
+        # other one does. Not before its initial values: a joined learner that finds no global version offers its own,
+        # which the syncer refuses until the island is up (its first progress), and it sat out both of its joining
+        # waits (2 x 10 s, learners/sync_hook.py) before its first step.
         backend = LocalBackend(s.home)
         wait_for(lambda: backend.current_generation(RUN, 0) is not None, 120, "the torch island's processes",
                  interval=0.05, detail=lambda: s.story(RUN))
         gen = backend.current_generation(RUN, 0)
-        wait_for(lambda: backend.status(RUN, 0, gen, "").running, 30, "the torch island's processes", interval=0.05)
+        s.wait_for(RUN, "the syncer to take the torch island's initial values", lambda evs: any(
+            e["learner"] == "island-0" for e in evs), "LearnerJoined", timeout=120)
         backend.stop(RUN, 0, gen, "", sig=signal.SIGSTOP)
 
         def token() -> str | None:
