@@ -9,8 +9,10 @@ while its leader is elected) asks again, for the missing ones only: the others k
 
 The pulls never wait on an ask: a pull that finds no consumer starts one (one at a time, a line each that fails) and
 pulls again after a short pause, doubled up to GONE_LAST_S, so a consumer whose new leader is elected is read again at
-once whatever the launcher answers. Each pull asks the server for an idle heartbeat every HEARTBEAT_S: a pull taken by
-a consumer leader that died (its node lost) is given up after MISSED_BEATS silent beats, not after its whole EXPIRES_S.
+once whatever the launcher answers. Each pull asks the server for an idle heartbeat every HEARTBEAT_S: a pull of the
+small messages (keyframes' headers, CheckpointMarkedFinal) taken by a consumer leader that died (its node lost) is given
+up after MISSED_BEATS silent beats, not after its whole EXPIRES_S (a delta chunk may take longer than that to arrive
+over a slow link, and the server beats only while it has nothing to send).
 After a head node's loss a learner's CheckpointMarkedFinal came 21-24 s late: the final watch's pull loop waited on an
 ask whose launcher waited 30 s for an API answer that never came (infra/bus/nats_watch_maker.py).
 """
@@ -35,6 +37,7 @@ T = TypeVar("T")
 Callback = Callable[[Delivery], Awaitable[None]]
 EXPIRES_S, PULL_BYTES = 5.0, 64 * 2**20      # per pull: seconds open, bytes in flight
 HEARTBEAT_S, MISSED_BEATS = 1.0, 3           # per pull: the server's idle heartbeat; silent this many: its leader is gone
+BEATEN = ("keyframes", "final")              # the watches whose pulls are given up on missed beats (small messages)
 GONE_FIRST_S, GONE_LAST_S = 0.25, 1.0        # a pull that found no consumer: pause before the next, doubled up to this
 # An ask's wait for the launcher's answer: the first (afresh) as long as the launcher may take (its calls all within
 # API_TIMEOUT_S); a later one (idempotent: only the missing ones) ASK_FIRST_S, doubled on each unanswered one (a request
@@ -141,7 +144,7 @@ class LearnerWatches:
                 seen = self.num_made
                 try:
                     await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{config.durable_name}", request, reply=inbox)
-                    status = await self._pulled(got, callback)
+                    status = await self._pulled(got, callback, kind in BEATEN)
                 except Exception as e:  # noqa: BLE001 - disconnected: nats-py reconnects; pull again
                     log.info("pull of %s failed: %r", kind, e)
                     status = "error"
@@ -156,15 +159,16 @@ class LearnerWatches:
         finally:
             await NatsSubscription(sub).close()
 
-    async def _pulled(self, got: asyncio.Queue, callback: Callback) -> str:
+    async def _pulled(self, got: asyncio.Queue, callback: Callback, beaten: bool = True) -> str:
         """Deliver one pull's messages as they come, ack the last; returns how the pull ended: its status code, "gone"
         (no consumer answers, 503, or it was deleted), "moved" (its consumer's leader changed), "done" (its batch
-        delivered) or "" (its end was lost: nothing, not even a heartbeat, for MISSED_BEATS heartbeats)."""
+        delivered) or "" (its end was lost: nothing, not even a heartbeat, for MISSED_BEATS heartbeats when `beaten`, else
+        by EXPIRES_S and 2 s)."""
         last, left, status = None, BATCH, ""
         deadline = time.monotonic() + EXPIRES_S + 2.0
         try:
             while left > 0:
-                silent = min(deadline, time.monotonic() + MISSED_BEATS * HEARTBEAT_S)
+                silent = min(deadline, time.monotonic() + MISSED_BEATS * HEARTBEAT_S) if beaten else deadline
                 try:
                     msg = await asyncio.wait_for(got.get(), max(0.01, silent - time.monotonic()))
                 except asyncio.TimeoutError:
