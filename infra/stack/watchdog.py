@@ -33,6 +33,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -58,6 +59,22 @@ def read_counts(root: Path) -> dict[str, dict]:
     except (OSError, ValueError):
         return {}
     return counts if isinstance(counts, dict) else {}
+
+
+def recent_lines(root: Path, now: float | None = None) -> list[str]:
+    """What `yeto status` warns of: each component the watchdog started again within its window, or gave up on."""
+    now = time.time() if now is None else now
+    lines = []
+    for name, count in sorted(read_counts(root).items()):
+        last = float(count.get("last", 0))
+        if count.get("gave_up"):
+            lines.append(f"{name} died {count.get('restarts', 0)} times within {WINDOW_S / 60:g} minutes and the watchdog "
+                         f"left it down: read {Path(root) / 'logs' / f'{name}.log'}, fix the cause, then `yeto stack up`")
+        elif count.get("restarts") and now - last <= WINDOW_S:
+            lines.append(f"the watchdog started {name} again {count['restarts']} time(s) within {WINDOW_S / 60:g} minutes "
+                         f"(last at {time.strftime('%H:%M:%S', time.localtime(last))}; `yeto stack status`, its log "
+                         f"{Path(root) / 'logs' / f'{name}.log'})")
+    return lines
 
 
 def delay(recent: int) -> float:
@@ -165,20 +182,35 @@ async def publish(url: str, events: list) -> None:
     bus = await connect(url, name=NAME)
     try:
         for event in events:
-            await bus.publish(event, retry_for=10)
+            await bus.publish(event, retry_for=ANNOUNCE_S)
     finally:
         await bus.close()
 
 
+ANNOUNCE_S = 60.0     # how long a restart's event may take to reach a bus that is away (its nats-server restarting)
+
+
 def announce(url: str, events: list) -> None:
-    """Put the restarts on the tape; a bus that does not answer costs the events, never the restarts (a line says so)."""
-    if not events:
-        return
-    try:
-        asyncio.run(asyncio.wait_for(publish(url, events), timeout=30))
-    except Exception as e:  # noqa: BLE001 - the restart happened; only its record on the tape is lost
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        print(f"watchdog: {len(events)} ComponentRestarted event(s) not published: {why}", flush=True)
+    """Put the restarts on the tape, on a thread of their own: the loop goes on watching while the bus is away (a
+    nats-server killed beside the component, being started again). A bus that does not answer within ANNOUNCE_S costs
+    the events, never a restart (a line says so)."""
+    if events:
+        threading.Thread(target=_announce, args=(url, events), name="watchdog-announce", daemon=True).start()
+
+
+def _announce(url: str, events: list) -> None:
+    deadline, wait = time.monotonic() + ANNOUNCE_S, 0.5
+    while True:
+        try:
+            asyncio.run(asyncio.wait_for(publish(url, events), timeout=max(1.0, deadline - time.monotonic())))
+            return
+        except (Exception, asyncio.CancelledError) as e:  # noqa: BLE001 - the restart happened; only its event is late
+            if time.monotonic() + wait >= deadline:
+                why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                print(f"watchdog: {len(events)} ComponentRestarted event(s) not published: {why}", flush=True)
+                return
+        time.sleep(wait)           # the bus is away (its server restarting): ask again, an id de-duplicates a repeat
+        wait = min(2 * wait, 5.0)
 
 
 def write_counts(root: Path, counts: dict[str, dict]) -> None:

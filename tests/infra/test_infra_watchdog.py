@@ -124,6 +124,9 @@ def test_a_killed_service_and_nats_server_come_back_on_their_own_and_each_restar
         assert main(["--state-dir", str(state), "stack", "status"]) == 0
         out = capsys.readouterr().out
         assert "finalizer" in out and "restarted 1x by the watchdog" in out, out
+        assert main(["--state-dir", str(state), "status"]) == 0
+        err = capsys.readouterr().err
+        assert "warning: the watchdog started finalizer again 1 time(s) within 10 minutes" in err, err
         assert main(["--state-dir", str(state), "stack", "status", "--json"]) == 0
         procs = {p["name"]: p for p in json.loads(capsys.readouterr().out)["processes"]}
         assert procs["finalizer"]["restarts"] == 1 and procs["nats-server"]["restarts"] == 1 and procs["tape"]["restarts"] == 0
@@ -156,6 +159,8 @@ def test_a_component_that_dies_at_every_start_is_given_up_on_until_stack_up(tmp_
         assert main(["--state-dir", str(state), "stack", "status"]) == 1
         out = capsys.readouterr().out
         assert "tape         DOWN" in out and "not started again" in out, out
+        assert main(["--state-dir", str(state), "status"]) == 0
+        assert "tape died 2 times within 10 minutes and the watchdog left it down" in capsys.readouterr().err
         assert stack.alive(rec["pids"]["watchdog"]) and not _alive(state, "tape")
 
         # The cause fixed, `yeto stack up` starts it, and the watchdog watches it again from a clean count

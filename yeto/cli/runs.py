@@ -14,6 +14,7 @@ from yeto.cli.tape import load_run, run_filter
 from yeto.cli.tape_query import stale_line
 from yeto.infra.head.records import copied_tape, head_record, heads
 from yeto.infra.settings import load
+from yeto.infra.stack import watchdog
 from yeto.schemas.run_view import spend_usd
 
 STATUS_SQL = """
@@ -36,6 +37,8 @@ def register(sub) -> None:
 def run_status(args) -> int:
     if not (args.run and head_record(load(state_dir=args.state_dir).state_dir, args.run)):   # a cloud run: its head's
         if (line := stale_line(args)) is not None:
+            print(f"warning: {line}", file=sys.stderr)
+        for line in watchdog.recent_lines(load(state_dir=args.state_dir).state_dir):
             print(f"warning: {line}", file=sys.stderr)
     if args.run:
         run_filter(args.run)
