@@ -35,6 +35,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from pathlib import Path
 
@@ -296,7 +297,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state-dir", required=True, type=Path)
     p.add_argument("--poll-s", type=float, default=POLL_S)
     args = p.parse_args(argv)
-    return watch(args.state_dir, poll_s=args.poll_s)
+    while True:
+        try:
+            return watch(args.state_dir, poll_s=args.poll_s)
+        except Exception:  # noqa: BLE001 - a watchdog that dies watches nothing: say why, and watch again
+            traceback.print_exc()
+            time.sleep(args.poll_s)
 
 
 if __name__ == "__main__":
