@@ -77,7 +77,7 @@ class LearnerWatches:
             if self.num_made != seen:
                 return
             fresh = self.num_made == 0          # until this process had them made once: all of them, afresh
-            wait_s = ASK_TIMEOUT_S if fresh else min(ASK_FIRST_S * 2 ** self.num_failed, ASK_TIMEOUT_S)
+            wait_s = ASK_TIMEOUT_S if fresh else min(ASK_FIRST_S * 2 ** min(self.num_failed, 8), ASK_TIMEOUT_S)
             started = time.monotonic()
             try:
                 reply = await self._request(f"{WATCHES}.{self.run_id}.{self.learner}", json.dumps({"fresh": fresh}).encode(),
