@@ -51,12 +51,19 @@ def write_lora(state: dict[str, np.ndarray], train: dict[str, Any], out: Path) -
     if "transformer" in index:      # a DiT pipeline (SD3, LTX-Video): its own loader, keys `transformer.*`
         import diffusers
         getattr(diffusers, index["_class_name"]).save_lora_weights(
-            str(out), transformer_lora_layers=peft_names, transformer_lora_adapter_metadata=config.to_dict(),
+            str(out), transformer_lora_layers=peft_names, transformer_lora_adapter_metadata=_metadata(config),
             weight_name=WEIGHTS)
         return WEIGHTS
     StableDiffusionPipeline.save_lora_weights(str(out), unet_lora_layers=convert_state_dict_to_diffusers(peft_names),
-                                              unet_lora_adapter_metadata=config.to_dict(), weight_name=WEIGHTS)
+                                              unet_lora_adapter_metadata=_metadata(config), weight_name=WEIGHTS)
     return WEIGHTS
+
+
+def _metadata(config) -> dict[str, Any]:
+    """peft's LoRA config for the file's header, its sets (target_modules) sorted: Diffusers writes a set as a list in
+    the set's order, which string hashing changes from process to process, so the same weights gave two files (and two
+    manifests) in two finalizer processes, as adapter_config.json did for language models (artifact.py _sort_sets)."""
+    return {k: sorted(v) if isinstance(v, set) else v for k, v in config.to_dict().items()}
 
 
 def _card(run_id: str, train: dict[str, Any], grid: list[str]) -> str:

@@ -90,3 +90,14 @@ def test_a_download_of_its_hub_repo_verifies_against_the_signed_manifest(written
     (tmp_path / "samples.png").write_bytes(b"another picture")
     assert main(["verify", str(tmp_path)]) == 1
     assert "FAILED samples.png: changed" in capsys.readouterr().out
+
+
+def test_the_lora_files_config_is_the_same_in_every_process(written):
+    """The LoRA config in the file's header lists target_modules sorted: Diffusers wrote peft's set in its iteration
+    order, which changes with each process's string hashing, so two finalizers gave two files for one adapter."""
+    from safetensors import safe_open
+
+    with safe_open(str(written["out"] / "artifact" / "pytorch_lora_weights.safetensors"), framework="pt") as f:
+        config = json.loads(f.metadata()["lora_adapter_metadata"])
+    modules = config["unet.target_modules"]       # Diffusers prefixes each key with the denoiser's name
+    assert len(modules) > 1 and modules == sorted(modules), modules
