@@ -97,9 +97,10 @@ class PlanRequest:
 
     def sync(self, inner_steps: int) -> SyncConfig:
         """The sync settings the head's rounds are sized for: the request's codecs and fragments at H `inner_steps`."""
-        given = {k: v for k, v in (("codec_up", self.codec_up), ("codec_down", self.codec_down),
-                                   ("num_fragments", self.num_fragments)) if v is not None}
-        return SyncConfig(inner_steps=inner_steps, **given)
+        default = SyncConfig()
+        return SyncConfig(inner_steps=inner_steps, codec_up=self.codec_up or default.codec_up,
+                          codec_down=self.codec_down or default.codec_down,
+                          num_fragments=self.num_fragments if self.num_fragments is not None else default.num_fragments)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
