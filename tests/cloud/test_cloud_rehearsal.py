@@ -85,6 +85,8 @@ def test_a_two_island_cloud_run_finalizes_and_its_tape_and_artifact_come_home(la
         assert json.loads((home / ".yeto/island/learner.json").read_text())["user"] == f"learner-{run}-island-{i}"
         assert (home / ".yeto/island/env.json").stat().st_mode & 0o777 == 0o600
         assert TOKEN not in json.dumps(job["envs"]) and TOKEN not in (Path(job["dir"]) / "run.log").read_text()
+        # one rank: the learner itself, no torchrun in front of it (services/launcher/backends/sky_tasks.py)
+        assert (Path(job["dir"]) / "run.sh").read_text().startswith("python3 -m yeto.learners.torch ")
     assert f"copied run {run} back" in done.stdout, done.stdout     # the end of `launch --wait` brought them home
     head = json.loads((laptop.home / "heads" / run / "head.json").read_text())
     assert head["state"] == "copied" and head["url"].startswith("tls://10.236.")
@@ -139,7 +141,7 @@ def test_down_of_a_cloud_run_cancels_every_island_job_and_kills_its_processes(la
     assert started.returncode == 0, f"{started.stdout}\n{started.stderr}\n{laptop.story()}"
     islands = wait_for(lambda: len(jobs := laptop.islands(run)) == 2 and all(j["status"] == "RUNNING" for j in jobs) and jobs,
                        180, "both islands' jobs running", interval=0.5, detail=laptop.story)
-    wait_for(lambda: all(len(pids(j["ns"])) >= 3 for j in islands), 120, "each island's learner started (torchrun, worker)",
+    wait_for(lambda: all(len(pids(j["ns"])) >= 3 for j in islands), 120, "each island's learner started (job shells, learner)",
              interval=0.5, detail=laptop.story)
     def trained(island: int) -> bool:       # `yeto logs` reads the island's lines from the head's log stream
         lines = laptop.yeto("logs", run, "--island", str(island))

@@ -94,9 +94,13 @@ def island_task(launch: IslandLaunch, creds: Path | None = None, *, ca: Path | N
     model_files, model_path = model_mount(train["model"])
     mounts, train = {**mounts, **model_files}, {**train, "data": data_path, "model": model_path}
     count, nodes = int(spec.get("count", 1)), int(spec.get("nodes", 1))
-    torchrun = ("torchrun --nnodes $SKYPILOT_NUM_NODES --node-rank $SKYPILOT_NODE_RANK "
-                f"--nproc-per-node {count} --master-addr $(echo \"$SKYPILOT_NODE_IPS\" | head -n1) --master-port 29500")
-    run = f"{torchrun} -m {LaunchRecipe.upcast(launch.recipe).learner_module} " + " ".join(
+    # One rank on one node: the learner itself, its rank and world the contract's defaults (0 of 1). torchrun's agent
+    # in front of it was one more interpreter importing torch and a rendezvous store before the learner started (its
+    # start 3.8 s later in the cloud rehearsal, 2 loaded cores, 2026-12-06), for a process group of one.
+    starter = "python3" if count == 1 and nodes == 1 else (
+        "torchrun --nnodes $SKYPILOT_NUM_NODES --node-rank $SKYPILOT_NODE_RANK "
+        f"--nproc-per-node {count} --master-addr $(echo \"$SKYPILOT_NODE_IPS\" | head -n1) --master-port 29500")
+    run = f"{starter} -m {LaunchRecipe.upcast(launch.recipe).learner_module} " + " ".join(
         shlex.quote(a) if a != "$YETO_RECIPE" else '"$YETO_RECIPE"'
         for a in contract.to_argv())
     files = {name: (target, str(path)) for name, target, path in (
