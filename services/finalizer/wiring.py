@@ -9,6 +9,7 @@ from yeto.infra.runner import ServiceSpec, StateCodec
 from yeto.services.finalizer import state
 from yeto.services.finalizer.effects import Effects
 from yeto.services.finalizer.logic import make_decide
+from yeto.services.finalizer.warm import warm_artifact_imports
 
 ACCOUNTING_PERIOD_S = 5.0   # the tick: budget and time limits are checked this often
 CODEC = StateCodec(version=state.CODEC_VERSION, dump=state.dump, load=state.load)
@@ -16,7 +17,7 @@ CODEC = StateCodec(version=state.CODEC_VERSION, dump=state.dump, load=state.load
 
 def spec(state_dir: Path, *, tick_s: float = ACCOUNTING_PERIOD_S) -> ServiceSpec:
     return ServiceSpec(name="finalizer", initial=dict, evolve=state.evolve, decide=make_decide(tick_s),
-                       act=Effects(state_dir).act, tick_s=tick_s, codec=CODEC)
+                       act=Effects(state_dir).act, tick_s=tick_s, codec=CODEC, background=(warm_artifact_imports,))
 
 
 def keep_bitsandbytes_out() -> None:

@@ -59,6 +59,8 @@ def test_lora_two_local_islands_finalize_with_both_learners_merged_and_a_better_
     assert sql.returncode == 0 and "2" in sql.stdout.split(), sql.stdout + sql.stderr   # `yeto sql` itself
     logs = shared.yeto("logs", "accept-lora", "--island", "1")    # what the learner published on the log stream
     assert logs.returncode == 0 and "INFO yeto.learner: done: steps " in logs.stdout, logs.stdout + logs.stderr
+    # the finalizer imported the artifact's libraries while the run trained (services/finalizer/warm.py)
+    assert "imported the lm artifact's libraries ahead of its write" in (shared.home / "logs" / "finalizer.log").read_text()
 
 
 @pytest.mark.timeout(200)
