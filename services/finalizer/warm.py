@@ -6,13 +6,16 @@ process at load 6, against 0.03 CPU s and 0.05 s once they are imported (2026-12
 script: write_artifact in a fresh process with and without the imports first). The user waits on that write at the
 end of every run (`yeto launch --wait`, the quick start). So once a run this finalizer follows is training and has
 merged a round (its learners are past their own start, which competes for the same cores on a local stack), the
-imports run on a thread, once per process and kind of run; the write then finds them done.
+imports run on a thread at the lowest priority, once per process and kind of run; the write then finds them done.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
+import os
+import threading
 import time
 from typing import Any
 
@@ -33,7 +36,11 @@ def kinds_due(state: dict[str, Any]) -> set[str]:
 
 
 def import_all(names: tuple[str, ...]) -> float:
-    """Import `names` (on a thread); the CPU seconds it took this thread."""
+    """Import `names` (on a thread); the CPU seconds it took this thread. The thread runs at the lowest priority
+    (nice 19, its own: Linux sets it per thread), so on a machine the learners share (a local stack) it takes only
+    cycles they leave; on a head of its own it runs at once."""
+    with contextlib.suppress(AttributeError, OSError):       # no per-thread priority here (macOS): as it is
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
     started = time.thread_time()
     for name in names:
         try:
