@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,6 +114,27 @@ def _commands(rec: dict, paths: StackPaths, url: str) -> dict[str, list[str]]:
     return placed(cmds, rec["node"], len(rec["peers"])) | {"credentials": follower} | keeper
 
 
+def start_dead(paths: StackPaths, rec: dict, names: Collection[str] | None = None,
+               on_error: Callable[[str, OSError], None] | None = None) -> None:
+    """Start again the recorded components that died (of `names`, or all), the learners' zygote among them, as `stack
+    up` does; `rec` is updated in place and written by the caller, under the lock. `on_error(name, error)`: a start that
+    fails is told there and the others still start (the watchdog); without it, the error is raised."""
+    env = component_env(paths.root, rec)
+    cmds = _commands(rec, paths, rec["url"])
+    for name in [n for n in (*cmds, stack_zygote.NAME) if names is None or n in names]:
+        try:
+            if name == stack_zygote.NAME:
+                if name in rec["pids"] and (z := stack_zygote.start(paths.root)):     # a zygote that died, again
+                    rec["pids"][name], rec["started_at"][name] = z["pid"], z["started_at"]
+            elif not _alive(rec, name):
+                rec["pids"][name], rec.setdefault("started_at", {})[name] = spawn(cmds[name], paths.logs / f"{name}.log",
+                                                                                  env=env)
+        except OSError as e:
+            if on_error is None:
+                raise
+            on_error(name, e)
+
+
 def operator_env(root: Path, rec: dict) -> dict[str, str]:
     env = {bus_auth.CREDS_ENV: str(bus_auth.operator_file(root))} if bus_auth.users_file(root).exists() else {}
     return env | ({"YETO_NATS_CA": rec["ca_file"]} if rec.get("ca_file") else {})
@@ -175,12 +196,7 @@ def _up(paths: StackPaths, *, port: int, head_run: str | None, hosts: list[str] 
             raise ValueError(f"the stack under {paths.root} runs {'with' if rec.get(WATCHDOG) else 'without'} its "
                              f"watchdog; `yeto stack down` first to change --no-watchdog")
         restart_nodes(paths, rec)
-        env = component_env(paths.root, rec)
-        for name, cmd in _commands(rec, paths, rec["url"]).items():  # restart any component that died
-            if not _alive(rec, name):
-                rec["pids"][name], rec.setdefault("started_at", {})[name] = spawn(cmd, paths.logs / f"{name}.log", env=env)
-        if stack_zygote.NAME in rec["pids"] and (z := stack_zygote.start(paths.root)):    # a zygote that died, again
-            rec["pids"][stack_zygote.NAME], rec["started_at"][stack_zygote.NAME] = z["pid"], z["started_at"]
+        start_dead(paths, rec)
         _write_record(paths, rec)
         os.environ.update(operator_env(paths.root, rec))
         return rec

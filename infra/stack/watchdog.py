@@ -133,8 +133,7 @@ def restart(root: Path, names: list[str]) -> dict[str, int] | None:
     meanwhile is left out. None when the stack is down (no record: `down` ran) or watched by another watchdog."""
     from yeto.infra import stack
     from yeto.infra.nats.cluster import node_names
-    from yeto.infra.stack import zygote as stack_zygote
-    from yeto.infra.stack.components import alive_in, spawn
+    from yeto.infra.stack.components import alive_in
     from yeto.infra.stack.servers import restart_nodes
 
     paths = stack.StackPaths(Path(root))
@@ -155,17 +154,8 @@ def restart(root: Path, names: list[str]) -> dict[str, int] | None:
                 restart_nodes(paths, rec)
         except Exception as e:  # noqa: BLE001 - a failed start counts as a crash (backoff, then giving up)
             print(f"watchdog: starting {', '.join(nodes)} again failed: {e}", flush=True)
-        cmds = stack._commands(rec, paths, rec["url"])
-        env = stack.component_env(paths.root, rec)
-        for name in dead:
-            try:
-                if name == stack_zygote.NAME:
-                    if (z := stack_zygote.start(paths.root)) is not None:
-                        rec["pids"][name], rec["started_at"][name] = z["pid"], z["started_at"]
-                elif name in cmds and name not in nodes:
-                    rec["pids"][name], rec["started_at"][name] = spawn(cmds[name], paths.logs / f"{name}.log", env=env)
-            except OSError as e:
-                print(f"watchdog: starting {name} again failed: {e}", flush=True)
+        stack.start_dead(paths, rec, [n for n in dead if n not in nodes],
+                         on_error=lambda name, e: print(f"watchdog: starting {name} again failed: {e}", flush=True))
         stack._write_record(paths, rec)
         return {n: rec["pids"][n] if alive_in(rec, n) else 0 for n in dead}
 
