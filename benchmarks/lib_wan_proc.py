@@ -28,9 +28,12 @@ class Proc:
         self.t0 = t0 if t0 is not None else time.monotonic()
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
+        # A session of its own, as each island is a machine of its own: with Linux's autogroup scheduling (on here:
+        # /proc/sys/kernel/sched_autogroup_enabled) the CPU is shared session by session, and learners left in this
+        # process's session weighed together as much as one busy service of Yeto's stack (each its own session).
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-                                          "YETO_LOG_FORMAT": "json", **(env or {})})
+                                          "YETO_LOG_FORMAT": "json", **(env or {})}, start_new_session=True)
         self.lines: list[tuple[float, dict]] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
