@@ -1,8 +1,9 @@
 """The learner's one way to the bus: NatsTransport, the Transport of learners/transport/protocol.py over NATS.
 
-This module only wires; the parts live in learners/transport/: the outbox (newest push per fragment,
-events), the inbox (globals as delivered), the keyframe index and fetch (payloads on demand, by direct
-get of their subjects), the final-versions watch, the learner's events (reports) and the background thread (thread).
+This module only wires; the parts live in learners/transport/: the outbox (pushes in order, one not sent yet
+taken back for the next; events), the inbox (globals as delivered), the keyframe index and fetch (payloads on demand,
+by direct get of their subjects), the final-versions watch, the learner's events (reports) and the background thread
+(thread).
 It is the only learner module that imports the bus (tests/test_architecture.py checks it).
 
 Three watches feed the inbox and the final watch: the run's keyframes headers only (last per subject: a
@@ -87,6 +88,9 @@ class NatsTransport:
     def send_push(self, header: FragmentHeader, payload: bytes) -> None:
         self.outbox.put_push(header, payload)
         self.thread.kick()
+
+    def take_back(self, fragment: int) -> tuple[FragmentHeader, bytes] | None:
+        return self.outbox.take_back(fragment)
 
     def poll_globals(self) -> list[tuple[FragmentHeader, bytes | None]]:
         return self.inbox.take()

@@ -32,6 +32,15 @@ from yeto.schemas import codecs
 from yeto.schemas.fragments import ChunkAssembler, FragmentError, FragmentHeader, apply_global, sha256
 from yeto.schemas.recipe import SyncConfig
 
+TakeBack = Callable[[int], tuple[FragmentHeader, bytes] | None]
+"""A transport's `take_back`: the push of a fragment still queued, removed from its queue (learners/transport/protocol.py)."""
+
+
+def none_waits(fragment: int) -> None:
+    """The `take_back` of a caller that sends each push as it is made (`after_step` returns pushes as values)."""
+    return None
+
+
 FIRST_MERGE_AHEAD = 2
 """Pushes of one fragment a learner may have out, none answered, before the run's first merged round of it: at the next
 step boundary it waits for that round (SyncConfig.first_merge_wait_s; learners/sync_hook.py)."""
@@ -97,6 +106,7 @@ class DilocoSync:
         self.assembler = ChunkAssembler(max_pending=4 * max(1, len(self.active)))
         self.queue: dict[int, dict[tuple[str, int], tuple[FragmentHeader, bytes]]] = {p: {} for p in self.active}
         self.pushed: dict[int, tuple[int, int]] = {}   # fragment -> (c_tokens, c_steps) its last push carried
+        self.since: dict[int, tuple[int, int]] = {}    # fragment -> the counts its last push carried the progress after
         self.at_push: dict[int, np.ndarray] = {}       # fragment -> its values at that push (global_apply = rebase)
         self.unanswered: dict[int, np.ndarray] = {}    # fragment -> its values at a push no applied global answers yet
         self.in_flight: dict[int, int] = {}             # fragment -> its pushes since a global last landed
@@ -159,8 +169,10 @@ class DilocoSync:
             self._own_sha[p] = sha256(codecs.F32.encode(self.anchors[p]))
         return self._own_sha[p]
 
-    def after_step(self, step: int, tokens: int, *, step_time_s: float | None = None) -> list[Push]:
-        """The step boundary after inner step `step` as values: count, apply queued globals, return the pushes due."""
+    def after_step(self, step: int, tokens: int, *, step_time_s: float | None = None,
+                   take_back: TakeBack = none_waits) -> list[Push]:
+        """The step boundary after inner step `step` as values: count, apply queued globals, return the pushes due
+        (each with the progress of a push of its fragment that `take_back` returns: one its transport never sent)."""
         self.step = step
         if step_time_s is not None:
             ema = self.config.step_time_ema
@@ -170,7 +182,7 @@ class DilocoSync:
             self.c_tokens[p] += tokens
             self.c_steps[p] += 1
         self.changed = self.apply_globals()
-        return [self._push(p) for p in self.active if self._due(p, step)]
+        return [self._push(p, take_back) for p in self.active if self._due(p, step)]
 
     def _due(self, p: int, step: int) -> bool:
         while self._next_push[p] < step:                 # a resumed learner starts past the first push steps
@@ -185,7 +197,7 @@ class DilocoSync:
         apply them, hand over the pushes due, ask for keyframes, acknowledge the final versions once held;
         True if parameters changed."""
         self.receive(transport)
-        send(transport, self.after_step(step, tokens, step_time_s=step_time_s))
+        send(transport, self.after_step(step, tokens, step_time_s=step_time_s, take_back=transport.take_back))
         self.request_keyframes(transport)
         self.ack_final(transport)
         return self.changed
@@ -215,28 +227,39 @@ class DilocoSync:
         parts = [np.asarray(self.arrays.read(t.name), dtype=np.float32).reshape(-1) for t in self.layout.fragments[p]]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
-    def final_pushes(self) -> list[Push]:
+    def final_pushes(self, take_back: TakeBack = none_waits) -> list[Push]:
         """At the end of training: push every fragment with progress not pushed yet (the last partial interval)."""
-        return [self._push(p) for p in self.active if self.c_steps[p] > self.pushed.get(p, (0, 0))[1]]
+        return [self._push(p, take_back) for p in self.active if self.c_steps[p] > self.pushed.get(p, (0, 0))[1]]
 
-    def _push(self, p: int) -> Push:
-        kernels_warm.wait()      # the codec kernels, made on a thread since the learner started (kernels_warm.py)
+    def _push(self, p: int, take_back: TakeBack = none_waits) -> Push:
         """The progress of fragment p not pushed yet: since the anchor, or, while an earlier push is unanswered (no
         newer global applied since it), since that push. The syncer merges every admitted push as a progress of
         its own, so a second push from the same anchor (a round trip longer than H steps, a syncer working off a
         backlog) must not carry the first one's progress again: it was merged once already, and the outer step
-        would take it twice (three times, ... up to max_base_lag), which diverged runs whose syncer started late."""
-        earlier_tokens, earlier_steps = self.pushed.get(p, (0, 0)) if p in self.unanswered else (0, 0)
-        self.in_flight[p] = self.in_flight.get(p, 0) + 1
+        would take it twice (three times, ... up to max_base_lag), which diverged runs whose syncer started late.
+        That earlier push may still wait in the transport (a bus slower than H steps, a server away): then it is taken
+        back and its progress (its payload as the syncer would decode it, with its counts) goes out in this one. The
+        transport had dropped it for this one until 2026-12-06, and its progress never reached the syncer."""
+        kernels_warm.wait()      # the codec kernels, made on a thread since the learner started (kernels_warm.py)
+        waiting = take_back(p) if p in self.unanswered else None
+        if waiting is not None:          # this push takes its place: the counts it started from, no more pushes out
+            since = self.since[p]
+        else:
+            since = self.pushed.get(p, (0, 0)) if p in self.unanswered else (0, 0)
+            self.in_flight[p] = self.in_flight.get(p, 0) + 1
+        self.since[p] = since
         self.pushed[p] = (self.c_tokens[p], self.c_steps[p])
         self.pushed_at[p] = self.step
         values = self._flat(p)
         if self.config.global_apply == "rebase":
             self.at_push[p] = values
         d = values - self.unanswered.get(p, self.anchors[p])
+        if waiting is not None:
+            queued, queued_payload = waiting
+            d += codecs.codec(queued.codec).decode(queued_payload, queued.numel)
         self.unanswered[p] = values
         payload = self.feedback.encode(p, d) if self.feedback else self.codec_up.encode(d)
-        return self._message(p, "push", self.codec_up, payload, since=(earlier_tokens, earlier_steps))
+        return self._message(p, "push", self.codec_up, payload, since=since)
 
     def _message(self, p: int, kind: str, codec: codecs.Codec, payload: bytes, since: tuple[int, int] = (0, 0)) -> Push:
         """A message of fragment p; a push counts the tokens and steps trained after `since` (the counts an

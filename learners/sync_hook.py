@@ -106,7 +106,7 @@ class DilocoHook:
         """Push the last partial interval of every fragment. The transport still sends events (the final evaluation's
         beats) until `close`; it takes no more globals."""
         if not self._ended:
-            send(self.transport, self.sync.final_pushes())
+            send(self.transport, self.sync.final_pushes(self.transport.take_back))
             self.transport.end_training()
             self._ended = True
 

@@ -1,7 +1,10 @@
-"""What a learner has still to send: the newest push of each fragment and a queue of events; thread-safe.
+"""What a learner has still to send: its pushes in order and a queue of events; thread-safe.
 
-A push carries everything trained since its anchor, so a newer push of a fragment supersedes one not
-sent yet: while the server is away the outbox holds one push per fragment, however long training goes on.
+A push made while the fragment's previous one is unanswered carries only the progress since that one
+(learners/diloco_sync.py), so a queued push is never dropped for a newer one: the learner takes a push not sent yet
+back (`take_back`) and folds it into the next, so while the server is away the outbox holds one push per fragment
+waiting (and one on its way), however long training goes on. Until 2026-12-06 a newer push replaced the one waiting,
+whose progress the syncer then never saw: a learner whose bus lagged its pushes lost that progress from the run.
 Events go first (they are small), and between a push's chunks too. `send_one` publishes the oldest item over the
 bus it is given.
 """
@@ -9,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Protocol
 
 from yeto.schemas.base import Event
@@ -30,16 +33,26 @@ class Publisher(Protocol):
 
 class Outbox:
     def __init__(self, *, max_events: int = 1000) -> None:
-        self._pushes: OrderedDict[tuple[int, str], tuple[FragmentHeader, bytes]] = OrderedDict()
+        self._pushes: deque[tuple[FragmentHeader, bytes]] = deque()
+        self._sending: tuple[FragmentHeader, bytes] | None = None    # the push on its way (some chunks may be out)
         self._events: deque[Event] = deque(maxlen=max_events)
         self._lock = threading.Lock()
         self.bytes_sent = 0
 
     def put_push(self, header: FragmentHeader, payload: bytes) -> None:
-        key = (header.fragment, header.kind)
         with self._lock:
-            self._pushes.pop(key, None)           # re-inserted last: the queue stays in order of arrival
-            self._pushes[key] = (header, payload)
+            self._pushes.append((header, payload))
+
+    def take_back(self, fragment: int) -> tuple[FragmentHeader, bytes] | None:
+        """The push of `fragment` queued and not yet on its way, removed; None if there is none (sent, or on its way:
+        a chunk of it may be in the stream, so it is sent whole, its message ids de-duplicating a repeat)."""
+        with self._lock:
+            for i in range(len(self._pushes) - 1, -1, -1):
+                item = self._pushes[i]
+                if item[0].fragment == fragment and item[0].kind == "push" and item is not self._sending:
+                    del self._pushes[i]
+                    return item
+        return None
 
     def put_event(self, event: Event) -> None:
         with self._lock:
@@ -54,22 +67,24 @@ class Outbox:
         False if the outbox is empty or the server is away (the item stays queued)."""
         with self._lock:
             event = self._events[0] if self._events else None
-            key, item = next(iter(self._pushes.items())) if self._pushes and event is None else (None, None)
+            item = self._pushes[0] if self._pushes and event is None else None
+            if item is not None:
+                self._sending = item      # from its first chunk on, until it is out (a failed one is sent again)
         try:
             if event is not None:
                 await bus.publish(event, retry_for=2)
                 with self._lock:
                     self._events.popleft()
                 return True
-            if key is None or item is None:
+            if item is None:
                 return False
             await self._send_push(bus, *item)
         except ConnectionError as e:  # keep training; the caller retries with backoff
             log.info("learner: publish failed, will retry: %s", e)
             return False
         with self._lock:
-            if self._pushes.get(key) is item:     # not superseded while it was on its way
-                del self._pushes[key]
+            self._pushes.popleft()                # still the first: a push on its way is never taken back
+            self._sending = None
         return True
 
     async def _send_events(self, bus: Publisher) -> None:

@@ -33,7 +33,11 @@ class Transport(Protocol):
 
     @abstractmethod
     def send_push(self, header: FragmentHeader, payload: bytes) -> None:
-        """Queue a push and return; a newer push of the same fragment supersedes one not sent yet."""
+        """Queue a push and return; every push queued goes out, in order (one not sent yet may be `take_back`'s)."""
+
+    def take_back(self, fragment: int) -> tuple[FragmentHeader, bytes] | None:
+        """A push of `fragment` queued and not on its way yet, removed from the queue (the learner folds its progress
+        into the push it makes now); None if none waits."""
 
     @abstractmethod
     def poll_globals(self) -> list[tuple[FragmentHeader, bytes | None]]:
@@ -78,6 +82,9 @@ class LocalTransport(Transport):
 
     def fetch(self, header: FragmentHeader) -> None:
         return None
+
+    def take_back(self, fragment: int) -> tuple[FragmentHeader, bytes] | None:
+        return None              # an in-process wire delivers each push as it is sent: none waits
 
     def declare_layout(self, layout: Layout) -> None:
         return None

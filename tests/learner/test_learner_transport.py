@@ -1,5 +1,5 @@
-"""The parts of the learner's NATS transport, over the in-memory bus: the outbox keeps the newest push per
-fragment and sends events first; a keyframe is fetched once asked for and fully announced; progress is
+"""The parts of the learner's NATS transport, over the in-memory bus: the outbox sends every push in order, events
+first, and gives back a push not on its way yet; a keyframe is fetched once asked for and fully announced; progress is
 rate-limited with its tokens accumulated; the final watch takes the run's final versions. (The whole
 NatsTransport on a real nats-server is in test_learner_keyframes.py.)"""
 from __future__ import annotations
@@ -42,11 +42,14 @@ def reports() -> Reports:
     return Reports(run_id="r", learner="l0", generation=0, progress_every_s=2.0, started_at=0.0)
 
 
-def test_a_newer_push_of_a_fragment_supersedes_the_queued_one_and_events_go_first():
+def test_every_push_goes_out_in_order_unless_taken_back_and_events_go_first():
     bus, outbox = MemoryBus(), Outbox()
     outbox.put_push(*push(0, 4))
     outbox.put_push(*push(1, 6))
-    outbox.put_push(*push(0, 8))                     # supersedes step 4 of fragment 0
+    outbox.put_push(*push(0, 8))
+    outbox.put_push(*push(0, 12))
+    taken = outbox.take_back(0)                      # the learner folds it into the push it makes now
+    assert taken is not None and taken[0].local_step == 12
     outbox.put_event(reports().final_ack({0: 3}))
 
     async def drain() -> int:
@@ -54,14 +57,40 @@ def test_a_newer_push_of_a_fragment_supersedes_the_queued_one_and_events_go_firs
         while await outbox.send_one(bus):
             sent += 1
         return sent
-    assert asyncio.run(drain()) == 3 and not outbox.pending()
+    assert asyncio.run(drain()) == 4 and not outbox.pending()
     frag = bus.stream(fragment_subject("r", 0))
     steps = [(FragmentHeader.from_nats(h).fragment, FragmentHeader.from_nats(h).local_step)
              for _, _, h in (frag.msgs[s] for s in sorted(frag.msgs))]
-    assert steps == [(1, 6), (0, 8)], "oldest first; step 4 of fragment 0 never sent"
-    assert outbox.bytes_sent == 40
+    assert steps == [(0, 4), (1, 6), (0, 8)], "oldest first, none dropped for a newer one; step 12 taken back"
+    assert outbox.bytes_sent == 60
+    assert outbox.take_back(0) is None
     events = [parse(data) for subject, data, _ in bus.stream("yeto.evt.r.LearnerFinalAck").msgs.values()]
     assert [e.type for e in events] == ["LearnerFinalAck"]
+
+
+class Refusing(MemoryBus):
+    """The in-memory bus whose first push chunk fails after the training thread asked to take that push back."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        super().__init__()
+        self.outbox, self.taken, self.failed = outbox, [], False
+
+    async def publish_raw(self, subject, payload, *, msg_id=None, headers=None, retry_for: float = 2.0) -> int:
+        self.taken.append(self.outbox.take_back(FragmentHeader.from_nats(headers).fragment))
+        if not self.failed:
+            self.failed = True
+            raise ConnectionError("server away")
+        return await super().publish_raw(subject, payload, msg_id=msg_id, headers=headers, retry_for=retry_for)
+
+
+def test_a_push_on_its_way_is_never_taken_back_even_after_its_send_failed():
+    outbox = Outbox()
+    outbox.put_push(*push(0, 4))
+    bus = Refusing(outbox)
+    assert not asyncio.run(outbox.send_one(bus)) and outbox.pending()     # failed: it stays, and is sent again whole
+    assert outbox.take_back(0) is None, "a chunk of it may be in the stream: sent whole, never folded into another"
+    assert asyncio.run(outbox.send_one(bus)) and not outbox.pending()
+    assert bus.taken == [None, None] and len(bus.stream(fragment_subject("r", 0)).msgs) == 1
 
 
 def test_a_keyframe_is_fetched_once_asked_for_and_every_chunk_announced_and_older_versions_are_forgotten():
