@@ -6,11 +6,16 @@ learner shell), meanwhile fills numba's on-disk cache with the codec kernels in 
 JSON object a line:
 
     {"argv": [learner arguments], "env": {...}, "log": path, "exit_file": path, "pgid": 0 or the island's group,
-     "module": the learner's module (MODULES; yeto.learners.torch when absent)}
+     "module": the learner's module (MODULES; yeto.learners.torch when absent), "session": true or absent}
 
 and answers each with `{"pid": N}` (or `{"error": why}`) on stdout. The forked child joins the process group `pgid`
-(0: a group of its own), writes its output to `log`, runs the learner with `env` as its environment and writes its
-exit status to `exit_file` (as the spawned rank's shell wrapper does; a rank killed by a signal leaves none).
+(0: a group of its own), or with `session` (a one-rank island) leads a session of its own, and so a group of its own,
+before the answer goes out: with the kernel's autogroup scheduling (Linux's default, see `warm_child`) the CPU is shared
+session by session, and one-rank islands left in the zygote's session weighed together as much as one busy service of
+the stack (each its own session); a multi-rank island's ranks keep one group, in the zygote's session (a process cannot
+join a group of another session). The child writes its output to `log`, runs the learner with `env` as its environment
+and writes its exit status to `exit_file` (as the spawned rank's shell wrapper does; a rank killed by a signal leaves
+none).
 The Megatron-Core and diffusion learners are forked from here too: their processes import torch, transformers and
 peft as the torch learner's do (~4.0 of a Megatron rank's ~5.7 CPU s of imports, idle box, 2026-12-06) and their own modules
 (Megatron-Core, diffusers) in the child, after the fork.
@@ -196,7 +201,8 @@ def child(request: dict, sockets: tuple[socket.socket, ...] = ()) -> NoReturn:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for s in sockets:       # the zygote's listening socket and its launcher's connection stay the zygote's
         os.close(s.detach())     # the descriptor itself (a makefile's reference would keep a close() from it)
-    os.setpgid(0, request["pgid"])
+    if not request.get("session"):
+        os.setpgid(0, request["pgid"])
     out = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -256,9 +262,15 @@ def fork(request: dict, sockets: tuple[socket.socket, ...] = ()) -> dict:
         return {"error": f"{module} is not a learner this zygote forks ({', '.join(sorted(MODULES))})"}
     sys.stdout.flush()
     gc.freeze()         # the child's collections skip every object made before it (and leave their pages shared)
+    session = bool(request.get("session"))
+    led, leads = os.pipe() if session else (-1, -1)     # EOF on `led` once the child leads its session (or ended)
     pid = os.fork()
     if pid == 0:
         try:
+            if session:
+                os.close(led)
+                os.setsid()     # before the answer: the launcher signals the group `pid` as soon as it has it
+                os.close(leads)
             child(request, sockets)
         except BaseException:  # noqa: BLE001 - failed before its learner ran (its group gone, its log unwritable)
             traceback.print_exc()
@@ -266,6 +278,11 @@ def fork(request: dict, sockets: tuple[socket.socket, ...] = ()) -> dict:
                 f.write("1\n")
         finally:
             os._exit(1)     # never back into the zygote's loop: a second reader of its requests
+    if session:
+        os.close(leads)
+        os.read(led, 1)         # b"" once the child's end of the pipe closed: setsid done, or the child gone
+        os.close(led)
+        return {"pid": pid}
     try:
         os.setpgid(pid, request["pgid"] or pid)    # as the child does: whichever runs first, the group is set
     except OSError:

@@ -74,6 +74,7 @@ def test_forked_ranks_train_in_their_own_group_and_finish_with_status_zero(backe
     group = json.loads((be.gen_dir("r1", 0, 0) / "group.json").read_text())
     assert [parent(p) for p in group["pids"]] == [be.zygote.proc.pid] * 2      # forked, not spawned
     assert [os.getpgid(p) for p in group["pids"]] == [int(handle)] * 2 == [group["pids"][0]] * 2
+    assert [os.getsid(p) for p in group["pids"]] == [be.zygote.proc.pid] * 2     # one group: the zygote's session
     st = ended(be, handle)
     assert (st.running, st.exit_code) == (False, 0)
     lines = [json.loads(x) for x in be.log_path("r1", 0).read_text().splitlines() if x.startswith("{")]
@@ -88,6 +89,20 @@ def test_a_forked_rank_refused_by_the_learner_writes_its_status_and_error(backen
     assert parent(int(handle)) == be.zygote.proc.pid
     st = ended(be, handle)
     assert st.exit_code == 2 and st.detail.startswith("rank 0 exited with status 2: ") and "lora_rank" in st.detail
+
+
+def test_a_one_rank_island_leads_a_session_of_its_own_before_the_launcher_has_its_handle(backend, tmp_path, tiny):
+    """Linux's autogroup scheduling shares the CPU session by session: a one-rank island is a session of its own, as
+    each service of the stack is, not one of many in the zygote's. The session exists when start() returns: the
+    launcher signals the group at once."""
+    recipe = {**json.loads(tiny.read_text()), "max_steps": 100000}       # runs until stopped
+    be = backend(json.dumps(recipe))
+    handle = int(be.start(launch()))
+    assert parent(handle) == be.zygote.proc.pid                           # forked
+    assert os.getsid(handle) == os.getpgid(handle) == handle != os.getsid(be.zygote.proc.pid)
+    be.stop("r1", 0, 0, str(handle), sig=signal.SIGKILL)
+    st = ended(be, str(handle))
+    assert (st.exit_code, st.detail.split(":")[0]) == (None, "killed")
 
 
 def test_a_killed_forked_rank_reads_as_killed_and_is_reaped(backend, tiny):
@@ -144,6 +159,7 @@ def test_a_rank_the_zygote_does_not_serve_is_spawned(tmp_path):
     try:
         handle = be.start(launch())
         assert parent(int(handle)) == os.getpid()        # the shell wrapper, spawned by the launcher itself
+        assert os.getsid(int(handle)) == int(handle) != os.getsid(0)     # a one-rank island: a session of its own
         be.stop("r1", 0, 0, handle, sig=signal.SIGKILL)
         ended(be, handle)
     finally:

@@ -177,13 +177,18 @@ class LocalBackend:
             # Every spawned rank's Popen is kept until the last rank is started: a dropped one is reaped by the next
             # Popen, and a leader that exited at once would take its process group with it (the next rank: EPERM).
             spawned: list[subprocess.Popen] = []
-            for rank in range(int(launch.spec.get("count", 1))):
+            ranks = int(launch.spec.get("count", 1))
+            # A one-rank island leads a session of its own, as each of the stack's services does: with Linux's
+            # autogroup scheduling the CPU is shared session by session (learners/torch/zygote.py's docstring).
+            session = ranks == 1
+            for rank in range(ranks):
                 exit_file, argv = gdir / f"rank-{rank}.exit", self.rank_argv(launch, recipe_path, rank, port)
-                pid = self.zygote.fork(argv, env, log=log, exit_file=exit_file, pgid=pgid) if forks else None
+                pid = self.zygote.fork(argv, env, log=log, exit_file=exit_file, pgid=pgid, session=session) \
+                    if forks else None
                 if pid is None:
                     spawned.append(subprocess.Popen(["sh", "-c", WRAP, str(exit_file), *argv], stdout=out,
                                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                                    process_group=pgid))
+                                                    **({"start_new_session": True} if session else {"process_group": pgid})))
                     pid = spawned[-1].pid
                 pgid = pgid or pid
                 pids.append(pid)

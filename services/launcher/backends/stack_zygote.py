@@ -34,11 +34,12 @@ class StackZygote:
     def serves(self, argv: list[str], env: dict[str, str]) -> bool:
         return served(argv)
 
-    def fork(self, argv: list[str], env: dict[str, str], *, log: Path, exit_file: Path, pgid: int) -> int | None:
+    def fork(self, argv: list[str], env: dict[str, str], *, log: Path, exit_file: Path, pgid: int,
+             session: bool = False) -> int | None:
         """The forked rank's pid, None when this rank must be spawned instead (the zygote gone, or it refused)."""
         if not self.serves(argv, env):
             return None
-        line = json.dumps(request(argv, env, log=log, exit_file=exit_file, pgid=pgid))
+        line = json.dumps(request(argv, env, log=log, exit_file=exit_file, pgid=pgid, session=session))
         with self.lock:
             try:
                 return self._ask(line).get("pid")

@@ -27,10 +27,11 @@ def served(argv: list[str]) -> bool:
     return len(argv) > 2 and argv[1] == "-m" and argv[2] in MODULES
 
 
-def request(argv: list[str], env: dict[str, str], *, log: Path, exit_file: Path, pgid: int) -> dict:
-    """The zygote's request for the rank `argv` runs (learners/torch/zygote.py's module docstring)."""
+def request(argv: list[str], env: dict[str, str], *, log: Path, exit_file: Path, pgid: int, session: bool = False) -> dict:
+    """The zygote's request for the rank `argv` runs (learners/torch/zygote.py's module docstring); `session`: the
+    rank leads a session of its own (a one-rank island)."""
     return {"argv": argv[3:], "env": env, "log": str(log), "exit_file": str(exit_file), "pgid": pgid,
-            "module": argv[2]}
+            "module": argv[2], **({"session": True} if session else {})}
 
 
 class Zygote:
@@ -47,11 +48,12 @@ class Zygote:
         differ = {k for k in env.keys() | self.env.keys() if env.get(k) != self.env.get(k)}
         return served(argv) and differ <= PER_RANK
 
-    def fork(self, argv: list[str], env: dict[str, str], *, log: Path, exit_file: Path, pgid: int) -> int | None:
+    def fork(self, argv: list[str], env: dict[str, str], *, log: Path, exit_file: Path, pgid: int,
+             session: bool = False) -> int | None:
         """The forked rank's pid, None when this rank must be spawned instead."""
         if not self.serves(argv, env):
             return None
-        line = request(argv, env, log=log, exit_file=exit_file, pgid=pgid)
+        line = request(argv, env, log=log, exit_file=exit_file, pgid=pgid, session=session)
         with self.lock:
             try:
                 if not self.ready:          # its imports are done when it says so (the first request waits)
