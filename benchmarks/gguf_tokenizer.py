@@ -9,6 +9,14 @@ reports must be the same, token counts included. Also printed: the warm load alo
 excluded (resolve, the cache key: the sha256 of the GGUF's metadata, gguf_header.py; the folder checked and read).
 Last line: gguf_tokenizer_warm_over_cold=<ratio of the medians>. With --json, the raw times, the commit, the command
 and the machine.
+
+    .venv/bin/python benchmarks/gguf_tokenizer.py --reads [--repeats 3] [--model smollm2-135m] [--json PATH]
+
+--reads: what a cold cache costs, with and without infra/gguf_reads.py (gguf-py's read-only maps as plain arrays).
+Each repeat runs two fresh processes, in alternating order, that each read the GGUF through transformers as a
+first run does: its tokenizer (the derivation gguf_tokenizer.py caches), then its model dequantized to f32 (what
+learners/torch/model.py caches); CPU seconds of each part, imports excluded. Both arms must save byte-identical
+tokenizer folders and identical weights. Last line: gguf_reads_cpu_plain_over_memmap=<ratio of the median totals>.
 """
 from __future__ import annotations
 
@@ -49,13 +57,67 @@ def load_seconds(home: Path, model: str) -> float:
     return best
 
 
+READ = r"""
+import hashlib, json, sys, time
+from pathlib import Path
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from yeto.infra import gguf_reads
+from yeto.infra.model_source import resolve
+plain, out = sys.argv[1] == "plain", Path(sys.argv[2])
+source = resolve(sys.argv[3])
+if plain:
+    gguf_reads.install()
+c0 = time.process_time()
+tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file)
+c1 = time.process_time()
+model = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, dtype="float32")
+c2 = time.process_time()
+tok.save_pretrained(str(out))
+digest = hashlib.sha256()
+for name, tensor in sorted(model.state_dict().items()):
+    digest.update(name.encode() + tensor.detach().contiguous().numpy().tobytes())
+print(json.dumps({"tokenizer_cpu_s": c1 - c0, "model_cpu_s": c2 - c1, "weights": digest.hexdigest()}))
+"""
+
+
+def reads(args) -> None:
+    """--reads (the module's docstring)."""
+    import filecmp
+    runs: dict[str, list[dict]] = {"memmap": [], "plain": []}
+    for i in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="yeto-bench-reads-") as tmp:
+            order = ("memmap", "plain") if i % 2 == 0 else ("plain", "memmap")
+            for arm in order:
+                done = subprocess.run([sys.executable, "-c", READ, arm, f"{tmp}/{arm}", args.model], cwd=REPO,
+                                      env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, check=True)
+                runs[arm].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            same = filecmp.dircmp(f"{tmp}/memmap", f"{tmp}/plain")
+            assert not (same.diff_files or same.left_only or same.right_only), f"tokenizer folders differ: {same.report()}"
+            assert runs["memmap"][-1]["weights"] == runs["plain"][-1]["weights"], "the weights differ"
+        print("  ".join(f"{arm}: tokenizer {r[-1]['tokenizer_cpu_s']:.2f} + model {r[-1]['model_cpu_s']:.2f} CPU s"
+                        for arm, r in runs.items()), flush=True)
+    total = {arm: statistics.median(x["tokenizer_cpu_s"] + x["model_cpu_s"] for x in r) for arm, r in runs.items()}
+    tok = {arm: statistics.median(x["tokenizer_cpu_s"] for x in r) for arm, r in runs.items()}
+    print(f"median CPU s: memmap {total['memmap']:.2f} (tokenizer {tok['memmap']:.2f}), "
+          f"plain {total['plain']:.2f} (tokenizer {tok['plain']:.2f}); identical folders and weights")
+    ratio = total["plain"] / total["memmap"]
+    if args.json:
+        from lib_provenance import provenance
+        Path(args.json).write_text(json.dumps({"runs": runs, "plain_over_memmap": ratio, "provenance": provenance()},
+                                              indent=1))
+    print(f"gguf_reads_cpu_plain_over_memmap={ratio:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="cold/warm pairs (default 3)")
     ap.add_argument("--model", default="smollm2-135m", help="a GGUF alias or .gguf path (default smollm2-135m)")
     ap.add_argument("--data", default="examples/data/chat_demo.jsonl", help="rows to check (relative to the repo)")
     ap.add_argument("--json", default=None, help="write the raw times, commit, command and machine here")
+    ap.add_argument("--reads", action="store_true", help="a cold read with and without infra/gguf_reads.py (docstring)")
     args = ap.parse_args()
+    if args.reads:
+        return reads(args)
     times: dict[str, list[float]] = {"cold": [], "warm": []}
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="yeto-bench-gguf-") as home:

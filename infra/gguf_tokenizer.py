@@ -15,6 +15,7 @@ import json
 from importlib.metadata import version
 from pathlib import Path
 
+from yeto.infra import gguf_reads
 from yeto.infra.gguf_cache import MANIFEST, FolderCache
 from yeto.infra.gguf_header import metadata_digest
 
@@ -62,6 +63,8 @@ def load(source):
             tok = AutoTokenizer.from_pretrained(str(folder))
             tok.name_or_path = source.location
         else:
+            if source.gguf_file is not None:
+                gguf_reads.install()
             tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
             if source.gguf_file is not None:
                 store(source, tok)

@@ -34,9 +34,9 @@ FACES = ("yeto.services.planner.api", "yeto.services.launcher.api", "yeto.servic
          "yeto.learners.lm_recipe")   # the LM recipe record alone: `yeto launch` builds it without importing torch
 TRANSPORT = ("yeto.learners.bus_client", "yeto.learners.transport")   # the learners' one door to the bus
 # Edges every layer above infra reads (a --model on disk, its pin, a GGUF's tokenizer read once and kept: the learners
-# load it, the finalizer writes it into the artifact).
+# load it, the finalizer writes it into the artifact; a GGUF's metadata read faster wherever transformers reads one).
 SHARED_EDGES = ("yeto.infra.model_source", "yeto.infra.source_pins", "yeto.infra.gguf_cache", "yeto.infra.gguf_header",
-                "yeto.infra.gguf_tokenizer")
+                "yeto.infra.gguf_tokenizer", "yeto.infra.gguf_reads")
 # What benchmarks/ may import of Yeto, besides yeto.schemas (the contract, the learner's command line included): the
 # CLI's faces, the syncer's and the learners' backbone (faces the CLI never needs, so not in FACES), the CLI itself
 # (what `yeto launch` would publish), and the infra rooms a benchmark runs for real: the bus, one nats-server, the

@@ -6,6 +6,7 @@ from dataclasses import replace
 import torch
 
 # Resolution is shared with the CLI, the planner and the finalizer; learners import it from here as before.
+from yeto.infra import gguf_reads
 from yeto.infra.model_source import ModelSource, find_smollm2_gguf, resolve
 
 __all__ = ["ModelSource", "find_smollm2_gguf", "load_config", "load_model", "load_tokenizer", "resolve"]
@@ -45,6 +46,8 @@ def load_model(source: ModelSource, *, dtype: torch.dtype = torch.float32, quant
 
 def _read(source: ModelSource, **kwargs):
     from transformers import AutoModelForCausalLM
+    if source.gguf_file is not None:
+        gguf_reads.install()
     try:
         return AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file,
                                                     revision=source.revision, **kwargs)
@@ -85,4 +88,6 @@ def load_config(source: ModelSource):
     from yeto.learners.data import gguf_model
     if source.gguf_file is not None and (folder := gguf_model.cached_folder(source)) is not None:
         return AutoConfig.from_pretrained(str(folder))
+    if source.gguf_file is not None:
+        gguf_reads.install()
     return AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)

@@ -85,6 +85,7 @@ def _write_full(state: dict[str, np.ndarray], source, out: Path, max_shard_size:
     from safetensors.torch import save_file
     from transformers import AutoConfig
 
+    from yeto.infra import gguf_reads
     tensors = {n: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for n, v in state.items()}
     split = split_torch_state_dict_into_shards(tensors, max_shard_size=max_shard_size)
     for filename, names in split.filename_to_tensors.items():
@@ -94,6 +95,8 @@ def _write_full(state: dict[str, np.ndarray], source, out: Path, max_shard_size:
         index = {"metadata": {"total_size": sum(t.numel() * 4 for t in tensors.values())}, "weight_map": split.tensor_to_filename}
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
         files.append("model.safetensors.index.json")
+    if source.gguf_file is not None:
+        gguf_reads.install()
     AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision).save_pretrained(str(out))
     return files + ["config.json"]
 
