@@ -293,10 +293,16 @@ class DilocoSync:
             del queue[key]
         if self.versions[p] == start:
             return False
+        if landed and self.versions[p] == 0:
+            # Version 0 adopted by checksum is our own initial values, and no global answered a push of ours: nothing
+            # to blend in. A learner that trained before it came (its watches late) pushed that progress against these
+            # very values; blending them in pulled it halfway back to them and dropped its unanswered pushes, so its
+            # next push carried the loss back to the run.
+            self.keyframes.landed(p, 0)
+            return False
         # A first global that came as a keyframe payload replaces the learner's values outright: they are
         # the base model (a replacement, a late joiner), and blending them in would pull the run back
-        # towards its starting point. (Version 0 adopted by checksum equals them: the blend keeps any
-        # steps trained before it arrived.)
+        # towards its starting point. (Version 0 adopted by checksum with newer versions after it: a landing.)
         base = start is None and not landed
         if self.config.push_schedule == "global" and p in self.unanswered and not landed:
             self._realign(p)

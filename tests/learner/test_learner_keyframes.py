@@ -58,7 +58,7 @@ def test_version_zero_equal_to_own_values_is_adopted_without_its_payload():
         for hc, _ in split_chunks(h, payload, 256):
             b.offer(hc, None)                                   # announced: headers only
     assert b.missing() == []
-    assert b.apply_globals() is True
+    assert b.apply_globals() is False, "adopted: its own values, nothing changed"
     assert all(v == 0 for v in b.versions.values())
     assert b.keyframes.num_adopted == len(b.active)
     assert b.keyframes_wanted() == []
@@ -292,18 +292,32 @@ def test_a_joining_learner_takes_its_first_keyframe_outright_instead_of_blending
             offset += t.numel
 
 
-def test_adopting_version_zero_blends_so_steps_trained_before_it_are_kept():
-    blend = SyncConfig(num_fragments=2, inner_steps=4, alpha=0.5)
+def test_adopting_version_zero_keeps_the_steps_trained_and_pushed_before_it():
+    """Version 0 adopted by checksum is the learner's own initial values: a learner that trained (and pushed against
+    those values) while it was on its way keeps all of it, and its unanswered push stays unanswered. It used to blend
+    version 0 in (half the progress gone) and drop the push, so its next push carried the loss back to the run."""
+    blend = SyncConfig(num_fragments=2, inner_steps=4, alpha=0.5, codec_up="f32")
     a = DilocoSync(DictArrays(values(0)), blend, run_id="r", learner="l0", clock=Clock())
     shadow = BroadcastShadow(run_id="r", fingerprint=a.fingerprint, keyframe_every=16, codec_down="q4")
     announced = keyframes_of(a, shadow, 0, {p: a.anchors[p] for p in a.active})
     b = DilocoSync(DictArrays(values(0)), blend, run_id="r", learner="l1", clock=Clock())
-    name = b.layout.fragments[b.active[0]][0].name
-    b.arrays.values[name] = b.arrays.values[name] + 2.0          # steps trained while version 0 was on its way
+    pushes = []
+    for step in (1, 2):                                          # trained while version 0 was on its way
+        for k in b.arrays.values:
+            b.arrays.values[k] = b.arrays.values[k] + 1.0
+        pushes += b.after_step(step, 10)
+    assert [m.header.fragment for m in pushes] == [1] and 1 in b.unanswered
     for h, _ in announced:
         b.offer(h, None)
-    b.apply_globals()
-    np.testing.assert_allclose(b.arrays.values[name], values(0)[name] + 1.0, rtol=1e-6)   # alpha 0.5 of the progress
+    assert b.apply_globals() is False and all(v == 0 for v in b.versions.values())
+    for k, v in b.arrays.values.items():
+        np.testing.assert_allclose(v, values(0)[k] + 2.0, rtol=1e-6)
+    assert 1 in b.unanswered and b.in_flight == {1: 1}, "no global answered the push"
+    for k in b.arrays.values:
+        b.arrays.values[k] = b.arrays.values[k] + 0.5
+    pushes = [m for step in range(3, 7) for m in b.after_step(step, 10) if m.header.fragment == 1]
+    assert [m.header.local_step for m in pushes] == [6]
+    np.testing.assert_allclose(np.frombuffer(pushes[0].payload, np.float32), 0.5, rtol=1e-6)   # only what came after
 
 
 def test_rebase_keeps_the_steps_trained_while_a_push_was_in_flight_and_blend_does_not():
