@@ -58,7 +58,9 @@ class SyncConfig:
     keeps part of its own values), so a threshold below 0 restarts only the rounds that reverse the momentum
     outright (docs/BENCHMARK_RESULTS.md)."""
     merge: str = "rda"
-    """rda (radial-directional average) or avg; embedding fragments always use avg."""
+    """rda (radial-directional average: the pushes' mean direction at their mean length) or avg (the token-weighted
+    mean); embedding fragments always use avg. `yeto launch --tuning full` sets avg unless told: under the outer
+    momentum RDA's longer step cost full tuning ~1% held-out CE (docs/BENCHMARK_RESULTS.md, claims 4-5)."""
     weighting: str = "tokens"
     """Push weight: tokens (c_tokens) or tokens_sq_per_step (c_tokens**2 / c_steps)."""
     alpha: float = 0.5

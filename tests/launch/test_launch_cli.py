@@ -131,3 +131,21 @@ def test_fleets_over_the_caps_and_numbers_that_are_not_finite_are_refused(capsys
     code, err = run(capsys, tmp_path, "--model", str(model), "--data", str(data), *flags)
     assert code == 2 and says in err, err
     assert not (tmp_path / "state" / "stack.json").exists()
+
+
+def test_full_tuning_defaults_to_the_mean_merge_and_plain_nesterov_and_lora_keeps_rda_and_the_restart():
+    """`--tuning full` takes the token-weighted mean and no momentum restart unless told (both measured on full tuning:
+    docs/BENCHMARK_RESULTS.md claims 4-5); LoRA keeps the recipe's RDA and restart; a flag always wins."""
+    from yeto.cli.launch import checks
+    from yeto.cli.main import build_parser
+    from yeto.schemas.recipe import SyncConfig
+
+    def settings(*flags):
+        args = build_parser().parse_args(["launch", "--gpu", "local:1xcpu", "--model", "m", "--data", "d", *flags])
+        return {**SyncConfig().to_dict(), **checks.sync_settings(args)}
+
+    full, lora = settings("--tuning", "full"), settings("--tuning", "lora")
+    assert (full["merge"], full["momentum_restart"]) == ("avg", "off")
+    assert (lora["merge"], lora["momentum_restart"]) == ("rda", "opposed") == (SyncConfig.merge, SyncConfig.momentum_restart)
+    told = settings("--tuning", "full", "--merge", "rda", "--momentum-restart", "opposed")
+    assert (told["merge"], told["momentum_restart"]) == ("rda", "opposed")

@@ -115,8 +115,13 @@ def sync_settings(args) -> dict[str, Any]:
         except ValueError as e:
             raise ValueError(f"--codec: {e}") from None
         given = {"codec_up": args.codec, "codec_down": args.codec, **given}
-    if getattr(args, "tuning", None) == "full" and not given.keys() & {"momentum_restart", "momentum_restart_cos"}:
-        given["momentum_restart"] = "off"   # the restart pays on LoRA; from scratch it costs steps (docs/SYNC_MATH.md)
+    if getattr(args, "tuning", None) == "full":
+        if not given.keys() & {"momentum_restart", "momentum_restart_cos"}:
+            given["momentum_restart"] = "off"   # the restart pays on LoRA; from scratch it costs steps (docs/SYNC_MATH.md)
+        # RDA's merged step is the pushes' mean length, longer than their mean where they disagree: under the outer
+        # momentum it cost full tuning ~1% held-out CE and ~10 steps to the target against the token-weighted mean
+        # (docs/BENCHMARK_RESULTS.md, claims 4-5: avg with q4 level with torchft at its best, RDA with bf16 behind it).
+        given.setdefault("merge", "avg")
     try:
         SyncConfig(**given)
     except ValueError as e:   # names the recipe's field; say which flag sets it

@@ -64,8 +64,9 @@ def register(sub) -> None:
       "topk2/4/8 send 2, 4 or 8 of every 64 values with error feedback: docs/PROTOCOL.md, docs/SYNC_MATH.md)")
     for flag in checks.SYNC_FLAGS:
         if flag == "merge":
-            a("--merge", choices=MERGES, help="how the syncer combines the islands' deltas: rda (default) or avg "
-              "(the token-weighted mean; with --outer-lr 1 --outer-momentum 0 --merge-alpha 0, plain averaging: "
+            a("--merge", choices=MERGES, help="how the syncer combines the islands' deltas: rda (default with "
+              "--tuning lora: the pushes' mean direction at their mean length) or avg (default with --tuning full: the "
+              "token-weighted mean; with --outer-lr 1 --outer-momentum 0 --merge-alpha 0, plain averaging: "
               "docs/BENCHMARK_RESULTS.md)")
             continue
         if flag == "momentum_restart":

@@ -1,4 +1,4 @@
-"""Each variant against torchft-best, paired by seed (steps, time, CE by step, bytes): python cmp.py DIR"""
+"""Each variant against torchft-best, paired by seed (steps, time, CE by step, bytes): python cmp.py DIR..."""
 import collections
 import glob
 import json
@@ -9,7 +9,7 @@ import sys
 
 T95 = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26}
 rows = collections.defaultdict(dict)
-for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
+for f in sorted(f for folder in sys.argv[1:] for f in glob.glob(folder + "/*.json")):
     m = re.search(r"seed(\d+)-(.+)-r(\d+)\.json", f)
     results = json.load(open(f))["results"]
     target = float(re.search(r"target held-out loss ([\d.]+)", open(f[:-5] + ".txt").read()).group(1))
