@@ -5,9 +5,9 @@ with `np.memmap` and cuts every metadata value out of that map, a string or a to
 numpy's memmap bookkeeping (`__array_finalize__`, ~2 million calls for the bundled SmolLM2's 49k tokens and merges),
 about two thirds of the read. `install()` makes the reader's read-only map a plain ndarray view of the same mapping: the
 same pages and bytes, no copy, slices without the bookkeeping. A map opened for writing stays a memmap. Measured
-(`benchmarks/gguf_tokenizer.py --reads`): deriving SmolLM2's tokenizer, the quick start's first-run walk, 5.6-6.1 CPU s
-against 2.1-2.3 with it, byte-identical saved folders (2026-12-06, a loaded 2-core box); the config and the weights'
-reads take the same path.
+(`benchmarks/gguf_tokenizer.py --reads`, benchmarks/results/micro/gguf_reads.log): deriving SmolLM2's tokenizer, the
+quick start's first-run walk, 5.7-6.3 CPU s against 2.0-2.1 with it, and with its weights' read 17.5 against 10.4
+(medians), byte-identical tokenizer folders and weights (2026-12-06, a loaded 2-core box).
 """
 from __future__ import annotations
 
@@ -35,3 +35,9 @@ def install() -> bool:
     if not isinstance(gguf_reader.np, _Numpy):
         gguf_reader.np = _Numpy()
     return True
+
+
+def install_for(source) -> None:
+    """`install()` where a resolved model source (infra/model_source.py) is a GGUF: before transformers reads it."""
+    if source.gguf_file is not None:
+        install()

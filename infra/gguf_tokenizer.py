@@ -63,8 +63,7 @@ def load(source):
             tok = AutoTokenizer.from_pretrained(str(folder))
             tok.name_or_path = source.location
         else:
-            if source.gguf_file is not None:
-                gguf_reads.install()
+            gguf_reads.install_for(source)
             tok = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
             if source.gguf_file is not None:
                 store(source, tok)

@@ -46,8 +46,7 @@ def load_model(source: ModelSource, *, dtype: torch.dtype = torch.float32, quant
 
 def _read(source: ModelSource, **kwargs):
     from transformers import AutoModelForCausalLM
-    if source.gguf_file is not None:
-        gguf_reads.install()
+    gguf_reads.install_for(source)
     try:
         return AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file,
                                                     revision=source.revision, **kwargs)
@@ -88,6 +87,5 @@ def load_config(source: ModelSource):
     from yeto.learners.data import gguf_model
     if source.gguf_file is not None and (folder := gguf_model.cached_folder(source)) is not None:
         return AutoConfig.from_pretrained(str(folder))
-    if source.gguf_file is not None:
-        gguf_reads.install()
+    gguf_reads.install_for(source)
     return AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)

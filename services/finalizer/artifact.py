@@ -95,8 +95,7 @@ def _write_full(state: dict[str, np.ndarray], source, out: Path, max_shard_size:
         index = {"metadata": {"total_size": sum(t.numel() * 4 for t in tensors.values())}, "weight_map": split.tensor_to_filename}
         (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
         files.append("model.safetensors.index.json")
-    if source.gguf_file is not None:
-        gguf_reads.install()
+    gguf_reads.install_for(source)
     AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision).save_pretrained(str(out))
     return files + ["config.json"]
 

@@ -28,8 +28,7 @@ def out_dtype(choice: str, source) -> str:
     from transformers import AutoConfig
 
     from yeto.infra import gguf_reads
-    if source.gguf_file is not None:
-        gguf_reads.install()
+    gguf_reads.install_for(source)
     config = AutoConfig.from_pretrained(source.location, gguf_file=source.gguf_file, revision=source.revision)
     found = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)   # transformers 5 / 4 name
     return str(found).removeprefix("torch.") if found is not None and source.gguf_file is None else "bfloat16"
