@@ -1,21 +1,17 @@
-"""The finalizer's I/O: verify the final keyframes are in the keyframe stream, build and deliver the artifact."""
+"""The finalizer's I/O: verify the final keyframes are in the keyframe stream; the artifact, by its writer process."""
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
-from yeto.infra import signing
 from yeto.infra.bus import Bus
 from yeto.infra.run_paths import run_path
 from yeto.infra.runner import Context, Retry
 from yeto.schemas.base import Message
-from yeto.schemas.final import ArtifactWritten, BuildArtifact, CheckpointMarkedFinal, MarkFinal
+from yeto.schemas.final import BuildArtifact, CheckpointMarkedFinal, MarkFinal
 from yeto.schemas.fragments import FragmentHeader
-from yeto.schemas.launch_recipe import LaunchRecipe
 from yeto.schemas.subjects import keyframe_subject
-from yeto.services.finalizer.artifact import write_artifact
 from yeto.services.finalizer.logic import SOURCE
-from yeto.services.finalizer.output import deliver
+from yeto.services.finalizer.writer import Writer, WriterError
 
 
 async def keyframe_versions(bus: Bus, run_id: str, fragments: list[int]) -> dict[int, int | None]:
@@ -28,8 +24,9 @@ async def keyframe_versions(bus: Bus, run_id: str, fragments: list[int]) -> dict
 
 
 class Effects:
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, nats_url: str | None = None):
         self.state_dir = Path(state_dir)
+        self.writer = Writer(nats_url, self.state_dir)
 
     def artifact_dir(self, run_id: str) -> Path:
         return run_path(self.state_dir, run_id, "artifact")
@@ -50,19 +47,11 @@ class Effects:
                           sha256=cmd.sha256, source=SOURCE)
 
     async def build(self, cmd: BuildArtifact, ctx: Context) -> Message:
+        """The artifact, written by the finalizer's writer process (writer.py: the finalizer's loop, with its budget
+        tick, never waits on the writer's libraries)."""
         try:
-            from yeto.infra.globals_reader import read_final_state
-        except ImportError as e:
-            raise Retry(f"no reader of the final state: {e}", delay_s=30) from e
-        state = await read_final_state(ctx.bus, cmd.run_id)
-        out = self.artifact_dir(cmd.run_id)
-        key = signing.stack_key(self.state_dir)     # the stack's own: `yeto verify` names who signed
-        summary = {"fleet": cmd.fleet, "rounds_merged": cmd.rounds_merged, "learner_steps": cmd.learner_steps,
-                   "learner_losses": cmd.learner_losses, "learner_eval_losses": cmd.learner_eval_losses}
-        kind, files, manifest_sha = await asyncio.to_thread(
-            write_artifact, state, recipe=cmd.recipe, out=out, run_id=cmd.run_id, versions=cmd.versions, acked=cmd.acked,
-            snapshot_dir=run_path(self.state_dir, cmd.run_id, area="syncer"), run=summary, key=key)
-        where, uploaded = await asyncio.to_thread(deliver, out, LaunchRecipe.upcast(cmd.recipe).output)
-        return cmd.caused(ArtifactWritten, output=where, local_path=str(out), artifact_kind=kind, files=files,
-                          manifest_sha256=manifest_sha, uploaded=uploaded, signer_public_key=signing.public_hex(key),
-                          source=SOURCE)
+            return await self.writer.write(cmd)
+        except WriterError as e:
+            if e.retry_s is not None:
+                raise Retry(str(e), delay_s=e.retry_s) from e
+            raise

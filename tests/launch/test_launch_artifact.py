@@ -104,11 +104,10 @@ def test_output_is_copied_to_a_local_path_or_uploaded_to_a_store_and_verified(tm
 
 WRITER = """
 import json, sys
-from types import SimpleNamespace
 import numpy as np
-from yeto.services.finalizer import wiring
+from yeto.services.finalizer import writer
 from yeto.services.finalizer.artifact import write_artifact
-wiring.build(SimpleNamespace(settings=SimpleNamespace(state_dir=sys.argv[1])))     # the finalizer process's start
+writer.keep_bitsandbytes_out()          # as the artifact writer process's start (writer.main) does
 state = dict(np.load(sys.argv[2]))
 kind, files, sha = write_artifact(state, recipe=json.loads(sys.argv[3]), out=__import__("pathlib").Path(sys.argv[4]),
                                   run_id="r1", versions={0: 3}, acked=["island-0"])
@@ -116,10 +115,10 @@ print(json.dumps({"sha": sha, "bitsandbytes": sys.modules.get("bitsandbytes") is
 """
 
 
-def test_the_finalizer_process_writes_the_same_adapter_with_bitsandbytes_kept_out(model_dir, tmp_path):
-    """The finalizer's process never imports bitsandbytes (peft would, with torch's inductor: ~1 CPU s of its first
-    artifact), and writes the adapter byte for byte as another process does (peft's target_modules, a set, is
-    written sorted: in set order the config differed between two processes)."""
+def test_the_artifact_writer_process_writes_the_same_adapter_with_bitsandbytes_kept_out(model_dir, tmp_path):
+    """The artifact writer process (services/finalizer/writer.py) never imports bitsandbytes (peft would, with torch's
+    inductor: ~1 CPU s of its first artifact), and writes the adapter byte for byte as another process does (peft's
+    target_modules, a set, is written sorted: in set order the config differed between two processes)."""
     import subprocess
 
     import numpy as np
