@@ -155,6 +155,8 @@ class DataPlane:
         if run_id in self.cutting or self.shard in info.cuts_done:
             await msg.ack()                 # the run is being finalized: no more rounds
             return
+        if self.refusals.behind(msg) and await self.refusals.retry(msg):
+            return                          # an earlier push of this learner and fragment waits for its retry: after it
         try:
             header = FragmentHeader.from_nats(msg.headers)
         except FragmentError as e:

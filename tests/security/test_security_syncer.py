@@ -197,6 +197,43 @@ async def test_an_unannounced_push_waits_a_bounded_while_and_a_refused_one_is_te
     assert delivery.done == ["term"] and [e.reason for e in bus][1:] == ["bad_header"], "no version 0: refused at once"
 
 
+async def test_a_later_push_waits_behind_an_earlier_one_that_waits_for_its_announcement(tmp_path):
+    """Island-1's first push comes before its IslandUp (nak'ed for a retry); its second, after it. Taken at once,
+    the second would make the first a duplicate when it comes back (a push carries only the progress since the
+    previous one): its progress lost. The second waits behind the first, and both are taken, in order."""
+    plane, bus = DataPlane(state_dir=tmp_path), Published()
+
+    async def perform(bus, run_id, outputs) -> None:       # what the core decided, kept
+        bus.extend(outputs)
+    plane.perform = perform
+    unannounced = reduce(runs.evolve, [RunLaunched(run_id=RUN, fleet=[SPEC, SPEC], recipe={"train": TRAIN}),
+                                       IslandUp(run_id=RUN, island=0, spec=SPEC)], runs.SyncerState()).runs
+
+    seqs = iter(range(1, 1000))
+
+    def deliveries(learner: str, chunks) -> list[FakeDelivery]:
+        out = []
+        for h, chunk in chunks:
+            out.append(FakeDelivery(fragment_subject(RUN, 0, learner), seq=next(seqs)))
+            out[-1].headers, out[-1].data = h.to_nats(), chunk
+        return out
+
+    async def receive(ds: list[FakeDelivery], state) -> None:
+        for d in ds:
+            await plane.receive(bus, d, state)
+
+    init = deliveries("island-0", msg("island-0", "init", np.ones(N, np.float32), codec="f32"))
+    first, second = deliveries("island-1", msg("island-1", local_step=4)), deliveries("island-1", msg("island-1", local_step=8))
+    await receive(init, unannounced)
+    await receive(first, unannounced)
+    assert len(first) > 1 and [d.done for d in first] == [["nak"]] * len(first)
+    await receive(second, tape().runs)                      # the IslandUp came meanwhile
+    assert [d.done for d in second] == [["nak"]] * len(second), "taken now, it would make the first a duplicate"
+    await receive(first + second, tape().runs)              # the retries, in the order they were nak'ed
+    assert all(d.done == ["nak"] for d in first + second) and not refusals(bus), list(bus)
+    assert plane.cores[RUN].learners["island-1"].last_step[0] == 8
+
+
 @pytest.mark.timeout(60)
 async def test_attacks_through_the_real_data_plane_are_refused_with_events(nats_server, tmp_path):
     """Over a real nats-server: an impostor's subject, c_tokens=1e15 and a 256 MiB announcement each end in a
