@@ -39,9 +39,13 @@ EXPIRES_S, PULL_BYTES = 5.0, 64 * 2**20      # per pull: seconds open, bytes in 
 HEARTBEAT_S, MISSED_BEATS = 1.0, 3           # per pull: the server's idle heartbeat; silent this many: its leader is gone
 BEATEN = ("keyframes", "final")              # the watches whose pulls are given up on missed beats (small messages)
 GONE_FIRST_S, GONE_LAST_S = 0.25, 1.0        # a pull that found no consumer: pause before the next, doubled up to this
-# An ask's wait for the launcher's answer: the first (afresh) as long as the launcher may take (its calls all within
-# API_TIMEOUT_S); a later one (idempotent: only the missing ones) ASK_FIRST_S, doubled on each unanswered one (a request
-# that reached a launcher on a lost node is never answered). A later answer is lost: the pulls ask again.
+# An ask's wait for the launcher's answer: ASK_FIRST_S, doubled on each unanswered one up to as long as the launcher may
+# take (its calls all within API_TIMEOUT_S). An answer can be lost for good: a request that reached a launcher on a lost
+# node, or one whose launcher's connection was replaced before it answered (the server allows a reply only on the
+# connection the request came in on: `permissions violation for publish to _INBOX...`, a CPU-starved launcher in CI).
+# The first ask used to wait ASK_TIMEOUT_S whole for it, and the learner's watches with it. A later answer is lost: the
+# pulls ask again, and asking afresh twice is harmless (the launcher answers one request at a time and remakes a
+# learner's watches afresh at most once per REMAKE_S: the second finds them just made).
 ASK_TIMEOUT_S, ASK_FIRST_S = API_TIMEOUT_S + 10.0, 5.0
 
 
@@ -77,7 +81,7 @@ class LearnerWatches:
             if self.num_made != seen:
                 return
             fresh = self.num_made == 0          # until this process had them made once: all of them, afresh
-            wait_s = ASK_TIMEOUT_S if fresh else min(ASK_FIRST_S * 2 ** min(self.num_failed, 8), ASK_TIMEOUT_S)
+            wait_s = min(ASK_FIRST_S * 2 ** min(self.num_failed, 8), ASK_TIMEOUT_S)
             started = time.monotonic()
             try:
                 reply = await self._request(f"{WATCHES}.{self.run_id}.{self.learner}", json.dumps({"fresh": fresh}).encode(),

@@ -20,7 +20,7 @@ import pytest
 from waiting import until, until_answered
 from yeto.infra.bus import auth as bus_auth
 from yeto.infra.bus import connect, nats_watch_maker
-from yeto.infra.bus.nats_watches import LearnerWatches
+from yeto.infra.bus.nats_watches import ASK_FIRST_S, ASK_TIMEOUT_S, LearnerWatches
 from yeto.infra.bus.perms import WATCHES, watch_consumer
 from yeto.infra.nats import cluster as natscluster
 from yeto.infra.nats.server import NatsServer, ensure_streams
@@ -99,6 +99,36 @@ async def test_a_watch_pulls_on_while_its_ask_goes_unanswered_and_reads_its_cons
             await until(lambda: "watches not made (ask 1," in caplog.text, 30, "a line for the unanswered ask")
             await silent.unsubscribe()
         finally:
+            await watches.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_first_ask_whose_answer_is_lost_is_asked_again_within_the_short_wait(tmp_path, caplog):
+    """The launcher took the learner's first ask and its answer never comes (its connection replaced before it
+    answered: the server refuses a reply on another connection). The learner asks again after ASK_FIRST_S, not after
+    ASK_TIMEOUT_S, and the launcher that answers makes its watches: the final arrives well within ASK_TIMEOUT_S."""
+    caplog.set_level(logging.WARNING, logger="yeto.infra.bus.nats_watches")
+    async with one_server(tmp_path) as (operator, launcher, learner):
+        stop, seen, taken = asyncio.Event(), asyncio.Queue(), asyncio.Event()
+
+        async def lost(msg) -> None:                           # takes the first ask, never answers
+            taken.set()
+        silent = await launcher.nc.subscribe(f"{WATCHES}.*.*", queue="launcher", cb=lost, max_msgs=1)
+        await launcher.nc.flush()
+        watches = LearnerWatches(learner, RUN, LEARNER, {"final": seen.put})
+        starting = asyncio.create_task(watches.start())
+        await asyncio.wait_for(taken.wait(), 10)
+        await silent.unsubscribe()
+        serving = asyncio.create_task(nats_watch_maker.serve(launcher, stop))   # a launcher that answers
+        try:
+            started = asyncio.get_running_loop().time()
+            await asyncio.wait_for(starting, ASK_FIRST_S + 5)
+            await final_seqs(seen, await operator.publish_raw(FINAL, b"{}"), ASK_FIRST_S * 3)
+            assert asyncio.get_running_loop().time() - started < ASK_TIMEOUT_S / 2
+            assert "watches not made (ask 1," in caplog.text and watches.num_made == 1
+        finally:
+            stop.set()
+            await serving
             await watches.close()
 
 
