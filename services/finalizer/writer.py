@@ -105,8 +105,12 @@ class Writer:
         while line := await proc.stdout.readline():
             if self.pending:
                 future = self.pending.popleft()
+                try:
+                    reply = json.loads(line)
+                except ValueError:
+                    reply = {"error": f"the artifact writer answered something that is not JSON: {line[:200]!r}"}
                 if not future.done():
-                    future.set_result(json.loads(line))
+                    future.set_result(reply)
         code = await proc.wait()
         while self.pending:
             future = self.pending.popleft()
@@ -127,17 +131,18 @@ class Writer:
     async def warm(self, kind: str) -> float:
         """Import `kind`'s libraries in the writer at the lowest weight; the CPU seconds it took."""
         if self.writes == 0:
-            await self._started()
-            set_group_nice(self.pid or 0, LOWEST)
-        return float((await self._ask({"op": "import", "kind": kind}))["cpu_s"])
+            set_group_nice((await self._started()).pid, LOWEST)
+        reply = await self._ask({"op": "import", "kind": kind})
+        if "error" in reply:
+            raise WriterError(reply["error"])
+        return float(reply["cpu_s"])
 
     async def write(self, cmd: BuildArtifact) -> Message:
         """Build and deliver the artifact `cmd` asks for; its ArtifactWritten. A write that may succeed later (the
         final state not in the streams yet) raises WriterError with `retry_s` set."""
         self.writes += 1
         try:
-            await self._started()
-            set_group_nice(self.pid or 0, NORMAL)       # an import still running finishes at the normal weight too
+            set_group_nice((await self._started()).pid, NORMAL)     # an import under way finishes at this weight too
             reply = await self._ask({"op": "build", "cmd": json.loads(to_bytes(cmd))})
         finally:
             self.writes -= 1
