@@ -141,7 +141,9 @@ def test_megatron_and_diffusion_ranks_are_forked_and_run_their_own_learner(tmp_p
             log, exit_file = tmp_path / f"{module}.log", tmp_path / f"{module}.exit"
             pid = z.fork([sys.executable, "-m", module, "--help"], env, log=log, exit_file=exit_file, pgid=0)
             assert pid is not None and parent(pid) in (z.proc.pid, 1)     # 1: it ended and was reaped already
-            wait_for(lambda f=exit_file: f.exists() or None, 120, f"the forked {module} rank to exit")
+            # the file is created, then written: wait for its line (the launcher reads a rank alive before its file)
+            wait_for(lambda f=exit_file: f.exists() and f.read_text().endswith("\n") or None, 120,
+                     f"the forked {module} rank to exit")
             assert exit_file.read_text() == "0\n"
             usage = " ".join(log.read_text().split())
             assert f"usage: {module} " in usage and BACKENDS[module.rsplit(".", 1)[1]].summary in usage, usage
