@@ -45,13 +45,10 @@ LOWEST, NORMAL = 19, 0
 STOP_S = 5.0            # how long a writer asked to stop may take before it is killed
 
 
-def set_group_nice(pid: int, nice: int) -> bool:
-    """Set the autogroup (session) weight of process `pid`; False where there is none (autogroup off, not Linux)."""
-    try:
+def set_group_nice(pid: int, nice: int) -> None:
+    """Set the autogroup (session) weight of process `pid`, where there is one (autogroup on, Linux)."""
+    with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/autogroup").write_text(str(nice))
-        return True
-    except OSError:
-        return False
 
 
 def group_nice(pid: int) -> int | None:

@@ -20,10 +20,11 @@ class Refusals:
     def __init__(self, instance: str) -> None:
         self.instance = instance
         self.naks: OrderedDict[int, int] = OrderedDict()    # stream seq -> naks so far
-        # stream seq -> (run id, subject, when) of a message nak'ed for a retry whose redelivery has not come:
-        # JetStream counts it neither as pending nor as delivered-and-taken, so the final cut's drain asks here
-        # (`awaited`), and a later message on its subject waits behind it (`behind`)
-        self.waiting: dict[int, tuple[str, str, float]] = {}
+        # stream seq -> (subject, when) of a message nak'ed for a retry whose redelivery has not come: JetStream
+        # counts it neither as pending nor as delivered-and-taken, so the final cut's drain asks here (`awaited`), and
+        # a later message on its subject waits behind it (`behind`, by subject: it is asked of every message taken in)
+        self.waiting: dict[int, tuple[str, float]] = {}
+        self.on_subject: dict[str, set[int]] = {}
 
     async def retry(self, msg: Delivery) -> bool:
         """Nak a message that waits for an event, UNKNOWN_RUN_NAKS times at most; False once it has waited enough."""
@@ -37,36 +38,43 @@ class Refusals:
         if naks == 1:
             log.info("fragment message %d on %r waits for the event it needs (nak'ed, again in %gs)", msg.seq,
                      msg.subject[:200], UNKNOWN_RUN_DELAY_S)
-        self.waiting[msg.seq] = (run_of_fragment(msg.subject), msg.subject, time.monotonic())
+        self._drop(msg.seq)
+        self.waiting[msg.seq] = (msg.subject, time.monotonic())
+        self.on_subject.setdefault(msg.subject, set()).add(msg.seq)
         while len(self.waiting) > MAX_TRACKED:
-            del self.waiting[next(iter(self.waiting))]
+            self._drop(next(iter(self.waiting)))
         return True
+
+    def _drop(self, seq: int) -> None:
+        if (found := self.waiting.pop(seq, None)) is not None:
+            seqs = self.on_subject[found[0]]
+            seqs.discard(seq)
+            if not seqs:
+                del self.on_subject[found[0]]
 
     def redelivered(self, seq: int) -> None:
         """A message came (again): no longer awaited."""
-        self.waiting.pop(seq, None)
+        self._drop(seq)
 
     def _forget_lost(self) -> None:
         """Forget messages not back within three delays: they went to another instance or the server dropped them."""
         horizon = time.monotonic() - 3 * UNKNOWN_RUN_DELAY_S
-        for seq, (_, _, at) in list(self.waiting.items()):
+        for seq, (_, at) in list(self.waiting.items()):
             if at < horizon:
-                del self.waiting[seq]
+                self._drop(seq)
 
     def awaited(self, run_id: str) -> bool:
         """Whether a message of `run_id` nak'ed for a retry is still to come back."""
         self._forget_lost()
-        return any(run == run_id for run, _, _ in self.waiting.values())
+        return any(run_of_fragment(subject) == run_id for subject, _ in self.waiting.values())
 
     def behind(self, msg: Delivery) -> bool:
         """Whether an earlier message on `msg`'s subject (one learner's pushes of one fragment) waits for its retry.
         A learner's push carries only the progress since its previous one, and the ledger takes each push once, in
         order: taken before the earlier one comes back, this one would make the earlier a duplicate, its progress
         lost. So it waits too, and comes back after it."""
-        if not self.waiting:
-            return False
-        self._forget_lost()
-        return any(subject == msg.subject and seq < msg.seq for seq, (_, subject, _) in self.waiting.items())
+        horizon = time.monotonic() - 3 * UNKNOWN_RUN_DELAY_S      # one older is lost (_forget_lost)
+        return any(seq < msg.seq and self.waiting[seq][1] >= horizon for seq in self.on_subject.get(msg.subject, ()))
 
     async def refuse(self, bus: Bus, msg: Delivery, run_id: str, reason: str, detail: str) -> None:
         """Terminate a message that no syncer will take, with a LearnerRejected saying why."""
