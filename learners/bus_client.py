@@ -11,8 +11,10 @@ joining learner sees the whole model's announcements at once), its deltas, and i
 pull consumers the launcher makes when the learner asks (infra/bus/nats_watches.py): a learner's credential creates
 none. Durable, they outlive a server restart; one that is gone is asked for again.
 A credential the server refuses (tampered, revoked, of an ended run) ends the process with one line and exit status
-3 (REFUSED_EXIT): retrying it would never succeed. So does a credential the server takes but that is another island's
-(its own subjects refused for good, learners/transport/denials.py), with exit status 4 (DENIED_EXIT).
+3 (REFUSED_EXIT): retrying it would never succeed; once the learner's training is done or the run's result is marked
+final, that refusal is the run's end revoking its credentials, and the learner leaves with status 0. A credential the
+server takes but that is another island's (its own subjects refused for good, learners/transport/denials.py) ends the
+process with exit status 4 (DENIED_EXIT).
 A lost connection is retried while training goes on.
 """
 from __future__ import annotations
@@ -72,6 +74,7 @@ class NatsTransport:
         self.reports = Reports(run_id=run_id, learner=learner, generation=generation,
                                progress_every_s=progress_every_s, started_at=time.monotonic())
         self._bus: Bus | None = None
+        self._ended = False          # end_training ran: the last pushes are queued, what follows is the final evaluation
         self._fetches: set[asyncio.Task[None]] = set()   # running fetch tasks, held so none is collected mid-way
         self.thread = BusThread(f"bus-{learner}", self._main)
         self.thread.start()
@@ -114,6 +117,7 @@ class NatsTransport:
         self._publish(self.reports.final_ack(versions))
 
     def end_training(self) -> None:
+        self._ended = True
         self.inbox.stop()
         self._publish(self.reports.unreported(time.monotonic()))
 
@@ -161,6 +165,15 @@ class NatsTransport:
 
     async def _refused_later(self, event: asyncio.Event) -> None:
         await event.wait()
+        if self._ended or self.final.versions() is not None:
+            # The run ended (its result marked, or this learner's training done): its credentials are revoked at the
+            # end (services/launcher/effects.py), and a learner still finishing (its final evaluation, a flush) meets
+            # that revocation. Its work is the run's already; this is how it ends, not a failure (a joined island's
+            # `yeto join` returned 3 here when the finalizer was faster than its final evaluation).
+            pushes, events = self.outbox.unsent()
+            why = "its training done" if self._ended else "its result marked final"
+            refused(f"the run ended while this learner was finishing ({why}): the bus at {redact(self.url)} revoked its "
+                    f"credential at the run's end; left unsent: {pushes} push(es), {events} event(s)", 0)
         refused(f"the bus at {redact(self.url)} refused this learner's credential when it reconnected (authorization "
                 f"violation): it was revoked, or its run has ended")
 

@@ -62,6 +62,11 @@ class Outbox:
         with self._lock:
             return bool(self._pushes or self._events)
 
+    def unsent(self) -> tuple[int, int]:
+        """How many pushes and events are still queued (said when the learner leaves with them)."""
+        with self._lock:
+            return len(self._pushes), len(self._events)
+
     async def send_one(self, bus: Publisher) -> bool:
         """Publish the oldest queued item over `bus`; True if something was published,
         False if the outbox is empty or the server is away (the item stays queued)."""

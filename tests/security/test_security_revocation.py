@@ -185,3 +185,55 @@ def test_the_launcher_revokes_a_replaced_generation_and_an_ended_run_and_the_run
                  detail=lambda: repr(watch_consumers(url, s.home)))
     finally:
         s.down()
+
+
+LEAVER = r"""
+import sys, time
+from yeto.learners.bus_client import connect
+
+url, run_id, learner, ended = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "ended"
+transport = connect(nats_url=url, run_id=run_id, learner=learner, generation=0)
+deadline = time.monotonic() + 60
+while transport._bus is None and time.monotonic() < deadline:      # connected: its refusals are watched from here on
+    time.sleep(0.05)
+if ended:
+    transport.end_training()        # the last pushes queued; the final evaluation would follow
+print("connected", flush=True)
+time.sleep(120)                     # still finishing when the run's end revokes the credential
+print("never revoked", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ended", ["ended", "training"])
+def test_a_learner_whose_training_is_done_leaves_with_status_0_when_the_runs_end_revokes_it(server, ended, tmp_path):
+    """A joined island's learner still in its final evaluation when the run finalized met the revocation and `yeto
+    join` returned 3 (CI at 00d4db8); once its training is done, the refusal is the run's end and the exit is 0. A
+    learner still training when its credential is revoked exits 3 as before (a retry could never work)."""
+    import os
+    import subprocess
+
+    srv, state = server
+    path = bus_auth.issue_learner(state, RUN, "island-1", 0)
+    env = {**os.environ, "YETO_NATS_CREDS": str(path)}
+    proc = subprocess.Popen([sys.executable, "-c", LEAVER, srv.url, RUN, "island-1", ended], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        before: list[str] = []        # the bus's own lines until then (no launcher here makes its watches)
+        while (line := proc.stdout.readline()) not in ("connected\n", ""):
+            before.append(line)
+        assert line == "connected\n", "".join(before)
+        assert bus_auth.revoke_run(state, RUN) == 1
+        out = proc.stdout.read()
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if ended == "ended":
+        assert code == 0, out
+        assert "learner stopped: the run ended while this learner was finishing (its training done)" in out, out
+        assert "left unsent: 0 push(es), 0 event(s)" in out, out
+    else:
+        assert code == 3, out
+        assert "refused this learner's credential when it reconnected" in out, out
+    assert "never revoked" not in out and json.loads(path.read_text())["password"] not in out
