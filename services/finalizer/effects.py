@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from yeto.infra.bus import Bus
-from yeto.infra.run_paths import run_path
 from yeto.infra.runner import Context, Retry
 from yeto.schemas.base import Message
 from yeto.schemas.final import BuildArtifact, CheckpointMarkedFinal, MarkFinal
@@ -27,9 +26,6 @@ class Effects:
     def __init__(self, state_dir: Path, nats_url: str | None = None):
         self.state_dir = Path(state_dir)
         self.writer = Writer(nats_url, self.state_dir)
-
-    def artifact_dir(self, run_id: str) -> Path:
-        return run_path(self.state_dir, run_id, "artifact")
 
     async def act(self, cmd, ctx: Context) -> list[Message]:
         if isinstance(cmd, MarkFinal):
