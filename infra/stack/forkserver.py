@@ -48,7 +48,9 @@ from typing import NoReturn
 # Not `-m` this module: its package imports it first (runpy warns of a module run twice); the collector off first.
 ENTRY = "import gc; gc.disable(); import sys; from yeto.infra.stack.forkserver import serve; sys.exit(serve())"
 PRELOAD = ("yeto.infra.runner.main", "yeto.services.launcher.wiring", "yeto.services.syncer.wiring",
-           "yeto.services.finalizer.wiring", "yeto.infra.tape.writer")
+           "yeto.services.finalizer.wiring", "yeto.infra.tape.writer",
+           # every codec's module (the registry imports each at its codec's first use: in the syncer, once forked)
+           *(f"yeto.schemas.codecs.{m}" for m in ("f32", "bf16", "q4", "sparse", "feedback")))
 ENABLE_ENV = "YETO_FORK_SERVICES"
 ANSWER_S = 120.0     # the imports take ~1 CPU s; under a load of 20 on 2 cores, much longer
 

@@ -134,3 +134,27 @@ def test_the_codec_name_check_catches_a_switch_but_not_a_compute_dtype():
                                            "7: codec: Literal['f32', 'q4']"]
     good = 'dtype: Literal["auto", "bf16"] = "bf16"\nif dtype == "bf16" or h.codec == codecs.F32.name:\n    pass\n'
     assert codec_name_comparisons(good) == []
+
+
+def test_the_schemas_and_a_recipe_naming_codecs_import_no_kernel_until_a_codec_is_used():
+    """The registry names every codec without importing its module (numba compiles the kernels there): `import
+    yeto.schemas` took ~0.7 CPU s with them, ~0.3 without, in every CLI command and tape query (2026-12-06)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, yeto.schemas\n"
+             "from yeto.schemas import codecs\n"
+             "from yeto.schemas.recipe import SyncConfig\n"
+             "SyncConfig(codec_up='topk4', codec_down='bf16')\n"
+             "assert 'topk8' in codecs.CODECS and 'f16' not in codecs.CODECS and len(codecs.CODECS) == 6\n"
+             "print('numba' in sys.modules, sorted(m for m in sys.modules if m.startswith('yeto.schemas.codecs.')))\n"
+             "q4 = codecs.codec('q4')\n"
+             "assert q4 is codecs.Q4 is codecs.CODECS['q4']\n"
+             "print('numba' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["False []", "True"], out.stdout
+    with pytest.raises(ValueError, match="unknown codec 'nope'; use one of f32, bf16, q4, topk2, topk4, topk8"):
+        codecs.codec("nope")
+    with pytest.raises(AttributeError, match="has no attribute 'F16'"):
+        codecs.F16  # noqa: B018 - the attribute read is what is tested
