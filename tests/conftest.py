@@ -24,6 +24,12 @@ hypothesis_settings.load_profile("yeto")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One OpenMP thread per process, for the test processes and every process they start (stacks, learners): the suite's
+# two workers share two cores, and an island that sized its threads to the host's cores spun in OpenMP's barriers
+# while the other worker held a core. Measured on 2026-12-06 during a full CI run (the box loaded as the suite loads
+# it), the tiny learner's 16 steps (tests/learner/learner_tiny.py, `python -m yeto.learners.torch --no-sync`): 7.85 s
+# with 2 threads, 0.21 s with 1 (and 11.3 against 6.6 CPU s for the whole process). torch reads it when it loads.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 PY = sys.executable
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from waiting import wait_for
 from yeto.services.launcher.backends.base import IslandLaunch
-from yeto.services.launcher.backends.local import LocalBackend
+from yeto.services.launcher.backends.local import LocalBackend, cpu_threads
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -159,3 +159,13 @@ def test_a_claim_whose_launcher_died_mid_start_is_taken_over(tmp_path):
     handle = be.start(launch(count=1))
     assert ended(be, handle).exit_code == 0
     assert json.loads((gdir / "start.claim").read_text())["pid"] == os.getpid()
+
+
+def test_local_cpu_ranks_split_the_hosts_cores_and_a_users_thread_count_is_kept():
+    """The test suite sets OMP_NUM_THREADS=1 for every process it starts (tests/conftest.py), so the launcher's own
+    split is checked here: two islands of one rank on 8 cores get 4 threads each, more ranks than cores 1 each."""
+    assert cpu_threads({}, 2, cores=8) == {"OMP_NUM_THREADS": "4"}
+    assert cpu_threads({}, 1, cores=8) == {"OMP_NUM_THREADS": "8"}
+    assert cpu_threads({}, 3, cores=2) == {"OMP_NUM_THREADS": "1"}
+    assert cpu_threads({"OMP_NUM_THREADS": "3"}, 2, cores=8) == {}
+    assert cpu_threads({}, 2) == {"OMP_NUM_THREADS": str(max(1, len(os.sched_getaffinity(0)) // 2))}

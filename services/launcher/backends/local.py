@@ -118,6 +118,15 @@ def wait_for_group(gdir: Path, timeout_s: float) -> Path | None:
     return group
 
 
+def cpu_threads(env: dict[str, str], ranks_here: int, cores: int | None = None) -> dict[str, str]:
+    """OMP_NUM_THREADS for a CPU rank: every local island shares this host, so its cores are split between the ranks
+    instead of oversubscribed; a setting already in the environment (the user's) is kept."""
+    if "OMP_NUM_THREADS" in env:
+        return {}
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    return {"OMP_NUM_THREADS": str(max(1, cores // max(1, ranks_here)))}
+
+
 class LocalBackend:
     name = "local"
 
@@ -165,10 +174,8 @@ class LocalBackend:
         creds = bus_auth.issue_learner(self.state_dir, launch.run_id, launch.learner, launch.generation)
         if creds is not None:
             env[bus_auth.CREDS_ENV] = str(creds)
-        if launch.spec.get("gpu", "cpu") == "cpu" and "OMP_NUM_THREADS" not in env:
-            # every local island shares this host: split its cores instead of oversubscribing them
-            ranks_here = max(1, launch.num_islands * int(launch.spec.get("count", 1)))
-            env["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // ranks_here))
+        if launch.spec.get("gpu", "cpu") == "cpu":
+            env.update(cpu_threads(env, launch.num_islands * int(launch.spec.get("count", 1))))
         with open(log, "ab") as out:
             out.write(f"=== island {launch.island} generation {launch.generation} ===\n".encode())
             out.flush()
