@@ -1,7 +1,10 @@
 """The tape writer's query workers in two lanes: a user's queries (`yeto sql`), and the views the CLI itself reads.
 
-A lane is a fixed pool of query processes (sandbox.py's command) started ahead and kept: each answers one query after
-another, past its deadline it is killed and its replacement started at once, so a lane never shrinks. The user lane
+A lane is a pool of up to `size` query processes (sandbox.py's command) kept once started: one is started ahead, the
+next ones as queries find every started one busy (each idle worker holds ~40 MiB with DuckDB loaded, and a stack that
+is only asked one query at a time, as most are, needs one per lane: `size` started ahead cost every stack five DuckDB
+loads, ~0.27 CPU s each, 2026-12-06). Each answers one query after another; past its deadline it is killed and its
+replacement started at once, so a lane never shrinks. The user lane
 refuses a query the moment all its workers are busy, saying when the oldest ends; it never queues one, or three
 queries running to their deadline would hold every later one that long. The views lane (`yeto status`, the
 dashboard, `tape show`, `logs`: sql.VIEWS in the request) has workers of its own and queues, so no number of slow user
@@ -27,7 +30,7 @@ class LaneFull(ValueError):
 
 
 class Lane:
-    """`size` workers; `refuse_when_full`: the user lane's rule (else a query waits for a free worker)."""
+    """Up to `size` workers; `refuse_when_full`: the user lane's rule (else a query waits for a free worker)."""
 
     def __init__(self, size: int, *, refuse_when_full: bool, timeout_s: float, memory_bytes: int, line_bytes: int,
                  spill_root: Path):
@@ -39,16 +42,23 @@ class Lane:
         self.procs: set[Process] = set()                                    # every worker alive
         self.taken: dict[int, float] = {}                                   # id(worker) -> when it was taken
         self.closed = False                                                 # then no worker is started or kept
-        for _ in range(size):
-            self.idle.put_nowait(asyncio.create_task(self._start()))
+        self.started = 0                                                    # workers started (or starting), <= size
+        self._grow()                                                        # one ahead
+
+    def _grow(self) -> None:
+        self.started += 1
+        self.idle.put_nowait(asyncio.create_task(self._start()))
 
     async def take(self) -> Process:
         """A free worker, held until `ask` or `put_back` returns it; LaneFull at once when none is free and the lane
         refuses (taken before the tape is copied for the query, so a refusal costs nothing)."""
         if self.closed:
             raise ValueError("the tape writer is stopping: ask again once `yeto stack up` has started it")
-        if self.refuse_when_full and self.idle.empty():
-            raise self.full()
+        if self.idle.empty():
+            if self.started < self.size:        # every started worker is busy: one more, up to the lane's size
+                self._grow()
+            elif self.refuse_when_full:
+                raise self.full()
         proc = await (await self.idle.get())
         if proc.returncode is not None:         # it died while it waited
             self._gone(proc)

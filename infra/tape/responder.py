@@ -4,11 +4,12 @@ copy of the tape, never in the writer's process.
 DuckDB lets one process hold a file read-write and no other process read it meanwhile, and its `memory_limit` does not
 bound every allocation (`select list(range(300000000))` took the writer past 4 GB, and an interrupt is only a request).
 So a query is answered by sandbox.py's process (RLIMIT_AS, killed at the deadline) reading a snapshot: under the
-writer's flush lock (no INSERT in flight) the tape is CHECKPOINTed and its file copied by `cp`, once per tape position
-(a query on an unchanged tape reuses the copy). The query processes are workers started ahead and kept, in two lanes
-(lanes.py): POOL for a user's queries, refused at once while all POOL run; VIEWS_POOL for the views the CLI itself
-reads (the request's `lane`), so `yeto status` answers while a user's queries run to their deadline. The tape's
-position (the health line's question: sql.position) the writer answers itself, with no worker and no copy. A reply is
+writer's flush lock (no INSERT in flight) the tape is CHECKPOINTed and its file copied by `cp`, once per tape
+position (a query on an unchanged tape reuses the copy). The query processes are workers kept once started (one per
+lane ahead, more as queries find every one busy), in two lanes (lanes.py): POOL for a user's queries, refused at
+once while all POOL run; VIEWS_POOL for the views the CLI itself reads (the request's `lane`), so `yeto status`
+answers while a user's queries run to their deadline. The tape's position (the health line's question: sql.position)
+the writer answers itself, with no worker and no copy. A reply is
 encoded row by row and refused the moment it passes the bus's payload limit.
 """
 from __future__ import annotations
