@@ -9,8 +9,8 @@ position (a query on an unchanged tape reuses the copy). The query processes are
 lane ahead, more as queries find every one busy), in two lanes (lanes.py): POOL for a user's queries, refused at
 once while all POOL run; VIEWS_POOL for the views the CLI itself reads (the request's `lane`), so `yeto status`
 answers while a user's queries run to their deadline. The tape's position (the health line's question: sql.position)
-the writer answers itself, with no worker and no copy. A reply is
-encoded row by row and refused the moment it passes the bus's payload limit.
+the writer answers itself, with no worker and no copy. A reply is encoded row by row and refused the moment it passes
+the bus's payload limit.
 """
 from __future__ import annotations
 

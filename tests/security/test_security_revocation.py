@@ -188,18 +188,26 @@ def test_the_launcher_revokes_a_replaced_generation_and_an_ended_run_and_the_run
 
 
 LEAVER = r"""
-import sys, time
-from yeto.learners.bus_client import connect
+import sys, threading
+from yeto.learners import bus_client
+
+connected, real = threading.Event(), bus_client.connect_bus
+
+
+async def connect_and_say(*args, **kwargs):     # the transport's own connection, then told: its refusals watched from here
+    bus = await real(*args, **kwargs)
+    connected.set()
+    return bus
+bus_client.connect_bus = connect_and_say
 
 url, run_id, learner, ended = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "ended"
-transport = connect(nats_url=url, run_id=run_id, learner=learner, generation=0)
-deadline = time.monotonic() + 60
-while transport._bus is None and time.monotonic() < deadline:      # connected: its refusals are watched from here on
-    time.sleep(0.05)
+transport = bus_client.connect(nats_url=url, run_id=run_id, learner=learner, generation=0)
+if not connected.wait(60):
+    sys.exit("never connected")
 if ended:
     transport.end_training()        # the last pushes queued; the final evaluation would follow
 print("connected", flush=True)
-time.sleep(120)                     # still finishing when the run's end revokes the credential
+sys.stdin.readline()                # still finishing: the test holds stdin open until the revocation ends this process
 print("never revoked", flush=True)
 """
 
@@ -217,7 +225,7 @@ def test_a_learner_whose_training_is_done_leaves_with_status_0_when_the_runs_end
     path = bus_auth.issue_learner(state, RUN, "island-1", 0)
     env = {**os.environ, "YETO_NATS_CREDS": str(path)}
     proc = subprocess.Popen([sys.executable, "-c", LEAVER, srv.url, RUN, "island-1", ended], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         before: list[str] = []        # the bus's own lines until then (no launcher here makes its watches)
         while (line := proc.stdout.readline()) not in ("connected\n", ""):
@@ -227,6 +235,7 @@ def test_a_learner_whose_training_is_done_leaves_with_status_0_when_the_runs_end
         out = proc.stdout.read()
         code = proc.wait(60)
     finally:
+        proc.stdin.close()
         if proc.poll() is None:
             proc.kill()
     if ended == "ended":
